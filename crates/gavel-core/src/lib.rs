@@ -1,1 +1,37 @@
-//! placeholder
+//! `gavel-core`: Gavel's deterministic state machine.
+//!
+//! Everything Gavel promises is decided here, by [`State::apply`] applied to the
+//! replicated log: an approval consumed at most once, one final result per
+//! execution, no retry that the side-effect rule forbids, and no late report
+//! taking effect. The crate is sans-IO in the manner of `quinn-proto`:
+//!
+//! - it must not depend on tokio, sled, tonic, openraft, a clock or randomness;
+//! - `apply` reads time only from the [`Envelope`] the leader stamped;
+//! - every collection is ordered, so replicas serialize identical bytes and
+//!   agree on [`State::state_hash`];
+//! - bad input returns [`Reply::Error`] with a stable [`ErrorCode`], never a panic;
+//!   a broken invariant is a bug and asserts.
+//!
+//! Key types: [`State`], [`Envelope`], [`Command`], [`Reply`], [`Event`],
+//! and the records in [`model`].
+
+mod approvals;
+pub mod audit;
+pub mod canonical_json;
+pub mod command;
+mod dedup;
+pub mod error;
+pub mod executions;
+pub mod limits;
+pub mod machine;
+pub mod model;
+pub mod registry;
+pub mod validate;
+
+pub use audit::{Event, EventKind};
+pub use command::{
+    ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, Reply, Retention, RetrySpec, Submit, Task,
+};
+pub use error::{DomainError, ErrorClass, ErrorCode};
+pub use machine::{ApprovalFilter, SnapshotError, State};
+pub use model::*;

@@ -1,0 +1,309 @@
+//! Commands the leader proposes, and the replies the state machine returns.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::DomainError;
+use crate::model::{Actor, Approval, ApprovalStatus, Capability, Execution, Lease, ReportOutcome, Risk, SideEffect};
+
+/// One replicated command: the leader's clock reading plus what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Client-chosen idempotency token; a repeat gets the first reply back.
+    pub request_id: Option<String>,
+    /// The leader's clock when it proposed the command. The state machine's
+    /// clock never runs backwards: it takes the maximum of this and what it saw before.
+    pub now_ms: u64,
+    /// What to do.
+    pub command: Command,
+}
+
+/// Everything that changes state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Register a new version of a capability.
+    RegisterCapability(CapabilitySpec),
+    /// Store a pending approval.
+    CreateApproval(CreateApproval),
+    /// Approve or reject a pending approval.
+    DecideApproval {
+        /// Approval to decide.
+        approval_id: String,
+        /// `Approved` or `Rejected`; anything else is refused.
+        status: ApprovalStatus,
+        /// Who decides.
+        approver: Actor,
+        /// Optional comment.
+        comment: Option<String>,
+        /// The caller's own clock, used for this request's comparisons and timestamps.
+        caller_now_ms: Option<u64>,
+    },
+    /// Spend an approved approval on one execution (`markConsumed`).
+    ConsumeApproval {
+        /// Approval to consume.
+        approval_id: String,
+        /// Execution it authorizes.
+        execution_id: String,
+        /// The caller's own clock.
+        caller_now_ms: Option<u64>,
+    },
+    /// Withdraw a pending approval.
+    CancelApproval {
+        /// Approval to cancel.
+        approval_id: String,
+        /// The caller's own clock.
+        caller_now_ms: Option<u64>,
+    },
+    /// Submit an execution (or an approval request for it).
+    Submit(Submit),
+    /// Verify and consume an approval, then create its execution, in one command.
+    Resume {
+        /// The approval created by submit.
+        approval_id: String,
+        /// Execution id to use when the approval does not name one.
+        execution_id: String,
+        /// When given, must hash to the approved input.
+        input_json: Option<String>,
+    },
+    /// Lease up to `tasks_max` ready executions from `queues` to a worker.
+    Poll {
+        /// The polling worker.
+        worker_id: String,
+        /// Queues to take from, in order.
+        queues: Vec<String>,
+        /// At most this many tasks.
+        tasks_max: u32,
+    },
+    /// A worker's liveness signal for a lease.
+    Heartbeat {
+        /// The lease.
+        lease_id: u64,
+        /// The worker holding it.
+        worker_id: String,
+    },
+    /// A worker's outcome for a lease.
+    Report {
+        /// The lease.
+        lease_id: u64,
+        /// The worker holding it.
+        worker_id: String,
+        /// What happened.
+        outcome: ReportOutcome,
+    },
+    /// The caller cancels an execution: terminal.
+    CancelExecution {
+        /// Execution to cancel.
+        execution_id: String,
+        /// Who cancels (recorded in the audit trail).
+        actor: Option<Actor>,
+    },
+    /// Time passed: expire leases, end backoffs, compact old records.
+    Tick {
+        /// Retention to apply, stamped by the leader so every replica compacts alike.
+        retention: Retention,
+    },
+}
+
+/// How long finalized records and events are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    /// Finalized executions and closed approvals are dropped this long after closing.
+    pub records_ms: u64,
+    /// Audit events are dropped this long after their timestamp.
+    pub events_ms: u64,
+}
+
+impl Default for Retention {
+    /// Three days for both, like Temporal's default namespace retention.
+    fn default() -> Self {
+        Retention { records_ms: 72 * 60 * 60 * 1000, events_ms: 72 * 60 * 60 * 1000 }
+    }
+}
+
+/// A capability declaration as the caller wrote it; defaults are resolved on registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CapabilitySpec {
+    /// Capability id.
+    pub id: String,
+    /// Side effect class (required).
+    pub side_effect: Option<SideEffect>,
+    /// Risk (required).
+    pub risk: Option<Risk>,
+    /// Idempotency claim.
+    pub idempotent: bool,
+    /// Retry configuration.
+    pub retry: Option<RetrySpec>,
+    /// Per-attempt timeout (default 30000).
+    pub timeout_ms: Option<u64>,
+    /// Heartbeat timeout.
+    pub heartbeat_timeout_ms: Option<u64>,
+    /// Approval policy.
+    pub approval: Option<ApprovalPolicySpec>,
+    /// Queue (default: the id).
+    pub queue: Option<String>,
+    /// Tags.
+    pub tags: Vec<String>,
+}
+
+/// Retry configuration as written by the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct RetrySpec {
+    /// Additional attempts after the first.
+    pub attempts_max: u32,
+    /// Base backoff (default 250).
+    pub backoff_ms: Option<u64>,
+    /// Codes never retried.
+    pub non_retryable_codes: Vec<String>,
+}
+
+/// Approval policy as written by the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ApprovalPolicySpec {
+    /// Approval required before execution.
+    pub required: bool,
+    /// Approval type.
+    pub approval_type: Option<String>,
+    /// Validity (default 900000).
+    pub expires_in_ms: Option<u64>,
+}
+
+/// An approval request (orpc-agent's `ApprovalCoordinator.create`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateApproval {
+    /// Approval id.
+    pub id: String,
+    /// Capability id.
+    pub capability_id: String,
+    /// Surface.
+    pub surface: String,
+    /// Requester.
+    pub actor: Actor,
+    /// JSON input.
+    pub input_json: String,
+    /// Input hash; computed when absent, must match the input when present.
+    pub input_hash: Option<String>,
+    /// Reasons.
+    pub reasons: Vec<String>,
+    /// Types.
+    pub types: Vec<String>,
+    /// Risk.
+    pub risk: Risk,
+    /// Side effect.
+    pub side_effect: SideEffect,
+    /// Requested-at; defaults to now.
+    pub requested_at_ms: Option<u64>,
+    /// Expires-at; defaults to requested-at + 15 minutes.
+    pub expires_at_ms: Option<u64>,
+    /// Opt out of the self-approval check.
+    pub allow_self_approval: bool,
+    /// The caller's own clock.
+    pub caller_now_ms: Option<u64>,
+}
+
+/// An execution submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submit {
+    /// Execution id (the edge generates one when the client did not).
+    pub execution_id: String,
+    /// Capability to run.
+    pub capability_id: String,
+    /// JSON input.
+    pub input_json: String,
+    /// Caller.
+    pub actor: Actor,
+    /// Surface.
+    pub surface: String,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+}
+
+/// A leased unit of work handed to a worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// The lease; `lease.lease_id` is the fencing token.
+    pub lease: Lease,
+    /// Stable across retries of this execution.
+    pub idempotency_key: String,
+    /// The capability version the execution was submitted under.
+    pub capability: Capability,
+    /// Canonical JSON input.
+    pub input_json: String,
+    /// Caller.
+    pub actor: Actor,
+    /// Approver, when approved.
+    pub approver: Option<Actor>,
+    /// Correlation id.
+    pub correlation_id: Option<String>,
+    /// Approval consumed.
+    pub approval_id: Option<String>,
+}
+
+/// What a command produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// A registered capability.
+    Capability(Capability),
+    /// An approval and its status as seen at the command's time.
+    Approval {
+        /// The record.
+        approval: Approval,
+        /// Status including lazy expiry.
+        status: ApprovalStatus,
+    },
+    /// Submit needs an approval first.
+    ApprovalRequired {
+        /// The pending approval.
+        approval: Approval,
+        /// Its status.
+        status: ApprovalStatus,
+    },
+    /// An execution; `created` is false when submit found it already there.
+    Execution {
+        /// The record.
+        execution: Execution,
+        /// Whether this command created it.
+        created: bool,
+    },
+    /// Leased tasks (possibly none).
+    Tasks(Vec<Task>),
+    /// Heartbeat answer.
+    Heartbeat {
+        /// The caller cancelled: stop.
+        cancel_requested: bool,
+        /// The attempt's deadline.
+        deadline_ms: u64,
+    },
+    /// A report was accepted.
+    Reported {
+        /// The execution after the report.
+        execution: Execution,
+        /// A retry was scheduled.
+        retry_scheduled: bool,
+    },
+    /// What a tick did.
+    Ticked {
+        /// Leases expired.
+        leases_expired: u32,
+        /// Executions whose backoff ended.
+        backoffs_ended: u32,
+        /// Records dropped by retention.
+        records_compacted: u32,
+    },
+    /// The command was refused; nothing changed except, where noted, the audit trail.
+    Error(DomainError),
+}
+
+impl Reply {
+    /// The refusal, if this reply is one.
+    pub fn error(&self) -> Option<&DomainError> {
+        match self {
+            Reply::Error(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<DomainError> for Reply {
+    fn from(error: DomainError) -> Self {
+        Reply::Error(error)
+    }
+}

@@ -1,0 +1,147 @@
+//! Stable domain codes and the refusal a command gets instead of an effect.
+
+use serde::{Deserialize, Serialize};
+
+/// A stable, documented reason for refusing a request. The string form
+/// ([`ErrorCode::as_str`]) is the wire contract; never rename a variant's string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// A field is missing, malformed, out of range or over a size limit.
+    InvalidArgument,
+    /// The named record does not exist (approval, execution).
+    NotFound,
+    /// A record with this id already exists with different content.
+    AlreadyExists,
+    /// The record is not in a state that allows this transition.
+    FailedPrecondition,
+    /// The capability named by a submit or approval is not registered.
+    CapabilityNotFound,
+    /// A capability registration failed validation (all problems listed).
+    CapabilityInvalid,
+    /// An execution input is not JSON or is over the size limit.
+    InputInvalid,
+    /// The actor is missing or ill-formed.
+    Unauthenticated,
+    /// The approver is the requester and the request did not opt out.
+    ApprovalSelfApproval,
+    /// Resume found the approval still pending.
+    ApprovalPending,
+    /// Resume found the approval rejected.
+    ApprovalRejected,
+    /// Resume found the approval cancelled by the application.
+    ApprovalCancelled,
+    /// The approval (or its post-approval validity) has expired.
+    ApprovalExpired,
+    /// The approval was already consumed.
+    ApprovalConsumed,
+    /// The input no longer hashes to the approved input hash.
+    ApprovalInputMismatch,
+    /// A report or heartbeat named a lease that is not current.
+    LeaseLost,
+    /// The execution already has its final result.
+    ExecutionFinal,
+    /// A request id was reused for a different command.
+    RequestIdReused,
+}
+
+impl ErrorCode {
+    /// The stable wire string of this code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "INVALID_ARGUMENT",
+            ErrorCode::NotFound => "NOT_FOUND",
+            ErrorCode::AlreadyExists => "ALREADY_EXISTS",
+            ErrorCode::FailedPrecondition => "FAILED_PRECONDITION",
+            ErrorCode::CapabilityNotFound => "CAPABILITY_NOT_FOUND",
+            ErrorCode::CapabilityInvalid => "CAPABILITY_INVALID",
+            ErrorCode::InputInvalid => "INPUT_INVALID",
+            ErrorCode::Unauthenticated => "UNAUTHENTICATED",
+            ErrorCode::ApprovalSelfApproval => "APPROVAL_SELF_APPROVAL",
+            ErrorCode::ApprovalPending => "APPROVAL_PENDING",
+            ErrorCode::ApprovalRejected => "APPROVAL_REJECTED",
+            ErrorCode::ApprovalCancelled => "APPROVAL_CANCELLED",
+            ErrorCode::ApprovalExpired => "APPROVAL_EXPIRED",
+            ErrorCode::ApprovalConsumed => "APPROVAL_CONSUMED",
+            ErrorCode::ApprovalInputMismatch => "APPROVAL_INPUT_MISMATCH",
+            ErrorCode::LeaseLost => "LEASE_LOST",
+            ErrorCode::ExecutionFinal => "EXECUTION_FINAL",
+            ErrorCode::RequestIdReused => "REQUEST_ID_REUSED",
+        }
+    }
+
+    /// The coarse class of the refusal, which the gRPC edge maps to a status code.
+    pub fn class(self) -> ErrorClass {
+        match self {
+            ErrorCode::InvalidArgument
+            | ErrorCode::CapabilityInvalid
+            | ErrorCode::InputInvalid
+            | ErrorCode::RequestIdReused => ErrorClass::InvalidArgument,
+            ErrorCode::NotFound | ErrorCode::CapabilityNotFound => ErrorClass::NotFound,
+            ErrorCode::AlreadyExists => ErrorClass::AlreadyExists,
+            ErrorCode::Unauthenticated => ErrorClass::Unauthenticated,
+            ErrorCode::ApprovalSelfApproval => ErrorClass::PermissionDenied,
+            ErrorCode::FailedPrecondition
+            | ErrorCode::ApprovalPending
+            | ErrorCode::ApprovalRejected
+            | ErrorCode::ApprovalCancelled
+            | ErrorCode::ApprovalExpired
+            | ErrorCode::ApprovalConsumed
+            | ErrorCode::ApprovalInputMismatch
+            | ErrorCode::LeaseLost
+            | ErrorCode::ExecutionFinal => ErrorClass::FailedPrecondition,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Coarse classes of refusal, mirroring the gRPC status codes they map to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Bad input.
+    InvalidArgument,
+    /// Unknown record.
+    NotFound,
+    /// Duplicate record.
+    AlreadyExists,
+    /// Missing or ill-formed actor.
+    Unauthenticated,
+    /// Refused for who is asking.
+    PermissionDenied,
+    /// Wrong state for the transition.
+    FailedPrecondition,
+}
+
+/// A refusal: a stable code, a message a person can act on, and, for
+/// validation, every problem found at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct DomainError {
+    /// The stable code.
+    pub code: ErrorCode,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// Every validation problem, when there were several.
+    pub problems: Vec<String>,
+}
+
+impl DomainError {
+    /// A refusal with one message and no problem list.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        DomainError { code, message: message.into(), problems: Vec::new() }
+    }
+
+    /// A validation refusal listing every problem found.
+    pub fn with_problems(code: ErrorCode, message: impl Into<String>, problems: Vec<String>) -> Self {
+        DomainError { code, message: message.into(), problems }
+    }
+
+    /// `INVALID_ARGUMENT` with a message.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        DomainError::new(ErrorCode::InvalidArgument, message)
+    }
+}

@@ -1,0 +1,72 @@
+//! Every bound Gavel enforces, one constant per bound, each with its reason.
+//!
+//! The gRPC edge checks these before a request becomes a command, and the
+//! state machine checks them again so that a malformed command can never
+//! corrupt state even if an edge forgot a check.
+
+/// Longest id (approval, execution, capability, worker, actor, request id), in bytes.
+/// Ids are keys of ordered maps and appear in every audit event; 128 bytes fits
+/// UUIDs, ULIDs and dotted capability names with room to spare.
+pub const ID_BYTES_MAX: usize = 128;
+
+/// Largest JSON input of an execution or approval, in bytes. Inputs are stored
+/// in the replicated log and in every snapshot; 64 KiB keeps one log entry small
+/// while fitting any realistic tool-call argument object.
+pub const INPUT_BYTES_MAX: usize = 64 * 1024;
+
+/// Largest JSON output a worker may report, in bytes. Outputs are kept until
+/// retention drops the execution, so they are bounded like inputs, with more
+/// room because tool results are often larger than their arguments.
+pub const OUTPUT_BYTES_MAX: usize = 256 * 1024;
+
+/// Longest free-text field (error message, comment, surface, display name), in bytes.
+pub const TEXT_BYTES_MAX: usize = 4 * 1024;
+
+/// Most items in any list carried by a command (reasons, types, tags, queues,
+/// non-retryable codes). Lists are copied into records and scanned on apply.
+pub const LIST_ITEMS_MAX: usize = 64;
+
+/// Most tasks one poll may lease. Bounds the size of one replicated command's reply.
+pub const POLL_TASKS_MAX: u32 = 64;
+
+/// Longest long-poll wait (poll, wait-for-result), in milliseconds. Longer waits
+/// tie up a connection without telling the caller anything new.
+pub const WAIT_MS_MAX: u64 = 60_000;
+
+/// Longest per-attempt timeout or heartbeat timeout, in milliseconds (one day).
+/// Longer bounds are almost always a unit mistake.
+pub const TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+
+/// Largest retry budget (additional attempts after the first).
+pub const RETRY_ATTEMPTS_MAX: u32 = 100;
+
+/// Largest base backoff, in milliseconds (one hour). The exponential backoff is
+/// additionally capped by [`BACKOFF_MS_CAP`].
+pub const BACKOFF_MS_MAX: u64 = 60 * 60 * 1000;
+
+/// Cap on one computed backoff (`backoffMs × 2^(n-1)`), in milliseconds (one day),
+/// so that large attempt numbers never overflow.
+pub const BACKOFF_MS_CAP: u64 = 24 * 60 * 60 * 1000;
+
+/// Longest approval validity, in milliseconds (30 days).
+pub const APPROVAL_EXPIRES_IN_MS_MAX: u64 = 30 * 24 * 60 * 60 * 1000;
+
+/// Most request ids remembered for deduplication. The table is bounded so a
+/// client that never reuses ids cannot grow state without limit; the oldest
+/// entries are forgotten first.
+pub const DEDUP_ENTRIES_MAX: usize = 100_000;
+
+/// How long a request id is remembered, in milliseconds (10 minutes). Client
+/// retries after an ambiguous failure happen within seconds; ten minutes covers
+/// a leader election and a client backoff with a wide margin.
+pub const DEDUP_TTL_MS: u64 = 10 * 60 * 1000;
+
+/// Most events one audit page returns.
+pub const EVENTS_PAGE_MAX: u32 = 1_000;
+
+/// Most approvals one list page returns.
+pub const APPROVALS_PAGE_MAX: u32 = 1_000;
+
+/// Largest timestamp accepted from a caller (year 9999 in Unix milliseconds).
+/// Anything larger is a unit mistake (micro- or nanoseconds).
+pub const TIMESTAMP_MS_MAX: u64 = 253_402_300_799_999;

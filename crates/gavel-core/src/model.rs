@@ -1,0 +1,444 @@
+//! Domain records: actors, capabilities, approvals, executions, leases and results (SPEC §2).
+
+use serde::{Deserialize, Serialize};
+
+/// Who asked, decided or cancelled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Actor {
+    /// Non-empty identifier.
+    pub id: String,
+    /// What kind of principal this is.
+    pub kind: ActorKind,
+    /// Optional human-readable name.
+    pub display_name: Option<String>,
+}
+
+impl Actor {
+    /// A user actor with no display name (handy in tests and examples).
+    pub fn user(id: &str) -> Actor {
+        Actor { id: id.to_string(), kind: ActorKind::User, display_name: None }
+    }
+
+    /// The system actor that stamps cluster-initiated events (expiry, retries).
+    pub fn system() -> Actor {
+        Actor { id: "gavel".to_string(), kind: ActorKind::Automation, display_name: None }
+    }
+}
+
+/// The kind of principal behind an actor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ActorKind {
+    /// A person.
+    User,
+    /// Another service.
+    Service,
+    /// An automated process acting on its own.
+    Automation,
+    /// Unidentified caller.
+    Anonymous,
+}
+
+/// What running a capability does to the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum SideEffect {
+    /// Pure computation.
+    None,
+    /// Reads only.
+    Read,
+    /// Writes state somewhere.
+    Write,
+    /// Destroys state somewhere.
+    Destructive,
+    /// Acts on an external system.
+    External,
+}
+
+impl SideEffect {
+    /// True for write, destructive and external: the classes whose retry needs `idempotent`.
+    pub fn is_write_like(self) -> bool {
+        matches!(self, SideEffect::Write | SideEffect::Destructive | SideEffect::External)
+    }
+}
+
+/// Declared risk of a capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Risk {
+    /// Low risk.
+    Low,
+    /// Medium risk.
+    Medium,
+    /// High risk.
+    High,
+    /// Critical risk.
+    Critical,
+}
+
+/// Runtime retry configuration of a capability.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryConfig {
+    /// Additional attempts after the first (`maxAttempts`).
+    pub attempts_max: u32,
+    /// Base backoff; attempt n+1 waits `backoff_ms × 2^(n-1)`.
+    pub backoff_ms: u64,
+    /// Error codes that are never retried.
+    pub non_retryable_codes: Vec<String>,
+}
+
+/// Whether and how a capability needs approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalPolicy {
+    /// True when every execution needs an approval first.
+    pub required: bool,
+    /// Optional approval type recorded in the approval's `types`.
+    pub approval_type: Option<String>,
+    /// How long a created approval stays valid.
+    pub expires_in_ms: u64,
+}
+
+/// A capability as registered: the caller's declaration with defaults resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capability {
+    /// Capability id, e.g. `orders.refund`.
+    pub id: String,
+    /// Registry version, starting at 1 and growing with each registration.
+    pub version: u64,
+    /// When this version was registered.
+    pub registered_at_ms: u64,
+    /// What running it does.
+    pub side_effect: SideEffect,
+    /// Declared risk.
+    pub risk: Risk,
+    /// The reviewable claim that repeating a call with the same input is safe.
+    pub idempotent: bool,
+    /// Runtime retry configuration, if any.
+    pub retry: Option<RetryConfig>,
+    /// Per-attempt timeout.
+    pub timeout_ms: u64,
+    /// A lease that misses heartbeats for this long is lost.
+    pub heartbeat_timeout_ms: Option<u64>,
+    /// Approval policy, if any.
+    pub approval: Option<ApprovalPolicy>,
+    /// Queue workers poll for this capability.
+    pub queue: String,
+    /// Free-form tags.
+    pub tags: Vec<String>,
+}
+
+impl Capability {
+    /// True when an execution needs an approval before it may exist.
+    pub fn requires_approval(&self) -> bool {
+        self.approval.as_ref().is_some_and(|policy| policy.required)
+    }
+
+    /// The SI-11 side-effect clause: may this capability be retried at all?
+    pub fn retry_allowed_by_side_effect(&self) -> bool {
+        !self.side_effect.is_write_like() || (self.idempotent && self.retry.is_some())
+    }
+}
+
+/// Stored lifecycle status of an approval. `Expired` is never stored: it is
+/// computed on read from `Pending` and the clock (see [`ApprovalStatus`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum StoredApprovalStatus {
+    /// Waiting for a decision.
+    Pending,
+    /// Approved, not yet consumed.
+    Approved,
+    /// Rejected.
+    Rejected,
+    /// Withdrawn by the application.
+    Cancelled,
+    /// Approved and spent by one execution.
+    Consumed,
+}
+
+/// Approval status as seen by readers, including lazily computed expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ApprovalStatus {
+    /// Waiting for a decision.
+    Pending,
+    /// Approved, not yet consumed.
+    Approved,
+    /// Rejected.
+    Rejected,
+    /// Withdrawn by the application.
+    Cancelled,
+    /// Pending past its expiry.
+    Expired,
+    /// Approved and spent.
+    Consumed,
+}
+
+impl ApprovalStatus {
+    /// Lower-case name used in messages (`approved`, `consumed`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Rejected => "rejected",
+            ApprovalStatus::Cancelled => "cancelled",
+            ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Consumed => "consumed",
+        }
+    }
+}
+
+/// A decision on an approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// Approved or rejected.
+    pub status: ApprovalStatus,
+    /// Who decided.
+    pub approver: Actor,
+    /// Optional comment.
+    pub comment: Option<String>,
+    /// When the decision was recorded.
+    pub decided_at_ms: u64,
+}
+
+/// A stored approval record (SPEC §3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    /// Approval id.
+    pub id: String,
+    /// Capability the approval is for.
+    pub capability_id: String,
+    /// Where the request came from (e.g. `mcp`, `http`).
+    pub surface: String,
+    /// The requester.
+    pub actor: Actor,
+    /// Canonical JSON of the approved input.
+    pub input_json: String,
+    /// SHA-256 of the canonical input, lower-case hex.
+    pub input_hash: String,
+    /// Why approval is needed.
+    pub reasons: Vec<String>,
+    /// Approval types requested.
+    pub types: Vec<String>,
+    /// Risk at request time.
+    pub risk: Risk,
+    /// Side effect at request time.
+    pub side_effect: SideEffect,
+    /// When it was requested.
+    pub requested_at_ms: u64,
+    /// When a pending request expires.
+    pub expires_at_ms: u64,
+    /// The request opted out of the self-approval check.
+    pub allow_self_approval: bool,
+    /// Stored status (never `Expired`).
+    pub status: StoredApprovalStatus,
+    /// The decision, once decided.
+    pub decision: Option<Decision>,
+    /// The execution that consumed it.
+    pub consumed_by_execution_id: Option<String>,
+    /// For approvals created by submit: the execution resume will create.
+    pub execution_id: Option<String>,
+    /// For approvals created by submit: the capability version submitted under.
+    pub capability_version: Option<u64>,
+    /// When it left the pending/approved states for good (rejected, cancelled,
+    /// consumed); retention counts from here.
+    pub closed_at_ms: Option<u64>,
+}
+
+impl Approval {
+    /// Status as seen at `now_ms`: a pending record past `expires_at_ms` reads as expired.
+    pub fn status_at(&self, now_ms: u64) -> ApprovalStatus {
+        match self.status {
+            StoredApprovalStatus::Pending if now_ms > self.expires_at_ms => ApprovalStatus::Expired,
+            StoredApprovalStatus::Pending => ApprovalStatus::Pending,
+            StoredApprovalStatus::Approved => ApprovalStatus::Approved,
+            StoredApprovalStatus::Rejected => ApprovalStatus::Rejected,
+            StoredApprovalStatus::Cancelled => ApprovalStatus::Cancelled,
+            StoredApprovalStatus::Consumed => ApprovalStatus::Consumed,
+        }
+    }
+}
+
+/// Where an execution is in its lifecycle (SPEC §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ExecutionState {
+    /// Waiting for a worker.
+    Queued,
+    /// Leased to a worker.
+    Leased,
+    /// Waiting out a retry backoff.
+    Backoff,
+    /// Final: completed.
+    Completed,
+    /// Final: failed.
+    Failed,
+    /// Final: cancelled (timeout or caller).
+    Cancelled,
+}
+
+impl ExecutionState {
+    /// True for the three final states.
+    pub fn is_final(self) -> bool {
+        matches!(self, ExecutionState::Completed | ExecutionState::Failed | ExecutionState::Cancelled)
+    }
+}
+
+/// Why a cancelled execution was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CancelCode {
+    /// The per-attempt timeout passed and no retry was allowed.
+    Timeout,
+    /// The caller cancelled.
+    Cancelled,
+}
+
+impl CancelCode {
+    /// Wire string (`TIMEOUT`, `CANCELLED`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelCode::Timeout => "TIMEOUT",
+            CancelCode::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// Whether the side effect may have happened before a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecutedBeforeFailure {
+    /// The worker said the effect did not happen.
+    No,
+    /// Nobody knows (the worker was lost mid-attempt).
+    Unknown,
+}
+
+/// The one final result of an execution.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResultEnvelope {
+    /// The handler returned an output.
+    Completed {
+        /// Canonical JSON output.
+        output_json: String,
+        /// Attempts made.
+        attempts: u32,
+        /// From submission to finalization.
+        duration_ms: u64,
+    },
+    /// The handler failed and no retry was allowed.
+    Failed {
+        /// Error code reported (or `WORKER_LOST`).
+        code: String,
+        /// Error message.
+        message: String,
+        /// Whether the error itself was retryable.
+        retryable: bool,
+        /// Attempts made.
+        attempts: u32,
+        /// Whether the effect may have happened.
+        executed_before_failure: Option<ExecutedBeforeFailure>,
+    },
+    /// Timed out without a permitted retry, or cancelled by the caller.
+    Cancelled {
+        /// Timeout or caller cancel.
+        code: CancelCode,
+        /// Attempts made.
+        attempts: u32,
+        /// From submission to finalization.
+        duration_ms: u64,
+    },
+}
+
+/// A worker's right to run one attempt, fenced by `lease_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// Fencing token: unique and strictly increasing across the cluster.
+    pub lease_id: u64,
+    /// The execution leased.
+    pub execution_id: String,
+    /// Attempt number, starting at 1.
+    pub attempt: u32,
+    /// Worker holding the lease.
+    pub worker_id: String,
+    /// When the lease was granted.
+    pub granted_at_ms: u64,
+    /// When the attempt times out.
+    pub deadline_ms: u64,
+    /// Last heartbeat (or the grant time).
+    pub heartbeat_at_ms: u64,
+}
+
+/// An execution record (SPEC §2, §4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Execution {
+    /// Execution id, unique cluster-wide.
+    pub execution_id: String,
+    /// Capability id.
+    pub capability_id: String,
+    /// Capability version snapshotted at submission.
+    pub capability_version: u64,
+    /// Canonical JSON input.
+    pub input_json: String,
+    /// SHA-256 of the canonical input.
+    pub input_hash: String,
+    /// Who submitted it.
+    pub actor: Actor,
+    /// Where it came from.
+    pub surface: String,
+    /// Caller's correlation id.
+    pub correlation_id: Option<String>,
+    /// Approval consumed to create it.
+    pub approval_id: Option<String>,
+    /// Who approved it.
+    pub approver: Option<Actor>,
+    /// Stable across retries, unique across executions.
+    pub idempotency_key: String,
+    /// Lifecycle state.
+    pub state: ExecutionState,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// The final result, once final.
+    pub result: Option<ResultEnvelope>,
+    /// When it was submitted (or resumed).
+    pub submitted_at_ms: u64,
+    /// When it was finalized.
+    pub finalized_at_ms: Option<u64>,
+    /// The current lease while leased.
+    pub lease: Option<Lease>,
+    /// End of the current backoff.
+    pub backoff_until_ms: Option<u64>,
+    /// The caller asked to cancel (the worker learns it on its next heartbeat).
+    pub cancel_requested: bool,
+    /// The lease revoked by a caller cancel, so its holder's heartbeat still
+    /// hears `cancel_requested` instead of `LEASE_LOST`.
+    pub revoked_lease_id: Option<u64>,
+    /// The accepted report, kept so a repeated identical report gets the same answer.
+    pub accepted_report: Option<AcceptedReport>,
+    /// FIFO position in its queue while queued.
+    pub queue_position: u64,
+    /// Every lease granted to this execution, oldest first.
+    pub lease_ids: Vec<u64>,
+}
+
+/// The report an execution accepted for one lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptedReport {
+    /// Lease the report was made under.
+    pub lease_id: u64,
+    /// The outcome reported, to recognise a repeat.
+    pub outcome: ReportOutcome,
+    /// Whether that report scheduled a retry.
+    pub retry_scheduled: bool,
+}
+
+/// What a worker reports for an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReportOutcome {
+    /// The handler returned this output.
+    Completed {
+        /// JSON output.
+        output_json: String,
+    },
+    /// The handler failed.
+    Failed {
+        /// Error code.
+        code: String,
+        /// Error message.
+        message: String,
+        /// Whether the handler considers it retryable.
+        retryable: bool,
+    },
+}

@@ -1,0 +1,115 @@
+//! Input checks shared by every command: ids, text, lists, actors, JSON.
+//!
+//! The gRPC edge runs the same checks before proposing, so nothing malformed
+//! reaches the log; the state machine runs them again because it must never
+//! trust its input.
+
+use crate::canonical_json;
+use crate::error::{DomainError, ErrorCode};
+use crate::limits::{ID_BYTES_MAX, LIST_ITEMS_MAX, TEXT_BYTES_MAX, TIMESTAMP_MS_MAX};
+use crate::model::Actor;
+
+/// Collects every problem found, so a caller learns them all at once.
+#[derive(Debug, Default)]
+pub struct Problems(Vec<String>);
+
+impl Problems {
+    /// An empty collection.
+    pub fn new() -> Self {
+        Problems(Vec::new())
+    }
+
+    /// Records a problem.
+    pub fn push(&mut self, problem: String) {
+        self.0.push(problem);
+    }
+
+    /// Checks a required id: non-empty, at most [`ID_BYTES_MAX`] bytes, no control characters.
+    pub fn id(&mut self, field: &str, value: &str) {
+        if let Err(problem) = check_id(field, value) {
+            self.push(problem);
+        }
+    }
+
+    /// Checks optional free text against [`TEXT_BYTES_MAX`].
+    pub fn text(&mut self, field: &str, value: Option<&str>) {
+        if let Some(value) = value {
+            if value.len() > TEXT_BYTES_MAX {
+                self.push(format!("{field} is {} bytes, over the limit of {TEXT_BYTES_MAX}", value.len()));
+            }
+        }
+    }
+
+    /// Checks a list of short strings: at most [`LIST_ITEMS_MAX`] items of at most [`TEXT_BYTES_MAX`] bytes.
+    pub fn list(&mut self, field: &str, values: &[String]) {
+        if values.len() > LIST_ITEMS_MAX {
+            self.push(format!("{field} has {} items, over the limit of {LIST_ITEMS_MAX}", values.len()));
+        }
+        if values.iter().any(|value| value.len() > TEXT_BYTES_MAX) {
+            self.push(format!("{field} has an item over {TEXT_BYTES_MAX} bytes"));
+        }
+    }
+
+    /// Checks an optional caller timestamp.
+    pub fn timestamp(&mut self, field: &str, value: Option<u64>) {
+        if let Some(value) = value {
+            if value > TIMESTAMP_MS_MAX {
+                self.push(format!("{field} {value} is not a Unix time in milliseconds"));
+            }
+        }
+    }
+
+    /// True when nothing was found.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `Ok` when empty, else one refusal with `code` listing every problem.
+    pub fn into_result(self, code: ErrorCode, summary: &str) -> Result<(), DomainError> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let message = if self.0.len() == 1 {
+            format!("{summary}: {}", self.0[0])
+        } else {
+            format!("{summary}: {} problems", self.0.len())
+        };
+        Err(DomainError::with_problems(code, message, self.0))
+    }
+}
+
+/// Checks one id; the error is the problem text.
+pub fn check_id(field: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("{field} must not be empty"));
+    }
+    if value.len() > ID_BYTES_MAX {
+        return Err(format!("{field} is {} bytes, over the limit of {ID_BYTES_MAX}", value.len()));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(format!("{field} must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// Checks an actor (SPEC §2): a missing or ill-formed actor is `UNAUTHENTICATED`.
+pub fn check_actor(field: &str, actor: &Actor) -> Result<(), DomainError> {
+    let mut problems = Problems::new();
+    problems.id(&format!("{field}.id"), &actor.id);
+    problems.text(&format!("{field}.displayName"), actor.display_name.as_deref());
+    problems.into_result(ErrorCode::Unauthenticated, &format!("{field} is not a well-formed actor"))
+}
+
+/// Canonicalizes JSON text under a size limit, returning (canonical, sha256 hex).
+pub fn check_json(field: &str, text: &str, bytes_max: usize, code: ErrorCode) -> Result<(String, String), DomainError> {
+    if text.len() > bytes_max {
+        return Err(DomainError::new(code, format!("{field} is {} bytes, over the limit of {bytes_max}", text.len())));
+    }
+    canonical_json::input_hash(text)
+        .map_err(|error| DomainError::new(code, format!("{field} is not valid JSON: {error}")))
+}
+
+/// Fails with `INVALID_ARGUMENT` listing the problems, if any.
+pub fn invalid_if_any(problems: Problems, summary: &str) -> Result<(), DomainError> {
+    problems.into_result(ErrorCode::InvalidArgument, summary)
+}

@@ -1,0 +1,90 @@
+//! Node configuration and Raft timings.
+
+use std::path::PathBuf;
+
+use crate::RaftError;
+
+/// Every timing and snapshot knob of the Raft layer. All durations are in
+/// milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftTimings {
+    /// Interval of the leader's heartbeats.
+    ///
+    /// openraft 0.9 also uses it as the hard deadline of every append-entries
+    /// RPC (heartbeat or replication), and that RPC includes the follower's
+    /// fsync: keep it well above the disk's fsync latency.
+    pub heartbeat_ms: u64,
+    /// Lower bound of the randomized election timeout.
+    pub election_timeout_min_ms: u64,
+    /// Upper bound of the randomized election timeout.
+    pub election_timeout_max_ms: u64,
+    /// Deadline of one peer RPC (append-entries, vote) and of connecting to a
+    /// peer. openraft additionally cancels an append-entries RPC after
+    /// `heartbeat_ms` and a vote after `election_timeout_min_ms`, so the
+    /// effective deadline is the smaller of the two.
+    pub rpc_timeout_ms: u64,
+    /// Deadline for sending and installing a whole snapshot on a peer.
+    pub snapshot_timeout_ms: u64,
+    /// Build a snapshot once this many entries were applied since the last one.
+    pub snapshot_logs_since_last: u64,
+    /// How many already-snapshotted entries to keep in the log after a snapshot
+    /// (lets a slightly lagging follower catch up without a snapshot).
+    pub logs_to_keep: u64,
+}
+
+impl Default for RaftTimings {
+    fn default() -> Self {
+        Self {
+            heartbeat_ms: 150,
+            election_timeout_min_ms: 800,
+            election_timeout_max_ms: 1600,
+            rpc_timeout_ms: 1000,
+            snapshot_timeout_ms: 30_000,
+            snapshot_logs_since_last: 5000,
+            logs_to_keep: 1000,
+        }
+    }
+}
+
+impl RaftTimings {
+    /// Checks that the timings make sense together.
+    pub fn validate(&self) -> Result<(), RaftError> {
+        let invalid = |reason: String| Err(RaftError::Config(reason));
+        if self.heartbeat_ms == 0 {
+            return invalid("heartbeat_ms must be positive".into());
+        }
+        if self.election_timeout_min_ms >= self.election_timeout_max_ms {
+            return invalid(format!(
+                "election_timeout_min_ms ({}) must be below election_timeout_max_ms ({})",
+                self.election_timeout_min_ms, self.election_timeout_max_ms
+            ));
+        }
+        if self.heartbeat_ms >= self.election_timeout_min_ms {
+            return invalid(format!(
+                "heartbeat_ms ({}) must be below election_timeout_min_ms ({})",
+                self.heartbeat_ms, self.election_timeout_min_ms
+            ));
+        }
+        if self.rpc_timeout_ms == 0 || self.snapshot_timeout_ms == 0 {
+            return invalid("rpc_timeout_ms and snapshot_timeout_ms must be positive".into());
+        }
+        if self.snapshot_logs_since_last == 0 {
+            return invalid("snapshot_logs_since_last must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// How to run one Raft node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// This node's id, stable across restarts and unique in the cluster.
+    pub node_id: u64,
+    /// `host:port` this node's gRPC server listens on; peers dial it.
+    pub addr: String,
+    /// Directory holding this node's Raft state (created if missing). The Raft
+    /// layer owns the `raft` subdirectory.
+    pub data_dir: PathBuf,
+    /// Timings and snapshot policy.
+    pub timings: RaftTimings,
+}

@@ -1,0 +1,38 @@
+//! Fixed bounds of the Raft layer, one constant per bound, each with its reason.
+
+use std::time::Duration;
+
+/// Size of one data message of an `InstallSnapshot` stream. Small enough to
+/// stay far below the gRPC message limit and to keep per-message memory low,
+/// large enough that a 100 MiB snapshot is only 100 messages.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Largest gRPC message the Raft service accepts or sends. An append-entries
+/// batch carries up to openraft's `max_payload_entries` (300) commands; the
+/// tonic default of 4 MiB would refuse a batch of large commands outright.
+pub const RPC_MESSAGE_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// How far (in log entries) a learner may trail the leader's last log index
+/// and still be promoted to voter. Zero would never be reached under a steady
+/// write load; a few dozen entries are one replication round trip.
+pub const PROMOTE_LAG_ENTRIES_MAX: u64 = 64;
+
+/// Upper bound of the exponential backoff towards an unreachable peer, so a
+/// restarted peer is contacted again within this time.
+pub const UNREACHABLE_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Interval of HTTP/2 keepalive pings on peer connections: detects a dead
+/// peer connection (half-open TCP) without waiting for the OS.
+pub const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long a keepalive ping may stay unanswered before the peer connection
+/// is considered dead and re-established.
+pub const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// sled's page cache size. sled's default (1 GiB) is far more than the log
+/// suffix and one snapshot need.
+pub const SLED_CACHE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// How long `shutdown` waits for every storage handle openraft held to be
+/// dropped (and sled's files closed) before giving up.
+pub const STORAGE_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);

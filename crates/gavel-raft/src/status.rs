@@ -1,0 +1,60 @@
+//! A plain snapshot of the node's Raft state, for routing and monitoring.
+
+/// The node's role in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Accepts writes and serves linearizable reads.
+    Leader,
+    /// A voter following a leader (or waiting for one).
+    Follower,
+    /// A voter running an election.
+    Candidate,
+    /// Replicates the log without voting (also: a node not yet initialized).
+    Learner,
+    /// The node has stopped.
+    Shutdown,
+}
+
+/// One node of the current membership.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Member {
+    /// The node's id.
+    pub node_id: u64,
+    /// The node's gRPC address (`host:port`).
+    pub addr: String,
+    /// Whether the node votes (false for a learner).
+    pub voter: bool,
+}
+
+/// What this node currently knows about the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftStatus {
+    /// This node's id.
+    pub node_id: u64,
+    /// This node's role.
+    pub role: Role,
+    /// The current term.
+    pub term: u64,
+    /// The leader this node knows of, if any.
+    pub leader_id: Option<u64>,
+    /// The leader's gRPC address, if known.
+    pub leader_addr: Option<String>,
+    /// Index of the last log entry applied to the application.
+    pub last_applied_index: Option<u64>,
+    /// Index of the last entry in this node's log.
+    pub last_log_index: Option<u64>,
+    /// Last log index included in this node's latest snapshot.
+    pub snapshot_index: Option<u64>,
+    /// Index up to which the log has been purged (everything at or before it
+    /// lives only in the snapshot).
+    pub purged_index: Option<u64>,
+    /// The membership in effect, ordered by node id.
+    pub members: Vec<Member>,
+}
+
+impl RaftStatus {
+    /// Whether this node is the leader.
+    pub fn is_leader(&self) -> bool {
+        self.role == Role::Leader
+    }
+}

@@ -1,0 +1,195 @@
+//! Making sled writes durable: flush, then a real fsync, on one dedicated thread.
+//!
+//! # Why this exists
+//!
+//! sled 0.34's `Db::flush()` writes its buffers with `pwrite` and then calls
+//! `sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER)`. That pushes the pages to
+//! the device but is **not** an fsync: it neither flushes the drive's volatile
+//! cache nor persists the file-size metadata of a grown file, so an
+//! acknowledged write could vanish on power loss. sled's `flush_async` must not
+//! be used at all (it deadlocks with ≥ 8 concurrent callers). And sled writes
+//! values larger than ~128 KiB (and tree pages that grew that large) to
+//! separate `blobs/<lsn>` files which it never fsyncs.
+//!
+//! # What it does
+//!
+//! Every durable request goes to one thread that, for a whole group of
+//! pending requests at once (group commit):
+//!
+//! 1. fsyncs every blob file that appeared since the last round and then the
+//!    `blobs` directory — before the data that points at them;
+//! 2. calls `Db::flush()` (blocking, off the async runtime);
+//! 3. calls `sync_data()` on sled's data file `db`;
+//!
+//! and only then completes the requests, in the order they were made. One
+//! thread keeps completions ordered (openraft expects log-flush callbacks in
+//! append order) and never blocks an async worker.
+//!
+//! The directory entries of `db`, `conf` and `blobs` and the `conf` file
+//! itself (which sled writes without syncing) are fsynced once when the store
+//! is opened ([`sync_created_files`]).
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use openraft::storage::LogFlushed;
+use tokio::sync::oneshot;
+
+use crate::typ::TypeConfig;
+
+/// One caller waiting for its writes to be durable.
+enum Waiter {
+    /// openraft's log-append callback: fired exactly once, after the fsync.
+    LogFlushed(LogFlushed<TypeConfig>),
+    /// An async caller (vote, snapshot, truncation) awaiting the fsync.
+    Reply(oneshot::Sender<Result<(), String>>),
+}
+
+impl Waiter {
+    fn complete(self, result: &Result<(), String>) {
+        match self {
+            Waiter::LogFlushed(callback) => {
+                callback.log_io_completed(result.clone().map_err(io::Error::other));
+            }
+            Waiter::Reply(reply) => {
+                // The caller may have given up (its future was dropped); the
+                // data is durable either way.
+                let _ = reply.send(result.clone());
+            }
+        }
+    }
+}
+
+/// Handle to the fsync thread. Cheap to clone; the thread exits (and releases
+/// its sled handle) once every handle is dropped.
+#[derive(Clone)]
+pub(crate) struct Durability {
+    requests: mpsc::Sender<Waiter>,
+}
+
+/// Resolves once the fsync thread has exited and dropped its sled handle.
+pub(crate) type ThreadExited = oneshot::Receiver<()>;
+
+impl Durability {
+    /// Starts the fsync thread for the sled database in `sled_dir`.
+    pub(crate) fn start(db: sled::Db, sled_dir: &Path) -> io::Result<(Durability, ThreadExited)> {
+        let data_file = File::open(sled_dir.join("db"))?;
+        let blobs = BlobSyncer::new(sled_dir.join("blobs"));
+        let (requests, receiver) = mpsc::channel();
+        let (exited_tx, exited_rx) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("gavel-raft-fsync".into())
+            .spawn(move || {
+                run(db, data_file, blobs, receiver);
+                let _ = exited_tx.send(());
+            })?;
+        Ok((Durability { requests }, exited_rx))
+    }
+
+    /// Hands openraft's log-append callback to the fsync thread: it fires
+    /// exactly once, after the appended entries (and everything written before
+    /// them) are on stable storage, or with the error that prevented it.
+    pub(crate) fn complete_when_durable(&self, callback: LogFlushed<TypeConfig>) {
+        if let Err(mpsc::SendError(waiter)) = self.requests.send(Waiter::LogFlushed(callback)) {
+            waiter.complete(&Err("the fsync thread has stopped".to_string()));
+        }
+    }
+
+    /// Returns once every sled write made before the call is on stable storage.
+    pub(crate) async fn wait_durable(&self) -> io::Result<()> {
+        let (reply, done) = oneshot::channel();
+        self.requests
+            .send(Waiter::Reply(reply))
+            .map_err(|_| io::Error::other("the fsync thread has stopped"))?;
+        match done.await {
+            Ok(result) => result.map_err(io::Error::other),
+            Err(_) => Err(io::Error::other("the fsync thread stopped before answering")),
+        }
+    }
+}
+
+fn run(db: sled::Db, data_file: File, mut blobs: BlobSyncer, receiver: mpsc::Receiver<Waiter>) {
+    while let Ok(first) = receiver.recv() {
+        // Group commit: everyone who queued up while the previous fsync ran
+        // is served by this one.
+        let mut group = vec![first];
+        group.extend(receiver.try_iter());
+        let result = make_durable(&db, &data_file, &mut blobs).map_err(|e| {
+            tracing::error!(error = %e, "raft storage fsync failed");
+            e.to_string()
+        });
+        for waiter in group {
+            waiter.complete(&result);
+        }
+    }
+}
+
+fn make_durable(db: &sled::Db, data_file: &File, blobs: &mut BlobSyncer) -> io::Result<()> {
+    // Blobs first: sled writes a blob file before the log record that points
+    // to it, so the pointer must not become durable before the blob.
+    blobs.sync_new()?;
+    db.flush().map_err(io::Error::other)?;
+    // `flush` ended with sync_file_range; this is the real fsync (drive
+    // cache flush and file size) that makes the acknowledgement true.
+    data_file.sync_data()
+}
+
+/// fsyncs sled's blob files, each once, as they appear.
+struct BlobSyncer {
+    dir: PathBuf,
+    synced: HashSet<OsString>,
+}
+
+impl BlobSyncer {
+    fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            synced: HashSet::new(),
+        }
+    }
+
+    fn sync_new(&mut self) -> io::Result<()> {
+        let mut present = HashSet::new();
+        let mut synced_any = false;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            if !self.synced.contains(&name) {
+                match File::open(self.dir.join(&name)) {
+                    Ok(file) => file.sync_all()?,
+                    // sled garbage-collected it in the meantime.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
+                synced_any = true;
+            }
+            present.insert(name);
+        }
+        if synced_any {
+            sync_dir(&self.dir)?;
+        }
+        self.synced = present;
+        Ok(())
+    }
+}
+
+/// fsyncs what sled creates without syncing: the `conf` file and the directory
+/// entries of `db`, `conf` and `blobs`, plus the chain of parent directories
+/// up to `data_dir`. Called on every open (cheap, and covers creation).
+pub(crate) fn sync_created_files(data_dir: &Path, sled_dir: &Path) -> io::Result<()> {
+    File::open(sled_dir.join("conf"))?.sync_all()?;
+    sync_dir(&sled_dir.join("blobs"))?;
+    sync_dir(sled_dir)?;
+    sync_dir(data_dir)?;
+    if let Some(parent) = data_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}

@@ -1,0 +1,160 @@
+//! Durable Raft storage in one sled database: the log, the vote, the committed
+//! pointer and the latest snapshot.
+//!
+//! Layout (under `<data_dir>/raft`, one sled `Db`):
+//!
+//! | tree       | key                      | value                                   |
+//! |------------|--------------------------|-----------------------------------------|
+//! | `log`      | index, 8 bytes big-endian| bincode `Entry`                         |
+//! | `meta`     | `vote`                   | bincode `Vote`                          |
+//! | `meta`     | `committed`              | bincode `Option<LogId>`                 |
+//! | `meta`     | `last_purged`            | bincode `LogId`                         |
+//! | `snapshot` | `meta`                   | bincode `SnapshotMeta` (last applied log id and membership) |
+//! | `snapshot` | `data`                   | the application's snapshot bytes        |
+//!
+//! The application state itself is persisted only through snapshots: on
+//! start the last snapshot is restored into the application and openraft
+//! re-applies the committed log suffix. Restart cost is therefore the
+//! snapshot plus the suffix, never the whole history.
+//!
+//! Durability rules (enforced where noted):
+//! - a log append is acknowledged to openraft (`LogFlushed`) only after an
+//!   fsync (`LogStore::append`, [`durability`]);
+//! - `save_vote` returns only after an fsync (`LogStore::save_vote`);
+//! - a snapshot is fsynced before openraft learns it exists, so the log can be
+//!   purged behind it (`state_machine::persist_snapshot`).
+
+mod durability;
+mod log_store;
+mod state_machine;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use openraft::{AnyError, StorageIOError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+pub(crate) use durability::ThreadExited;
+pub(crate) use log_store::LogStore;
+pub(crate) use state_machine::StateMachineStore;
+
+use crate::application::Application;
+use crate::limits::SLED_CACHE_BYTES;
+use crate::typ::{SnapshotMeta, StorageError};
+use crate::RaftError;
+use durability::Durability;
+
+const VOTE_KEY: &[u8] = b"vote";
+const COMMITTED_KEY: &[u8] = b"committed";
+const LAST_PURGED_KEY: &[u8] = b"last_purged";
+const SNAPSHOT_META_KEY: &[u8] = b"meta";
+const SNAPSHOT_DATA_KEY: &[u8] = b"data";
+
+/// State shared by the log store, its readers, the state machine and the
+/// snapshot builders. When the last holder drops it, the fsync thread exits
+/// and sled closes its files.
+pub(crate) struct Shared {
+    log: sled::Tree,
+    meta: sled::Tree,
+    snapshot: sled::Tree,
+    durability: Durability,
+    /// Serializes snapshot writes so an older snapshot finishing late never
+    /// replaces a newer one (openraft builds snapshots in a spawned task that
+    /// can race with an install).
+    snapshot_write: tokio::sync::Mutex<()>,
+    /// Distinguishes snapshot ids built in this process.
+    snapshot_seq: AtomicU64,
+}
+
+/// An opened store: the two halves openraft drives, and a signal for when
+/// both (and every reader) are gone and the files are closed.
+pub(crate) struct OpenedStorage {
+    pub(crate) log_store: LogStore,
+    pub(crate) state_machine: StateMachineStore,
+    pub(crate) closed: ThreadExited,
+}
+
+/// Where the Raft layer keeps its sled database inside `data_dir`.
+pub(crate) fn sled_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("raft")
+}
+
+/// Opens (or creates) the store in `data_dir` and restores the application
+/// from the last snapshot. Blocking: call from a blocking context.
+pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedStorage, RaftError> {
+    let storage_error = |what: &str, e: &dyn std::fmt::Display| {
+        RaftError::Storage(format!("{what} in {}: {e}", data_dir.display()))
+    };
+    let sled_dir = sled_dir(data_dir);
+    std::fs::create_dir_all(&sled_dir).map_err(|e| storage_error("cannot create the data directory", &e))?;
+    let db = sled::Config::new()
+        .path(&sled_dir)
+        .cache_capacity(SLED_CACHE_BYTES)
+        .open()
+        .map_err(|e| storage_error("cannot open the sled database", &e))?;
+    durability::sync_created_files(data_dir, &sled_dir)
+        .map_err(|e| storage_error("cannot fsync the new database files", &e))?;
+    let open_tree = |name: &str| db.open_tree(name).map_err(|e| storage_error("cannot open a sled tree", &e));
+    let log = open_tree("log")?;
+    let meta = open_tree("meta")?;
+    let snapshot = open_tree("snapshot")?;
+    let (durability, closed) =
+        Durability::start(db, &sled_dir).map_err(|e| storage_error("cannot start the fsync thread", &e))?;
+    let shared = Arc::new(Shared {
+        log,
+        meta,
+        snapshot,
+        durability,
+        snapshot_write: tokio::sync::Mutex::new(()),
+        snapshot_seq: AtomicU64::new(0),
+    });
+    let state_machine = StateMachineStore::restore(shared.clone(), app)?;
+    Ok(OpenedStorage {
+        log_store: LogStore::new(shared),
+        state_machine,
+        closed,
+    })
+}
+
+impl Shared {
+    /// Reads the stored snapshot, if any.
+    fn read_snapshot(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>, StorageError> {
+        let read = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, AnyError::error(e));
+        let meta = self.snapshot.get(SNAPSHOT_META_KEY).map_err(|e| read(&e))?;
+        let data = self.snapshot.get(SNAPSHOT_DATA_KEY).map_err(|e| read(&e))?;
+        match (meta, data) {
+            (Some(meta), Some(data)) => {
+                let meta: SnapshotMeta = decode(&meta).map_err(|e| read(&*e))?;
+                Ok(Some((meta, data.to_vec())))
+            }
+            (None, None) => Ok(None),
+            _ => Err(StorageIOError::read_snapshot(None, AnyError::error("snapshot meta and data are not both present")).into()),
+        }
+    }
+
+    fn read_snapshot_meta(&self) -> Result<Option<SnapshotMeta>, StorageError> {
+        let read = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, AnyError::error(e));
+        match self.snapshot.get(SNAPSHOT_META_KEY).map_err(|e| read(&e))? {
+            Some(bytes) => Ok(Some(decode(&bytes).map_err(|e| read(&*e))?)),
+            None => Ok(None),
+        }
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::Error> {
+    bincode::serialize(value)
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::Error> {
+    bincode::deserialize(bytes)
+}
+
+/// The big-endian key of a log index, so sled's byte order is index order.
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
