@@ -23,7 +23,9 @@ const PROTO_FILES: &[&str] = &[
 fn main() -> Result<(), Box<dyn Error>> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
     let proto_root = manifest_dir.join("../../proto");
-    println!("cargo:rerun-if-changed={}", proto_root.display());
+    // Only the public API's directory: other protos under proto/ belong to
+    // other crates and must not rebuild this one.
+    println!("cargo:rerun-if-changed={}", proto_root.join("gavel/v1").display());
     println!("cargo:rerun-if-changed=build.rs");
 
     // protox keeps the comments (source info), so the generated types carry
@@ -31,14 +33,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let descriptor_set = protox::compile(PROTO_FILES, [&proto_root])?;
 
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
-    fs::write(
-        out_dir.join("gavel_descriptor.bin"),
-        descriptor_set.encode_to_vec(),
-    )?;
+    fs::write(out_dir.join("gavel_descriptor.bin"), descriptor_set.encode_to_vec())?;
 
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .compile_fds(descriptor_set)?;
+    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(descriptor_set)?;
     Ok(())
 }

@@ -25,6 +25,7 @@ pub mod executions;
 pub mod limits;
 pub mod machine;
 pub mod model;
+pub mod precheck;
 pub mod registry;
 pub mod validate;
 

@@ -80,10 +80,7 @@ pub fn domain_status(
     let envelope = RpcStatus {
         code: i32::from(code),
         message: message.to_owned(),
-        details: vec![prost_types::Any {
-            type_url: ERROR_DETAIL_TYPE_URL.to_owned(),
-            value: detail.encode_to_vec(),
-        }],
+        details: vec![prost_types::Any { type_url: ERROR_DETAIL_TYPE_URL.to_owned(), value: detail.encode_to_vec() }],
     };
     let mut metadata = MetadataMap::new();
     // Domain codes are upper snake case ASCII and always make a valid header
@@ -91,12 +88,7 @@ pub fn domain_status(
     if let Ok(value) = MetadataValue::try_from(domain_code) {
         metadata.insert(ERROR_CODE_METADATA_KEY, value);
     }
-    Status::with_details_and_metadata(
-        code,
-        message,
-        Bytes::from(envelope.encode_to_vec()),
-        metadata,
-    )
+    Status::with_details_and_metadata(code, message, Bytes::from(envelope.encode_to_vec()), metadata)
 }
 
 /// Reads the [`ErrorDetail`] from a status's details; `None` when the status
@@ -118,11 +110,7 @@ pub fn read_domain_code(status: &Status) -> Option<String> {
     if let Some(detail) = read_error_detail(status) {
         return Some(detail.code);
     }
-    status
-        .metadata()
-        .get(ERROR_CODE_METADATA_KEY)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned)
+    status.metadata().get(ERROR_CODE_METADATA_KEY).and_then(|value| value.to_str().ok()).map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -175,19 +163,13 @@ mod tests {
         let received = over_the_wire(sent);
 
         assert_eq!(received.code(), Code::FailedPrecondition);
-        assert_eq!(
-            received.message(),
-            "approval a1 cannot be consumed (status: consumed, consumed by e1)"
-        );
+        assert_eq!(received.message(), "approval a1 cannot be consumed (status: consumed, consumed by e1)");
         let detail = read_error_detail(&received).expect("details hold an ErrorDetail");
         assert_eq!(detail.code, "APPROVAL_CONSUMED");
         assert_eq!(detail.retry_after_ms, None);
         assert_eq!(detail.leader_hint, None);
         assert_eq!(
-            received
-                .metadata()
-                .get(ERROR_CODE_METADATA_KEY)
-                .and_then(|value| value.to_str().ok()),
+            received.metadata().get(ERROR_CODE_METADATA_KEY).and_then(|value| value.to_str().ok()),
             Some("APPROVAL_CONSUMED")
         );
     }
@@ -213,29 +195,13 @@ mod tests {
 
     #[test]
     fn read_domain_code_prefers_details_and_falls_back_to_metadata() {
-        let full = domain_status(
-            Code::NotFound,
-            "CAPABILITY_NOT_FOUND",
-            "m",
-            vec![],
-            None,
-            None,
-        );
-        assert_eq!(
-            read_domain_code(&full).as_deref(),
-            Some("CAPABILITY_NOT_FOUND")
-        );
+        let full = domain_status(Code::NotFound, "CAPABILITY_NOT_FOUND", "m", vec![], None, None);
+        assert_eq!(read_domain_code(&full).as_deref(), Some("CAPABILITY_NOT_FOUND"));
 
         let mut metadata_only = Status::new(Code::FailedPrecondition, "lease 7 is not current");
-        metadata_only.metadata_mut().insert(
-            ERROR_CODE_METADATA_KEY,
-            MetadataValue::from_static("LEASE_LOST"),
-        );
+        metadata_only.metadata_mut().insert(ERROR_CODE_METADATA_KEY, MetadataValue::from_static("LEASE_LOST"));
         assert_eq!(read_error_detail(&metadata_only), None);
-        assert_eq!(
-            read_domain_code(&metadata_only).as_deref(),
-            Some("LEASE_LOST")
-        );
+        assert_eq!(read_domain_code(&metadata_only).as_deref(), Some("LEASE_LOST"));
     }
 
     #[test]
@@ -255,21 +221,13 @@ mod tests {
                 value: Vec::new(),
             }],
         };
-        let foreign = Status::with_details(
-            Code::Internal,
-            "x",
-            Bytes::from(other_detail.encode_to_vec()),
-        );
+        let foreign = Status::with_details(Code::Internal, "x", Bytes::from(other_detail.encode_to_vec()));
         assert_eq!(read_error_detail(&foreign), None);
     }
 
     #[test]
     fn an_error_detail_under_any_type_url_prefix_is_read() {
-        let detail = ErrorDetail {
-            code: "LEASE_LOST".to_owned(),
-            message: "m".to_owned(),
-            ..ErrorDetail::default()
-        };
+        let detail = ErrorDetail { code: "LEASE_LOST".to_owned(), message: "m".to_owned(), ..ErrorDetail::default() };
         let envelope = RpcStatus {
             code: i32::from(Code::FailedPrecondition),
             message: "m".to_owned(),
@@ -278,11 +236,7 @@ mod tests {
                 value: detail.encode_to_vec(),
             }],
         };
-        let status = Status::with_details(
-            Code::FailedPrecondition,
-            "m",
-            Bytes::from(envelope.encode_to_vec()),
-        );
+        let status = Status::with_details(Code::FailedPrecondition, "m", Bytes::from(envelope.encode_to_vec()));
 
         assert_eq!(read_error_detail(&status), Some(detail));
     }

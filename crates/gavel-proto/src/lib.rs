@@ -32,8 +32,7 @@ pub mod v1 {
 
 /// The encoded `google.protobuf.FileDescriptorSet` of every `gavel.v1` file,
 /// with comments, for registering with a gRPC reflection service.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/gavel_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gavel_descriptor.bin"));
 
 #[cfg(test)]
 mod tests {
@@ -64,12 +63,7 @@ mod tests {
     }
 
     /// Records the path and name of an enum and of each of its values.
-    fn enum_elements(
-        path: Vec<i32>,
-        name: &str,
-        descriptor: &EnumDescriptorProto,
-        out: &mut Vec<(Vec<i32>, String)>,
-    ) {
+    fn enum_elements(path: Vec<i32>, name: &str, descriptor: &EnumDescriptorProto, out: &mut Vec<(Vec<i32>, String)>) {
         for (position, value) in descriptor.value.iter().enumerate() {
             let mut value_path = path.clone();
             value_path.extend([ENUM_VALUE, index(position)]);
@@ -79,12 +73,7 @@ mod tests {
     }
 
     /// Records the path and name of a message and of everything inside it.
-    fn message_elements(
-        path: Vec<i32>,
-        name: &str,
-        descriptor: &DescriptorProto,
-        out: &mut Vec<(Vec<i32>, String)>,
-    ) {
+    fn message_elements(path: Vec<i32>, name: &str, descriptor: &DescriptorProto, out: &mut Vec<(Vec<i32>, String)>) {
         for (position, field) in descriptor.field.iter().enumerate() {
             // proto3 `optional` creates a synthetic oneof named after the
             // field; only real oneofs are checked below.
@@ -122,26 +111,11 @@ mod tests {
     fn descriptor_set_holds_every_gavel_file_and_service() {
         let set = descriptor_set();
         let files: HashSet<&str> = set.file.iter().map(|file| file.name()).collect();
-        for name in [
-            "common",
-            "error",
-            "approval",
-            "capability",
-            "execution",
-            "worker",
-            "audit",
-            "cluster",
-        ] {
-            assert!(
-                files.contains(format!("gavel/v1/{name}.proto").as_str()),
-                "{name}.proto"
-            );
+        for name in ["common", "error", "approval", "capability", "execution", "worker", "audit", "cluster"] {
+            assert!(files.contains(format!("gavel/v1/{name}.proto").as_str()), "{name}.proto");
         }
-        let services: HashSet<&str> = set
-            .file
-            .iter()
-            .flat_map(|file| file.service.iter().map(|service| service.name()))
-            .collect();
+        let services: HashSet<&str> =
+            set.file.iter().flat_map(|file| file.service.iter().map(|service| service.name())).collect();
         assert_eq!(
             services,
             HashSet::from([
@@ -164,8 +138,7 @@ mod tests {
                 .iter()
                 .flat_map(|info| info.location.iter())
                 .filter(|location| {
-                    !location.leading_comments().trim().is_empty()
-                        || !location.trailing_comments().trim().is_empty()
+                    !location.leading_comments().trim().is_empty() || !location.trailing_comments().trim().is_empty()
                 })
                 .map(|location| location.path.clone())
                 .collect();
@@ -181,18 +154,10 @@ mod tests {
             }
             for (position, service) in file.service.iter().enumerate() {
                 for (method_position, method) in service.method.iter().enumerate() {
-                    let path = vec![
-                        FILE_SERVICE,
-                        index(position),
-                        SERVICE_METHOD,
-                        index(method_position),
-                    ];
+                    let path = vec![FILE_SERVICE, index(position), SERVICE_METHOD, index(method_position)];
                     elements.push((path, format!("{}.{}", service.name(), method.name())));
                 }
-                elements.push((
-                    vec![FILE_SERVICE, index(position)],
-                    service.name().to_owned(),
-                ));
+                elements.push((vec![FILE_SERVICE, index(position)], service.name().to_owned()));
             }
 
             missing.extend(
@@ -202,9 +167,6 @@ mod tests {
                     .map(|(_, name)| format!("{}: {name}", file.name())),
             );
         }
-        assert!(
-            missing.is_empty(),
-            "elements without a comment: {missing:#?}"
-        );
+        assert!(missing.is_empty(), "elements without a comment: {missing:#?}");
     }
 }

@@ -1,1 +1,55 @@
-fn main() {}
+//! The `gavel` binary: `gavel node` runs one cluster node; `gavel dev` runs a
+//! local three-node cluster as three processes.
+
+use anyhow::Context;
+use clap::Parser;
+use gavel_server::cli::{parse_peers, Cli, NodeArgs, TopCommand};
+use gavel_server::node::ServerSettings;
+use gavel_server::server::{start, NodeOptions};
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GAVEL_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        TopCommand::Node(args) => runtime.block_on(run_node(args)),
+        TopCommand::Dev(args) => runtime.block_on(gavel_server::dev::run(args)),
+    }
+}
+
+async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let peers = parse_peers(&args.peers)?;
+    if !args.join && !peers.is_empty() && !peers.contains_key(&args.id) {
+        anyhow::bail!("--peers must include this node ({}) unless --join is given", args.id);
+    }
+    // The lowest id bootstraps, so exactly one node initializes a new cluster.
+    let bootstrap = !args.join && peers.keys().next() == Some(&args.id);
+    let timings = args.timings.timings();
+    let listener =
+        tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let options = NodeOptions {
+        id: args.id,
+        advertise: args.listen.clone(),
+        peers,
+        data_dir: args.data_dir.clone(),
+        timings,
+        bootstrap,
+        settings: ServerSettings {
+            retention: gavel_core::Retention { records_ms: args.retention_ms, events_ms: args.event_retention_ms },
+            ..ServerSettings::default()
+        },
+    };
+    let running = start(options, listener).await?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    tracing::info!("shutting down");
+    running.stop().await
+}

@@ -1,0 +1,129 @@
+//! Stateless validation of a command: everything that can be checked without
+//! reading state. The gRPC edge runs it before proposing, so nothing malformed
+//! reaches the log; `apply` runs it again because the state machine must never
+//! trust its input.
+
+use crate::command::{CapabilitySpec, Command, CreateApproval, Submit};
+use crate::error::{DomainError, ErrorCode};
+use crate::limits::{INPUT_BYTES_MAX, OUTPUT_BYTES_MAX, POLL_TASKS_MAX};
+use crate::model::{ApprovalStatus, ReportOutcome};
+use crate::registry::resolve_capability;
+use crate::validate::{check_actor, check_json, invalid_if_any, Problems};
+
+/// Checks a command without state. `Ok` means only state-dependent refusals remain possible.
+pub fn precheck(command: &Command) -> Result<(), DomainError> {
+    match command {
+        Command::RegisterCapability(spec) => register(spec),
+        Command::CreateApproval(request) => create_approval(request),
+        Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms } => {
+            if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
+                return Err(DomainError::invalid("invalid decision status"));
+            }
+            check_actor("approver", approver).map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
+            let mut problems = Problems::new();
+            problems.id("approvalId", approval_id);
+            problems.text("comment", comment.as_deref());
+            problems.timestamp("now", *caller_now_ms);
+            invalid_if_any(problems, "invalid decision")
+        }
+        Command::ConsumeApproval { approval_id, execution_id, caller_now_ms } => {
+            let mut problems = Problems::new();
+            problems.id("approvalId", approval_id);
+            problems.id("executionId", execution_id);
+            problems.timestamp("now", *caller_now_ms);
+            invalid_if_any(problems, "invalid consume request")
+        }
+        Command::CancelApproval { approval_id, caller_now_ms } => {
+            let mut problems = Problems::new();
+            problems.id("approvalId", approval_id);
+            problems.timestamp("now", *caller_now_ms);
+            invalid_if_any(problems, "invalid cancel request")
+        }
+        Command::Submit(submit) => self::submit(submit),
+        Command::Resume { approval_id, execution_id, input_json } => {
+            let mut problems = Problems::new();
+            problems.id("approvalId", approval_id);
+            problems.id("executionId", execution_id);
+            invalid_if_any(problems, "invalid resume request")?;
+            if let Some(text) = input_json {
+                check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?;
+            }
+            Ok(())
+        }
+        Command::Poll { worker_id, queues, tasks_max } => {
+            let mut problems = Problems::new();
+            problems.id("workerId", worker_id);
+            if queues.is_empty() {
+                problems.push("queues must name at least one queue".to_string());
+            }
+            problems.list("queues", queues);
+            for queue in queues {
+                problems.id("queue", queue);
+            }
+            if *tasks_max == 0 || *tasks_max > POLL_TASKS_MAX {
+                problems.push(format!("maxTasks must be between 1 and {POLL_TASKS_MAX}"));
+            }
+            invalid_if_any(problems, "invalid poll")
+        }
+        Command::Heartbeat { worker_id, .. } => {
+            let mut problems = Problems::new();
+            problems.id("workerId", worker_id);
+            invalid_if_any(problems, "invalid heartbeat")
+        }
+        Command::Report { worker_id, outcome, .. } => {
+            let mut problems = Problems::new();
+            problems.id("workerId", worker_id);
+            if let ReportOutcome::Failed { code, message, .. } = outcome {
+                problems.id("error.code", code);
+                problems.text("error.message", Some(message));
+            }
+            invalid_if_any(problems, "invalid report")?;
+            if let ReportOutcome::Completed { output_json } = outcome {
+                check_json("output", output_json, OUTPUT_BYTES_MAX, ErrorCode::InvalidArgument)?;
+            }
+            Ok(())
+        }
+        Command::CancelExecution { execution_id, actor } => {
+            let mut problems = Problems::new();
+            problems.id("executionId", execution_id);
+            invalid_if_any(problems, "invalid cancel request")?;
+            match actor {
+                Some(actor) => check_actor("actor", actor),
+                None => Ok(()),
+            }
+        }
+        Command::Tick { .. } => Ok(()),
+    }
+}
+
+fn register(spec: &CapabilitySpec) -> Result<(), DomainError> {
+    resolve_capability(spec, 1, 0).map(|_| ())
+}
+
+fn create_approval(request: &CreateApproval) -> Result<(), DomainError> {
+    let mut problems = Problems::new();
+    problems.id("id", &request.id);
+    problems.id("capabilityId", &request.capability_id);
+    problems.text("surface", Some(&request.surface));
+    problems.list("reasons", &request.reasons);
+    problems.list("types", &request.types);
+    problems.timestamp("requestedAt", request.requested_at_ms);
+    problems.timestamp("expiresAt", request.expires_at_ms);
+    problems.timestamp("now", request.caller_now_ms);
+    invalid_if_any(problems, "invalid approval request")?;
+    check_actor("actor", &request.actor)?;
+    check_json("input", &request.input_json, INPUT_BYTES_MAX, ErrorCode::InvalidArgument).map(|_| ())
+}
+
+fn submit(submit: &Submit) -> Result<(), DomainError> {
+    let mut problems = Problems::new();
+    problems.id("executionId", &submit.execution_id);
+    problems.id("capabilityId", &submit.capability_id);
+    problems.text("surface", Some(&submit.surface));
+    if let Some(correlation_id) = &submit.correlation_id {
+        problems.id("correlationId", correlation_id);
+    }
+    invalid_if_any(problems, "invalid submission")?;
+    check_actor("actor", &submit.actor)?;
+    check_json("input", &submit.input_json, INPUT_BYTES_MAX, ErrorCode::InputInvalid).map(|_| ())
+}

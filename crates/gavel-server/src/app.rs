@@ -1,0 +1,73 @@
+//! The bridge between the Raft layer's opaque commands and `gavel-core`.
+//!
+//! Log entries carry a bincode-encoded [`Envelope`]; replies travel back as a
+//! bincode-encoded [`Reply`]. Readers share the same [`State`] behind a mutex
+//! and are woken through a watch channel each time a command is applied, so
+//! long-polls never sleep in loops.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use gavel_core::{DomainError, Envelope, Reply, State};
+use tokio::sync::watch;
+
+/// The replicated application: the core state machine plus change notification.
+pub struct CoreApp {
+    state: Mutex<State>,
+    applied: watch::Sender<u64>,
+}
+
+impl CoreApp {
+    /// An empty application.
+    pub fn new() -> Arc<CoreApp> {
+        let (applied, _) = watch::channel(0);
+        Arc::new(CoreApp { state: Mutex::new(State::new()), applied })
+    }
+
+    /// Locks the state for a read. Hold it briefly: apply waits on it.
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock means apply hit a broken invariant;
+        // the process is already crashing, so poisoning is not recoverable.
+        self.state.lock().expect("state lock poisoned by a failed invariant")
+    }
+
+    /// A receiver that changes each time a command is applied (its value is the log index).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+
+    /// Encodes a command for the log.
+    pub fn encode_command(envelope: &Envelope) -> Vec<u8> {
+        bincode::serialize(envelope).expect("envelopes serialize: plain data")
+    }
+
+    /// Decodes a reply from the log.
+    pub fn decode_reply(bytes: &[u8]) -> Reply {
+        bincode::deserialize(bytes).unwrap_or_else(|error| {
+            Reply::Error(DomainError::invalid(format!("undecodable reply from the state machine: {error}")))
+        })
+    }
+}
+
+impl gavel_raft::Application for CoreApp {
+    fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8> {
+        let reply = match bincode::deserialize::<Envelope>(command) {
+            Ok(envelope) => self.state().apply(&envelope),
+            // Only nodes of this cluster propose; an undecodable entry comes from an
+            // incompatible version. Every replica answers it alike and changes nothing.
+            Err(error) => Reply::Error(DomainError::invalid(format!("undecodable command: {error}"))),
+        };
+        self.applied.send_replace(log_index);
+        bincode::serialize(&reply).expect("replies serialize: plain data")
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.state().snapshot()
+    }
+
+    fn restore(&self, bytes: &[u8]) -> Result<(), String> {
+        let restored = State::restore(bytes).map_err(|error| error.to_string())?;
+        *self.state() = restored;
+        self.applied.send_modify(|_| {});
+        Ok(())
+    }
+}

@@ -1,0 +1,138 @@
+//! Command-line arguments of the `gavel` binary (flags or `GAVEL_*` variables).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use gavel_raft::RaftTimings;
+
+/// Gavel: a replicated coordinator for governed AI-agent tool calls.
+#[derive(Debug, Parser)]
+#[command(name = "gavel", version, about)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: TopCommand,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum TopCommand {
+    /// Run one cluster node.
+    Node(NodeArgs),
+    /// Run a local three-node cluster as three processes on 127.0.0.1 (the embedded default).
+    Dev(DevArgs),
+}
+
+/// Raft timings, every one configurable.
+#[derive(Debug, Clone, Args)]
+pub struct TimingArgs {
+    /// Leader heartbeat interval (ms). Keep at 100 or more: it bounds replication RPCs.
+    #[arg(long, env = "GAVEL_HEARTBEAT_MS", default_value_t = RaftTimings::default().heartbeat_ms)]
+    pub heartbeat_ms: u64,
+    /// Minimum election timeout (ms).
+    #[arg(long, env = "GAVEL_ELECTION_TIMEOUT_MIN_MS", default_value_t = RaftTimings::default().election_timeout_min_ms)]
+    pub election_timeout_min_ms: u64,
+    /// Maximum election timeout (ms).
+    #[arg(long, env = "GAVEL_ELECTION_TIMEOUT_MAX_MS", default_value_t = RaftTimings::default().election_timeout_max_ms)]
+    pub election_timeout_max_ms: u64,
+    /// Deadline of one replication or vote RPC (ms).
+    #[arg(long, env = "GAVEL_RPC_TIMEOUT_MS", default_value_t = RaftTimings::default().rpc_timeout_ms)]
+    pub rpc_timeout_ms: u64,
+    /// Deadline of one snapshot transfer (ms).
+    #[arg(long, env = "GAVEL_SNAPSHOT_TIMEOUT_MS", default_value_t = RaftTimings::default().snapshot_timeout_ms)]
+    pub snapshot_timeout_ms: u64,
+    /// Build a snapshot after this many log entries.
+    #[arg(long, env = "GAVEL_SNAPSHOT_LOGS_SINCE_LAST", default_value_t = RaftTimings::default().snapshot_logs_since_last)]
+    pub snapshot_logs_since_last: u64,
+    /// Log entries kept behind a snapshot.
+    #[arg(long, env = "GAVEL_LOGS_TO_KEEP", default_value_t = RaftTimings::default().logs_to_keep)]
+    pub logs_to_keep: u64,
+}
+
+impl TimingArgs {
+    /// The timings as the Raft layer takes them.
+    pub fn timings(&self) -> RaftTimings {
+        RaftTimings {
+            heartbeat_ms: self.heartbeat_ms,
+            election_timeout_min_ms: self.election_timeout_min_ms,
+            election_timeout_max_ms: self.election_timeout_max_ms,
+            rpc_timeout_ms: self.rpc_timeout_ms,
+            snapshot_timeout_ms: self.snapshot_timeout_ms,
+            snapshot_logs_since_last: self.snapshot_logs_since_last,
+            logs_to_keep: self.logs_to_keep,
+        }
+    }
+
+    /// The same timings as flags, to pass on to child processes.
+    pub fn to_flags(&self) -> Vec<String> {
+        vec![
+            format!("--heartbeat-ms={}", self.heartbeat_ms),
+            format!("--election-timeout-min-ms={}", self.election_timeout_min_ms),
+            format!("--election-timeout-max-ms={}", self.election_timeout_max_ms),
+            format!("--rpc-timeout-ms={}", self.rpc_timeout_ms),
+            format!("--snapshot-timeout-ms={}", self.snapshot_timeout_ms),
+            format!("--snapshot-logs-since-last={}", self.snapshot_logs_since_last),
+            format!("--logs-to-keep={}", self.logs_to_keep),
+        ]
+    }
+}
+
+/// `gavel node`.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// This node's id (non-zero).
+    #[arg(long, env = "GAVEL_ID")]
+    pub id: u64,
+    /// Address to listen on, e.g. 127.0.0.1:7401. Also the address peers and clients use.
+    #[arg(long, env = "GAVEL_LISTEN")]
+    pub listen: String,
+    /// Initial voters as `id=host:port,...` (including this node).
+    #[arg(long, env = "GAVEL_PEERS", default_value = "")]
+    pub peers: String,
+    /// Data directory (sled log, votes, snapshots).
+    #[arg(long, env = "GAVEL_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// Join an existing cluster as a learner later (never bootstrap a new one).
+    #[arg(long, env = "GAVEL_JOIN", default_value_t = false)]
+    pub join: bool,
+    /// Retention of finalized executions and closed approvals (ms).
+    #[arg(long, env = "GAVEL_RETENTION_MS", default_value_t = gavel_core::Retention::default().records_ms)]
+    pub retention_ms: u64,
+    /// Retention of audit events (ms).
+    #[arg(long, env = "GAVEL_EVENT_RETENTION_MS", default_value_t = gavel_core::Retention::default().events_ms)]
+    pub event_retention_ms: u64,
+    /// Raft timings.
+    #[command(flatten)]
+    pub timings: TimingArgs,
+}
+
+/// `gavel dev`.
+#[derive(Debug, Clone, Args)]
+pub struct DevArgs {
+    /// First of three consecutive ports.
+    #[arg(long, env = "GAVEL_BASE_PORT", default_value_t = 7401)]
+    pub base_port: u16,
+    /// Data directory (default: a new directory under the system temp dir, printed at start).
+    #[arg(long, env = "GAVEL_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Raft timings for the three nodes.
+    #[command(flatten)]
+    pub timings: TimingArgs,
+}
+
+/// Parses `id=host:port,...`.
+pub fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut peers = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|item| !item.is_empty()) {
+        let (id, addr) = item.split_once('=').ok_or_else(|| anyhow::anyhow!("peer {item:?} is not id=host:port"))?;
+        let id: u64 = id.trim().parse().map_err(|_| anyhow::anyhow!("peer id {id:?} is not a number"))?;
+        if id == 0 {
+            anyhow::bail!("peer ids must be non-zero");
+        }
+        if peers.insert(id, addr.trim().to_string()).is_some() {
+            anyhow::bail!("peer id {id} appears twice");
+        }
+    }
+    Ok(peers)
+}

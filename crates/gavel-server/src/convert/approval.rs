@@ -1,0 +1,113 @@
+//! Approval messages.
+
+use gavel_core::{Approval, ApprovalStatus, Command, CreateApproval, DomainError};
+use gavel_proto::v1 as pb;
+
+use super::common::{
+    actor_in, actor_out, risk_in, risk_out, side_effect_in, side_effect_out, timestamp_in, timestamp_out,
+};
+
+/// Decodes an approval status; unspecified is refused.
+pub fn status_in(value: i32) -> Result<ApprovalStatus, DomainError> {
+    match pb::ApprovalStatus::try_from(value) {
+        Ok(pb::ApprovalStatus::Pending) => Ok(ApprovalStatus::Pending),
+        Ok(pb::ApprovalStatus::Approved) => Ok(ApprovalStatus::Approved),
+        Ok(pb::ApprovalStatus::Rejected) => Ok(ApprovalStatus::Rejected),
+        Ok(pb::ApprovalStatus::Cancelled) => Ok(ApprovalStatus::Cancelled),
+        Ok(pb::ApprovalStatus::Expired) => Ok(ApprovalStatus::Expired),
+        Ok(pb::ApprovalStatus::Consumed) => Ok(ApprovalStatus::Consumed),
+        Ok(pb::ApprovalStatus::Unspecified) | Err(_) => Err(DomainError::invalid("invalid decision status")),
+    }
+}
+
+/// Encodes an approval status.
+pub fn status_out(value: ApprovalStatus) -> i32 {
+    (match value {
+        ApprovalStatus::Pending => pb::ApprovalStatus::Pending,
+        ApprovalStatus::Approved => pb::ApprovalStatus::Approved,
+        ApprovalStatus::Rejected => pb::ApprovalStatus::Rejected,
+        ApprovalStatus::Cancelled => pb::ApprovalStatus::Cancelled,
+        ApprovalStatus::Expired => pb::ApprovalStatus::Expired,
+        ApprovalStatus::Consumed => pb::ApprovalStatus::Consumed,
+    }) as i32
+}
+
+/// Encodes an approval with its status as seen at read time.
+pub fn approval_out(approval: &Approval, status: ApprovalStatus) -> pb::Approval {
+    pb::Approval {
+        id: approval.id.clone(),
+        capability_id: approval.capability_id.clone(),
+        surface: approval.surface.clone(),
+        actor: Some(actor_out(&approval.actor)),
+        input_json: approval.input_json.clone(),
+        input_hash: approval.input_hash.clone(),
+        reasons: approval.reasons.clone(),
+        types: approval.types.clone(),
+        risk: risk_out(approval.risk),
+        side_effect: side_effect_out(approval.side_effect),
+        requested_at_ms: timestamp_out(approval.requested_at_ms),
+        expires_at_ms: timestamp_out(approval.expires_at_ms),
+        allow_self_approval: approval.allow_self_approval,
+        status: status_out(status),
+        decision: approval.decision.as_ref().map(|decision| pb::Decision {
+            status: status_out(decision.status),
+            approver: Some(actor_out(&decision.approver)),
+            comment: decision.comment.clone(),
+            decided_at_ms: timestamp_out(decision.decided_at_ms),
+        }),
+        consumed_by_execution_id: approval.consumed_by_execution_id.clone(),
+        execution_id: approval.execution_id.clone(),
+        capability_version: approval.capability_version,
+    }
+}
+
+/// Decodes a create request. `expires_in_ms` is resolved against the
+/// requested-at time, which defaults to the caller's clock or `edge_now_ms`.
+pub fn create_in(request: &pb::CreateApprovalRequest, edge_now_ms: u64) -> Result<Command, DomainError> {
+    let caller_now_ms = timestamp_in("callerNowMs", request.caller_now_ms)?;
+    let mut requested_at_ms = timestamp_in("requestedAtMs", request.requested_at_ms)?;
+    let mut expires_at_ms = timestamp_in("expiresAtMs", request.expires_at_ms)?;
+    if let Some(expires_in_ms) = request.expires_in_ms {
+        if expires_at_ms.is_some() {
+            return Err(DomainError::invalid("set expiresAtMs or expiresInMs, not both"));
+        }
+        if expires_in_ms == 0 || expires_in_ms > gavel_core::limits::APPROVAL_EXPIRES_IN_MS_MAX {
+            return Err(DomainError::invalid("expiresInMs must be positive and at most 30 days"));
+        }
+        let requested = *requested_at_ms.get_or_insert(caller_now_ms.unwrap_or(edge_now_ms));
+        expires_at_ms = Some(requested.saturating_add(expires_in_ms));
+    }
+    let risk = risk_in(request.risk)?.ok_or_else(|| DomainError::invalid("risk is required"))?;
+    let side_effect =
+        side_effect_in(request.side_effect)?.ok_or_else(|| DomainError::invalid("sideEffect is required"))?;
+    Ok(Command::CreateApproval(CreateApproval {
+        id: request.id.clone(),
+        capability_id: request.capability_id.clone(),
+        surface: request.surface.clone(),
+        actor: actor_in("actor", request.actor.as_ref())?,
+        input_json: request.input_json.clone(),
+        input_hash: request.input_hash.clone(),
+        reasons: request.reasons.clone(),
+        types: request.types.clone(),
+        risk,
+        side_effect,
+        requested_at_ms,
+        expires_at_ms,
+        allow_self_approval: request.allow_self_approval,
+        caller_now_ms,
+    }))
+}
+
+/// Decodes a decide request.
+pub fn decide_in(request: &pb::DecideApprovalRequest) -> Result<Command, DomainError> {
+    let status = status_in(request.status)?;
+    let approver = actor_in("approver", request.approver.as_ref())
+        .map_err(|error| DomainError { code: gavel_core::ErrorCode::InvalidArgument, ..error })?;
+    Ok(Command::DecideApproval {
+        approval_id: request.id.clone(),
+        status,
+        approver,
+        comment: request.comment.clone(),
+        caller_now_ms: timestamp_in("callerNowMs", request.caller_now_ms)?,
+    })
+}

@@ -1,0 +1,102 @@
+//! Actors, shared enums and timestamps.
+
+use gavel_core::limits::TIMESTAMP_MS_MAX;
+use gavel_core::{Actor, ActorKind, DomainError, ErrorCode, Risk, SideEffect};
+use gavel_proto::v1 as pb;
+
+/// Decodes an optional caller timestamp (Unix ms).
+pub fn timestamp_in(field: &str, value: Option<i64>) -> Result<Option<u64>, DomainError> {
+    match value {
+        None => Ok(None),
+        Some(value) if value < 0 => Err(DomainError::invalid(format!("{field} must not be negative"))),
+        Some(value) if value as u64 > TIMESTAMP_MS_MAX => {
+            Err(DomainError::invalid(format!("{field} {value} is not a Unix time in milliseconds")))
+        }
+        Some(value) => Ok(Some(value as u64)),
+    }
+}
+
+/// Encodes a timestamp; core timestamps are bounded far below `i64::MAX`.
+pub fn timestamp_out(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Decodes a required actor: a missing or ill-formed actor is `UNAUTHENTICATED`.
+pub fn actor_in(field: &str, actor: Option<&pb::Actor>) -> Result<Actor, DomainError> {
+    let actor = actor.ok_or_else(|| DomainError::new(ErrorCode::Unauthenticated, format!("{field} is required")))?;
+    let kind = match pb::ActorKind::try_from(actor.kind) {
+        Ok(pb::ActorKind::User) => ActorKind::User,
+        Ok(pb::ActorKind::Service) => ActorKind::Service,
+        Ok(pb::ActorKind::Automation) => ActorKind::Automation,
+        Ok(pb::ActorKind::Anonymous) => ActorKind::Anonymous,
+        Ok(pb::ActorKind::Unspecified) | Err(_) => {
+            return Err(DomainError::new(
+                ErrorCode::Unauthenticated,
+                format!("{field}.kind must be user, service, automation or anonymous"),
+            ))
+        }
+    };
+    Ok(Actor { id: actor.id.clone(), kind, display_name: actor.display_name.clone() })
+}
+
+/// Encodes an actor.
+pub fn actor_out(actor: &Actor) -> pb::Actor {
+    let kind = match actor.kind {
+        ActorKind::User => pb::ActorKind::User,
+        ActorKind::Service => pb::ActorKind::Service,
+        ActorKind::Automation => pb::ActorKind::Automation,
+        ActorKind::Anonymous => pb::ActorKind::Anonymous,
+    };
+    pb::Actor { id: actor.id.clone(), kind: kind as i32, display_name: actor.display_name.clone() }
+}
+
+/// Decodes a side effect; `None` for unspecified.
+pub fn side_effect_in(value: i32) -> Result<Option<SideEffect>, DomainError> {
+    Ok(match pb::SideEffect::try_from(value) {
+        Ok(pb::SideEffect::Unspecified) => None,
+        Ok(pb::SideEffect::None) => Some(SideEffect::None),
+        Ok(pb::SideEffect::Read) => Some(SideEffect::Read),
+        Ok(pb::SideEffect::Write) => Some(SideEffect::Write),
+        Ok(pb::SideEffect::Destructive) => Some(SideEffect::Destructive),
+        Ok(pb::SideEffect::External) => Some(SideEffect::External),
+        Err(_) => return Err(DomainError::invalid(format!("sideEffect {value} is not a known value"))),
+    })
+}
+
+/// Encodes a side effect.
+pub fn side_effect_out(value: SideEffect) -> i32 {
+    (match value {
+        SideEffect::None => pb::SideEffect::None,
+        SideEffect::Read => pb::SideEffect::Read,
+        SideEffect::Write => pb::SideEffect::Write,
+        SideEffect::Destructive => pb::SideEffect::Destructive,
+        SideEffect::External => pb::SideEffect::External,
+    }) as i32
+}
+
+/// Decodes a risk; `None` for unspecified.
+pub fn risk_in(value: i32) -> Result<Option<Risk>, DomainError> {
+    Ok(match pb::Risk::try_from(value) {
+        Ok(pb::Risk::Unspecified) => None,
+        Ok(pb::Risk::Low) => Some(Risk::Low),
+        Ok(pb::Risk::Medium) => Some(Risk::Medium),
+        Ok(pb::Risk::High) => Some(Risk::High),
+        Ok(pb::Risk::Critical) => Some(Risk::Critical),
+        Err(_) => return Err(DomainError::invalid(format!("risk {value} is not a known value"))),
+    })
+}
+
+/// Encodes a risk.
+pub fn risk_out(value: Risk) -> i32 {
+    (match value {
+        Risk::Low => pb::Risk::Low,
+        Risk::Medium => pb::Risk::Medium,
+        Risk::High => pb::Risk::High,
+        Risk::Critical => pb::Risk::Critical,
+    }) as i32
+}
+
+/// Empty string means "none" for optional proto3 strings that are not marked optional.
+pub fn non_empty(value: &str) -> Option<String> {
+    (!value.is_empty()).then(|| value.to_string())
+}

@@ -1,0 +1,174 @@
+//! Execution, lease, task and audit event messages.
+
+use gavel_core::{
+    CancelCode, Event, EventKind, ExecutedBeforeFailure, Execution, ExecutionState, Lease, ResultEnvelope, Task,
+};
+use gavel_proto::v1 as pb;
+
+use super::capability::capability_out;
+use super::common::{actor_out, timestamp_out};
+
+fn executed_before_failure_out(value: Option<ExecutedBeforeFailure>) -> i32 {
+    (match value {
+        None => pb::ExecutedBeforeFailure::Unspecified,
+        Some(ExecutedBeforeFailure::No) => pb::ExecutedBeforeFailure::No,
+        Some(ExecutedBeforeFailure::Unknown) => pb::ExecutedBeforeFailure::Unknown,
+    }) as i32
+}
+
+fn cancel_code_out(code: CancelCode) -> i32 {
+    (match code {
+        CancelCode::Timeout => pb::CancelCode::Timeout,
+        CancelCode::Cancelled => pb::CancelCode::Cancelled,
+    }) as i32
+}
+
+/// Encodes a lease.
+pub fn lease_out(lease: &Lease) -> pb::Lease {
+    pb::Lease {
+        lease_id: lease.lease_id,
+        execution_id: lease.execution_id.clone(),
+        attempt: lease.attempt,
+        worker_id: lease.worker_id.clone(),
+        granted_at_ms: timestamp_out(lease.granted_at_ms),
+        deadline_ms: timestamp_out(lease.deadline_ms),
+    }
+}
+
+/// Encodes a result envelope.
+pub fn result_out(result: &ResultEnvelope) -> pb::ResultEnvelope {
+    use pb::result_envelope::{Cancelled, Completed, Failed, Outcome};
+    let outcome = match result {
+        ResultEnvelope::Completed { output_json, attempts, duration_ms } => Outcome::Completed(Completed {
+            output_json: output_json.clone(),
+            attempts: *attempts,
+            duration_ms: *duration_ms,
+        }),
+        ResultEnvelope::Failed { code, message, retryable, attempts, executed_before_failure } => {
+            Outcome::Failed(Failed {
+                code: code.clone(),
+                message: message.clone(),
+                retryable: *retryable,
+                attempts: *attempts,
+                executed_before_failure: executed_before_failure_out(*executed_before_failure),
+            })
+        }
+        ResultEnvelope::Cancelled { code, attempts, duration_ms } => Outcome::Cancelled(Cancelled {
+            code: cancel_code_out(*code),
+            attempts: *attempts,
+            duration_ms: *duration_ms,
+        }),
+    };
+    pb::ResultEnvelope { outcome: Some(outcome) }
+}
+
+/// Encodes an execution.
+pub fn execution_out(execution: &Execution) -> pb::Execution {
+    let state = match execution.state {
+        ExecutionState::Queued => pb::ExecutionState::Queued,
+        ExecutionState::Leased => pb::ExecutionState::Leased,
+        ExecutionState::Backoff => pb::ExecutionState::Backoff,
+        ExecutionState::Completed => pb::ExecutionState::Completed,
+        ExecutionState::Failed => pb::ExecutionState::Failed,
+        ExecutionState::Cancelled => pb::ExecutionState::Cancelled,
+    };
+    pb::Execution {
+        execution_id: execution.execution_id.clone(),
+        capability_id: execution.capability_id.clone(),
+        capability_version: execution.capability_version,
+        input_json: execution.input_json.clone(),
+        input_hash: execution.input_hash.clone(),
+        actor: Some(actor_out(&execution.actor)),
+        surface: execution.surface.clone(),
+        correlation_id: execution.correlation_id.clone(),
+        approval_id: execution.approval_id.clone(),
+        approver: execution.approver.as_ref().map(actor_out),
+        idempotency_key: execution.idempotency_key.clone(),
+        state: state as i32,
+        attempts: execution.attempts,
+        result: execution.result.as_ref().map(result_out),
+        submitted_at_ms: timestamp_out(execution.submitted_at_ms),
+        finalized_at_ms: execution.finalized_at_ms.map(timestamp_out),
+        current_lease: execution.lease.as_ref().map(lease_out),
+        backoff_until_ms: execution.backoff_until_ms.map(timestamp_out),
+        cancel_requested: execution.cancel_requested,
+    }
+}
+
+/// Encodes a leased task.
+pub fn task_out(task: &Task) -> pb::Task {
+    pb::Task {
+        lease: Some(lease_out(&task.lease)),
+        execution_id: task.lease.execution_id.clone(),
+        attempt: task.lease.attempt,
+        idempotency_key: task.idempotency_key.clone(),
+        capability: Some(capability_out(&task.capability)),
+        input_json: task.input_json.clone(),
+        actor: Some(actor_out(&task.actor)),
+        approver: task.approver.as_ref().map(actor_out),
+        correlation_id: task.correlation_id.clone(),
+        approval_id: task.approval_id.clone(),
+    }
+}
+
+/// Encodes an audit event (ids, hashes and codes only; no payloads exist to leak).
+pub fn event_out(event: &Event) -> pb::Event {
+    let mut out = pb::Event {
+        cursor: event.cursor,
+        r#type: event.kind.type_name().to_string(),
+        timestamp_ms: timestamp_out(event.timestamp_ms),
+        actor: Some(actor_out(&event.actor)),
+        execution_id: event.execution_id.clone(),
+        capability_id: event.capability_id.clone(),
+        approval_id: event.approval_id.clone(),
+        correlation_id: event.correlation_id.clone(),
+        input_hash: event.input_hash.clone(),
+        ..pb::Event::default()
+    };
+    match &event.kind {
+        EventKind::Started { attempt, lease_id, worker_id } => {
+            out.attempt = Some(*attempt);
+            out.lease_id = Some(*lease_id);
+            out.worker_id = Some(worker_id.clone());
+        }
+        EventKind::Retried { attempt, previous_error_code, backoff_ms } => {
+            out.attempt = Some(*attempt);
+            out.previous_error_code = Some(previous_error_code.clone());
+            out.duration_ms = Some(*backoff_ms);
+        }
+        EventKind::LeaseExpired { lease_id, attempt, code } => {
+            out.lease_id = Some(*lease_id);
+            out.attempt = Some(*attempt);
+            out.code = Some(code.clone());
+        }
+        EventKind::Completed { duration_ms, attempts } => {
+            out.duration_ms = Some(*duration_ms);
+            out.attempts = Some(*attempts);
+        }
+        EventKind::Failed { code, retryable, attempts, executed_before_failure } => {
+            out.code = Some(code.clone());
+            out.retryable = Some(*retryable);
+            out.attempts = Some(*attempts);
+            out.executed_before_failure = executed_before_failure.map(|value| executed_before_failure_out(Some(value)));
+        }
+        EventKind::Cancelled { code, duration_ms } => {
+            out.code = Some(code.as_str().to_string());
+            out.duration_ms = Some(*duration_ms);
+        }
+        EventKind::LateReportRejected { lease_id, attempt } => {
+            out.lease_id = Some(*lease_id);
+            out.attempt = Some(*attempt);
+        }
+        EventKind::CapabilityRegistered { version } => {
+            out.attempt = None;
+            out.code = Some(format!("v{version}"));
+        }
+        EventKind::Requested
+        | EventKind::ApprovalRequested
+        | EventKind::Approved
+        | EventKind::Rejected
+        | EventKind::ApprovalCancelled
+        | EventKind::ApprovalConsumed => {}
+    }
+    out
+}

@@ -1,0 +1,125 @@
+//! Starting and stopping one node: Raft, the public services, health,
+//! reflection and the ticker on one gRPC port.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use gavel_proto::v1::approval_service_server::ApprovalServiceServer;
+use gavel_proto::v1::audit_service_server::AuditServiceServer;
+use gavel_proto::v1::capability_service_server::CapabilityServiceServer;
+use gavel_proto::v1::cluster_service_server::ClusterServiceServer;
+use gavel_proto::v1::execution_service_server::ExecutionServiceServer;
+use gavel_proto::v1::worker_service_server::WorkerServiceServer;
+use gavel_raft::{NodeConfig, RaftNode, RaftTimings};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::app::CoreApp;
+use crate::node::{Node, ServerSettings};
+use crate::services::{approval::Approvals, audit::Audit, capability::Capabilities, cluster::Cluster};
+use crate::services::{execution::Executions, worker::Workers};
+
+/// Everything needed to start a node.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// Node id (non-zero, unique in the cluster).
+    pub id: u64,
+    /// Address other nodes and clients use to reach this node.
+    pub advertise: String,
+    /// Initial voters (id → address), used when this node bootstraps the cluster.
+    pub peers: BTreeMap<u64, String>,
+    /// Where sled keeps the log, votes and snapshots.
+    pub data_dir: PathBuf,
+    /// Raft timings.
+    pub timings: RaftTimings,
+    /// Initialize the cluster with `peers` if it has never been initialized.
+    pub bootstrap: bool,
+    /// Service settings.
+    pub settings: ServerSettings,
+}
+
+/// A started node.
+pub struct RunningNode {
+    /// The node's shared handle.
+    pub node: Arc<Node>,
+    /// The bound address.
+    pub addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    ticker: JoinHandle<()>,
+}
+
+impl RunningNode {
+    /// Stops serving, stops the ticker and shuts Raft down.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(true);
+        let _ = self.ticker.await;
+        let _ = self.node.raft.shutdown().await;
+        match tokio::time::timeout(Duration::from_secs(5), self.server).await {
+            Ok(joined) => joined.context("server task panicked")?.context("server failed")?,
+            Err(_) => tracing::warn!("server did not stop within 5 s"),
+        }
+        Ok(())
+    }
+}
+
+/// Starts a node on an already bound listener.
+pub async fn start(options: NodeOptions, listener: TcpListener) -> anyhow::Result<RunningNode> {
+    let addr = listener.local_addr()?;
+    let app = CoreApp::new();
+    let config = NodeConfig {
+        node_id: options.id,
+        addr: options.advertise.clone(),
+        data_dir: options.data_dir.clone(),
+        timings: options.timings.clone(),
+    };
+    let raft = RaftNode::start(config, app.clone()).await.context("starting raft")?;
+    let node = Node::new(options.id, raft.clone(), app, options.settings.clone());
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<ApprovalServiceServer<Approvals>>().await;
+    health_reporter.set_serving::<ExecutionServiceServer<Executions>>().await;
+    health_reporter.set_serving::<WorkerServiceServer<Workers>>().await;
+    health_reporter.set_serving::<CapabilityServiceServer<Capabilities>>().await;
+    health_reporter.set_serving::<AuditServiceServer<Audit>>().await;
+    health_reporter.set_serving::<ClusterServiceServer<Cluster>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(gavel_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("building reflection service")?;
+
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut server_shutdown = shutdown_rx.clone();
+    let router = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .add_service(raft.service())
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(ApprovalServiceServer::new(Approvals { node: node.clone() }))
+        .add_service(CapabilityServiceServer::new(Capabilities { node: node.clone() }))
+        .add_service(ExecutionServiceServer::new(Executions { node: node.clone() }))
+        .add_service(WorkerServiceServer::new(Workers { node: node.clone() }))
+        .add_service(AuditServiceServer::new(Audit { node: node.clone() }))
+        .add_service(ClusterServiceServer::new(Cluster { node: node.clone() }));
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let server = tokio::spawn(async move {
+        router
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = server_shutdown.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+
+    if options.bootstrap {
+        raft.initialize(options.peers.clone()).await.context("initializing the cluster")?;
+    }
+    let ticker = tokio::spawn(crate::ticker::run(node.clone(), shutdown_rx));
+    tracing::info!(id = options.id, %addr, "gavel node serving");
+    Ok(RunningNode { node, addr, shutdown, server, ticker })
+}

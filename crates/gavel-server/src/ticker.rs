@@ -1,0 +1,52 @@
+//! Leader-side time. The leader proposes a `Tick` when the core's next
+//! deadline (lease expiry, heartbeat loss, backoff end, retention) has passed;
+//! no replica decides expiry from its own clock. A new leader reads the same
+//! replicated deadlines, so it picks up every pending one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gavel_core::Command;
+use tokio::sync::watch;
+
+use crate::node::{wall_clock_ms, Node};
+
+/// Longest sleep between checks, so a leader whose clock jumps still ticks.
+const IDLE_CHECK: Duration = Duration::from_millis(1000);
+/// Pause after a failed tick proposal (e.g. during an election).
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Runs until `shutdown` becomes true.
+pub async fn run(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+    let mut applied = node.app.subscribe();
+    let mut status = node.raft.subscribe_status();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        applied.borrow_and_update();
+        let wait = if !node.raft.status().is_leader() {
+            IDLE_CHECK
+        } else {
+            let next = node.app.state().next_deadline_ms();
+            let now_ms = wall_clock_ms();
+            match next {
+                Some(deadline) if deadline <= now_ms => {
+                    let tick = Command::Tick { retention: node.settings.retention };
+                    match node.propose("", tick).await {
+                        Ok(_) => continue,
+                        Err(_) => RETRY_PAUSE,
+                    }
+                }
+                Some(deadline) => Duration::from_millis(deadline - now_ms).min(IDLE_CHECK),
+                None => IDLE_CHECK,
+            }
+        };
+        tokio::select! {
+            _ = applied.changed() => {}
+            _ = status.changed() => {}
+            _ = shutdown.changed() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
