@@ -47,8 +47,14 @@ pub fn idempotency_key(execution_id: &str) -> String {
 }
 
 /// The id of the approval a submit creates for an execution that needs one.
+/// An execution id too long to prefix is replaced by its digest, so the
+/// approval id always passes the id checks that decide and resume apply.
 pub fn approval_id_for(execution_id: &str) -> String {
-    format!("apr_{execution_id}")
+    let approval_id = format!("apr_{execution_id}");
+    if approval_id.len() <= crate::limits::ID_BYTES_MAX {
+        return approval_id;
+    }
+    format!("apr_{}", sha256_hex(execution_id.as_bytes()))
 }
 
 fn execution_not_found(id: &str) -> DomainError {
@@ -397,7 +403,7 @@ impl State {
         execution.lease = Some(lease.clone());
         execution.lease_ids.push(lease_id);
         let attempt = execution.attempts;
-        self.leases.insert(lease_id, LeaseRecord { execution_id: id.to_string(), attempt });
+        self.leases.insert(lease_id, LeaseRecord { execution_id: id.to_string(), attempt, accepted_failure: None });
         let deadline = self.effective_deadline(&self.executions[id], &lease);
         self.lease_deadlines.insert((deadline, lease_id));
         self.emit_execution_event(id, EventKind::Started { attempt, lease_id, worker_id: worker_id.to_string() }, None);
@@ -486,9 +492,15 @@ impl State {
             return Err(lease_lost(lease_id, "unknown lease"));
         };
         let execution = &self.executions[&record.execution_id];
-        if let Some(accepted) = execution.accepted_report.as_ref().filter(|accepted| accepted.lease_id == lease_id) {
-            if accepted.outcome == outcome {
-                return Ok(Reply::Reported { execution: execution.clone(), retry_scheduled: accepted.retry_scheduled });
+        let accepted = execution
+            .accepted_report
+            .as_ref()
+            .filter(|accepted| accepted.lease_id == lease_id)
+            .map(|accepted| (&accepted.outcome, accepted.retry_scheduled))
+            .or(record.accepted_failure.as_ref().map(|(outcome, retry_scheduled)| (outcome, *retry_scheduled)));
+        if let Some((accepted_outcome, retry_scheduled)) = accepted {
+            if *accepted_outcome == outcome {
+                return Ok(Reply::Reported { execution: execution.clone(), retry_scheduled });
             }
         }
         let id = match self.current_lease(lease_id, worker_id) {
@@ -522,6 +534,10 @@ impl State {
                 AttemptFailure::Reported { code: code.clone(), message: message.clone(), retryable: *retryable },
             ),
         };
+        if matches!(outcome, ReportOutcome::Failed { .. }) {
+            let record = self.leases.get_mut(&lease_id).expect("the lease record was read above");
+            record.accepted_failure = Some((outcome.clone(), retry_scheduled));
+        }
         let execution = self.execution_mut(&id);
         execution.accepted_report = Some(AcceptedReport { lease_id, outcome, retry_scheduled });
         Ok(Reply::Reported { execution: execution.clone(), retry_scheduled })
@@ -537,8 +553,12 @@ impl State {
                 .as_ref()
                 .filter(|lease| lease.lease_id == lease_id)
                 .expect("only current leases expire");
-            let code = if lease.deadline_ms <= self.clock_ms { TIMEOUT_CODE } else { WORKER_LOST_CODE };
-            ((self.effective_deadline(execution, lease), lease_id), code, lease.attempt)
+            // Classify by the deadline missed first, not by when the expiry is
+            // applied: a worker lost before its attempt deadline stays lost even
+            // when the tick (or a late report) arrives after that deadline too.
+            let deadline = self.effective_deadline(execution, lease);
+            let code = if deadline >= lease.deadline_ms { TIMEOUT_CODE } else { WORKER_LOST_CODE };
+            ((deadline, lease_id), code, lease.attempt)
         };
         self.lease_deadlines.remove(&key);
         self.execution_mut(&record.execution_id).lease = None;

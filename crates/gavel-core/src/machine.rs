@@ -10,7 +10,7 @@ use crate::command::{Command, Envelope, Reply};
 use crate::dedup::{DedupTable, RememberedReply};
 use crate::error::{DomainError, ErrorCode};
 use crate::limits::EVENTS_PAGE_MAX;
-use crate::model::{Actor, Approval, ApprovalStatus, Capability, Execution};
+use crate::model::{Actor, Approval, ApprovalStatus, Capability, Execution, ReportOutcome};
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +26,12 @@ pub enum SnapshotError {
 pub(crate) struct LeaseRecord {
     pub(crate) execution_id: String,
     pub(crate) attempt: u32,
+    /// The failure accepted under this lease and whether it scheduled a retry,
+    /// so a worker repeating that report after a later attempt was accepted
+    /// still gets the same answer. A completed report is always the execution's
+    /// last and is kept in `Execution::accepted_report`, so only failures (which
+    /// are small) are kept here.
+    pub(crate) accepted_failure: Option<(ReportOutcome, bool)>,
 }
 
 /// The whole replicated state. Every collection is ordered (`BTreeMap`,

@@ -1,1 +1,114 @@
-//! placeholder
+//! Gavel's Raft layer: replicates an opaque, deterministic application over a
+//! cluster of nodes.
+//!
+//! The application plugs in through [`Application`]: it applies committed
+//! commands (byte strings) and returns replies (byte strings), and it can
+//! serialize and restore its whole state for snapshots. This crate knows
+//! nothing about what the bytes mean.
+//!
+//! Key types: [`RaftNode`] (start, write, linearizable-read barrier,
+//! membership, status, shutdown), [`NodeConfig`] and [`RaftTimings`],
+//! [`RaftStatus`], and the errors [`RaftError`] and [`WriteError`]. The
+//! node's peer-to-peer gRPC service ([`RaftNode::service`]) is mounted by the
+//! server next to its public services.
+//!
+//! Inside, it is openraft 0.9 (storage-v2, `generic-snapshot-data`) with
+//! storage in sled and a tonic transport whose messages are bincode in
+//! `bytes` fields (`proto/gavel/internal/raft.proto`).
+//!
+//! **Dependency rule:** this crate must not depend on `gavel-core` or
+//! `gavel-server`; they depend on it. No openraft type appears in its public
+//! API: openraft is confined to the private modules `typ`, `storage`,
+//! `network`, `service` and `node`, so the server never needs openraft.
+//!
+//! **Durability rules** (each enforced, and commented, where it happens):
+//! - a log entry counts as appended (openraft's `LogFlushed` fires, exactly
+//!   once) only after sled's flush *and* a real fsync of sled's data file;
+//! - a vote is fsynced before `save_vote` returns;
+//! - a snapshot is fsynced before openraft may purge the log behind it;
+//! - the committed index is saved (without fsync) so a restarted node
+//!   re-applies the committed suffix on its own.
+//!
+//! Reads: call [`RaftNode::ensure_linearizable`] on the leader before reading
+//! the application. Writes: openraft does not forward; a follower answers
+//! [`WriteError::ForwardToLeader`] with the leader's id and address.
+
+mod application;
+mod config;
+mod error;
+pub mod limits;
+mod network;
+mod node;
+mod service;
+mod status;
+mod storage;
+mod typ;
+
+/// Generated code of `proto/gavel/internal/raft.proto` (package
+/// `gavel.internal.v1`): the peer-to-peer Raft service.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("gavel.internal.v1");
+}
+
+pub use application::Application;
+pub use config::{NodeConfig, RaftTimings};
+pub use error::{RaftError, WriteError};
+pub use node::RaftNode;
+pub use pb::raft_service_server::RaftServiceServer;
+pub use service::RaftGrpcService;
+pub use status::{Member, RaftStatus, Role};
+
+/// Measurement hooks for `examples/fsync_cost.rs`; not part of the API.
+#[doc(hidden)]
+pub mod bench {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    use crate::typ::{Command, Entry};
+    use crate::{Application, RaftError};
+
+    struct NoApplication;
+
+    impl Application for NoApplication {
+        fn apply(&self, _: u64, _: &[u8]) -> Vec<u8> {
+            Vec::new()
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn restore(&self, _: &[u8]) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    /// Appends `runs` entries of `entry_bytes` bytes, one at a time, to a new
+    /// Raft log store in `dir`, and returns how long each took until the
+    /// store reported it durable (sled flush + fsync).
+    pub async fn durable_append_latencies(
+        dir: &Path,
+        runs: u64,
+        entry_bytes: usize,
+    ) -> Result<Vec<Duration>, RaftError> {
+        let opened = crate::storage::open(dir, Arc::new(NoApplication))?;
+        let mut log_store = opened.log_store;
+        let mut latencies = Vec::new();
+        for index in 1..=runs {
+            let entry = Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+                payload: EntryPayload::Normal(Command(vec![0x5a; entry_bytes])),
+            };
+            let start = Instant::now();
+            log_store
+                .blocking_append([entry])
+                .await
+                .map_err(|e| RaftError::Storage(e.to_string()))?;
+            latencies.push(start.elapsed());
+        }
+        Ok(latencies)
+    }
+}

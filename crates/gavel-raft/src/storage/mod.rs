@@ -24,6 +24,10 @@
 //! - a snapshot is fsynced before openraft learns it exists, so the log can be
 //!   purged behind it (`state_machine::persist_snapshot`).
 
+// openraft's storage traits fix `StorageError` (a large type) as the error
+// of every method; the helpers here return the same type.
+#![allow(clippy::result_large_err)]
+
 mod durability;
 mod log_store;
 mod state_machine;
