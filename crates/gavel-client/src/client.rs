@@ -1,0 +1,316 @@
+//! [`Client`]: typed calls that follow the leader and retry safely.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gavel_proto::error_detail::read_error_detail;
+use gavel_proto::v1 as pb;
+use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
+use gavel_proto::v1::audit_service_client::AuditServiceClient;
+use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
+use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
+use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
+use gavel_proto::v1::worker_service_client::WorkerServiceClient;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::error::Error;
+
+/// Client timings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Deadline of one attempt of one call (long-polls add their wait).
+    pub call_timeout: Duration,
+    /// How long a call keeps retrying `UNAVAILABLE` and broken connections.
+    pub retry_budget: Duration,
+    /// Deadline for opening a connection.
+    pub connect_timeout: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            call_timeout: Duration::from_secs(5),
+            retry_budget: Duration::from_secs(20),
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A handle to a Gavel cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoints: Vec<String>,
+    channels: Vec<Channel>,
+    /// Index of the endpoint to try first: the last known leader.
+    preferred: AtomicUsize,
+    config: ClientConfig,
+}
+
+/// A fresh request id for one logical call; every retry of the call reuses it.
+pub fn new_request_id() -> String {
+    format!("cli-{}", uuid::Uuid::new_v4())
+}
+
+fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+/// Whether a failed attempt may be retried with the same request id: the
+/// cluster said `UNAVAILABLE`, or the transport broke before a Gavel answer.
+fn retryable(status: &Status) -> bool {
+    match status.code() {
+        Code::Unavailable => true,
+        Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal => {
+            read_error_detail(status).is_none()
+        }
+        _ => false,
+    }
+}
+
+impl Client {
+    /// A client for these node addresses (`host:port` or `http://host:port`).
+    pub fn new(endpoints: &[String]) -> Result<Client, Error> {
+        Client::with_config(endpoints, ClientConfig::default())
+    }
+
+    /// A client with explicit timings.
+    pub fn with_config(endpoints: &[String], config: ClientConfig) -> Result<Client, Error> {
+        if endpoints.is_empty() {
+            return Err(Error::Config("at least one endpoint is required".to_string()));
+        }
+        let mut channels = Vec::new();
+        let mut normalized = Vec::new();
+        for endpoint in endpoints {
+            let uri = if endpoint.contains("://") { endpoint.clone() } else { format!("http://{endpoint}") };
+            let channel = Endpoint::from_shared(uri.clone())
+                .map_err(|error| Error::Config(format!("endpoint {endpoint}: {error}")))?
+                .connect_timeout(config.connect_timeout)
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_while_idle(true)
+                .connect_lazy();
+            channels.push(channel);
+            normalized.push(uri.trim_start_matches("http://").trim_start_matches("https://").to_string());
+        }
+        Ok(Client {
+            inner: Arc::new(Inner { endpoints: normalized, channels, preferred: AtomicUsize::new(0), config }),
+        })
+    }
+
+    /// The configured endpoints.
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    /// Runs one logical call: attempts on the preferred endpoint, follows a
+    /// leader hint or rotates on retryable failures, and gives up after the
+    /// retry budget. `extra` extends each attempt's deadline (long-polls).
+    async fn call<T, F, Fut>(&self, extra: Duration, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(Channel, Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(50);
+        let deadline = self.inner.config.call_timeout + extra;
+        loop {
+            let index = self.inner.preferred.load(Ordering::Relaxed) % self.inner.channels.len();
+            let channel = self.inner.channels[index].clone();
+            let failure = match tokio::time::timeout(deadline + Duration::from_millis(200), attempt(channel, deadline))
+                .await
+            {
+                Ok(Ok(response)) => return Ok(response.into_inner()),
+                Ok(Err(status)) if retryable(&status) => {
+                    let detail = read_error_detail(&status);
+                    let hinted = detail
+                        .as_ref()
+                        .and_then(|detail| detail.leader_hint.as_ref())
+                        .and_then(|hint| self.inner.endpoints.iter().position(|endpoint| endpoint == hint));
+                    let next = hinted.unwrap_or((index + 1) % self.inner.channels.len());
+                    let _ = self.inner.preferred.compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+                    if let Some(retry_after_ms) = detail.and_then(|detail| detail.retry_after_ms) {
+                        pause = pause.max(Duration::from_millis(retry_after_ms));
+                    }
+                    status.message().to_string()
+                }
+                Ok(Err(status)) => return Err(Error::from_status(&status)),
+                Err(_) => {
+                    let next = (index + 1) % self.inner.channels.len();
+                    let _ = self.inner.preferred.compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+                    format!("no answer from {} within {deadline:?}", self.inner.endpoints[index])
+                }
+            };
+            if started.elapsed() + pause > self.inner.config.retry_budget {
+                return Err(Error::Unavailable(failure));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+/// Generates one typed method per RPC. Mutating calls get a request id when
+/// the caller left it empty, and keep it across retries.
+macro_rules! rpc {
+    ($(#[$doc:meta])* mutating $name:ident, $client:ident, $request:ty, $response:ty) => {
+        $(#[$doc])*
+        pub async fn $name(&self, mut request: $request) -> Result<$response, Error> {
+            if request.request_id.is_empty() {
+                request.request_id = new_request_id();
+            }
+            self.call(Duration::ZERO, move |channel, timeout| {
+                let request = request.clone();
+                async move { $client::new(channel).$name(timed(request, timeout)).await }
+            })
+            .await
+        }
+    };
+    ($(#[$doc:meta])* read $name:ident, $client:ident, $request:ty, $response:ty) => {
+        $(#[$doc])*
+        pub async fn $name(&self, request: $request) -> Result<$response, Error> {
+            self.call(Duration::ZERO, move |channel, timeout| {
+                let request = request.clone();
+                async move { $client::new(channel).$name(timed(request, timeout)).await }
+            })
+            .await
+        }
+    };
+}
+
+impl Client {
+    rpc!(/// Stores a pending approval.
+        mutating create_approval, ApprovalServiceClient, pb::CreateApprovalRequest, pb::CreateApprovalResponse);
+    rpc!(/// Reads an approval (absent when unknown).
+        read get_approval, ApprovalServiceClient, pb::GetApprovalRequest, pb::GetApprovalResponse);
+    rpc!(/// Approves or rejects a pending approval.
+        mutating decide_approval, ApprovalServiceClient, pb::DecideApprovalRequest, pb::DecideApprovalResponse);
+    rpc!(/// Spends an approved approval on one execution.
+        mutating consume_approval, ApprovalServiceClient, pb::ConsumeApprovalRequest, pb::ConsumeApprovalResponse);
+    rpc!(/// Lists approvals.
+        read list_approvals, ApprovalServiceClient, pb::ListApprovalsRequest, pb::ListApprovalsResponse);
+    rpc!(/// Withdraws a pending approval.
+        mutating cancel_approval, ApprovalServiceClient, pb::CancelApprovalRequest, pb::CancelApprovalResponse);
+    rpc!(/// Registers a capability version.
+        mutating register_capability, CapabilityServiceClient, pb::RegisterCapabilityRequest, pb::RegisterCapabilityResponse);
+    rpc!(/// Reads a capability.
+        read get_capability, CapabilityServiceClient, pb::GetCapabilityRequest, pb::GetCapabilityResponse);
+    rpc!(/// Lists capabilities.
+        read list_capabilities, CapabilityServiceClient, pb::ListCapabilitiesRequest, pb::ListCapabilitiesResponse);
+    rpc!(/// Submits an execution (or gets approval-required).
+        mutating submit, ExecutionServiceClient, pb::SubmitRequest, pb::SubmitResponse);
+    rpc!(/// Consumes an approval and creates its execution.
+        mutating resume, ExecutionServiceClient, pb::ResumeRequest, pb::ResumeResponse);
+    rpc!(/// Reads an execution.
+        read get_execution, ExecutionServiceClient, pb::GetExecutionRequest, pb::GetExecutionResponse);
+    rpc!(/// Cancels an execution (terminal).
+        mutating cancel_execution, ExecutionServiceClient, pb::CancelExecutionRequest, pb::CancelExecutionResponse);
+    rpc!(/// Lists one execution's audit events.
+        read list_execution_events, ExecutionServiceClient, pb::ListExecutionEventsRequest, pb::ListExecutionEventsResponse);
+    rpc!(/// Heartbeats a lease.
+        mutating heartbeat, WorkerServiceClient, pb::HeartbeatRequest, pb::HeartbeatResponse);
+    rpc!(/// Reports an attempt's outcome.
+        mutating report, WorkerServiceClient, pb::ReportRequest, pb::ReportResponse);
+    rpc!(/// Lists audit events after a cursor.
+        read list_events, AuditServiceClient, pb::ListEventsRequest, pb::ListEventsResponse);
+    rpc!(/// One node's view of the cluster (the preferred node's).
+        read status, ClusterServiceClient, pb::StatusRequest, pb::StatusResponse);
+    rpc!(/// Adds a learner.
+        mutating add_learner, ClusterServiceClient, pb::AddLearnerRequest, pb::StatusResponse);
+    rpc!(/// Promotes a caught-up learner to voter.
+        mutating promote, ClusterServiceClient, pb::PromoteRequest, pb::StatusResponse);
+    rpc!(/// Removes a node from the membership.
+        mutating remove_node, ClusterServiceClient, pb::RemoveNodeRequest, pb::StatusResponse);
+
+    /// Long-polls until the execution is final or `timeout_ms` passes.
+    pub async fn wait_execution(&self, request: pb::WaitExecutionRequest) -> Result<pb::WaitExecutionResponse, Error> {
+        let wait = Duration::from_millis(request.timeout_ms);
+        self.call(wait, move |channel, timeout| {
+            let request = request.clone();
+            async move { ExecutionServiceClient::new(channel).wait_execution(timed(request, timeout)).await }
+        })
+        .await
+    }
+
+    /// Long-polls for up to `max_tasks` tasks.
+    pub async fn poll(&self, mut request: pb::PollRequest) -> Result<pb::PollResponse, Error> {
+        if request.request_id.is_empty() {
+            request.request_id = new_request_id();
+        }
+        let wait = Duration::from_millis(request.wait_ms);
+        self.call(wait, move |channel, timeout| {
+            let request = request.clone();
+            async move { WorkerServiceClient::new(channel).poll(timed(request, timeout)).await }
+        })
+        .await
+    }
+
+    /// Follows the audit trail from `after_cursor`, reconnecting (to any node)
+    /// and resuming from the last delivered cursor when a stream breaks. The
+    /// receiver yields events in order, each at least once; it ends with an
+    /// error when the cluster stays unreachable past the retry budget or the
+    /// cursor was dropped by retention.
+    pub fn watch_events(
+        &self,
+        after_cursor: u64,
+        execution_id: Option<String>,
+    ) -> tokio::sync::mpsc::Receiver<Result<pb::Event, Error>> {
+        let (sender, receiver) = tokio::sync::mpsc::channel(256);
+        let client = self.clone();
+        tokio::spawn(async move {
+            let mut cursor = after_cursor;
+            let mut broken_since: Option<Instant> = None;
+            let mut index = client.inner.preferred.load(Ordering::Relaxed);
+            loop {
+                let channel = client.inner.channels[index % client.inner.channels.len()].clone();
+                let request = pb::WatchEventsRequest { after_cursor: cursor, execution_id: execution_id.clone() };
+                match AuditServiceClient::new(channel).watch_events(request).await {
+                    Ok(response) => {
+                        let mut stream = response.into_inner();
+                        loop {
+                            match stream.message().await {
+                                Ok(Some(event)) => {
+                                    broken_since = None;
+                                    cursor = event.cursor;
+                                    if sender.send(Ok(event)).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                Ok(None) => break,
+                                Err(status) if !retryable(&status) => {
+                                    let _ = sender.send(Err(Error::from_status(&status))).await;
+                                    return;
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    Err(status) if !retryable(&status) => {
+                        let _ = sender.send(Err(Error::from_status(&status))).await;
+                        return;
+                    }
+                    Err(_) => {}
+                }
+                let since = *broken_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > client.inner.config.retry_budget {
+                    let _ = sender.send(Err(Error::Unavailable("audit stream could not reconnect".to_string()))).await;
+                    return;
+                }
+                if sender.is_closed() {
+                    return;
+                }
+                index += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        receiver
+    }
+}

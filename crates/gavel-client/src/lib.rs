@@ -1,0 +1,23 @@
+//! `gavel-client`: the SDK users meet instead of the proto.
+//!
+//! - [`Client`]: typed calls to any list of nodes. It follows the leader,
+//!   retries `UNAVAILABLE` and broken connections with the same request id (so
+//!   a retry never applies twice), puts a deadline on every call, and surfaces
+//!   refusals as [`Error::Domain`] carrying the stable code.
+//! - [`Worker`]: polls a queue, heartbeats in the background, hands each task
+//!   a [`TaskContext`] with a cancellation token (caller cancel, lease loss,
+//!   or the local deadline, which fires even when the cluster is unreachable),
+//!   and reports the outcome with retries.
+//!
+//! It depends on `gavel-proto` only: never on openraft, sled or the core's
+//! state machine.
+
+mod client;
+mod error;
+mod worker;
+
+pub use client::{Client, ClientConfig};
+pub use error::Error;
+pub use gavel_proto::v1 as pb;
+pub use tokio_util::sync::CancellationToken;
+pub use worker::{HandlerError, TaskContext, Worker, WorkerBuilder};
