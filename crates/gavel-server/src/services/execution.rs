@@ -32,6 +32,13 @@ fn execution_of(reply: Reply) -> Result<pb::Execution, Routed> {
     }
 }
 
+/// The execution id assigned when the client chose none: derived from the
+/// request id, so every retry of the call (same request id, any node, before
+/// or after forwarding) names the same execution and is the same command.
+fn execution_id_for(request_id: &str) -> String {
+    format!("ex-{}", &gavel_core::canonical_json::sha256_hex(request_id.as_bytes())[..32])
+}
+
 fn not_found(execution_id: &str) -> Routed {
     Routed::Fail(domain_status(gavel_core::DomainError::new(
         gavel_core::ErrorCode::NotFound,
@@ -44,10 +51,9 @@ impl ExecutionService for Executions {
     async fn submit(&self, request: Request<pb::SubmitRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
-        // The execution id is chosen before forwarding, so a forwarded retry names the same execution.
+        assign_request_id(&mut message.request_id)?;
         if message.execution_id.as_deref().is_none_or(str::is_empty) {
-            message.execution_id = Some(format!("ex-{}", uuid::Uuid::new_v4()));
+            message.execution_id = Some(execution_id_for(&message.request_id));
         }
         serve!(
             self.node,
@@ -84,9 +90,9 @@ impl ExecutionService for Executions {
     async fn resume(&self, request: Request<pb::ResumeRequest>) -> Result<Response<pb::ResumeResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         if message.execution_id.as_deref().is_none_or(str::is_empty) {
-            message.execution_id = Some(format!("ex-{}", uuid::Uuid::new_v4()));
+            message.execution_id = Some(execution_id_for(&message.request_id));
         }
         serve!(
             self.node,
@@ -174,7 +180,7 @@ impl ExecutionService for Executions {
     ) -> Result<Response<pb::CancelExecutionResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         serve!(
             self.node,
             forwarded,
