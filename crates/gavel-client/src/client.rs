@@ -50,6 +50,8 @@ struct Inner {
     channels: Vec<Channel>,
     /// Index of the endpoint to try first: the last known leader.
     preferred: AtomicUsize,
+    /// RPC attempts sent, for measuring a client's load on the cluster.
+    attempts: std::sync::atomic::AtomicU64,
     config: ClientConfig,
 }
 
@@ -102,13 +104,24 @@ impl Client {
             normalized.push(uri.trim_start_matches("http://").trim_start_matches("https://").to_string());
         }
         Ok(Client {
-            inner: Arc::new(Inner { endpoints: normalized, channels, preferred: AtomicUsize::new(0), config }),
+            inner: Arc::new(Inner {
+                endpoints: normalized,
+                channels,
+                preferred: AtomicUsize::new(0),
+                attempts: std::sync::atomic::AtomicU64::new(0),
+                config,
+            }),
         })
     }
 
     /// The configured endpoints.
     pub fn endpoints(&self) -> &[String] {
         &self.inner.endpoints
+    }
+
+    /// RPC attempts this client (and its clones) has sent, retries included.
+    pub fn attempts(&self) -> u64 {
+        self.inner.attempts.load(Ordering::Relaxed)
     }
 
     /// Runs one logical call: attempts on the preferred endpoint, follows a
@@ -125,6 +138,7 @@ impl Client {
         loop {
             let index = self.inner.preferred.load(Ordering::Relaxed) % self.inner.channels.len();
             let channel = self.inner.channels[index].clone();
+            self.inner.attempts.fetch_add(1, Ordering::Relaxed);
             let failure = match tokio::time::timeout(deadline + Duration::from_millis(200), attempt(channel, deadline))
                 .await
             {

@@ -110,6 +110,12 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// RPC attempts this worker has sent (polls, heartbeats, reports), retries included.
+    pub fn attempts_counter(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
+        let (client, heartbeats) = (self.client.clone(), self.heartbeats.clone());
+        move || client.attempts() + heartbeats.attempts()
+    }
+
     /// Starts building a worker for these node addresses.
     pub fn builder(endpoints: &[String]) -> WorkerBuilder {
         WorkerBuilder {
