@@ -14,13 +14,16 @@ use tokio::sync::watch;
 pub struct CoreApp {
     state: Mutex<State>,
     applied: watch::Sender<u64>,
+    /// The state hash at an applied index: hashing serializes the whole state,
+    /// so status calls reuse it until the next apply.
+    hash_cache: Mutex<Option<(u64, String)>>,
 }
 
 impl CoreApp {
     /// An empty application.
     pub fn new() -> Arc<CoreApp> {
         let (applied, _) = watch::channel(0);
-        Arc::new(CoreApp { state: Mutex::new(State::new()), applied })
+        Arc::new(CoreApp { state: Mutex::new(State::new()), applied, hash_cache: Mutex::new(None) })
     }
 
     /// Locks the state for a read. Hold it briefly: apply waits on it.
@@ -33,6 +36,20 @@ impl CoreApp {
     /// A receiver that changes each time a command is applied (its value is the log index).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.applied.subscribe()
+    }
+
+    /// The state hash, recomputed only after something was applied.
+    pub fn state_hash(&self) -> String {
+        let index = *self.applied.borrow();
+        let mut cache = self.hash_cache.lock().expect("hash cache lock poisoned");
+        if let Some((cached_index, hash)) = cache.as_ref() {
+            if *cached_index == index {
+                return hash.clone();
+            }
+        }
+        let hash = self.state().state_hash();
+        *cache = Some((index, hash.clone()));
+        hash
     }
 
     /// Encodes a command for the log.
@@ -67,6 +84,7 @@ impl gavel_raft::Application for CoreApp {
     fn restore(&self, bytes: &[u8]) -> Result<(), String> {
         let restored = State::restore(bytes).map_err(|error| error.to_string())?;
         *self.state() = restored;
+        *self.hash_cache.lock().expect("hash cache lock poisoned") = None;
         self.applied.send_modify(|_| {});
         Ok(())
     }

@@ -25,7 +25,7 @@ pub struct Cluster {
 /// This node's view of the cluster.
 pub fn status_of(node: &Node) -> pb::StatusResponse {
     let status = node.raft.status();
-    let state_hash = node.app.state().state_hash();
+    let state_hash = node.app.state_hash();
     let role = match status.role {
         Role::Leader => "Leader",
         Role::Follower => "Follower",
