@@ -7,9 +7,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={proto_root}/{proto_file}");
 
     let file_descriptors = protox::compile([proto_file], [proto_root])?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_fds(file_descriptors)?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(file_descriptors)?;
     Ok(())
 }

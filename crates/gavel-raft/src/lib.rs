@@ -103,10 +103,7 @@ pub mod bench {
                 payload: EntryPayload::Normal(Command(vec![0x5a; entry_bytes])),
             };
             let start = Instant::now();
-            log_store
-                .blocking_append([entry])
-                .await
-                .map_err(|e| RaftError::Storage(e.to_string()))?;
+            log_store.blocking_append([entry]).await.map_err(|e| RaftError::Storage(e.to_string()))?;
             latencies.push(start.elapsed());
         }
         Ok(latencies)

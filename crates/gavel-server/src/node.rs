@@ -20,6 +20,12 @@ pub const FORWARDED_METADATA_KEY: &str = "gavel-forwarded";
 /// How long a caller should wait before retrying during an election.
 pub const RETRY_AFTER_MS: u64 = 250;
 
+/// How long a proposal or a read barrier may wait for the Raft layer. A leader
+/// cut off from its majority would otherwise hold the caller forever; after
+/// this the caller gets `UNAVAILABLE` and retries with the same request id
+/// (the command may or may not have been committed; deduplication covers both).
+pub const RAFT_WAIT: Duration = Duration::from_secs(10);
+
 /// Server-side settings shared by every service.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
@@ -82,16 +88,23 @@ impl Node {
             now_ms: wall_clock_ms(),
             command,
         };
-        match self.raft.write(CoreApp::encode_command(&envelope)).await {
-            Ok(bytes) => Ok(CoreApp::decode_reply(&bytes)),
-            Err(error) => Err(route_write_error(error)),
+        match tokio::time::timeout(RAFT_WAIT, self.raft.write(CoreApp::encode_command(&envelope))).await {
+            Ok(Ok(bytes)) => Ok(CoreApp::decode_reply(&bytes)),
+            Ok(Err(error)) => Err(route_write_error(error)),
+            Err(_) => Err(Routed::Fail(unavailable(
+                "the write was not committed in time; retry with the same request id",
+                None,
+            ))),
         }
     }
 
     /// Waits until this node may serve a linearizable read (it is the leader
     /// and has applied everything committed before the read began).
     pub async fn linearizable(&self) -> Result<(), Routed> {
-        self.raft.ensure_linearizable().await.map_err(route_write_error)
+        match tokio::time::timeout(RAFT_WAIT, self.raft.ensure_linearizable()).await {
+            Ok(result) => result.map_err(route_write_error),
+            Err(_) => Err(Routed::Fail(unavailable("the leader could not confirm its leadership in time", None))),
+        }
     }
 
     /// A lazily connected channel to another node's public port.

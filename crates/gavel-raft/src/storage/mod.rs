@@ -48,7 +48,7 @@ pub(crate) use log_store::LogStore;
 pub(crate) use state_machine::StateMachineStore;
 
 use crate::application::Application;
-use crate::limits::SLED_CACHE_BYTES;
+use crate::limits::{SLED_CACHE_BYTES, SLED_SEGMENT_BYTES};
 use crate::typ::{SnapshotMeta, StorageError};
 use crate::RaftError;
 use durability::Durability;
@@ -91,14 +91,14 @@ pub(crate) fn sled_dir(data_dir: &Path) -> PathBuf {
 /// Opens (or creates) the store in `data_dir` and restores the application
 /// from the last snapshot. Blocking: call from a blocking context.
 pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedStorage, RaftError> {
-    let storage_error = |what: &str, e: &dyn std::fmt::Display| {
-        RaftError::Storage(format!("{what} in {}: {e}", data_dir.display()))
-    };
+    let storage_error =
+        |what: &str, e: &dyn std::fmt::Display| RaftError::Storage(format!("{what} in {}: {e}", data_dir.display()));
     let sled_dir = sled_dir(data_dir);
     std::fs::create_dir_all(&sled_dir).map_err(|e| storage_error("cannot create the data directory", &e))?;
     let db = sled::Config::new()
         .path(&sled_dir)
         .cache_capacity(SLED_CACHE_BYTES)
+        .segment_size(SLED_SEGMENT_BYTES)
         .open()
         .map_err(|e| storage_error("cannot open the sled database", &e))?;
     durability::sync_created_files(data_dir, &sled_dir)
@@ -118,11 +118,7 @@ pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedS
         snapshot_seq: AtomicU64::new(0),
     });
     let state_machine = StateMachineStore::restore(shared.clone(), app)?;
-    Ok(OpenedStorage {
-        log_store: LogStore::new(shared),
-        state_machine,
-        closed,
-    })
+    Ok(OpenedStorage { log_store: LogStore::new(shared), state_machine, closed })
 }
 
 impl Shared {
@@ -137,7 +133,10 @@ impl Shared {
                 Ok(Some((meta, data.to_vec())))
             }
             (None, None) => Ok(None),
-            _ => Err(StorageIOError::read_snapshot(None, AnyError::error("snapshot meta and data are not both present")).into()),
+            _ => {
+                Err(StorageIOError::read_snapshot(None, AnyError::error("snapshot meta and data are not both present"))
+                    .into())
+            }
         }
     }
 

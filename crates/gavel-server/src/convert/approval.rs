@@ -7,16 +7,26 @@ use super::common::{
     actor_in, actor_out, risk_in, risk_out, side_effect_in, side_effect_out, timestamp_in, timestamp_out,
 };
 
-/// Decodes an approval status; unspecified is refused.
+/// Decodes a decision status; unspecified is refused.
 pub fn status_in(value: i32) -> Result<ApprovalStatus, DomainError> {
+    status_named(value).ok_or_else(|| DomainError::invalid("invalid decision status"))
+}
+
+/// Decodes a status filter of a list request.
+pub fn status_filter_in(value: i32) -> Result<ApprovalStatus, DomainError> {
+    status_named(value)
+        .ok_or_else(|| DomainError::invalid(format!("status filter {value} is not a known approval status")))
+}
+
+fn status_named(value: i32) -> Option<ApprovalStatus> {
     match pb::ApprovalStatus::try_from(value) {
-        Ok(pb::ApprovalStatus::Pending) => Ok(ApprovalStatus::Pending),
-        Ok(pb::ApprovalStatus::Approved) => Ok(ApprovalStatus::Approved),
-        Ok(pb::ApprovalStatus::Rejected) => Ok(ApprovalStatus::Rejected),
-        Ok(pb::ApprovalStatus::Cancelled) => Ok(ApprovalStatus::Cancelled),
-        Ok(pb::ApprovalStatus::Expired) => Ok(ApprovalStatus::Expired),
-        Ok(pb::ApprovalStatus::Consumed) => Ok(ApprovalStatus::Consumed),
-        Ok(pb::ApprovalStatus::Unspecified) | Err(_) => Err(DomainError::invalid("invalid decision status")),
+        Ok(pb::ApprovalStatus::Pending) => Some(ApprovalStatus::Pending),
+        Ok(pb::ApprovalStatus::Approved) => Some(ApprovalStatus::Approved),
+        Ok(pb::ApprovalStatus::Rejected) => Some(ApprovalStatus::Rejected),
+        Ok(pb::ApprovalStatus::Cancelled) => Some(ApprovalStatus::Cancelled),
+        Ok(pb::ApprovalStatus::Expired) => Some(ApprovalStatus::Expired),
+        Ok(pb::ApprovalStatus::Consumed) => Some(ApprovalStatus::Consumed),
+        Ok(pb::ApprovalStatus::Unspecified) | Err(_) => None,
     }
 }
 

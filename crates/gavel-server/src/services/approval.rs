@@ -10,7 +10,7 @@ use gavel_proto::v1::approval_service_server::ApprovalService;
 use tonic::{Request, Response, Status};
 
 use super::{assign_request_id, is_forwarded, prechecked, refused};
-use crate::convert::approval::{approval_out, create_in, decide_in, status_in};
+use crate::convert::approval::{approval_out, create_in, decide_in, status_filter_in};
 use crate::convert::common::timestamp_in;
 use crate::node::{domain_status, unexpected, wall_clock_ms, Node, Routed};
 use crate::serve;
@@ -38,7 +38,7 @@ impl ApprovalService for Approvals {
     ) -> Result<Response<pb::CreateApprovalResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         serve!(
             self.node,
             forwarded,
@@ -89,7 +89,7 @@ impl ApprovalService for Approvals {
     ) -> Result<Response<pb::DecideApprovalResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         serve!(
             self.node,
             forwarded,
@@ -112,7 +112,7 @@ impl ApprovalService for Approvals {
     ) -> Result<Response<pb::ConsumeApprovalResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         serve!(
             self.node,
             forwarded,
@@ -152,7 +152,7 @@ impl ApprovalService for Approvals {
                 let invalid = |e| Routed::Fail(domain_status(e));
                 let now_ms = timestamp_in("callerNowMs", message.caller_now_ms).map_err(invalid)?;
                 let filter = ApprovalFilter {
-                    status: message.status.map(status_in).transpose().map_err(invalid)?,
+                    status: message.status.map(status_filter_in).transpose().map_err(invalid)?,
                     capability_id: message.capability_id.clone(),
                     actor_id: message.actor_id.clone(),
                 };
@@ -183,7 +183,7 @@ impl ApprovalService for Approvals {
     ) -> Result<Response<pb::CancelApprovalResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         serve!(
             self.node,
             forwarded,

@@ -30,7 +30,7 @@ impl CapabilityService for Capabilities {
     ) -> Result<Response<pb::RegisterCapabilityResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         serve!(
             self.node,
             forwarded,

@@ -23,11 +23,14 @@ pub fn is_forwarded<T>(request: &tonic::Request<T>) -> bool {
 
 /// Every mutation carries a request id: the caller's, or one assigned here,
 /// before any forwarding, so that the leader's retries of a forwarded call are
-/// deduplicated too.
-pub fn assign_request_id(request_id: &mut String) {
+/// deduplicated too. A caller's id is checked here like any other id, so an
+/// ill-formed one is refused before it can reach the log (SPEC §7).
+pub fn assign_request_id(request_id: &mut String) -> Result<(), Status> {
     if request_id.is_empty() {
         *request_id = format!("srv-{}", uuid::Uuid::new_v4());
     }
+    gavel_core::validate::check_id("requestId", request_id)
+        .map_err(|problem| domain_status(gavel_core::DomainError::invalid(problem)))
 }
 
 /// Checks a command before it may reach the log.

@@ -16,6 +16,19 @@ use crate::convert::execution::{execution_out, task_out};
 use crate::node::{domain_status, unavailable, unexpected, wall_clock_ms, Node, Routed};
 use crate::serve;
 
+/// The request id of one grant attempt of a long-poll: the poll's own id and
+/// the attempt number, so a client retry of the poll replays the same grants.
+/// When that would exceed the id limit, the poll's id is replaced by its digest
+/// so the derived id still passes the state machine's id check.
+fn grant_request_id(poll_request_id: &str, proposal: u32) -> String {
+    let derived = format!("{poll_request_id}/{proposal}");
+    if derived.len() <= gavel_core::limits::ID_BYTES_MAX {
+        return derived;
+    }
+    let digest = gavel_core::canonical_json::sha256_hex(poll_request_id.as_bytes());
+    format!("poll-{}/{proposal}", &digest[..32])
+}
+
 /// Serves workers.
 pub struct Workers {
     /// The node.
@@ -29,7 +42,7 @@ impl WorkerService for Workers {
     async fn poll(&self, request: Request<pb::PollRequest>) -> Result<Response<pb::PollResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         let wait = Duration::from_millis(message.wait_ms.min(WAIT_MS_MAX));
         serve!(
             self.node,
@@ -61,7 +74,7 @@ impl WorkerService for Workers {
                     if ready {
                         // Each grant attempt of one long-poll is its own command; a client
                         // retry of the whole poll replays them under the same derived ids.
-                        let request_id = format!("{}/{proposals}", message.request_id);
+                        let request_id = grant_request_id(&message.request_id, proposals);
                         proposals += 1;
                         match refused(self.node.propose(&request_id, command.clone()).await?)? {
                             Reply::Tasks(tasks) if !tasks.is_empty() => {
@@ -91,7 +104,7 @@ impl WorkerService for Workers {
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         serve!(
             self.node,
             forwarded,
@@ -119,7 +132,7 @@ impl WorkerService for Workers {
     async fn report(&self, request: Request<pb::ReportRequest>) -> Result<Response<pb::ReportResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id);
+        assign_request_id(&mut message.request_id)?;
         serve!(
             self.node,
             forwarded,

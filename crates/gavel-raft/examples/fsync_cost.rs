@@ -1,0 +1,128 @@
+//! Measures what durability costs: latency of one log append until it is
+//! durable, with and without the real fsync, and of one replicated write on a
+//! single-node cluster.
+//!
+//! Usage: `cargo run --release -p gavel-raft --example fsync_cost [DIR] [RUNS]`
+//! (DIR defaults to a temporary directory under the current directory, so it
+//! measures the disk you run it on; RUNS defaults to 500).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gavel_raft::{Application, NodeConfig, RaftNode, RaftTimings};
+
+/// Prints median and spread of a set of latencies.
+fn report(label: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    let micros = |d: Duration| d.as_secs_f64() * 1e6;
+    println!(
+        "{label:<52} n={:<5} median={:>8.0}µs  p10={:>8.0}µs  p90={:>8.0}µs  p99={:>8.0}µs  min={:>8.0}µs  max={:>8.0}µs",
+        samples.len(),
+        micros(at(0.5)),
+        micros(at(0.1)),
+        micros(at(0.9)),
+        micros(at(0.99)),
+        micros(samples[0]),
+        micros(samples[samples.len() - 1]),
+    );
+}
+
+/// The same insert sled does for an append, made durable in three ways.
+fn raw_sled(dir: &Path, runs: u64, entry_bytes: usize, fsync: bool) -> Vec<Duration> {
+    let db = sled::open(dir).expect("open sled");
+    let data_file = std::fs::File::open(dir.join("db")).expect("open sled data file");
+    let tree = db.open_tree("log").expect("tree");
+    (1..=runs)
+        .map(|index| {
+            let start = Instant::now();
+            let mut batch = sled::Batch::default();
+            batch.insert(&index.to_be_bytes(), vec![0x5a; entry_bytes]);
+            tree.apply_batch(batch).expect("insert");
+            db.flush().expect("flush");
+            if fsync {
+                data_file.sync_data().expect("fsync");
+            }
+            start.elapsed()
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct Counter {
+    applied: Mutex<u64>,
+}
+
+impl Application for Counter {
+    fn apply(&self, _log_index: u64, _command: &[u8]) -> Vec<u8> {
+        let mut applied = self.applied.lock().expect("lock");
+        *applied += 1;
+        applied.to_be_bytes().to_vec()
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.applied.lock().expect("lock").to_be_bytes().to_vec()
+    }
+    fn restore(&self, bytes: &[u8]) -> Result<(), String> {
+        let bytes: [u8; 8] = bytes.try_into().map_err(|_| "bad snapshot".to_string())?;
+        *self.applied.lock().expect("lock") = u64::from_be_bytes(bytes);
+        Ok(())
+    }
+}
+
+async fn single_node_writes(dir: &Path, runs: u64, entry_bytes: usize) -> Vec<Duration> {
+    let node = RaftNode::start(
+        NodeConfig {
+            node_id: 1,
+            addr: "127.0.0.1:1".into(),
+            data_dir: dir.to_path_buf(),
+            timings: RaftTimings::default(),
+        },
+        Arc::new(Counter::default()),
+    )
+    .await
+    .expect("start node");
+    node.initialize([(1, "127.0.0.1:1".to_string())].into()).await.expect("initialize");
+    node.wait_for_leader(Duration::from_secs(10)).await.expect("leader");
+    let mut samples = Vec::new();
+    for _ in 0..runs {
+        let start = Instant::now();
+        node.write(vec![0x5a; entry_bytes]).await.expect("write");
+        samples.push(start.elapsed());
+    }
+    node.shutdown().await.expect("shutdown");
+    samples
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let base: PathBuf = args.next().map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let runs: u64 = args.next().map(|r| r.parse().expect("RUNS is a number")).unwrap_or(500);
+    let root = tempfile::Builder::new().prefix("fsync-cost-").tempdir_in(&base).expect("temporary directory");
+    println!("measuring in {} ({runs} runs each)", root.path().display());
+
+    for entry_bytes in [256usize, 16 * 1024] {
+        println!("-- entries of {entry_bytes} bytes");
+        report(
+            "sled insert + flush (sync_file_range only)",
+            raw_sled(&root.path().join(format!("raw-{entry_bytes}")), runs, entry_bytes, false),
+        );
+        report(
+            "sled insert + flush + fdatasync(db)",
+            raw_sled(&root.path().join(format!("raw-fsync-{entry_bytes}")), runs, entry_bytes, true),
+        );
+        let latencies = gavel_raft::bench::durable_append_latencies(
+            &root.path().join(format!("store-{entry_bytes}")),
+            runs,
+            entry_bytes,
+        )
+        .await
+        .expect("durable appends");
+        report("gavel-raft LogStore::append until LogFlushed", latencies);
+        report(
+            "gavel-raft single-node RaftNode::write",
+            single_node_writes(&root.path().join(format!("node-{entry_bytes}")), runs, entry_bytes).await,
+        );
+    }
+}

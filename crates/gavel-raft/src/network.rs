@@ -1,0 +1,321 @@
+//! The client side of the Raft transport: openraft's `RaftNetwork` over tonic.
+//!
+//! - One lazily connected tonic `Channel` per peer address, cached in the
+//!   factory and shared by every client openraft creates (openraft asks for a
+//!   new client per replication stream, per election and per read-index
+//!   round).
+//! - Each RPC has a deadline: `rpc_timeout_ms`, but never more than the
+//!   deadline openraft itself enforces around the call.
+//! - A peer that cannot be connected to is reported as `Unreachable`, which
+//!   makes openraft back off exponentially ([`PeerClient::backoff`]) instead of
+//!   dialing a dead peer on every heartbeat.
+//! - A slow or oversized append-entries batch is reported as
+//!   `PayloadTooLarge`, so openraft halves the batch instead of retrying the
+//!   same batch forever.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream;
+use openraft::error::{
+    Fatal, NetworkError, PayloadTooLarge, RPCError, RaftError, ReplicationClosed, StreamingError, Timeout, Unreachable,
+};
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
+use openraft::RPCTypes;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+
+use crate::limits::{
+    PEER_KEEPALIVE_INTERVAL, PEER_KEEPALIVE_TIMEOUT, RPC_MESSAGE_BYTES_MAX, SNAPSHOT_CHUNK_BYTES,
+    UNREACHABLE_BACKOFF_MAX,
+};
+use crate::pb::raft_service_client::RaftServiceClient;
+use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk, SnapshotHeader};
+use crate::typ::{Node, NodeId, Snapshot, SnapshotMeta, TypeConfig, Vote};
+use crate::RaftTimings;
+
+/// The header of a snapshot stream, bincode-encoded in `SnapshotHeader.vote_and_meta`.
+pub(crate) type SnapshotHeaderBody = (Vote, SnapshotMeta);
+
+/// Builds per-peer clients for openraft, reusing one channel per peer.
+#[derive(Clone)]
+pub(crate) struct NetworkFactory {
+    node_id: NodeId,
+    timings: RaftTimings,
+    channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+}
+
+impl NetworkFactory {
+    pub(crate) fn new(node_id: NodeId, timings: RaftTimings) -> Self {
+        Self { node_id, timings, channels: Arc::default() }
+    }
+
+    /// The cached channel to `target` at `addr`, or a new lazily connected one
+    /// if the peer is new or moved.
+    fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
+        let mut channels = self.channels.lock().map_err(|_| "peer channel cache poisoned".to_string())?;
+        if let Some((cached_addr, channel)) = channels.get(&target) {
+            if cached_addr == addr {
+                return Ok(channel.clone());
+            }
+        }
+        let rpc_timeout = Duration::from_millis(self.timings.rpc_timeout_ms);
+        let channel = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("invalid peer address {addr:?}: {e}"))?
+            .connect_timeout(rpc_timeout)
+            .http2_keep_alive_interval(PEER_KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(PEER_KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        channels.insert(target, (addr.to_string(), channel.clone()));
+        Ok(channel)
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
+        let client = self.channel(target, &node.addr).map(|channel| {
+            RaftServiceClient::new(channel)
+                .max_decoding_message_size(RPC_MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(RPC_MESSAGE_BYTES_MAX)
+        });
+        PeerClient { node_id: self.node_id, target, client, timings: self.timings.clone() }
+    }
+}
+
+/// openraft's view of one peer.
+pub(crate) struct PeerClient {
+    node_id: NodeId,
+    target: NodeId,
+    /// `Err` if the peer's address cannot even be parsed: every RPC then
+    /// fails as unreachable (and backs off) until the membership fixes it.
+    client: Result<RaftServiceClient<Channel>, String>,
+    timings: RaftTimings,
+}
+
+/// How one RPC failed, before it is mapped to the error type of its call.
+enum CallFailure {
+    /// Could not connect (or the peer's Raft is stopped): back off.
+    Unreachable(String),
+    /// No answer within the deadline.
+    Timeout(Duration),
+    /// The message was too large for the peer.
+    TooLarge(String),
+    /// Anything else: retry at once.
+    Network(String),
+}
+
+impl CallFailure {
+    fn from_status(status: tonic::Status, deadline: Duration) -> Self {
+        let message = format!("{}: {}", status.code(), status.message());
+        match status.code() {
+            Code::Unavailable => CallFailure::Unreachable(message),
+            Code::DeadlineExceeded | Code::Cancelled => CallFailure::Timeout(deadline),
+            Code::ResourceExhausted | Code::OutOfRange => CallFailure::TooLarge(message),
+            _ => CallFailure::Network(message),
+        }
+    }
+}
+
+/// A plain error carrying a message, for openraft's error wrappers.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+impl PeerClient {
+    fn client(&self) -> Result<RaftServiceClient<Channel>, CallFailure> {
+        self.client.clone().map_err(CallFailure::Unreachable)
+    }
+
+    /// The deadline of one RPC: the configured one, capped by openraft's.
+    fn deadline(&self, option: &RPCOption) -> Duration {
+        Duration::from_millis(self.timings.rpc_timeout_ms).min(option.hard_ttl())
+    }
+
+    fn timeout_error(&self, action: RPCTypes, timeout: Duration) -> Timeout<NodeId> {
+        Timeout { action, id: self.node_id, target: self.target, timeout }
+    }
+
+    fn rpc_error<E: std::error::Error>(
+        &self,
+        failure: CallFailure,
+        action: RPCTypes,
+        entries: usize,
+    ) -> RPCError<NodeId, Node, E> {
+        match failure {
+            CallFailure::Unreachable(m) => RPCError::Unreachable(Unreachable::new(&TransportError(m))),
+            // An append that timed out or did not fit is retried with half
+            // the entries: a batch whose transfer plus the follower's fsync
+            // exceeds the deadline would otherwise be retried unchanged forever.
+            CallFailure::Timeout(_) | CallFailure::TooLarge(_) if action == RPCTypes::AppendEntries && entries > 1 => {
+                RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint((entries / 2) as u64))
+            }
+            CallFailure::Timeout(after) => RPCError::Timeout(self.timeout_error(action, after)),
+            CallFailure::TooLarge(m) | CallFailure::Network(m) => {
+                RPCError::Network(NetworkError::new(&TransportError(m)))
+            }
+        }
+    }
+
+    /// Sends one unary RPC with a deadline and decodes the bincode answer.
+    async fn unary<Req, Resp, F, Fut>(&self, request: &Req, deadline: Duration, call: F) -> Result<Resp, CallFailure>
+    where
+        Req: serde::Serialize,
+        Resp: serde::de::DeserializeOwned,
+        F: FnOnce(RaftServiceClient<Channel>, tonic::Request<RaftBytes>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<RaftBytes>, tonic::Status>>,
+    {
+        let payload =
+            bincode::serialize(request).map_err(|e| CallFailure::Network(format!("cannot encode request: {e}")))?;
+        let mut grpc_request = tonic::Request::new(RaftBytes { payload });
+        grpc_request.set_timeout(deadline);
+        let response = match tokio::time::timeout(deadline, call(self.client()?, grpc_request)).await {
+            Err(_elapsed) => return Err(CallFailure::Timeout(deadline)),
+            Ok(Err(status)) => return Err(CallFailure::from_status(status, deadline)),
+            Ok(Ok(response)) => response.into_inner(),
+        };
+        bincode::deserialize(&response.payload)
+            .map_err(|e| CallFailure::Network(format!("cannot decode the peer's answer: {e}")))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        let entries = rpc.entries.len();
+        // openraft cancels the call after `hard_ttl` (the heartbeat
+        // interval); give up at its soft deadline instead, so a timeout can
+        // still be answered with a smaller batch.
+        let deadline = self.deadline(&option).min(option.soft_ttl());
+        self.unary(&rpc, deadline, |mut client, request| async move { client.append_entries(request).await })
+            .await
+            .map_err(|failure| self.rpc_error(failure, RPCTypes::AppendEntries, entries))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        let deadline = self.deadline(&option);
+        self.unary(&rpc, deadline, |mut client, request| async move { client.vote(request).await })
+            .await
+            .map_err(|failure| self.rpc_error(failure, RPCTypes::Vote, 0))
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+        let deadline = Duration::from_millis(self.timings.snapshot_timeout_ms);
+        let unreachable = |m: String| StreamingError::Unreachable(Unreachable::new(&TransportError(m)));
+        let network = |m: String| StreamingError::Network(NetworkError::new(&TransportError(m)));
+
+        let mut client = self.client().map_err(|_| unreachable(format!("no client for node {}", self.target)))?;
+        let data: Arc<Vec<u8>> = Arc::new(*snapshot.snapshot);
+        let header_body: SnapshotHeaderBody = (vote, snapshot.meta);
+        let header = SnapshotChunk {
+            kind: Some(snapshot_chunk::Kind::Header(SnapshotHeader {
+                vote_and_meta: bincode::serialize(&header_body)
+                    .map_err(|e| network(format!("cannot encode the snapshot header: {e}")))?,
+                total_bytes: data.len() as u64,
+            })),
+        };
+        // A finite stream: the header, then each chunk exactly once. Chunks
+        // are cut lazily so only one extra chunk is in memory at a time.
+        let chunk_count = data.len().div_ceil(SNAPSHOT_CHUNK_BYTES);
+        let chunks = (0..chunk_count).map(move |i| {
+            let end = ((i + 1) * SNAPSHOT_CHUNK_BYTES).min(data.len());
+            SnapshotChunk { kind: Some(snapshot_chunk::Kind::Data(data[i * SNAPSHOT_CHUNK_BYTES..end].to_vec())) }
+        });
+        let messages = stream::iter(std::iter::once(header).chain(chunks));
+        let mut request = tonic::Request::new(messages);
+        request.set_timeout(deadline);
+
+        // The whole transfer, including the peer's install, has a deadline,
+        // and stops at once if openraft cancels the replication stream.
+        let call = tokio::time::timeout(deadline, client.install_snapshot(request));
+        let response = tokio::select! {
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            result = call => result,
+        };
+        let response = match response {
+            Err(_elapsed) => {
+                return Err(StreamingError::Timeout(self.timeout_error(RPCTypes::InstallSnapshot, deadline)))
+            }
+            Ok(Err(status)) => {
+                return Err(match CallFailure::from_status(status, deadline) {
+                    CallFailure::Unreachable(m) => unreachable(m),
+                    CallFailure::Timeout(after) => {
+                        StreamingError::Timeout(self.timeout_error(RPCTypes::InstallSnapshot, after))
+                    }
+                    CallFailure::TooLarge(m) | CallFailure::Network(m) => network(m),
+                })
+            }
+            Ok(Ok(response)) => response.into_inner(),
+        };
+        bincode::deserialize(&response.payload).map_err(|e| network(format!("cannot decode the peer's answer: {e}")))
+    }
+
+    fn backoff(&self) -> Backoff {
+        // Exponential from one heartbeat up to a cap: a dead peer costs one
+        // failed dial per backoff step, not one per heartbeat.
+        let first = Duration::from_millis(self.timings.heartbeat_ms);
+        Backoff::new(
+            std::iter::successors(Some(first), |previous| Some(previous.saturating_mul(2)))
+                .map(|delay| delay.min(UNREACHABLE_BACKOFF_MAX)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::BasicNode;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_peer_that_refuses_connections_is_reported_unreachable_so_openraft_backs_off() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        drop(listener);
+        let mut factory = NetworkFactory::new(1, RaftTimings::default());
+        let mut client = factory.new_client(2, &BasicNode { addr }).await;
+        let error = client
+            .vote(VoteRequest::new(Vote::new(1, 1), None), RPCOption::new(Duration::from_secs(5)))
+            .await
+            .expect_err("nobody listens there");
+        assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn clients_of_the_same_peer_share_one_channel_until_its_address_changes() {
+        let factory = NetworkFactory::new(1, RaftTimings::default());
+        factory.channel(2, "127.0.0.1:1").expect("channel");
+        factory.channel(2, "127.0.0.1:1").expect("channel");
+        assert_eq!(factory.channels.lock().expect("lock")[&2].0, "127.0.0.1:1");
+        factory.channel(2, "127.0.0.1:2").expect("channel");
+        assert_eq!(factory.channels.lock().expect("lock")[&2].0, "127.0.0.1:2");
+        assert!(factory.channel(3, "not a uri\n").is_err());
+    }
+
+    #[tokio::test]
+    async fn backoff_towards_an_unreachable_peer_doubles_from_one_heartbeat_up_to_the_cap() {
+        let mut factory = NetworkFactory::new(1, RaftTimings::default());
+        let client = factory.new_client(2, &BasicNode { addr: "127.0.0.1:1".into() }).await;
+        let delays: Vec<u64> = client.backoff().take(6).map(|d| d.as_millis() as u64).collect();
+        assert_eq!(delays, vec![150, 300, 600, 1200, 2000, 2000]);
+    }
+}

@@ -1,0 +1,385 @@
+//! [`RaftNode`]: one running Raft member, driven through plain types.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    ChangeMembershipError, CheckIsLeaderError, ClientWriteError, ForwardToLeader, InitializeError,
+    RaftError as OpenraftError,
+};
+use openraft::{BasicNode, ChangeMembers, ServerState, SnapshotPolicy};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::application::Application;
+use crate::limits::{PROMOTE_LAG_ENTRIES_MAX, RPC_MESSAGE_BYTES_MAX, STORAGE_CLOSE_TIMEOUT};
+use crate::network::NetworkFactory;
+use crate::pb::raft_service_server::RaftServiceServer;
+use crate::service::RaftGrpcService;
+use crate::storage::{self, ThreadExited};
+use crate::typ::{Command, Node, NodeId, Raft, RaftMetrics};
+use crate::{Member, NodeConfig, RaftError, RaftStatus, RaftTimings, Role, WriteError};
+
+/// One running Raft member. Cheap to clone: clones drive the same node.
+#[derive(Clone)]
+pub struct RaftNode {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RaftNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftNode").field("node_id", &self.inner.node_id).finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    node_id: NodeId,
+    raft: Raft,
+    timings: RaftTimings,
+    status: watch::Receiver<RaftStatus>,
+    /// Taken by the first `shutdown`; resolves when the storage is closed.
+    storage_closed: tokio::sync::Mutex<Option<ThreadExited>>,
+}
+
+impl RaftNode {
+    /// Opens the node's storage in `config.data_dir` (restoring the
+    /// application from the last snapshot) and starts Raft. The node serves
+    /// peers once [`RaftNode::service`] is mounted on a gRPC server listening
+    /// on `config.addr`.
+    pub async fn start(config: NodeConfig, app: Arc<dyn Application>) -> Result<RaftNode, RaftError> {
+        config.timings.validate()?;
+        let raft_config = Arc::new(openraft_config(&config.timings)?);
+        let data_dir = config.data_dir.clone();
+        // sled's open replays its log from disk: blocking work.
+        let storage = tokio::task::spawn_blocking(move || storage::open(&data_dir, app))
+            .await
+            .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;
+        let network = NetworkFactory::new(config.node_id, config.timings.clone());
+        let raft = Raft::new(config.node_id, raft_config, network, storage.log_store, storage.state_machine)
+            .await
+            .map_err(|e| RaftError::Storage(e.to_string()))?;
+        let metrics = raft.metrics();
+        let (status_tx, status) = watch::channel(status_from_metrics(&metrics.borrow()));
+        tokio::spawn(publish_status(metrics, status_tx));
+        tracing::info!(node_id = config.node_id, addr = %config.addr, "raft node started");
+        Ok(RaftNode {
+            inner: Arc::new(Inner {
+                node_id: config.node_id,
+                raft,
+                timings: config.timings,
+                status,
+                storage_closed: tokio::sync::Mutex::new(Some(storage.closed)),
+            }),
+        })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.inner.node_id
+    }
+
+    /// The internal Raft gRPC service; mount it on the node's tonic server
+    /// next to the public services.
+    pub fn service(&self) -> RaftServiceServer<RaftGrpcService> {
+        RaftServiceServer::new(RaftGrpcService::new(self.inner.raft.clone()))
+            .max_decoding_message_size(RPC_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(RPC_MESSAGE_BYTES_MAX)
+    }
+
+    /// Forms a new cluster of `members` (node id → gRPC address), which must
+    /// include this node. Succeeds without effect if this node is already
+    /// initialized (has a log or a vote), so every member may call it.
+    pub async fn initialize(&self, members: BTreeMap<u64, String>) -> Result<(), RaftError> {
+        let nodes: BTreeMap<NodeId, Node> =
+            members.into_iter().map(|(node_id, addr)| (node_id, BasicNode { addr })).collect();
+        match self.inner.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            Err(OpenraftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(OpenraftError::APIError(e @ InitializeError::NotInMembers(_))) => {
+                Err(RaftError::Initialize(e.to_string()))
+            }
+            Err(OpenraftError::Fatal(_)) => Err(RaftError::Shutdown),
+        }
+    }
+
+    /// Appends `command` to the replicated log through this node (which must
+    /// be the leader), waits until it is committed by a majority and applied
+    /// here, and returns the application's reply.
+    ///
+    /// There is no deadline: bound it with `tokio::time::timeout` if needed.
+    /// A timed-out write is ambiguous (it may still commit), which is why
+    /// commands should carry a request id the application deduplicates on.
+    pub async fn write(&self, command: Vec<u8>) -> Result<Vec<u8>, WriteError> {
+        match self.inner.raft.client_write(Command(command)).await {
+            Ok(response) => Ok(response.data.0),
+            Err(e) => Err(client_write_error(e)),
+        }
+    }
+
+    /// Read-index: confirms with a quorum that this node is still the leader
+    /// and waits until everything committed before the call is applied here.
+    /// A read of the application after it returns is linearizable.
+    pub async fn ensure_linearizable(&self) -> Result<(), WriteError> {
+        match self.inner.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(OpenraftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
+                Err(forward_to_leader(forward))
+            }
+            Err(OpenraftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
+                Err(WriteError::Unavailable(e.to_string()))
+            }
+            Err(OpenraftError::Fatal(fatal)) => Err(WriteError::Unavailable(format!("raft is not running: {fatal}"))),
+        }
+    }
+
+    /// Adds `node_id` at `addr` as a learner (non-voting replica) and returns
+    /// once that membership change is committed. The learner catches up in
+    /// the background; see [`RaftNode::promote`].
+    pub async fn add_learner(&self, node_id: u64, addr: String) -> Result<(), WriteError> {
+        self.inner.raft.add_learner(node_id, BasicNode { addr }, false).await.map(|_| ()).map_err(client_write_error)
+    }
+
+    /// Makes learner `node_id` a voter once its log is within a few entries
+    /// of the leader's, waiting at most `catch_up_timeout` for that. Succeeds
+    /// at once if the node already votes.
+    pub async fn promote(&self, node_id: u64, catch_up_timeout: Duration) -> Result<(), WriteError> {
+        let deadline = Instant::now() + catch_up_timeout;
+        let mut metrics = self.inner.raft.metrics();
+        loop {
+            let caught_up = {
+                let m = metrics.borrow_and_update();
+                if m.state != ServerState::Leader {
+                    return Err(forward_from_metrics(&m));
+                }
+                let membership = m.membership_config.membership();
+                if membership.voter_ids().any(|voter| voter == node_id) {
+                    return Ok(());
+                }
+                if membership.get_node(&node_id).is_none() {
+                    return Err(WriteError::Invalid(format!(
+                        "node {node_id} is not a learner of this cluster; add it first"
+                    )));
+                }
+                let leader_last = m.last_log_index.unwrap_or(0);
+                let matched = m
+                    .replication
+                    .as_ref()
+                    .and_then(|replication| replication.get(&node_id).copied().flatten())
+                    .map(|log_id| log_id.index);
+                match matched {
+                    Some(matched) if matched + PROMOTE_LAG_ENTRIES_MAX >= leader_last => Ok(()),
+                    _ => Err((matched, leader_last)),
+                }
+            };
+            match caught_up {
+                Ok(()) => break,
+                Err((matched, leader_last)) => {
+                    if tokio::time::timeout_at(deadline, metrics.changed()).await.is_err() {
+                        return Err(WriteError::Unavailable(format!(
+                            "learner {node_id} did not catch up within {catch_up_timeout:?} \
+                             (replicated up to {matched:?}, leader at {leader_last})"
+                        )));
+                    }
+                }
+            }
+        }
+        let voters = BTreeSet::from([node_id]);
+        self.inner
+            .raft
+            .change_membership(ChangeMembers::AddVoterIds(voters), false)
+            .await
+            .map(|_| ())
+            .map_err(client_write_error)
+    }
+
+    /// Removes `node_id` from the cluster, whether voter or learner. Succeeds
+    /// at once if it is not a member.
+    pub async fn remove_node(&self, node_id: u64) -> Result<(), WriteError> {
+        let (is_voter, is_member) = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow();
+            let membership = m.membership_config.membership();
+            let is_voter = membership.voter_ids().any(|voter| voter == node_id);
+            (is_voter, membership.get_node(&node_id).is_some())
+        };
+        if !is_member {
+            return Ok(());
+        }
+        let ids = BTreeSet::from([node_id]);
+        let change = if is_voter {
+            // `retain: false` drops the removed voter from the node list too.
+            ChangeMembers::RemoveVoters(ids)
+        } else {
+            ChangeMembers::RemoveNodes(ids)
+        };
+        self.inner.raft.change_membership(change, false).await.map(|_| ()).map_err(client_write_error)
+    }
+
+    /// This node's current view of the cluster.
+    pub fn status(&self) -> RaftStatus {
+        status_from_metrics(&self.inner.raft.metrics().borrow())
+    }
+
+    /// A channel that always holds the latest [`RaftStatus`] and wakes on every
+    /// change (role, leader, term, log progress, membership).
+    pub fn subscribe_status(&self) -> watch::Receiver<RaftStatus> {
+        self.inner.status.clone()
+    }
+
+    /// Waits until this node knows a leader and returns its id.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<u64, RaftError> {
+        let metrics = self
+            .inner
+            .raft
+            .wait(Some(timeout))
+            .metrics(|m| m.current_leader.is_some(), "a leader is known")
+            .await
+            .map_err(wait_error)?;
+        metrics.current_leader.ok_or_else(|| RaftError::Timeout("leader vanished".into()))
+    }
+
+    /// Builds a snapshot of everything applied so far and returns once it is
+    /// stored (the log before it may then be purged).
+    pub async fn trigger_snapshot(&self) -> Result<(), RaftError> {
+        let timeout = Duration::from_millis(self.inner.timings.snapshot_timeout_ms);
+        let deadline = Instant::now() + timeout;
+        let Some(applied) = self.status().last_applied_index else {
+            return Ok(());
+        };
+        let mut metrics = self.inner.raft.metrics();
+        loop {
+            // Re-triggering is harmless: openraft ignores a trigger while a
+            // build runs, and that build may be older than `applied`.
+            self.inner.raft.trigger().snapshot().await.map_err(|_| RaftError::Shutdown)?;
+            let round_end = deadline.min(Instant::now() + Duration::from_millis(self.inner.timings.heartbeat_ms * 4));
+            loop {
+                if metrics.borrow_and_update().snapshot.map(|s| s.index) >= Some(applied) {
+                    return Ok(());
+                }
+                match tokio::time::timeout_at(round_end, metrics.changed()).await {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(_)) => return Err(RaftError::Shutdown),
+                    Err(_) => break,
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(RaftError::Timeout(format!("no snapshot up to index {applied} within {timeout:?}")));
+            }
+        }
+    }
+
+    /// Stops Raft and closes the storage. Later calls return at once; the
+    /// node answers every request with an error afterwards.
+    pub async fn shutdown(&self) -> Result<(), RaftError> {
+        let Some(closed) = self.inner.storage_closed.lock().await.take() else {
+            return Ok(());
+        };
+        self.inner.raft.shutdown().await.map_err(|e| RaftError::Storage(format!("the raft task failed: {e}")))?;
+        // Wait until openraft dropped every storage handle and the fsync
+        // thread exited, so the data directory can be reopened at once.
+        match tokio::time::timeout(STORAGE_CLOSE_TIMEOUT, closed).await {
+            Ok(_) => {
+                tracing::info!(node_id = self.inner.node_id, "raft node shut down");
+                Ok(())
+            }
+            Err(_) => Err(RaftError::Timeout(format!("storage still in use {STORAGE_CLOSE_TIMEOUT:?} after shutdown"))),
+        }
+    }
+}
+
+/// openraft's configuration from Gavel's timings.
+fn openraft_config(timings: &RaftTimings) -> Result<openraft::Config, RaftError> {
+    let config = openraft::Config {
+        cluster_name: "gavel".into(),
+        heartbeat_interval: timings.heartbeat_ms,
+        election_timeout_min: timings.election_timeout_min_ms,
+        election_timeout_max: timings.election_timeout_max_ms,
+        install_snapshot_timeout: timings.snapshot_timeout_ms,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(timings.snapshot_logs_since_last),
+        max_in_snapshot_log_to_keep: timings.logs_to_keep,
+        ..Default::default()
+    };
+    config.validate().map_err(|e| RaftError::Config(e.to_string()))
+}
+
+/// Republishes openraft's metrics as [`RaftStatus`] until Raft stops.
+async fn publish_status(mut metrics: watch::Receiver<RaftMetrics>, status: watch::Sender<RaftStatus>) {
+    loop {
+        let next = status_from_metrics(&metrics.borrow_and_update());
+        status.send_if_modified(|current| {
+            let changed = *current != next;
+            *current = next;
+            changed
+        });
+        if metrics.changed().await.is_err() {
+            status.send_modify(|current| current.role = Role::Shutdown);
+            return;
+        }
+    }
+}
+
+fn status_from_metrics(m: &RaftMetrics) -> RaftStatus {
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let members = membership
+        .nodes()
+        .map(|(node_id, node)| Member { node_id: *node_id, addr: node.addr.clone(), voter: voters.contains(node_id) })
+        .collect();
+    let role = if m.running_state.is_err() {
+        Role::Shutdown
+    } else {
+        match m.state {
+            ServerState::Leader => Role::Leader,
+            ServerState::Follower => Role::Follower,
+            ServerState::Candidate => Role::Candidate,
+            ServerState::Learner => Role::Learner,
+            ServerState::Shutdown => Role::Shutdown,
+        }
+    };
+    RaftStatus {
+        node_id: m.id,
+        role,
+        term: m.current_term,
+        leader_id: m.current_leader,
+        leader_addr: m.current_leader.and_then(|leader| membership.get_node(&leader)).map(|node| node.addr.clone()),
+        last_applied_index: m.last_applied.map(|log_id| log_id.index),
+        last_log_index: m.last_log_index,
+        snapshot_index: m.snapshot.map(|log_id| log_id.index),
+        purged_index: m.purged.map(|log_id| log_id.index),
+        members,
+    }
+}
+
+fn forward_to_leader(forward: ForwardToLeader<NodeId, Node>) -> WriteError {
+    WriteError::ForwardToLeader { leader_id: forward.leader_id, leader_addr: forward.leader_node.map(|node| node.addr) }
+}
+
+fn forward_from_metrics(m: &RaftMetrics) -> WriteError {
+    WriteError::ForwardToLeader {
+        leader_id: m.current_leader,
+        leader_addr: m
+            .current_leader
+            .and_then(|leader| m.membership_config.membership().get_node(&leader))
+            .map(|node| node.addr.clone()),
+    }
+}
+
+fn client_write_error(e: OpenraftError<NodeId, ClientWriteError<NodeId, Node>>) -> WriteError {
+    match e {
+        OpenraftError::APIError(ClientWriteError::ForwardToLeader(forward)) => forward_to_leader(forward),
+        // Another membership change is still being committed: retry later.
+        OpenraftError::APIError(ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(e))) => {
+            WriteError::Unavailable(e.to_string())
+        }
+        OpenraftError::APIError(ClientWriteError::ChangeMembershipError(e)) => WriteError::Invalid(e.to_string()),
+        OpenraftError::Fatal(fatal) => WriteError::Unavailable(format!("raft is not running: {fatal}")),
+    }
+}
+
+fn wait_error(e: openraft::metrics::WaitError) -> RaftError {
+    match e {
+        openraft::metrics::WaitError::Timeout(after, what) => RaftError::Timeout(format!("{what} after {after:?}")),
+        openraft::metrics::WaitError::ShuttingDown => RaftError::Shutdown,
+    }
+}

@@ -1,0 +1,164 @@
+//! The application behind openraft's `RaftStateMachine`, with snapshots in sled.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use openraft::storage::RaftStateMachine;
+use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+
+use super::{encode, Shared, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY};
+use crate::application::Application;
+use crate::typ::{Command, Entry, LogId, Reply, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::RaftError;
+
+/// The state machine: the application plus the last applied log id and
+/// membership, which are in memory only and restored from the snapshot.
+pub(crate) struct StateMachineStore {
+    shared: Arc<Shared>,
+    app: Arc<dyn Application>,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+}
+
+impl StateMachineStore {
+    /// Loads the stored snapshot (if any) into the application.
+    pub(super) fn restore(shared: Arc<Shared>, app: Arc<dyn Application>) -> Result<Self, RaftError> {
+        let snapshot =
+            shared.read_snapshot().map_err(|e| RaftError::Storage(format!("cannot read the snapshot: {e}")))?;
+        let mut store = Self { shared, app, last_applied: None, membership: StoredMembership::default() };
+        if let Some((meta, data)) = snapshot {
+            store
+                .app
+                .restore(&data)
+                .map_err(|e| RaftError::Storage(format!("the application refused the stored snapshot: {e}")))?;
+            tracing::info!(snapshot = %meta, "restored the application from the stored snapshot");
+            store.last_applied = meta.last_log_id;
+            store.membership = meta.last_membership;
+        }
+        Ok(store)
+    }
+}
+
+/// Captures the application state at one point of the log; `build_snapshot`
+/// then persists it off the state machine's task.
+pub(crate) struct SnapshotBuilder {
+    shared: Arc<Shared>,
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        persist_snapshot(&self.shared, &self.meta, &self.data, WriteMode::OnlyIfNewer).await?;
+        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(self.data.clone()) })
+    }
+}
+
+/// Whether a snapshot write may replace a newer stored snapshot.
+#[derive(PartialEq, Eq)]
+enum WriteMode {
+    /// A locally built snapshot: skip it if a newer one is already stored.
+    OnlyIfNewer,
+    /// A snapshot received from the leader: it replaces whatever is stored.
+    Replace,
+}
+
+/// Writes a snapshot's metadata and data in one atomic sled batch and fsyncs.
+///
+/// Durability rule: openraft purges the log behind a snapshot as soon as it
+/// learns about it, so the snapshot must be on stable storage first.
+async fn persist_snapshot(
+    shared: &Shared,
+    meta: &SnapshotMeta,
+    data: &[u8],
+    mode: WriteMode,
+) -> Result<(), StorageError> {
+    let write_error =
+        |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::error(e));
+    let _serialized = shared.snapshot_write.lock().await;
+    if mode == WriteMode::OnlyIfNewer {
+        if let Some(stored) = shared.read_snapshot_meta()? {
+            if stored.last_log_id >= meta.last_log_id {
+                tracing::debug!(stored = %stored, built = %meta, "a newer snapshot is stored already; keeping it");
+                return Ok(());
+            }
+        }
+    }
+    let meta_bytes = encode(meta).map_err(|e| write_error(&e))?;
+    let mut batch = sled::Batch::default();
+    batch.insert(SNAPSHOT_META_KEY, meta_bytes);
+    batch.insert(SNAPSHOT_DATA_KEY, data);
+    shared.snapshot.apply_batch(batch).map_err(|e| write_error(&e))?;
+    shared.durability.wait_durable().await.map_err(|e| write_error(&e))?;
+    tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot stored");
+    Ok(())
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut replies = Vec::new();
+        for entry in entries {
+            self.last_applied = Some(entry.log_id);
+            let reply = match entry.payload {
+                EntryPayload::Blank => Reply::default(),
+                EntryPayload::Normal(Command(command)) => Reply(self.app.apply(entry.log_id.index, &command)),
+                EntryPayload::Membership(membership) => {
+                    self.membership = StoredMembership::new(Some(entry.log_id), membership);
+                    Reply::default()
+                }
+            };
+            replies.push(reply);
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // The application is serialized here, on the state machine's task and
+        // between two `apply` calls, so the bytes match `last_applied`
+        // exactly. openraft runs `build_snapshot` in a separate task that
+        // would otherwise race with later applies.
+        let data = self.app.snapshot();
+        let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match &self.last_applied {
+            Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.index, seq),
+            None => format!("empty-{seq}"),
+        };
+        SnapshotBuilder {
+            shared: self.shared.clone(),
+            meta: SnapshotMeta {
+                last_log_id: self.last_applied,
+                last_membership: self.membership.clone(),
+                snapshot_id,
+            },
+            data,
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Vec<u8>>, StorageError> {
+        Ok(Box::default())
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Vec<u8>>) -> Result<(), StorageError> {
+        self.app
+            .restore(&snapshot)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e)))?;
+        persist_snapshot(&self.shared, meta, &snapshot, WriteMode::Replace).await?;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        Ok(self.shared.read_snapshot()?.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(data) }))
+    }
+}

@@ -1,0 +1,261 @@
+//! Storage tests on real sled in temporary directories: openraft's
+//! conformance suite, and crash-and-reopen behaviour.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command as Process, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::testing::{StoreBuilder, Suite};
+use openraft::{CommittedLeaderId, EntryPayload, Membership, RaftLogReader, RaftSnapshotBuilder, StorageHelper};
+use tempfile::TempDir;
+
+use super::{open, LogStore, OpenedStorage, StateMachineStore};
+use crate::application::Application;
+use crate::typ::{Command, Entry, LogId, StorageError, TypeConfig, Vote};
+
+/// A test application that records every applied command in order.
+#[derive(Default)]
+struct RecordingApp {
+    applied: Mutex<Vec<(u64, Vec<u8>)>>,
+}
+
+impl RecordingApp {
+    fn applied(&self) -> Vec<(u64, Vec<u8>)> {
+        self.applied.lock().expect("lock").clone()
+    }
+}
+
+impl Application for RecordingApp {
+    fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8> {
+        let mut applied = self.applied.lock().expect("lock");
+        applied.push((log_index, command.to_vec()));
+        (applied.len() as u64).to_be_bytes().to_vec()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        bincode::serialize(&*self.applied.lock().expect("lock")).expect("encode")
+    }
+
+    fn restore(&self, bytes: &[u8]) -> Result<(), String> {
+        let restored = bincode::deserialize(bytes).map_err(|e| e.to_string())?;
+        *self.applied.lock().expect("lock") = restored;
+        Ok(())
+    }
+}
+
+fn log_id(term: u64, index: u64) -> LogId {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+fn command_entry(term: u64, index: u64) -> Entry {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Normal(Command(format!("command {index}").into_bytes())),
+    }
+}
+
+fn membership_entry(term: u64, index: u64) -> Entry {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Membership(Membership::new(vec![BTreeSet::from([1, 2, 3])], ())),
+    }
+}
+
+fn open_with(dir: &Path, app: Arc<RecordingApp>) -> OpenedStorage {
+    open(dir, app).expect("open storage")
+}
+
+/// Drops both halves of the store and waits until sled's files are closed,
+/// as a process exit would (without any clean-shutdown step of ours).
+async fn close(log_store: LogStore, state_machine: StateMachineStore, closed: super::ThreadExited) {
+    drop(log_store);
+    drop(state_machine);
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("storage closes within 10 s")
+        .expect("fsync thread signals its exit");
+}
+
+struct SledStoreBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledStoreBuilder {
+    async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opened = open_with(dir.path(), Arc::new(RecordingApp::default()));
+        Ok((dir, opened.log_store, opened.state_machine))
+    }
+}
+
+#[test]
+fn sled_storage_passes_the_openraft_conformance_suite() {
+    Suite::test_all(SledStoreBuilder).expect("conformance suite");
+}
+
+#[tokio::test]
+async fn acknowledged_entries_vote_and_committed_survive_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let vote = Vote::new(7, 2);
+    {
+        let OpenedStorage { mut log_store, state_machine, closed } = open_with(dir.path(), Arc::default());
+        log_store.save_vote(&vote).await.expect("save vote");
+        log_store.blocking_append([membership_entry(7, 1)]).await.expect("append");
+        for index in 2..=100 {
+            log_store.blocking_append([command_entry(7, index)]).await.expect("append");
+        }
+        log_store.save_committed(Some(log_id(7, 60))).await.expect("save committed");
+        close(log_store, state_machine, closed).await;
+    }
+
+    let OpenedStorage { mut log_store, .. } = open_with(dir.path(), Arc::default());
+    assert_eq!(log_store.read_vote().await.expect("read vote"), Some(vote));
+    assert_eq!(log_store.read_committed().await.expect("read committed"), Some(log_id(7, 60)));
+    let state = log_store.get_log_state().await.expect("log state");
+    assert_eq!(state.last_log_id, Some(log_id(7, 100)));
+    assert_eq!(state.last_purged_log_id, None);
+    let entries = log_store.try_get_log_entries(2..=100).await.expect("read entries");
+    let expected: Vec<Entry> = (2..=100).map(|index| command_entry(7, index)).collect();
+    assert_eq!(entries, expected);
+}
+
+#[tokio::test]
+async fn snapshot_then_purge_then_reopen_restores_the_app_and_reapplies_the_committed_suffix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let app = Arc::new(RecordingApp::default());
+        let OpenedStorage { mut log_store, mut state_machine, closed } = open_with(dir.path(), app.clone());
+        let mut entries = vec![membership_entry(1, 1)];
+        entries.extend((2..=30).map(|index| command_entry(1, index)));
+        log_store.blocking_append(entries.clone()).await.expect("append");
+
+        state_machine.apply(entries[..20].to_vec()).await.expect("apply up to 20");
+        let snapshot = state_machine.get_snapshot_builder().await.build_snapshot().await.expect("build snapshot");
+        assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 20)));
+        state_machine.apply(entries[20..].to_vec()).await.expect("apply the rest");
+        log_store.purge(log_id(1, 20)).await.expect("purge");
+        log_store.save_committed(Some(log_id(1, 30))).await.expect("save committed");
+        assert_eq!(app.applied().len(), 29);
+        close(log_store, state_machine, closed).await;
+    }
+
+    let app = Arc::new(RecordingApp::default());
+    let OpenedStorage { mut log_store, mut state_machine, .. } = open_with(dir.path(), app.clone());
+
+    // The application holds exactly what the snapshot covered.
+    let restored = app.applied();
+    let expected: Vec<u64> = (2..=20).collect();
+    assert_eq!(restored.iter().map(|(index, _)| *index).collect::<Vec<_>>(), expected);
+    let (applied, membership) = state_machine.applied_state().await.expect("applied state");
+    assert_eq!(applied, Some(log_id(1, 20)));
+    assert_eq!(membership.log_id(), &Some(log_id(1, 1)));
+
+    // The log kept the suffix after the purge point.
+    let state = log_store.get_log_state().await.expect("log state");
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 20)));
+    assert_eq!(state.last_log_id, Some(log_id(1, 30)));
+    let suffix = log_store.try_get_log_entries(21..=30).await.expect("suffix");
+    assert_eq!(suffix.len(), 10);
+    assert!(log_store.try_get_log_entries(1..=20).await.expect("purged range").is_empty());
+
+    // What openraft does at start-up: re-apply up to the saved committed index.
+    StorageHelper::new(&mut log_store, &mut state_machine).get_initial_state().await.expect("initial state");
+    let reapplied: Vec<u64> = app.applied().iter().map(|(index, _)| *index).collect();
+    assert_eq!(reapplied, (2..=30).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn an_older_snapshot_built_late_does_not_replace_a_newer_installed_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let OpenedStorage { mut state_machine, .. } = open_with(dir.path(), Arc::default());
+    let entries: Vec<Entry> =
+        std::iter::once(membership_entry(1, 1)).chain((2..=10).map(|index| command_entry(1, index))).collect();
+    state_machine.apply(entries[..5].to_vec()).await.expect("apply");
+    let mut old_builder = state_machine.get_snapshot_builder().await;
+    state_machine.apply(entries[5..].to_vec()).await.expect("apply");
+    let newer = state_machine.get_snapshot_builder().await.build_snapshot().await.expect("build newer");
+    old_builder.build_snapshot().await.expect("build older");
+    let current = state_machine.get_current_snapshot().await.expect("read snapshot").expect("a snapshot is stored");
+    assert_eq!(current.meta, newer.meta);
+}
+
+const CRASH_CHILD_DIR_ENV: &str = "GAVEL_RAFT_CRASH_CHILD_DIR";
+const CRASH_TEST_NAME: &str = "storage::tests::acknowledged_appends_survive_kill_9_of_the_writing_process";
+const CRASH_VOTE: (u64, u64) = (3, 1);
+const CRASH_ACKS_BEFORE_KILL: u64 = 300;
+
+/// Child mode: appends entries forever, printing `acked N` after each one
+/// the store reported durable. The parent kills it with SIGKILL.
+fn run_crash_child(dir: &Path) -> ! {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let OpenedStorage { mut log_store, .. } = open_with(dir, Arc::default());
+        log_store.save_vote(&Vote::new(CRASH_VOTE.0, CRASH_VOTE.1)).await.expect("save vote");
+        println!("vote saved");
+        for index in 1.. {
+            log_store.blocking_append([command_entry(CRASH_VOTE.0, index)]).await.expect("append");
+            println!("acked {index}");
+        }
+    });
+    unreachable!("the writer loops until killed")
+}
+
+#[test]
+fn acknowledged_appends_survive_kill_9_of_the_writing_process() {
+    if let Some(dir) = std::env::var_os(CRASH_CHILD_DIR_ENV) {
+        run_crash_child(Path::new(&dir));
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Process::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", CRASH_TEST_NAME, "--nocapture", "--test-threads=1"])
+        .env(CRASH_CHILD_DIR_ENV, dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the writer process");
+    let stdout = child.stdout.take().expect("child stdout");
+    let (lines_tx, lines) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    let mut vote_saved = false;
+    let mut last_acked = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while last_acked < CRASH_ACKS_BEFORE_KILL {
+        let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines.recv_timeout(remaining).expect("the writer acknowledges appends in time");
+        // libtest prints "test <name> ... " before the test's first line.
+        vote_saved |= line.ends_with("vote saved");
+        if let Some(index) = line.strip_prefix("acked ") {
+            last_acked = index.parse().expect("acked index");
+        }
+    }
+    // SIGKILL: no destructor, no sled flush-on-drop, no clean shutdown.
+    child.kill().expect("kill the writer");
+    child.wait().expect("reap the writer");
+    // Acknowledgements printed before the kill still count.
+    reader.join().expect("reader thread");
+    for line in lines.try_iter() {
+        if let Some(index) = line.strip_prefix("acked ") {
+            last_acked = index.parse().expect("acked index");
+        }
+    }
+    assert!(vote_saved);
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let OpenedStorage { mut log_store, .. } = open_with(dir.path(), Arc::default());
+        assert_eq!(log_store.read_vote().await.expect("read vote"), Some(Vote::new(CRASH_VOTE.0, CRASH_VOTE.1)));
+        let entries = log_store.try_get_log_entries(1..=last_acked).await.expect("read entries");
+        let expected: Vec<Entry> = (1..=last_acked).map(|index| command_entry(CRASH_VOTE.0, index)).collect();
+        assert_eq!(entries.len() as u64, last_acked, "every acknowledged entry is there");
+        assert_eq!(entries, expected);
+    });
+}

@@ -1,0 +1,149 @@
+//! Three in-process nodes on loopback over real gRPC, with real sled storage.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{put, test_timings, wait_status, Cluster, WAIT};
+use gavel_raft::{Role, WriteError};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_through_the_leader_are_applied_on_all_three_nodes() {
+    let mut cluster = Cluster::start(3, test_timings()).await;
+    let leader = cluster.leader().await;
+    for i in 0..20 {
+        let previous = put(&leader.node, &format!("key-{i}"), "first").await.expect("write");
+        assert_eq!(previous, None);
+    }
+    let previous = put(&leader.node, "key-0", "second").await.expect("overwrite");
+    assert_eq!(previous.as_deref(), Some("first"), "the reply is the application's answer");
+
+    let last = leader.node.status().last_log_index.expect("leader has a log");
+    let state = cluster.converged_state(last).await;
+    assert_eq!(state.entries.len(), 20);
+    assert_eq!(state.entries["key-0"], "second");
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_on_a_follower_returns_forward_to_leader_with_the_leader_address() {
+    let mut cluster = Cluster::start(3, test_timings()).await;
+    let leader = cluster.leader().await;
+    let follower = cluster.follower_of(leader.id);
+
+    let error = put(&follower.node, "k", "v").await.expect_err("a follower does not accept writes");
+    assert_eq!(
+        error,
+        WriteError::ForwardToLeader { leader_id: Some(leader.id), leader_addr: Some(leader.addr.clone()) }
+    );
+    let status = follower.node.status();
+    assert_eq!(status.leader_id, Some(leader.id));
+    assert_eq!(status.leader_addr.as_deref(), Some(leader.addr.as_str()));
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn linearizable_read_succeeds_on_the_leader_and_forwards_on_a_follower() {
+    let mut cluster = Cluster::start(3, test_timings()).await;
+    let leader = cluster.leader().await;
+    put(&leader.node, "k", "v").await.expect("write");
+
+    tokio::time::timeout(WAIT, leader.node.ensure_linearizable())
+        .await
+        .expect("read barrier answers in time")
+        .expect("the leader confirms its leadership");
+    // After the barrier, the leader's application has every acknowledged write.
+    assert_eq!(leader.app.state().entries.get("k").map(String::as_str), Some("v"));
+
+    let follower = cluster.follower_of(leader.id);
+    let error = tokio::time::timeout(WAIT, follower.node.ensure_linearizable())
+        .await
+        .expect("read barrier answers in time")
+        .expect_err("a follower cannot serve a linearizable read");
+    assert_eq!(
+        error,
+        WriteError::ForwardToLeader { leader_id: Some(leader.id), leader_addr: Some(leader.addr.clone()) }
+    );
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_the_leader_shuts_down_a_new_leader_is_elected_and_writes_continue() {
+    let mut cluster = Cluster::start(3, test_timings()).await;
+    let old_leader_id = cluster.leader().await.id;
+    put(&cluster.leader().await.node, "before", "1").await.expect("write");
+
+    cluster.node_mut(old_leader_id).stop().await;
+    assert_eq!(cluster.node(old_leader_id).node.status().role, Role::Shutdown);
+
+    let new_leader = cluster.leader().await;
+    assert_ne!(new_leader.id, old_leader_id);
+    put(&new_leader.node, "after", "2").await.expect("write on the new leader");
+    let last = new_leader.node.status().last_log_index.expect("log");
+    let state = cluster.converged_state(last).await;
+    assert_eq!(state.entries.get("before").map(String::as_str), Some("1"));
+    assert_eq!(state.entries.get("after").map(String::as_str), Some("2"));
+
+    // The old leader comes back from its data directory as a follower.
+    let timings = cluster.timings.clone();
+    cluster.node_mut(old_leader_id).restart(timings).await;
+    let leader_id = cluster.leader().await.id;
+    assert_ne!(leader_id, old_leader_id, "the running leader keeps its term");
+    cluster.converged_state(last).await;
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_restarted_from_its_data_dir_rejoins_with_every_write() {
+    let mut cluster = Cluster::start(3, test_timings()).await;
+    let leader_id = cluster.leader().await.id;
+    let restarted_id = cluster.follower_of(leader_id).id;
+    for i in 0..10 {
+        put(&cluster.leader().await.node, &format!("early-{i}"), "x").await.expect("write");
+    }
+    cluster.node_mut(restarted_id).stop().await;
+    // Writes made while it is down still commit on the remaining majority.
+    for i in 0..10 {
+        put(&cluster.leader().await.node, &format!("late-{i}"), "y").await.expect("write");
+    }
+    let timings = cluster.timings.clone();
+    let restarted = cluster.node_mut(restarted_id);
+    restarted.restart(timings).await;
+
+    let last = cluster.leader().await.node.status().last_log_index.expect("log");
+    let state = cluster.converged_state(last).await;
+    assert_eq!(state.entries.len(), 20);
+    assert_eq!(cluster.node(restarted_id).app.state(), state);
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn initialize_again_is_a_no_op_and_a_removed_voter_leaves_the_membership() {
+    let mut cluster = Cluster::start(3, test_timings()).await;
+    let leader = cluster.leader().await;
+    let members: BTreeMap<u64, String> = cluster.nodes.iter().map(|n| (n.id, n.addr.clone())).collect();
+    for test_node in &cluster.nodes {
+        test_node.node.initialize(members.clone()).await.expect("re-initialize is accepted");
+    }
+
+    let removed = cluster.follower_of(leader.id).id;
+    tokio::time::timeout(WAIT, leader.node.remove_node(removed))
+        .await
+        .expect("membership change answers in time")
+        .expect("remove a voter");
+    let status = wait_status(&leader.node, "membership without the removed node", |s| {
+        s.members.iter().all(|m| m.node_id != removed)
+    })
+    .await;
+    assert_eq!(status.members.iter().filter(|m| m.voter).count(), 2);
+    put(&leader.node, "k", "v").await.expect("two voters still commit");
+
+    let error = leader
+        .node
+        .promote(removed, Duration::from_secs(1))
+        .await
+        .expect_err("a node that is not a learner cannot be promoted");
+    assert!(matches!(error, WriteError::Invalid(_)), "{error:?}");
+    cluster.stop_all().await;
+}
