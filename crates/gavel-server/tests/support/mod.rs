@@ -307,3 +307,45 @@ pub async fn register(cluster: &Cluster, id: u64, spec: pb::CapabilitySpec) -> p
     .capability
     .expect("capability in reply")
 }
+
+// ----- helpers shared by the contract tests -----
+
+/// Asserts that a call was refused with this gRPC code and domain code, and
+/// returns the status for further checks.
+#[track_caller]
+pub fn expect_refusal<T: std::fmt::Debug>(
+    result: Result<T, tonic::Status>,
+    code: tonic::Code,
+    domain: &str,
+) -> tonic::Status {
+    match result {
+        Ok(value) => panic!("expected {code:?}/{domain}, got a success: {value:?}"),
+        Err(status) => {
+            assert_eq!(status.code(), code, "gRPC code of {status:?}");
+            assert_eq!(domain_code(&status), domain, "domain code of {status:?}");
+            status
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch on the test's clock.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_millis() as i64
+}
+
+/// Calls `check` every 50 ms until it yields a value, up to [`WAIT`]; panics
+/// naming `what` otherwise.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(started.elapsed() < WAIT, "timed out after {WAIT:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
