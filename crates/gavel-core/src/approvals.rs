@@ -81,6 +81,7 @@ impl State {
             consumed_by_execution_id: None,
             execution_id: None,
             capability_version: None,
+            correlation_id: None,
             closed_at_ms: None,
         };
         self.store_approval(approval);
@@ -98,9 +99,9 @@ impl State {
 
     /// Records an approval event; the actor defaults to the requester.
     fn emit_approval_event(&mut self, id: &str, kind: EventKind, actor: Option<&Actor>) {
-        let approval = self.approvals.get(id).expect("events are emitted for stored approvals").clone();
-        let actor = actor.unwrap_or(&approval.actor);
-        self.emit(kind, actor, EventSubject::of_approval(&approval));
+        let approval = self.approvals.get(id).expect("events are emitted for stored approvals");
+        let event = self.next_event(kind, actor.unwrap_or(&approval.actor), EventSubject::of_approval(approval));
+        self.push_event(event);
     }
 
     pub(crate) fn decide_approval(

@@ -19,11 +19,29 @@ use crate::machine::State;
 use crate::model::Lease;
 
 /// The bounded table of remembered request ids.
+///
+/// Entries are keyed by [`RequestKey`], a 128-bit digest of the request id,
+/// not by the id itself: with up to [`DEDUP_ENTRIES_MAX`] random ids (UUIDs),
+/// comparing string keys meant a cache miss per comparison, and the table's
+/// lookups were a third of the cost of a command. Two distinct request ids
+/// share a key with probability about 2^-128 per pair, far below the odds of
+/// two clients drawing the same UUID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub(crate) struct DedupTable {
-    entries: BTreeMap<String, Remembered>,
-    /// Request ids by expiry; expiry grows with the cluster clock, so this is sorted.
-    order: VecDeque<(u64, String)>,
+    entries: BTreeMap<RequestKey, Remembered>,
+    /// Keys by expiry; expiry grows with the cluster clock, so this is sorted.
+    order: VecDeque<(u64, RequestKey)>,
+}
+
+/// The first 128 bits of SHA-256 over a request id: the dedup table's key.
+pub(crate) type RequestKey = u128;
+
+/// The dedup table's key for a request id.
+pub(crate) fn request_key(request_id: &str) -> RequestKey {
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(request_id.as_bytes());
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_be_bytes(first)
 }
 
 /// One remembered request.
@@ -41,19 +59,19 @@ impl DedupTable {
             if *expires_at_ms > now_ms {
                 break;
             }
-            if let Some((_, request_id)) = self.order.pop_front() {
-                self.entries.remove(&request_id);
+            if let Some((_, key)) = self.order.pop_front() {
+                self.entries.remove(&key);
             }
         }
     }
 
-    /// The remembered reply for a request id.
-    pub(crate) fn recall(&self, request_id: &str) -> Option<&Remembered> {
-        self.entries.get(request_id)
+    /// The remembered reply for a request id's key.
+    pub(crate) fn recall(&self, key: RequestKey) -> Option<&Remembered> {
+        self.entries.get(&key)
     }
 
     /// Remembers a reply, forgetting the oldest entry when full.
-    pub(crate) fn remember(&mut self, request_id: &str, fingerprint: u64, reply: RememberedReply, now_ms: u64) {
+    pub(crate) fn remember(&mut self, key: RequestKey, fingerprint: u64, reply: RememberedReply, now_ms: u64) {
         while self.entries.len() >= DEDUP_ENTRIES_MAX {
             match self.order.pop_front() {
                 Some((_, oldest)) => {
@@ -63,8 +81,8 @@ impl DedupTable {
             }
         }
         let expires_at_ms = now_ms.saturating_add(DEDUP_TTL_MS);
-        self.entries.insert(request_id.to_string(), Remembered { fingerprint, expires_at_ms, reply });
-        self.order.push_back((expires_at_ms, request_id.to_string()));
+        self.entries.insert(key, Remembered { fingerprint, expires_at_ms, reply });
+        self.order.push_back((expires_at_ms, key));
     }
 }
 

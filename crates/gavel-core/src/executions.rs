@@ -42,8 +42,16 @@ impl AttemptFailure {
 /// The idempotency key handed to handlers: stable across retries of one
 /// execution, distinct across executions, and derivable by anyone from the id.
 pub fn idempotency_key(execution_id: &str) -> String {
-    let digest = sha256_hex(format!("gavel/idempotency-key/{execution_id}").as_bytes());
-    format!("idk_{}", &digest[..32])
+    // `idk_` and the first 32 hex digits of SHA-256 over
+    // `gavel/idempotency-key/{execution_id}`, built without intermediate strings.
+    let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+    sha2::Digest::update(&mut hasher, b"gavel/idempotency-key/");
+    sha2::Digest::update(&mut hasher, execution_id.as_bytes());
+    let digest = sha2::Digest::finalize(hasher);
+    let mut key = String::with_capacity(36);
+    key.push_str("idk_");
+    key.push_str(&crate::canonical_json::lower_hex(&digest[..16]));
+    key
 }
 
 /// The id of the approval a submit creates for an execution that needs one.
@@ -74,7 +82,8 @@ pub fn backoff_ms(base_ms: u64, attempts_so_far: u32) -> u64 {
 impl State {
     fn capability_of(&self, execution: &Execution) -> &Capability {
         self.capabilities
-            .get(&(execution.capability_id.clone(), execution.capability_version))
+            .get(&execution.capability_id)
+            .and_then(|versions| versions.get(&execution.capability_version))
             .expect("capability versions are never removed while an execution references them")
     }
 
@@ -83,9 +92,9 @@ impl State {
     }
 
     fn emit_execution_event(&mut self, id: &str, kind: EventKind, actor: Option<&Actor>) {
-        let execution = self.executions.get(id).expect("events are emitted for stored executions").clone();
-        let actor = actor.unwrap_or(&execution.actor).clone();
-        self.emit(kind, &actor, EventSubject::of_execution(&execution));
+        let execution = self.executions.get(id).expect("events are emitted for stored executions");
+        let event = self.next_event(kind, actor.unwrap_or(&execution.actor), EventSubject::of_execution(execution));
+        self.push_event(event);
     }
 
     pub(crate) fn submit(&mut self, submit: &Submit) -> Result<Reply, DomainError> {
@@ -98,7 +107,7 @@ impl State {
         }
         invalid_if_any(problems, "invalid submission")?;
         check_actor("actor", &submit.actor)?;
-        let capability = self.capability(&submit.capability_id, None).cloned().ok_or_else(|| {
+        let capability = self.capability(&submit.capability_id, None).ok_or_else(|| {
             DomainError::new(
                 ErrorCode::CapabilityNotFound,
                 format!("capability {} is not registered", submit.capability_id),
@@ -115,12 +124,14 @@ impl State {
             };
         }
         if capability.requires_approval() {
+            let capability = capability.clone();
             return self.request_approval(submit, &capability, input_json, input_hash);
         }
+        let capability_version = capability.version;
         let execution_id = submit.execution_id.clone();
         let subject = EventSubject {
             execution_id: Some(&execution_id),
-            capability_id: Some(&capability.id),
+            capability_id: Some(&submit.capability_id),
             approval_id: None,
             correlation_id: submit.correlation_id.as_deref(),
             input_hash: Some(&input_hash),
@@ -128,7 +139,8 @@ impl State {
         self.emit(EventKind::Requested, &submit.actor, subject);
         self.create_execution(NewExecution {
             execution_id,
-            capability: &capability,
+            capability_id: &submit.capability_id,
+            capability_version,
             input_json,
             input_hash,
             actor: submit.actor.clone(),
@@ -186,6 +198,7 @@ impl State {
             consumed_by_execution_id: None,
             execution_id: Some(submit.execution_id.clone()),
             capability_version: Some(capability.version),
+            correlation_id: submit.correlation_id.clone(),
             closed_at_ms: None,
         };
         self.store_approval(approval);
@@ -255,13 +268,14 @@ impl State {
                 format!("approval {approval_id} was decided by its requester"),
             );
         }
-        let capability =
-            self.capability(&approval.capability_id, approval.capability_version).cloned().ok_or_else(|| {
-                DomainError::new(
-                    ErrorCode::CapabilityNotFound,
-                    format!("capability {} is not registered", approval.capability_id),
-                )
-            })?;
+        let capability_version =
+            self.capability(&approval.capability_id, approval.capability_version).map(|capability| capability.version);
+        let capability_version = capability_version.ok_or_else(|| {
+            DomainError::new(
+                ErrorCode::CapabilityNotFound,
+                format!("capability {} is not registered", approval.capability_id),
+            )
+        })?;
         let execution_id = approval.execution_id.clone().unwrap_or_else(|| execution_id.to_string());
         if self.executions.contains_key(&execution_id) {
             return Err(already_exists(&execution_id));
@@ -269,12 +283,13 @@ impl State {
         self.mark_consumed(approval_id, &execution_id, now_ms)?;
         self.create_execution(NewExecution {
             execution_id: execution_id.clone(),
-            capability: &capability,
+            capability_id: &approval.capability_id,
+            capability_version,
             input_json: approval.input_json.clone(),
             input_hash: approval.input_hash.clone(),
             actor: approval.actor.clone(),
             surface: approval.surface.clone(),
-            correlation_id: None,
+            correlation_id: approval.correlation_id.clone(),
             approval_id: Some(approval_id.to_string()),
             approver,
         });
@@ -286,8 +301,8 @@ impl State {
         let execution = Execution {
             idempotency_key: idempotency_key(&new.execution_id),
             execution_id: new.execution_id.clone(),
-            capability_id: new.capability.id.clone(),
-            capability_version: new.capability.version,
+            capability_id: new.capability_id.to_string(),
+            capability_version: new.capability_version,
             input_json: new.input_json,
             input_hash: new.input_hash,
             actor: new.actor,
@@ -727,9 +742,11 @@ impl State {
     /// retention window. Never drops a non-final execution.
     fn compact(&mut self, retention: Retention) -> u32 {
         let mut compacted = 0;
-        let horizon = self.clock_ms.saturating_sub(retention.records_ms);
+        // Nothing is older than a window until the clock has run past it; a
+        // horizon saturated to 0 would drop records stamped at time 0 at once.
+        let horizon = self.clock_ms.checked_sub(retention.records_ms);
         while let Some((finalized_at, id)) = self.finalized.first().cloned() {
-            if finalized_at > horizon {
+            if horizon.is_none_or(|horizon| finalized_at > horizon) {
                 break;
             }
             self.finalized.remove(&(finalized_at, id.clone()));
@@ -750,7 +767,7 @@ impl State {
                     StoredApprovalStatus::Approved => None,
                     _ => approval.closed_at_ms,
                 };
-                closed_at.is_some_and(|closed_at| closed_at <= horizon)
+                closed_at.is_some_and(|closed_at| horizon.is_some_and(|horizon| closed_at <= horizon))
             })
             .map(|approval| (approval.requested_at_ms, approval.id.clone()))
             .collect();
@@ -759,8 +776,12 @@ impl State {
             self.approvals_by_time.remove(&key);
             compacted += 1;
         }
-        let event_horizon = self.clock_ms.saturating_sub(retention.events_ms);
-        while self.events.front().is_some_and(|event| event.timestamp_ms <= event_horizon) {
+        let event_horizon = self.clock_ms.checked_sub(retention.events_ms);
+        while self
+            .events
+            .front()
+            .is_some_and(|event| event_horizon.is_some_and(|horizon| event.timestamp_ms <= horizon))
+        {
             self.events.pop_front();
             compacted += 1;
         }
@@ -770,7 +791,8 @@ impl State {
 
 struct NewExecution<'a> {
     execution_id: String,
-    capability: &'a Capability,
+    capability_id: &'a str,
+    capability_version: u64,
     input_json: String,
     input_hash: String,
     actor: Actor,

@@ -41,9 +41,10 @@ pub(crate) struct LeaseRecord {
 pub struct State {
     /// Cluster clock: the largest `now_ms` any command carried.
     pub(crate) clock_ms: u64,
-    /// Every capability version, by (id, version). Versions are immutable, so an
-    /// execution's snapshot is a reference to one of them.
-    pub(crate) capabilities: BTreeMap<(String, u64), Capability>,
+    /// Every capability version, by id and then version. Versions are immutable, so an
+    /// execution's snapshot is a reference to one of them. Nested rather than keyed
+    /// by (id, version) so that a lookup by `&str` needs no allocated key.
+    pub(crate) capabilities: BTreeMap<String, BTreeMap<u64, Capability>>,
     /// Latest version per capability id.
     pub(crate) capability_latest: BTreeMap<String, u64>,
     pub(crate) approvals: BTreeMap<String, Approval>,
@@ -93,8 +94,9 @@ impl State {
             return DomainError::invalid(problem).into();
         }
         let fingerprint = command_fingerprint(&envelope.command);
+        let key = crate::dedup::request_key(request_id);
         self.dedup.forget_expired(self.clock_ms);
-        if let Some(remembered) = self.dedup.recall(request_id) {
+        if let Some(remembered) = self.dedup.recall(key) {
             if remembered.fingerprint != fingerprint {
                 return DomainError::new(
                     ErrorCode::RequestIdReused,
@@ -106,7 +108,7 @@ impl State {
             return self.recall_reply(&reply, &envelope.command);
         }
         let reply = self.dispatch(&envelope.command);
-        self.dedup.remember(request_id, fingerprint, RememberedReply::from_reply(&reply), self.clock_ms);
+        self.dedup.remember(key, fingerprint, RememberedReply::from_reply(&reply), self.clock_ms);
         reply
     }
 
@@ -141,13 +143,16 @@ impl State {
 
     /// Appends an audit event stamped with the cluster clock.
     pub(crate) fn emit(&mut self, kind: EventKind, actor: &Actor, subject: EventSubject<'_>) {
-        let cursor = self.next_cursor;
-        self.next_cursor += 1;
-        if let Some(execution_id) = subject.execution_id {
-            self.execution_events.entry(execution_id.to_string()).or_default().push(cursor);
-        }
-        self.events.push_back(Event {
-            cursor,
+        let event = self.next_event(kind, actor, subject);
+        self.push_event(event);
+    }
+
+    /// Builds the next event without appending it. Split from [`State::push_event`]
+    /// so that callers can build it while borrowing the record it is about,
+    /// instead of cloning the whole record to satisfy the borrow checker.
+    pub(crate) fn next_event(&self, kind: EventKind, actor: &Actor, subject: EventSubject<'_>) -> Event {
+        Event {
+            cursor: self.next_cursor,
             kind,
             timestamp_ms: self.clock_ms,
             actor: actor.clone(),
@@ -156,7 +161,23 @@ impl State {
             approval_id: subject.approval_id.map(str::to_string),
             correlation_id: subject.correlation_id.map(str::to_string),
             input_hash: subject.input_hash.map(str::to_string),
-        });
+        }
+    }
+
+    /// Appends an event built by [`State::next_event`] and indexes it by execution.
+    pub(crate) fn push_event(&mut self, event: Event) {
+        assert_eq!(event.cursor, self.next_cursor, "events are appended in cursor order");
+        self.next_cursor += 1;
+        if let Some(execution_id) = &event.execution_id {
+            // Look up before inserting: the id is only copied for an execution's first event.
+            match self.execution_events.get_mut(execution_id) {
+                Some(cursors) => cursors.push(event.cursor),
+                None => {
+                    self.execution_events.insert(execution_id.clone(), vec![event.cursor]);
+                }
+            }
+        }
+        self.events.push_back(event);
     }
 
     // ----- reads -----
@@ -198,14 +219,14 @@ impl State {
     /// A capability's latest version, or a given one.
     pub fn capability(&self, id: &str, version: Option<u64>) -> Option<&Capability> {
         let version = version.or_else(|| self.capability_latest.get(id).copied())?;
-        self.capabilities.get(&(id.to_string(), version))
+        self.capabilities.get(id)?.get(&version)
     }
 
     /// The latest version of every capability, by id.
     pub fn capabilities(&self) -> Vec<&Capability> {
         self.capability_latest
             .iter()
-            .filter_map(|(id, version)| self.capabilities.get(&(id.clone(), *version)))
+            .filter_map(|(id, version)| self.capabilities.get(id)?.get(version))
             .collect()
     }
 
@@ -326,7 +347,7 @@ impl<'a> EventSubject<'a> {
             execution_id: approval.execution_id.as_deref().or(approval.consumed_by_execution_id.as_deref()),
             capability_id: Some(&approval.capability_id),
             approval_id: Some(&approval.id),
-            correlation_id: None,
+            correlation_id: approval.correlation_id.as_deref(),
             input_hash: Some(&approval.input_hash),
         }
     }
@@ -334,8 +355,11 @@ impl<'a> EventSubject<'a> {
 
 /// A short digest of a command, to recognise a request id reused for a different command.
 fn command_fingerprint(command: &Command) -> u64 {
-    let bytes = bincode::serialize(command).expect("commands serialize: every field is plain data");
-    let digest = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&bytes));
+    // Serialized straight into the hasher: the same digest as hashing
+    // `bincode::serialize(command)`, without the intermediate buffer.
+    let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+    bincode::serialize_into(&mut hasher, command).expect("commands serialize: every field is plain data");
+    let digest = sha2::Digest::finalize(hasher);
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(first)

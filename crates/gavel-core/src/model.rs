@@ -235,6 +235,8 @@ pub struct Approval {
     pub execution_id: Option<String>,
     /// For approvals created by submit: the capability version submitted under.
     pub capability_version: Option<u64>,
+    /// For approvals created by submit: the caller's correlation id, carried to the execution.
+    pub correlation_id: Option<String>,
     /// When it left the pending/approved states for good (rejected, cancelled,
     /// consumed); retention counts from here.
     pub closed_at_ms: Option<u64>,

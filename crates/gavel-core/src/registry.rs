@@ -105,7 +105,7 @@ impl State {
         if let Some(latest) = latest.filter(|latest| same_declaration(latest, &capability)) {
             return Ok(latest);
         }
-        self.capabilities.insert((capability.id.clone(), version), capability.clone());
+        self.capabilities.entry(capability.id.clone()).or_default().insert(version, capability.clone());
         self.capability_latest.insert(capability.id.clone(), version);
         let subject = EventSubject { capability_id: Some(&capability.id), ..EventSubject::default() };
         self.emit(EventKind::CapabilityRegistered { version }, &Actor::system(), subject);

@@ -94,6 +94,12 @@ pub fn check_id(field: &str, value: &str) -> Result<(), String> {
 
 /// Checks an actor (SPEC §2): a missing or ill-formed actor is `UNAUTHENTICATED`.
 pub fn check_actor(field: &str, actor: &Actor) -> Result<(), DomainError> {
+    // A well-formed actor (every command carries one) is accepted without
+    // formatting field names; they are only needed to describe problems.
+    let display_name_ok = actor.display_name.as_deref().is_none_or(|name| name.len() <= TEXT_BYTES_MAX);
+    if check_id(field, &actor.id).is_ok() && display_name_ok {
+        return Ok(());
+    }
     let mut problems = Problems::new();
     problems.id(&format!("{field}.id"), &actor.id);
     problems.text(&format!("{field}.displayName"), actor.display_name.as_deref());

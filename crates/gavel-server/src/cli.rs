@@ -1,10 +1,17 @@
 //! Command-line arguments of the `gavel` binary (flags or `GAVEL_*` variables).
+//! The operator commands' arguments live next to their code in [`crate::commands`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use gavel_raft::RaftTimings;
+
+use crate::commands::approval::ApprovalArgs;
+use crate::commands::audit::AuditArgs;
+use crate::commands::capability::CapabilityArgs;
+use crate::commands::cluster::ClusterArgs;
+use crate::commands::exec::ExecArgs;
 
 /// Gavel: a replicated coordinator for governed AI-agent tool calls.
 #[derive(Debug, Parser)]
@@ -22,6 +29,16 @@ pub enum TopCommand {
     Node(NodeArgs),
     /// Run a local three-node cluster as three processes on 127.0.0.1 (the embedded default).
     Dev(DevArgs),
+    /// Approvals: list, get, approve, reject, cancel.
+    Approval(ApprovalArgs),
+    /// The capability registry: register, get, list.
+    Capability(CapabilityArgs),
+    /// Executions: submit, resume, get, wait, cancel, events.
+    Exec(ExecArgs),
+    /// The audit trail: tail (and follow) from a cursor.
+    Audit(AuditArgs),
+    /// Cluster nodes and membership: status, add-learner, promote, remove.
+    Cluster(ClusterArgs),
 }
 
 /// Raft timings, every one configurable.

@@ -1,25 +1,51 @@
 //! The `gavel` binary: `gavel node` runs one cluster node; `gavel dev` runs a
-//! local three-node cluster as three processes.
+//! local three-node cluster as three processes; `gavel approval|capability|
+//! exec|audit|cluster` are the operator commands (see `docs/cli.md`).
+
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 use gavel_server::cli::{parse_peers, Cli, NodeArgs, TopCommand};
+use gavel_server::commands::{self, finish, CommandError};
 use gavel_server::node::ServerSettings;
 use gavel_server::server::{start, NodeOptions};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let serving = matches!(cli.command, TopCommand::Node(_) | TopCommand::Dev(_));
+    // Operator commands keep standard error for their own messages.
+    let default_filter = if serving { "info,openraft=warn" } else { "warn" };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GAVEL_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("GAVEL_LOG").unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return finish(Err(CommandError::Other(error.into()))),
+    };
     match cli.command {
-        TopCommand::Node(args) => runtime.block_on(run_node(args)),
-        TopCommand::Dev(args) => runtime.block_on(gavel_server::dev::run(args)),
+        TopCommand::Node(args) => served(runtime.block_on(run_node(args))),
+        TopCommand::Dev(args) => served(runtime.block_on(gavel_server::dev::run(args))),
+        TopCommand::Approval(args) => finish(runtime.block_on(commands::approval::run(args))),
+        TopCommand::Capability(args) => finish(runtime.block_on(commands::capability::run(args))),
+        TopCommand::Exec(args) => finish(runtime.block_on(commands::exec::run(args))),
+        TopCommand::Audit(args) => finish(runtime.block_on(commands::audit::run(args))),
+        TopCommand::Cluster(args) => finish(runtime.block_on(commands::cluster::run(args))),
+    }
+}
+
+/// The exit of `node` and `dev`: as `main` returning `anyhow::Result` would.
+fn served(outcome: anyhow::Result<()>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("Error: {error:?}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -1,0 +1,127 @@
+//! `gavel audit tail`: read or follow the audit trail from a cursor.
+
+use clap::{Args, Subcommand};
+use gavel_client::{pb, Client};
+use serde_json::json;
+
+use super::output::{self, Table};
+use super::{CommandError, GlobalArgs};
+
+/// Events asked for per page when reading what exists.
+const PAGE_EVENTS: u32 = 1_000;
+
+/// `gavel audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Options shared by every command.
+    #[command(flatten, next_help_heading = "Global options")]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AuditCommand,
+}
+
+/// The verbs of `gavel audit`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Print the events after a cursor. Without --follow it prints what exists,
+    /// then the last cursor to pass as --after next time; with --follow it keeps
+    /// streaming new events, resuming across reconnects, until interrupted.
+    Tail {
+        /// Start after this cursor (0: from the beginning).
+        #[arg(long, value_name = "CURSOR", default_value_t = 0)]
+        after: u64,
+        /// Only events of this execution.
+        #[arg(long = "execution", value_name = "ID")]
+        execution_id: Option<String>,
+        /// Keep following new events.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+/// Runs one `gavel audit` command.
+pub async fn run(args: AuditArgs) -> Result<(), CommandError> {
+    let client = args.global.client()?;
+    let json = args.global.json;
+    match args.command {
+        AuditCommand::Tail { after, execution_id, follow: false } => tail(&client, after, execution_id, json).await,
+        AuditCommand::Tail { after, execution_id, follow: true } => follow(&client, after, execution_id, json).await,
+    }
+}
+
+/// Prints the events that exist after `after`, then the last cursor: as a
+/// final `{"lastCursor": N}` line in JSON mode, as a sentence otherwise.
+async fn tail(client: &Client, after: u64, execution_id: Option<String>, json: bool) -> Result<(), CommandError> {
+    let mut cursor = after;
+    let mut table = Table::new(&output::EVENT_HEADERS);
+    let mut count = 0usize;
+    loop {
+        let request =
+            pb::ListEventsRequest { after_cursor: cursor, limit: PAGE_EVENTS, execution_id: execution_id.clone() };
+        let page = client.list_events(request).await?;
+        if page.events.is_empty() {
+            break;
+        }
+        count += page.events.len();
+        for event in &page.events {
+            if json {
+                output::print_json_line(&output::event_json(event))?;
+            } else {
+                table.row(output::event_row(event));
+            }
+        }
+        cursor = page.last_cursor.max(cursor);
+    }
+    if json {
+        return output::print_json_line(&json!({ "lastCursor": cursor }));
+    }
+    if count > 0 {
+        output::print(&table.render())?;
+    }
+    output::print(&format!("last cursor: {cursor} (continue with: gavel audit tail --after {cursor})\n"))
+}
+
+/// Streams events until interrupted; the SDK reconnects to any node and
+/// resumes from the last cursor it delivered.
+async fn follow(client: &Client, after: u64, execution_id: Option<String>, json: bool) -> Result<(), CommandError> {
+    let mut events = client.watch_events(after, execution_id);
+    let mut cursor = after;
+    if !json {
+        output::print(&format!("{}\n", follow_line(&output::EVENT_HEADERS.map(String::from))))?;
+    }
+    loop {
+        tokio::select! {
+            next = events.recv() => match next {
+                Some(Ok(event)) => {
+                    cursor = event.cursor;
+                    if json {
+                        output::print_json_line(&output::event_json(&event))?;
+                    } else {
+                        output::print(&format!("{}\n", follow_line(&output::event_row(&event))))?;
+                    }
+                }
+                Some(Err(error)) => return Err(error.into()),
+                None => return Ok(()),
+            },
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("stopped after cursor {cursor} (continue with: gavel audit tail --follow --after {cursor})");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// A row with fixed column widths: rows of a stream cannot be aligned on
+/// their widest cell, which is not known yet.
+fn follow_line(cells: &[String]) -> String {
+    const WIDTHS: [usize; 5] = [8, 24, 30, 24, 40];
+    let mut line = String::new();
+    for (index, cell) in cells.iter().enumerate() {
+        match WIDTHS.get(index) {
+            Some(width) => line.push_str(&format!("{cell:<width$}  ")),
+            None => line.push_str(cell),
+        }
+    }
+    line.trim_end().to_string()
+}

@@ -1,0 +1,309 @@
+//! `gavel exec submit|resume|get|wait|cancel|events`: executions.
+
+use clap::{Args, Subcommand};
+use gavel_client::{pb, Client};
+use serde_json::json;
+
+use super::output::{self, actor_text, key_values, or_dash, time, Table};
+use super::{approval, CommandError, GlobalArgs};
+
+/// Longest wait the cluster grants one `WaitExecution` call (ms); `exec wait`
+/// asks for at most this much per call and calls again for longer timeouts.
+const WAIT_CALL_MS_MAX: u64 = 60_000;
+
+/// `gavel exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Options shared by every command.
+    #[command(flatten, next_help_heading = "Global options")]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ExecCommand,
+}
+
+/// The verbs of `gavel exec`.
+#[derive(Debug, Subcommand)]
+pub enum ExecCommand {
+    /// Submit a capability call as the `--as` actor. When the capability needs
+    /// approval this creates a pending approval instead; resume it once approved.
+    Submit {
+        /// Capability id.
+        capability: String,
+        /// Input as JSON text, or `@PATH` to read it from a file.
+        #[arg(long, value_name = "JSON", default_value = "{}")]
+        input: String,
+        /// Execution id of your choice; repeating a submit with the same id and
+        /// input returns the existing execution instead of a second one.
+        #[arg(long = "id", value_name = "EXECUTION_ID")]
+        execution_id: Option<String>,
+        /// Where the call comes from (free text recorded on the execution).
+        #[arg(long, default_value = "cli")]
+        surface: String,
+        /// Application correlation id, echoed in audit events.
+        #[arg(long, value_name = "X")]
+        correlation_id: Option<String>,
+    },
+    /// Consume an approved approval and create its execution.
+    Resume {
+        /// Approval id (printed by `exec submit`).
+        approval_id: String,
+    },
+    /// Show an execution.
+    Get {
+        /// Execution id.
+        id: String,
+    },
+    /// Wait until an execution is final and show it; exit code 1 when the
+    /// timeout passes first.
+    Wait {
+        /// Execution id.
+        id: String,
+        /// How long to wait (ms).
+        #[arg(long, value_name = "N", default_value_t = 60_000)]
+        timeout_ms: u64,
+    },
+    /// Cancel an execution (terminal; the running attempt's lease is revoked).
+    Cancel {
+        /// Execution id.
+        id: String,
+    },
+    /// List an execution's audit events.
+    Events {
+        /// Execution id.
+        id: String,
+    },
+}
+
+/// Runs one `gavel exec` command.
+pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
+    let json = args.global.json;
+    match args.command {
+        ExecCommand::Submit { capability, input, execution_id, surface, correlation_id } => {
+            let input_json = read_input(&input)?;
+            let client = args.global.client()?;
+            let request = pb::SubmitRequest {
+                execution_id,
+                capability_id: capability,
+                input_json,
+                actor: Some(args.global.actor()),
+                surface,
+                correlation_id,
+                ..pb::SubmitRequest::default()
+            };
+            let response = client.submit(request).await?;
+            print_submitted(&response, json)
+        }
+        ExecCommand::Resume { approval_id } => {
+            let client = args.global.client()?;
+            let response = client.resume(pb::ResumeRequest { approval_id, ..pb::ResumeRequest::default() }).await?;
+            print_execution(&unwrap_execution(response.execution)?, json)
+        }
+        ExecCommand::Get { id } => {
+            let client = args.global.client()?;
+            let response = client.get_execution(pb::GetExecutionRequest { execution_id: id.clone() }).await?;
+            let execution = response.execution.ok_or_else(|| not_found(&id))?;
+            print_execution(&execution, json)
+        }
+        ExecCommand::Wait { id, timeout_ms } => {
+            let client = args.global.client()?;
+            wait(&client, id, timeout_ms, json).await
+        }
+        ExecCommand::Cancel { id } => {
+            let client = args.global.client()?;
+            let request = pb::CancelExecutionRequest {
+                execution_id: id,
+                actor: Some(args.global.actor()),
+                ..pb::CancelExecutionRequest::default()
+            };
+            let response = client.cancel_execution(request).await?;
+            print_execution(&unwrap_execution(response.execution)?, json)
+        }
+        ExecCommand::Events { id } => {
+            let client = args.global.client()?;
+            let events = all_events(&client, &id).await?;
+            print_events(&events, json)
+        }
+    }
+}
+
+/// The input text: given inline, or read from the file after `@`.
+fn read_input(input: &str) -> Result<String, CommandError> {
+    match input.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|error| CommandError::Other(anyhow::anyhow!("reading input file {path}: {error}"))),
+        None => Ok(input.to_string()),
+    }
+}
+
+fn not_found(id: &str) -> CommandError {
+    CommandError::refused("NOT_FOUND", format!("execution {id} was not found"))
+}
+
+fn unwrap_execution(execution: Option<pb::Execution>) -> Result<pb::Execution, CommandError> {
+    execution.ok_or_else(|| CommandError::Other(anyhow::anyhow!("the cluster answered without the execution")))
+}
+
+/// Waits in calls of at most [`WAIT_CALL_MS_MAX`] until the execution is final
+/// or `timeout_ms` has passed.
+async fn wait(client: &Client, id: String, timeout_ms: u64, json: bool) -> Result<(), CommandError> {
+    let started = std::time::Instant::now();
+    loop {
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let remaining_ms = timeout_ms.saturating_sub(elapsed_ms);
+        let request =
+            pb::WaitExecutionRequest { execution_id: id.clone(), timeout_ms: remaining_ms.min(WAIT_CALL_MS_MAX) };
+        let response = client.wait_execution(request).await?;
+        let execution = unwrap_execution(response.execution)?;
+        if !response.timed_out {
+            return print_execution(&execution, json);
+        }
+        if remaining_ms <= WAIT_CALL_MS_MAX {
+            print_execution(&execution, json)?;
+            return Err(CommandError::Other(anyhow::anyhow!(
+                "execution {id} is still {} after {timeout_ms} ms",
+                output::execution_state(execution.state)
+            )));
+        }
+    }
+}
+
+/// Every event of one execution, page after page.
+async fn all_events(client: &Client, id: &str) -> Result<Vec<pb::Event>, CommandError> {
+    let mut events: Vec<pb::Event> = Vec::new();
+    loop {
+        let after_cursor = events.last().map_or(0, |event| event.cursor);
+        let request = pb::ListExecutionEventsRequest { execution_id: id.to_string(), after_cursor, limit: 0 };
+        let page = client.list_execution_events(request).await?.events;
+        if page.is_empty() {
+            break;
+        }
+        events.extend(page);
+    }
+    if events.is_empty() {
+        // An unknown execution has no events; say so rather than print nothing.
+        let response = client.get_execution(pb::GetExecutionRequest { execution_id: id.to_string() }).await?;
+        if response.execution.is_none() {
+            return Err(not_found(id));
+        }
+    }
+    Ok(events)
+}
+
+fn print_events(events: &[pb::Event], json: bool) -> Result<(), CommandError> {
+    if json {
+        let events: Vec<_> = events.iter().map(output::event_json).collect();
+        return output::print_json(&json!({ "events": events }));
+    }
+    let mut table = Table::new(&output::EVENT_HEADERS);
+    for event in events {
+        table.row(output::event_row(event));
+    }
+    output::print(&table.render())
+}
+
+fn print_submitted(response: &pb::SubmitResponse, json: bool) -> Result<(), CommandError> {
+    use pb::submit_response::Outcome;
+    match &response.outcome {
+        Some(Outcome::Execution(execution)) => {
+            if json {
+                return output::print_json(&json!({
+                    "outcome": "execution",
+                    "created": response.created,
+                    "execution": output::execution_json(execution),
+                }));
+            }
+            if !response.created {
+                eprintln!("execution {} already existed with this input", execution.execution_id);
+            }
+            print_execution(execution, false)
+        }
+        Some(Outcome::ApprovalRequired(pending)) => {
+            if json {
+                return output::print_json(&json!({
+                    "outcome": "approvalRequired",
+                    "created": response.created,
+                    "approval": output::approval_json(pending),
+                }));
+            }
+            output::print(&format!(
+                "approval required: {} is {} until {}\n\
+                 an approver runs:  gavel approval approve {}\n\
+                 then:              gavel exec resume {}\n\n",
+                pending.id,
+                output::approval_status(pending.status),
+                time(pending.expires_at_ms),
+                pending.id,
+                pending.id
+            ))?;
+            approval::print_approval(pending, false)
+        }
+        None => Err(CommandError::Other(anyhow::anyhow!("the cluster answered without an outcome"))),
+    }
+}
+
+/// One line describing the final result.
+fn result_text(result: Option<&pb::ResultEnvelope>) -> String {
+    use pb::result_envelope::Outcome;
+    match result.and_then(|result| result.outcome.as_ref()) {
+        None => "-".to_string(),
+        Some(Outcome::Completed(completed)) => format!(
+            "completed after {} attempt(s) in {}ms: {}",
+            completed.attempts,
+            completed.duration_ms,
+            output::compact_json(&completed.output_json)
+        ),
+        Some(Outcome::Failed(failed)) => {
+            let mut text = format!(
+                "failed after {} attempt(s): {}: {} (retryable: {})",
+                failed.attempts, failed.code, failed.message, failed.retryable
+            );
+            if let Some(executed) = output::executed_before_failure(failed.executed_before_failure) {
+                text.push_str(&format!(", executed before failure: {executed}"));
+            }
+            text
+        }
+        Some(Outcome::Cancelled(cancelled)) => format!(
+            "cancelled ({}) after {} attempt(s) in {}ms",
+            output::cancel_code(cancelled.code),
+            cancelled.attempts,
+            cancelled.duration_ms
+        ),
+    }
+}
+
+/// Prints one execution as a record (or JSON).
+pub fn print_execution(execution: &pb::Execution, json: bool) -> Result<(), CommandError> {
+    if json {
+        return output::print_json(&output::execution_json(execution));
+    }
+    let lease = execution.current_lease.as_ref().map(|lease| {
+        format!(
+            "{} (attempt {}, worker {}, deadline {})",
+            lease.lease_id,
+            lease.attempt,
+            lease.worker_id,
+            time(lease.deadline_ms)
+        )
+    });
+    output::print(&key_values(&[
+        ("execution", execution.execution_id.clone()),
+        ("state", output::execution_state(execution.state)),
+        ("capability", format!("{} (version {})", execution.capability_id, execution.capability_version)),
+        ("actor", actor_text(execution.actor.as_ref())),
+        ("surface", execution.surface.clone()),
+        ("correlation id", or_dash(execution.correlation_id.as_deref())),
+        ("approval", or_dash(execution.approval_id.as_deref())),
+        ("approver", actor_text(execution.approver.as_ref())),
+        ("input", output::compact_json(&execution.input_json)),
+        ("input hash", execution.input_hash.clone()),
+        ("idempotency key", execution.idempotency_key.clone()),
+        ("attempts", execution.attempts.to_string()),
+        ("submitted", time(execution.submitted_at_ms)),
+        ("finalized", or_dash(execution.finalized_at_ms.map(time))),
+        ("lease", or_dash(lease)),
+        ("backoff until", or_dash(execution.backoff_until_ms.map(time))),
+        ("cancel requested", execution.cancel_requested.to_string()),
+        ("result", result_text(execution.result.as_ref())),
+    ]))
+}

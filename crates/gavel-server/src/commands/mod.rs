@@ -1,0 +1,215 @@
+//! The operator and approver commands of the `gavel` binary, noun then verb:
+//! `gavel approval|capability|exec|audit|cluster <verb>`.
+//!
+//! Each command is a thin shell over the `gavel-client` SDK: it builds one
+//! request, prints the answer as an aligned table or, with `--json`, as a
+//! stable JSON document ([`output`]), and turns the outcome into an exit code
+//! ([`finish`]). The commands and exit codes are documented in `docs/cli.md`.
+
+pub mod approval;
+pub mod audit;
+pub mod capability;
+pub mod cluster;
+pub mod exec;
+pub mod output;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use gavel_client::{pb, Client, ClientConfig};
+
+/// The endpoints of `gavel dev`, used when neither `--endpoints` nor
+/// `GAVEL_ENDPOINTS` is given.
+pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403";
+
+/// Exit code: the command did what it was asked.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: anything not covered by another code (local I/O, a wait that
+/// timed out, an unexpected answer).
+pub const EXIT_OTHER: u8 = 1;
+/// Exit code: the command line is wrong (clap uses 2 for its own errors).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: the request was refused with a domain code (by the cluster, or
+/// by the CLI's own check of a capability file before sending it).
+pub const EXIT_REFUSED: u8 = 3;
+/// Exit code: no node could serve the request within the retry budget.
+pub const EXIT_UNREACHABLE: u8 = 4;
+
+/// Options shared by every operator command; they may appear before or after
+/// the verb.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Cluster nodes to talk to, comma-separated `host:port`. Any node works;
+    /// the client follows the leader.
+    #[arg(long, env = "GAVEL_ENDPOINTS", default_value = DEFAULT_ENDPOINTS, global = true)]
+    pub endpoints: String,
+    /// Who you act as: `kind:id` with kind user, service, automation or
+    /// anonymous (`user:alice`, `service:billing`); a bare `alice` is a user.
+    /// Default: `user:$USER`, or `user:cli` when USER is unset.
+    #[arg(long = "as", env = "GAVEL_ACTOR", value_name = "ACTOR", value_parser = parse_actor, global = true)]
+    pub actor: Option<pb::Actor>,
+    /// Print JSON (one document; JSON Lines for `audit tail`) instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// How long a call keeps retrying while no node answers or no leader is
+    /// elected, before giving up with exit code 4 (ms).
+    #[arg(long, env = "GAVEL_RETRY_BUDGET_MS", default_value_t = 10_000, global = true)]
+    pub retry_budget_ms: u64,
+}
+
+impl GlobalArgs {
+    /// The endpoints as a list.
+    pub fn endpoint_list(&self) -> Vec<String> {
+        self.endpoints.split(',').map(str::trim).filter(|endpoint| !endpoint.is_empty()).map(String::from).collect()
+    }
+
+    /// The client timings these options ask for.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig { retry_budget: Duration::from_millis(self.retry_budget_ms), ..ClientConfig::default() }
+    }
+
+    /// A client for the configured endpoints.
+    pub fn client(&self) -> Result<Client, CommandError> {
+        let endpoints = self.endpoint_list();
+        if endpoints.is_empty() {
+            return Err(CommandError::Usage("--endpoints names no endpoint".to_string()));
+        }
+        Ok(Client::with_config(&endpoints, self.client_config())?)
+    }
+
+    /// The acting actor: `--as`, `GAVEL_ACTOR`, else `user:$USER`, else `user:cli`.
+    pub fn actor(&self) -> pb::Actor {
+        self.actor.clone().unwrap_or_else(|| {
+            let id = std::env::var("USER").ok().filter(|user| !user.is_empty()).unwrap_or_else(|| "cli".to_string());
+            pb::Actor { id, kind: pb::ActorKind::User as i32, display_name: None }
+        })
+    }
+}
+
+/// Parses `kind:id` (or a bare id, taken as a user) into an actor.
+pub fn parse_actor(text: &str) -> Result<pb::Actor, String> {
+    let (kind, id) = match text.split_once(':') {
+        Some((kind, id)) => {
+            let kind = match kind {
+                "user" => pb::ActorKind::User,
+                "service" => pb::ActorKind::Service,
+                "automation" => pb::ActorKind::Automation,
+                "anonymous" => pb::ActorKind::Anonymous,
+                other => {
+                    return Err(format!(
+                        "unknown actor kind {other:?}; use user, service, automation or anonymous (as in user:alice)"
+                    ))
+                }
+            };
+            (kind, id)
+        }
+        None => (pb::ActorKind::User, text),
+    };
+    if id.trim().is_empty() {
+        return Err("the actor id is empty; write kind:id, as in user:alice".to_string());
+    }
+    Ok(pb::Actor { id: id.to_string(), kind: kind as i32, display_name: None })
+}
+
+/// Why a command failed; each kind has its own exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// The request was refused with a stable domain code (exit 3).
+    #[error("{code}: {message}")]
+    Refused {
+        /// Stable domain code.
+        code: String,
+        /// What went wrong.
+        message: String,
+        /// Every validation problem, when there were several.
+        problems: Vec<String>,
+    },
+    /// No node answered within the retry budget (exit 4).
+    #[error("cluster unreachable: {0}")]
+    Unreachable(String),
+    /// The command line is wrong in a way clap cannot see (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// Anything else (exit 1).
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl CommandError {
+    /// A refusal found by the CLI itself, worded like the cluster's.
+    pub fn refused(code: &str, message: impl Into<String>) -> CommandError {
+        CommandError::Refused { code: code.to_string(), message: message.into(), problems: Vec::new() }
+    }
+
+    /// The exit code for this failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CommandError::Refused { .. } => EXIT_REFUSED,
+            CommandError::Unreachable(_) => EXIT_UNREACHABLE,
+            CommandError::Usage(_) => EXIT_USAGE,
+            CommandError::Other(_) => EXIT_OTHER,
+        }
+    }
+}
+
+impl From<gavel_client::Error> for CommandError {
+    fn from(error: gavel_client::Error) -> CommandError {
+        match error {
+            gavel_client::Error::Domain { code, message, problems, .. } => {
+                CommandError::Refused { code, message, problems }
+            }
+            gavel_client::Error::Unavailable(reason) => CommandError::Unreachable(reason),
+            gavel_client::Error::Config(reason) => CommandError::Usage(format!("invalid --endpoints: {reason}")),
+        }
+    }
+}
+
+impl From<std::io::Error> for CommandError {
+    fn from(error: std::io::Error) -> CommandError {
+        CommandError::Other(error.into())
+    }
+}
+
+/// Prints a failure to standard error and returns the command's exit code.
+/// A closed standard output (`gavel audit tail --follow | head`) is a normal
+/// way to stop reading, so it exits 0 quietly.
+pub fn finish(outcome: Result<(), CommandError>) -> ExitCode {
+    let error = match outcome {
+        Ok(()) => return ExitCode::from(EXIT_OK),
+        Err(error) => error,
+    };
+    if let CommandError::Other(other) = &error {
+        if other.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
+            return ExitCode::from(EXIT_OK);
+        }
+    }
+    match &error {
+        CommandError::Refused { problems, .. } => {
+            eprintln!("error: {error}");
+            for problem in problems {
+                eprintln!("  - {problem}");
+            }
+        }
+        CommandError::Other(other) => eprintln!("error: {other:#}"),
+        _ => eprintln!("error: {error}"),
+    }
+    ExitCode::from(error.exit_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actor_parses_kind_and_id_and_defaults_to_user() {
+        let alice = parse_actor("alice").expect("bare id");
+        assert_eq!((alice.id.as_str(), alice.kind), ("alice", pb::ActorKind::User as i32));
+        let billing = parse_actor("service:billing").expect("service");
+        assert_eq!((billing.id.as_str(), billing.kind), ("billing", pb::ActorKind::Service as i32));
+        let nested = parse_actor("automation:agent:7").expect("id with a colon");
+        assert_eq!(nested.id, "agent:7");
+        assert!(parse_actor("robot:x").is_err());
+        assert!(parse_actor("user:").is_err());
+    }
+}
