@@ -48,6 +48,9 @@ pub enum ExecCommand {
     Resume {
         /// Approval id (printed by `exec submit`).
         approval_id: String,
+        /// Then wait (up to this many ms) until the execution is final and show it.
+        #[arg(long, value_name = "MS")]
+        wait: Option<u64>,
     },
     /// Show an execution.
     Get {
@@ -94,10 +97,14 @@ pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
             let response = client.submit(request).await?;
             print_submitted(&response, json)
         }
-        ExecCommand::Resume { approval_id } => {
+        ExecCommand::Resume { approval_id, wait: wait_ms } => {
             let client = args.global.client()?;
             let response = client.resume(pb::ResumeRequest { approval_id, ..pb::ResumeRequest::default() }).await?;
-            print_execution(&unwrap_execution(response.execution)?, json)
+            let execution = unwrap_execution(response.execution)?;
+            match wait_ms {
+                Some(timeout_ms) => wait(&client, execution.execution_id, timeout_ms, json).await,
+                None => print_execution(&execution, json),
+            }
         }
         ExecCommand::Get { id } => {
             let client = args.global.client()?;
