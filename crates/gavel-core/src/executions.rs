@@ -391,60 +391,55 @@ impl State {
     }
 
     fn effective_deadline(&self, execution: &Execution, lease: &Lease) -> u64 {
-        match self.capability_of(execution).heartbeat_timeout_ms {
-            Some(timeout) => lease.deadline_ms.min(lease.heartbeat_at_ms.saturating_add(timeout)),
-            None => lease.deadline_ms,
-        }
+        effective_deadline(self.capability_of(execution), lease)
     }
 
     fn grant_lease(&mut self, id: &str, worker_id: &str) -> Task {
         let lease_id = self.next_lease_id;
         self.next_lease_id += 1;
         let now_ms = self.clock_ms;
-        let timeout_ms = self.capability_of(&self.executions[id]).timeout_ms;
-        let execution = self.execution_mut(id);
+        // One lookup of the execution, and its capability borrowed alongside
+        // (disjoint fields), rather than a lookup per step.
+        let execution = self.executions.get_mut(id).expect("queued executions are retained");
+        let capability = self
+            .capabilities
+            .get(&execution.capability_id)
+            .and_then(|versions| versions.get(&execution.capability_version))
+            .expect("capability versions are never removed while an execution references them");
         assert_eq!(execution.state, ExecutionState::Queued, "only queued executions sit in a queue");
         execution.attempts += 1;
+        let attempt = execution.attempts;
         let lease = Lease {
             lease_id,
             execution_id: id.to_string(),
-            attempt: execution.attempts,
+            attempt,
             worker_id: worker_id.to_string(),
             granted_at_ms: now_ms,
-            deadline_ms: now_ms.saturating_add(timeout_ms),
+            deadline_ms: now_ms.saturating_add(capability.timeout_ms),
             heartbeat_at_ms: now_ms,
         };
+        let deadline = effective_deadline(capability, &lease);
         execution.state = ExecutionState::Leased;
-        execution.lease = Some(lease.clone());
         execution.lease_ids.push(lease_id);
-        let attempt = execution.attempts;
+        execution.lease = Some(lease.clone());
+        let task = task(execution, capability, lease);
         self.leases.insert(lease_id, LeaseRecord { execution_id: id.to_string(), attempt, accepted_failure: None });
-        let deadline = self.effective_deadline(&self.executions[id], &lease);
         self.lease_deadlines.insert((deadline, lease_id));
         self.emit_execution_event(id, EventKind::Started { attempt, lease_id, worker_id: worker_id.to_string() }, None);
-        self.task_for_lease(&lease).expect("the execution was just leased")
+        task
     }
 
     /// The task a worker receives for a lease, rebuilt from current state.
     pub(crate) fn task_for_lease(&self, lease: &Lease) -> Option<Task> {
         let execution = self.executions.get(&lease.execution_id)?;
-        Some(Task {
-            lease: lease.clone(),
-            idempotency_key: execution.idempotency_key.clone(),
-            capability: self.capability_of(execution).clone(),
-            input_json: execution.input_json.clone(),
-            actor: execution.actor.clone(),
-            approver: execution.approver.clone(),
-            correlation_id: execution.correlation_id.clone(),
-            approval_id: execution.approval_id.clone(),
-        })
+        Some(task(execution, self.capability_of(execution), lease.clone()))
     }
 
     /// The current lease with this id, if it is still valid at the cluster clock.
     /// A lease past its effective deadline is expired on the spot (the clock
     /// comes from the command, so every replica does the same).
     fn current_lease(&mut self, lease_id: u64, worker_id: &str) -> Result<String, DomainError> {
-        let record = self.leases.get(&lease_id).cloned().ok_or_else(|| lease_lost(lease_id, "unknown lease"))?;
+        let record = self.leases.get(&lease_id).ok_or_else(|| lease_lost(lease_id, "unknown lease"))?;
         let execution = &self.executions[&record.execution_id];
         let Some(lease) = execution.lease.as_ref().filter(|lease| lease.lease_id == lease_id) else {
             return Err(lease_lost(lease_id, "it was expired, revoked or superseded"));
@@ -456,7 +451,7 @@ impl State {
             self.expire_lease(lease_id);
             return Err(lease_lost(lease_id, "its deadline has passed"));
         }
-        Ok(record.execution_id)
+        Ok(record.execution_id.clone())
     }
 
     pub(crate) fn heartbeat(&mut self, lease_id: u64, worker_id: &str) -> Result<Reply, DomainError> {
@@ -503,7 +498,7 @@ impl State {
                 ReportOutcome::Failed { code: code.clone(), message: message.clone(), retryable: *retryable }
             }
         };
-        let Some(record) = self.leases.get(&lease_id).cloned() else {
+        let Some(record) = self.leases.get(&lease_id) else {
             return Err(lease_lost(lease_id, "unknown lease"));
         };
         let execution = &self.executions[&record.execution_id];
@@ -518,24 +513,28 @@ impl State {
                 return Ok(Reply::Reported { execution: execution.clone(), retry_scheduled });
             }
         }
+        let attempt = record.attempt;
         let id = match self.current_lease(lease_id, worker_id) {
             Ok(id) => id,
             Err(error) => {
-                let kind = EventKind::LateReportRejected { lease_id, attempt: record.attempt };
-                self.emit_execution_event(&record.execution_id, kind, Some(&Actor::system()));
+                let execution_id = self.leases[&lease_id].execution_id.clone();
+                let kind = EventKind::LateReportRejected { lease_id, attempt };
+                self.emit_execution_event(&execution_id, kind, Some(&Actor::system()));
                 return Err(error);
             }
         };
-        let key = {
-            let execution = &self.executions[&id];
-            let lease = execution.lease.as_ref().expect("current_lease checked the lease");
-            (self.effective_deadline(execution, lease), lease_id)
-        };
-        self.lease_deadlines.remove(&key);
-        self.execution_mut(&id).lease = None;
+        // Revoke the lease with one lookup of the execution (its capability is
+        // a disjoint field, borrowed alongside).
+        let execution = self.executions.get_mut(&id).expect("current_lease found the execution");
+        let capability = self
+            .capabilities
+            .get(&execution.capability_id)
+            .and_then(|versions| versions.get(&execution.capability_version))
+            .expect("capability versions are never removed while an execution references them");
+        let lease = execution.lease.take().expect("current_lease checked the lease");
+        self.lease_deadlines.remove(&(effective_deadline(capability, &lease), lease_id));
         let retry_scheduled = match &outcome {
             ReportOutcome::Completed { output_json } => {
-                let execution = &self.executions[&id];
                 let result = ResultEnvelope::Completed {
                     output_json: output_json.clone(),
                     attempts: execution.attempts,
@@ -786,6 +785,28 @@ impl State {
             compacted += 1;
         }
         compacted
+    }
+}
+
+/// The earlier of the attempt deadline and, with a heartbeat timeout, the heartbeat deadline.
+fn effective_deadline(capability: &Capability, lease: &Lease) -> u64 {
+    match capability.heartbeat_timeout_ms {
+        Some(timeout) => lease.deadline_ms.min(lease.heartbeat_at_ms.saturating_add(timeout)),
+        None => lease.deadline_ms,
+    }
+}
+
+/// The task handed to a worker for `lease` of `execution`.
+fn task(execution: &Execution, capability: &Capability, lease: Lease) -> Task {
+    Task {
+        lease,
+        idempotency_key: execution.idempotency_key.clone(),
+        capability: capability.clone(),
+        input_json: execution.input_json.clone(),
+        actor: execution.actor.clone(),
+        approver: execution.approver.clone(),
+        correlation_id: execution.correlation_id.clone(),
+        approval_id: execution.approval_id.clone(),
     }
 }
 

@@ -7,8 +7,9 @@
 //!
 //! - it must not depend on tokio, sled, tonic, openraft, a clock or randomness;
 //! - `apply` reads time only from the [`Envelope`] the leader stamped;
-//! - every collection is ordered, so replicas serialize identical bytes and
-//!   agree on [`State::state_hash`];
+//! - every collection that is iterated or serialized is ordered, so replicas
+//!   serialize identical bytes and agree on [`State::state_hash`] (the dedup
+//!   table's hash index is only looked up, and rebuilt on restore);
 //! - bad input returns [`Reply::Error`] with a stable [`ErrorCode`], never a panic;
 //!   a broken invariant is a bug and asserts.
 //!

@@ -37,6 +37,8 @@ pub(crate) struct LeaseRecord {
 /// The whole replicated state. Every collection is ordered (`BTreeMap`,
 /// `BTreeSet`, `VecDeque`), so iteration order never depends on hashing and the
 /// serialized form, and therefore the state hash, is the same on every replica.
+/// The one exception, the dedup table's index, is a hash map that is only
+/// looked up, never iterated or serialized (see `DedupTable`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct State {
     /// Cluster clock: the largest `now_ms` any command carried.
