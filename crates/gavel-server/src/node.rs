@@ -56,6 +56,12 @@ impl From<Status> for Routed {
     }
 }
 
+impl From<DomainError> for Routed {
+    fn from(error: DomainError) -> Self {
+        Routed::Fail(domain_status(error))
+    }
+}
+
 /// A node's shared handle.
 pub struct Node {
     /// This node's id.

@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 use super::{assign_request_id, is_forwarded, prechecked, refused};
 use crate::convert::approval::{approval_out, create_in, decide_in, status_filter_in};
 use crate::convert::common::timestamp_in;
-use crate::node::{domain_status, unexpected, wall_clock_ms, Node, Routed};
+use crate::node::{unexpected, wall_clock_ms, Node, Routed};
 use crate::serve;
 
 /// Serves approvals.
@@ -47,8 +47,7 @@ impl ApprovalService for Approvals {
             ApprovalServiceClient,
             create_approval,
             async {
-                let command =
-                    prechecked(create_in(&message, wall_clock_ms()).map_err(|e| Routed::Fail(domain_status(e)))?)?;
+                let command = prechecked(create_in(&message, wall_clock_ms())?)?;
                 let reply = self.node.propose(&message.request_id, command).await?;
                 Ok::<_, Routed>(pb::CreateApprovalResponse { approval: Some(approval_of(reply)?) })
             }
@@ -70,8 +69,7 @@ impl ApprovalService for Approvals {
             ApprovalServiceClient,
             get_approval,
             async {
-                let now_ms =
-                    timestamp_in("callerNowMs", message.caller_now_ms).map_err(|e| Routed::Fail(domain_status(e)))?;
+                let now_ms = timestamp_in("callerNowMs", message.caller_now_ms)?;
                 self.node.linearizable().await?;
                 let state = self.node.app.state();
                 let now_ms = now_ms.unwrap_or_else(|| state.clock_ms().max(wall_clock_ms()));
@@ -98,7 +96,7 @@ impl ApprovalService for Approvals {
             ApprovalServiceClient,
             decide_approval,
             async {
-                let command = prechecked(decide_in(&message).map_err(|e| Routed::Fail(domain_status(e)))?)?;
+                let command = prechecked(decide_in(&message)?)?;
                 let reply = self.node.propose(&message.request_id, command).await?;
                 Ok::<_, Routed>(pb::DecideApprovalResponse { approval: Some(approval_of(reply)?) })
             }
@@ -121,8 +119,7 @@ impl ApprovalService for Approvals {
             ApprovalServiceClient,
             consume_approval,
             async {
-                let caller_now_ms =
-                    timestamp_in("callerNowMs", message.caller_now_ms).map_err(|e| Routed::Fail(domain_status(e)))?;
+                let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms)?;
                 let command = prechecked(Command::ConsumeApproval {
                     approval_id: message.id.clone(),
                     execution_id: message.execution_id.clone(),
@@ -149,14 +146,13 @@ impl ApprovalService for Approvals {
             ApprovalServiceClient,
             list_approvals,
             async {
-                let invalid = |e| Routed::Fail(domain_status(e));
-                let now_ms = timestamp_in("callerNowMs", message.caller_now_ms).map_err(invalid)?;
+                let now_ms = timestamp_in("callerNowMs", message.caller_now_ms)?;
                 let filter = ApprovalFilter {
-                    status: message.status.map(status_filter_in).transpose().map_err(invalid)?,
+                    status: message.status.map(status_filter_in).transpose()?,
                     capability_id: message.capability_id.clone(),
                     actor_id: message.actor_id.clone(),
                 };
-                let after = decode_page_token(&message.page_token).map_err(invalid)?;
+                let after = decode_page_token(&message.page_token)?;
                 let limit = match message.limit {
                     0 => 100,
                     limit => limit.min(gavel_core::limits::APPROVALS_PAGE_MAX),
@@ -192,8 +188,7 @@ impl ApprovalService for Approvals {
             ApprovalServiceClient,
             cancel_approval,
             async {
-                let caller_now_ms =
-                    timestamp_in("callerNowMs", message.caller_now_ms).map_err(|e| Routed::Fail(domain_status(e)))?;
+                let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms)?;
                 let command = prechecked(Command::CancelApproval { approval_id: message.id.clone(), caller_now_ms })?;
                 let reply = self.node.propose(&message.request_id, command).await?;
                 Ok::<_, Routed>(pb::CancelApprovalResponse { approval: Some(approval_of(reply)?) })

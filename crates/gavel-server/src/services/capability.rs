@@ -43,7 +43,7 @@ impl CapabilityService for Capabilities {
                     .spec
                     .as_ref()
                     .ok_or_else(|| Routed::Fail(domain_status(gavel_core::DomainError::invalid("spec is required"))))?;
-                let spec = spec_in(spec).map_err(|e| Routed::Fail(domain_status(e)))?;
+                let spec = spec_in(spec)?;
                 let command = prechecked(Command::RegisterCapability(spec))?;
                 match refused(self.node.propose(&message.request_id, command).await?)? {
                     Reply::Capability(capability) => Ok::<_, Routed>(pb::RegisterCapabilityResponse {

@@ -63,7 +63,7 @@ impl ExecutionService for Executions {
             ExecutionServiceClient,
             submit,
             async {
-                let actor = actor_in("actor", message.actor.as_ref()).map_err(|e| Routed::Fail(domain_status(e)))?;
+                let actor = actor_in("actor", message.actor.as_ref())?;
                 let command = prechecked(Command::Submit(Submit {
                     execution_id: message.execution_id.clone().unwrap_or_default(),
                     capability_id: message.capability_id.clone(),
@@ -190,7 +190,7 @@ impl ExecutionService for Executions {
             cancel_execution,
             async {
                 let actor = match message.actor.as_ref() {
-                    Some(actor) => Some(actor_in("actor", Some(actor)).map_err(|e| Routed::Fail(domain_status(e)))?),
+                    Some(actor) => Some(actor_in("actor", Some(actor))?),
                     None => None,
                 };
                 let command =
