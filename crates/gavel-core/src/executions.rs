@@ -762,8 +762,9 @@ impl State {
             .values()
             .filter(|approval| {
                 let closed_at = match approval.status {
-                    StoredApprovalStatus::Pending => Some(approval.expires_at_ms),
-                    StoredApprovalStatus::Approved => None,
+                    // A pending record expires at `expires_at`; an approved one can no longer be
+                    // resumed after it either, so retention counts from there for both.
+                    StoredApprovalStatus::Pending | StoredApprovalStatus::Approved => Some(approval.expires_at_ms),
                     _ => approval.closed_at_ms,
                 };
                 closed_at.is_some_and(|closed_at| horizon.is_some_and(|horizon| closed_at <= horizon))
@@ -784,6 +785,14 @@ impl State {
             self.events.pop_front();
             compacted += 1;
         }
+        // Events can name an execution that never came to exist (a standalone
+        // consume, an approval from submit that was rejected or expired). Their
+        // index entries go once every event they point at has been dropped.
+        let first_retained = self.events.front().map_or(self.next_cursor, |event| event.cursor);
+        let executions = &self.executions;
+        self.execution_events.retain(|id, cursors| {
+            executions.contains_key(id) || cursors.last().is_some_and(|last| *last >= first_retained)
+        });
         compacted
     }
 }

@@ -226,10 +226,7 @@ impl State {
 
     /// The latest version of every capability, by id.
     pub fn capabilities(&self) -> Vec<&Capability> {
-        self.capability_latest
-            .iter()
-            .filter_map(|(id, version)| self.capabilities.get(id)?.get(version))
-            .collect()
+        self.capability_latest.iter().filter_map(|(id, version)| self.capabilities.get(id)?.get(version)).collect()
     }
 
     /// An execution record.
@@ -249,6 +246,11 @@ impl State {
         let skip = after_cursor.saturating_add(1).saturating_sub(first);
         let skip = usize::try_from(skip).unwrap_or(usize::MAX);
         self.events.iter().skip(skip).take(limit).collect()
+    }
+
+    /// How many execution ids the per-execution event index holds (bounded by retention).
+    pub fn indexed_execution_count(&self) -> usize {
+        self.execution_events.len()
     }
 
     /// One execution's events after `after_cursor`, oldest first.

@@ -19,7 +19,8 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
                 return Err(DomainError::invalid("invalid decision status"));
             }
-            check_actor("approver", approver).map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
+            check_actor("approver", approver)
+                .map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
             let mut problems = Problems::new();
             problems.id("approvalId", approval_id);
             problems.text("comment", comment.as_deref());

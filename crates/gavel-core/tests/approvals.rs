@@ -438,3 +438,35 @@ fn retention_drops_closed_approvals_but_keeps_open_ones() {
         assert!(script.state.approval(id).is_none(), "{id} is kept past retention");
     }
 }
+
+#[test]
+fn retention_drops_expired_pending_and_unspent_approved_approvals_after_their_expiry() {
+    let mut script = Script::new();
+    for id in ["pending", "approved"] {
+        let request = gavel_core::CreateApproval { expires_at_ms: Some(START_MS + 5_000), ..approval_request(id) };
+        script.create_approval(request);
+    }
+    approval_of(script.decide("approved", ApprovalStatus::Approved, bob()));
+    approval_of(script.consume("approved", "exec-never-created"));
+    assert!(!script.state.execution_events("exec-never-created", 0, 10).is_empty(), "the consume is indexed");
+    script.create_approval(gavel_core::CreateApproval {
+        expires_at_ms: Some(START_MS + 5_000),
+        ..approval_request("approved-unspent")
+    });
+    approval_of(script.decide("approved-unspent", ApprovalStatus::Approved, bob()));
+
+    script.advance(4_000);
+    script.tick_with(Retention { records_ms: 1_000, events_ms: 1_000 });
+    assert!(script.state.approval("approved-unspent").is_some(), "still resumable before its expiry");
+
+    script.advance(120_000);
+    script.tick_with(Retention { records_ms: 1_000, events_ms: 1_000 });
+    for id in ["pending", "approved", "approved-unspent"] {
+        assert!(script.state.approval(id).is_none(), "{id} is kept past its expiry plus retention");
+    }
+    assert_eq!(
+        script.state.indexed_execution_count(),
+        0,
+        "the index of an execution that never existed is dropped with its events"
+    );
+}

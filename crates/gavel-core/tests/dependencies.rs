@@ -44,10 +44,8 @@ fn core_dependency_closure_has_no_runtime_storage_transport_consensus_or_randomn
     // measure only the normal dependencies declared in the core's manifest.
     let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).expect("manifest");
     let normal = manifest.split("[dev-dependencies]").next().unwrap_or("");
-    let direct: Vec<&str> = normal
-        .lines()
-        .filter_map(|line| line.split_once(".workspace").map(|(name, _)| name.trim()))
-        .collect();
+    let direct: Vec<&str> =
+        normal.lines().filter_map(|line| line.split_once(".workspace").map(|(name, _)| name.trim())).collect();
     let mut closure = BTreeSet::new();
     let mut pending: Vec<String> = direct.iter().map(|name| name.to_string()).collect();
     while let Some(name) = pending.pop() {
