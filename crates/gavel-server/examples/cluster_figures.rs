@@ -588,7 +588,7 @@ async fn main() -> anyhow::Result<()> {
     println!("node binary {}; {} runs per figure{}", binary.display(), RUNS, if quick { " (quick)" } else { "" });
 
     let mut cluster = ProcessCluster::start(binary.clone(), &[]).await?;
-    failover(&mut cluster, "default timings (election timeout 800–1600 ms)").await?;
+    failover(&mut cluster, "default timings (election timeout 400–800 ms)").await?;
     latency(&cluster, counts.lifecycles).await?;
     drop(cluster);
 
@@ -596,9 +596,9 @@ async fn main() -> anyhow::Result<()> {
     // election only after the leader lease (= the maximum election timeout)
     // plus a random election timeout, so failover scales with both bounds.
     let mut cluster =
-        ProcessCluster::start(binary.clone(), &["--election-timeout-min-ms=400", "--election-timeout-max-ms=800"])
+        ProcessCluster::start(binary.clone(), &["--election-timeout-min-ms=800", "--election-timeout-max-ms=1600"])
             .await?;
-    failover(&mut cluster, "election timeout 400–800 ms").await?;
+    failover(&mut cluster, "election timeout 800–1600 ms").await?;
     drop(cluster);
 
     let mut cluster = ProcessCluster::start(binary, &[]).await?;
