@@ -5,11 +5,22 @@
 use crate::audit::EventKind;
 use crate::command::{CreateApproval, Reply};
 use crate::error::{DomainError, ErrorCode};
-use crate::limits::INPUT_BYTES_MAX;
 use crate::machine::{EventSubject, State};
 use crate::model::{Actor, Approval, ApprovalStatus, StoredApprovalStatus};
 use crate::registry::DEFAULT_APPROVAL_EXPIRES_IN_MS;
-use crate::validate::{check_actor, check_json, invalid_if_any, Problems};
+use crate::validate::{check_actor, invalid_if_any, Problems};
+
+/// Only a pending, unexpired approval may be decided or cancelled.
+fn require_pending(approval: &Approval, now_ms: u64) -> Result<(), DomainError> {
+    let current = approval.status_at(now_ms);
+    if current == ApprovalStatus::Pending {
+        return Ok(());
+    }
+    Err(DomainError::new(
+        ErrorCode::FailedPrecondition,
+        format!("approval {} is not pending (status: {})", approval.id, current.as_str()),
+    ))
+}
 
 pub(crate) fn not_found(id: &str) -> DomainError {
     DomainError::new(ErrorCode::NotFound, format!("approval {id} was not found"))
@@ -29,19 +40,7 @@ impl State {
     }
 
     pub(crate) fn create_approval(&mut self, request: &CreateApproval) -> Result<Reply, DomainError> {
-        let mut problems = Problems::new();
-        problems.id("id", &request.id);
-        problems.id("capabilityId", &request.capability_id);
-        problems.text("surface", Some(&request.surface));
-        problems.list("reasons", &request.reasons);
-        problems.list("types", &request.types);
-        problems.timestamp("requestedAt", request.requested_at_ms);
-        problems.timestamp("expiresAt", request.expires_at_ms);
-        problems.timestamp("now", request.caller_now_ms);
-        invalid_if_any(problems, "invalid approval request")?;
-        check_actor("actor", &request.actor)?;
-        let (input_json, input_hash) =
-            check_json("input", &request.input_json, INPUT_BYTES_MAX, ErrorCode::InvalidArgument)?;
+        let (input_json, input_hash) = crate::precheck::create_approval(request)?;
         if let Some(given) = &request.input_hash {
             if *given != input_hash {
                 return Err(DomainError::invalid(format!(
@@ -122,13 +121,7 @@ impl State {
         invalid_if_any(problems, "invalid decision")?;
         let now_ms = self.approval_now(caller_now_ms);
         let approval = self.approvals.get_mut(id).ok_or_else(|| not_found(id))?;
-        let current = approval.status_at(now_ms);
-        if current != ApprovalStatus::Pending {
-            return Err(DomainError::new(
-                ErrorCode::FailedPrecondition,
-                format!("approval {id} is not pending (status: {})", current.as_str()),
-            ));
-        }
+        require_pending(approval, now_ms)?;
         if approver.id == approval.actor.id && !approval.allow_self_approval {
             return Err(DomainError::new(
                 ErrorCode::ApprovalSelfApproval,
@@ -194,13 +187,7 @@ impl State {
         invalid_if_any(problems, "invalid cancel request")?;
         let now_ms = self.approval_now(caller_now_ms);
         let approval = self.approvals.get_mut(id).ok_or_else(|| not_found(id))?;
-        let current = approval.status_at(now_ms);
-        if current != ApprovalStatus::Pending {
-            return Err(DomainError::new(
-                ErrorCode::FailedPrecondition,
-                format!("approval {id} is not pending (status: {})", current.as_str()),
-            ));
-        }
+        require_pending(approval, now_ms)?;
         approval.status = StoredApprovalStatus::Cancelled;
         approval.closed_at_ms = Some(now_ms);
         self.emit_approval_event(id, EventKind::ApprovalCancelled, None);

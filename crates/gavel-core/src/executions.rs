@@ -5,7 +5,7 @@ use crate::audit::EventKind;
 use crate::canonical_json::sha256_hex;
 use crate::command::{Reply, Retention, Submit, Task};
 use crate::error::{DomainError, ErrorCode};
-use crate::limits::{BACKOFF_MS_CAP, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX, POLL_TASKS_MAX};
+use crate::limits::{BACKOFF_MS_CAP, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX};
 use crate::machine::{EventSubject, LeaseRecord, State, COMPACTION_INTERVAL_MS};
 use crate::model::{
     AcceptedReport, Actor, Approval, ApprovalStatus, CancelCode, Capability, ExecutedBeforeFailure, Execution,
@@ -98,23 +98,13 @@ impl State {
     }
 
     pub(crate) fn submit(&mut self, submit: &Submit) -> Result<Reply, DomainError> {
-        let mut problems = Problems::new();
-        problems.id("executionId", &submit.execution_id);
-        problems.id("capabilityId", &submit.capability_id);
-        problems.text("surface", Some(&submit.surface));
-        if let Some(correlation_id) = &submit.correlation_id {
-            problems.id("correlationId", correlation_id);
-        }
-        invalid_if_any(problems, "invalid submission")?;
-        check_actor("actor", &submit.actor)?;
+        let (input_json, input_hash) = crate::precheck::submit(submit)?;
         let capability = self.capability(&submit.capability_id, None).ok_or_else(|| {
             DomainError::new(
                 ErrorCode::CapabilityNotFound,
                 format!("capability {} is not registered", submit.capability_id),
             )
         })?;
-        let (input_json, input_hash) =
-            check_json("input", &submit.input_json, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?;
 
         if let Some(existing) = self.executions.get(&submit.execution_id) {
             return if existing.input_hash == input_hash && existing.capability_id == submit.capability_id {
@@ -357,19 +347,7 @@ impl State {
     }
 
     pub(crate) fn poll(&mut self, worker_id: &str, queues: &[String], tasks_max: u32) -> Result<Reply, DomainError> {
-        let mut problems = Problems::new();
-        problems.id("workerId", worker_id);
-        if queues.is_empty() {
-            problems.push("queues must name at least one queue".to_string());
-        }
-        problems.list("queues", queues);
-        for queue in queues {
-            problems.id("queue", queue);
-        }
-        if tasks_max == 0 || tasks_max > POLL_TASKS_MAX {
-            problems.push(format!("maxTasks must be between 1 and {POLL_TASKS_MAX}"));
-        }
-        invalid_if_any(problems, "invalid poll")?;
+        crate::precheck::poll(worker_id, queues, tasks_max)?;
         self.release_due_backoffs();
         let mut tasks = Vec::new();
         let mut seen: Vec<&String> = Vec::new();

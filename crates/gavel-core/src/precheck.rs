@@ -14,7 +14,7 @@ use crate::validate::{check_actor, check_json, invalid_if_any, Problems};
 pub fn precheck(command: &Command) -> Result<(), DomainError> {
     match command {
         Command::RegisterCapability(spec) => register(spec),
-        Command::CreateApproval(request) => create_approval(request),
+        Command::CreateApproval(request) => create_approval(request).map(|_| ()),
         Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms } => {
             if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
                 return Err(DomainError::invalid("invalid decision status"));
@@ -40,7 +40,7 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             problems.timestamp("now", *caller_now_ms);
             invalid_if_any(problems, "invalid cancel request")
         }
-        Command::Submit(submit) => self::submit(submit),
+        Command::Submit(submit) => self::submit(submit).map(|_| ()),
         Command::Resume { approval_id, execution_id, input_json } => {
             let mut problems = Problems::new();
             problems.id("approvalId", approval_id);
@@ -51,21 +51,7 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             }
             Ok(())
         }
-        Command::Poll { worker_id, queues, tasks_max } => {
-            let mut problems = Problems::new();
-            problems.id("workerId", worker_id);
-            if queues.is_empty() {
-                problems.push("queues must name at least one queue".to_string());
-            }
-            problems.list("queues", queues);
-            for queue in queues {
-                problems.id("queue", queue);
-            }
-            if *tasks_max == 0 || *tasks_max > POLL_TASKS_MAX {
-                problems.push(format!("maxTasks must be between 1 and {POLL_TASKS_MAX}"));
-            }
-            invalid_if_any(problems, "invalid poll")
-        }
+        Command::Poll { worker_id, queues, tasks_max } => poll(worker_id, queues, *tasks_max),
         Command::Heartbeat { worker_id, .. } => {
             let mut problems = Problems::new();
             problems.id("workerId", worker_id);
@@ -101,7 +87,8 @@ fn register(spec: &CapabilitySpec) -> Result<(), DomainError> {
     resolve_capability(spec, 1, 0).map(|_| ())
 }
 
-fn create_approval(request: &CreateApproval) -> Result<(), DomainError> {
+/// Checks an approval request; returns its canonical input and input hash.
+pub(crate) fn create_approval(request: &CreateApproval) -> Result<(String, String), DomainError> {
     let mut problems = Problems::new();
     problems.id("id", &request.id);
     problems.id("capabilityId", &request.capability_id);
@@ -113,10 +100,11 @@ fn create_approval(request: &CreateApproval) -> Result<(), DomainError> {
     problems.timestamp("now", request.caller_now_ms);
     invalid_if_any(problems, "invalid approval request")?;
     check_actor("actor", &request.actor)?;
-    check_json("input", &request.input_json, INPUT_BYTES_MAX, ErrorCode::InvalidArgument).map(|_| ())
+    check_json("input", &request.input_json, INPUT_BYTES_MAX, ErrorCode::InvalidArgument)
 }
 
-fn submit(submit: &Submit) -> Result<(), DomainError> {
+/// Checks a submission; returns its canonical input and input hash.
+pub(crate) fn submit(submit: &Submit) -> Result<(String, String), DomainError> {
     let mut problems = Problems::new();
     problems.id("executionId", &submit.execution_id);
     problems.id("capabilityId", &submit.capability_id);
@@ -126,5 +114,22 @@ fn submit(submit: &Submit) -> Result<(), DomainError> {
     }
     invalid_if_any(problems, "invalid submission")?;
     check_actor("actor", &submit.actor)?;
-    check_json("input", &submit.input_json, INPUT_BYTES_MAX, ErrorCode::InputInvalid).map(|_| ())
+    check_json("input", &submit.input_json, INPUT_BYTES_MAX, ErrorCode::InputInvalid)
+}
+
+/// Checks a poll: a worker id, one to [`crate::limits::LIST_ITEMS_MAX`] queue ids, and a task count in range.
+pub(crate) fn poll(worker_id: &str, queues: &[String], tasks_max: u32) -> Result<(), DomainError> {
+    let mut problems = Problems::new();
+    problems.id("workerId", worker_id);
+    if queues.is_empty() {
+        problems.push("queues must name at least one queue".to_string());
+    }
+    problems.list("queues", queues);
+    for queue in queues {
+        problems.id("queue", queue);
+    }
+    if tasks_max == 0 || tasks_max > POLL_TASKS_MAX {
+        problems.push(format!("maxTasks must be between 1 and {POLL_TASKS_MAX}"));
+    }
+    invalid_if_any(problems, "invalid poll")
 }
