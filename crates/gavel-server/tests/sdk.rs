@@ -189,19 +189,23 @@ async fn workers_keep_going_after_the_leader_is_killed_and_finalize_each_executi
 }
 
 /// A loopback proxy that forwards to `target` but, on its first connection,
-/// closes the client side as soon as the server starts answering: the request
-/// took effect and the client never hears about it.
-async fn ambiguous_proxy(target: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+/// closes the client side at the moment the server's answer arrives: the
+/// answer is recognised by `marker`, bytes that only the response body
+/// carries. The request took effect and the client never hears about it.
+async fn ambiguous_proxy(
+    target: String,
+    marker: &'static [u8],
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
     let addr = listener.local_addr().expect("proxy addr").to_string();
-    let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = connections.clone();
+    let cut = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let cuts = cut.clone();
     tokio::spawn(async move {
         let mut first = true;
         while let Ok((mut inbound, _)) = listener.accept().await {
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let target = target.clone();
             let drop_response = std::mem::replace(&mut first, false);
+            let cuts = cuts.clone();
             tokio::spawn(async move {
                 let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else { return };
                 if !drop_response {
@@ -214,16 +218,13 @@ async fn ambiguous_proxy(target: String) -> (String, std::sync::Arc<std::sync::a
                 let downstream = async {
                     use tokio::io::{AsyncReadExt, AsyncWriteExt};
                     let mut buffer = vec![0u8; 64 * 1024];
-                    let mut relayed = 0usize;
                     loop {
                         let Ok(read) = out_read.read(&mut buffer).await else { return };
                         if read == 0 {
                             return;
                         }
-                        // Relay the HTTP/2 handshake, then cut the connection once the
-                        // server has sent the response to the first call.
-                        relayed += 1;
-                        if relayed > 2 && read > 60 {
+                        if buffer[..read].windows(marker.len()).any(|window| window == marker) {
+                            cuts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             return;
                         }
                         if in_write.write_all(&buffer[..read]).await.is_err() {
@@ -235,7 +236,7 @@ async fn ambiguous_proxy(target: String) -> (String, std::sync::Arc<std::sync::a
             });
         }
     });
-    (addr, connections)
+    (addr, cut)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -243,7 +244,7 @@ async fn a_submit_retried_after_an_ambiguous_failure_creates_one_execution() {
     let cluster = Cluster::start(3).await;
     register(&cluster, 1, capability("once.read", pb::SideEffect::Read)).await;
     let leader = cluster.wait_for_leader().await;
-    let (proxy, connections) = ambiguous_proxy(cluster.addr(leader)).await;
+    let (proxy, cut) = ambiguous_proxy(cluster.addr(leader), b"once.read").await;
     let client = Client::new(&[proxy]).expect("client");
     // No execution id: the node assigns one, so only the request id can make the retry safe.
     let response = client
@@ -260,9 +261,10 @@ async fn a_submit_retried_after_an_ambiguous_failure_creates_one_execution() {
     let Some(pb::submit_response::Outcome::Execution(execution)) = response.outcome else {
         panic!("execution expected")
     };
-    assert!(
-        connections.load(std::sync::atomic::Ordering::SeqCst) >= 2,
-        "the first connection was cut, so the client had to retry"
+    assert_eq!(
+        cut.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the first answer was produced (so the submit took effect) and cut before the client saw it"
     );
     let direct = Client::new(&endpoints(&cluster)).expect("client");
     let events = direct
