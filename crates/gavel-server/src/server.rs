@@ -92,6 +92,11 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> anyhow::Resul
         .register_encoded_file_descriptor_set(gavel_proto::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("building reflection service")?;
+    // Older grpcurl and grpcui only speak the v1alpha reflection protocol.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(gavel_proto::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .context("building v1alpha reflection service")?;
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut server_shutdown = shutdown_rx.clone();
@@ -101,6 +106,7 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> anyhow::Resul
         .add_service(raft.service())
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_v1alpha)
         .add_service(ApprovalServiceServer::new(Approvals { node: node.clone() }))
         .add_service(CapabilityServiceServer::new(Capabilities { node: node.clone() }))
         .add_service(ExecutionServiceServer::new(Executions { node: node.clone() }))
