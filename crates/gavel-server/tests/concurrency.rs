@@ -106,3 +106,78 @@ async fn sixteen_concurrent_decides_across_three_nodes_have_exactly_one_winner()
     }
     assert_eq!(winners, 1, "exactly one decide wins");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_consumes_through_a_leader_sigkill_still_have_exactly_one_winner_per_approval() {
+    let mut cluster = Cluster::start(3).await;
+    let approvals: Vec<String> = (0..8).map(|i| format!("apr-kill-{i}")).collect();
+    for id in &approvals {
+        create_approval(&cluster, 1, id).await;
+        retry(|| {
+            let mut client = cluster.approvals(2);
+            let request = pb::DecideApprovalRequest {
+                request_id: format!("decide-{id}"),
+                id: id.clone(),
+                status: pb::ApprovalStatus::Approved as i32,
+                approver: Some(user("bob")),
+                ..pb::DecideApprovalRequest::default()
+            };
+            async move { client.decide_approval(request).await }
+        })
+        .await
+        .expect("approve");
+    }
+    let addrs: Vec<String> = cluster.running().into_iter().map(|id| cluster.addr(id)).collect();
+    let leader = cluster.wait_for_leader().await;
+
+    // Four consumers per approval, each starting at a different node; the SDK
+    // retries UNAVAILABLE and broken connections with the consumer's own request id.
+    let mut handles = Vec::new();
+    for (index, id) in approvals.iter().enumerate() {
+        for consumer in 0..4usize {
+            let mut endpoints = addrs.clone();
+            endpoints.rotate_left((index + consumer) % addrs.len());
+            let client = gavel_client::Client::new(&endpoints).expect("client");
+            let id = id.clone();
+            handles.push(tokio::spawn(async move {
+                // Spread the consumers over the moment of the kill.
+                tokio::time::sleep(std::time::Duration::from_millis(40 * (index as u64))).await;
+                let execution_id = format!("ex-{id}-{consumer}");
+                let request = pb::ConsumeApprovalRequest {
+                    request_id: format!("consume-{id}-{consumer}"),
+                    id: id.clone(),
+                    execution_id: execution_id.clone(),
+                    ..pb::ConsumeApprovalRequest::default()
+                };
+                (id, execution_id, client.consume_approval(request).await)
+            }));
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(120)).await;
+    cluster.kill(leader);
+
+    let mut winners: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    for handle in handles {
+        let (id, execution_id, outcome) = handle.await.expect("task");
+        match outcome {
+            Ok(_) => winners.entry(id).or_default().push(execution_id),
+            Err(error) => assert_eq!(error.code(), "FAILED_PRECONDITION", "{id}/{execution_id}: {error:?}"),
+        }
+    }
+    let survivor = cluster.wait_for_leader().await;
+    for id in &approvals {
+        let won = winners.get(id).cloned().unwrap_or_default();
+        assert_eq!(won.len(), 1, "{id}: exactly one consumer wins across the leader change: {won:?}");
+        let approval = retry(|| {
+            let mut client = cluster.approvals(survivor);
+            let request = pb::GetApprovalRequest { id: id.clone(), ..pb::GetApprovalRequest::default() };
+            async move { client.get_approval(request).await }
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .approval
+        .expect("approval");
+        assert_eq!(approval.consumed_by_execution_id.as_deref(), Some(won[0].as_str()), "{id}: the winner is recorded");
+    }
+}
