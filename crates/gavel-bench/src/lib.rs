@@ -1,0 +1,1 @@
+//! `gavel bench`: closed-loop load against a durable three-node cluster.
