@@ -34,6 +34,7 @@
 //! [`WriteError::ForwardToLeader`] with the leader's id and address.
 
 mod application;
+mod batch;
 mod config;
 mod error;
 pub mod limits;

@@ -13,12 +13,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::application::Application;
+use crate::batch::Batcher;
 use crate::limits::{PROMOTE_LAG_ENTRIES_MAX, RPC_MESSAGE_BYTES_MAX, STORAGE_CLOSE_TIMEOUT};
 use crate::network::NetworkFactory;
 use crate::pb::raft_service_server::RaftServiceServer;
 use crate::service::RaftGrpcService;
 use crate::storage::{self, ThreadExited};
-use crate::typ::{Command, Node, NodeId, Raft, RaftMetrics};
+use crate::typ::{Node, NodeId, Raft, RaftMetrics};
 use crate::{Member, NodeConfig, RaftError, RaftStatus, RaftTimings, Role, WriteError};
 
 /// One running Raft member. Cheap to clone: clones drive the same node.
@@ -36,6 +37,8 @@ impl std::fmt::Debug for RaftNode {
 struct Inner {
     node_id: NodeId,
     raft: Raft,
+    /// Groups concurrent writes into one log entry.
+    batcher: Batcher,
     timings: RaftTimings,
     status: watch::Receiver<RaftStatus>,
     /// Taken by the first `shutdown`; resolves when the storage is closed.
@@ -66,6 +69,7 @@ impl RaftNode {
         Ok(RaftNode {
             inner: Arc::new(Inner {
                 node_id: config.node_id,
+                batcher: Batcher::start(raft.clone()),
                 raft,
                 timings: config.timings,
                 status,
@@ -104,17 +108,17 @@ impl RaftNode {
     }
 
     /// Appends `command` to the replicated log through this node (which must
-    /// be the leader), waits until it is committed by a majority and applied
-    /// here, and returns the application's reply.
+    /// be the leader), possibly in one entry with other concurrent writes,
+    /// waits until it is committed by a majority and applied here, and
+    /// returns the application's reply.
     ///
     /// There is no deadline: bound it with `tokio::time::timeout` if needed.
     /// A timed-out write is ambiguous (it may still commit), which is why
     /// commands should carry a request id the application deduplicates on.
     pub async fn write(&self, command: Vec<u8>) -> Result<Vec<u8>, WriteError> {
-        match self.inner.raft.client_write(Command(command)).await {
-            Ok(response) => Ok(response.data.0),
-            Err(e) => Err(client_write_error(e)),
-        }
+        // Concurrent writes share one log entry (see `batch`); each caller
+        // still gets its own command's reply.
+        self.inner.batcher.write(command).await
     }
 
     /// Read-index: confirms with a quorum that this node is still the leader
@@ -365,7 +369,7 @@ fn forward_from_metrics(m: &RaftMetrics) -> WriteError {
     }
 }
 
-fn client_write_error(e: OpenraftError<NodeId, ClientWriteError<NodeId, Node>>) -> WriteError {
+pub(crate) fn client_write_error(e: OpenraftError<NodeId, ClientWriteError<NodeId, Node>>) -> WriteError {
     match e {
         OpenraftError::APIError(ClientWriteError::ForwardToLeader(forward)) => forward_to_leader(forward),
         // Another membership change is still being committed: retry later.

@@ -14,7 +14,7 @@
 //!
 //! ```text
 //! cargo build --release -p gavel-server
-//! cargo run --release -p gavel-server --example cluster_figures [-- --quick]
+//! cargo run --release -p gavel-server --example cluster_figures [-- --quick] [--latency-only]
 //! ```
 //!
 //! The node binary is `$GAVEL_BIN`, by default `gavel` in the directory above
@@ -588,6 +588,9 @@ async fn main() -> anyhow::Result<()> {
     println!("node binary {}; {} runs per figure{}", binary.display(), RUNS, if quick { " (quick)" } else { "" });
 
     let mut cluster = ProcessCluster::start(binary.clone(), &[]).await?;
+    if std::env::args().any(|arg| arg == "--latency-only") {
+        return latency(&cluster, counts.lifecycles).await;
+    }
     failover(&mut cluster, "default timings (election timeout 400–800 ms)").await?;
     latency(&cluster, counts.lifecycles).await?;
     drop(cluster);

@@ -8,6 +8,7 @@ use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, Storag
 
 use super::{encode, Shared, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY};
 use crate::application::Application;
+use crate::batch;
 use crate::typ::{Command, Entry, LogId, Reply, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::RaftError;
 
@@ -94,6 +95,23 @@ async fn persist_snapshot(
     Ok(())
 }
 
+/// Applies every command of a batch entry in order and returns the batch of
+/// replies. An entry that is not a well-formed batch (written by an
+/// incompatible version) is applied as no command on every replica alike, and
+/// answered with an empty batch, which the proposer reports as an error.
+fn apply_batch(app: &dyn Application, log_index: u64, payload: &[u8]) -> Vec<u8> {
+    match batch::decode(payload) {
+        Ok(commands) => {
+            let replies: Vec<Vec<u8>> = commands.iter().map(|command| app.apply(log_index, command)).collect();
+            batch::encode(&replies)
+        }
+        Err(error) => {
+            tracing::error!(log_index, %error, "skipping an undecodable log entry");
+            batch::encode::<Vec<u8>>(&[])
+        }
+    }
+}
+
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = SnapshotBuilder;
 
@@ -111,7 +129,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             self.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
                 EntryPayload::Blank => Reply::default(),
-                EntryPayload::Normal(Command(command)) => Reply(self.app.apply(entry.log_id.index, &command)),
+                EntryPayload::Normal(Command(payload)) => Reply(apply_batch(&*self.app, entry.log_id.index, &payload)),
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
                     Reply::default()

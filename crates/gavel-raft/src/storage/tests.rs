@@ -54,7 +54,7 @@ fn log_id(term: u64, index: u64) -> LogId {
 fn command_entry(term: u64, index: u64) -> Entry {
     Entry {
         log_id: log_id(term, index),
-        payload: EntryPayload::Normal(Command(format!("command {index}").into_bytes())),
+        payload: EntryPayload::Normal(Command(crate::batch::encode(&[format!("command {index}").into_bytes()]))),
     }
 }
 
