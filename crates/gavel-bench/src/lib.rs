@@ -1,1 +1,431 @@
 //! `gavel bench`: closed-loop load against a durable three-node cluster.
+//!
+//! [`run`] drives closed-loop clients (each runs one lifecycle after another)
+//! against given endpoints or, by default, a local three-node cluster of
+//! `gavel node` processes it starts on loopback (full durability, fsync on)
+//! and kills at the end. For each `--clients` configuration it reports
+//! lifecycles and operations per second, per-operation latency (HDR
+//! histograms, microsecond precision) and CPU seconds per operation of the
+//! nodes and of the load generator, read from `/proc`. Every answer is
+//! checked; any unexpected error makes the outcome not ok.
+//!
+//! Workloads:
+//! - `approvals`: CreateApproval (actor A), DecideApproval approve (actor B),
+//!   ConsumeApproval with a fresh execution id;
+//! - `executions`: Submit to the client's own capability and queue, Poll
+//!   (the client's own raw worker leases it), Report completed;
+//! - `mixed`: even clients run approvals, odd clients executions.
+//!
+//! `--scale N` runs scale mode instead: fill N finalized executions, measure
+//! the executions workload after a checkpoint (10 000) and after N, report
+//! node memory, data directory and snapshot sizes, and time a follower's
+//! restart after SIGKILL.
+//!
+//! With `--json`, standard output carries one JSON object per configuration
+//! and a last line `{"summary": {..., "ok": bool}}`; the human-readable
+//! tables go to standard error.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+mod cluster;
+pub mod procfs;
+mod report;
+mod scale;
+mod stats;
+mod workload;
+
+pub use scale::{Checkpoint, FillReport, NodeFootprint, RestartReport, ScaleReport};
+pub use stats::Latency;
+pub use workload::{ConfigReport, CpuReport};
+
+/// What each closed-loop client runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Create, decide (approve by another actor), consume.
+    Approvals,
+    /// Submit, poll (lease), report completed.
+    Executions,
+    /// Half the clients run approvals, half executions.
+    Mixed,
+}
+
+impl Workload {
+    /// The workload's name as given on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Approvals => "approvals",
+            Workload::Executions => "executions",
+            Workload::Mixed => "mixed",
+        }
+    }
+}
+
+/// Parses a duration such as `10s`, `500ms`, `2m` or `1.5s` (a bare number
+/// is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as 10s or 500ms"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("unknown unit {other:?} in {text:?} (use ms, s, m or h)")),
+    };
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(format!("{text:?} is not a valid duration"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+/// `gavel bench`: closed-loop throughput, latency and CPU per operation of a
+/// durable three-node cluster.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Lifecycle each client runs: approvals (create, decide, consume), executions (submit, poll, report) or
+    /// mixed (half each).
+    #[arg(long, value_enum, default_value = "approvals")]
+    pub workload: Workload,
+    /// Closed-loop client counts; each configuration runs in turn on the same cluster.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    pub clients: Vec<usize>,
+    /// Measured time per configuration (e.g. 10s, 500ms).
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub duration: Duration,
+    /// Unmeasured time before each measurement.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub warmup: Duration,
+    /// Benchmark these nodes (host:port,...) instead of starting a local three-node cluster.
+    #[arg(long, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// Pids of the nodes behind --endpoints (same order), to measure their CPU and memory.
+    #[arg(long, value_delimiter = ',', requires = "endpoints")]
+    pub node_pids: Vec<u32>,
+    /// Point every client at the leader instead of spreading them round-robin over the nodes.
+    #[arg(long)]
+    pub leader_only: bool,
+    /// The gavel binary for the local cluster (default: this executable when it is gavel, else gavel next to
+    /// it, else target/release/gavel).
+    #[arg(long, conflicts_with = "endpoints")]
+    pub gavel_binary: Option<PathBuf>,
+    /// Extra flag for every local `gavel node`, repeatable (e.g. --node-flag=--heartbeat-ms=100).
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "endpoints")]
+    pub node_flag: Vec<String>,
+    /// Parent directory of the local cluster's data (default: the system temp dir).
+    #[arg(long, conflicts_with = "endpoints")]
+    pub data_dir: Option<PathBuf>,
+    /// Keep the local cluster's data directories and node logs after the run.
+    #[arg(long, conflicts_with = "endpoints")]
+    pub keep_data: bool,
+    /// Print one JSON object per configuration and a final summary line on stdout (tables go to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Lifecycles per configuration re-read at the end to verify their final state.
+    #[arg(long, default_value_t = 8)]
+    pub verify_samples: usize,
+    /// Scale mode: fill the cluster with this many finalized executions (instead of the workloads).
+    #[arg(long)]
+    pub scale: Option<u64>,
+    /// Scale mode: also measure at this many retained executions.
+    #[arg(long, default_value_t = 10_000, requires = "scale")]
+    pub scale_checkpoint: u64,
+    /// Scale mode: concurrent submitters of the fill and clients of each measurement.
+    #[arg(long, default_value_t = 64, requires = "scale")]
+    pub scale_clients: usize,
+}
+
+/// What a run produced. The caller exits non-zero unless `ok`.
+#[derive(Debug, Clone)]
+pub struct BenchOutcome {
+    /// No error, every self-check passed.
+    pub ok: bool,
+    /// One report per `--clients` configuration (empty in scale mode).
+    pub configs: Vec<ConfigReport>,
+    /// Scale mode's figures.
+    pub scale: Option<ScaleReport>,
+    /// The summary object printed last with `--json` (without the `summary` wrapper).
+    pub summary: serde_json::Value,
+}
+
+/// Where output goes: tables to `out`, or with JSON, tables to stderr and
+/// JSON lines to `out`.
+pub(crate) struct Printer<'a> {
+    out: &'a mut (dyn Write + Send),
+    json: bool,
+}
+
+impl Printer<'_> {
+    /// A human-readable line (or block).
+    pub(crate) fn human(&mut self, text: &str) -> anyhow::Result<()> {
+        let text = text.trim_end_matches('\n');
+        if self.json {
+            eprintln!("{text}");
+        } else {
+            writeln!(self.out, "{text}")?;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    /// A JSON line (only with `--json`).
+    fn json_line(&mut self, value: &serde_json::Value) -> anyhow::Result<()> {
+        if self.json {
+            writeln!(self.out, "{value}")?;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    /// A finished configuration: its table, and its JSON object.
+    pub(crate) fn config(&mut self, config: &ConfigReport) -> anyhow::Result<()> {
+        self.human(&report::config_table(config))?;
+        self.json_line(&serde_json::to_value(config)?)
+    }
+}
+
+/// Runs the benchmark, printing to standard output.
+pub async fn run(args: BenchArgs) -> anyhow::Result<BenchOutcome> {
+    let mut stdout = std::io::stdout();
+    run_to(args, &mut stdout).await
+}
+
+/// Runs the benchmark, printing to `out` (see [`BenchArgs::json`]). An error
+/// is returned for a run that could not be carried out (after a final
+/// summary line with `"ok": false` in JSON mode); failed self-checks give an
+/// outcome that is not ok.
+pub async fn run_to(args: BenchArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<BenchOutcome> {
+    let mut printer = Printer { out, json: args.json };
+    let result = tokio::select! {
+        result = run_inner(&args, &mut printer) => result,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
+    match result {
+        Ok(outcome) => Ok(outcome),
+        Err(error) => {
+            let summary = serde_json::json!({ "ok": false, "error": format!("{error:#}") });
+            let _ = printer.json_line(&serde_json::json!({ "summary": summary }));
+            Err(error)
+        }
+    }
+}
+
+fn validate(args: &BenchArgs) -> anyhow::Result<()> {
+    if args.scale.is_none() && (args.clients.is_empty() || args.clients.contains(&0)) {
+        bail!("--clients needs one or more counts, each at least 1");
+    }
+    if args.duration.is_zero() {
+        bail!("--duration must be positive");
+    }
+    if args.scale == Some(0) || args.scale.is_some() && args.scale_clients == 0 {
+        bail!("--scale and --scale-clients must be positive");
+    }
+    if !args.node_pids.is_empty() && args.node_pids.len() != args.endpoints.len() {
+        bail!("--node-pids needs one pid per endpoint, in the same order");
+    }
+    Ok(())
+}
+
+/// A short tag that keeps ids of this run apart from earlier runs on the same cluster.
+fn run_tag() -> String {
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis());
+    format!("b{:x}{:x}", millis % (1 << 40), std::process::id() % 4096)
+}
+
+async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> anyhow::Result<BenchOutcome> {
+    validate(args)?;
+    let tag = run_tag();
+    let mut local = None;
+    let (endpoints, binary) = if args.endpoints.is_empty() {
+        let binary = cluster::resolve_binary(args.gavel_binary.as_deref())?;
+        printer.human(&format!("starting a local three-node cluster of {}", binary.display()))?;
+        let started = std::time::Instant::now();
+        let cluster = cluster::LocalCluster::start(binary.clone(), args.data_dir.as_deref(), &args.node_flag).await?;
+        printer.human(&format!(
+            "cluster {} elected a leader after {:.1} s; data and logs in {}",
+            cluster.addrs().join(","),
+            started.elapsed().as_secs_f64(),
+            cluster.dir().display()
+        ))?;
+        let endpoints = cluster.addrs();
+        local = Some(cluster);
+        (endpoints, Some(binary))
+    } else {
+        (args.endpoints.clone(), None)
+    };
+    let result = measure(args, printer, &endpoints, local.as_mut(), &tag).await;
+    if let Some(mut cluster) = local {
+        if args.keep_data {
+            for id in cluster.running() {
+                cluster.kill(id)?;
+            }
+            if let Some(dir) = cluster.keep_data() {
+                printer.human(&format!("kept node data and logs in {}", dir.display()))?;
+            }
+        }
+        drop(cluster);
+    }
+    let (configs, scale) = result?;
+    let errors: u64 = configs.iter().map(|config| config.errors).sum::<u64>()
+        + scale
+            .iter()
+            .flat_map(|scale| &scale.checkpoints)
+            .map(|checkpoint| checkpoint.measurement.errors)
+            .sum::<u64>();
+    let ok = configs.iter().all(|config| config.ok) && scale.as_ref().is_none_or(|scale| scale.ok);
+    if !configs.is_empty() {
+        printer.human(&format!("summary:\n{}", report::summary_table(&configs)))?;
+    }
+    if let Some(scale) = &scale {
+        printer.human(&report::scale_summary(scale))?;
+    }
+    printer.human(if ok { "gavel bench: ok" } else { "gavel bench: FAILED (see the errors above)" })?;
+    let summary = serde_json::json!({
+        "cluster": if args.endpoints.is_empty() { "local" } else { "endpoints" },
+        "endpoints": endpoints,
+        "gavel_binary": binary.map(|binary| binary.display().to_string()),
+        "workload": if scale.is_some() { None } else { Some(args.workload) },
+        "configs": configs,
+        "scale": scale,
+        "errors": errors,
+        "ok": ok,
+    });
+    printer.json_line(&serde_json::json!({ "summary": summary }))?;
+    Ok(BenchOutcome { ok, configs, scale, summary })
+}
+
+type Measured = (Vec<ConfigReport>, Option<ScaleReport>);
+
+async fn measure(
+    args: &BenchArgs,
+    printer: &mut Printer<'_>,
+    endpoints: &[String],
+    mut local: Option<&mut cluster::LocalCluster>,
+    tag: &str,
+) -> anyhow::Result<Measured> {
+    let given_pids = args.node_pids.clone();
+    let pids = |local: &Option<&mut cluster::LocalCluster>| match local {
+        Some(cluster) => cluster.pids(),
+        None => given_pids.clone(),
+    };
+    if let Some(target) = args.scale {
+        let spec = scale::ScaleSpec {
+            target,
+            checkpoint: args.scale_checkpoint,
+            clients: args.scale_clients,
+            warmup: args.warmup,
+            duration: args.duration,
+            leader_only: args.leader_only,
+            verify_samples: args.verify_samples,
+        };
+        let current = pids(&local);
+        let report = scale::run(endpoints, &current, local.as_deref_mut(), &spec, tag, printer).await?;
+        return Ok((Vec::new(), Some(report)));
+    }
+    let leader = cluster::find_leader(endpoints).await?;
+    if args.workload != Workload::Approvals {
+        let registrar = workload::client_for(endpoints, leader)?;
+        let clients = args.clients.iter().copied().max().unwrap_or(1);
+        workload::register_capabilities(&registrar, clients).await.context("registering the bench capabilities")?;
+    }
+    let mut configs = Vec::new();
+    for (position, clients) in args.clients.iter().enumerate() {
+        if let Some(cluster) = local.as_deref_mut() {
+            cluster.check_alive()?;
+        }
+        let leader = cluster::find_leader(endpoints).await?;
+        let spec = workload::ConfigSpec {
+            workload: args.workload,
+            clients: *clients,
+            warmup: args.warmup,
+            duration: args.duration,
+            leader_only: args.leader_only,
+            verify_samples: args.verify_samples,
+            retained: None,
+        };
+        let report =
+            workload::run_config(endpoints, leader, &pids(&local), &spec, &format!("{tag}-{position}")).await?;
+        printer.config(&report)?;
+        configs.push(report);
+    }
+    Ok((configs, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("10 parsecs").is_err());
+    }
+
+    #[test]
+    fn flags_and_defaults() {
+        let cli = Cli::try_parse_from(["bench"]).expect("defaults parse");
+        assert_eq!(cli.bench.workload, Workload::Approvals);
+        assert_eq!(cli.bench.clients, vec![1, 16, 64]);
+        assert_eq!((cli.bench.duration, cli.bench.warmup), (Duration::from_secs(10), Duration::from_secs(2)));
+        assert!(cli.bench.endpoints.is_empty() && cli.bench.scale.is_none());
+
+        let cli = Cli::try_parse_from([
+            "bench",
+            "--workload",
+            "mixed",
+            "--clients",
+            "1,4",
+            "--duration",
+            "2s",
+            "--warmup",
+            "0s",
+            "--node-flag=--heartbeat-ms=100",
+            "--node-flag",
+            "--logs-to-keep=500",
+            "--json",
+        ])
+        .expect("flags parse");
+        assert_eq!(cli.bench.workload, Workload::Mixed);
+        assert_eq!(cli.bench.clients, vec![1, 4]);
+        assert_eq!(cli.bench.node_flag, vec!["--heartbeat-ms=100", "--logs-to-keep=500"]);
+        assert!(cli.bench.json);
+
+        let cli = Cli::try_parse_from(["bench", "--endpoints", "a:1,b:2", "--node-pids", "10,11", "--leader-only"])
+            .expect("endpoints parse");
+        assert_eq!(cli.bench.endpoints, vec!["a:1", "b:2"]);
+        assert_eq!(cli.bench.node_pids, vec![10, 11]);
+        assert!(Cli::try_parse_from(["bench", "--node-pids", "10"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--endpoints", "a:1", "--keep-data"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--scale-clients", "8"]).is_err());
+    }
+
+    #[test]
+    fn validation() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).expect("parses").bench;
+        assert!(validate(&parse(&["bench", "--clients", "0"])).is_err());
+        assert!(validate(&parse(&["bench", "--duration", "0s"])).is_err());
+        assert!(validate(&parse(&["bench", "--endpoints", "a:1,b:2", "--node-pids", "1"])).is_err());
+        assert!(validate(&parse(&["bench", "--scale", "1000"])).is_ok());
+        assert!(validate(&parse(&["bench"])).is_ok());
+    }
+}

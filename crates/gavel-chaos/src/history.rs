@@ -241,10 +241,38 @@ pub enum OpResult {
     },
     /// An execution operation's view of the execution after it.
     Execution(ExecutionView),
-    /// A poll: the lease it granted, if any.
-    Lease(Option<LeaseGrant>),
+    /// A poll: the lease it granted, if any. Written as
+    /// `{"kind":"lease","grant":null|{..}}`: serde cannot put a bare
+    /// `Option` under an internal tag.
+    Lease(#[serde(with = "lease_grant_field")] Option<LeaseGrant>),
     /// A report was accepted.
     Reported,
+}
+
+/// The `grant` field that carries [`OpResult::Lease`]'s optional grant.
+mod lease_grant_field {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::LeaseGrant;
+
+    #[derive(Serialize)]
+    struct Written<'a> {
+        grant: &'a Option<LeaseGrant>,
+    }
+
+    #[derive(Deserialize)]
+    struct Read {
+        #[serde(default)]
+        grant: Option<LeaseGrant>,
+    }
+
+    pub(super) fn serialize<S: Serializer>(grant: &Option<LeaseGrant>, serializer: S) -> Result<S::Ok, S::Error> {
+        Written { grant }.serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<LeaseGrant>, D::Error> {
+        Ok(Read::deserialize(deserializer)?.grant)
+    }
 }
 
 /// An execution as a client saw it.

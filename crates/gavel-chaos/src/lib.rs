@@ -12,3 +12,12 @@
 //! - [`cluster`]: the node processes (spawn, SIGKILL, SIGSTOP/SIGCONT, restart).
 
 pub mod history;
+pub mod net;
+pub mod cluster;
+pub mod checker;
+pub mod report;
+pub mod nemesis;
+pub mod recorder;
+pub mod rng;
+pub mod run;
+pub mod workload;

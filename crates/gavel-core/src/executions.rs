@@ -425,7 +425,9 @@ impl State {
         if lease.worker_id != worker_id {
             return Err(lease_lost(lease_id, "it is held by another worker"));
         }
-        if self.effective_deadline(execution, lease) <= self.clock_ms {
+        if self.effective_deadline(execution, lease) <= self.clock_ms
+            && !crate::mutants::active(crate::mutants::Mutant::NoFencing)
+        {
             self.expire_lease(lease_id);
             return Err(lease_lost(lease_id, "its deadline has passed"));
         }
@@ -576,6 +578,12 @@ impl State {
         let budget_left =
             capability.retry.as_ref().is_some_and(|retry| retry.attempts_max > 0 && attempts <= retry.attempts_max);
         let eligible = budget_left && error_retryable && capability.retry_allowed_by_side_effect();
+        // Planted bug: a write without a retry config is retried once anyway.
+        let eligible = eligible
+            || (crate::mutants::active(crate::mutants::Mutant::RetryNonIdempotent)
+                && capability.retry.is_none()
+                && attempts <= 1
+                && error_retryable);
         if eligible {
             let base_ms = capability.retry.as_ref().map_or(0, |retry| retry.backoff_ms);
             let wait_ms = backoff_ms(base_ms, attempts);
@@ -698,8 +706,10 @@ impl State {
     pub(crate) fn tick(&mut self, retention: Retention) -> Reply {
         let backoffs_ended = self.release_due_backoffs();
         let mut leases_expired = 0;
+        // Planted bug: the fence is lax, leases expire 5 s after their deadline.
+        let grace_ms = if crate::mutants::active(crate::mutants::Mutant::NoFencing) { 5_000 } else { 0 };
         while let Some((deadline, lease_id)) = self.lease_deadlines.first().copied() {
-            if deadline > self.clock_ms {
+            if deadline.saturating_add(grace_ms) > self.clock_ms {
                 break;
             }
             self.expire_lease(lease_id);

@@ -26,6 +26,7 @@ pub mod executions;
 pub mod limits;
 pub mod machine;
 pub mod model;
+pub mod mutants;
 pub mod precheck;
 pub mod registry;
 pub mod validate;

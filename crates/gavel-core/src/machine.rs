@@ -96,10 +96,16 @@ impl State {
             return DomainError::invalid(problem).into();
         }
         let fingerprint = command_fingerprint(&envelope.command);
-        let key = crate::dedup::request_key(request_id);
+        let wrong_key = crate::mutants::active(crate::mutants::Mutant::DedupWrongKey);
+        let key = if wrong_key {
+            // Planted bug: a truncated key, and no fingerprint check below.
+            crate::dedup::request_key(request_id.get(..8).unwrap_or(request_id))
+        } else {
+            crate::dedup::request_key(request_id)
+        };
         self.dedup.forget_expired(self.clock_ms);
         if let Some(remembered) = self.dedup.recall(key) {
-            if remembered.fingerprint != fingerprint {
+            if remembered.fingerprint != fingerprint && !wrong_key {
                 return DomainError::new(
                     ErrorCode::RequestIdReused,
                     format!("request id \"{request_id}\" was already used for a different request"),

@@ -39,6 +39,12 @@ pub enum TopCommand {
     Audit(AuditArgs),
     /// Cluster nodes and membership: status, add-learner, promote, remove.
     Cluster(ClusterArgs),
+    /// Chaos test: a three-node cluster in network namespaces, a seeded
+    /// nemesis, a recorded history and the checkers (see docs/testing.md).
+    Chaos(gavel_chaos::run::ChaosArgs),
+    /// Benchmark: closed-loop throughput, latency and CPU per operation of a
+    /// durable three-node cluster (see docs/performance.md).
+    Bench(gavel_bench::BenchArgs),
 }
 
 /// Raft timings, every one configurable.

@@ -1,6 +1,7 @@
 //! The `gavel` binary: `gavel node` runs one cluster node; `gavel dev` runs a
 //! local three-node cluster as three processes; `gavel approval|capability|
-//! exec|audit|cluster` are the operator commands (see `docs/cli.md`).
+//! exec|audit|cluster` are the operator commands (see `docs/cli.md`); `gavel
+//! chaos` and `gavel bench` run the chaos harness and the benchmark.
 
 use std::process::ExitCode;
 
@@ -13,7 +14,7 @@ use gavel_server::server::{start, NodeOptions};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let serving = matches!(cli.command, TopCommand::Node(_) | TopCommand::Dev(_));
+    let serving = matches!(cli.command, TopCommand::Node(_) | TopCommand::Dev(_) | TopCommand::Chaos(_));
     // Operator commands keep standard error for their own messages.
     let default_filter = if serving { "info,openraft=warn" } else { "warn" };
     tracing_subscriber::fmt()
@@ -35,6 +36,15 @@ fn main() -> ExitCode {
         TopCommand::Exec(args) => finish(runtime.block_on(commands::exec::run(args))),
         TopCommand::Audit(args) => finish(runtime.block_on(commands::audit::run(args))),
         TopCommand::Cluster(args) => finish(runtime.block_on(commands::cluster::run(args))),
+        TopCommand::Chaos(args) => ExitCode::from(runtime.block_on(gavel_chaos::run::run(args)) as u8),
+        TopCommand::Bench(args) => match runtime.block_on(gavel_bench::run(args)) {
+            Ok(outcome) if outcome.ok => ExitCode::SUCCESS,
+            Ok(_) => ExitCode::FAILURE,
+            Err(error) => {
+                eprintln!("gavel bench: {error:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

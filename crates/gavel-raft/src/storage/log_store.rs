@@ -139,6 +139,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
             return Err(StorageIOError::write_logs(AnyError::error(e)).into());
         }
+        #[cfg(feature = "mutants")]
+        if std::env::var("GAVEL_MUTANT").is_ok_and(|name| name == "early-ack") {
+            // Planted bug: acknowledge at once; sled writes the data out later.
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        }
         // Durability rule: openraft counts these entries towards a quorum (and
         // answers clients) once the callback fires, so it fires only after the
         // fsync thread made them durable.

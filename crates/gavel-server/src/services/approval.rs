@@ -61,6 +61,13 @@ impl ApprovalService for Approvals {
     ) -> Result<Response<pb::GetApprovalResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let message = request.into_inner();
+        if gavel_core::mutants::active(gavel_core::mutants::Mutant::StaleRead) {
+            // Planted bug: answer from this node's local state, no read-index.
+            let state = self.node.app.state();
+            let now_ms = state.clock_ms().max(wall_clock_ms());
+            let approval = state.approval(&message.id).map(|approval| approval_out(approval, approval.status_at(now_ms)));
+            return Ok(Response::new(pb::GetApprovalResponse { approval }));
+        }
         serve!(
             self.node,
             forwarded,

@@ -1,0 +1,174 @@
+//! Reading CPU time and resident memory of processes from Linux `/proc`.
+//!
+//! Everything here is plain file parsing (no `unsafe`): CPU times come from
+//! `/proc/<pid>/stat` (fields 14 `utime` and 15 `stime`, in clock ticks), the
+//! tick rate from the `AT_CLKTCK` entry of `/proc/self/auxv`, and resident
+//! memory from the `VmRSS` line of `/proc/<pid>/status`.
+
+use std::path::Path;
+
+use anyhow::{bail, Context};
+
+/// `AT_CLKTCK` in the ELF auxiliary vector: the frequency of `times()` ticks.
+const AT_CLKTCK: usize = 17;
+
+/// The tick rate every Linux architecture has used for decades, used when
+/// `/proc/self/auxv` cannot be read.
+const DEFAULT_CLOCK_TICKS: u64 = 100;
+
+/// CPU time a process has consumed, user and system, in clock ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuTicks {
+    /// Time in user mode (`utime`), all threads.
+    pub user: u64,
+    /// Time in kernel mode (`stime`), all threads.
+    pub system: u64,
+}
+
+impl CpuTicks {
+    /// User plus system ticks.
+    pub fn total(&self) -> u64 {
+        self.user + self.system
+    }
+}
+
+/// Parses the text of `/proc/<pid>/stat` into its CPU ticks.
+///
+/// The second field (the command name) is in parentheses and may itself
+/// contain spaces and parentheses, so fields are counted from the last `)`.
+pub fn parse_stat(text: &str) -> anyhow::Result<CpuTicks> {
+    let close = text.rfind(')').context("no ')' closing the command name")?;
+    // After the name come fields 3 (state), 4 (ppid), ...; utime is field 14
+    // and stime field 15, that is indexes 11 and 12 of the rest.
+    let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    if fields.len() < 13 {
+        bail!("only {} fields after the command name", fields.len());
+    }
+    let user = fields[11].parse().with_context(|| format!("utime {:?} is not a number", fields[11]))?;
+    let system = fields[12].parse().with_context(|| format!("stime {:?} is not a number", fields[12]))?;
+    Ok(CpuTicks { user, system })
+}
+
+/// Parses the `VmRSS` line of `/proc/<pid>/status`, in bytes.
+pub fn parse_vm_rss(text: &str) -> anyhow::Result<u64> {
+    let line = text.lines().find(|line| line.starts_with("VmRSS:")).context("no VmRSS line")?;
+    let mut words = line["VmRSS:".len()..].split_whitespace();
+    let value: u64 = words.next().context("VmRSS has no value")?.parse().context("VmRSS is not a number")?;
+    match words.next() {
+        Some("kB") | None => Ok(value * 1024),
+        Some(unit) => bail!("unexpected VmRSS unit {unit:?}"),
+    }
+}
+
+/// Finds `AT_CLKTCK` in the bytes of `/proc/self/auxv`: native-endian pairs
+/// of machine words (type, value), ended by type 0.
+pub fn parse_auxv_clock_ticks(bytes: &[u8]) -> Option<u64> {
+    const WORD: usize = std::mem::size_of::<usize>();
+    let word = |chunk: &[u8]| -> Option<usize> { Some(usize::from_ne_bytes(chunk.try_into().ok()?)) };
+    for pair in bytes.chunks_exact(2 * WORD) {
+        let key = word(&pair[..WORD])?;
+        let value = word(&pair[WORD..])?;
+        match key {
+            0 => return None,
+            AT_CLKTCK if value > 0 => return Some(value as u64),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), read from the auxiliary
+/// vector; 100 when it cannot be read.
+pub fn clock_ticks_per_second() -> u64 {
+    std::fs::read("/proc/self/auxv")
+        .ok()
+        .and_then(|bytes| parse_auxv_clock_ticks(&bytes))
+        .unwrap_or(DEFAULT_CLOCK_TICKS)
+}
+
+/// CPU ticks consumed so far by process `pid`.
+pub fn cpu_ticks(pid: u32) -> anyhow::Result<CpuTicks> {
+    read_cpu_ticks(&Path::new("/proc").join(pid.to_string()).join("stat"))
+}
+
+/// CPU ticks consumed so far by this process.
+pub fn own_cpu_ticks() -> anyhow::Result<CpuTicks> {
+    read_cpu_ticks(Path::new("/proc/self/stat"))
+}
+
+fn read_cpu_ticks(path: &Path) -> anyhow::Result<CpuTicks> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse_stat(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Resident memory of process `pid`, in bytes.
+pub fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
+    let path = Path::new("/proc").join(pid.to_string()).join("status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    parse_vm_rss(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "4242 (gavel) S 1 4242 4242 0 -1 4194560 12950 0 0 0 731 129 0 0 20 0 9 0 \
+                        123456 1234567890 4321 18446744073709551615 1 1 0 0 0 0 0 4096 17926 0 0 0 17 1 0 0 0 0 0";
+
+    #[test]
+    fn stat_fields_fourteen_and_fifteen_are_utime_and_stime() {
+        assert_eq!(parse_stat(STAT).expect("parses"), CpuTicks { user: 731, system: 129 });
+        assert_eq!(parse_stat(STAT).expect("parses").total(), 860);
+    }
+
+    #[test]
+    fn stat_command_names_with_spaces_and_parentheses() {
+        let text = STAT.replace("(gavel)", "(tokio (worker) 1)");
+        assert_eq!(parse_stat(&text).expect("parses"), CpuTicks { user: 731, system: 129 });
+    }
+
+    #[test]
+    fn stat_refuses_truncated_or_garbled_text() {
+        assert!(parse_stat("4242 (gavel) S 1 2 3").is_err());
+        assert!(parse_stat("4242 gavel S").is_err());
+        assert!(parse_stat(&STAT.replace(" 731 ", " x ")).is_err());
+    }
+
+    #[test]
+    fn vm_rss_in_bytes() {
+        let status = "Name:\tgavel\nVmPeak:\t  900000 kB\nVmRSS:\t   51234 kB\nThreads:\t9\n";
+        assert_eq!(parse_vm_rss(status).expect("parses"), 51234 * 1024);
+        assert!(parse_vm_rss("Name:\tkthreadd\n").is_err());
+        assert!(parse_vm_rss("VmRSS:\t12 MB\n").is_err());
+    }
+
+    #[test]
+    fn auxv_clock_ticks() {
+        let mut bytes = Vec::new();
+        for (key, value) in [(6usize, 4096usize), (17, 250), (0, 0)] {
+            bytes.extend_from_slice(&key.to_ne_bytes());
+            bytes.extend_from_slice(&value.to_ne_bytes());
+        }
+        assert_eq!(parse_auxv_clock_ticks(&bytes), Some(250));
+        // Stops at the terminating entry.
+        let terminated_early: Vec<u8> = bytes[2 * std::mem::size_of::<usize>()..].to_vec();
+        let mut ended = vec![0u8; 2 * std::mem::size_of::<usize>()];
+        ended.extend_from_slice(&terminated_early);
+        assert_eq!(parse_auxv_clock_ticks(&ended), None);
+        assert_eq!(parse_auxv_clock_ticks(&[]), None);
+    }
+
+    #[test]
+    fn this_process_is_readable() {
+        assert!(clock_ticks_per_second() > 0);
+        let before = own_cpu_ticks().expect("own stat");
+        let mut spin = 0u64;
+        for index in 0..2_000_000u64 {
+            spin = spin.wrapping_add(index * index);
+        }
+        std::hint::black_box(spin);
+        assert!(own_cpu_ticks().expect("own stat").total() >= before.total());
+        assert!(resident_bytes(std::process::id()).expect("own status") > 0);
+        assert!(cpu_ticks(std::process::id()).is_ok());
+    }
+}

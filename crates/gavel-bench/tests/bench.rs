@@ -1,0 +1,161 @@
+//! Smoke runs of `gavel bench` against local clusters of the debug `gavel`
+//! binary (`<workspace>/target/debug/gavel`, built first when missing). The
+//! runs are serialized so their timings do not disturb each other.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, PoisonError};
+
+use clap::Parser;
+use gavel_bench::{BenchArgs, BenchOutcome, ConfigReport};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn gavel_binary() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace.join("target"), PathBuf::from);
+    let binary = target.join("debug").join("gavel");
+    if !binary.is_file() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "gavel-server", "--bin", "gavel"])
+            .current_dir(&workspace)
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the gavel binary failed");
+    }
+    binary
+}
+
+/// Runs the bench with these flags (plus `--json` and the debug binary);
+/// returns the outcome and the JSON lines it printed.
+fn bench(flags: &[&str]) -> (anyhow::Result<BenchOutcome>, Vec<serde_json::Value>) {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let binary = gavel_binary();
+    let mut argv = vec!["bench", "--json", "--gavel-binary", binary.to_str().expect("utf-8 path")];
+    argv.extend_from_slice(flags);
+    let args = Cli::try_parse_from(argv).expect("flags parse").bench;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let mut out = Vec::new();
+    let outcome = runtime.block_on(gavel_bench::run_to(args, &mut out));
+    let text = String::from_utf8(out).expect("utf-8 output");
+    let lines = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("not JSON ({error}): {line}")))
+        .collect();
+    (outcome, lines)
+}
+
+fn check_config(config: &ConfigReport, operations: &[&str]) {
+    assert!(config.ok, "{config:#?}");
+    assert_eq!(config.errors, 0, "{:?}", config.error_samples);
+    assert!(config.lifecycles > 0 && config.lifecycles_per_s > 0.0, "{config:#?}");
+    assert!(config.operations >= config.lifecycles * 3, "{config:#?}");
+    assert!(config.verified > 0, "{config:#?}");
+    for operation in operations {
+        let latency = config.latency.get(*operation).unwrap_or_else(|| panic!("no {operation} latency: {config:#?}"));
+        assert!(latency.count > 0);
+        assert!(0.0 < latency.p50_ms && latency.p50_ms <= latency.p99_ms, "{operation}: {latency:?}");
+        assert!(latency.p99_ms <= latency.max_ms, "{operation}: {latency:?}");
+    }
+    for latency in config.lifecycle_latency.values() {
+        assert!(latency.p50_ms <= latency.p99_ms && latency.p99_ms <= latency.max_ms, "{latency:?}");
+    }
+    let node_cpu = config.cpu.node_cpu_s.as_ref().expect("node CPU is measured for a local cluster");
+    assert_eq!(node_cpu.len(), 3);
+    assert!(config.cpu.node_cpu_s_per_op.is_some_and(|per_op| per_op > 0.0), "{:?}", config.cpu);
+}
+
+fn check_json(lines: &[serde_json::Value], configs: usize) {
+    assert_eq!(lines.len(), configs + 1, "one line per configuration and the summary: {lines:#?}");
+    for (line, clients) in lines.iter().zip([1, 4]) {
+        assert_eq!(line["clients"], clients);
+        assert_eq!(line["ok"], true);
+    }
+    let summary = &lines.last().expect("a summary line")["summary"];
+    assert_eq!(summary["ok"], true, "{summary:#}");
+    assert_eq!(summary["errors"], 0);
+}
+
+fn smoke(workload: &str, operations: &[&str]) {
+    let (outcome, lines) = bench(&["--workload", workload, "--clients", "1,4", "--duration", "2s", "--warmup", "0s"]);
+    let outcome = outcome.expect("the bench runs");
+    assert!(outcome.ok);
+    assert_eq!(outcome.configs.iter().map(|config| config.clients).collect::<Vec<_>>(), vec![1, 4]);
+    for config in &outcome.configs {
+        assert_eq!(config.workload, workload);
+        check_config(config, if config.clients == 1 { &operations[..3] } else { operations });
+    }
+    check_json(&lines, 2);
+    assert_eq!(outcome.summary["ok"], true);
+}
+
+#[test]
+fn approvals_smoke() {
+    smoke("approvals", &["create", "decide", "consume"]);
+}
+
+#[test]
+fn executions_smoke() {
+    smoke("executions", &["submit", "poll", "report"]);
+}
+
+#[test]
+fn mixed_smoke() {
+    // One client runs approvals; with four, two run each.
+    smoke("mixed", &["create", "decide", "consume", "submit", "poll", "report"]);
+}
+
+#[test]
+fn scale_smoke() {
+    let (outcome, lines) = bench(&[
+        "--scale",
+        "2000",
+        "--scale-checkpoint",
+        "1000",
+        "--scale-clients",
+        "8",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+    ]);
+    let outcome = outcome.expect("the bench runs");
+    assert!(outcome.ok);
+    let scale = outcome.scale.expect("scale figures");
+    assert_eq!(scale.checkpoints.iter().map(|checkpoint| checkpoint.fill.executions).sum::<u64>(), 2000);
+    assert_eq!(scale.checkpoints.len(), 2);
+    for checkpoint in &scale.checkpoints {
+        check_config(&checkpoint.measurement, &["submit", "poll", "report"]);
+        assert!(checkpoint.fill.per_s > 0.0);
+        assert_eq!(checkpoint.nodes.len(), 3);
+        for node in &checkpoint.nodes {
+            assert!(node.rss_bytes.is_some_and(|bytes| bytes > 0), "{node:?}");
+            assert!(node.data_dir_bytes.is_some_and(|bytes| bytes > 0), "{node:?}");
+        }
+    }
+    assert!(scale.checkpoints[1].retained > 2000);
+    let restart = scale.restart.expect("the restart is measured on a local cluster");
+    assert!(restart.read_ok, "{restart:?}");
+    assert!(restart.serving_ms > 0.0 && restart.serving_ms <= restart.caught_up_ms, "{restart:?}");
+    // Two measurements and the summary.
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[2]["summary"]["ok"], true);
+    assert_eq!(lines[2]["summary"]["scale"]["target"], 2000);
+}
+
+#[test]
+fn a_missing_binary_fails_with_a_summary() {
+    let args = Cli::try_parse_from(["bench", "--json", "--gavel-binary", "/nonexistent/gavel"]).expect("flags parse");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let mut out = Vec::new();
+    assert!(runtime.block_on(gavel_bench::run_to(args.bench, &mut out)).is_err());
+    let text = String::from_utf8(out).expect("utf-8 output");
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().expect("a line")).expect("JSON");
+    assert_eq!(last["summary"]["ok"], false);
+}

@@ -1,0 +1,75 @@
+//! Writes the history as the run goes: every invoke, completion and fault.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::history::{
+    Complete, Entry, FaultKind, HistoryWriter, Invoke, NemesisEvent, Op, OpResult, Outcome, Phase,
+};
+
+/// The run's history file plus the clock every entry is stamped with.
+pub struct Recorder {
+    writer: Mutex<HistoryWriter>,
+    start: Instant,
+    next_op: AtomicU64,
+    next_process: AtomicU64,
+}
+
+impl Recorder {
+    /// Creates the history file.
+    pub fn create(path: &Path) -> std::io::Result<Recorder> {
+        Ok(Recorder {
+            writer: Mutex::new(HistoryWriter::create(path)?),
+            start: Instant::now(),
+            next_op: AtomicU64::new(1),
+            next_process: AtomicU64::new(1),
+        })
+    }
+
+    /// Milliseconds since the run started.
+    pub fn now_ms(&self) -> f64 {
+        self.start.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// A fresh process id: one per concurrent actor, so a process never has
+    /// two operations open at once.
+    pub fn process(&self) -> u64 {
+        self.next_process.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Writes one entry. A history that cannot be written makes the run
+    /// meaningless, so a write failure ends the process.
+    pub fn write(&self, entry: &Entry) {
+        let mut writer = self.writer.lock().expect("history writer lock poisoned");
+        if let Err(error) = writer.write(entry) {
+            eprintln!("gavel chaos: cannot write the history: {error}");
+            std::process::exit(crate::run::EXIT_HARNESS_CRASH);
+        }
+    }
+
+    /// Records that `process` sent `op` to `node`; returns the op id for [`Recorder::complete`].
+    pub fn invoke(&self, process: u64, node: u64, op: Op) -> u64 {
+        let op_id = self.next_op.fetch_add(1, Ordering::Relaxed);
+        self.write(&Entry::Invoke(Invoke { op_id, time_ms: self.now_ms(), process, node, op }));
+        op_id
+    }
+
+    /// Records the outcome of an invoked operation.
+    pub fn complete(
+        &self,
+        op_id: u64,
+        process: u64,
+        outcome: Outcome,
+        result: Option<OpResult>,
+        error: Option<String>,
+    ) {
+        self.write(&Entry::Complete(Complete { op_id, time_ms: self.now_ms(), process, outcome, result, error }));
+    }
+
+    /// Records a fault starting or stopping.
+    pub fn nemesis(&self, fault: FaultKind, phase: Phase, nodes: Vec<u64>, injected: bool, detail: String) {
+        self.write(&Entry::Nemesis(NemesisEvent { time_ms: self.now_ms(), fault, phase, nodes, injected, detail }));
+    }
+}

@@ -1,0 +1,521 @@
+//! One chaos run from start to verdict: network, cluster, workload, nemesis,
+//! healing, final state, checkers, report.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use gavel_proto::v1 as pb;
+use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
+use gavel_proto::v1::audit_service_client::AuditServiceClient;
+use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::checker::{self, CheckOptions, CheckReport, Verdict};
+use crate::cluster::{Cluster, ClusterSpec, Mode};
+use crate::history::{self, AuditEvent, Entry, FaultKind, FinalState, Header, OpResult};
+use crate::nemesis::{self, Nemesis};
+use crate::net::{self, Net};
+use crate::recorder::Recorder;
+use crate::report;
+use crate::rng::Rng;
+use crate::workload::{self, Workload, WorkloadConfig};
+
+/// Exit code: every checker judged the history valid.
+pub const EXIT_VALID: i32 = 0;
+/// Exit code: a checker found a violation.
+pub const EXIT_INVALID: i32 = 1;
+/// Exit code: the run could not be judged (a fault was not injected, coverage not met).
+pub const EXIT_UNKNOWN: i32 = 2;
+/// Exit code: the harness itself failed (could not start the cluster, write the history, ...).
+pub const EXIT_HARNESS_CRASH: i32 = 3;
+
+/// How long the cluster gets to elect a leader after healing (liveness).
+const LEADER_AFTER_HEAL: Duration = Duration::from_secs(10);
+/// How long unfinished executions get to finalize after healing.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the nodes get to reach the same applied index and state hash.
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Milliseconds since the Unix epoch.
+pub fn wall_clock_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+/// `gavel chaos` flags.
+#[derive(Debug, Clone, clap::Args, Serialize)]
+pub struct ChaosArgs {
+    /// Seed of the fault schedule and the workload (default: from the clock; printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// How long faults are injected (seconds); healing and checking come after.
+    #[arg(long, default_value_t = 60)]
+    pub duration: u64,
+    /// Faults to inject, comma-separated: kill-leader, kill-follower, kill-all,
+    /// pause, partition-leader, partition-follower, partition-bridge,
+    /// partition-one-way, packet-loss, worker-stall; or `all`.
+    #[arg(long, default_value = "all", value_delimiter = ',')]
+    pub faults: Vec<String>,
+    /// Directory of this run (history, node logs and data, report). Default:
+    /// `chaos-runs/<seed>` under the current directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Run the nodes on loopback without namespaces (kill and pause only).
+    #[arg(long)]
+    pub loopback: bool,
+    /// The `gavel` binary the nodes run (default: this executable).
+    #[arg(long)]
+    pub binary: Option<PathBuf>,
+    /// Approval clients.
+    #[arg(long, default_value_t = 3)]
+    pub approval_clients: usize,
+    /// Execution submitters.
+    #[arg(long, default_value_t = 3)]
+    pub submitters: usize,
+    /// Workers.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Minimum late reports for the coverage check.
+    #[arg(long, default_value_t = 20)]
+    pub min_late_reports: u64,
+    /// Minimum leader changes for the coverage check.
+    #[arg(long, default_value_t = 2)]
+    pub min_leader_changes: u64,
+    /// Build a snapshot after this many log entries (small: installs happen under faults).
+    #[arg(long, default_value_t = 200)]
+    pub snapshot_every: u64,
+    /// Planted bug to switch on in the nodes (builds with the `mutants` feature only).
+    #[arg(long)]
+    pub mutant: Option<String>,
+    /// Print a JSON summary whose last line holds the verdict and the counts.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses fault names.
+pub fn parse_faults(names: &[String]) -> anyhow::Result<Vec<FaultKind>> {
+    let mut faults = BTreeSet::new();
+    for name in names {
+        let name = name.trim();
+        if name == "all" {
+            faults.extend(FaultKind::ALL);
+            continue;
+        }
+        let fault = FaultKind::ALL
+            .into_iter()
+            .find(|fault| checker::fault_name(*fault) == name || checker::fault_name(*fault).replace('_', "-") == name)
+            .with_context(|| format!("unknown fault {name:?}"))?;
+        faults.insert(fault);
+    }
+    Ok(faults.into_iter().collect())
+}
+
+/// The machine-readable summary (the last line of `--json` output).
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// valid, invalid or unknown.
+    pub verdict: String,
+    /// The seed.
+    pub seed: u64,
+    /// Whether the nodes ran in namespaces.
+    pub namespaces: bool,
+    /// Operations invoked.
+    pub operations: u64,
+    /// ok / fail / info outcomes.
+    pub ok: u64,
+    /// Definite failures.
+    pub fail: u64,
+    /// Unknown outcomes.
+    pub info: u64,
+    /// Faults injected.
+    pub faults: u64,
+    /// Leader changes seen.
+    pub leader_changes: u64,
+    /// Late reports sent, and how many the cluster rejected.
+    pub late_reports: u64,
+    /// Late reports rejected.
+    pub late_rejected: u64,
+    /// Per checker verdict.
+    pub checkers: Vec<(String, String)>,
+    /// The run directory.
+    pub out: String,
+    /// The command that reruns this schedule.
+    pub rerun: String,
+}
+
+/// Tears the network down and kills the nodes, whatever happened.
+struct Teardown {
+    cluster: Option<Arc<Cluster>>,
+    net: Option<Arc<Net>>,
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if let Some(cluster) = self.cluster.take() {
+            cluster.shutdown();
+        }
+        if let Some(net) = self.net.take() {
+            if let Err(error) = net.teardown() {
+                eprintln!("gavel chaos: tearing the network down failed: {error:#}");
+            }
+        }
+    }
+}
+
+/// Runs one chaos schedule and returns the process exit code.
+pub async fn run(args: ChaosArgs) -> i32 {
+    match run_inner(args).await {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("gavel chaos: harness failure: {error:#}");
+            EXIT_HARNESS_CRASH
+        }
+    }
+}
+
+fn rerun_command(args: &ChaosArgs, seed: u64) -> String {
+    let mut command = format!(
+        "gavel chaos --seed {seed} --duration {} --faults {}",
+        args.duration,
+        args.faults.join(",")
+    );
+    if args.loopback {
+        command.push_str(" --loopback");
+    }
+    if let Some(mutant) = &args.mutant {
+        command.push_str(&format!(" --mutant {mutant}"));
+    }
+    command
+}
+
+async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
+    let seed = args.seed.unwrap_or_else(|| wall_clock_ms() as u64 % 1_000_000);
+    let faults = parse_faults(&args.faults)?;
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("chaos-runs").join(seed.to_string()));
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
+    }
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let out = out.canonicalize()?;
+    std::fs::write(out.join("config.json"), serde_json::to_vec_pretty(&serde_json::json!({"seed": seed, "args": &args}))?)?;
+    let binary = match &args.binary {
+        Some(binary) => binary.clone(),
+        None => std::env::current_exe().context("locating this executable")?,
+    };
+    let rerun = rerun_command(&args, seed);
+    eprintln!("gavel chaos: seed {seed}, {} s of faults {faults:?}; run directory {}", args.duration, out.display());
+
+    // The network: namespaces when possible and wanted.
+    let wants_network = faults.iter().any(|fault| fault.needs_network());
+    let mut teardown = Teardown { cluster: None, net: None };
+    let mode = if args.loopback {
+        eprintln!("gavel chaos: --loopback: nodes on 127.0.0.1, kill and pause only");
+        Mode::Loopback
+    } else {
+        let availability = tokio::task::spawn_blocking(Net::available).await?;
+        if availability.available {
+            let stale = tokio::task::spawn_blocking(|| net::cleanup_stale(net::FAMILY)).await?;
+            if !stale.namespaces.is_empty() || !stale.links.is_empty() {
+                eprintln!("gavel chaos: removed stale namespaces {:?} and links {:?}", stale.namespaces, stale.links);
+            }
+            let prefix = net::fresh_prefix()?;
+            let net = Arc::new(tokio::task::spawn_blocking(move || Net::setup(3, &prefix)).await??);
+            let topology = net.topology();
+            teardown.net = Some(net);
+            Mode::Namespaces(topology)
+        } else {
+            eprintln!(
+                "gavel chaos: no network namespaces ({}); nodes on loopback, kill and pause only{}",
+                availability.reason.unwrap_or_default(),
+                if wants_network { " — the partition faults asked for cannot be injected: verdict will be unknown" } else { "" }
+            );
+            Mode::Loopback
+        }
+    };
+    let namespaces = matches!(mode, Mode::Namespaces(_));
+
+    let mut spec = ClusterSpec::new(binary, out.join("nodes"), mode);
+    spec.extra_flags = vec![
+        format!("--snapshot-logs-since-last={}", args.snapshot_every),
+        format!("--logs-to-keep={}", (args.snapshot_every / 4).max(10)),
+    ];
+    if let Some(mutant) = &args.mutant {
+        spec.env.push(("GAVEL_MUTANT".to_string(), mutant.clone()));
+    }
+    let cluster = Arc::new(Cluster::start(spec).await?);
+    teardown.cluster = Some(cluster.clone());
+
+    let recorder = Arc::new(Recorder::create(&out.join("history.jsonl"))?);
+    recorder.write(&Entry::Header(Header {
+        seed,
+        namespaces,
+        faults: faults.clone(),
+        capabilities: workload::capabilities().into_iter().map(|(_, info)| info).collect(),
+        nodes: cluster.ids(),
+    }));
+    let nodes: Vec<(u64, String)> =
+        cluster.ids().into_iter().filter_map(|id| Some((id, cluster.addr(id)?.to_string()))).collect();
+    let config = WorkloadConfig {
+        seed,
+        approval_clients: args.approval_clients,
+        submitters: args.submitters,
+        workers: args.workers,
+    };
+    let workload = Arc::new(Workload::new(recorder.clone(), nodes.clone(), config)?);
+    workload.register().await?;
+
+    // Leader observer: counts leader changes as the harness sees them.
+    let leader_changes = Arc::new(AtomicU64::new(0));
+    let observer_stop = tokio_util::sync::CancellationToken::new();
+    let observer = {
+        let cluster = cluster.clone();
+        let changes = leader_changes.clone();
+        let stop = observer_stop.clone();
+        tokio::spawn(async move {
+            let mut last: Option<u64> = None;
+            while !stop.is_cancelled() {
+                if let Some(leader) = cluster.leader().await {
+                    if last.is_some_and(|previous| previous != leader) {
+                        changes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    last = Some(leader);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+
+    let mut actors = Vec::new();
+    for index in 0..args.approval_clients {
+        actors.push(tokio::spawn(workload.clone().approval_client(index)));
+    }
+    for index in 0..args.submitters {
+        actors.push(tokio::spawn(workload.clone().submitter(index)));
+    }
+    let mut workers = Vec::new();
+    for index in 0..args.workers {
+        workers.push(tokio::spawn(workload.clone().worker(index)));
+    }
+
+    let mut nemesis = Nemesis {
+        cluster: cluster.clone(),
+        net: teardown.net.clone(),
+        recorder: recorder.clone(),
+        stall: workload.stall.clone(),
+        rng: Rng::new(seed).fork(99),
+    };
+    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let order = nemesis::schedule(&faults, (args.duration / 4) as usize + 2 * faults.len(), seed);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let fired = nemesis.run(&order, deadline, &stop).await;
+    tokio::time::sleep_until(deadline.into()).await;
+    eprintln!("gavel chaos: {fired} faults fired; healing");
+
+    // Heal, stop the clients, let the workers drain what is left.
+    nemesis.heal_all().await;
+    workload.stop_clients.cancel();
+    workload.draining.store(true, Ordering::Relaxed);
+    for actor in actors {
+        let _ = tokio::time::timeout(Duration::from_secs(30), actor).await;
+    }
+    let leader_after_heal = cluster.wait_for_leader(LEADER_AFTER_HEAL).await;
+    let unfinished = drain(&workload, &nodes, DRAIN_TIMEOUT).await;
+    workload.stop_workers.cancel();
+    for worker in workers {
+        let _ = tokio::time::timeout(Duration::from_secs(10), worker).await;
+    }
+    observer_stop.cancel();
+    let _ = observer.await;
+    converge(&cluster, CONVERGE_TIMEOUT).await;
+
+    // Final state of every node.
+    let approvals = workload.approvals.lock().expect("approvals lock").clone();
+    let executions = workload.executions.lock().expect("executions lock").clone();
+    let changes = leader_changes.load(Ordering::Relaxed);
+    for (id, addr) in &nodes {
+        let state = final_state(&cluster, *id, addr, &approvals, &executions, changes).await;
+        recorder.write(&Entry::Final(state));
+    }
+    drop(teardown);
+
+    // Judge.
+    let entries = history::read_history(&out.join("history.jsonl"))?;
+    let options = CheckOptions {
+        leader_changes: changes,
+        min_late_reports: args.min_late_reports,
+        min_leader_changes: args.min_leader_changes,
+        ..CheckOptions::default()
+    };
+    let mut report = checker::check_all(&entries, &options);
+    if leader_after_heal.is_none() {
+        report = CheckReport::from_results(
+            report
+                .results
+                .into_iter()
+                .map(|mut result| {
+                    if result.name == "liveness" {
+                        result.verdict = Verdict::Invalid;
+                        result.details.push(format!("no leader within {LEADER_AFTER_HEAL:?} of healing"));
+                    }
+                    result
+                })
+                .collect(),
+        );
+    }
+    let stats = report::run_stats(&entries);
+    let table = report::summary_table(&report, &stats);
+    std::fs::write(out.join("summary.txt"), &table)?;
+    std::fs::write(out.join("timeline.svg"), report::svg_timeline(&entries, 1200, 500))?;
+    let summary = Summary {
+        verdict: report.verdict.as_str().to_string(),
+        seed,
+        namespaces,
+        operations: stats.operations,
+        ok: stats.ok,
+        fail: stats.fail,
+        info: stats.info,
+        faults: stats.faults_injected.values().sum(),
+        leader_changes: changes,
+        late_reports: stats.late_reports,
+        late_rejected: stats.late_rejected,
+        checkers: report.results.iter().map(|r| (r.name.clone(), r.verdict.as_str().to_string())).collect(),
+        out: out.display().to_string(),
+        rerun: rerun.clone(),
+    };
+    std::fs::write(out.join("summary.json"), serde_json::to_vec_pretty(&summary)?)?;
+    if args.json {
+        for result in &report.results {
+            println!("{}", serde_json::to_string(result)?);
+        }
+        println!("{}", serde_json::to_string(&serde_json::json!({ "summary": summary }))?);
+    } else {
+        println!("{table}");
+        println!("unfinished executions at the end: {}", unfinished.len());
+        println!("verdict: {}   (history, logs, summary and timeline.svg in {})", report.verdict, out.display());
+    }
+    let code = match report.verdict {
+        Verdict::Valid => EXIT_VALID,
+        Verdict::Invalid => EXIT_INVALID,
+        Verdict::Unknown => EXIT_UNKNOWN,
+    };
+    if code != EXIT_VALID {
+        eprintln!("gavel chaos: verdict {}; rerun this schedule with: {rerun}", report.verdict);
+    }
+    Ok(code)
+}
+
+/// Waits until every submitted execution is final (read through the leader
+/// via any node), up to `timeout`; returns those still unfinished.
+async fn drain(workload: &Workload, nodes: &[(u64, String)], timeout: Duration) -> Vec<String> {
+    let started = Instant::now();
+    let mut pending: Vec<String> = workload.executions.lock().expect("executions lock").clone();
+    let process = workload.recorder.process();
+    while !pending.is_empty() && started.elapsed() < timeout {
+        let mut still = Vec::new();
+        for (i, id) in pending.iter().enumerate() {
+            if !workload.read_execution(process, i % nodes.len(), id).await {
+                still.push(id.clone());
+            }
+        }
+        pending = still;
+        if !pending.is_empty() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    pending
+}
+
+/// Waits until every node reports the same applied index and state hash.
+async fn converge(cluster: &Cluster, timeout: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        let statuses = cluster.statuses().await;
+        let hashes: BTreeSet<_> = statuses.values().map(|status| (status.last_applied_index, status.state_hash.clone())).collect();
+        if statuses.len() == cluster.ids().len() && hashes.len() == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn channel(addr: &str) -> anyhow::Result<Channel> {
+    Ok(Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(5))
+        .connect_lazy())
+}
+
+/// Reads one node's view of everything the workload touched.
+async fn final_state(
+    cluster: &Cluster,
+    id: u64,
+    addr: &str,
+    approvals: &[String],
+    executions: &[String],
+    leader_changes: u64,
+) -> FinalState {
+    let status = cluster.status(id).await;
+    let mut state = FinalState {
+        node: id,
+        state_hash: status.as_ref().map(|s| s.state_hash.clone()),
+        applied_index: status.as_ref().map(|s| s.last_applied_index),
+        leader: status.as_ref().and_then(|s| s.leader_id),
+        approvals: Vec::new(),
+        executions: Vec::new(),
+        audit: Vec::new(),
+        leader_changes,
+    };
+    let Ok(channel) = channel(addr) else { return state };
+    let mut approval_client = ApprovalServiceClient::new(channel.clone());
+    for approval_id in approvals {
+        if let Ok(response) =
+            approval_client.get_approval(pb::GetApprovalRequest { id: approval_id.clone(), caller_now_ms: None }).await
+        {
+            if let OpResult::Approval { state: approval_state, consumed_by } =
+                workload::approval_view(response.get_ref().approval.as_ref())
+            {
+                state.approvals.push((approval_id.clone(), approval_state, consumed_by));
+            }
+        }
+    }
+    let mut execution_client = ExecutionServiceClient::new(channel.clone());
+    for execution_id in executions {
+        if let Ok(response) =
+            execution_client.get_execution(pb::GetExecutionRequest { execution_id: execution_id.clone() }).await
+        {
+            if let Some(execution) = response.get_ref().execution.as_ref() {
+                state.executions.push(workload::execution_view(execution));
+            }
+        }
+    }
+    let mut audit = AuditServiceClient::new(channel);
+    let mut cursor = 0;
+    loop {
+        let page = audit.list_events(pb::ListEventsRequest { after_cursor: cursor, limit: 1000, execution_id: None }).await;
+        let Ok(page) = page else { break };
+        let page = page.into_inner();
+        if page.events.is_empty() {
+            break;
+        }
+        for event in page.events {
+            state.audit.push(AuditEvent {
+                cursor: event.cursor,
+                event_type: event.r#type,
+                execution_id: event.execution_id,
+                approval_id: event.approval_id,
+                attempt: event.attempt,
+                lease_id: event.lease_id,
+                code: event.code,
+            });
+        }
+        if page.last_cursor <= cursor {
+            break;
+        }
+        cursor = page.last_cursor;
+    }
+    state
+}

@@ -1,0 +1,65 @@
+//! Planted bugs for the chaos harness (cargo feature `mutants`).
+//!
+//! A node built with `--features mutants` switches on the bug named by the
+//! `GAVEL_MUTANT` environment variable; the chaos harness then has to catch
+//! it. Without the feature every switch is a constant `false` and the code
+//! behind it is compiled out. Release and test builds never enable it; the
+//! planted-bug test builds its own binary (see `docs/testing.md`).
+
+/// One planted bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutant {
+    /// The server answers `GetApproval` from local state, without read-index
+    /// and without forwarding to the leader (stale reads on followers).
+    StaleRead,
+    /// The Raft log acknowledges an append before it is durable.
+    EarlyAck,
+    /// Reports under an expired lease are accepted (the deadline fence is skipped).
+    NoFencing,
+    /// Requests are deduplicated on a truncated key, and a recalled reply is
+    /// returned even for a different request.
+    DedupWrongKey,
+    /// A failed write without `idempotent` + retry config is retried once.
+    RetryNonIdempotent,
+}
+
+impl Mutant {
+    /// Every planted bug.
+    pub const ALL: [Mutant; 5] =
+        [Mutant::StaleRead, Mutant::EarlyAck, Mutant::NoFencing, Mutant::DedupWrongKey, Mutant::RetryNonIdempotent];
+
+    /// The name `GAVEL_MUTANT` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::StaleRead => "stale-read",
+            Mutant::EarlyAck => "early-ack",
+            Mutant::NoFencing => "no-fencing",
+            Mutant::DedupWrongKey => "dedup-wrong-key",
+            Mutant::RetryNonIdempotent => "retry-non-idempotent",
+        }
+    }
+}
+
+#[cfg(feature = "mutants")]
+static ACTIVE: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
+
+/// Whether `mutant` is switched on (always false without the `mutants` feature).
+#[inline]
+pub fn active(mutant: Mutant) -> bool {
+    #[cfg(feature = "mutants")]
+    {
+        *ACTIVE.get_or_init(|| {
+            let name = std::env::var("GAVEL_MUTANT").ok()?;
+            let found = Mutant::ALL.into_iter().find(|m| m.name() == name);
+            if found.is_none() {
+                eprintln!("GAVEL_MUTANT={name} names no planted bug; none is active");
+            }
+            found
+        }) == Some(mutant)
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = mutant;
+        false
+    }
+}
