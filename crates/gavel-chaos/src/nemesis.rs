@@ -50,7 +50,7 @@ pub struct Nemesis {
     pub recorder: Arc<Recorder>,
     /// Workers stall past their deadline while this is set.
     pub stall: Arc<AtomicBool>,
-    /// Leader changes observed by the harness, updated while faults run.
+    /// The schedule's own random choices (targets, hold and calm times).
     pub rng: Rng,
 }
 
@@ -74,13 +74,13 @@ impl Nemesis {
             }
             tokio::time::sleep(calm).await;
             let hold = Duration::from_millis(self.rng.between(HOLD_MS.0, HOLD_MS.1));
-            let undo = self.inject(*fault).await;
+            let (undo, nodes) = self.inject(*fault).await;
             started += 1;
             tokio::select! {
                 _ = tokio::time::sleep(hold) => {}
                 _ = stop.cancelled() => {}
             }
-            self.heal(*fault, undo).await;
+            self.heal(*fault, undo, nodes).await;
         }
         started
     }
@@ -96,8 +96,8 @@ impl Nemesis {
         tokio::task::spawn_blocking(move || work(&cluster)).await.ok()
     }
 
-    /// Starts one fault and records it; returns what healing must undo.
-    async fn inject(&mut self, fault: FaultKind) -> Undo {
+    /// Starts one fault and records it; returns what healing must undo and the nodes hit.
+    async fn inject(&mut self, fault: FaultKind) -> (Undo, Vec<u64>) {
         let (leader, followers) = self.leader_and_followers().await;
         let follower = if followers.is_empty() { None } else { Some(*self.rng.pick(&followers)) };
         let any = *self.rng.pick(&self.cluster.ids());
@@ -180,13 +180,13 @@ impl Nemesis {
         let injected = result.is_ok();
         let detail = result.unwrap_or_else(|error| format!("NOT INJECTED: {error}"));
         tracing::info!(?fault, ?nodes, injected, %detail, "fault start");
-        self.recorder.nemesis(fault, Phase::Start, nodes, injected, detail);
-        undo
+        self.recorder.nemesis(fault, Phase::Start, nodes.clone(), injected, detail);
+        (undo, nodes)
     }
 
-    /// Heals one fault and records it.
-    async fn heal(&mut self, fault: FaultKind, undo: Undo) {
-        let (nodes, detail) = match undo {
+    /// Heals one fault and records it (with the nodes its start named).
+    async fn heal(&mut self, fault: FaultKind, undo: Undo, hit: Vec<u64>) {
+        let (_, detail): (Vec<u64>, String) = match undo {
             Undo::Restart(ids) => {
                 if ids.len() > 1 {
                     tokio::time::sleep(Duration::from_millis(ALL_DEAD_MS)).await;
@@ -214,7 +214,7 @@ impl Nemesis {
             Undo::Nothing => (Vec::new(), "nothing was injected".to_string()),
         };
         tracing::info!(?fault, %detail, "fault stop");
-        self.recorder.nemesis(fault, Phase::Stop, nodes, true, detail);
+        self.recorder.nemesis(fault, Phase::Stop, hit, true, detail);
     }
 
     /// Undoes everything that may still be in effect: network rules, paused

@@ -1,0 +1,124 @@
+//! The chaos harness against the real binary: one short schedule (kill plus
+//! partition) must be judged valid, and every planted bug must be caught.
+//!
+//! The short schedule is what `.ci/run` runs (about two minutes). The
+//! planted-bug runs build a second `gavel` with `--features mutants` in its
+//! own target directory (`target/mutants`), so the binary every other test
+//! uses never contains them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// Runs `gavel chaos` and returns (exit code, the parsed summary line).
+fn chaos(binary: &Path, out: &Path, args: &[&str]) -> (i32, serde_json::Value) {
+    let started = Instant::now();
+    let output = Command::new(binary)
+        .arg("chaos")
+        .arg("--json")
+        .arg(format!("--out={}", out.display()))
+        .args(args)
+        .env("GAVEL_LOG", "warn")
+        .output()
+        .expect("run gavel chaos");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("gavel chaos {args:?} took {:.0?}\nstderr:\n{stderr}", started.elapsed());
+    let last = stdout.lines().last().unwrap_or_default();
+    let summary: serde_json::Value = serde_json::from_str(last)
+        .unwrap_or_else(|error| panic!("the last line is not the JSON summary ({error}):\n{stdout}"));
+    (output.status.code().unwrap_or(-1), summary["summary"].clone())
+}
+
+/// The two tests share the machine's two cores: run them one after the other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn checker_verdict(summary: &serde_json::Value, name: &str) -> String {
+    summary["checkers"]
+        .as_array()
+        .and_then(|checkers| checkers.iter().find(|pair| pair[0] == name))
+        .and_then(|pair| pair[1].as_str())
+        .unwrap_or("missing")
+        .to_string()
+}
+
+#[test]
+fn a_short_kill_and_partition_schedule_is_judged_valid() {
+    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (code, summary) = chaos(
+        Path::new(env!("CARGO_BIN_EXE_gavel")),
+        &dir.path().join("run"),
+        &[
+            "--seed=20261130",
+            "--duration=70",
+            "--faults=kill-leader,kill-follower,partition-leader,partition-follower,worker-stall",
+        ],
+    );
+    eprintln!("summary: {summary:#}");
+    if code != 0 {
+        // Keep the evidence: copy the run directory next to the test binary.
+        let keep = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("chaos-short-failed");
+        let _ = Command::new("cp").arg("-r").arg(dir.path().join("run")).arg(&keep).status();
+        panic!("the short schedule was judged {} (exit {code}); run directory kept in {}", summary["verdict"], keep.display());
+    }
+    assert_eq!(summary["verdict"], "valid");
+    assert!(summary["faults"].as_u64().unwrap_or(0) >= 10, "every fault fired twice");
+    assert!(summary["leader_changes"].as_u64().unwrap_or(0) >= 2);
+    assert!(summary["late_rejected"].as_u64().unwrap_or(0) >= 20);
+    assert!(summary["ok"].as_u64().unwrap_or(0) > 100, "the workload made progress");
+}
+
+/// Builds `gavel` with the planted bugs in `target/mutants`.
+fn mutant_binary() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let target = workspace.join("target/mutants");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--locked", "-p", "gavel-server", "--bin", "gavel", "--features", "mutants"])
+        .arg("--target-dir")
+        .arg(&target)
+        .current_dir(&workspace)
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "building the mutants binary failed");
+    target.join("debug/gavel")
+}
+
+#[test]
+fn every_planted_bug_is_caught() {
+    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let binary = mutant_binary();
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Each bug with the fault that exposes it and the checker expected to catch it.
+    let cases = [
+        ("stale-read", "partition-leader", "linearizable_approvals"),
+        ("early-ack", "kill-all", "no_lost_writes"),
+        ("no-fencing", "worker-stall", "fencing"),
+        ("dedup-wrong-key", "kill-follower", "linearizable_approvals"),
+        ("retry-non-idempotent", "worker-stall", "retry_discipline"),
+    ];
+    let mut missed = Vec::new();
+    for (mutant, fault, checker) in cases {
+        let started = Instant::now();
+        let (code, summary) = chaos(
+            &binary,
+            &dir.path().join(mutant),
+            &[&format!("--mutant={mutant}"), "--seed=7", "--duration=30", &format!("--faults={fault}")],
+        );
+        let caught_by: Vec<String> = summary["checkers"]
+            .as_array()
+            .map(|checkers| {
+                checkers.iter().filter(|pair| pair[1] == "invalid").filter_map(|pair| pair[0].as_str().map(String::from)).collect()
+            })
+            .unwrap_or_default();
+        eprintln!(
+            "mutant {mutant}: exit {code}, verdict {}, caught by {caught_by:?} in a {:.0?} run",
+            summary["verdict"],
+            started.elapsed()
+        );
+        if code != 1 || summary["verdict"] != "invalid" || checker_verdict(&summary, checker) != "invalid" {
+            missed.push(format!("{mutant} (expected {checker} to find it; invalid: {caught_by:?})"));
+        }
+    }
+    assert!(missed.is_empty(), "planted bugs not caught: {missed:?}");
+}
