@@ -158,7 +158,7 @@ mod tests {
         .await
         .expect("start");
         let server = tokio::spawn(
-            Server::builder().add_service(node.service()).serve_with_incoming(TcpIncoming::from(listener)),
+            Server::builder().add_service(node.service()).serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
         );
         let mut client = RaftServiceClient::connect(format!("http://{addr}")).await.expect("connect");
 

@@ -113,7 +113,10 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> anyhow::Resul
         .add_service(WorkerServiceServer::new(Workers { node: node.clone() }))
         .add_service(AuditServiceServer::new(Audit { node: node.clone() }))
         .add_service(ClusterServiceServer::new(Cluster { node: node.clone() }));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // `Server::tcp_nodelay` only applies to sockets tonic accepts itself; ours
+    // come from our listener, so set it here. Without it a response written in
+    // two segments waits for the client's delayed ACK (~40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = tokio::spawn(async move {
         router
             .serve_with_incoming_shutdown(incoming, async move {
