@@ -359,6 +359,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
                 .map(|mut result| {
                     if result.name == "liveness" {
                         result.verdict = Verdict::Invalid;
+                        result.anomalies += 1;
                         result.details.push(format!("no leader within {LEADER_AFTER_HEAL:?} of healing"));
                     }
                     result
@@ -367,6 +368,28 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
         );
     }
     let stats = report::run_stats(&entries);
+    // A workload that never got an operation of a kind through (a bad request,
+    // say) proves nothing about it: such a run cannot be judged valid.
+    let starved: Vec<&str> = ["approval_create", "approval_consume", "exec_submit", "worker_report"]
+        .into_iter()
+        .filter(|kind| ok_count(&entries, kind) == 0)
+        .collect();
+    if !starved.is_empty() {
+        report = CheckReport::from_results(
+            report
+                .results
+                .into_iter()
+                .map(|mut result| {
+                    if result.name == "coverage" {
+                        result.verdict = result.verdict.combine(Verdict::Unknown);
+                        result.anomalies += 1;
+                        result.details.push(format!("no operation of {starved:?} succeeded"));
+                    }
+                    result
+                })
+                .collect(),
+        );
+    }
     let table = report::summary_table(&report, &stats);
     std::fs::write(out.join("summary.txt"), &table)?;
     std::fs::write(out.join("timeline.svg"), report::svg_timeline(&entries, 1200, 500))?;
@@ -406,6 +429,14 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
         eprintln!("gavel chaos: verdict {}; rerun this schedule with: {rerun}", report.verdict);
     }
     Ok(code)
+}
+
+/// How many operations of `kind` (the op's `f` tag) completed ok.
+fn ok_count(entries: &[Entry], kind: &str) -> usize {
+    checker::operations(entries)
+        .iter()
+        .filter(|op| op.is_ok() && serde_json::to_value(op.op).ok().is_some_and(|v| v["f"] == kind))
+        .count()
 }
 
 /// Waits until every submitted execution is final (read through the leader

@@ -335,6 +335,9 @@ impl Workload {
                 surface: "chaos".to_string(),
                 actor: Some(actor("chaos-requester")),
                 input_json: format!("{{\"n\":{n}}}"),
+                risk: pb::Risk::Low as i32,
+                side_effect: pb::SideEffect::Write as i32,
+                reasons: vec!["chaos".to_string()],
                 expires_in_ms: Some(3_600_000),
                 ..Default::default()
             };
@@ -574,7 +577,7 @@ impl Workload {
     async fn run_task(&self, rng: &mut Rng, process: u64, worker_id: &str, task: &pb::Task, lease: &pb::Lease) {
         let nodes = self.nodes.len() as u64;
         let draining = self.draining.load(Ordering::Relaxed);
-        let stall = !draining && (self.stall.load(Ordering::Relaxed) || rng.chance(8));
+        let stall = !draining && (self.stall.load(Ordering::Relaxed) || rng.chance(12));
         let roll = if draining { 0 } else { rng.below(100) };
         if !draining && roll >= 96 {
             // Crash: the worker vanishes without reporting; the lease expires.
