@@ -11,13 +11,13 @@
 //! - [`net`]: network namespaces, veth links and iptables partitions.
 //! - [`cluster`]: the node processes (spawn, SIGKILL, SIGSTOP/SIGCONT, restart).
 
-pub mod history;
-pub mod net;
-pub mod cluster;
 pub mod checker;
-pub mod report;
+pub mod cluster;
+pub mod history;
 pub mod nemesis;
+pub mod net;
 pub mod recorder;
+pub mod report;
 pub mod rng;
 pub mod run;
 pub mod workload;

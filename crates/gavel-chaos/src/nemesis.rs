@@ -121,7 +121,9 @@ impl Nemesis {
                 let ids = self.cluster.ids();
                 let targets = ids.clone();
                 let killed = self
-                    .blocking(move |cluster| targets.iter().map(|id| cluster.kill(*id).map(|_| ())).collect::<Result<Vec<_>, _>>())
+                    .blocking(move |cluster| {
+                        targets.iter().map(|id| cluster.kill(*id).map(|_| ())).collect::<Result<Vec<_>, _>>()
+                    })
                     .await;
                 let result = match killed {
                     Some(Ok(_)) => Ok(format!("SIGKILL nodes {ids:?}")),
@@ -150,8 +152,11 @@ impl Nemesis {
                     let ids = self.cluster.ids();
                     let (nodes, rules) = match fault {
                         FaultKind::PartitionLeader | FaultKind::PartitionFollower => {
-                            let target =
-                                if fault == FaultKind::PartitionLeader { leader.unwrap_or(any) } else { follower.unwrap_or(any) };
+                            let target = if fault == FaultKind::PartitionLeader {
+                                leader.unwrap_or(any)
+                            } else {
+                                follower.unwrap_or(any)
+                            };
                             let rest: Vec<u64> = ids.iter().copied().filter(|id| *id != target).collect();
                             (vec![target], net.partition(&[vec![target], rest]))
                         }
@@ -194,7 +199,10 @@ impl Nemesis {
                 let targets = ids.clone();
                 let restarted = self
                     .blocking(move |cluster| {
-                        targets.iter().map(|id| cluster.restart(*id).map(|_| ()).map_err(|e| e.to_string())).collect::<Vec<_>>()
+                        targets
+                            .iter()
+                            .map(|id| cluster.restart(*id).map(|_| ()).map_err(|e| e.to_string()))
+                            .collect::<Vec<_>>()
                     })
                     .await;
                 (ids, format!("restarted on the same data: {restarted:?}"))
@@ -204,7 +212,10 @@ impl Nemesis {
                 (vec![id], format!("SIGCONT: {resumed:?}"))
             }
             Undo::Heal => match &self.net {
-                Some(net) => (Vec::new(), format!("healed: {:?}", net.heal().map(|rules| rules.len()).map_err(|e| e.to_string()))),
+                Some(net) => (
+                    Vec::new(),
+                    format!("healed: {:?}", net.heal().map(|rules| rules.len()).map_err(|e| e.to_string())),
+                ),
                 None => (Vec::new(), "nothing to heal".to_string()),
             },
             Undo::Unstall => {

@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::history::{
-    Complete, Entry, FaultKind, HistoryWriter, Invoke, NemesisEvent, Op, OpResult, Outcome, Phase,
-};
+use crate::history::{Complete, Entry, FaultKind, HistoryWriter, Invoke, NemesisEvent, Op, OpResult, Outcome, Phase};
 
 /// The run's history file plus the clock every entry is stamped with.
 pub struct Recorder {

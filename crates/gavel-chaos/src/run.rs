@@ -178,11 +178,8 @@ pub async fn run(args: ChaosArgs) -> i32 {
 }
 
 fn rerun_command(args: &ChaosArgs, seed: u64) -> String {
-    let mut command = format!(
-        "gavel chaos --seed {seed} --duration {} --faults {}",
-        args.duration,
-        args.faults.join(",")
-    );
+    let mut command =
+        format!("gavel chaos --seed {seed} --duration {} --faults {}", args.duration, args.faults.join(","));
     if args.loopback {
         command.push_str(" --loopback");
     }
@@ -201,7 +198,10 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
     }
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let out = out.canonicalize()?;
-    std::fs::write(out.join("config.json"), serde_json::to_vec_pretty(&serde_json::json!({"seed": seed, "args": &args}))?)?;
+    std::fs::write(
+        out.join("config.json"),
+        serde_json::to_vec_pretty(&serde_json::json!({"seed": seed, "args": &args}))?,
+    )?;
     let binary = match &args.binary {
         Some(binary) => binary.clone(),
         None => std::env::current_exe().context("locating this executable")?,
@@ -231,7 +231,11 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
             eprintln!(
                 "gavel chaos: no network namespaces ({}); nodes on loopback, kill and pause only{}",
                 availability.reason.unwrap_or_default(),
-                if wants_network { " — the partition faults asked for cannot be injected: verdict will be unknown" } else { "" }
+                if wants_network {
+                    " — the partition faults asked for cannot be injected: verdict will be unknown"
+                } else {
+                    ""
+                }
             );
             Mode::Loopback
         }
@@ -465,7 +469,8 @@ async fn converge(cluster: &Cluster, timeout: Duration) {
     let started = Instant::now();
     while started.elapsed() < timeout {
         let statuses = cluster.statuses().await;
-        let hashes: BTreeSet<_> = statuses.values().map(|status| (status.last_applied_index, status.state_hash.clone())).collect();
+        let hashes: BTreeSet<_> =
+            statuses.values().map(|status| (status.last_applied_index, status.state_hash.clone())).collect();
         if statuses.len() == cluster.ids().len() && hashes.len() == 1 {
             return;
         }
@@ -526,7 +531,8 @@ async fn final_state(
     let mut audit = AuditServiceClient::new(channel);
     let mut cursor = 0;
     loop {
-        let page = audit.list_events(pb::ListEventsRequest { after_cursor: cursor, limit: 1000, execution_id: None }).await;
+        let page =
+            audit.list_events(pb::ListEventsRequest { after_cursor: cursor, limit: 1000, execution_id: None }).await;
         let Ok(page) = page else { break };
         let page = page.into_inner();
         if page.events.is_empty() {

@@ -254,7 +254,14 @@ impl Workload {
     }
 
     /// Runs `call` as one recorded operation of `process` through node index `node`.
-    async fn mutate<T, F, Fut>(&self, process: u64, node: usize, op: Op, call: F, view: impl Fn(&T) -> OpResult) -> Option<T>
+    async fn mutate<T, F, Fut>(
+        &self,
+        process: u64,
+        node: usize,
+        op: Op,
+        call: F,
+        view: impl Fn(&T) -> OpResult,
+    ) -> Option<T>
     where
         F: FnOnce(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
@@ -361,7 +368,8 @@ impl Workload {
                 racing.push(tokio::spawn(async move {
                     let request = pb::DecideApprovalRequest {
                         id: id.clone(),
-                        status: if approve { pb::ApprovalStatus::Approved } else { pb::ApprovalStatus::Rejected } as i32,
+                        status: if approve { pb::ApprovalStatus::Approved } else { pb::ApprovalStatus::Rejected }
+                            as i32,
                         approver: Some(actor(&format!("chaos-approver-{d}"))),
                         ..Default::default()
                     };
@@ -450,15 +458,15 @@ impl Workload {
                         Some(pb::submit_response::Outcome::Execution(execution)) => {
                             OpResult::Execution(execution_view(execution))
                         }
-                        Some(pb::submit_response::Outcome::ApprovalRequired(approval)) => {
-                            approval_view(Some(approval))
-                        }
+                        Some(pb::submit_response::Outcome::ApprovalRequired(approval)) => approval_view(Some(approval)),
                         None => OpResult::Approval { state: ApprovalState::Absent, consumed_by: None },
                     },
                 )
                 .await;
-            if let Some(pb::SubmitResponse { outcome: Some(pb::submit_response::Outcome::ApprovalRequired(approval)), .. }) =
-                submitted
+            if let Some(pb::SubmitResponse {
+                outcome: Some(pb::submit_response::Outcome::ApprovalRequired(approval)),
+                ..
+            }) = submitted
             {
                 self.approve_and_resume(&mut rng, &execution_id, &approval.id).await;
             }
@@ -553,7 +561,12 @@ impl Workload {
                         OpResult::Lease(response.tasks.first().and_then(|task| {
                             task.lease.as_ref().map(|lease| LeaseGrant {
                                 execution_id: task.execution_id.clone(),
-                                capability: task.capability.as_ref().and_then(|c| c.spec.as_ref()).map(|s| s.id.clone()).unwrap_or_default(),
+                                capability: task
+                                    .capability
+                                    .as_ref()
+                                    .and_then(|c| c.spec.as_ref())
+                                    .map(|s| s.id.clone())
+                                    .unwrap_or_default(),
                                 attempt: task.attempt,
                                 lease_id: lease.lease_id,
                                 deadline_ms: lease.deadline_ms,

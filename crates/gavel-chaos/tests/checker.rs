@@ -1034,3 +1034,43 @@ fn the_svg_timeline_is_well_formed_and_shades_every_fault_window() {
     assert_well_formed(&empty);
     assert_eq!(empty.matches("fault-window\"").count(), 0);
 }
+
+#[test]
+fn a_report_sent_after_the_lease_deadline_must_not_be_accepted() {
+    use gavel_chaos::history::*;
+    let header =
+        Entry::Header(Header { seed: 1, namespaces: false, faults: vec![], capabilities: vec![], nodes: vec![1] });
+    let report = |late: bool, outcome: Outcome| {
+        vec![
+            Entry::Invoke(Invoke {
+                op_id: 1,
+                time_ms: 0.0,
+                process: 1,
+                node: 1,
+                op: Op::WorkerReport {
+                    execution_id: "e".to_string(),
+                    attempt: 1,
+                    lease_id: 1,
+                    report: "ok".to_string(),
+                    late,
+                },
+            }),
+            Entry::Complete(Complete {
+                op_id: 1,
+                time_ms: 1.0,
+                process: 1,
+                outcome,
+                result: (outcome == Outcome::Ok).then_some(OpResult::Reported),
+                error: (outcome == Outcome::Fail).then(|| "LEASE_LOST".to_string()),
+            }),
+        ]
+    };
+    let options = gavel_chaos::checker::CheckOptions::default();
+    let judge = |entries: Vec<Entry>| {
+        let mut history = vec![header.clone()];
+        history.extend(entries);
+        gavel_chaos::checker::fencing(&history, &options).verdict
+    };
+    assert_eq!(judge(report(true, Outcome::Ok)), gavel_chaos::checker::Verdict::Invalid);
+    assert_ne!(judge(report(true, Outcome::Fail)), gavel_chaos::checker::Verdict::Invalid);
+}

@@ -158,7 +158,9 @@ mod tests {
         .await
         .expect("start");
         let server = tokio::spawn(
-            Server::builder().add_service(node.service()).serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
+            Server::builder()
+                .add_service(node.service())
+                .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
         );
         let mut client = RaftServiceClient::connect(format!("http://{addr}")).await.expect("connect");
 

@@ -60,7 +60,11 @@ fn a_short_kill_and_partition_schedule_is_judged_valid() {
         // Keep the evidence: copy the run directory next to the test binary.
         let keep = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("chaos-short-failed");
         let _ = Command::new("cp").arg("-r").arg(dir.path().join("run")).arg(&keep).status();
-        panic!("the short schedule was judged {} (exit {code}); run directory kept in {}", summary["verdict"], keep.display());
+        panic!(
+            "the short schedule was judged {} (exit {code}); run directory kept in {}",
+            summary["verdict"],
+            keep.display()
+        );
     }
     assert_eq!(summary["verdict"], "valid");
     assert!(summary["faults"].as_u64().unwrap_or(0) >= 10, "every fault fired twice");
@@ -108,7 +112,11 @@ fn every_planted_bug_is_caught() {
         let caught_by: Vec<String> = summary["checkers"]
             .as_array()
             .map(|checkers| {
-                checkers.iter().filter(|pair| pair[1] == "invalid").filter_map(|pair| pair[0].as_str().map(String::from)).collect()
+                checkers
+                    .iter()
+                    .filter(|pair| pair[1] == "invalid")
+                    .filter_map(|pair| pair[0].as_str().map(String::from))
+                    .collect()
             })
             .unwrap_or_default();
         eprintln!(

@@ -31,6 +31,10 @@
 //! `invalid` unless another report under L with the same outcome (`ok` or
 //! `info`) was invoked before that grant completed (the idempotent re-report).
 //!
+//! A third rule needs no audit either: a report marked `late` (the worker
+//! slept until at least 300 ms past the lease deadline, on the clock the
+//! cluster also stamps) must never be accepted.
+//!
 //! Also `invalid`: one lease id started twice in the audit.
 //!
 //! Counters for the coverage checker: late reports (`late: true`) sent,
@@ -99,6 +103,22 @@ pub fn fencing(history: &[Entry], options: &CheckOptions) -> CheckResult {
             ));
         }
     }
+
+    // The deadline rule: a late report is sent at least 300 ms after its
+    // lease deadline (on the same machine's clock the cluster stamps), so the
+    // lease had expired when it arrived, whatever the audit says. Checked
+    // after the other rules, whose findings say more when they apply.
+    let late_accepted: Vec<String> = operations
+        .iter()
+        .filter(|operation| operation.outcome == Outcome::Ok)
+        .filter_map(|operation| match operation.op {
+            Op::WorkerReport { execution_id, lease_id, late: true, .. } => Some(format!(
+                "op {} accepted a report for {execution_id} under lease {lease_id} sent after the lease deadline had passed",
+                operation.op_id
+            )),
+            _ => None,
+        })
+        .collect();
 
     let mut counters: BTreeMap<&str, u64> = BTreeMap::new();
     let mut unjudged_without_audit = 0u64;
@@ -236,5 +256,8 @@ pub fn fencing(history: &[Entry], options: &CheckOptions) -> CheckResult {
     findings.set("audit_leases_started", counts.get("capability.started").copied().unwrap_or(0));
     findings.set("audit_leases_expired", counts.get("lease.expired").copied().unwrap_or(0));
     findings.set("audit_late_reports_rejected", counts.get("lease.late_report_rejected").copied().unwrap_or(0));
+    for detail in late_accepted {
+        findings.invalid(detail);
+    }
     findings.finish()
 }

@@ -95,12 +95,17 @@ pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedS
         |what: &str, e: &dyn std::fmt::Display| RaftError::Storage(format!("{what} in {}: {e}", data_dir.display()));
     let sled_dir = sled_dir(data_dir);
     std::fs::create_dir_all(&sled_dir).map_err(|e| storage_error("cannot create the data directory", &e))?;
-    let db = sled::Config::new()
-        .path(&sled_dir)
-        .cache_capacity(SLED_CACHE_BYTES)
-        .segment_size(SLED_SEGMENT_BYTES)
-        .open()
-        .map_err(|e| storage_error("cannot open the sled database", &e))?;
+    let config = sled::Config::new().path(&sled_dir).cache_capacity(SLED_CACHE_BYTES).segment_size(SLED_SEGMENT_BYTES);
+    // Planted bug (with `early-ack` in log_store.rs): no background flush
+    // either, so acknowledged entries sit in memory until something else
+    // flushes (a vote, a snapshot) or the buffer fills.
+    #[cfg(feature = "mutants")]
+    let config = if std::env::var("GAVEL_MUTANT").is_ok_and(|name| name == "early-ack") {
+        config.flush_every_ms(None)
+    } else {
+        config
+    };
+    let db = config.open().map_err(|e| storage_error("cannot open the sled database", &e))?;
     durability::sync_created_files(data_dir, &sled_dir)
         .map_err(|e| storage_error("cannot fsync the new database files", &e))?;
     let open_tree = |name: &str| db.open_tree(name).map_err(|e| storage_error("cannot open a sled tree", &e));

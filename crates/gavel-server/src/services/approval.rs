@@ -65,7 +65,8 @@ impl ApprovalService for Approvals {
             // Planted bug: answer from this node's local state, no read-index.
             let state = self.node.app.state();
             let now_ms = state.clock_ms().max(wall_clock_ms());
-            let approval = state.approval(&message.id).map(|approval| approval_out(approval, approval.status_at(now_ms)));
+            let approval =
+                state.approval(&message.id).map(|approval| approval_out(approval, approval.status_at(now_ms)));
             return Ok(Response::new(pb::GetApprovalResponse { approval }));
         }
         serve!(
