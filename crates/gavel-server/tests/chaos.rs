@@ -96,10 +96,7 @@ fn every_planted_bug_is_caught() {
     // Each bug with the fault that exposes it and the checker expected to catch it.
     let cases = [
         ("stale-read", "partition-leader", "linearizable_approvals"),
-        // `early-ack` is not listed: SIGKILL leaves the kernel's page cache
-        // intact, and sled hands its buffers to the kernel within
-        // milliseconds, so an append acknowledged before its fsync survives a
-        // process kill; only a power loss would expose it (docs/testing.md).
+        ("early-ack", "kill-all", "no_lost_writes"),
         ("no-fencing", "worker-stall", "fencing"),
         ("dedup-wrong-key", "kill-follower", "linearizable_approvals"),
         ("retry-non-idempotent", "worker-stall", "retry_discipline"),

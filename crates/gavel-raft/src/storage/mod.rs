@@ -29,6 +29,8 @@
 #![allow(clippy::result_large_err)]
 
 mod durability;
+#[cfg(feature = "mutants")]
+mod early_ack;
 mod log_store;
 mod state_machine;
 
@@ -73,6 +75,9 @@ pub(crate) struct Shared {
     snapshot_write: tokio::sync::Mutex<()>,
     /// Distinguishes snapshot ids built in this process.
     snapshot_seq: AtomicU64,
+    /// The planted bug `early-ack`: entries acknowledged but not yet written.
+    #[cfg(feature = "mutants")]
+    early_ack: Arc<early_ack::Overlay>,
 }
 
 /// An opened store: the two halves openraft drives, and a signal for when
@@ -96,15 +101,6 @@ pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedS
     let sled_dir = sled_dir(data_dir);
     std::fs::create_dir_all(&sled_dir).map_err(|e| storage_error("cannot create the data directory", &e))?;
     let config = sled::Config::new().path(&sled_dir).cache_capacity(SLED_CACHE_BYTES).segment_size(SLED_SEGMENT_BYTES);
-    // Planted bug (with `early-ack` in log_store.rs): no background flush
-    // either, so acknowledged entries sit in memory until something else
-    // flushes (a vote, a snapshot) or the buffer fills.
-    #[cfg(feature = "mutants")]
-    let config = if std::env::var("GAVEL_MUTANT").is_ok_and(|name| name == "early-ack") {
-        config.flush_every_ms(None)
-    } else {
-        config
-    };
     let db = config.open().map_err(|e| storage_error("cannot open the sled database", &e))?;
     durability::sync_created_files(data_dir, &sled_dir)
         .map_err(|e| storage_error("cannot fsync the new database files", &e))?;
@@ -121,6 +117,8 @@ pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedS
         durability,
         snapshot_write: tokio::sync::Mutex::new(()),
         snapshot_seq: AtomicU64::new(0),
+        #[cfg(feature = "mutants")]
+        early_ack: Arc::default(),
     });
     let state_machine = StateMachineStore::restore(shared.clone(), app)?;
     Ok(OpenedStorage { log_store: LogStore::new(shared), state_machine, closed })
