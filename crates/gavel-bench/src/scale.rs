@@ -25,6 +25,7 @@ fn fill_timings() -> ClientConfig {
         call_timeout: Duration::from_secs(30),
         retry_budget: Duration::from_secs(300),
         connect_timeout: Duration::from_secs(1),
+        ..ClientConfig::default()
     }
 }
 /// The window of the "recent" fill rate.

@@ -228,6 +228,8 @@ impl Workload {
             call_timeout: Duration::from_secs(2),
             retry_budget: Duration::from_secs(6),
             connect_timeout: Duration::from_millis(500),
+            // Each operation gets a fresh client anyway; stay on the chosen node.
+            follow_leader: false,
         };
         Client::with_config(&endpoints, config).expect("endpoints are well-formed host:port addresses")
     }

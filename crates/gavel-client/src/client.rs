@@ -27,6 +27,10 @@ pub struct ClientConfig {
     pub retry_budget: Duration,
     /// Deadline for opening a connection.
     pub connect_timeout: Duration,
+    /// Send later calls straight to the leader once a follower's answer
+    /// names it (the `gavel-leader` response header). Off, every call goes
+    /// to the preferred endpoint first and is forwarded from there.
+    pub follow_leader: bool,
 }
 
 impl Default for ClientConfig {
@@ -35,6 +39,7 @@ impl Default for ClientConfig {
             call_timeout: Duration::from_secs(5),
             retry_budget: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(1),
+            follow_leader: true,
         }
     }
 }
@@ -59,6 +64,9 @@ struct Inner {
 pub fn new_request_id() -> String {
     format!("cli-{}", uuid::Uuid::new_v4())
 }
+
+/// Response header a follower sets on a forwarded call: the leader's address.
+const LEADER_METADATA_KEY: &str = "gavel-leader";
 
 fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
@@ -142,7 +150,19 @@ impl Client {
             let failure = match tokio::time::timeout(deadline + Duration::from_millis(200), attempt(channel, deadline))
                 .await
             {
-                Ok(Ok(response)) => return Ok(response.into_inner()),
+                Ok(Ok(response)) => {
+                    // A follower forwarded the call and names the leader: go
+                    // there directly next time (one hop instead of two).
+                    if self.inner.config.follow_leader {
+                        let leader = response.metadata().get(LEADER_METADATA_KEY).and_then(|value| value.to_str().ok());
+                        if let Some(position) = leader
+                            .and_then(|leader| self.inner.endpoints.iter().position(|endpoint| endpoint == leader))
+                        {
+                            self.inner.preferred.store(position, Ordering::Relaxed);
+                        }
+                    }
+                    return Ok(response.into_inner());
+                }
                 Ok(Err(status)) if retryable(&status) => {
                     let detail = read_error_detail(&status);
                     let hinted = detail

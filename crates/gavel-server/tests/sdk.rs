@@ -276,3 +276,29 @@ async fn a_submit_retried_after_an_ambiguous_failure_creates_one_execution() {
     assert_eq!(requested.len(), 1, "one execution was created: {requested:?}");
     assert_eq!(requested[0].execution_id.as_deref(), Some(execution.execution_id.as_str()));
 }
+
+/// Lists approvals through `client` and returns how many RPC attempts it took.
+async fn attempts_of_one_call(client: &Client) -> u64 {
+    let before = client.attempts();
+    client.list_approvals(pb::ListApprovalsRequest::default()).await.expect("list approvals");
+    client.attempts() - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_goes_straight_to_the_leader_once_a_forwarded_answer_names_it() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.follower().await;
+    let endpoints = vec![cluster.addr(follower), cluster.addr(leader)];
+    let following = Client::new(&endpoints).expect("client");
+    let config = gavel_client::ClientConfig { follow_leader: false, ..gavel_client::ClientConfig::default() };
+    let pinned = Client::with_config(&endpoints, config).expect("client");
+    // Both first reach the follower, which forwards to the leader.
+    assert_eq!(attempts_of_one_call(&following).await, 1);
+    assert_eq!(attempts_of_one_call(&pinned).await, 1);
+    // With the follower gone, the client that learned the leader needs one
+    // attempt; the pinned one first tries the dead follower.
+    cluster.kill(follower);
+    assert_eq!(attempts_of_one_call(&following).await, 1, "the next call went to the leader directly");
+    assert!(attempts_of_one_call(&pinned).await >= 2, "the pinned client tried the follower first");
+}

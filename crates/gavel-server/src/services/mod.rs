@@ -55,6 +55,18 @@ pub fn forwarded_request<T>(message: T, timeout: Duration) -> tonic::Request<T> 
     request
 }
 
+/// Response metadata naming the leader that served a forwarded call, so a
+/// client can send its next calls there directly (one hop instead of two).
+pub const LEADER_METADATA_KEY: &str = "gavel-leader";
+
+/// Marks a forwarded call's response with the leader's address.
+pub fn with_leader<T>(mut response: tonic::Response<T>, leader_addr: &str) -> tonic::Response<T> {
+    if let Ok(value) = leader_addr.parse() {
+        response.metadata_mut().insert(LEADER_METADATA_KEY, value);
+    }
+    response
+}
+
 /// The leader could not be reached: tell the caller to retry.
 pub fn forward_failed(status: Status) -> Status {
     match status.code() {
@@ -83,7 +95,11 @@ macro_rules! serve {
                 }
                 let channel = $node.channel(&addr)?;
                 let request = $crate::services::forwarded_request($message, $node.settings.forward_timeout + $extra);
-                $client::new(channel).$method(request).await.map_err($crate::services::forward_failed)
+                $client::new(channel)
+                    .$method(request)
+                    .await
+                    .map(|response| $crate::services::with_leader(response, &addr))
+                    .map_err($crate::services::forward_failed)
             }
         }
     }};
