@@ -176,6 +176,7 @@ fn run_approval_lifecycles(state: &mut State, count: usize) {
                 side_effect: SideEffect::Write,
                 requested_at_ms: None,
                 expires_at_ms: None,
+                expires_in_ms: None,
                 allow_self_approval: false,
                 caller_now_ms: None,
             }),

@@ -50,8 +50,8 @@ impl State {
         }
         let now_ms = self.approval_now(request.caller_now_ms);
         let requested_at_ms = request.requested_at_ms.unwrap_or(now_ms);
-        let expires_at_ms =
-            request.expires_at_ms.unwrap_or(requested_at_ms.saturating_add(DEFAULT_APPROVAL_EXPIRES_IN_MS));
+        let expires_in_ms = request.expires_in_ms.unwrap_or(DEFAULT_APPROVAL_EXPIRES_IN_MS);
+        let expires_at_ms = request.expires_at_ms.unwrap_or(requested_at_ms.saturating_add(expires_in_ms));
         if expires_at_ms < requested_at_ms {
             return Err(DomainError::invalid("expiresAt must not be before requestedAt"));
         }

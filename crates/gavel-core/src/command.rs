@@ -191,8 +191,13 @@ pub struct CreateApproval {
     pub side_effect: SideEffect,
     /// Requested-at; defaults to now.
     pub requested_at_ms: Option<u64>,
-    /// Expires-at; defaults to requested-at + 15 minutes.
+    /// Expires-at; defaults to requested-at + `expires_in_ms`.
     pub expires_at_ms: Option<u64>,
+    /// Validity relative to requested-at (default 15 minutes); resolved by the
+    /// state machine, so a retried request is the same command whenever and
+    /// wherever it is retried. At most one of this and `expires_at_ms`.
+    #[serde(default)]
+    pub expires_in_ms: Option<u64>,
     /// Opt out of the self-approval check.
     pub allow_self_approval: bool,
     /// The caller's own clock.

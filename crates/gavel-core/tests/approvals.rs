@@ -470,3 +470,23 @@ fn retention_drops_expired_pending_and_unspent_approved_approvals_after_their_ex
         "the index of an execution that never existed is dropped with its events"
     );
 }
+
+/// Found by `gavel chaos`: the server used to resolve `expiresInMs` against
+/// the clock of the node that converted the request, so a client's retry of
+/// an ambiguous create (same request id, later, maybe through another node)
+/// was a different command and was refused as REQUEST_ID_REUSED although the
+/// first attempt had created the approval. The state machine now resolves it.
+#[test]
+fn a_create_with_relative_expiry_retried_later_is_the_same_request() {
+    let mut script = Script::new();
+    let create = Command::CreateApproval(gavel_core::CreateApproval {
+        expires_in_ms: Some(60_000),
+        ..approval_request("apr-1")
+    });
+    let first = script.apply_as("req-create-1", create.clone());
+    let gavel_core::Reply::Approval { approval: created, .. } = &first else { panic!("created: {first:?}") };
+    assert_eq!(created.expires_at_ms, created.requested_at_ms + 60_000, "resolved against requested-at");
+    script.advance(5_000);
+    let retried = script.apply_as("req-create-1", create);
+    assert_eq!(retried, first, "the retry gets the first answer, not REQUEST_ID_REUSED");
+}

@@ -792,6 +792,7 @@ impl Run {
                     side_effect: SideEffect::Write,
                     requested_at_ms: None,
                     expires_at_ms: expires_in_ms.map(|validity| base_ms + validity),
+                    expires_in_ms: None,
                     allow_self_approval: *allow_self,
                     caller_now_ms,
                 })]
@@ -1775,6 +1776,7 @@ fn garbage_command() -> impl Strategy<Value = Command> {
                         side_effect,
                         requested_at_ms,
                         expires_at_ms,
+                        expires_in_ms: None,
                         allow_self_approval,
                         caller_now_ms,
                     })

@@ -581,3 +581,22 @@ async fn approvals_follow_the_contract_through_leader_and_follower() {
 
     cluster.wait_converged().await;
 }
+
+/// Found by `gavel chaos`: a create with `expires_in_ms`, retried with the same
+/// request id later and through another node (what the SDK does after an
+/// ambiguous failure), must get the first answer, not REQUEST_ID_REUSED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_relative_expiry_create_retried_later_through_another_node_gets_the_first_answer() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.follower().await;
+    let request = pb::CreateApprovalRequest {
+        expires_in_ms: Some(60_000),
+        ..create_request("apr-retried", "orders.refund", "alice")
+    };
+    let first = create(&cluster, follower, request.clone()).await.expect("first attempt");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let retried = create(&cluster, leader, request).await.expect("the retry is the same request");
+    assert_eq!(retried, first);
+    assert_eq!(first.expires_at_ms, first.requested_at_ms + 60_000);
+}

@@ -240,6 +240,7 @@ pub fn approval_request(id: &str) -> CreateApproval {
         side_effect: SideEffect::Write,
         requested_at_ms: None,
         expires_at_ms: None,
+        expires_in_ms: None,
         allow_self_approval: false,
         caller_now_ms: None,
     }

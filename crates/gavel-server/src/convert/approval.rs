@@ -71,12 +71,14 @@ pub fn approval_out(approval: &Approval, status: ApprovalStatus) -> pb::Approval
     }
 }
 
-/// Decodes a create request. `expires_in_ms` is resolved against the
-/// requested-at time, which defaults to the caller's clock or `edge_now_ms`.
-pub fn create_in(request: &pb::CreateApprovalRequest, edge_now_ms: u64) -> Result<Command, DomainError> {
+/// Decodes a create request. `expires_in_ms` travels as is: the state
+/// machine resolves it against requested-at (which defaults to the cluster
+/// clock), so the command, and its deduplication fingerprint, do not depend
+/// on which node converted it or when.
+pub fn create_in(request: &pb::CreateApprovalRequest) -> Result<Command, DomainError> {
     let caller_now_ms = timestamp_in("callerNowMs", request.caller_now_ms)?;
-    let mut requested_at_ms = timestamp_in("requestedAtMs", request.requested_at_ms)?;
-    let mut expires_at_ms = timestamp_in("expiresAtMs", request.expires_at_ms)?;
+    let requested_at_ms = timestamp_in("requestedAtMs", request.requested_at_ms)?;
+    let expires_at_ms = timestamp_in("expiresAtMs", request.expires_at_ms)?;
     if let Some(expires_in_ms) = request.expires_in_ms {
         if expires_at_ms.is_some() {
             return Err(DomainError::invalid("set expiresAtMs or expiresInMs, not both"));
@@ -84,8 +86,6 @@ pub fn create_in(request: &pb::CreateApprovalRequest, edge_now_ms: u64) -> Resul
         if expires_in_ms == 0 || expires_in_ms > gavel_core::limits::APPROVAL_EXPIRES_IN_MS_MAX {
             return Err(DomainError::invalid("expiresInMs must be positive and at most 30 days"));
         }
-        let requested = *requested_at_ms.get_or_insert(caller_now_ms.unwrap_or(edge_now_ms));
-        expires_at_ms = Some(requested.saturating_add(expires_in_ms));
     }
     let risk = risk_in(request.risk)?.ok_or_else(|| DomainError::invalid("risk is required"))?;
     let side_effect =
@@ -103,6 +103,7 @@ pub fn create_in(request: &pb::CreateApprovalRequest, edge_now_ms: u64) -> Resul
         side_effect,
         requested_at_ms,
         expires_at_ms,
+        expires_in_ms: request.expires_in_ms,
         allow_self_approval: request.allow_self_approval,
         caller_now_ms,
     }))

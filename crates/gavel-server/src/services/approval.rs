@@ -47,7 +47,7 @@ impl ApprovalService for Approvals {
             ApprovalServiceClient,
             create_approval,
             async {
-                let command = prechecked(create_in(&message, wall_clock_ms())?)?;
+                let command = prechecked(create_in(&message)?)?;
                 let reply = self.node.propose(&message.request_id, command).await?;
                 Ok::<_, Routed>(pb::CreateApprovalResponse { approval: Some(approval_of(reply)?) })
             }
