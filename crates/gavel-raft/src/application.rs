@@ -14,6 +14,12 @@
 pub trait Application: Send + Sync + 'static {
     /// Applies one committed command at `log_index` and returns the encoded reply. Must be deterministic.
     fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8>;
+    /// Applies the commands of one log entry, in order, and returns their
+    /// replies in order. The default applies them one by one; an application
+    /// may override it to take its locks and notify its readers once per entry.
+    fn apply_batch(&self, log_index: u64, commands: &[&[u8]]) -> Vec<Vec<u8>> {
+        commands.iter().map(|command| self.apply(log_index, command)).collect()
+    }
     /// Serializes the whole application state (called when building a snapshot).
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the whole application state with a snapshot's bytes.

@@ -65,16 +65,33 @@ impl CoreApp {
     }
 }
 
+/// Applies one encoded command to the locked state and encodes its reply.
+fn apply_one(state: &mut State, command: &[u8]) -> Vec<u8> {
+    let reply = match bincode::deserialize::<Envelope>(command) {
+        Ok(envelope) => state.apply(&envelope),
+        // Only nodes of this cluster propose; an undecodable entry comes from an
+        // incompatible version. Every replica answers it alike and changes nothing.
+        Err(error) => Reply::Error(DomainError::invalid(format!("undecodable command: {error}"))),
+    };
+    bincode::serialize(&reply).expect("replies serialize: plain data")
+}
+
 impl gavel_raft::Application for CoreApp {
     fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8> {
-        let reply = match bincode::deserialize::<Envelope>(command) {
-            Ok(envelope) => self.state().apply(&envelope),
-            // Only nodes of this cluster propose; an undecodable entry comes from an
-            // incompatible version. Every replica answers it alike and changes nothing.
-            Err(error) => Reply::Error(DomainError::invalid(format!("undecodable command: {error}"))),
+        let reply = apply_one(&mut self.state(), command);
+        self.applied.send_replace(log_index);
+        reply
+    }
+
+    /// One lock and one wake-up of the long-polls per log entry: readers see
+    /// the whole entry applied or none of it.
+    fn apply_batch(&self, log_index: u64, commands: &[&[u8]]) -> Vec<Vec<u8>> {
+        let replies = {
+            let mut state = self.state();
+            commands.iter().map(|command| apply_one(&mut state, command)).collect()
         };
         self.applied.send_replace(log_index);
-        bincode::serialize(&reply).expect("replies serialize: plain data")
+        replies
     }
 
     fn snapshot(&self) -> Vec<u8> {

@@ -102,7 +102,7 @@ async fn persist_snapshot(
 fn apply_batch(app: &dyn Application, log_index: u64, payload: &[u8]) -> Vec<u8> {
     match batch::decode(payload) {
         Ok(commands) => {
-            let replies: Vec<Vec<u8>> = commands.iter().map(|command| app.apply(log_index, command)).collect();
+            let replies = app.apply_batch(log_index, &commands);
             batch::encode(&replies)
         }
         Err(error) => {
