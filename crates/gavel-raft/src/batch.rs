@@ -1,8 +1,8 @@
 //! Group commit of proposals: many concurrent writes travel as one log entry.
 //!
 //! Every [`crate::RaftNode::write`] hands its command to one batcher task.
-//! The batcher keeps at most [`BATCHES_IN_FLIGHT_MAX`] log entries in flight
-//! through openraft; while they are, new commands queue up, and the next
+//! The batcher keeps at most [`BATCHES_IN_FLIGHT_MAX`] log entry in flight
+//! through openraft; while it is, new commands queue up, and the next
 //! entry carries all of them (up to [`BATCH_COMMANDS_MAX`] commands or
 //! [`BATCH_BYTES_MAX`] bytes). An idle node therefore proposes a command
 //! alone and at once (no added latency), and a loaded node pays one append,
@@ -27,10 +27,12 @@ use crate::WriteError;
 /// written by an incompatible version; every replica refuses it alike.
 pub(crate) const BATCH_FORMAT_V1: u8 = 1;
 
-/// Log entries proposed and not yet answered at one time. Two keep the
-/// pipeline busy (one replicating while the next forms); more would only
-/// make batches smaller.
-pub(crate) const BATCHES_IN_FLIGHT_MAX: usize = 2;
+/// Log entries proposed and not yet answered at one time. One is classic
+/// group commit: while an entry replicates, the next one fills. Measured with
+/// `gavel bench` at 64 clients (approvals, 2 cores): 1 in flight gave about
+/// 2,100 lifecycles/s at 0.19 ms of node CPU per operation, 2 gave 1,500–1,900
+/// and 8 gave 1,350–1,430 (smaller batches cost more CPU per operation).
+pub(crate) const BATCHES_IN_FLIGHT_MAX: usize = 1;
 
 /// Most commands in one log entry.
 pub(crate) const BATCH_COMMANDS_MAX: usize = 512;
