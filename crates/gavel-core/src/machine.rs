@@ -145,6 +145,20 @@ impl State {
     }
 
     /// Rebuilds a remembered reply from current state.
+    /// The reply `command` got when it was applied under `request_id`, rebuilt
+    /// from current state, without applying anything; `None` when that
+    /// request id is not remembered or was used for a different command.
+    /// Lets a node answer a retried request that already took effect (a
+    /// retried long-poll whose lease grant committed while its caller had
+    /// given up, say) without proposing it again.
+    pub fn replay(&self, request_id: &str, command: &Command) -> Option<Reply> {
+        let remembered = self.dedup.recall(crate::dedup::request_key(request_id))?;
+        if remembered.fingerprint != command_fingerprint(command) || remembered.expires_at_ms <= self.clock_ms {
+            return None;
+        }
+        Some(self.recall_reply(&remembered.reply, command))
+    }
+
     fn recall_reply(&self, remembered: &RememberedReply, command: &Command) -> Reply {
         remembered.rebuild(self, command)
     }

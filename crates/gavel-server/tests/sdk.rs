@@ -302,3 +302,40 @@ async fn the_client_goes_straight_to_the_leader_once_a_forwarded_answer_names_it
     assert_eq!(attempts_of_one_call(&following).await, 1, "the next call went to the leader directly");
     assert!(attempts_of_one_call(&pinned).await >= 2, "the pinned client tried the follower first");
 }
+
+/// Found by `gavel bench --scale`: a long-poll whose lease grant committed
+/// while its answer was lost used to leave the lease to expire unused (the
+/// retry found no queued work); the retry now gets the same lease back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_poll_retried_after_its_answer_was_lost_gets_the_lease_it_was_granted() {
+    let cluster = Cluster::start(3).await;
+    let mut spec = capability("lost.poll", pb::SideEffect::Read);
+    spec.queue = Some("lost-poll".to_string());
+    register(&cluster, 1, spec).await;
+    let leader = cluster.wait_for_leader().await;
+    let direct = Client::new(&endpoints(&cluster)).expect("client");
+    submit(&direct, "lost.poll", "ex-lost-poll", r#"{"k":1}"#).await;
+    let (proxy, cut) = ambiguous_proxy(cluster.addr(leader), b"lost.poll").await;
+    let worker = Client::new(&[proxy]).expect("client");
+    let polled = worker
+        .poll(pb::PollRequest {
+            request_id: "poll-lost-answer".to_string(),
+            worker_id: "w-lost".to_string(),
+            queues: vec!["lost-poll".to_string()],
+            max_tasks: 1,
+            wait_ms: 1_000,
+        })
+        .await
+        .expect("the retried poll answers");
+    assert_eq!(cut.load(std::sync::atomic::Ordering::SeqCst), 1, "the first answer (with the task) was cut");
+    let task = polled.tasks.first().expect("the retry delivers the task granted to the first attempt");
+    assert_eq!(task.execution_id, "ex-lost-poll");
+    let execution = direct
+        .get_execution(pb::GetExecutionRequest { execution_id: "ex-lost-poll".to_string() })
+        .await
+        .expect("get")
+        .execution
+        .expect("execution");
+    assert_eq!(execution.attempts, 1, "one lease was granted, not two");
+    assert_eq!(execution.current_lease.map(|lease| lease.lease_id), task.lease.as_ref().map(|lease| lease.lease_id));
+}

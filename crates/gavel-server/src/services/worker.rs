@@ -37,6 +37,25 @@ pub struct Workers {
 
 const NO_WAIT: Duration = Duration::ZERO;
 
+/// How many lease grants of one long-poll a retry looks back for.
+const REPLAYED_GRANTS_MAX: u32 = 8;
+
+impl Workers {
+    /// The still-current tasks that earlier attempts of this poll (same request
+    /// id) were granted, if any were.
+    fn replayed_grants(&self, poll_request_id: &str, command: &Command) -> Option<Vec<pb::Task>> {
+        let state = self.node.app.state();
+        let mut tasks = Vec::new();
+        for proposal in 0..REPLAYED_GRANTS_MAX {
+            match state.replay(&grant_request_id(poll_request_id, proposal), command) {
+                Some(Reply::Tasks(granted)) => tasks.extend(granted.iter().map(task_out)),
+                _ => break,
+            }
+        }
+        (!tasks.is_empty()).then_some(tasks)
+    }
+}
+
 #[tonic::async_trait]
 impl WorkerService for Workers {
     async fn poll(&self, request: Request<pb::PollRequest>) -> Result<Response<pb::PollResponse>, Status> {
@@ -68,6 +87,12 @@ impl WorkerService for Workers {
                 let deadline = tokio::time::Instant::now() + wait;
                 let mut applied = self.node.app.subscribe();
                 let mut proposals = 0u32;
+                // A retry of a poll whose lease grant already committed (its
+                // caller timed out waiting) gets that lease again instead of
+                // leaving it to expire unused.
+                if let Some(tasks) = self.replayed_grants(&message.request_id, &command) {
+                    return Ok(pb::PollResponse { tasks });
+                }
                 loop {
                     applied.borrow_and_update();
                     let ready = self.node.app.state().has_ready_work(&message.queues, wall_clock_ms());
