@@ -606,7 +606,7 @@ impl Workload {
             tokio::time::sleep(Duration::from_millis(rng.between(100, 400))).await;
         }
         let (report, outcome) = match roll {
-            0..=79 | 80..=85 => (
+            0..=85 => (
                 "ok",
                 pb::report_request::Outcome::Completed(pb::ReportCompleted {
                     output_json: format!("{{\"by\":\"{worker_id}\",\"attempt\":{}}}", task.attempt),

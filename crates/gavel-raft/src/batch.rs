@@ -207,7 +207,7 @@ mod tests {
         assert!(decode(&trailing).is_err());
         let mut other_version = good;
         other_version[0] = 2;
-        assert!(decode(&other_version).unwrap_err().contains("unknown batch format"));
+        assert!(decode(&other_version).is_err_and(|error| error.contains("unknown batch format")));
         // A huge claimed count must not allocate: refused against the input size.
         let mut huge = vec![BATCH_FORMAT_V1];
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
