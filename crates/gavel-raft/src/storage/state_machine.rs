@@ -51,7 +51,9 @@ pub(crate) struct SnapshotBuilder {
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         persist_snapshot(&self.shared, &self.meta, &self.data, WriteMode::OnlyIfNewer).await?;
-        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(self.data.clone()) })
+        // openraft calls this once per builder: hand the bytes over instead of
+        // copying them (at a million executions that copy is over a gigabyte).
+        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(std::mem::take(&mut self.data)) })
     }
 }
 
