@@ -198,6 +198,22 @@ pub enum Op {
 }
 
 impl Op {
+    /// The serde tag of the operation (`approval_create`, ..., `worker_report`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::ApprovalCreate { .. } => "approval_create",
+            Op::ApprovalDecide { .. } => "approval_decide",
+            Op::ApprovalConsume { .. } => "approval_consume",
+            Op::ApprovalGet { .. } => "approval_get",
+            Op::ExecSubmit { .. } => "exec_submit",
+            Op::ExecResume { .. } => "exec_resume",
+            Op::ExecCancel { .. } => "exec_cancel",
+            Op::ExecGet { .. } => "exec_get",
+            Op::WorkerPoll { .. } => "worker_poll",
+            Op::WorkerReport { .. } => "worker_report",
+        }
+    }
+
     /// The approval id of an approval operation.
     pub fn approval_id(&self) -> Option<&str> {
         match self {

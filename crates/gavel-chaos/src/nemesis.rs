@@ -191,38 +191,33 @@ impl Nemesis {
 
     /// Heals one fault and records it (with the nodes its start named).
     async fn heal(&mut self, fault: FaultKind, undo: Undo, hit: Vec<u64>) {
-        let (_, detail): (Vec<u64>, String) = match undo {
+        let detail = match undo {
             Undo::Restart(ids) => {
                 if ids.len() > 1 {
                     tokio::time::sleep(Duration::from_millis(ALL_DEAD_MS)).await;
                 }
-                let targets = ids.clone();
                 let restarted = self
                     .blocking(move |cluster| {
-                        targets
-                            .iter()
+                        ids.iter()
                             .map(|id| cluster.restart(*id).map(|_| ()).map_err(|e| e.to_string()))
                             .collect::<Vec<_>>()
                     })
                     .await;
-                (ids, format!("restarted on the same data: {restarted:?}"))
+                format!("restarted on the same data: {restarted:?}")
             }
             Undo::Resume(id) => {
                 let resumed = self.blocking(move |cluster| cluster.resume(id).map_err(|e| e.to_string())).await;
-                (vec![id], format!("SIGCONT: {resumed:?}"))
+                format!("SIGCONT: {resumed:?}")
             }
             Undo::Heal => match &self.net {
-                Some(net) => (
-                    Vec::new(),
-                    format!("healed: {:?}", net.heal().map(|rules| rules.len()).map_err(|e| e.to_string())),
-                ),
-                None => (Vec::new(), "nothing to heal".to_string()),
+                Some(net) => format!("healed: {:?}", net.heal().map(|rules| rules.len()).map_err(|e| e.to_string())),
+                None => "nothing to heal".to_string(),
             },
             Undo::Unstall => {
                 self.stall.store(false, Ordering::Relaxed);
-                (Vec::new(), "workers behave again".to_string())
+                "workers behave again".to_string()
             }
-            Undo::Nothing => (Vec::new(), "nothing was injected".to_string()),
+            Undo::Nothing => "nothing was injected".to_string(),
         };
         tracing::info!(?fault, %detail, "fault stop");
         self.recorder.nemesis(fault, Phase::Stop, hit, true, detail);

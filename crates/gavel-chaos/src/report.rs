@@ -45,22 +45,6 @@ pub struct RunStats {
     pub duration_ms: f64,
 }
 
-/// The serde tag of an operation (`approval_create`, ..., `worker_report`).
-fn op_kind(op: &Op) -> &'static str {
-    match op {
-        Op::ApprovalCreate { .. } => "approval_create",
-        Op::ApprovalDecide { .. } => "approval_decide",
-        Op::ApprovalConsume { .. } => "approval_consume",
-        Op::ApprovalGet { .. } => "approval_get",
-        Op::ExecSubmit { .. } => "exec_submit",
-        Op::ExecResume { .. } => "exec_resume",
-        Op::ExecCancel { .. } => "exec_cancel",
-        Op::ExecGet { .. } => "exec_get",
-        Op::WorkerPoll { .. } => "worker_poll",
-        Op::WorkerReport { .. } => "worker_report",
-    }
-}
-
 /// The time of the last timed entry (invoke, completion or nemesis event).
 fn last_time_ms(history: &[Entry]) -> f64 {
     history
@@ -80,7 +64,7 @@ pub fn run_stats(history: &[Entry]) -> RunStats {
     let mut stats = RunStats { duration_ms: last_time_ms(history), ..RunStats::default() };
     for operation in operations(history) {
         stats.operations += 1;
-        *stats.by_op.entry(op_kind(operation.op).to_string()).or_insert(0) += 1;
+        *stats.by_op.entry(operation.op.kind().to_string()).or_insert(0) += 1;
         match operation.outcome {
             Outcome::Ok => stats.ok += 1,
             Outcome::Fail => stats.fail += 1,

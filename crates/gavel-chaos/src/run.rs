@@ -356,43 +356,21 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
     };
     let mut report = checker::check_all(&entries, &options);
     if leader_after_heal.is_none() {
-        report = CheckReport::from_results(
-            report
-                .results
-                .into_iter()
-                .map(|mut result| {
-                    if result.name == "liveness" {
-                        result.verdict = Verdict::Invalid;
-                        result.anomalies += 1;
-                        result.details.push(format!("no leader within {LEADER_AFTER_HEAL:?} of healing"));
-                    }
-                    result
-                })
-                .collect(),
-        );
+        let detail = format!("no leader within {LEADER_AFTER_HEAL:?} of healing");
+        report = add_finding(report, "liveness", Verdict::Invalid, detail);
     }
     let stats = report::run_stats(&entries);
     // A workload that never got an operation of a kind through (a bad request,
     // say) proves nothing about it: such a run cannot be judged valid.
+    let ok_kinds: BTreeSet<&str> =
+        checker::operations(&entries).iter().filter(|op| op.is_ok()).map(|op| op.op.kind()).collect();
     let starved: Vec<&str> = ["approval_create", "approval_consume", "exec_submit", "worker_report"]
         .into_iter()
-        .filter(|kind| ok_count(&entries, kind) == 0)
+        .filter(|kind| !ok_kinds.contains(kind))
         .collect();
     if !starved.is_empty() {
-        report = CheckReport::from_results(
-            report
-                .results
-                .into_iter()
-                .map(|mut result| {
-                    if result.name == "coverage" {
-                        result.verdict = result.verdict.combine(Verdict::Unknown);
-                        result.anomalies += 1;
-                        result.details.push(format!("no operation of {starved:?} succeeded"));
-                    }
-                    result
-                })
-                .collect(),
-        );
+        let detail = format!("no operation of {starved:?} succeeded");
+        report = add_finding(report, "coverage", Verdict::Unknown, detail);
     }
     let table = report::summary_table(&report, &stats);
     std::fs::write(out.join("summary.txt"), &table)?;
@@ -435,12 +413,22 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
     Ok(code)
 }
 
-/// How many operations of `kind` (the op's `f` tag) completed ok.
-fn ok_count(entries: &[Entry], kind: &str) -> usize {
-    checker::operations(entries)
-        .iter()
-        .filter(|op| op.is_ok() && serde_json::to_value(op.op).ok().is_some_and(|v| v["f"] == kind))
-        .count()
+/// Adds a finding the harness made itself (not from the history) to one
+/// checker's result, at least at `verdict`, and recombines the overall verdict.
+fn add_finding(report: CheckReport, checker: &str, verdict: Verdict, detail: String) -> CheckReport {
+    let results = report
+        .results
+        .into_iter()
+        .map(|mut result| {
+            if result.name == checker {
+                result.verdict = result.verdict.combine(verdict);
+                result.anomalies += 1;
+                result.details.push(detail.clone());
+            }
+            result
+        })
+        .collect();
+    CheckReport::from_results(results)
 }
 
 /// Waits until every submitted execution is final (read through the leader
