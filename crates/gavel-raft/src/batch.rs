@@ -153,8 +153,10 @@ async fn run(raft: Raft, mut receiver: mpsc::Receiver<Pending>) {
 async fn propose(raft: &Raft, batch: Vec<Pending>) {
     let (commands, replies): (Vec<Vec<u8>>, Vec<_>) =
         batch.into_iter().map(|pending| (pending.command, pending.reply)).unzip();
-    let outcome = raft.client_write(Command(encode(&commands))).await;
+    // The encoded entry is all that travels on; free the separate copies first.
+    let payload = encode(&commands);
     drop(commands);
+    let outcome = raft.client_write(Command(payload)).await;
     match outcome {
         Ok(response) => match decode(&response.data.0) {
             Ok(answers) if answers.len() == replies.len() => {
