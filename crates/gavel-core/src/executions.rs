@@ -2,9 +2,9 @@
 //! the SI-11 retry rule, timeouts, cancellation and retention.
 
 use crate::audit::EventKind;
-use crate::canonical_json::sha256_hex;
 use crate::command::{Reply, Retention, Submit, Task};
 use crate::error::{DomainError, ErrorCode};
+use crate::ids::{approval_id_for, idempotency_key};
 use crate::limits::{BACKOFF_MS_CAP, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX};
 use crate::machine::{EventSubject, LeaseRecord, State, COMPACTION_INTERVAL_MS};
 use crate::model::{
@@ -37,32 +37,6 @@ impl AttemptFailure {
             AttemptFailure::WorkerLost => WORKER_LOST_CODE,
         }
     }
-}
-
-/// The idempotency key handed to handlers: stable across retries of one
-/// execution, distinct across executions, and derivable by anyone from the id.
-pub fn idempotency_key(execution_id: &str) -> String {
-    // `idk_` and the first 32 hex digits of SHA-256 over
-    // `gavel/idempotency-key/{execution_id}`, built without intermediate strings.
-    let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
-    sha2::Digest::update(&mut hasher, b"gavel/idempotency-key/");
-    sha2::Digest::update(&mut hasher, execution_id.as_bytes());
-    let digest = sha2::Digest::finalize(hasher);
-    let mut key = String::with_capacity(36);
-    key.push_str("idk_");
-    key.push_str(&crate::canonical_json::lower_hex(&digest[..16]));
-    key
-}
-
-/// The id of the approval a submit creates for an execution that needs one.
-/// An execution id too long to prefix is replaced by its digest, so the
-/// approval id always passes the id checks that decide and resume apply.
-pub fn approval_id_for(execution_id: &str) -> String {
-    let approval_id = format!("apr_{execution_id}");
-    if approval_id.len() <= crate::limits::ID_BYTES_MAX {
-        return approval_id;
-    }
-    format!("apr_{}", sha256_hex(execution_id.as_bytes()))
 }
 
 fn execution_not_found(id: &str) -> DomainError {

@@ -23,6 +23,7 @@ pub mod command;
 mod dedup;
 pub mod error;
 pub mod executions;
+pub mod ids;
 pub mod limits;
 pub mod machine;
 pub mod model;

@@ -33,6 +33,12 @@ pub const POLL_TASKS_MAX: u32 = 64;
 /// tie up a connection without telling the caller anything new.
 pub const WAIT_MS_MAX: u64 = 60_000;
 
+/// How many lease-grant attempts of one long-poll a retried poll looks back
+/// for. A poll that waits its whole [`WAIT_MS_MAX`] proposes a grant only when
+/// work is ready and returns on the first non-empty grant, so few attempts
+/// exist per poll; looking back further only costs lookups.
+pub const REPLAYED_GRANTS_MAX: u32 = 8;
+
 /// Longest per-attempt timeout or heartbeat timeout, in milliseconds (one day).
 /// Longer bounds are almost always a unit mistake.
 pub const TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1000;

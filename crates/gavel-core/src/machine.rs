@@ -159,6 +159,22 @@ impl State {
         Some(self.recall_reply(&remembered.reply, command))
     }
 
+    /// The still-current tasks that earlier grant attempts of one long-poll
+    /// (request id `poll_request_id`, attempts derived by
+    /// [`crate::ids::grant_request_id`]) were granted, if any were. A retry
+    /// of a poll whose grant committed while its caller had given up gets
+    /// those leases back instead of leaving them to expire unused.
+    pub fn replayed_grants(&self, poll_request_id: &str, poll: &Command) -> Option<Vec<crate::command::Task>> {
+        let mut tasks = Vec::new();
+        for attempt in 0..crate::limits::REPLAYED_GRANTS_MAX {
+            match self.replay(&crate::ids::grant_request_id(poll_request_id, attempt), poll) {
+                Some(Reply::Tasks(granted)) => tasks.extend(granted),
+                _ => break,
+            }
+        }
+        (!tasks.is_empty()).then_some(tasks)
+    }
+
     fn recall_reply(&self, remembered: &RememberedReply, command: &Command) -> Reply {
         remembered.rebuild(self, command)
     }

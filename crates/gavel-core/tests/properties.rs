@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use gavel_core::canonical_json::{canonicalize, input_hash};
-use gavel_core::executions::{approval_id_for, idempotency_key};
+use gavel_core::ids::{approval_id_for, idempotency_key};
 use gavel_core::limits::{DEDUP_TTL_MS, TIMESTAMP_MS_MAX};
 use gavel_core::{
     Actor, ActorKind, Approval, ApprovalPolicySpec, ApprovalStatus, CancelCode, CapabilitySpec, Command,

@@ -32,13 +32,6 @@ fn execution_of(reply: Reply) -> Result<pb::Execution, Routed> {
     }
 }
 
-/// The execution id assigned when the client chose none: derived from the
-/// request id, so every retry of the call (same request id, any node, before
-/// or after forwarding) names the same execution and is the same command.
-fn execution_id_for(request_id: &str) -> String {
-    format!("ex-{}", &gavel_core::canonical_json::sha256_hex(request_id.as_bytes())[..32])
-}
-
 fn not_found(execution_id: &str) -> Routed {
     Routed::Fail(domain_status(gavel_core::DomainError::new(
         gavel_core::ErrorCode::NotFound,
@@ -53,7 +46,7 @@ impl ExecutionService for Executions {
         let mut message = request.into_inner();
         assign_request_id(&mut message.request_id)?;
         if message.execution_id.as_deref().is_none_or(str::is_empty) {
-            message.execution_id = Some(execution_id_for(&message.request_id));
+            message.execution_id = Some(gavel_core::ids::execution_id_for(&message.request_id));
         }
         serve!(
             self.node,
@@ -92,7 +85,7 @@ impl ExecutionService for Executions {
         let mut message = request.into_inner();
         assign_request_id(&mut message.request_id)?;
         if message.execution_id.as_deref().is_none_or(str::is_empty) {
-            message.execution_id = Some(execution_id_for(&message.request_id));
+            message.execution_id = Some(gavel_core::ids::execution_id_for(&message.request_id));
         }
         serve!(
             self.node,

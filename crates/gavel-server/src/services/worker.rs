@@ -16,19 +16,6 @@ use crate::convert::execution::{execution_out, task_out};
 use crate::node::{domain_status, unavailable, unexpected, wall_clock_ms, Node, Routed};
 use crate::serve;
 
-/// The request id of one grant attempt of a long-poll: the poll's own id and
-/// the attempt number, so a client retry of the poll replays the same grants.
-/// When that would exceed the id limit, the poll's id is replaced by its digest
-/// so the derived id still passes the state machine's id check.
-fn grant_request_id(poll_request_id: &str, proposal: u32) -> String {
-    let derived = format!("{poll_request_id}/{proposal}");
-    if derived.len() <= gavel_core::limits::ID_BYTES_MAX {
-        return derived;
-    }
-    let digest = gavel_core::canonical_json::sha256_hex(poll_request_id.as_bytes());
-    format!("poll-{}/{proposal}", &digest[..32])
-}
-
 /// Serves workers.
 pub struct Workers {
     /// The node.
@@ -36,25 +23,6 @@ pub struct Workers {
 }
 
 const NO_WAIT: Duration = Duration::ZERO;
-
-/// How many lease grants of one long-poll a retry looks back for.
-const REPLAYED_GRANTS_MAX: u32 = 8;
-
-impl Workers {
-    /// The still-current tasks that earlier attempts of this poll (same request
-    /// id) were granted, if any were.
-    fn replayed_grants(&self, poll_request_id: &str, command: &Command) -> Option<Vec<pb::Task>> {
-        let state = self.node.app.state();
-        let mut tasks = Vec::new();
-        for proposal in 0..REPLAYED_GRANTS_MAX {
-            match state.replay(&grant_request_id(poll_request_id, proposal), command) {
-                Some(Reply::Tasks(granted)) => tasks.extend(granted.iter().map(task_out)),
-                _ => break,
-            }
-        }
-        (!tasks.is_empty()).then_some(tasks)
-    }
-}
 
 #[tonic::async_trait]
 impl WorkerService for Workers {
@@ -90,8 +58,8 @@ impl WorkerService for Workers {
                 // A retry of a poll whose lease grant already committed (its
                 // caller timed out waiting) gets that lease again instead of
                 // leaving it to expire unused.
-                if let Some(tasks) = self.replayed_grants(&message.request_id, &command) {
-                    return Ok(pb::PollResponse { tasks });
+                if let Some(tasks) = self.node.app.state().replayed_grants(&message.request_id, &command) {
+                    return Ok(pb::PollResponse { tasks: tasks.iter().map(task_out).collect() });
                 }
                 loop {
                     applied.borrow_and_update();
@@ -99,7 +67,7 @@ impl WorkerService for Workers {
                     if ready {
                         // Each grant attempt of one long-poll is its own command; a client
                         // retry of the whole poll replays them under the same derived ids.
-                        let request_id = grant_request_id(&message.request_id, proposals);
+                        let request_id = gavel_core::ids::grant_request_id(&message.request_id, proposals);
                         proposals += 1;
                         match refused(self.node.propose(&request_id, command.clone()).await?)? {
                             Reply::Tasks(tasks) if !tasks.is_empty() => {
