@@ -38,6 +38,11 @@ impl Mutant {
             Mutant::RetryNonIdempotent => "retry-non-idempotent",
         }
     }
+
+    /// The planted bug `name` names (as [`Mutant::name`] spells it), if any.
+    pub fn from_name(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|mutant| mutant.name() == name)
+    }
 }
 
 #[cfg(feature = "mutants")]

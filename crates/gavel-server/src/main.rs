@@ -59,6 +59,16 @@ fn served(outcome: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// The planted bug `GAVEL_MUTANT` names (chaos harness only).
+fn planted_bug_from_env() -> Option<gavel_core::mutants::Mutant> {
+    let name = std::env::var("GAVEL_MUTANT").ok()?;
+    let found = gavel_core::mutants::Mutant::from_name(&name);
+    if found.is_none() {
+        eprintln!("GAVEL_MUTANT={name} names no planted bug; none is active");
+    }
+    found
+}
+
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let peers = parse_peers(&args.peers)?;
     if !args.join && !peers.is_empty() && !peers.contains_key(&args.id) {
@@ -78,6 +88,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         bootstrap,
         settings: ServerSettings {
             retention: gavel_core::Retention { records_ms: args.retention_ms, events_ms: args.event_retention_ms },
+            planted_bug: planted_bug_from_env(),
             ..ServerSettings::default()
         },
     };

@@ -33,11 +33,15 @@ pub struct ServerSettings {
     pub retention: Retention,
     /// Deadline for a forwarded call (plus any long-poll wait it carries).
     pub forward_timeout: Duration,
+    /// The planted bug this node runs with (chaos harness only; it takes
+    /// effect only in a build with the `mutants` feature). The shell passes
+    /// it in; nothing below the shell reads the environment for it.
+    pub planted_bug: Option<gavel_core::mutants::Mutant>,
 }
 
 impl Default for ServerSettings {
     fn default() -> Self {
-        ServerSettings { retention: Retention::default(), forward_timeout: Duration::from_secs(10) }
+        ServerSettings { retention: Retention::default(), forward_timeout: Duration::from_secs(10), planted_bug: None }
     }
 }
 
