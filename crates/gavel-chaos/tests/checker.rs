@@ -816,29 +816,34 @@ fn with_hashes(pairs: &[(u64, &str)]) -> History {
     history
 }
 
+/// `no_lost_writes` on [`with_hashes`].
+fn judge_hashes(pairs: &[(u64, &str)]) -> CheckResult {
+    no_lost_writes(&with_hashes(pairs).entries, &options())
+}
+
 #[test]
 fn equal_state_hashes_at_one_applied_index_are_valid() {
-    let result = no_lost_writes(&with_hashes(&[(8588, "h"), (8588, "h"), (8588, "h")]).entries, &options());
+    let result = judge_hashes(&[(8588, "h"), (8588, "h"), (8588, "h")]);
     assert_verdict(&result, Verdict::Valid);
 }
 
 #[test]
 fn different_state_hashes_at_one_applied_index_are_a_divergence() {
-    let result = no_lost_writes(&with_hashes(&[(8588, "h"), (8588, "h"), (8588, "other")]).entries, &options());
+    let result = judge_hashes(&[(8588, "h"), (8588, "h"), (8588, "other")]);
     assert_verdict(&result, Verdict::Invalid);
     assert!(result.details[0].contains("differ at applied index 8588"), "{}", result.details[0]);
     assert!(result.details[0].contains("node 3: other"), "{}", result.details[0]);
     // Still a divergence when another node was read at another index.
-    let result = no_lost_writes(&with_hashes(&[(8587, "g"), (8588, "h"), (8588, "other")]).entries, &options());
+    let result = judge_hashes(&[(8587, "g"), (8588, "h"), (8588, "other")]);
     assert_verdict(&result, Verdict::Invalid);
 }
 
 #[test]
 fn state_hashes_read_at_different_applied_indexes_are_unknown_not_invalid() {
     // Seed 4242: the ticker appended one entry between the reads of node 1 and the others.
-    let result = no_lost_writes(&with_hashes(&[(8587, "g"), (8588, "h"), (8588, "h")]).entries, &options());
+    let result = judge_hashes(&[(8587, "g"), (8588, "h"), (8588, "h")]);
     assert_verdict(&result, Verdict::Unknown);
-    assert!(result.details[0].contains("node 1 at 8587; node 2, 3 at 8588"), "{}", result.details[0]);
+    assert!(result.details[0].contains("node 1 at 8587; nodes 2, 3 at 8588"), "{}", result.details[0]);
 }
 
 #[test]

@@ -93,7 +93,8 @@ fn compare_state_hashes(finals: &[&FinalState], findings: &mut Findings) {
             .map(|(index, nodes)| {
                 let names: Vec<String> = nodes.iter().map(|(node, _)| node.to_string()).collect();
                 let at = index.map_or_else(|| "an unrecorded index".to_string(), |index| index.to_string());
-                format!("node {} at {at}", names.join(", "))
+                let noun = if names.len() == 1 { "node" } else { "nodes" };
+                format!("{noun} {} at {at}", names.join(", "))
             })
             .collect();
         findings.unknown(format!(
