@@ -22,20 +22,23 @@ pub mod canonical_json;
 pub mod command;
 mod dedup;
 pub mod error;
-pub mod executions;
+mod executions;
 pub mod ids;
+mod leases;
 pub mod limits;
 pub mod machine;
 pub mod model;
 pub mod mutants;
 pub mod precheck;
 pub mod registry;
+pub mod retry;
 pub mod validate;
 
+pub use approvals::ApprovalFilter;
 pub use audit::{Event, EventKind};
 pub use command::{
     ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, Reply, Retention, RetrySpec, Submit, Task,
 };
 pub use error::{DomainError, ErrorClass, ErrorCode};
-pub use machine::{ApprovalFilter, SnapshotError, State};
+pub use machine::{SnapshotError, State};
 pub use model::*;
