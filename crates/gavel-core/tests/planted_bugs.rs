@@ -21,6 +21,14 @@ fn failed_write(planted_bug: Option<Mutant>) -> (Script, bool) {
     (script, retry_scheduled)
 }
 
+/// A script running with `planted_bug` and a registered read capability `search`.
+fn search_script(planted_bug: Option<Mutant>) -> Script {
+    let mut script = Script::new();
+    script.state.set_planted_bug(planted_bug);
+    script.register(capability("search", SideEffect::Read));
+    script
+}
+
 #[test]
 fn the_planted_bug_is_in_neither_the_snapshot_nor_the_state_hash() {
     let (planted, _) = failed_write(Some(Mutant::DedupWrongKey));
@@ -43,9 +51,7 @@ fn without_the_mutants_feature_a_planted_bug_has_no_effect() {
     let (_, retry_scheduled) = failed_write(Some(Mutant::RetryNonIdempotent));
     assert!(!retry_scheduled, "the check is compiled out");
 
-    let mut script = Script::new();
-    script.state.set_planted_bug(Some(Mutant::NoFencing));
-    script.register(capability("search", SideEffect::Read));
+    let mut script = search_script(Some(Mutant::NoFencing));
     script.submit_ok("exec-1", "search", "{}");
     let task = script.lease("w1", "search");
     script.at(task.lease.deadline_ms);
@@ -63,9 +69,7 @@ fn the_planted_retry_bug_retries_a_write_without_retry_config() {
 #[cfg(feature = "mutants")]
 #[test]
 fn the_planted_fencing_bug_accepts_a_report_after_the_deadline() {
-    let mut script = Script::new();
-    script.state.set_planted_bug(Some(Mutant::NoFencing));
-    script.register(capability("search", SideEffect::Read));
+    let mut script = search_script(Some(Mutant::NoFencing));
     script.submit_ok("exec-1", "search", "{}");
     let task = script.lease("w1", "search");
     script.at(task.lease.deadline_ms + 1);
@@ -77,9 +81,7 @@ fn the_planted_fencing_bug_accepts_a_report_after_the_deadline() {
 #[test]
 fn the_planted_dedup_bug_recalls_a_reply_for_a_different_request() {
     use gavel_core::{Command, Reply};
-    let mut script = Script::new();
-    script.state.set_planted_bug(Some(Mutant::DedupWrongKey));
-    script.register(capability("search", SideEffect::Read));
+    let mut script = search_script(Some(Mutant::DedupWrongKey));
     let first = script.apply_as("request-1-aaaa", Command::Submit(submission("exec-1", "search", "{}")));
     let second = script.apply_as("request-1-bbbb", Command::Submit(submission("exec-2", "search", "{}")));
     let (Reply::Execution { execution: a, .. }, Reply::Execution { execution: b, .. }) = (first, second) else {
