@@ -1,6 +1,6 @@
 //! Audit events (SPEC §5): written by the same command as the transition they
 //! record, ordered by a monotonic cursor, and never carrying raw inputs or outputs.
-//! [`AuditLog`], a part of [`crate::State`], holds the retained events and
+//! `AuditLog`, a part of [`crate::State`], holds the retained events and
 //! their per-execution index.
 
 use std::collections::{BTreeMap, VecDeque};
