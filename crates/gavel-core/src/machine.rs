@@ -84,6 +84,11 @@ impl State {
         self.planted_bug = planted_bug;
     }
 
+    /// The planted bug set by [`State::set_planted_bug`], if any.
+    pub fn planted_bug(&self) -> Option<Mutant> {
+        self.planted_bug
+    }
+
     /// Whether `mutant` is the planted bug (a constant false without the
     /// `mutants` feature, so the code behind it is compiled out).
     #[inline]

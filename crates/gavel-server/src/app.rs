@@ -115,3 +115,20 @@ impl gavel_raft::Application for CoreApp {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use gavel_raft::Application;
+
+    use super::*;
+
+    #[test]
+    fn the_planted_bug_is_set_on_the_new_state_and_again_on_every_restored_one() {
+        let app = CoreApp::new(Some(Mutant::NoFencing));
+        assert_eq!(app.state().planted_bug(), Some(Mutant::NoFencing));
+        let snapshot = gavel_raft::Application::snapshot(&*app);
+        app.restore(&snapshot).expect("a snapshot of this state machine restores");
+        assert_eq!(app.state().planted_bug(), Some(Mutant::NoFencing));
+        assert_eq!(CoreApp::new(None).state().planted_bug(), None);
+    }
+}
