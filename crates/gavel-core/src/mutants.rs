@@ -2,8 +2,10 @@
 //!
 //! A node built with `--features mutants` switches on the bug named by the
 //! `GAVEL_MUTANT` environment variable; the chaos harness then has to catch
-//! it. Without the feature every switch is a constant `false` and the code
-//! behind it is compiled out. Release and test builds never enable it; the
+//! it. The shell reads the variable and passes the bug in as a value
+//! ([`crate::State::set_planted_bug`]); the state machine checks that value
+//! with [`is_planted`] and reads no environment. Without the feature every
+//! check is a constant `false` and the code behind it is compiled out. Release and test builds never enable it; the
 //! planted-bug test builds its own binary (see `docs/testing.md`).
 
 /// One planted bug.
@@ -45,22 +47,34 @@ impl Mutant {
     }
 }
 
-#[cfg(feature = "mutants")]
-static ACTIVE: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
+/// Whether `mutant` is `planted`, the planted bug the shell passed in
+/// (always false without the `mutants` feature, so the code behind the
+/// check is compiled out).
+#[inline]
+pub fn is_planted(planted: Option<Mutant>, mutant: Mutant) -> bool {
+    #[cfg(feature = "mutants")]
+    {
+        planted == Some(mutant)
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = (planted, mutant);
+        false
+    }
+}
 
-/// Whether `mutant` is switched on (always false without the `mutants` feature).
+/// Transitional, for the server's `stale-read` check only: whether `mutant`
+/// is the one `GAVEL_MUTANT` names (always false without the `mutants`
+/// feature). Nothing in this crate calls it; once the server checks
+/// `ServerSettings::planted_bug` with [`is_planted`] instead, this function
+/// and its environment read go.
 #[inline]
 pub fn active(mutant: Mutant) -> bool {
     #[cfg(feature = "mutants")]
     {
-        *ACTIVE.get_or_init(|| {
-            let name = std::env::var("GAVEL_MUTANT").ok()?;
-            let found = Mutant::ALL.into_iter().find(|m| m.name() == name);
-            if found.is_none() {
-                eprintln!("GAVEL_MUTANT={name} names no planted bug; none is active");
-            }
-            found
-        }) == Some(mutant)
+        static ACTIVE: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
+        *ACTIVE.get_or_init(|| std::env::var("GAVEL_MUTANT").ok().and_then(|name| Mutant::from_name(&name)))
+            == Some(mutant)
     }
     #[cfg(not(feature = "mutants"))]
     {

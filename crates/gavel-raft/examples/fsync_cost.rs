@@ -77,6 +77,7 @@ async fn single_node_writes(dir: &Path, runs: u64, entry_bytes: usize) -> Vec<Du
             addr: "127.0.0.1:1".into(),
             data_dir: dir.to_path_buf(),
             timings: RaftTimings::default(),
+            plant_early_ack: false,
         },
         Arc::new(Counter::default()),
     )

@@ -71,12 +71,14 @@ impl RunningNode {
 /// Starts a node on an already bound listener.
 pub async fn start(options: NodeOptions, listener: TcpListener) -> anyhow::Result<RunningNode> {
     let addr = listener.local_addr()?;
-    let app = CoreApp::new();
+    let planted_bug = options.settings.planted_bug;
+    let app = CoreApp::new(planted_bug);
     let config = NodeConfig {
         node_id: options.id,
         addr: options.advertise.clone(),
         data_dir: options.data_dir.clone(),
         timings: options.timings.clone(),
+        plant_early_ack: planted_bug == Some(gavel_core::mutants::Mutant::EarlyAck),
     };
     let raft = RaftNode::start(config, app.clone()).await.context("starting raft")?;
     let node = Node::new(options.id, raft.clone(), app, options.settings.clone());

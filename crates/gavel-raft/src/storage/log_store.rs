@@ -64,10 +64,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
             entries.push(entry);
         }
         #[cfg(feature = "mutants")]
-        if super::early_ack::active() {
+        if let Some(early_ack) = &self.shared.early_ack {
             let mut merged: std::collections::BTreeMap<u64, Entry> =
                 entries.into_iter().map(|entry| (entry.log_id.index, entry)).collect();
-            for entry in self.shared.early_ack.range(&range) {
+            for entry in early_ack.range(&range) {
                 merged.insert(entry.log_id.index, entry);
             }
             return Ok(merged.into_values().collect());
@@ -90,7 +90,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             None => last_purged_log_id,
         };
         #[cfg(feature = "mutants")]
-        let last_log_id = match self.shared.early_ack.last() {
+        let last_log_id = match self.shared.early_ack.as_ref().and_then(|early_ack| early_ack.last()) {
             Some(entry) if Some(entry.log_id) > last_log_id => Some(entry.log_id),
             _ => last_log_id,
         };
@@ -137,9 +137,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         #[cfg(feature = "mutants")]
-        if super::early_ack::active() {
+        if let Some(early_ack) = &self.shared.early_ack {
             // Planted bug: acknowledge at once, write later (see early_ack.rs).
-            self.shared.early_ack.append(self.shared.log.clone(), entries.into_iter().collect());
+            early_ack.append(self.shared.log.clone(), entries.into_iter().collect());
             callback.log_io_completed(Ok(()));
             return Ok(());
         }
@@ -169,7 +169,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         #[cfg(feature = "mutants")]
-        self.shared.early_ack.truncate(log_id.index);
+        if let Some(early_ack) = &self.shared.early_ack {
+            early_ack.truncate(log_id.index);
+        }
         self.remove_range((Bound::Included(index_key(log_id.index)), Bound::Unbounded))
             .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?;
         // Conflicting entries are removed durably so a crash cannot bring
@@ -181,7 +183,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         #[cfg(feature = "mutants")]
-        self.shared.early_ack.purge(log_id.index);
+        if let Some(early_ack) = &self.shared.early_ack {
+            early_ack.purge(log_id.index);
+        }
         // Record the purge point before deleting, so the log never looks like
         // it has a hole. No fsync: purged entries are already covered by a
         // durable snapshot, and if the deletion is lost they are simply

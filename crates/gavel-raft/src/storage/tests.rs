@@ -66,7 +66,7 @@ fn membership_entry(term: u64, index: u64) -> Entry {
 }
 
 fn open_with(dir: &Path, app: Arc<RecordingApp>) -> OpenedStorage {
-    open(dir, app).expect("open storage")
+    open(dir, app, false).expect("open storage")
 }
 
 /// Drops both halves of the store and waits until sled's files are closed,
