@@ -1,5 +1,6 @@
 //! Starting and stopping one node: Raft, the public services, health,
-//! reflection and the ticker on one gRPC port.
+//! reflection and the ticker on one gRPC port, all behind the routing layer
+//! ([`crate::routing`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use crate::app::CoreApp;
 use crate::node::{Node, ServerSettings};
+use crate::routing::{RoutingLayer, REQUEST_BYTES_MAX};
 use crate::services::{approval::Approvals, audit::Audit, capability::Capabilities, cluster::Cluster};
 use crate::services::{execution::Executions, worker::Workers};
 
@@ -103,16 +105,28 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> anyhow::Resul
     let router = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .layer(RoutingLayer::new(node.clone()))
         .add_service(raft.service())
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha)
-        .add_service(ApprovalServiceServer::new(Approvals { node: node.clone() }))
-        .add_service(CapabilityServiceServer::new(Capabilities { node: node.clone() }))
-        .add_service(ExecutionServiceServer::new(Executions { node: node.clone() }))
-        .add_service(WorkerServiceServer::new(Workers { node: node.clone() }))
-        .add_service(AuditServiceServer::new(Audit { node: node.clone() }))
-        .add_service(ClusterServiceServer::new(Cluster { node: node.clone() }));
+        .add_service(
+            ApprovalServiceServer::new(Approvals { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(
+            CapabilityServiceServer::new(Capabilities { node: node.clone() })
+                .max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(
+            ExecutionServiceServer::new(Executions { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(
+            WorkerServiceServer::new(Workers { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(AuditServiceServer::new(Audit { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX))
+        .add_service(
+            ClusterServiceServer::new(Cluster { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        );
     // `Server::tcp_nodelay` only applies to sockets tonic accepts itself; ours
     // come from our listener, so set it here. Without it a response written in
     // two segments waits for the client's delayed ACK (~40 ms).
