@@ -40,6 +40,8 @@ const LEADER_AFTER_HEAL: Duration = Duration::from_secs(10);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the nodes get to reach the same applied index and state hash.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the final reads get to see every node at one applied index.
+const AGREE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Milliseconds since the Unix epoch.
 pub fn wall_clock_ms() -> i64 {
@@ -340,8 +342,15 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
     let approvals = workload.approvals.lock().expect("approvals lock").clone();
     let executions = workload.executions.lock().expect("executions lock").clone();
     let changes = leader_changes.load(Ordering::Relaxed);
+    let hashes = observe_state_hashes(&cluster, AGREE_TIMEOUT).await.chosen();
     for (id, addr) in &nodes {
-        let state = final_state(&cluster, *id, addr, &approvals, &executions, changes).await;
+        let mut state = final_state(&cluster, *id, addr, &approvals, &executions, changes).await;
+        // The hash at an applied index every node reached, not whatever one
+        // read happened to see (the ticker appends between reads).
+        if let Some((applied_index, state_hash)) = hashes.get(id) {
+            state.applied_index = Some(*applied_index);
+            state.state_hash = Some(state_hash.clone());
+        }
         recorder.write(&Entry::Final(state));
     }
     drop(teardown);
@@ -463,6 +472,22 @@ async fn converge(cluster: &Cluster, timeout: Duration) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Reads every node's applied index and state hash, again and again, until
+/// every node was seen at one applied index with one hash, up to `timeout`.
+async fn observe_state_hashes(cluster: &Cluster, timeout: Duration) -> checker::lost_writes::HashObservations {
+    let mut observations = checker::lost_writes::HashObservations::new(&cluster.ids());
+    let started = Instant::now();
+    loop {
+        for (id, status) in cluster.statuses().await {
+            observations.record(id, status.last_applied_index, &status.state_hash);
+        }
+        if observations.agreed().is_some() || started.elapsed() >= timeout {
+            return observations;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -1,6 +1,6 @@
 //! `gavel-server`: one Gavel node. It serves the public gRPC API
 //! (`gavel.v1`), forwards what it cannot serve to the leader, runs the
-//! leader-side ticker, and hosts the `gavel` binary's `node` and `dev` commands.
+//! leader-side ticker. The `gavel` binary that runs it lives in `gavel-cli`.
 //!
 //! It depends on `gavel-core` (the state machine), `gavel-proto` (the API) and
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
@@ -9,10 +9,7 @@
 //! every service) and [`replies::FromReply`] (typed state-machine replies).
 
 pub mod app;
-pub mod cli;
-pub mod commands;
 pub mod convert;
-pub mod dev;
 pub mod node;
 pub mod replies;
 pub mod routing;
