@@ -255,6 +255,8 @@ impl Client {
         mutating report, WorkerServiceClient, pb::ReportRequest, pb::ReportResponse);
     rpc!(/// Lists audit events after a cursor.
         read list_events, AuditServiceClient, pb::ListEventsRequest, pb::ListEventsResponse);
+    rpc!(/// Reads the audit event at one cursor.
+        read get_event, AuditServiceClient, pb::GetEventRequest, pb::GetEventResponse);
     rpc!(/// One node's view of the cluster (the preferred node's).
         read status, ClusterServiceClient, pb::StatusRequest, pb::StatusResponse);
     rpc!(/// Adds a learner.

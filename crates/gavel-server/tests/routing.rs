@@ -2,8 +2,9 @@
 //! (three nodes, real gRPC on loopback, real sled in temporary directories):
 //! a call through a follower is served by the leader and names it, a
 //! forwarded call is never forwarded again, the request id assigned before
-//! forwarding is the one the leader deduplicates on, and without a leader a
-//! call is refused with a retry hint.
+//! forwarding is the one the leader deduplicates on, an RPC that has no
+//! routing code of its own (`AuditService/GetEvent`) is forwarded like any,
+//! and without a leader a call is refused with a retry hint.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use gavel_proto::error_detail::read_error_detail;
 use gavel_proto::metadata;
 use gavel_proto::v1 as pb;
+use gavel_proto::v1::audit_service_client::AuditServiceClient;
 use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use gavel_raft::RaftTimings;
@@ -215,6 +217,27 @@ async fn the_request_id_assigned_before_forwarding_is_the_one_the_leader_dedupli
         panic!("an execution: {response:?}")
     };
     assert_eq!(execution.execution_id, gavel_core::ids::execution_id_for("message-id-1"));
+    cluster.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn get_event_reads_one_event_by_cursor_through_any_node() {
+    let cluster = InProcessCluster::start(3, true).await;
+    let (leader, follower) = cluster.leader_and_follower().await;
+    CapabilityServiceClient::new(cluster.channel(leader))
+        .register_capability(register("docs.read"))
+        .await
+        .expect("register");
+
+    for via in [leader, follower] {
+        let mut audit = AuditServiceClient::new(cluster.channel(via));
+        let event = audit.get_event(pb::GetEventRequest { cursor: 1 }).await.expect("get event").into_inner().event;
+        let event = event.expect("the first event is retained");
+        assert_eq!((event.cursor, event.r#type.as_str()), (1, "capability.registered"));
+        assert_eq!(event.capability_id.as_deref(), Some("docs.read"));
+        let missing = audit.get_event(pb::GetEventRequest { cursor: 2 }).await.expect("get event").into_inner();
+        assert!(missing.event.is_none(), "no event has cursor 2 yet: {missing:?}");
+    }
     cluster.stop().await;
 }
 

@@ -181,6 +181,12 @@ impl AuditService for Audit {
             .map_err(|refusal| refusal.status())?;
         Ok(Response::new(pb::ListEventsResponse { events, last_cursor }))
     }
+
+    async fn get_event(&self, request: Request<pb::GetEventRequest>) -> Result<Response<pb::GetEventResponse>, Status> {
+        let cursor = request.into_inner().cursor;
+        let event = self.node.read(|state| state.event(cursor).map(event_out)).await?;
+        Ok(Response::new(pb::GetEventResponse { event }))
+    }
 }
 
 #[cfg(test)]
