@@ -820,6 +820,12 @@ async fn undecodable_and_oversized_messages_are_bad_input_with_a_domain_code() {
     cluster.wait_converged().await;
 }
 
+/// The next event of a stream, within [`support::WAIT`].
+async fn next_event(stream: &mut tonic::Streaming<pb::Event>) -> pb::Event {
+    let next = tokio::time::timeout(support::WAIT, stream.message()).await.expect("an event in time");
+    next.expect("the stream is healthy").expect("the stream delivers the next event")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cursors_past_the_head_are_refused_naming_it_and_one_past_reads_from_now_on() {
     let cluster = Cluster::start(3).await;
@@ -871,8 +877,7 @@ async fn cursors_past_the_head_are_refused_naming_it_and_one_past_reads_from_now
     let request = pb::WatchEventsRequest { after_cursor: head + 1, execution_id: None };
     let mut stream = call!(cluster, follower, audit, watch_events, request).expect("watch from now on");
     register(&cluster, leader, capability_spec("docs.read.next", pb::SideEffect::Read)).await;
-    let next = tokio::time::timeout(support::WAIT, stream.message()).await.expect("an event in time");
-    let next = next.expect("the stream is healthy").expect("the stream delivers the next event");
+    let next = next_event(&mut stream).await;
     assert_eq!(next.cursor, head + 1, "nothing is skipped: {next:?}");
     cluster.wait_converged().await;
 }
@@ -914,8 +919,7 @@ async fn a_lagging_follower_does_not_refuse_a_cursor_the_leader_handed_out() {
         watching.await.expect("the watch task").expect("the follower accepts the leader's cursor").into_inner();
 
     register(&cluster, leader, capability_spec("docs.read.next", pb::SideEffect::Read)).await;
-    let next = tokio::time::timeout(support::WAIT, stream.message()).await.expect("an event in time");
-    let next = next.expect("the stream is healthy").expect("the stream delivers the next event");
+    let next = next_event(&mut stream).await;
     assert_eq!(next.cursor, head + 1, "{next:?}");
     cluster.wait_converged().await;
 }

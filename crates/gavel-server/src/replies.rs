@@ -12,6 +12,21 @@ pub trait FromReply: Sized {
     fn from_reply(reply: Reply) -> Result<Self, Box<Reply>>;
 }
 
+/// Implements [`FromReply`] for a reply type taken out of one [`Reply`]
+/// variant; every other variant is given back.
+macro_rules! from_reply {
+    ($reply:ty, $pattern:pat => $value:expr) => {
+        impl FromReply for $reply {
+            fn from_reply(reply: Reply) -> Result<Self, Box<Reply>> {
+                match reply {
+                    $pattern => Ok($value),
+                    other => Err(Box::new(other)),
+                }
+            }
+        }
+    };
+}
+
 /// An approval and its status as seen at the command's time (create, decide,
 /// consume, cancel).
 #[derive(Debug)]
@@ -22,14 +37,7 @@ pub struct ApprovalReply {
     pub status: ApprovalStatus,
 }
 
-impl FromReply for ApprovalReply {
-    fn from_reply(reply: Reply) -> Result<Self, Box<Reply>> {
-        match reply {
-            Reply::Approval { approval, status } => Ok(ApprovalReply { approval, status }),
-            other => Err(Box::new(other)),
-        }
-    }
-}
+from_reply!(ApprovalReply, Reply::Approval { approval, status } => ApprovalReply { approval, status });
 
 /// What a submit did: queued (or found) an execution, or created the
 /// approval it waits for.
@@ -65,14 +73,7 @@ pub struct ExecutionReply {
     pub execution: Execution,
 }
 
-impl FromReply for ExecutionReply {
-    fn from_reply(reply: Reply) -> Result<Self, Box<Reply>> {
-        match reply {
-            Reply::Execution { execution, .. } => Ok(ExecutionReply { execution }),
-            other => Err(Box::new(other)),
-        }
-    }
-}
+from_reply!(ExecutionReply, Reply::Execution { execution, .. } => ExecutionReply { execution });
 
 /// The tasks one poll leased (possibly none).
 #[derive(Debug)]
@@ -81,14 +82,7 @@ pub struct TasksReply {
     pub tasks: Vec<Task>,
 }
 
-impl FromReply for TasksReply {
-    fn from_reply(reply: Reply) -> Result<Self, Box<Reply>> {
-        match reply {
-            Reply::Tasks(tasks) => Ok(TasksReply { tasks }),
-            other => Err(Box::new(other)),
-        }
-    }
-}
+from_reply!(TasksReply, Reply::Tasks(tasks) => TasksReply { tasks });
 
 /// A heartbeat's answer.
 #[derive(Debug)]
@@ -99,14 +93,7 @@ pub struct HeartbeatReply {
     pub deadline_ms: u64,
 }
 
-impl FromReply for HeartbeatReply {
-    fn from_reply(reply: Reply) -> Result<Self, Box<Reply>> {
-        match reply {
-            Reply::Heartbeat { cancel_requested, deadline_ms } => Ok(HeartbeatReply { cancel_requested, deadline_ms }),
-            other => Err(Box::new(other)),
-        }
-    }
-}
+from_reply!(HeartbeatReply, Reply::Heartbeat { cancel_requested, deadline_ms } => HeartbeatReply { cancel_requested, deadline_ms });
 
 /// An accepted report.
 #[derive(Debug)]
@@ -117,24 +104,10 @@ pub struct ReportReply {
     pub retry_scheduled: bool,
 }
 
-impl FromReply for ReportReply {
-    fn from_reply(reply: Reply) -> Result<Self, Box<Reply>> {
-        match reply {
-            Reply::Reported { execution, retry_scheduled } => Ok(ReportReply { execution, retry_scheduled }),
-            other => Err(Box::new(other)),
-        }
-    }
-}
+from_reply!(ReportReply, Reply::Reported { execution, retry_scheduled } => ReportReply { execution, retry_scheduled });
 
 /// A registered capability.
-impl FromReply for Capability {
-    fn from_reply(reply: Reply) -> Result<Self, Box<Reply>> {
-        match reply {
-            Reply::Capability(capability) => Ok(capability),
-            other => Err(Box::new(other)),
-        }
-    }
-}
+from_reply!(Capability, Reply::Capability(capability) => capability);
 
 /// Any reply, untyped: for the ticker, which only needs to know that its
 /// tick committed.

@@ -88,6 +88,11 @@ impl InProcessCluster {
             .connect_lazy()
     }
 
+    /// Registers a capability through node `index`.
+    async fn register(&self, index: usize, id: &str) {
+        CapabilityServiceClient::new(self.channel(index)).register_capability(register(id)).await.expect("register");
+    }
+
     fn last_log_index(&self, index: usize) -> Option<u64> {
         self.nodes[index].node.raft.status().last_log_index
     }
@@ -120,6 +125,15 @@ fn submit(request_id: &str) -> pb::SubmitRequest {
         actor: Some(pb::Actor { id: "alice".to_string(), kind: pb::ActorKind::User as i32, display_name: None }),
         surface: "routing-test".to_string(),
         ..pb::SubmitRequest::default()
+    }
+}
+
+/// The execution a submit answered with, and whether it created it.
+fn submitted(result: Result<tonic::Response<pb::SubmitResponse>, tonic::Status>) -> (pb::Execution, bool) {
+    let response = result.expect("submit").into_inner();
+    match response.outcome {
+        Some(pb::submit_response::Outcome::Execution(execution)) => (execution, response.created),
+        other => panic!("an execution: {other:?}"),
     }
 }
 
@@ -173,10 +187,7 @@ async fn a_forwarded_call_is_not_forwarded_again() {
 async fn the_request_id_assigned_before_forwarding_is_the_one_the_leader_deduplicates_on() {
     let cluster = InProcessCluster::start(3, true).await;
     let (leader, follower) = cluster.leader_and_follower().await;
-    CapabilityServiceClient::new(cluster.channel(follower))
-        .register_capability(register("docs.read"))
-        .await
-        .expect("register");
+    cluster.register(follower, "docs.read").await;
     let mut executions = ExecutionServiceClient::new(cluster.channel(follower));
 
     // A request id in the header stands in for one the message lacks: the
@@ -186,12 +197,9 @@ async fn the_request_id_assigned_before_forwarding_is_the_one_the_leader_dedupli
     for _ in 0..2 {
         let mut request = tonic::Request::new(submit(""));
         request.metadata_mut().insert(metadata::REQUEST_ID, MetadataValue::from_static("header-id-1"));
-        let response = executions.submit(request).await.expect("submit").into_inner();
-        let Some(pb::submit_response::Outcome::Execution(execution)) = response.outcome else {
-            panic!("an execution: {response:?}")
-        };
+        let (execution, created) = submitted(executions.submit(request).await);
         assert_eq!(execution.execution_id, gavel_core::ids::execution_id_for("header-id-1"));
-        answers.push((execution.execution_id, response.created));
+        answers.push((execution.execution_id, created));
     }
     assert_eq!(answers[0], answers[1], "the retry is deduplicated");
     assert_eq!(cluster.nodes[leader].node.app.state().execution_count(), 1, "one execution");
@@ -199,11 +207,8 @@ async fn the_request_id_assigned_before_forwarding_is_the_one_the_leader_dedupli
     // Without any id, the layer assigns a fresh one to each call.
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let response = executions.submit(submit("")).await.expect("submit").into_inner();
-        let Some(pb::submit_response::Outcome::Execution(execution)) = response.outcome else {
-            panic!("an execution: {response:?}")
-        };
-        assert!(response.created);
+        let (execution, created) = submitted(executions.submit(submit("")).await);
+        assert!(created);
         ids.push(execution.execution_id);
     }
     assert_ne!(ids[0], ids[1], "two calls without an id are two executions");
@@ -212,10 +217,7 @@ async fn the_request_id_assigned_before_forwarding_is_the_one_the_leader_dedupli
     // The message's id wins over the header's.
     let mut request = tonic::Request::new(submit("message-id-1"));
     request.metadata_mut().insert(metadata::REQUEST_ID, MetadataValue::from_static("header-id-2"));
-    let response = executions.submit(request).await.expect("submit").into_inner();
-    let Some(pb::submit_response::Outcome::Execution(execution)) = response.outcome else {
-        panic!("an execution: {response:?}")
-    };
+    let (execution, _) = submitted(executions.submit(request).await);
     assert_eq!(execution.execution_id, gavel_core::ids::execution_id_for("message-id-1"));
     cluster.stop().await;
 }
@@ -224,10 +226,7 @@ async fn the_request_id_assigned_before_forwarding_is_the_one_the_leader_dedupli
 async fn get_event_reads_one_event_by_cursor_through_any_node() {
     let cluster = InProcessCluster::start(3, true).await;
     let (leader, follower) = cluster.leader_and_follower().await;
-    CapabilityServiceClient::new(cluster.channel(leader))
-        .register_capability(register("docs.read"))
-        .await
-        .expect("register");
+    cluster.register(leader, "docs.read").await;
 
     for via in [leader, follower] {
         let mut audit = AuditServiceClient::new(cluster.channel(via));
