@@ -106,7 +106,7 @@ pub struct ReportReply {
 
 from_reply!(ReportReply, Reply::Reported { execution, retry_scheduled } => ReportReply { execution, retry_scheduled });
 
-/// A registered capability.
+// A registered capability.
 from_reply!(Capability, Reply::Capability(capability) => capability);
 
 /// Any reply, untyped: for the ticker, which only needs to know that its
