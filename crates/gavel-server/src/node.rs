@@ -126,10 +126,10 @@ impl Node {
         if status.is_leader() {
             return Ok(());
         }
-        Err(match status.leader_addr {
-            Some(addr) => unavailable("this node is no longer the leader; retry there", Some(addr)),
-            None => unavailable("no leader is elected yet; retry shortly", None),
-        })
+        Err(write_error_status(WriteError::ForwardToLeader {
+            leader_id: status.leader_id,
+            leader_addr: status.leader_addr,
+        }))
     }
 
     /// Whether this node runs with the planted bug `mutant` (only ever in a
@@ -207,4 +207,24 @@ pub fn domain_status(error: DomainError) -> Status {
 /// A reply of another shape than its command's: a bug, reported as `INTERNAL`.
 fn unexpected(reply: &Reply) -> Status {
     Status::internal(format!("unexpected reply from the state machine: {reply:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gavel_proto::error_detail::read_error_detail;
+
+    #[test]
+    fn a_node_deposed_before_its_proposal_answers_unavailable_with_the_leader_hint() {
+        let deposed = WriteError::ForwardToLeader { leader_id: Some(2), leader_addr: Some("10.0.0.2:7000".into()) };
+        let status = write_error_status(deposed);
+        assert_eq!(status.code(), Code::Unavailable);
+        let detail = read_error_detail(&status).expect("an error detail");
+        assert_eq!(detail.leader_hint.as_deref(), Some("10.0.0.2:7000"));
+        assert_eq!(detail.retry_after_ms, Some(RETRY_AFTER_MS));
+
+        let electing = write_error_status(WriteError::ForwardToLeader { leader_id: None, leader_addr: None });
+        let detail = read_error_detail(&electing).expect("an error detail");
+        assert_eq!((detail.leader_hint, detail.retry_after_ms), (None, Some(RETRY_AFTER_MS)));
+    }
 }
