@@ -3,12 +3,11 @@
 //! A cursor names the last event a reader has seen. Any cursor up to the
 //! head (the last event written) is valid, and so is one past it, the cursor
 //! the next event will get; the head and one past it both read "from now
-//! on". A cursor
-//! further ahead names events that do not exist, and following it would
-//! skip the events written in between, so it is refused with `OUT_OF_RANGE`
-//! and a message naming the head. A cursor whose successors were already
-//! dropped by retention is refused the same way, naming the cursor to resume
-//! from.
+//! on". A cursor further ahead names events that do not exist, and
+//! following it would skip the events written in between, so it is refused
+//! with `OUT_OF_RANGE` and a message naming the head. A cursor whose
+//! successors were already dropped by retention is refused the same way,
+//! naming the cursor to resume from.
 
 use std::pin::Pin;
 use std::sync::Arc;
