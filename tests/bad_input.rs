@@ -705,3 +705,221 @@ async fn every_stateless_precheck_refusal_leaves_the_log_as_it_was() {
     the_precheck_limits_accept_what_they_should(&cluster, leader, follower).await;
     cluster.wait_converged().await;
 }
+
+// ===== Transport-level bad input and audit cursors (the gRPC shell) =====
+//
+// Refusals tonic makes before any handler runs, and cursors that name events
+// which do not exist. Each is refused with a domain code and leaves the log
+// as it was.
+
+/// A `SubmitRequest` whose string fields are raw bytes, so a test can send
+/// what no well-behaved client would: invalid UTF-8 in a string field.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawSubmitRequest {
+    #[prost(string, tag = "1")]
+    request_id: String,
+    #[prost(string, tag = "3")]
+    capability_id: String,
+    #[prost(bytes = "vec", tag = "4")]
+    input_json: Vec<u8>,
+    #[prost(message, optional, tag = "5")]
+    actor: Option<pb::Actor>,
+}
+
+/// A gRPC codec that sends a message already encoded (any bytes at all)
+/// and decodes the answer as `pb::SubmitResponse`.
+#[derive(Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = pb::SubmitResponse;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), Status> {
+        prost::bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = pb::SubmitResponse;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<pb::SubmitResponse>, Status> {
+        prost::Message::decode(src).map(Some).map_err(|error| Status::internal(error.to_string()))
+    }
+}
+
+/// Sends a raw submit to node `via`, as a hand-rolled gRPC client would.
+async fn raw_submit(cluster: &Cluster, via: u64, request: RawSubmitRequest) -> Result<pb::SubmitResponse, Status> {
+    let encoded = prost::Message::encode_to_vec(&request);
+    retry(|| {
+        let mut grpc = tonic::client::Grpc::new(cluster.channel(via));
+        let encoded = encoded.clone();
+        async move {
+            grpc.ready().await.map_err(|error| Status::unavailable(error.to_string()))?;
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static("/gavel.v1.ExecutionService/Submit");
+            grpc.unary(tonic::Request::new(encoded), path, RawCodec).await
+        }
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// Largest request message a node decodes (`gavel_server::routing::REQUEST_BYTES_MAX`).
+const REQUEST_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn undecodable_and_oversized_messages_are_bad_input_with_a_domain_code() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.follower().await;
+    let watch = LogWatch::start(&cluster, leader).await;
+
+    for via in [leader, follower] {
+        let on = |what: &str| format!("{what} (through node {via})");
+
+        let raw = RawSubmitRequest {
+            request_id: request_id("raw"),
+            capability_id: "docs.read".to_string(),
+            input_json: b"{\"note\":\"\xff\xfe\"}".to_vec(),
+            actor: Some(user("alice")),
+        };
+        let result = raw_submit(&cluster, via, raw).await;
+        let status =
+            watch.refused(&on("invalid UTF-8 in inputJson"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        assert!(status.message().contains("UTF-8"), "the refusal says what is wrong: {}", status.message());
+
+        let oversized = json_of_size(REQUEST_BYTES_MAX + 1024);
+        let result = call!(cluster, via, executions, submit, submit_request("docs.read", &oversized));
+        let status =
+            watch.refused(&on("a message over 4 MiB"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        assert!(
+            status.message().contains(&REQUEST_BYTES_MAX.to_string()),
+            "the refusal names the limit: {}",
+            status.message()
+        );
+    }
+    let after = cluster.status(leader).await.expect("leader status");
+    assert_eq!(after.last_applied_index, watch.before.last_applied_index, "no refused request was applied");
+    cluster.wait_converged().await;
+}
+
+/// The next event of a stream, within [`support::WAIT`].
+async fn next_event(stream: &mut tonic::Streaming<pb::Event>) -> pb::Event {
+    let next = tokio::time::timeout(support::WAIT, stream.message()).await.expect("an event in time");
+    next.expect("the stream is healthy").expect("the stream delivers the next event")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cursors_past_the_head_are_refused_naming_it_and_one_past_reads_from_now_on() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.follower().await;
+    for index in 0..3 {
+        register(&cluster, leader, capability_spec(&format!("docs.read.{index}"), pb::SideEffect::Read)).await;
+    }
+    // The first events start the retention clock: let its first tick commit
+    // before watching the log (the next one is a minute away).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    cluster.wait_converged().await;
+    let page = call!(cluster, leader, audit, list_events, pb::ListEventsRequest::default()).expect("list events");
+    let head = page.last_cursor;
+    assert_eq!(page.events.len(), 3, "one event per registration: {page:?}");
+    assert_eq!(page.events.last().map(|event| event.cursor), Some(head));
+
+    let watch = LogWatch::start(&cluster, leader).await;
+    for via in [leader, follower] {
+        let on = |what: &str| format!("{what} (through node {via})");
+        for cursor in [head + 2, 999_999, u64::MAX] {
+            let list = pb::ListEventsRequest { after_cursor: cursor, ..pb::ListEventsRequest::default() };
+            let result = call!(cluster, via, audit, list_events, list);
+            let what = on(&format!("ListEvents after {cursor}"));
+            let status = watch.refused(&what, result, Code::OutOfRange, "OUT_OF_RANGE").await;
+            assert!(status.message().contains(&format!("last event is cursor {head}")), "{what}: {}", status.message());
+            assert!(!status.message().contains("retention"), "{what}: {}", status.message());
+
+            let request = pb::WatchEventsRequest { after_cursor: cursor, execution_id: None };
+            let result = call!(cluster, via, audit, watch_events, request);
+            let what = on(&format!("WatchEvents after {cursor}"));
+            let status = watch.refused(&what, result, Code::OutOfRange, "OUT_OF_RANGE").await;
+            assert!(status.message().contains(&format!("last event is cursor {head}")), "{what}: {}", status.message());
+        }
+
+        // The head and one past it (the next event's cursor) are "from now on",
+        // and the cursor to follow never skips the next event.
+        for cursor in [head, head + 1] {
+            let list = pb::ListEventsRequest { after_cursor: cursor, ..pb::ListEventsRequest::default() };
+            let page = call!(cluster, via, audit, list_events, list).expect("a cursor up to one past the head");
+            assert!(page.events.is_empty(), "{page:?}");
+            assert_eq!(page.last_cursor, head, "{}", on(&format!("lastCursor after {cursor}")));
+        }
+    }
+    let after = cluster.status(leader).await.expect("leader status");
+    assert_eq!(after.last_applied_index, watch.before.last_applied_index, "no refused cursor was applied");
+
+    // A stream from one past the head, on a follower, starts with the next event.
+    let request = pb::WatchEventsRequest { after_cursor: head + 1, execution_id: None };
+    let mut stream = call!(cluster, follower, audit, watch_events, request).expect("watch from now on");
+    register(&cluster, leader, capability_spec("docs.read.next", pb::SideEffect::Read)).await;
+    let next = next_event(&mut stream).await;
+    assert_eq!(next.cursor, head + 1, "nothing is skipped: {next:?}");
+    cluster.wait_converged().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lagging_follower_does_not_refuse_a_cursor_the_leader_handed_out() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.follower().await;
+    register(&cluster, leader, capability_spec("docs.read.0", pb::SideEffect::Read)).await;
+    cluster.wait_converged().await;
+
+    // The follower misses events while it is stopped; the leader hands out
+    // their cursors meanwhile.
+    let pid = nix::unistd::Pid::from_raw(
+        cluster
+            .nodes
+            .iter()
+            .find(|node| node.id == follower)
+            .and_then(|node| node.child.as_ref())
+            .expect("running")
+            .id() as i32,
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("stop the follower");
+    for index in 1..4 {
+        register(&cluster, leader, capability_spec(&format!("docs.read.{index}"), pb::SideEffect::Read)).await;
+    }
+    let page = call!(cluster, leader, audit, list_events, pb::ListEventsRequest::default()).expect("list events");
+    let head = page.last_cursor;
+
+    // Ask the stopped follower for the leader's head, then let it run: the
+    // request and its catch-up race, and the answer must not be a refusal.
+    let request = pb::WatchEventsRequest { after_cursor: head, execution_id: None };
+    let mut client = cluster.audit(follower);
+    let watching = tokio::spawn(async move { client.watch_events(request).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("resume the follower");
+    let mut stream =
+        watching.await.expect("the watch task").expect("the follower accepts the leader's cursor").into_inner();
+
+    register(&cluster, leader, capability_spec("docs.read.next", pb::SideEffect::Read)).await;
+    let next = next_event(&mut stream).await;
+    assert_eq!(next.cursor, head + 1, "{next:?}");
+    cluster.wait_converged().await;
+}
