@@ -1,16 +1,13 @@
 //! `gavel-server`: one Gavel node. It serves the public gRPC API
 //! (`gavel.v1`), forwards what it cannot serve to the leader, runs the
-//! leader-side ticker, and hosts the `gavel` binary's `node` and `dev` commands.
+//! leader-side ticker. The `gavel` binary that runs it lives in `gavel-cli`.
 //!
 //! It depends on `gavel-core` (the state machine), `gavel-proto` (the API) and
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
 //! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`].
 
 pub mod app;
-pub mod cli;
-pub mod commands;
 pub mod convert;
-pub mod dev;
 pub mod node;
 pub mod server;
 pub mod services;

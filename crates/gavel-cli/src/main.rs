@@ -3,12 +3,16 @@
 //! exec|audit|cluster` are the operator commands (see `docs/cli.md`); `gavel
 //! chaos` and `gavel bench` run the chaos harness and the benchmark.
 
+mod cli;
+mod commands;
+mod dev;
+
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use gavel_server::cli::{parse_peers, Cli, NodeArgs, TopCommand};
-use gavel_server::commands::{self, finish, CommandError};
+use cli::{parse_peers, Cli, NodeArgs, TopCommand};
+use commands::{finish, CommandError};
 use gavel_server::node::ServerSettings;
 use gavel_server::server::{start, NodeOptions};
 
@@ -30,7 +34,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         TopCommand::Node(args) => served(runtime.block_on(run_node(args))),
-        TopCommand::Dev(args) => served(runtime.block_on(gavel_server::dev::run(args))),
+        TopCommand::Dev(args) => served(runtime.block_on(dev::run(args))),
         TopCommand::Approval(args) => finish(runtime.block_on(commands::approval::run(args))),
         TopCommand::Capability(args) => finish(runtime.block_on(commands::capability::run(args))),
         TopCommand::Exec(args) => finish(runtime.block_on(commands::exec::run(args))),

@@ -1,10 +1,10 @@
 //! Golden tests of the operator CLI: the real `gavel` binary against a real
 //! three-node cluster of `gavel node` processes.
 //!
-//! `--json` output is compared with `tests/golden/*.json` after
+//! `--json` output is compared with `golden/*.json` after
 //! [`normalize`] replaces the values that change from run to run. To accept
 //! new output after an intended change, run
-//! `GAVEL_BLESS=1 cargo test -p gavel-server --test cli` and review the diff of
+//! `GAVEL_BLESS=1 cargo test -p gavel-tests --test cli` and review the diff of
 //! the golden files.
 
 mod support;
@@ -45,7 +45,7 @@ impl Run {
 /// Runs `gavel ARGS...` with `--endpoints` and nothing from the caller's
 /// environment that the CLI reads.
 async fn gavel(endpoints: &str, args: &[&str]) -> Run {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_gavel"))
+    let output = tokio::process::Command::new(support::gavel_binary())
         .args(args)
         .arg(format!("--endpoints={endpoints}"))
         .env_remove("GAVEL_ENDPOINTS")
@@ -120,7 +120,7 @@ fn placeholder(key: &str) -> Option<&'static str> {
 }
 
 fn golden_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.json"))
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("golden").join(format!("{name}.json"))
 }
 
 /// Compares a normalized document with `tests/golden/NAME.json`, or writes
@@ -380,7 +380,7 @@ async fn audit_tail_follow_resumes_after_the_node_it_reads_from_dies() {
     assert_eq!(registered.code, 0, "{registered:#?}");
 
     // The follower reads from the first endpoint, node 1, until it dies.
-    let mut follower = tokio::process::Command::new(env!("CARGO_BIN_EXE_gavel"))
+    let mut follower = tokio::process::Command::new(support::gavel_binary())
         .args(["audit", "tail", "--follow", "--json"])
         .arg(format!("--endpoints={endpoints}"))
         .env_remove("GAVEL_LOG")

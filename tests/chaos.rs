@@ -6,6 +6,8 @@
 //! own target directory (`target/mutants`), so the binary every other test
 //! uses never contains them.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -47,7 +49,7 @@ fn a_short_kill_and_partition_schedule_is_judged_valid() {
     let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let (code, summary) = chaos(
-        Path::new(env!("CARGO_BIN_EXE_gavel")),
+        &support::gavel_binary(),
         &dir.path().join("run"),
         &[
             "--seed=20261130",
@@ -75,10 +77,10 @@ fn a_short_kill_and_partition_schedule_is_judged_valid() {
 
 /// Builds `gavel` with the planted bugs in `target/mutants`.
 fn mutant_binary() -> PathBuf {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let target = workspace.join("target/mutants");
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--locked", "-p", "gavel-server", "--bin", "gavel", "--features", "mutants"])
+        .args(["build", "--locked", "-p", "gavel-cli", "--bin", "gavel", "--features", "mutants"])
         .arg("--target-dir")
         .arg(&target)
         .current_dir(&workspace)

@@ -17,6 +17,17 @@ use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use gavel_proto::v1::worker_service_client::WorkerServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
+/// The `gavel` binary these tests start: `GAVEL_BIN`, or the one cargo built
+/// next to this test executable (`target/<profile>/gavel`).
+pub fn gavel_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("GAVEL_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("locating the test executable");
+    let found = exe.ancestors().skip(1).map(|dir| dir.join("gavel")).find(|candidate| candidate.is_file());
+    found.expect("no gavel binary next to the test executable: run `cargo build -p gavel-cli` or set GAVEL_BIN")
+}
+
 /// Upper bound for any wait in a test.
 pub const WAIT: Duration = Duration::from_secs(30);
 
@@ -91,7 +102,7 @@ impl Cluster {
         let node = self.node_mut(id);
         assert!(node.child.is_none(), "node {id} is already running");
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_gavel"));
+        let mut command = Command::new(gavel_binary());
         command
             .arg("node")
             .arg(format!("--id={id}"))

@@ -1,0 +1,45 @@
+//! The node library stays a node: `cargo tree -p gavel-server` (normal
+//! dependencies) lists none of the crates that belong to the binary, the SDK
+//! or the test tools. The CLI, chaos harness and benchmark live in
+//! `gavel-cli`, which depends on this crate, never the other way round.
+
+use std::process::Command;
+
+/// Crates the node must never pull in, directly or transitively.
+const FORBIDDEN: &[&str] = &["gavel-cli", "gavel-chaos", "gavel-bench", "gavel-client", "gavel-testkit", "nix"];
+
+/// The crate names in `cargo tree -p <package> -e normal`.
+fn dependency_tree(package: &str) -> Vec<String> {
+    let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let output = Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "--locked", "-p", package, "-e", "normal", "--prefix", "none", "--format", "{p}"])
+        .current_dir(workspace)
+        .output()
+        .expect("run cargo tree");
+    assert!(output.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_node_library_depends_on_no_cli_sdk_or_test_tool_crate() {
+    let tree = dependency_tree("gavel-server");
+    for expected in ["gavel-core", "gavel-proto", "gavel-raft", "tonic"] {
+        assert!(tree.iter().any(|name| name == expected), "the tree is read, so the check can fail: {tree:?}");
+    }
+    let found: Vec<&&str> =
+        FORBIDDEN.iter().filter(|name| tree.iter().any(|crate_name| crate_name == **name)).collect();
+    assert!(found.is_empty(), "gavel-server depends on {found:?}");
+}
+
+#[test]
+fn the_cli_is_where_the_tools_are() {
+    // The same reading of the tree sees the forbidden crates where they belong.
+    let tree = dependency_tree("gavel-cli");
+    for expected in ["gavel-server", "gavel-chaos", "gavel-bench", "gavel-client", "nix"] {
+        assert!(tree.iter().any(|name| name == expected), "gavel-cli should depend on {expected}: {tree:?}");
+    }
+}
