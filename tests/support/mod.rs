@@ -261,17 +261,11 @@ pub fn now_ms() -> i64 {
 
 /// Calls `check` every 50 ms until it yields a value, up to [`WAIT`]; panics
 /// naming `what` otherwise.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(started.elapsed() < WAIT, "timed out after {WAIT:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let found = gavel_testkit::eventually(WAIT, Duration::from_millis(50), check).await;
+    found.unwrap_or_else(|| panic!("timed out after {WAIT:?} waiting for {what}"))
 }

@@ -593,11 +593,7 @@ async fn restarts(
     let mut runs = Vec::new();
     for run in 0..spec.runs {
         let restart = scale::restart(local, &last_filled).await?;
-        printer.human(&format!(
-            "  run {}:{}",
-            run + 1,
-            crate::report::restart_line(&restart).trim_start_matches(' ')
-        ))?;
+        printer.human(&format!("  run {}: {}", run + 1, crate::report::restart_line(&restart).trim_start()))?;
         runs.push(restart);
     }
     let millis = |value: f64| Duration::from_secs_f64(value / 1e3);

@@ -42,20 +42,16 @@ fn namespaces_available() -> bool {
 }
 
 /// Calls `check` every 100 ms until it yields a value or `limit` passes.
-async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, limit: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
     let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            eprintln!("{what}: after {:?}", started.elapsed());
-            return value;
-        }
-        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let found = gavel_testkit::eventually(limit, Duration::from_millis(100), check).await;
+    let value = found.unwrap_or_else(|| panic!("timed out after {limit:?} waiting for {what}"));
+    eprintln!("{what}: after {:?}", started.elapsed());
+    value
 }
 
 /// The leader every answering node agrees on, when all `ids` answer and agree.

@@ -11,7 +11,8 @@
 //! - [`Cluster`]: spawn, SIGKILL, SIGSTOP/SIGCONT, SIGTERM, restart on the
 //!   same data, `ClusterService.Status` over gRPC, wait for a leader, wait
 //!   for convergence. Dropping it kills every process it started.
-//! - [`resolve_gavel_binary`], [`free_port`], [`wall_clock_ms`].
+//! - [`resolve_gavel_binary`], [`free_port`], [`wall_clock_ms`], and
+//!   [`eventually`] for bounded polling.
 //!
 //! It must not depend on the node's internals (`gavel-core`, `gavel-raft`,
 //! `gavel-server`): it talks to nodes only through their command line and
@@ -45,4 +46,23 @@ pub fn free_port() -> Result<u16, Error> {
         std::net::TcpListener::bind("127.0.0.1:0").map_err(|source| Error::io("binding a free port", source))?;
     let addr = listener.local_addr().map_err(|source| Error::io("reading a free port", source))?;
     Ok(addr.port())
+}
+
+/// Calls `check` every `interval` until it yields a value, for at most
+/// `limit`; `None` when it never did.
+pub async fn eventually<T, F, Fut>(limit: std::time::Duration, interval: std::time::Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if started.elapsed() >= limit {
+            return None;
+        }
+        tokio::time::sleep(interval).await;
+    }
 }
