@@ -26,6 +26,8 @@ use crate::{ClusterSpec, Error, Launcher, Loopback};
 const SIGNAL_SETTLE: Duration = Duration::from_secs(1);
 /// Pause between two rounds of a wait.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How often a node's address is asked for again when another node has it.
+const PLACE_ATTEMPTS: usize = 8;
 
 impl<L: Launcher + ?Sized> Launcher for Box<L> {
     fn address(&self, id: u64) -> Result<String, Error> {
@@ -141,15 +143,36 @@ impl Cluster {
             .map_err(|source| Error::io(format!("creating {}", spec.data_root.display()), source))?;
         let mut nodes = BTreeMap::new();
         for id in 1..=spec.nodes {
-            nodes.insert(id, Cluster::place(&spec, launcher.as_ref(), id, false)?);
+            let node = Cluster::place(&spec, launcher.as_ref(), id, false, &nodes)?;
+            nodes.insert(id, node);
         }
         let peers = nodes.iter().map(|(id, node)| format!("{id}={}", node.addr)).collect::<Vec<_>>().join(",");
         Ok(Cluster { spec, launcher, peers, nodes })
     }
 
-    fn place(spec: &ClusterSpec, launcher: &dyn Launcher, id: u64, joins: bool) -> Result<Node, Error> {
+    /// Node `id`'s coordinates. A free port can be handed out twice (it is
+    /// released before the node binds it), so an address another node has is
+    /// asked for again, a few times.
+    fn place(
+        spec: &ClusterSpec,
+        launcher: &dyn Launcher,
+        id: u64,
+        joins: bool,
+        placed: &BTreeMap<u64, Node>,
+    ) -> Result<Node, Error> {
+        let taken = |addr: &str| placed.values().any(|node| node.addr == addr);
+        let mut addr = launcher.address(id)?;
+        for _ in 0..PLACE_ATTEMPTS {
+            if !taken(&addr) {
+                break;
+            }
+            addr = launcher.address(id)?;
+        }
+        if taken(&addr) {
+            return Err(Error::Launch { id, detail: format!("{addr} is already another node's address") });
+        }
         Ok(Node {
-            addr: launcher.address(id)?,
+            addr,
             data_dir: spec.data_root.join(format!("n{id}")),
             log_path: spec.data_root.join(format!("n{id}.log")),
             joins,
@@ -195,7 +218,7 @@ impl Cluster {
     /// caller's business (`AddLearner`, `Promote`).
     pub fn add_node(&mut self) -> Result<u64, Error> {
         let id = self.nodes.keys().next_back().copied().unwrap_or(0) + 1;
-        let node = Cluster::place(&self.spec, self.launcher.as_ref(), id, true)?;
+        let node = Cluster::place(&self.spec, self.launcher.as_ref(), id, true, &self.nodes)?;
         self.nodes.insert(id, node);
         Ok(id)
     }

@@ -71,7 +71,7 @@ mod tests {
     }
 
     #[test]
-    fn free_ports_differ() {
+    fn free_ports_are_on_loopback() {
         let launcher = Loopback::free_ports();
         let first = launcher.address(1).expect("a port");
         assert!(first.starts_with("127.0.0.1:"), "{first}");

@@ -182,3 +182,22 @@ fn the_binary_next_to_the_test_is_found() {
     let found = binary();
     assert_eq!(found.file_name().and_then(|name| name.to_str()), Some("gavel"));
 }
+
+/// A launcher that places every node on one address.
+#[derive(Debug)]
+struct OneAddress;
+
+impl gavel_testkit::Launcher for OneAddress {
+    fn address(&self, _id: u64) -> Result<String, Error> {
+        Ok("127.0.0.1:9".to_string())
+    }
+}
+
+#[test]
+fn two_nodes_never_share_an_address() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let spec = ClusterSpec::new("/bin/true", dir.path());
+    let error = runtime.block_on(Cluster::start_with(spec, OneAddress)).expect_err("node 2 has no address of its own");
+    assert!(matches!(error, Error::Launch { id: 2, .. }), "{error}");
+}
