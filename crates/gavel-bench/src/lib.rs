@@ -491,5 +491,10 @@ mod tests {
         assert!(validate(&parse(&["bench", "--endpoints", "a:1,b:2", "--node-pids", "1"])).is_err());
         assert!(validate(&parse(&["bench", "--scale", "1000"])).is_ok());
         assert!(validate(&parse(&["bench"])).is_ok());
+        assert!(validate(&parse(&["bench", "--figures", "failover", "--figure-runs", "0"])).is_err());
+        assert!(validate(&parse(&["bench", "--figures", "idle-worker", "--figure-idle", "0s"])).is_err());
+        assert!(validate(&parse(&["bench", "--figures", "restart", "--figure-executions", "0"])).is_err());
+        // Figures mode measures no --clients configurations.
+        assert!(validate(&parse(&["bench", "--figures", "cancel", "--clients", "0"])).is_ok());
     }
 }
