@@ -884,7 +884,7 @@ async fn cursors_past_the_head_are_refused_naming_it_and_one_past_reads_from_now
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lagging_follower_does_not_refuse_a_cursor_the_leader_handed_out() {
-    let cluster = Cluster::start(3).await;
+    let mut cluster = Cluster::start(3).await;
     let leader = cluster.wait_for_leader().await;
     let follower = cluster.follower().await;
     register(&cluster, leader, capability_spec("docs.read.0", pb::SideEffect::Read)).await;
@@ -892,16 +892,7 @@ async fn a_lagging_follower_does_not_refuse_a_cursor_the_leader_handed_out() {
 
     // The follower misses events while it is stopped; the leader hands out
     // their cursors meanwhile.
-    let pid = nix::unistd::Pid::from_raw(
-        cluster
-            .nodes
-            .iter()
-            .find(|node| node.id == follower)
-            .and_then(|node| node.child.as_ref())
-            .expect("running")
-            .id() as i32,
-    );
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("stop the follower");
+    cluster.pause(follower);
     for index in 1..4 {
         register(&cluster, leader, capability_spec(&format!("docs.read.{index}"), pb::SideEffect::Read)).await;
     }
@@ -914,7 +905,7 @@ async fn a_lagging_follower_does_not_refuse_a_cursor_the_leader_handed_out() {
     let mut client = cluster.audit(follower);
     let watching = tokio::spawn(async move { client.watch_events(request).await });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("resume the follower");
+    cluster.resume(follower);
     let mut stream =
         watching.await.expect("the watch task").expect("the follower accepts the leader's cursor").into_inner();
 
