@@ -62,23 +62,3 @@ pub fn is_planted(planted: Option<Mutant>, mutant: Mutant) -> bool {
         false
     }
 }
-
-/// Transitional, for the server's `stale-read` check only: whether `mutant`
-/// is the one `GAVEL_MUTANT` names (always false without the `mutants`
-/// feature). Nothing in this crate calls it; once the server checks
-/// `ServerSettings::planted_bug` with [`is_planted`] instead, this function
-/// and its environment read go.
-#[inline]
-pub fn active(mutant: Mutant) -> bool {
-    #[cfg(feature = "mutants")]
-    {
-        static ACTIVE: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
-        *ACTIVE.get_or_init(|| std::env::var("GAVEL_MUTANT").ok().and_then(|name| Mutant::from_name(&name)))
-            == Some(mutant)
-    }
-    #[cfg(not(feature = "mutants"))]
-    {
-        let _ = mutant;
-        false
-    }
-}

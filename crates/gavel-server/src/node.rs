@@ -135,7 +135,7 @@ impl Node {
     /// Whether this node runs with the planted bug `mutant` (only ever in a
     /// build with the `mutants` feature, for the chaos harness).
     pub fn plants(&self, mutant: Mutant) -> bool {
-        cfg!(feature = "mutants") && self.settings.planted_bug == Some(mutant)
+        gavel_core::mutants::is_planted(self.settings.planted_bug, mutant)
     }
 
     /// A lazily connected channel to another node's public port.

@@ -7,7 +7,6 @@ use crate::command::{CreateApproval, Reply};
 use crate::error::{DomainError, ErrorCode};
 use crate::machine::State;
 use crate::model::{Actor, Approval, ApprovalStatus, StoredApprovalStatus};
-use crate::registry::DEFAULT_APPROVAL_EXPIRES_IN_MS;
 use crate::validate::{check_actor, invalid_if_any, Problems};
 
 /// The reply to an approval command: the record with its status at `now_ms`.
@@ -23,21 +22,13 @@ impl State {
     }
 
     pub(super) fn create_approval(&mut self, request: &CreateApproval) -> Result<Reply, DomainError> {
+        // The input hash and the validity window (at most 30 days, absolute
+        // or relative) are checked by the same functions the edge runs
+        // before proposing; only the default `requestedAt` (the clock) is
+        // known here alone.
         let (input_json, input_hash) = crate::precheck::create_approval(request)?;
-        if let Some(given) = &request.input_hash {
-            if *given != input_hash {
-                return Err(DomainError::invalid(format!(
-                    "inputHash {given} does not match the input (its canonical hash is {input_hash})"
-                )));
-            }
-        }
         let now_ms = self.approval_now(request.caller_now_ms);
-        let requested_at_ms = request.requested_at_ms.unwrap_or(now_ms);
-        let expires_in_ms = request.expires_in_ms.unwrap_or(DEFAULT_APPROVAL_EXPIRES_IN_MS);
-        let expires_at_ms = request.expires_at_ms.unwrap_or(requested_at_ms.saturating_add(expires_in_ms));
-        if expires_at_ms < requested_at_ms {
-            return Err(DomainError::invalid("expiresAt must not be before requestedAt"));
-        }
+        let (requested_at_ms, expires_at_ms) = crate::precheck::approval_validity(request, now_ms)?;
         if self.approvals.get(&request.id).is_some() {
             return Err(DomainError::new(
                 ErrorCode::AlreadyExists,
