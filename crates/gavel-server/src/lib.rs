@@ -6,10 +6,11 @@
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
 //! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`],
 //! [`routing::RoutingLayer`] (leader forwarding and request ids, in front of
-//! every service) and [`replies::FromReply`] (typed state-machine replies).
+//! every service), [`health`] (gRPC health that follows leader and quorum) and [`replies::FromReply`] (typed state-machine replies).
 
 pub mod app;
 pub mod convert;
+pub mod health;
 pub mod node;
 pub mod replies;
 pub mod routing;

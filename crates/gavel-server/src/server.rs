@@ -76,6 +76,7 @@ pub struct RunningNode {
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     ticker: JoinHandle<()>,
+    health: JoinHandle<()>,
 }
 
 impl RunningNode {
@@ -83,6 +84,7 @@ impl RunningNode {
     pub async fn stop(self) -> Result<(), ServerError> {
         let _ = self.shutdown.send(true);
         let _ = self.ticker.await;
+        let _ = self.health.await;
         let _ = self.node.raft.shutdown().await;
         match tokio::time::timeout(Duration::from_secs(5), self.server).await {
             Ok(joined) => joined.map_err(ServerError::Panicked)?.map_err(ServerError::Serve)?,
@@ -108,19 +110,15 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
     let node = Node::new(options.id, raft.clone(), app, options.settings.clone());
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter.set_serving::<ApprovalServiceServer<Approvals>>().await;
-    health_reporter.set_serving::<ExecutionServiceServer<Executions>>().await;
-    health_reporter.set_serving::<WorkerServiceServer<Workers>>().await;
-    health_reporter.set_serving::<CapabilityServiceServer<Capabilities>>().await;
-    health_reporter.set_serving::<AuditServiceServer<Audit>>().await;
-    health_reporter.set_serving::<ClusterServiceServer<Cluster>>().await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(gavel_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(ServerError::Reflection)?;
     // Older grpcurl and grpcui only speak the v1alpha reflection protocol.
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(gavel_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(ServerError::Reflection)?;
 
@@ -166,7 +164,8 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
     if options.bootstrap {
         raft.initialize(options.peers.clone()).await.map_err(ServerError::Initialize)?;
     }
+    let health = tokio::spawn(crate::health::run(node.clone(), health_reporter, shutdown_rx.clone()));
     let ticker = tokio::spawn(crate::ticker::run(node.clone(), shutdown_rx));
     tracing::info!(id = options.id, %addr, "gavel node serving");
-    Ok(RunningNode { node, addr, shutdown, server, ticker })
+    Ok(RunningNode { node, addr, shutdown, server, ticker, health })
 }
