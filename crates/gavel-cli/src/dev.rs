@@ -2,7 +2,15 @@
 //! 127.0.0.1, on consecutive ports from `--base-port`: a
 //! [`gavel_testkit::Cluster`] of this very binary, stopped with SIGTERM on
 //! Ctrl-C or SIGTERM. The data is kept.
+//!
+//! It fails loudly, with a non-zero exit: when one of its ports is already in
+//! use (checked before any node starts), when the leader that answers on its
+//! ports is not one of its own processes, and when one of its nodes exits,
+//! during start or later (naming the node, its exit status and its log). Once
+//! the cluster runs it prints the `export GAVEL_ENDPOINTS=...` line that points
+//! the CLI, the SDK and `refund-worker` at it.
 
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -14,9 +22,15 @@ use crate::cli::DevArgs;
 const LEADER_WAIT: Duration = Duration::from_secs(30);
 /// How long children get to stop after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How often a running `gavel dev` checks that its nodes still run.
+const LIVENESS_INTERVAL: Duration = Duration::from_millis(500);
+/// The nodes of a dev cluster.
+const NODES: u16 = 3;
 
-/// Runs the local cluster until Ctrl-C or SIGTERM.
+/// Runs the local cluster until Ctrl-C, SIGTERM or a node's exit.
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    let ports = ports_from(args.base_port)?;
+    check_ports_free(&ports)?;
     let data_dir = match &args.data_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("gavel-dev-{}", std::process::id())),
@@ -25,17 +39,21 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let mut spec = ClusterSpec::new(resolve_gavel_binary(None)?, &data_dir);
     spec.args = args.timings.to_flags();
     spec.start_timeout = LEADER_WAIT;
-    let cluster = Cluster::start_with(spec, Loopback::from_base_port(args.base_port))
-        .await
-        .context("starting the local cluster")?;
+    let cluster = Cluster::spawn_with(spec, Loopback::from_base_port(args.base_port))
+        .with_context(|| format!("starting the local cluster (node logs in {}/n*.log)", data_dir.display()))?;
     let outcome = async {
-        let leader = cluster.wait_for_leader(LEADER_WAIT).await?;
-        println!("gavel dev: leader is node {leader}; endpoints:");
-        for endpoint in cluster.endpoints() {
-            println!("  {endpoint}");
+        let leader = wait_for_leader(&cluster).await?;
+        check_own_leader(&cluster, leader)?;
+        for id in cluster.ids() {
+            let pid = cluster.pid(id).map_or_else(|| "-".to_string(), |pid| pid.to_string());
+            let addr = cluster.addr(id).unwrap_or("-");
+            let log = cluster.log_path(id).map(|path| path.display().to_string()).unwrap_or_default();
+            println!("gavel dev: node {id} pid {pid} on {addr}, log {log}");
         }
-        println!("gavel dev: logs in {}/n*.log; Ctrl-C stops the cluster", data_dir.display());
-        wait_for_signal().await
+        println!("gavel dev: leader is node {leader}. Point the CLI, the SDK and refund-worker at this cluster with:");
+        println!("export GAVEL_ENDPOINTS={}", cluster.addrs().join(","));
+        println!("gavel dev: Ctrl-C stops the cluster");
+        watch(&cluster).await
     }
     .await;
     // Waiting for the children to exit blocks; nothing else runs by now.
@@ -44,11 +62,132 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     outcome.and(stopped.context("stopping the nodes"))
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C")?,
-        _ = terminate.recv() => {}
+/// Waits up to [`LEADER_WAIT`] for a leader while every node still runs; a
+/// node that exits meanwhile (a bad flag, a data directory in use) ends the
+/// wait at once with its exit status and log.
+async fn wait_for_leader(cluster: &Cluster) -> anyhow::Result<u64> {
+    let started = std::time::Instant::now();
+    loop {
+        cluster.check_alive().context("a node of the local cluster exited during start")?;
+        if let Some(leader) = cluster.leader().await {
+            cluster.check_alive().context("a node of the local cluster exited during start")?;
+            return Ok(leader);
+        }
+        if started.elapsed() >= LEADER_WAIT {
+            anyhow::bail!(
+                "no leader within {LEADER_WAIT:?}; see the node logs in {}/n*.log",
+                cluster.spec().data_root.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The ports of the three nodes.
+fn ports_from(base_port: u16) -> anyhow::Result<Vec<u16>> {
+    if base_port == 0 || base_port > u16::MAX - (NODES - 1) {
+        anyhow::bail!(
+            "--base-port {base_port}: the three nodes need ports {base_port}..{base_port}+2 within 1..=65535"
+        );
+    }
+    Ok((0..NODES).map(|offset| base_port + offset).collect())
+}
+
+/// Fails, naming the port, when another process listens on one of `ports`
+/// (another `gavel dev` or cluster, say): its nodes would otherwise exit with
+/// "Address already in use", or worse, answer for the other cluster.
+fn check_ports_free(ports: &[u16]) -> anyhow::Result<()> {
+    for port in ports {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, *port));
+        if let Err(error) = TcpListener::bind(addr) {
+            anyhow::bail!(
+                "port {port} ({addr}) is already in use ({error}); another `gavel dev` or cluster may run there. \
+                 Stop it, or pick free ports with --base-port"
+            );
+        }
     }
     Ok(())
+}
+
+/// Fails when the leader's port is held by a process that is not this
+/// cluster's node (another cluster started on the same ports in between).
+fn check_own_leader(cluster: &Cluster, leader: u64) -> anyhow::Result<()> {
+    let (Some(pid), Some(addr)) = (cluster.pid(leader), cluster.addr(leader)) else {
+        anyhow::bail!("the leader, node {leader}, is not a running node of this cluster");
+    };
+    let port = addr.rsplit_once(':').and_then(|(_, port)| port.parse::<u16>().ok());
+    if let Some(false) = port.and_then(|port| listens_on(pid, port)) {
+        anyhow::bail!(
+            "the leader answering on {addr} is not this cluster's node {leader} (pid {pid}): another cluster holds \
+             that port. Stop it, or pick free ports with --base-port"
+        );
+    }
+    Ok(())
+}
+
+/// Whether process `pid` holds the socket listening on TCP `port`, from
+/// `/proc`; `None` when that cannot be told (no `/proc`, no such listener).
+fn listens_on(pid: u32, port: u16) -> Option<bool> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address is HEXIP:HEXPORT, state 0A is LISTEN, inode is field 9.
+            let (Some(local), Some(state), Some(inode)) = (fields.get(1), fields.get(3), fields.get(9)) else {
+                continue;
+            };
+            let local_port = local.rsplit_once(':').and_then(|(_, hex)| u16::from_str_radix(hex, 16).ok());
+            if local_port == Some(port) && *state == "0A" {
+                inodes.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return None;
+    }
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let holds = fds.flatten().filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|target| {
+        let target = target.to_string_lossy();
+        inodes.iter().any(|inode| *inode == target)
+    });
+    Some(holds)
+}
+
+/// Waits for Ctrl-C or SIGTERM (a normal stop) or for a node to exit by
+/// itself (an error naming the node, its exit status and its log).
+async fn watch(cluster: &Cluster) -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut liveness = tokio::time::interval(LIVENESS_INTERVAL);
+    loop {
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => return result.context("waiting for Ctrl-C"),
+            _ = terminate.recv() => return Ok(()),
+            _ = liveness.tick() => cluster.check_alive().context("a node of the local cluster stopped")?,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_in_use_is_named() {
+        let held = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free port");
+        let port = held.local_addr().expect("its address").port();
+        let error = check_ports_free(&[port]).expect_err("the port is taken");
+        assert!(error.to_string().contains(&format!("port {port}")), "{error}");
+        assert!(ports_from(u16::MAX).is_err());
+        assert_eq!(ports_from(7401).expect("valid"), vec![7401, 7402, 7403]);
+    }
+
+    #[test]
+    fn the_listener_of_this_process_is_found_in_proc() {
+        let held = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free port");
+        let port = held.local_addr().expect("its address").port();
+        if std::path::Path::new("/proc/net/tcp").exists() {
+            assert_eq!(listens_on(std::process::id(), port), Some(true));
+        }
+    }
 }

@@ -17,6 +17,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::error::Error;
+use crate::reach::Reachability;
 
 /// Client timings.
 #[derive(Debug, Clone)]
@@ -97,6 +98,7 @@ impl Client {
         let mut channels = Vec::new();
         let mut normalized = Vec::new();
         for endpoint in endpoints {
+            check_endpoint(endpoint)?;
             let uri = if endpoint.contains("://") { endpoint.clone() } else { format!("http://{endpoint}") };
             let channel = Endpoint::from_shared(uri.clone())
                 .map_err(|error| Error::Config(format!("endpoint {endpoint}: {error}")))?
@@ -174,7 +176,7 @@ impl Client {
                     if let Some(retry_after_ms) = detail.and_then(|detail| detail.retry_after_ms) {
                         pause = pause.max(Duration::from_millis(retry_after_ms));
                     }
-                    status.message().to_string()
+                    format!("{}: {}", self.inner.endpoints[index], status.message())
                 }
                 Ok(Err(status)) => return Err(Error::from_status(&status)),
                 Err(_) => {
@@ -184,11 +186,66 @@ impl Client {
                 }
             };
             if started.elapsed() + pause > self.inner.config.retry_budget {
-                return Err(Error::Unavailable(failure));
+                return Err(self.gave_up(&failure).await);
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
         }
+    }
+}
+
+/// Deadline of one status call of the survey a failed call ends with.
+const SURVEY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Checks that `endpoint` is `host:port`, optionally after `http://` or
+/// `https://`, with a port number: a typo fails at once instead of after the
+/// retry budget.
+fn check_endpoint(endpoint: &str) -> Result<(), Error> {
+    let bare = endpoint.split_once("://").map_or(endpoint, |(scheme, rest)| match scheme {
+        "http" | "https" => rest,
+        _ => "",
+    });
+    let bare = bare.strip_suffix('/').unwrap_or(bare);
+    let valid = match bare.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|port| port != 0)
+        }
+        None => false,
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(Error::Config(format!("endpoint {endpoint:?} is not host:port (as in 127.0.0.1:7401)")))
+    }
+}
+
+impl Client {
+    /// Asks every endpoint for its status once, concurrently, within
+    /// [`SURVEY_TIMEOUT`], and says how many voters answer.
+    pub async fn reachability(&self) -> Reachability {
+        let calls = self.inner.channels.iter().map(|channel| {
+            let mut client = ClusterServiceClient::new(channel.clone());
+            async move {
+                let call = client.status(timed(pb::StatusRequest {}, SURVEY_TIMEOUT));
+                match tokio::time::timeout(SURVEY_TIMEOUT + Duration::from_millis(200), call).await {
+                    Ok(Ok(response)) => Some(response.into_inner()),
+                    _ => None,
+                }
+            }
+        });
+        let answers: Vec<pb::StatusResponse> = futures::future::join_all(calls).await.into_iter().flatten().collect();
+        Reachability::of(&answers, self.inner.endpoints.len())
+    }
+
+    /// The error of a call that ran out of retry budget: why (from a survey of
+    /// the endpoints), the last failure, and the endpoints tried.
+    async fn gave_up(&self, failure: &str) -> Error {
+        let reach = self.reachability().await;
+        Error::Unavailable(format!(
+            "{}; last error: {failure}; endpoints tried: {}",
+            reach.describe(),
+            self.inner.endpoints.join(", ")
+        ))
     }
 }
 
@@ -348,5 +405,20 @@ impl Client {
             }
         });
         receiver
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_must_be_host_and_port() {
+        for good in ["127.0.0.1:7401", "http://localhost:7401", "https://gavel.example:443/", "[::1]:7401"] {
+            assert!(check_endpoint(good).is_ok(), "{good}");
+        }
+        for bad in ["garbage", "127.0.0.1", "host:port", ":7401", "host:0", "ftp://host:1", "host:70000", "a/b:1"] {
+            assert!(matches!(check_endpoint(bad), Err(Error::Config(_))), "{bad}");
+        }
     }
 }

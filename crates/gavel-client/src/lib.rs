@@ -8,16 +8,21 @@
 //!   a [`TaskContext`] with a cancellation token (caller cancel, lease loss,
 //!   or the local deadline, which fires even when the cluster is unreachable),
 //!   and reports the outcome with retries.
+//! - [`Reachability`]: how many voters answer; a call that gives up says why
+//!   (`no leader: quorum lost (1 of 3 nodes reachable)`) and names the
+//!   endpoints it tried.
 //!
 //! It depends on `gavel-proto` only: never on openraft, sled or the core's
 //! state machine.
 
 mod client;
 mod error;
+mod reach;
 mod worker;
 
 pub use client::{Client, ClientConfig};
 pub use error::Error;
 pub use gavel_proto::v1 as pb;
+pub use reach::Reachability;
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{HandlerError, TaskContext, Worker, WorkerBuilder};

@@ -131,6 +131,21 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// Places the spec's nodes with `launcher` and spawns them, without
+    /// waiting for a leader: for a caller that watches the start itself (as
+    /// `gavel dev` does, to fail as soon as a node exits). On failure every
+    /// spawned process is killed.
+    pub fn spawn_with(spec: ClusterSpec, launcher: impl Launcher + 'static) -> Result<Cluster, Error> {
+        let cluster = Cluster::create(spec, Box::new(launcher))?;
+        for id in cluster.ids() {
+            if let Err(error) = cluster.start_node(id) {
+                cluster.shutdown();
+                return Err(error);
+            }
+        }
+        Ok(cluster)
+    }
+
     /// The nodes placed, none started.
     fn create(spec: ClusterSpec, launcher: Box<dyn Launcher>) -> Result<Cluster, Error> {
         if spec.nodes == 0 {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use gavel_client::{pb, Client, ClientConfig};
+use gavel_client::{pb, Client, ClientConfig, Reachability};
 use serde_json::{json, Value};
 
 use super::output::{self, or_dash, Table};
@@ -97,10 +97,9 @@ fn bare(addr: &str) -> &str {
 }
 
 async fn status(global: &GlobalArgs) -> Result<(), CommandError> {
+    // Refuses a malformed --endpoints (exit 2) before asking anything.
+    global.client()?;
     let endpoints: Vec<String> = global.endpoint_list().iter().map(|endpoint| bare(endpoint).to_string()).collect();
-    if endpoints.is_empty() {
-        return Err(CommandError::Usage("--endpoints names no endpoint".to_string()));
-    }
     let mut answers = futures::future::join_all(endpoints.iter().cloned().map(ask)).await;
     // Members the endpoints know of but that were not listed get a row too.
     let mut unlisted: Vec<String> = answers
@@ -133,6 +132,15 @@ async fn status(global: &GlobalArgs) -> Result<(), CommandError> {
         Err(_) => membership.values().find(|member| member.addr == answer.addr).map(|member| member.node_id),
     };
     answers.sort_by_key(|answer| (node_id_of(answer).unwrap_or(u64::MAX), answer.addr.clone()));
+    // A node cut off from its quorum may still call itself leader: the
+    // command succeeds only when a majority of the voters answers and one
+    // of them leads; otherwise it prints what it saw and exits 4.
+    let reach = Reachability::of(answers.iter().filter_map(|answer| answer.result.as_ref().ok()), answers.len());
+    let verdict = if reach.has_quorum() && reach.leader.is_some() {
+        Ok(())
+    } else {
+        Err(CommandError::Unreachable(reach.describe()))
+    };
 
     if global.json {
         let nodes: Vec<Value> = answers
@@ -172,7 +180,8 @@ async fn status(global: &GlobalArgs) -> Result<(), CommandError> {
                 }
             })
             .collect();
-        return output::print_json(&json!({ "nodes": nodes }));
+        output::print_json(&json!({ "nodes": nodes }))?;
+        return verdict;
     }
 
     let mut table = Table::new(&["NODE", "ADDR", "ROLE", "VOTER", "TERM", "APPLIED", "STATE", "LEADER"]);
@@ -202,7 +211,8 @@ async fn status(global: &GlobalArgs) -> Result<(), CommandError> {
             ]),
         }
     }
-    output::print(&table.render())
+    output::print(&table.render())?;
+    verdict
 }
 
 /// Prints the membership after a change, as the answering node sees it.

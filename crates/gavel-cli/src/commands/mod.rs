@@ -192,6 +192,13 @@ pub fn finish(outcome: Result<(), CommandError>) -> ExitCode {
             }
         }
         CommandError::Other(other) => eprintln!("error: {other:#}"),
+        CommandError::Unreachable(_) => {
+            eprintln!("error: {error}");
+            eprintln!(
+                "hint: set --endpoints or GAVEL_ENDPOINTS to the cluster's nodes; \
+                 `gavel dev` prints the `export GAVEL_ENDPOINTS=...` line for its ports"
+            );
+        }
         _ => eprintln!("error: {error}"),
     }
     ExitCode::from(error.exit_code())
