@@ -57,7 +57,7 @@ fn served(outcome: anyhow::Result<()>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("Error: {error:?}");
+            eprintln!("Error: {error:#}");
             ExitCode::FAILURE
         }
     }

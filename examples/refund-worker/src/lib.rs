@@ -153,3 +153,23 @@ pub fn worker(endpoints: &[String], gateway: Gateway, concurrency: usize) -> Res
         .handler(move |context| refund_handler(gateway.clone(), context))
         .build()
 }
+
+/// Checks that a node of the cluster at `endpoints` answers within `wait`,
+/// so a worker pointed at nothing says so instead of polling in silence.
+/// The error names the endpoints tried and what was found (no node, or a
+/// lost quorum).
+pub async fn check_cluster(endpoints: &[String], wait: Duration) -> Result<(), gavel_client::Error> {
+    let config = gavel_client::ClientConfig { retry_budget: wait, ..gavel_client::ClientConfig::default() };
+    let client = gavel_client::Client::with_config(endpoints, config)?;
+    client.status(gavel_client::pb::StatusRequest {}).await?;
+    let reach = client.reachability().await;
+    if reach.has_quorum() && reach.leader.is_some() {
+        Ok(())
+    } else {
+        Err(gavel_client::Error::Unavailable(format!(
+            "{}; endpoints tried: {}",
+            reach.describe(),
+            endpoints.join(", ")
+        )))
+    }
+}

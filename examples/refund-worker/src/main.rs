@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use refund_worker::{worker, Gateway, GatewayBehaviour};
+use refund_worker::{check_cluster, worker, Gateway, GatewayBehaviour};
+
+/// How long the worker waits for the cluster to answer before it gives up at start.
+const STARTUP_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs the orders.refund worker.
 #[derive(Debug, Parser)]
@@ -47,7 +50,14 @@ async fn main() -> anyhow::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
         stop.cancel();
     });
-    println!("refund-worker: polling orders.refund; ledger {}", args.ledger.display());
+    if let Err(error) = check_cluster(&args.endpoints, STARTUP_WAIT).await {
+        anyhow::bail!(
+            "refund-worker: no usable Gavel cluster at {}: {error}. Start one with `gavel dev` and run the \
+             `export GAVEL_ENDPOINTS=...` line it prints, or pass --endpoints",
+            args.endpoints.join(",")
+        );
+    }
+    println!("refund-worker: polling orders.refund at {}; ledger {}", args.endpoints.join(","), args.ledger.display());
     worker(&args.endpoints, gateway, args.concurrency)?.run(shutdown).await?;
     Ok(())
 }
