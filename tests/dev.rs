@@ -1,0 +1,161 @@
+//! `gavel dev` fails loudly and says what to do: it prints the
+//! `export GAVEL_ENDPOINTS=...` line the CLI then works with, refuses ports
+//! another cluster holds (naming the port), and ends with an error naming
+//! the node and its log when one of its nodes exits, during start or later.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// How long a failing `gavel dev` may take to exit.
+const FAILS_WITHIN: Duration = Duration::from_secs(10);
+/// How long a healthy `gavel dev` may take to print its endpoints.
+const STARTS_WITHIN: Duration = Duration::from_secs(30);
+
+/// Three consecutive free loopback ports; returns the first.
+fn free_base_port() -> u16 {
+    for _ in 0..50 {
+        let base = support::free_port();
+        if base > u16::MAX - 2 {
+            continue;
+        }
+        let free = (0..3).all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
+        if free {
+            return base;
+        }
+    }
+    panic!("no three consecutive free ports");
+}
+
+/// A running `gavel dev`, SIGTERMed (so it stops its nodes) and reaped on drop.
+struct Dev {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: std::path::PathBuf,
+}
+
+impl Dev {
+    fn start(base_port: u16, data_dir: &Path, stderr: std::path::PathBuf) -> Dev {
+        let mut child = Command::new(support::gavel_binary())
+            .args(["dev", "--base-port", &base_port.to_string(), "--data-dir"])
+            .arg(data_dir)
+            .env_remove("RUST_BACKTRACE")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"))
+            .spawn()
+            .expect("start gavel dev");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Dev { child, lines, stderr }
+    }
+
+    /// The lines printed up to and including the first one starting with `prefix`.
+    fn read_until(&self, prefix: &str, within: Duration) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let done = line.starts_with(prefix);
+                    seen.push(line);
+                    if done {
+                        return seen;
+                    }
+                }
+                Err(_) => panic!("no line starting with {prefix:?} within {within:?}; got {seen:#?}"),
+            }
+        }
+    }
+
+    /// Waits (bounded) for the exit; returns its code and standard error.
+    fn wait_exit(&mut self, within: Duration) -> (Option<i32>, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll gavel dev") {
+                let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+                return (status.code(), stderr);
+            }
+            assert!(Instant::now() < deadline, "gavel dev still runs after {within:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `gavel ARGS...` with `GAVEL_ENDPOINTS` set as `gavel dev` said.
+fn gavel_with_env(endpoints: &str, args: &[&str]) -> Output {
+    Command::new(support::gavel_binary())
+        .args(args)
+        .env("GAVEL_ENDPOINTS", endpoints)
+        .env_remove("GAVEL_RETRY_BUDGET_MS")
+        .output()
+        .expect("run gavel")
+}
+
+#[test]
+fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_node() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = free_base_port();
+    let mut dev = Dev::start(base, &dir.path().join("dev"), dir.path().join("dev.stderr"));
+    let printed = dev.read_until("export GAVEL_ENDPOINTS=", STARTS_WITHIN);
+    let export = printed.last().expect("the export line");
+    let endpoints = export.trim_start_matches("export GAVEL_ENDPOINTS=").to_string();
+    assert_eq!(endpoints, format!("127.0.0.1:{base},127.0.0.1:{},127.0.0.1:{}", base + 1, base + 2));
+
+    // The CLI works on a non-default base port with just the printed line.
+    let status = gavel_with_env(&endpoints, &["cluster", "status"]);
+    let stdout = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(status.status.code(), Some(0), "{status:?}");
+    assert!(stdout.contains("leader"), "{stdout}");
+
+    // A second `gavel dev` on the same ports fails at once, naming the port.
+    let started = Instant::now();
+    let mut second = Dev::start(base, &dir.path().join("second"), dir.path().join("second.stderr"));
+    let (code, stderr) = second.wait_exit(FAILS_WITHIN);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("port {base}")) && stderr.contains("in use"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+
+    // A `gavel dev` whose nodes exit during start (their data directory is
+    // locked by the running cluster) ends with the node and its log.
+    let other = free_base_port();
+    let mut locked = Dev::start(other, &dir.path().join("dev"), dir.path().join("locked.stderr"));
+    let (code, stderr) = locked.wait_exit(FAILS_WITHIN);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("exited during start") && stderr.contains(".log"), "{stderr}");
+
+    // A node that dies later ends `gavel dev` with its id, status and log.
+    let node2 = printed
+        .iter()
+        .find_map(|line| line.strip_prefix("gavel dev: node 2 pid "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse::<i32>().ok())
+        .unwrap_or_else(|| panic!("node 2's pid in {printed:#?}"));
+    kill(Pid::from_raw(node2), Signal::SIGKILL).expect("kill node 2");
+    let (code, stderr) = dev.wait_exit(FAILS_WITHIN);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("node 2 exited") && stderr.contains("n2.log"), "{stderr}");
+}
