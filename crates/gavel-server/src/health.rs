@@ -11,7 +11,9 @@
 //! - a follower or learner is healthy when it knows a leader, that leader
 //!   answers `ClusterService/Status` within [`HEALTH_PROBE_TIMEOUT`], and this
 //!   node's applied index is at most [`LAG_ENTRIES_MAX`] entries behind the
-//!   leader's;
+//!   leader's. That status call (which hashes the leader's state) is made at
+//!   most every [`LAG_CHECK_INTERVAL`] per follower while the leader stays
+//!   the same; in between its last verdict stands;
 //! - a node that knows no leader (an election, a lost quorum) is not.
 //!
 //! Probes (`grpc-health-probe`, Kubernetes gRPC probes, `grpcurl
@@ -20,7 +22,7 @@
 //! reflection by [`crate::server::start`].
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_server::ApprovalServiceServer;
@@ -49,6 +51,9 @@ pub const HEALTH_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// call to its leader) may take before the node counts as unhealthy.
 pub const HEALTH_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How often a follower asks its leader for the leader's applied index.
+pub const LAG_CHECK_INTERVAL: Duration = Duration::from_secs(2);
+
 /// How many log entries a follower's applied index may trail the leader's
 /// before it reports `NOT_SERVING` (it is catching up, after a restart or a
 /// partition, and its local reads and watches would be stale).
@@ -75,8 +80,9 @@ type Verdict = Option<String>;
 pub async fn run(node: Arc<Node>, reporter: HealthReporter, mut shutdown: watch::Receiver<bool>) {
     let mut status = node.raft.subscribe_status();
     let mut reported: Option<Verdict> = None;
+    let mut lag = LagCheck::default();
     loop {
-        let verdict = judge(&node).await;
+        let verdict = judge(&node, &mut lag).await;
         if reported.as_ref() != Some(&verdict) {
             let serving = match &verdict {
                 None => {
@@ -106,8 +112,15 @@ fn shape(status: &RaftStatus) -> (Role, Option<u64>) {
     (status.role, status.leader_id)
 }
 
+/// A follower's last comparison with its leader.
+#[derive(Default)]
+struct LagCheck {
+    /// The leader asked, when, and the verdict.
+    last: Option<(u64, Instant, Verdict)>,
+}
+
 /// Judges the node's health now.
-async fn judge(node: &Node) -> Verdict {
+async fn judge(node: &Node, lag: &mut LagCheck) -> Verdict {
     let status = node.raft.status();
     match (status.role, status.leader_id, status.leader_addr) {
         (Role::Shutdown, _, _) => Some("raft has stopped".into()),
@@ -118,14 +131,21 @@ async fn judge(node: &Node) -> Verdict {
             Err(_) => Some(format!("the leader heard from no quorum within {HEALTH_PROBE_TIMEOUT:?}")),
         },
         (_, Some(leader), Some(addr)) if leader != node.id => {
+            if let Some((asked, at, verdict)) = &lag.last {
+                if *asked == leader && at.elapsed() < LAG_CHECK_INTERVAL {
+                    return verdict.clone();
+                }
+            }
             let applied = status.last_applied_index.unwrap_or(0);
-            match leader_applied(node, &addr).await {
+            let verdict = match leader_applied(node, &addr).await {
                 Ok(leader_applied) if applied.saturating_add(LAG_ENTRIES_MAX) >= leader_applied => None,
                 Ok(leader_applied) => Some(format!(
                     "applied index {applied} lags leader {leader}'s {leader_applied} by more than {LAG_ENTRIES_MAX}"
                 )),
                 Err(reason) => Some(format!("leader {leader} at {addr} does not answer: {reason}")),
-            }
+            };
+            lag.last = Some((leader, Instant::now(), verdict.clone()));
+            verdict
         }
         _ => Some("no leader is known".into()),
     }
