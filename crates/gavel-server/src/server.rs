@@ -123,6 +123,8 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         .map_err(ServerError::Reflection)?;
 
     let (shutdown, shutdown_rx) = watch::channel(false);
+    // Health is judged from the start: NOT_SERVING until a leader is known.
+    let health = tokio::spawn(crate::health::run(node.clone(), health_reporter, shutdown_rx.clone()));
     let mut server_shutdown = shutdown_rx.clone();
     let router = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -164,7 +166,6 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
     if options.bootstrap {
         raft.initialize(options.peers.clone()).await.map_err(ServerError::Initialize)?;
     }
-    let health = tokio::spawn(crate::health::run(node.clone(), health_reporter, shutdown_rx.clone()));
     let ticker = tokio::spawn(crate::ticker::run(node.clone(), shutdown_rx));
     tracing::info!(id = options.id, %addr, "gavel node serving");
     Ok(RunningNode { node, addr, shutdown, server, ticker, health })
