@@ -44,3 +44,9 @@ pub const STORAGE_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// 8 MiB keeps pages inline up to 2 MiB. sled refuses to open a database
 /// with a different segment size, so this must never change.
 pub const SLED_SEGMENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Size of one Raft log segment file, preallocated when it is created. A
+/// segment is deleted only once every entry in it is purged, so this bounds
+/// the disk the log holds beyond the snapshot; 16 MiB is a few thousand
+/// typical entries, and creating one (fallocate + two fsyncs) is rare.
+pub const WAL_SEGMENT_BYTES: u64 = 16 * 1024 * 1024;

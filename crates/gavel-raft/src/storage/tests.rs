@@ -1,4 +1,4 @@
-//! Storage tests on real sled in temporary directories: openraft's
+//! Storage tests on real files (the WAL and sled) in temporary directories: openraft's
 //! conformance suite, and crash-and-reopen behaviour.
 
 use std::collections::BTreeSet;
@@ -80,9 +80,9 @@ async fn close(log_store: LogStore, state_machine: StateMachineStore, closed: su
         .expect("fsync thread signals its exit");
 }
 
-struct SledStoreBuilder;
+struct WalStoreBuilder;
 
-impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledStoreBuilder {
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for WalStoreBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = tempfile::tempdir().expect("tempdir");
         let opened = open_with(dir.path(), Arc::new(RecordingApp::default()));
@@ -91,8 +91,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledStor
 }
 
 #[test]
-fn sled_storage_passes_the_openraft_conformance_suite() {
-    Suite::test_all(SledStoreBuilder).expect("conformance suite");
+fn wal_log_and_sled_state_machine_pass_the_openraft_conformance_suite() {
+    Suite::test_all(WalStoreBuilder).expect("conformance suite");
 }
 
 #[tokio::test]
