@@ -35,12 +35,12 @@ struct Scan {
 /// Recovers the log in `dir`, creating it if it does not exist.
 pub(super) fn recover(fs: &dyn FileSystem, dir: &Path, segment_bytes: u64) -> Result<Recovered, WalError> {
     fs.create_dir_all(dir).map_err(|e| WalError::io("cannot create the log directory", &e))?;
-    let mut segments: Vec<u64> = fs
-        .list(dir)
-        .map_err(|e| WalError::io("cannot list the log directory", &e))?
-        .iter()
-        .filter_map(|name| parse_segment_file_name(name))
-        .collect();
+    let names = fs.list(dir).map_err(|e| WalError::io("cannot list the log directory", &e))?;
+    // A segment the writer was preparing holds nothing yet.
+    for name in names.iter().filter(|name| name.ends_with(".wal.tmp")) {
+        fs.remove(&dir.join(name)).map_err(|e| WalError::io("cannot remove a prepared log segment", &e))?;
+    }
+    let mut segments: Vec<u64> = names.iter().filter_map(|name| parse_segment_file_name(name)).collect();
     segments.sort_unstable();
     for pair in segments.windows(2) {
         if pair[1] != pair[0] + 1 {

@@ -49,12 +49,22 @@ struct Written {
     length: u32,
 }
 
+/// The next segment, being zero-filled under a temporary name off the
+/// writer thread, so that a rotation only renames it.
+type Preparing = std::thread::JoinHandle<std::io::Result<Arc<dyn WalFile>>>;
+
 pub(super) struct Writer {
     shared: Arc<WalShared>,
     segment: u64,
     file: Arc<dyn WalFile>,
     position: u64,
     segment_bytes: u64,
+    next: Option<Preparing>,
+}
+
+/// The temporary name of a segment being prepared.
+pub(super) fn prepared_file_name(segment: u64) -> String {
+    format!("{}.tmp", segment_file_name(segment))
 }
 
 /// The payload of a segment's header record: format version and number.
@@ -77,17 +87,40 @@ pub(super) fn create_segment(
     let file = fs
         .create_preallocated(&dir.join(segment_file_name(segment)), segment_bytes)
         .map_err(|e| WalError::io("cannot create a log segment", &e))?;
+    let position = write_segment_header(fs, dir, &*file, segment)?;
+    Ok((file, position))
+}
+
+/// Writes a new segment's header and makes it and the directory entry
+/// durable. Returns where the first record goes.
+fn write_segment_header(fs: &dyn FileSystem, dir: &Path, file: &dyn WalFile, segment: u64) -> Result<u64, WalError> {
     let mut header = Vec::new();
     record::encode(Kind::SegmentHeader, &segment_header_payload(segment), &mut header);
     file.write_all_at(&header, 0).map_err(|e| WalError::io("cannot write a log segment header", &e))?;
     file.sync_data().map_err(|e| WalError::io("cannot fsync a new log segment", &e))?;
     fs.sync_dir(dir).map_err(|e| WalError::io("cannot fsync the log directory", &e))?;
-    Ok((file, header.len() as u64))
+    Ok(header.len() as u64)
 }
 
 impl Writer {
     pub(super) fn new(shared: Arc<WalShared>, tail: Tail, segment_bytes: u64) -> Writer {
-        Writer { shared, segment: tail.segment, file: tail.file, position: tail.position, segment_bytes }
+        Writer { shared, segment: tail.segment, file: tail.file, position: tail.position, segment_bytes, next: None }
+    }
+
+    /// Starts zero-filling the segment after the current one once this one
+    /// is half full (a small log never pays for a second segment). If no
+    /// thread can be started, the rotation prepares it itself.
+    fn prepare_next_when_due(&mut self) {
+        if self.next.is_some() || self.position < self.segment_bytes / 2 {
+            return;
+        }
+        let fs = self.shared.fs.clone();
+        let path = self.shared.dir.join(prepared_file_name(self.segment + 1));
+        let length = self.segment_bytes;
+        self.next = std::thread::Builder::new()
+            .name("gavel-raft-wal-prepare".into())
+            .spawn(move || fs.create_preallocated(&path, length))
+            .ok();
     }
 
     /// Serves operations until every `Wal` handle is dropped.
@@ -125,6 +158,10 @@ impl Writer {
                     }
                 }
             }
+        }
+        // Every file is closed when the writer's exit is reported.
+        if let Some(preparing) = self.next.take() {
+            let _ = preparing.join();
         }
     }
 
@@ -167,6 +204,7 @@ impl Writer {
         }
         self.write_out(&mut buffer)?;
         self.file.sync_data().map_err(|e| WalError::io("fdatasync of the raft log failed", &e))?;
+        self.prepare_next_when_due();
         Ok(written)
     }
 
@@ -201,7 +239,17 @@ impl Writer {
         self.write_out(buffer)?;
         self.file.sync_data().map_err(|e| WalError::io("fdatasync of the raft log failed", &e))?;
         let next = self.segment + 1;
-        let (file, position) = create_segment(&*self.shared.fs, &self.shared.dir, next, self.segment_bytes)?;
+        let fs = &*self.shared.fs;
+        let prepared_path = self.shared.dir.join(prepared_file_name(next));
+        let prepared = match self.next.take().map(|preparing| preparing.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(std::io::Error::other("the segment preparation thread panicked")),
+            None => fs.create_preallocated(&prepared_path, self.segment_bytes),
+        };
+        let file = prepared.map_err(|e| WalError::io("cannot prepare the next log segment", &e))?;
+        fs.rename(&prepared_path, &self.shared.segment_path(next))
+            .map_err(|e| WalError::io("cannot rename the next log segment into place", &e))?;
+        let position = write_segment_header(fs, &self.shared.dir, &*file, next)?;
         self.shared.lock().segments.insert(next, file.clone());
         self.segment = next;
         self.file = file;
