@@ -18,14 +18,6 @@ use support::{user, Cluster, WAIT};
 const KILLS: u64 = 5;
 const TEST_BOUND: Duration = Duration::from_secs(120);
 
-/// Statuses a writer retries with the same request id (deduplicated).
-fn is_retryable(status: &tonic::Status) -> bool {
-    matches!(
-        status.code(),
-        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
-    )
-}
-
 fn create_request(id: &str) -> pb::CreateApprovalRequest {
     pb::CreateApprovalRequest {
         request_id: format!("create-{id}"),
@@ -50,8 +42,8 @@ async fn run() {
     let clients: Vec<_> = (1..=3).map(|id| cluster.approvals(id)).collect();
     let stop = Arc::new(AtomicBool::new(false));
     // Writers create approvals one after another until told to stop, each
-    // through the next node in turn (a dead node is skipped on retry, and a
-    // retry keeps the request id, so it is deduplicated).
+    // through the next node in turn (a retry goes to the next node, so a dead
+    // one is skipped, and keeps the request id, so it is deduplicated).
     let writers: Vec<_> = (0..4usize)
         .map(|writer| {
             let clients = clients.clone();
@@ -64,21 +56,15 @@ async fn run() {
                     }
                     let id = format!("apr-w{writer}-{sequence}");
                     let request = create_request(&id);
-                    let started = Instant::now();
                     let mut attempt = writer + sequence;
-                    loop {
+                    support::retry(|| {
                         let mut client = clients[attempt % clients.len()].clone();
-                        let mut call = tonic::Request::new(request.clone());
-                        call.set_timeout(Duration::from_secs(5));
-                        match client.create_approval(call).await {
-                            Ok(_) => break,
-                            Err(status) if is_retryable(&status) && started.elapsed() < WAIT => {
-                                attempt += 1;
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                            }
-                            Err(status) => panic!("create {id} failed for good: {status:?}"),
-                        }
-                    }
+                        attempt += 1;
+                        let request = request.clone();
+                        async move { client.create_approval(request).await }
+                    })
+                    .await
+                    .unwrap_or_else(|status| panic!("create {id} failed for good: {status:?}"));
                     acknowledged.push(id);
                 }
                 acknowledged

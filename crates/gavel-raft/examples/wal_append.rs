@@ -8,11 +8,10 @@
 //! (DIR defaults to the current directory, so it measures the disk you run
 //! it on; APPENDS defaults to 2000, SECONDS of each concurrent run to 3).
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
-use gavel_raft::{Application, NodeConfig, RaftNode, RaftTimings};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Prints p50/p99 of `samples` and the rate they were taken at.
 fn report(label: &str, mut samples: Vec<Duration>, elapsed: Duration) {
@@ -28,43 +27,10 @@ fn report(label: &str, mut samples: Vec<Duration>, elapsed: Duration) {
     );
 }
 
-#[derive(Default)]
-struct Counter {
-    applied: Mutex<u64>,
-}
-
-impl Application for Counter {
-    fn apply(&self, _log_index: u64, _command: &[u8]) -> Vec<u8> {
-        let mut applied = self.applied.lock().expect("lock");
-        *applied += 1;
-        applied.to_be_bytes().to_vec()
-    }
-    fn snapshot(&self) -> Vec<u8> {
-        self.applied.lock().expect("lock").to_be_bytes().to_vec()
-    }
-    fn restore(&self, bytes: &[u8]) -> Result<(), String> {
-        let bytes: [u8; 8] = bytes.try_into().map_err(|_| "bad snapshot".to_string())?;
-        *self.applied.lock().expect("lock") = u64::from_be_bytes(bytes);
-        Ok(())
-    }
-}
-
-/// `writers` tasks write `entry_bytes` commands for `duration`; returns each
+/// `writers` tasks write 256-byte commands for `duration`; returns each
 /// write's latency and the time taken.
 async fn concurrent_writes(dir: &Path, writers: usize, duration: Duration) -> (Vec<Duration>, Duration) {
-    let node = RaftNode::start(
-        NodeConfig {
-            node_id: 1,
-            addr: "127.0.0.1:1".into(),
-            data_dir: dir.to_path_buf(),
-            timings: RaftTimings::default(),
-        },
-        Arc::new(Counter::default()),
-    )
-    .await
-    .expect("start node");
-    node.initialize([(1, "127.0.0.1:1".to_string())].into()).await.expect("initialize");
-    node.wait_for_leader(Duration::from_secs(10)).await.expect("leader");
+    let node = common::single_node(dir).await;
     let start = Instant::now();
     let deadline = start + duration;
     let tasks: Vec<_> = (0..writers)

@@ -367,6 +367,12 @@ fn truncation_and_purge_write_markers_delete_whole_segments_and_survive_reopen()
     // A snapshot covers 1..=100: segments wholly below 101 go.
     wal.purge(log_id(1, 100)).expect("purge");
     append_durably(&wal, vec![entry(2, 161)]).expect("append after purge");
+    // The writer deletes obsolete segments after it has answered the group
+    // that made them obsolete.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while segment_path(dir.path(), 1).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(!segment_path(dir.path(), 1).exists(), "the first segment is deleted");
     let mut expected = entries(1, 101..=120);
     expected.extend(entries(2, 121..=161));
