@@ -259,3 +259,44 @@ fn acknowledged_appends_survive_kill_9_of_the_writing_process() {
         assert_eq!(entries, expected);
     });
 }
+
+#[tokio::test]
+async fn a_corrupt_log_makes_the_store_refuse_to_open_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let OpenedStorage { mut log_store, state_machine, closed } = open_with(dir.path(), Arc::default());
+        log_store.blocking_append((1..=20).map(|index| command_entry(1, index))).await.expect("append");
+        close(log_store, state_machine, closed).await;
+    }
+    let segment = super::wal_dir(dir.path()).join("0000000000000001.wal");
+    let mut bytes = std::fs::read(&segment).expect("read the segment");
+    // A byte in the middle of the entries: durable data, not a torn tail.
+    bytes[200] ^= 0x40;
+    std::fs::write(&segment, &bytes).expect("write the segment");
+    match open(dir.path(), Arc::new(RecordingApp::default())) {
+        Err(crate::RaftError::Storage(message)) => {
+            assert!(message.contains("corrupt") && message.contains("refusing to start"), "{message}");
+        }
+        Err(other) => panic!("refused for the wrong reason: {other}"),
+        Ok(_) => panic!("a corrupt log was opened"),
+    }
+}
+
+#[tokio::test]
+async fn a_data_directory_with_a_log_in_the_old_sled_format_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let db = sled::Config::new()
+            .path(super::sled_dir(dir.path()))
+            .segment_size(crate::limits::SLED_SEGMENT_BYTES)
+            .open()
+            .expect("open sled");
+        db.open_tree("log").expect("log tree").insert(1u64.to_be_bytes(), b"an old entry".to_vec()).expect("insert");
+        db.flush().expect("flush");
+    }
+    match open(dir.path(), Arc::new(RecordingApp::default())) {
+        Err(crate::RaftError::Storage(message)) => assert!(message.contains("old sled format"), "{message}"),
+        Err(other) => panic!("refused for the wrong reason: {other}"),
+        Ok(_) => panic!("a log in the old format was ignored"),
+    }
+}
