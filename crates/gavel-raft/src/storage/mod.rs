@@ -123,6 +123,8 @@ pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedS
     let open_tree = |name: &str| db.open_tree(name).map_err(|e| storage_error("cannot open a sled tree", &e));
     let meta = open_tree("meta")?;
     let snapshot = open_tree("snapshot")?;
+    // sled's lock on its `db` file, taken above, also keeps a second process
+    // from opening this log.
     let (wal, wal_writer) = Wal::open(&wal_dir(data_dir)).map_err(|e| RaftError::Storage(e.to_string()))?;
     durability::sync_created_files(data_dir, &sled_dir)
         .map_err(|e| storage_error("cannot fsync the new database files", &e))?;

@@ -4,13 +4,15 @@
 //! # On disk
 //!
 //! `<data_dir>/raft-log/` holds numbered segment files `<seq:016x>.wal` and
-//! the vote file `vote` (see [`vote`]). A segment is preallocated to
-//! [`WAL_SEGMENT_BYTES`] and holds framed records ([`record`]): a segment
+//! the vote file `vote` (see [`vote`]). A segment is [`WAL_SEGMENT_BYTES`]
+//! of zeros, written before use (the next one is prepared as
+//! `<seq:016x>.wal.tmp` off the writer thread and renamed into place), and
+//! holds framed records ([`record`]): a segment
 //! header first, then entries, truncate markers and purge markers in the
 //! order they were written. When the next record does not fit, the writer
 //! fdatasyncs the segment and starts the next one, so every segment but the
 //! last is complete and durable. A record larger than a segment gets a
-//! segment of its own, which grows past the preallocated size.
+//! segment of its own, which grows past the zero-filled size.
 //!
 //! Nothing is rewritten: a truncation appends a marker that removes the
 //! entries at and after an index; a purge appends a marker with the purged
@@ -31,13 +33,13 @@
 //!
 //! # Recovery
 //!
-//! A record that is cut short, fails its checksum, or is followed only by
-//! zeros, at the end of the last segment, is a torn write that was never
+//! A record that is cut short or fails a checksum at the end of the last
+//! segment, with nothing valid after it, is a torn write that was never
 //! acknowledged: it is dropped and zeroed. Damage followed by any valid
 //! record, or damage in an earlier segment, is in data that was durable, and
 //! [`Wal::open`] refuses with [`WalError::Corrupt`] instead of guessing.
 
-// The writer reports openraft's `StorageError` only at the edge (log_store.rs).
+// Nothing here knows openraft's `StorageError`: log_store.rs converts.
 mod file;
 mod record;
 mod recovery;
