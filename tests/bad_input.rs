@@ -457,3 +457,460 @@ async fn malformed_requests_are_refused_with_a_domain_code_and_never_reach_the_l
     the_same_requests_at_the_limits_are_accepted(&cluster, leader, follower).await;
     cluster.wait_converged().await;
 }
+
+// ------------------------------------------------------------------------
+// Every stateless check `gavel_core::precheck` makes, one case per check,
+// refused before the log (issue 10, item 6). Kept apart from the tests above:
+// a check that fires only at apply shows up here as a log entry. The cases
+// the first test already sends (oversized and malformed input, long ids of
+// executions, workers and queues, poll bounds, reasons, comments, six
+// registration problems) are not repeated.
+
+/// Year 9999 in Unix milliseconds (`gavel_core::limits::TIMESTAMP_MS_MAX`).
+const YEAR_9999_MS: i64 = 253_402_300_799_999;
+/// Longest approval validity (`gavel_core::limits::APPROVAL_EXPIRES_IN_MS_MAX`).
+const APPROVAL_VALIDITY_MS_MAX: i64 = 30 * 24 * 60 * 60 * 1000;
+/// Longest free text (`gavel_core::limits::TEXT_BYTES_MAX`).
+const TEXT_BYTES_MAX: usize = 4 * 1024;
+/// A fixed requested-at time for the approval cases.
+const REQUESTED_AT_MS: i64 = 1_700_000_000_000;
+
+/// Inputs whose numbers are not finite doubles: each would otherwise be
+/// stored, and hashed, as `null`.
+fn non_finite_inputs() -> Vec<String> {
+    vec![
+        r#"{"amount":1e400}"#.to_string(),
+        r#"{"amount":-1e400}"#.to_string(),
+        format!(r#"{{"n":{}}}"#, "9".repeat(400)),
+    ]
+}
+
+fn failed(code: String, message: String) -> Option<pb::report_request::Outcome> {
+    Some(pb::report_request::Outcome::Failed(pb::ReportFailed { code, message, retryable: false }))
+}
+
+/// An approval request with a fixed requested-at and the given expiry.
+fn expiring_at(id: &str, expires_at_ms: i64) -> pb::CreateApprovalRequest {
+    pb::CreateApprovalRequest {
+        requested_at_ms: Some(REQUESTED_AT_MS),
+        expires_at_ms: Some(expires_at_ms),
+        ..create_approval_request(id)
+    }
+}
+
+async fn every_precheck_refusal_is_made_before_the_log(cluster: &Cluster, leader: u64, follower: u64) {
+    let watch = LogWatch::start(cluster, leader).await;
+    let applied_before = watch.before.last_applied_index;
+    let long_text = "t".repeat(TEXT_BYTES_MAX + 1);
+    let many: Vec<String> = (0..65).map(|i| format!("item-{i}")).collect();
+
+    for via in [leader, follower] {
+        let on = |what: &str| format!("{what} (through node {via})");
+
+        // JSON numbers that are not finite doubles, wherever JSON is taken.
+        for input in non_finite_inputs() {
+            let result = call!(cluster, via, executions, submit, submit_request("docs.read", &input));
+            let what = on(&format!("submit input {input:.40}"));
+            let status = watch.refused(&what, result, Code::InvalidArgument, "INPUT_INVALID").await;
+            assert!(status.message().contains("finite double"), "{what}: {}", status.message());
+            let resume = pb::ResumeRequest {
+                request_id: request_id("resume"),
+                approval_id: "apr-1".to_string(),
+                execution_id: None,
+                input_json: Some(input.clone()),
+            };
+            let result = call!(cluster, via, executions, resume, resume);
+            watch.refused(&on("resume input not finite"), result, Code::InvalidArgument, "INPUT_INVALID").await;
+            let approval = pb::CreateApprovalRequest { input_json: input.clone(), ..create_approval_request("apr-nf") };
+            let result = call!(cluster, via, approvals, create_approval, approval);
+            watch.refused(&on("approval input not finite"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+            let result = call!(cluster, via, workers, report, report_request(completed(input.clone())));
+            watch.refused(&on("output not finite"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        }
+
+        // Approvals: a wrong input hash and the validity window.
+        let approval = pb::CreateApprovalRequest { input_hash: Some("0".repeat(64)), ..create_approval_request("h") };
+        let result = call!(cluster, via, approvals, create_approval, approval);
+        let status = watch.refused(&on("wrong inputHash"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        assert!(status.message().contains("does not match"), "{}", status.message());
+        let result = call!(cluster, via, approvals, create_approval, expiring_at("apr-early", REQUESTED_AT_MS - 1));
+        let status =
+            watch.refused(&on("expiresAt before requestedAt"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        assert!(status.message().contains("before requestedAt"), "{}", status.message());
+        let result = call!(cluster, via, approvals, create_approval, expiring_at("apr-9999", YEAR_9999_MS));
+        let status = watch.refused(&on("expiresAt in 9999"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        assert!(status.message().contains("over the limit"), "{}", status.message());
+        let approval = pb::CreateApprovalRequest {
+            caller_now_ms: Some(REQUESTED_AT_MS),
+            expires_at_ms: Some(REQUESTED_AT_MS + APPROVAL_VALIDITY_MS_MAX + 1),
+            ..create_approval_request("apr-31-days")
+        };
+        let result = call!(cluster, via, approvals, create_approval, approval);
+        watch
+            .refused(&on("expiresAt 30 days + 1 ms after callerNow"), result, Code::InvalidArgument, "INVALID_ARGUMENT")
+            .await;
+        for expires_in_ms in [0, APPROVAL_VALIDITY_MS_MAX as u64 + 1] {
+            let approval =
+                pb::CreateApprovalRequest { expires_in_ms: Some(expires_in_ms), ..create_approval_request("apr-in") };
+            let result = call!(cluster, via, approvals, create_approval, approval);
+            let what = on(&format!("expiresInMs {expires_in_ms}"));
+            watch.refused(&what, result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        }
+
+        // Approvals: the other fields.
+        let approval = pb::CreateApprovalRequest { capability_id: long_id(), ..create_approval_request("apr-cap") };
+        let result = call!(cluster, via, approvals, create_approval, approval);
+        watch.refused(&on("long approval capability id"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let approval = pb::CreateApprovalRequest { surface: long_text.clone(), ..create_approval_request("apr-s") };
+        let result = call!(cluster, via, approvals, create_approval, approval);
+        watch.refused(&on("long approval surface"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let approval = pb::CreateApprovalRequest { types: many.clone(), ..create_approval_request("apr-types") };
+        let result = call!(cluster, via, approvals, create_approval, approval);
+        watch.refused(&on("65 types"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let approval = pb::CreateApprovalRequest { actor: Some(user(&long_id())), ..create_approval_request("apr-a") };
+        let result = call!(cluster, via, approvals, create_approval, approval);
+        watch.refused(&on("long requester id"), result, Code::Unauthenticated, "UNAUTHENTICATED").await;
+        let approval = pb::CreateApprovalRequest { input_json: "{oops".to_string(), ..create_approval_request("a") };
+        let result = call!(cluster, via, approvals, create_approval, approval);
+        watch.refused(&on("malformed approval input"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let decide = pb::DecideApprovalRequest {
+            request_id: request_id("decide"),
+            id: long_id(),
+            status: pb::ApprovalStatus::Approved as i32,
+            approver: Some(user("bob")),
+            ..pb::DecideApprovalRequest::default()
+        };
+        let result = call!(cluster, via, approvals, decide_approval, decide.clone());
+        watch.refused(&on("long decided approval id"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let decide = pb::DecideApprovalRequest { id: "apr-1".to_string(), approver: Some(user(&long_id())), ..decide };
+        let result = call!(cluster, via, approvals, decide_approval, decide);
+        watch.refused(&on("long approver id"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let consume = pb::ConsumeApprovalRequest {
+            request_id: request_id("consume"),
+            caller_now_ms: None,
+            id: long_id(),
+            execution_id: "ex-1".to_string(),
+        };
+        let result = call!(cluster, via, approvals, consume_approval, consume);
+        watch.refused(&on("long consumed approval id"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let cancel = pb::CancelApprovalRequest { request_id: request_id("cancel"), caller_now_ms: None, id: long_id() };
+        let result = call!(cluster, via, approvals, cancel_approval, cancel);
+        watch.refused(&on("long cancelled approval id"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+
+        // Executions.
+        let submit = pb::SubmitRequest { surface: long_text.clone(), ..submit_request("docs.read", "{}") };
+        let result = call!(cluster, via, executions, submit, submit);
+        watch.refused(&on("long submit surface"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let resume = pb::ResumeRequest {
+            request_id: request_id("resume"),
+            approval_id: "apr-1".to_string(),
+            execution_id: Some(long_id()),
+            input_json: None,
+        };
+        let result = call!(cluster, via, executions, resume, resume);
+        watch.refused(&on("long resumed execution id"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let resume = pb::ResumeRequest {
+            request_id: request_id("resume"),
+            approval_id: "apr-1".to_string(),
+            execution_id: None,
+            input_json: Some("[1,".to_string()),
+        };
+        let result = call!(cluster, via, executions, resume, resume);
+        watch.refused(&on("malformed resume input"), result, Code::InvalidArgument, "INPUT_INVALID").await;
+        let cancel = pb::CancelExecutionRequest {
+            request_id: request_id("cancel"),
+            execution_id: "ex-1".to_string(),
+            actor: Some(user(&long_id())),
+        };
+        let result = call!(cluster, via, executions, cancel_execution, cancel);
+        watch.refused(&on("long canceller id"), result, Code::Unauthenticated, "UNAUTHENTICATED").await;
+
+        // Reports of a failure.
+        let result = call!(cluster, via, workers, report, report_request(failed(long_id(), "m".to_string())));
+        watch.refused(&on("long error code"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        let result = call!(cluster, via, workers, report, report_request(failed("E".to_string(), long_text.clone())));
+        watch.refused(&on("long error message"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+
+        // Registrations: the bounds the six-problem case does not reach.
+        let read = || capability_spec("docs.read", pb::SideEffect::Read);
+        let retry = |max_attempts, backoff_ms, non_retryable_codes| {
+            Some(pb::RetryConfig { max_attempts, backoff_ms, non_retryable_codes })
+        };
+        let specs = [
+            ("retry.maxAttempts 101", pb::CapabilitySpec { retry: retry(101, None, Vec::new()), ..read() }),
+            (
+                "retry.backoffMs over an hour",
+                pb::CapabilitySpec { retry: retry(1, Some(3_600_001), Vec::new()), ..read() },
+            ),
+            ("65 non-retryable codes", pb::CapabilitySpec { retry: retry(1, None, many.clone()), ..read() }),
+            ("timeoutMs over a day", pb::CapabilitySpec { timeout_ms: Some(24 * 60 * 60 * 1000 + 1), ..read() }),
+            (
+                "long approval type",
+                pb::CapabilitySpec {
+                    approval: Some(pb::ApprovalPolicy {
+                        required: true,
+                        r#type: Some(long_text.clone()),
+                        expires_in_ms: None,
+                    }),
+                    ..read()
+                },
+            ),
+            ("long queue id", pb::CapabilitySpec { queue: Some(long_id()), ..read() }),
+            ("65 tags", pb::CapabilitySpec { tags: many.clone(), ..read() }),
+            ("no side effect", pb::CapabilitySpec { side_effect: pb::SideEffect::Unspecified as i32, ..read() }),
+        ];
+        for (what, spec) in specs {
+            let result = call!(cluster, via, capabilities, register_capability, register_request(spec));
+            watch.refused(&on(what), result, Code::InvalidArgument, "CAPABILITY_INVALID").await;
+        }
+    }
+
+    let after = cluster.status(leader).await.expect("leader status");
+    assert_eq!(after.term, watch.before.term, "no election during the batch");
+    assert_eq!(after.last_applied_index, applied_before, "no refused request was applied");
+    assert_eq!(after.state_hash, watch.before.state_hash, "the state machine saw none of them");
+}
+
+/// The same fields at their limits, and big but finite numbers, are accepted.
+async fn the_precheck_limits_accept_what_they_should(cluster: &Cluster, leader: u64, follower: u64) {
+    register(cluster, follower, capability_spec("docs.read", pb::SideEffect::Read)).await;
+    for (index, input) in
+        [r#"{"amount":1e308}"#, r#"{"amount":9007199254740993}"#, "-1.7976931348623157e308"].into_iter().enumerate()
+    {
+        let submit =
+            pb::SubmitRequest { execution_id: Some(format!("ex-big-{index}")), ..submit_request("docs.read", input) };
+        let response =
+            call!(cluster, leader, executions, submit, submit).unwrap_or_else(|status| panic!("{input}: {status:?}"));
+        assert!(response.created, "{input}");
+    }
+    let exactly_30_days = expiring_at("apr-30-days", REQUESTED_AT_MS + APPROVAL_VALIDITY_MS_MAX);
+    let (_, hash) = gavel_core::canonical_json::input_hash(&exactly_30_days.input_json).expect("valid input");
+    let approval = pb::CreateApprovalRequest { input_hash: Some(hash), ..exactly_30_days };
+    let response = call!(cluster, follower, approvals, create_approval, approval).expect("30 days and the right hash");
+    let approval = response.approval.expect("the approval");
+    assert_eq!(approval.expires_at_ms, REQUESTED_AT_MS + APPROVAL_VALIDITY_MS_MAX);
+    let approval = pb::CreateApprovalRequest {
+        expires_in_ms: Some(APPROVAL_VALIDITY_MS_MAX as u64),
+        ..create_approval_request("apr-in-30-days")
+    };
+    call!(cluster, leader, approvals, create_approval, approval).expect("expiresInMs of exactly 30 days");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_stateless_precheck_refusal_leaves_the_log_as_it_was() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.follower().await;
+    every_precheck_refusal_is_made_before_the_log(&cluster, leader, follower).await;
+    the_precheck_limits_accept_what_they_should(&cluster, leader, follower).await;
+    cluster.wait_converged().await;
+}
+
+// ===== Transport-level bad input and audit cursors (the gRPC shell) =====
+//
+// Refusals tonic makes before any handler runs, and cursors that name events
+// which do not exist. Each is refused with a domain code and leaves the log
+// as it was.
+
+/// A `SubmitRequest` whose string fields are raw bytes, so a test can send
+/// what no well-behaved client would: invalid UTF-8 in a string field.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawSubmitRequest {
+    #[prost(string, tag = "1")]
+    request_id: String,
+    #[prost(string, tag = "3")]
+    capability_id: String,
+    #[prost(bytes = "vec", tag = "4")]
+    input_json: Vec<u8>,
+    #[prost(message, optional, tag = "5")]
+    actor: Option<pb::Actor>,
+}
+
+/// A gRPC codec that sends a message already encoded (any bytes at all)
+/// and decodes the answer as `pb::SubmitResponse`.
+#[derive(Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = pb::SubmitResponse;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), Status> {
+        prost::bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = pb::SubmitResponse;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<pb::SubmitResponse>, Status> {
+        prost::Message::decode(src).map(Some).map_err(|error| Status::internal(error.to_string()))
+    }
+}
+
+/// Sends a raw submit to node `via`, as a hand-rolled gRPC client would.
+async fn raw_submit(cluster: &Cluster, via: u64, request: RawSubmitRequest) -> Result<pb::SubmitResponse, Status> {
+    let encoded = prost::Message::encode_to_vec(&request);
+    retry(|| {
+        let mut grpc = tonic::client::Grpc::new(cluster.channel(via));
+        let encoded = encoded.clone();
+        async move {
+            grpc.ready().await.map_err(|error| Status::unavailable(error.to_string()))?;
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static("/gavel.v1.ExecutionService/Submit");
+            grpc.unary(tonic::Request::new(encoded), path, RawCodec).await
+        }
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// Largest request message a node decodes (`gavel_server::routing::REQUEST_BYTES_MAX`).
+const REQUEST_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn undecodable_and_oversized_messages_are_bad_input_with_a_domain_code() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.follower().await;
+    let watch = LogWatch::start(&cluster, leader).await;
+
+    for via in [leader, follower] {
+        let on = |what: &str| format!("{what} (through node {via})");
+
+        let raw = RawSubmitRequest {
+            request_id: request_id("raw"),
+            capability_id: "docs.read".to_string(),
+            input_json: b"{\"note\":\"\xff\xfe\"}".to_vec(),
+            actor: Some(user("alice")),
+        };
+        let result = raw_submit(&cluster, via, raw).await;
+        let status =
+            watch.refused(&on("invalid UTF-8 in inputJson"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        assert!(status.message().contains("UTF-8"), "the refusal says what is wrong: {}", status.message());
+
+        let oversized = json_of_size(REQUEST_BYTES_MAX + 1024);
+        let result = call!(cluster, via, executions, submit, submit_request("docs.read", &oversized));
+        let status =
+            watch.refused(&on("a message over 4 MiB"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+        assert!(
+            status.message().contains(&REQUEST_BYTES_MAX.to_string()),
+            "the refusal names the limit: {}",
+            status.message()
+        );
+    }
+    let after = cluster.status(leader).await.expect("leader status");
+    assert_eq!(after.last_applied_index, watch.before.last_applied_index, "no refused request was applied");
+    cluster.wait_converged().await;
+}
+
+/// The next event of a stream, within [`support::WAIT`].
+async fn next_event(stream: &mut tonic::Streaming<pb::Event>) -> pb::Event {
+    let next = tokio::time::timeout(support::WAIT, stream.message()).await.expect("an event in time");
+    next.expect("the stream is healthy").expect("the stream delivers the next event")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cursors_past_the_head_are_refused_naming_it_and_one_past_reads_from_now_on() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.follower().await;
+    for index in 0..3 {
+        register(&cluster, leader, capability_spec(&format!("docs.read.{index}"), pb::SideEffect::Read)).await;
+    }
+    // The first events start the retention clock: let its first tick commit
+    // before watching the log (the next one is a minute away).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    cluster.wait_converged().await;
+    let page = call!(cluster, leader, audit, list_events, pb::ListEventsRequest::default()).expect("list events");
+    let head = page.last_cursor;
+    assert_eq!(page.events.len(), 3, "one event per registration: {page:?}");
+    assert_eq!(page.events.last().map(|event| event.cursor), Some(head));
+
+    let watch = LogWatch::start(&cluster, leader).await;
+    for via in [leader, follower] {
+        let on = |what: &str| format!("{what} (through node {via})");
+        for cursor in [head + 2, 999_999, u64::MAX] {
+            let list = pb::ListEventsRequest { after_cursor: cursor, ..pb::ListEventsRequest::default() };
+            let result = call!(cluster, via, audit, list_events, list);
+            let what = on(&format!("ListEvents after {cursor}"));
+            let status = watch.refused(&what, result, Code::OutOfRange, "OUT_OF_RANGE").await;
+            assert!(status.message().contains(&format!("last event is cursor {head}")), "{what}: {}", status.message());
+            assert!(!status.message().contains("retention"), "{what}: {}", status.message());
+
+            let request = pb::WatchEventsRequest { after_cursor: cursor, execution_id: None };
+            let result = call!(cluster, via, audit, watch_events, request);
+            let what = on(&format!("WatchEvents after {cursor}"));
+            let status = watch.refused(&what, result, Code::OutOfRange, "OUT_OF_RANGE").await;
+            assert!(status.message().contains(&format!("last event is cursor {head}")), "{what}: {}", status.message());
+        }
+
+        // The head and one past it (the next event's cursor) are "from now on",
+        // and the cursor to follow never skips the next event.
+        for cursor in [head, head + 1] {
+            let list = pb::ListEventsRequest { after_cursor: cursor, ..pb::ListEventsRequest::default() };
+            let page = call!(cluster, via, audit, list_events, list).expect("a cursor up to one past the head");
+            assert!(page.events.is_empty(), "{page:?}");
+            assert_eq!(page.last_cursor, head, "{}", on(&format!("lastCursor after {cursor}")));
+        }
+    }
+    let after = cluster.status(leader).await.expect("leader status");
+    assert_eq!(after.last_applied_index, watch.before.last_applied_index, "no refused cursor was applied");
+
+    // A stream from one past the head, on a follower, starts with the next event.
+    let request = pb::WatchEventsRequest { after_cursor: head + 1, execution_id: None };
+    let mut stream = call!(cluster, follower, audit, watch_events, request).expect("watch from now on");
+    register(&cluster, leader, capability_spec("docs.read.next", pb::SideEffect::Read)).await;
+    let next = next_event(&mut stream).await;
+    assert_eq!(next.cursor, head + 1, "nothing is skipped: {next:?}");
+    cluster.wait_converged().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lagging_follower_does_not_refuse_a_cursor_the_leader_handed_out() {
+    let mut cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader().await;
+    let follower = cluster.follower().await;
+    register(&cluster, leader, capability_spec("docs.read.0", pb::SideEffect::Read)).await;
+    cluster.wait_converged().await;
+
+    // The follower misses events while it is stopped; the leader hands out
+    // their cursors meanwhile.
+    cluster.pause(follower);
+    for index in 1..4 {
+        register(&cluster, leader, capability_spec(&format!("docs.read.{index}"), pb::SideEffect::Read)).await;
+    }
+    let page = call!(cluster, leader, audit, list_events, pb::ListEventsRequest::default()).expect("list events");
+    let head = page.last_cursor;
+
+    // Ask the stopped follower for the leader's head, then let it run: the
+    // request and its catch-up race, and the answer must not be a refusal.
+    let request = pb::WatchEventsRequest { after_cursor: head, execution_id: None };
+    let mut client = cluster.audit(follower);
+    let watching = tokio::spawn(async move { client.watch_events(request).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    cluster.resume(follower);
+    let mut stream =
+        watching.await.expect("the watch task").expect("the follower accepts the leader's cursor").into_inner();
+
+    register(&cluster, leader, capability_spec("docs.read.next", pb::SideEffect::Read)).await;
+    let next = next_event(&mut stream).await;
+    assert_eq!(next.cursor, head + 1, "{next:?}");
+    cluster.wait_converged().await;
+}

@@ -1,11 +1,12 @@
 //! Test harness: a real cluster of `gavel node` processes on loopback, with
-//! real sled data directories, that tests can SIGKILL and restart.
+//! real sled data directories, that tests can SIGKILL and restart. The
+//! processes are a [`gavel_testkit::Cluster`]; this module adds what the
+//! tests share: panicking calls, typed gRPC clients and a temporary directory.
 
 #![allow(dead_code)]
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gavel_proto::v1 as pb;
@@ -15,44 +16,43 @@ use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
 use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use gavel_proto::v1::worker_service_client::WorkerServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use gavel_testkit::ClusterSpec;
+use tonic::transport::Channel;
 
 /// The `gavel` binary these tests start: `GAVEL_BIN`, or the one cargo built
 /// next to this test executable (`target/<profile>/gavel`).
 pub fn gavel_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("GAVEL_BIN") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("locating the test executable");
-    let found = exe.ancestors().skip(1).map(|dir| dir.join("gavel")).find(|candidate| candidate.is_file());
-    found.expect("no gavel binary next to the test executable: run `cargo build -p gavel-cli` or set GAVEL_BIN")
+    gavel_testkit::resolve_gavel_binary(None).unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// Upper bound for any wait in a test.
 pub const WAIT: Duration = Duration::from_secs(30);
 
-/// One node process.
+/// Deadline of one call through [`Cluster::channel`].
+const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One node: where it listens and the flags of its next start.
 pub struct NodeProcess {
     pub id: u64,
     pub addr: String,
     pub data_dir: PathBuf,
-    pub child: Option<Child>,
+    /// The `gavel node` flags [`Cluster::spawn`] passes (a test may change
+    /// them before a restart).
     pub extra_flags: Vec<String>,
-    pub join: bool,
 }
 
-/// A cluster of node processes; every process is killed on drop.
+/// A cluster of node processes in a temporary directory; every process is
+/// killed on drop.
 pub struct Cluster {
-    pub dir: tempfile::TempDir,
+    processes: gavel_testkit::Cluster,
     pub nodes: Vec<NodeProcess>,
-    pub peers: String,
+    pub dir: tempfile::TempDir,
     pub flags: Vec<String>,
 }
 
 /// A free loopback port (bound, then released for the child to take).
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr").port()
+    gavel_testkit::free_port().expect("a free port")
 }
 
 impl Cluster {
@@ -64,108 +64,74 @@ impl Cluster {
     /// Starts `count` voters with extra `gavel node` flags and waits for a leader.
     pub async fn start_with(count: u64, flags: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
-        let addrs: Vec<String> = (0..count).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-        let peers = addrs.iter().enumerate().map(|(i, addr)| format!("{}={addr}", i + 1)).collect::<Vec<_>>().join(",");
         let flags: Vec<String> = flags.iter().map(|flag| flag.to_string()).collect();
-        let nodes = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, addr)| NodeProcess {
-                id: i as u64 + 1,
-                addr: addr.clone(),
-                data_dir: dir.path().join(format!("n{}", i + 1)),
-                child: None,
+        let mut spec = ClusterSpec::new(gavel_binary(), dir.path());
+        spec.nodes = count;
+        // Per node, so that a test can replace one node's flags (clap refuses a flag given twice).
+        spec.node_args = (1..=count).map(|id| (id, flags.clone())).collect();
+        spec.start_timeout = WAIT;
+        spec.status_timeout = CALL_TIMEOUT;
+        let processes = gavel_testkit::Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
+        let nodes = processes
+            .ids()
+            .into_iter()
+            .map(|id| NodeProcess {
+                id,
+                addr: processes.addr(id).expect("a placed node").to_string(),
+                data_dir: processes.data_dir(id).expect("a placed node").to_path_buf(),
                 extra_flags: flags.clone(),
-                join: false,
             })
             .collect();
-        let mut cluster = Cluster { dir, nodes, peers, flags };
-        for id in 1..=count {
-            cluster.spawn(id);
-        }
-        cluster.wait_for_leader().await;
-        cluster
+        Cluster { processes, nodes, dir, flags }
     }
 
     fn node(&self, id: u64) -> &NodeProcess {
         self.nodes.iter().find(|node| node.id == id).expect("no such node")
     }
 
-    fn node_mut(&mut self, id: u64) -> &mut NodeProcess {
-        self.nodes.iter_mut().find(|node| node.id == id).expect("no such node")
-    }
-
-    /// Starts (or restarts, on the same data) node `id`.
+    /// Starts (or restarts, on the same data) node `id`, with its [`NodeProcess::extra_flags`].
     pub fn spawn(&mut self, id: u64) {
-        let peers = self.peers.clone();
-        let log_path = self.dir.path().join(format!("n{id}.log"));
-        let node = self.node_mut(id);
-        assert!(node.child.is_none(), "node {id} is already running");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("log file");
-        let mut command = Command::new(gavel_binary());
-        command
-            .arg("node")
-            .arg(format!("--id={id}"))
-            .arg(format!("--listen={}", node.addr))
-            .arg(format!("--data-dir={}", node.data_dir.display()))
-            .args(&node.extra_flags)
-            .env("GAVEL_LOG", "info,openraft=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log clone"))
-            .stderr(log);
-        if node.join {
-            command.arg("--join");
-        } else {
-            command.arg(format!("--peers={peers}"));
-        }
-        node.child = Some(command.spawn().expect("spawn gavel node"));
+        let flags = self.node(id).extra_flags.clone();
+        self.processes.set_node_args(id, flags).expect("a known node");
+        self.processes.start_node(id).unwrap_or_else(|error| panic!("spawn node {id}: {error}"));
     }
 
-    /// Adds a process for a new node that joins later as a learner (not started).
+    /// Adds a node that joins later as a learner (`--join`), not started; it
+    /// gets the cluster's flags.
     pub fn add_joining_node(&mut self) -> u64 {
-        let id = self.nodes.iter().map(|node| node.id).max().unwrap_or(0) + 1;
-        let addr = format!("127.0.0.1:{}", free_port());
+        let id = self.processes.add_node().expect("add a node");
         self.nodes.push(NodeProcess {
             id,
-            addr,
-            data_dir: self.dir.path().join(format!("n{id}")),
-            child: None,
+            addr: self.processes.addr(id).expect("a placed node").to_string(),
+            data_dir: self.processes.data_dir(id).expect("a placed node").to_path_buf(),
             extra_flags: self.flags.clone(),
-            join: true,
         });
         id
     }
 
     /// SIGKILLs node `id` and reaps it.
     pub fn kill(&mut self, id: u64) {
-        if let Some(mut child) = self.node_mut(id).child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.processes.kill(id).unwrap_or_else(|error| panic!("kill node {id}: {error}"));
     }
 
-    /// SIGTERMs node `id` and waits for a clean exit.
+    /// SIGTERMs node `id` and waits (up to 10 s) for a clean exit.
     pub fn stop(&mut self, id: u64) {
-        if let Some(mut child) = self.node_mut(id).child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let started = Instant::now();
-            while started.elapsed() < Duration::from_secs(10) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.processes.stop(id, Duration::from_secs(10)).unwrap_or_else(|error| panic!("stop node {id}: {error}"));
+    }
+
+    /// SIGSTOPs node `id` (it keeps its sockets but answers nothing).
+    pub fn pause(&mut self, id: u64) {
+        self.processes.pause(id).unwrap_or_else(|error| panic!("pause node {id}: {error}"));
+    }
+
+    /// SIGCONTs a paused node `id`.
+    pub fn resume(&mut self, id: u64) {
+        self.processes.resume(id).unwrap_or_else(|error| panic!("resume node {id}: {error}"));
     }
 
     /// Ids of running nodes.
     pub fn running(&self) -> Vec<u64> {
-        self.nodes.iter().filter(|node| node.child.is_some()).map(|node| node.id).collect()
+        self.processes.running()
     }
 
     /// The address of node `id`.
@@ -175,11 +141,7 @@ impl Cluster {
 
     /// A lazily connected channel to node `id`.
     pub fn channel(&self, id: u64) -> Channel {
-        Endpoint::from_shared(format!("http://{}", self.addr(id)))
-            .expect("endpoint")
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(Duration::from_secs(15))
-            .connect_lazy()
+        self.processes.channel(id, CALL_TIMEOUT).expect("a channel")
     }
 
     pub fn approvals(&self, id: u64) -> ApprovalServiceClient<Channel> {
@@ -203,23 +165,12 @@ impl Cluster {
 
     /// Status of node `id`, if it answers.
     pub async fn status(&self, id: u64) -> Option<pb::StatusResponse> {
-        self.cluster(id).status(pb::StatusRequest {}).await.ok().map(|response| response.into_inner())
+        self.processes.status(id).await
     }
 
     /// Waits until a running node reports itself leader; returns its id.
     pub async fn wait_for_leader(&self) -> u64 {
-        let started = Instant::now();
-        while started.elapsed() < WAIT {
-            for id in self.running() {
-                if let Some(status) = self.status(id).await {
-                    if status.role == "Leader" {
-                        return id;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("no leader within {WAIT:?}; logs in {}", self.dir.path().display());
+        self.processes.wait_for_leader(WAIT).await.unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// A running node that is not the leader.
@@ -231,33 +182,7 @@ impl Cluster {
     /// Waits until every running node has applied the same index and reports
     /// the same state hash; returns that hash.
     pub async fn wait_converged(&self) -> String {
-        let started = Instant::now();
-        while started.elapsed() < WAIT {
-            let mut statuses = Vec::new();
-            for id in self.running() {
-                statuses.extend(self.status(id).await);
-            }
-            if statuses.len() == self.running().len()
-                && statuses.windows(2).all(|pair| {
-                    pair[0].state_hash == pair[1].state_hash && pair[0].last_applied_index == pair[1].last_applied_index
-                })
-            {
-                return statuses[0].state_hash.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("nodes did not converge within {WAIT:?}");
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for node in &mut self.nodes {
-            if let Some(mut child) = node.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
+        self.processes.converge(WAIT).await.unwrap_or_else(|error| panic!("{error}")).state_hash
     }
 }
 
@@ -341,22 +266,16 @@ pub fn expect_refusal<T: std::fmt::Debug>(
 
 /// Milliseconds since the Unix epoch on the test's clock.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_millis() as i64
+    gavel_testkit::wall_clock_ms()
 }
 
 /// Calls `check` every 50 ms until it yields a value, up to [`WAIT`]; panics
 /// naming `what` otherwise.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(started.elapsed() < WAIT, "timed out after {WAIT:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let found = gavel_testkit::eventually(WAIT, Duration::from_millis(50), check).await;
+    found.unwrap_or_else(|| panic!("timed out after {WAIT:?} waiting for {what}"))
 }

@@ -2,12 +2,12 @@
 //! before it is mounted in the `gavel` binary:
 //!
 //! ```text
-//! cargo build --release -p gavel-server --bin gavel
+//! cargo build --release -p gavel-cli
 //! cargo run --release -p gavel-bench --example bench -- --workload approvals --clients 1,16,64
 //! ```
 //!
 //! The local cluster runs `target/release/gavel` (next to this example's
-//! directory) unless `--gavel-binary` says otherwise. Exits 1 unless every
+//! directory) unless `--gavel-binary` or `GAVEL_BIN` says otherwise. Exits 1 unless every
 //! configuration passed its self-check.
 
 use std::process::ExitCode;
@@ -30,7 +30,7 @@ async fn main() -> ExitCode {
         Ok(outcome) if outcome.ok => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(error) => {
-            eprintln!("gavel bench: {error:#}");
+            eprintln!("gavel bench: {error}");
             ExitCode::FAILURE
         }
     }

@@ -21,24 +21,37 @@
 //! node memory, data directory and snapshot sizes, and time a follower's
 //! restart after SIGKILL.
 //!
+//! `--figures failover,lifecycle,cancel,idle-worker,restart` runs figures mode
+//! instead (see [`figures`]): leader failover, sequential lifecycle latency,
+//! cancellation latency, an idle worker's load and a follower's restart with
+//! many executions, each the median and spread of `--figure-runs` runs.
+//!
+//! The local cluster is a [`gavel_testkit::Cluster`]. The crate must not
+//! depend on the node's internals (`gavel-core`, `gavel-raft`,
+//! `gavel-server`): it measures real `gavel node` processes through the SDK
+//! and the public gRPC API. Errors are [`BenchError`].
+//!
 //! With `--json`, standard output carries one JSON object per configuration
 //! and a last line `{"summary": {..., "ok": bool}}`; the human-readable
 //! tables go to standard error.
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use anyhow::{bail, Context};
 use serde::Serialize;
 
 mod cluster;
+mod error;
+pub mod figures;
 pub mod procfs;
 mod report;
 mod scale;
 mod stats;
 mod workload;
 
+pub use error::BenchError;
+pub use figures::{Figure, FiguresReport};
 pub use scale::{Checkpoint, FillReport, NodeFootprint, RestartReport, ScaleReport};
 pub use stats::Latency;
 pub use workload::{ConfigReport, CpuReport};
@@ -112,8 +125,8 @@ pub struct BenchArgs {
     /// Point every client at the leader instead of spreading them round-robin over the nodes.
     #[arg(long)]
     pub leader_only: bool,
-    /// The gavel binary for the local cluster (default: this executable when it is gavel, else gavel next to
-    /// it, else target/release/gavel).
+    /// The gavel binary for the local cluster (default: $GAVEL_BIN, else this executable when it is gavel, else
+    /// gavel in the cargo target directory next to it).
     #[arg(long, conflicts_with = "endpoints")]
     pub gavel_binary: Option<PathBuf>,
     /// Extra flag for every local `gavel node`, repeatable (e.g. --node-flag=--heartbeat-ms=100).
@@ -140,6 +153,25 @@ pub struct BenchArgs {
     /// Scale mode: concurrent submitters of the fill and clients of each measurement.
     #[arg(long, default_value_t = 64, requires = "scale")]
     pub scale_clients: usize,
+    /// Figures mode: measure these figures instead of the workloads, comma-separated: failover, lifecycle,
+    /// cancel, idle-worker, restart (on the local cluster).
+    #[arg(long, value_enum, value_delimiter = ',', conflicts_with_all = ["endpoints", "scale"])]
+    pub figures: Vec<Figure>,
+    /// Figures mode: runs per figure, reported as median and spread.
+    #[arg(long, default_value_t = 3, requires = "figures")]
+    pub figure_runs: usize,
+    /// Figures mode, lifecycle: sequential approval lifecycles per run.
+    #[arg(long, default_value_t = 300, requires = "figures")]
+    pub figure_lifecycles: usize,
+    /// Figures mode, restart: finalized executions the cluster holds when a follower restarts.
+    #[arg(long, default_value_t = 100_000, requires = "figures")]
+    pub figure_executions: u64,
+    /// Figures mode, cancel: cancellations per heartbeat interval (500 ms and 100 ms).
+    #[arg(long, default_value_t = 100, requires = "figures")]
+    pub figure_cancels: usize,
+    /// Figures mode, idle-worker: how long the idle worker is watched.
+    #[arg(long, value_parser = parse_duration, default_value = "30s", requires = "figures")]
+    pub figure_idle: Duration,
 }
 
 /// What a run produced. The caller exits non-zero unless `ok`.
@@ -147,10 +179,12 @@ pub struct BenchArgs {
 pub struct BenchOutcome {
     /// No error, every self-check passed.
     pub ok: bool,
-    /// One report per `--clients` configuration (empty in scale mode).
+    /// One report per `--clients` configuration (empty in scale and figures mode).
     pub configs: Vec<ConfigReport>,
     /// Scale mode's figures.
     pub scale: Option<ScaleReport>,
+    /// Figures mode's figures.
+    pub figures: Option<FiguresReport>,
     /// The summary object printed last with `--json` (without the `summary` wrapper).
     pub summary: serde_json::Value,
 }
@@ -164,7 +198,7 @@ pub(crate) struct Printer<'a> {
 
 impl Printer<'_> {
     /// A human-readable line (or block).
-    pub(crate) fn human(&mut self, text: &str) -> anyhow::Result<()> {
+    pub(crate) fn human(&mut self, text: &str) -> Result<(), BenchError> {
         let text = text.trim_end_matches('\n');
         if self.json {
             eprintln!("{text}");
@@ -176,7 +210,7 @@ impl Printer<'_> {
     }
 
     /// A JSON line (only with `--json`).
-    fn json_line(&mut self, value: &serde_json::Value) -> anyhow::Result<()> {
+    fn json_line(&mut self, value: &serde_json::Value) -> Result<(), BenchError> {
         if self.json {
             writeln!(self.out, "{value}")?;
             self.out.flush()?;
@@ -185,14 +219,14 @@ impl Printer<'_> {
     }
 
     /// A finished configuration: its table, and its JSON object.
-    pub(crate) fn config(&mut self, config: &ConfigReport) -> anyhow::Result<()> {
+    pub(crate) fn config(&mut self, config: &ConfigReport) -> Result<(), BenchError> {
         self.human(&report::config_table(config))?;
         self.json_line(&serde_json::to_value(config)?)
     }
 }
 
 /// Runs the benchmark, printing to standard output.
-pub async fn run(args: BenchArgs) -> anyhow::Result<BenchOutcome> {
+pub async fn run(args: BenchArgs) -> Result<BenchOutcome, BenchError> {
     let mut stdout = std::io::stdout();
     run_to(args, &mut stdout).await
 }
@@ -201,85 +235,90 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<BenchOutcome> {
 /// is returned for a run that could not be carried out (after a final
 /// summary line with `"ok": false` in JSON mode); failed self-checks give an
 /// outcome that is not ok.
-pub async fn run_to(args: BenchArgs, out: &mut (dyn Write + Send)) -> anyhow::Result<BenchOutcome> {
+pub async fn run_to(args: BenchArgs, out: &mut (dyn Write + Send)) -> Result<BenchOutcome, BenchError> {
     let mut printer = Printer { out, json: args.json };
     let result = tokio::select! {
         result = run_inner(&args, &mut printer) => result,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = tokio::signal::ctrl_c() => Err(BenchError::Interrupted),
     };
     match result {
         Ok(outcome) => Ok(outcome),
         Err(error) => {
-            let summary = serde_json::json!({ "ok": false, "error": format!("{error:#}") });
+            let summary = serde_json::json!({ "ok": false, "error": error.to_string() });
             let _ = printer.json_line(&serde_json::json!({ "summary": summary }));
             Err(error)
         }
     }
 }
 
-fn validate(args: &BenchArgs) -> anyhow::Result<()> {
-    if args.scale.is_none() && (args.clients.is_empty() || args.clients.contains(&0)) {
-        bail!("--clients needs one or more counts, each at least 1");
+fn validate(args: &BenchArgs) -> Result<(), BenchError> {
+    let invalid = |message: &str| Err(BenchError::Invalid(message.to_string()));
+    let measures_workloads = args.scale.is_none() && args.figures.is_empty();
+    if measures_workloads && (args.clients.is_empty() || args.clients.contains(&0)) {
+        return invalid("--clients needs one or more counts, each at least 1");
     }
     if args.duration.is_zero() {
-        bail!("--duration must be positive");
+        return invalid("--duration must be positive");
     }
     if args.scale == Some(0) || args.scale.is_some() && args.scale_clients == 0 {
-        bail!("--scale and --scale-clients must be positive");
+        return invalid("--scale and --scale-clients must be positive");
     }
     if !args.node_pids.is_empty() && args.node_pids.len() != args.endpoints.len() {
-        bail!("--node-pids needs one pid per endpoint, in the same order");
+        return invalid("--node-pids needs one pid per endpoint, in the same order");
+    }
+    let figure_counts = [args.figure_runs, args.figure_lifecycles, args.figure_cancels];
+    if figure_counts.contains(&0) || args.figure_executions == 0 || args.figure_idle.is_zero() {
+        return invalid("--figure-runs, --figure-lifecycles, --figure-executions, --figure-cancels and --figure-idle must be positive");
     }
     Ok(())
 }
 
 /// A short tag that keeps ids of this run apart from earlier runs on the same cluster.
 fn run_tag() -> String {
-    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis());
+    let millis = gavel_testkit::wall_clock_ms();
     format!("b{:x}{:x}", millis % (1 << 40), std::process::id() % 4096)
 }
 
-async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> anyhow::Result<BenchOutcome> {
+async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchOutcome, BenchError> {
     validate(args)?;
     let tag = run_tag();
     let mut local = None;
     let (endpoints, binary) = if args.endpoints.is_empty() {
-        let binary = cluster::resolve_binary(args.gavel_binary.as_deref())?;
+        let binary = gavel_testkit::resolve_gavel_binary(args.gavel_binary.as_deref())?;
         printer.human(&format!("starting a local three-node cluster of {}", binary.display()))?;
         let started = std::time::Instant::now();
         let cluster = cluster::LocalCluster::start(binary.clone(), args.data_dir.as_deref(), &args.node_flag).await?;
         printer.human(&format!(
             "cluster {} elected a leader after {:.1} s; data and logs in {}",
-            cluster.addrs().join(","),
+            cluster.cluster.addrs().join(","),
             started.elapsed().as_secs_f64(),
             cluster.dir().display()
         ))?;
-        let endpoints = cluster.addrs();
+        let endpoints = cluster.cluster.addrs();
         local = Some(cluster);
         (endpoints, Some(binary))
     } else {
         (args.endpoints.clone(), None)
     };
-    let result = measure(args, printer, &endpoints, local.as_mut(), &tag).await;
+    let result = measure(args, printer, &endpoints, local.as_ref(), binary.as_ref(), &tag).await;
     if let Some(mut cluster) = local {
         if args.keep_data {
-            for id in cluster.running() {
-                cluster.kill(id)?;
-            }
             if let Some(dir) = cluster.keep_data() {
                 printer.human(&format!("kept node data and logs in {}", dir.display()))?;
             }
         }
         drop(cluster);
     }
-    let (configs, scale) = result?;
+    let Measured { configs, scale, figures } = result?;
     let errors: u64 = configs.iter().map(|config| config.errors).sum::<u64>()
         + scale
             .iter()
             .flat_map(|scale| &scale.checkpoints)
             .map(|checkpoint| checkpoint.measurement.errors)
             .sum::<u64>();
-    let ok = configs.iter().all(|config| config.ok) && scale.as_ref().is_none_or(|scale| scale.ok);
+    let ok = configs.iter().all(|config| config.ok)
+        && scale.as_ref().is_none_or(|scale| scale.ok)
+        && figures.as_ref().is_none_or(|figures| figures.ok);
     if !configs.is_empty() {
         printer.human(&format!("summary:\n{}", report::summary_table(&configs)))?;
     }
@@ -291,30 +330,56 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> anyhow::Resul
         "cluster": if args.endpoints.is_empty() { "local" } else { "endpoints" },
         "endpoints": endpoints,
         "gavel_binary": binary.map(|binary| binary.display().to_string()),
-        "workload": if scale.is_some() { None } else { Some(args.workload) },
+        "workload": if scale.is_some() || figures.is_some() { None } else { Some(args.workload) },
         "configs": configs,
         "scale": scale,
+        "figures": figures,
         "errors": errors,
         "ok": ok,
     });
     printer.json_line(&serde_json::json!({ "summary": summary }))?;
-    Ok(BenchOutcome { ok, configs, scale, summary })
+    Ok(BenchOutcome { ok, configs, scale, figures, summary })
 }
 
-type Measured = (Vec<ConfigReport>, Option<ScaleReport>);
+/// What one mode measured.
+#[derive(Default)]
+struct Measured {
+    configs: Vec<ConfigReport>,
+    scale: Option<ScaleReport>,
+    figures: Option<FiguresReport>,
+}
 
 async fn measure(
     args: &BenchArgs,
     printer: &mut Printer<'_>,
     endpoints: &[String],
-    mut local: Option<&mut cluster::LocalCluster>,
+    local: Option<&cluster::LocalCluster>,
+    binary: Option<&PathBuf>,
     tag: &str,
-) -> anyhow::Result<Measured> {
+) -> Result<Measured, BenchError> {
     let given_pids = args.node_pids.clone();
-    let pids = |local: &Option<&mut cluster::LocalCluster>| match local {
-        Some(cluster) => cluster.pids(),
+    let pids = |local: Option<&cluster::LocalCluster>| match local {
+        Some(local) => local.cluster.pids(),
         None => given_pids.clone(),
     };
+    if !args.figures.is_empty() {
+        let (Some(local), Some(binary)) = (local, binary) else {
+            return Err(BenchError::Invalid("--figures needs the local cluster (no --endpoints)".to_string()));
+        };
+        let spec = figures::FiguresSpec {
+            figures: args.figures.clone(),
+            runs: args.figure_runs,
+            lifecycles: args.figure_lifecycles,
+            executions: args.figure_executions,
+            cancels: args.figure_cancels,
+            idle: args.figure_idle,
+            binary: binary.clone(),
+            data_dir: args.data_dir.clone(),
+            node_flags: args.node_flag.clone(),
+        };
+        let report = figures::run(&spec, local, tag, printer).await?;
+        return Ok(Measured { figures: Some(report), ..Measured::default() });
+    }
     if let Some(target) = args.scale {
         let spec = scale::ScaleSpec {
             target,
@@ -325,20 +390,20 @@ async fn measure(
             leader_only: args.leader_only,
             verify_samples: args.verify_samples,
         };
-        let current = pids(&local);
-        let report = scale::run(endpoints, &current, local.as_deref_mut(), &spec, tag, printer).await?;
-        return Ok((Vec::new(), Some(report)));
+        let current = pids(local);
+        let report = scale::run(endpoints, &current, local, &spec, tag, printer).await?;
+        return Ok(Measured { scale: Some(report), ..Measured::default() });
     }
     let leader = cluster::find_leader(endpoints).await?;
     if args.workload != Workload::Approvals {
         let registrar = workload::client_for(endpoints, leader)?;
         let clients = args.clients.iter().copied().max().unwrap_or(1);
-        workload::register_capabilities(&registrar, clients).await.context("registering the bench capabilities")?;
+        workload::register_capabilities(&registrar, clients).await?;
     }
     let mut configs = Vec::new();
     for (position, clients) in args.clients.iter().enumerate() {
-        if let Some(cluster) = local.as_deref_mut() {
-            cluster.check_alive()?;
+        if let Some(local) = local {
+            local.cluster.check_alive()?;
         }
         let leader = cluster::find_leader(endpoints).await?;
         let spec = workload::ConfigSpec {
@@ -350,12 +415,11 @@ async fn measure(
             verify_samples: args.verify_samples,
             retained: None,
         };
-        let report =
-            workload::run_config(endpoints, leader, &pids(&local), &spec, &format!("{tag}-{position}")).await?;
+        let report = workload::run_config(endpoints, leader, &pids(local), &spec, &format!("{tag}-{position}")).await?;
         printer.config(&report)?;
         configs.push(report);
     }
-    Ok((configs, None))
+    Ok(Measured { configs, ..Measured::default() })
 }
 
 #[cfg(test)]
@@ -427,5 +491,10 @@ mod tests {
         assert!(validate(&parse(&["bench", "--endpoints", "a:1,b:2", "--node-pids", "1"])).is_err());
         assert!(validate(&parse(&["bench", "--scale", "1000"])).is_ok());
         assert!(validate(&parse(&["bench"])).is_ok());
+        assert!(validate(&parse(&["bench", "--figures", "failover", "--figure-runs", "0"])).is_err());
+        assert!(validate(&parse(&["bench", "--figures", "idle-worker", "--figure-idle", "0s"])).is_err());
+        assert!(validate(&parse(&["bench", "--figures", "restart", "--figure-executions", "0"])).is_err());
+        // Figures mode measures no --clients configurations.
+        assert!(validate(&parse(&["bench", "--figures", "cancel", "--clients", "0"])).is_ok());
     }
 }

@@ -7,7 +7,39 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context};
+/// Why a `/proc` file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcfsError {
+    /// The file could not be read (the process is gone, or this is not Linux).
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file's text is not what Linux writes there.
+    #[error("parsing {path}: {detail}")]
+    Parse {
+        /// The file (or `text` for bare text).
+        path: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+}
+
+fn garbled(detail: impl Into<String>) -> ProcfsError {
+    ProcfsError::Parse { path: "text".to_string(), detail: detail.into() }
+}
+
+/// The same error, naming the file it came from.
+fn in_file(error: ProcfsError, path: &Path) -> ProcfsError {
+    match error {
+        ProcfsError::Parse { detail, .. } => ProcfsError::Parse { path: path.display().to_string(), detail },
+        other => other,
+    }
+}
 
 /// `AT_CLKTCK` in the ELF auxiliary vector: the frequency of `times()` ticks.
 const AT_CLKTCK: usize = 17;
@@ -36,27 +68,31 @@ impl CpuTicks {
 ///
 /// The second field (the command name) is in parentheses and may itself
 /// contain spaces and parentheses, so fields are counted from the last `)`.
-pub fn parse_stat(text: &str) -> anyhow::Result<CpuTicks> {
-    let close = text.rfind(')').context("no ')' closing the command name")?;
+pub fn parse_stat(text: &str) -> Result<CpuTicks, ProcfsError> {
+    let close = text.rfind(')').ok_or_else(|| garbled("no ')' closing the command name"))?;
     // After the name come fields 3 (state), 4 (ppid), ...; utime is field 14
     // and stime field 15, that is indexes 11 and 12 of the rest.
     let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
     if fields.len() < 13 {
-        bail!("only {} fields after the command name", fields.len());
+        return Err(garbled(format!("only {} fields after the command name", fields.len())));
     }
-    let user = fields[11].parse().with_context(|| format!("utime {:?} is not a number", fields[11]))?;
-    let system = fields[12].parse().with_context(|| format!("stime {:?} is not a number", fields[12]))?;
+    let user = fields[11].parse().map_err(|_| garbled(format!("utime {:?} is not a number", fields[11])))?;
+    let system = fields[12].parse().map_err(|_| garbled(format!("stime {:?} is not a number", fields[12])))?;
     Ok(CpuTicks { user, system })
 }
 
 /// Parses the `VmRSS` line of `/proc/<pid>/status`, in bytes.
-pub fn parse_vm_rss(text: &str) -> anyhow::Result<u64> {
-    let line = text.lines().find(|line| line.starts_with("VmRSS:")).context("no VmRSS line")?;
+pub fn parse_vm_rss(text: &str) -> Result<u64, ProcfsError> {
+    let line = text.lines().find(|line| line.starts_with("VmRSS:")).ok_or_else(|| garbled("no VmRSS line"))?;
     let mut words = line["VmRSS:".len()..].split_whitespace();
-    let value: u64 = words.next().context("VmRSS has no value")?.parse().context("VmRSS is not a number")?;
+    let value: u64 = words
+        .next()
+        .ok_or_else(|| garbled("VmRSS has no value"))?
+        .parse()
+        .map_err(|_| garbled("VmRSS is not a number"))?;
     match words.next() {
         Some("kB") | None => Ok(value * 1024),
-        Some(unit) => bail!("unexpected VmRSS unit {unit:?}"),
+        Some(unit) => Err(garbled(format!("unexpected VmRSS unit {unit:?}"))),
     }
 }
 
@@ -87,25 +123,27 @@ pub fn clock_ticks_per_second() -> u64 {
 }
 
 /// CPU ticks consumed so far by process `pid`.
-pub fn cpu_ticks(pid: u32) -> anyhow::Result<CpuTicks> {
+pub fn cpu_ticks(pid: u32) -> Result<CpuTicks, ProcfsError> {
     read_cpu_ticks(&Path::new("/proc").join(pid.to_string()).join("stat"))
 }
 
 /// CPU ticks consumed so far by this process.
-pub fn own_cpu_ticks() -> anyhow::Result<CpuTicks> {
+pub fn own_cpu_ticks() -> Result<CpuTicks, ProcfsError> {
     read_cpu_ticks(Path::new("/proc/self/stat"))
 }
 
-fn read_cpu_ticks(path: &Path) -> anyhow::Result<CpuTicks> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    parse_stat(&text).with_context(|| format!("parsing {}", path.display()))
+fn read(path: &Path) -> Result<String, ProcfsError> {
+    std::fs::read_to_string(path).map_err(|source| ProcfsError::Read { path: path.display().to_string(), source })
+}
+
+fn read_cpu_ticks(path: &Path) -> Result<CpuTicks, ProcfsError> {
+    parse_stat(&read(path)?).map_err(|error| in_file(error, path))
 }
 
 /// Resident memory of process `pid`, in bytes.
-pub fn resident_bytes(pid: u32) -> anyhow::Result<u64> {
+pub fn resident_bytes(pid: u32) -> Result<u64, ProcfsError> {
     let path = Path::new("/proc").join(pid.to_string()).join("status");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    parse_vm_rss(&text).with_context(|| format!("parsing {}", path.display()))
+    parse_vm_rss(&read(&path)?).map_err(|error| in_file(error, &path))
 }
 
 #[cfg(test)]

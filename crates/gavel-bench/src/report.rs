@@ -167,15 +167,18 @@ pub(crate) fn footprint_line(node: &NodeFootprint) -> String {
 /// The restart figures.
 pub(crate) fn restart_line(restart: &RestartReport) -> String {
     format!(
-        "  restart of follower {}: serving (Status answers) after {:.1} ms, applied the leader's index {} after \
-         {:.1} ms; snapshot index {} before, {} after ({} entries re-applied); read through it: {}",
+        "  restart of follower {}: serving (health SERVING) after {:.1} ms, a linearizable read through it after {} \
+         ms, applied the leader's index {} after {:.1} ms; snapshot index {} before, {} after ({} entries \
+         re-applied; restored from its snapshot: {}); read through it: {}",
         restart.node,
         restart.serving_ms,
+        restart.read_ms.map_or("-".to_string(), |read| format!("{read:.1}")),
         restart.leader_applied_index,
         restart.caught_up_ms,
         restart.snapshot_index_before.map_or("-".to_string(), |index| index.to_string()),
         restart.snapshot_index_after.map_or("-".to_string(), |index| index.to_string()),
         restart.entries_replayed.map_or("-".to_string(), |entries| entries.to_string()),
+        if restart.restored_from_snapshot { "yes" } else { "no" },
         restart.read_error.as_deref().unwrap_or("ok"),
     )
 }

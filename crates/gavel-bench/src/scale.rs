@@ -6,13 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
-use gavel_client::{pb, Client, ClientConfig};
+use gavel_client::{pb, ClientConfig};
+use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use serde::Serialize;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 
 use crate::cluster::{self, LocalCluster};
 use crate::workload::{self, ConfigReport, ConfigSpec, SHARED_CAPABILITY, SHARED_QUEUE};
-use crate::{procfs, Printer, Workload};
+use crate::{procfs, BenchError, Printer, Workload};
 
 /// Fill workers; each polls up to [`POLL_TASKS`] tasks and reports them concurrently.
 const FILL_WORKERS: usize = 4;
@@ -90,15 +93,22 @@ pub struct RestartReport {
     pub leader_applied_index: u64,
     /// Its snapshot index before the kill.
     pub snapshot_index_before: Option<u64>,
-    /// Spawn until it answered Status (storage opened, snapshot restored).
+    /// Spawn until its gRPC health service answered SERVING, which it does
+    /// only once storage is open and the snapshot restored.
     pub serving_ms: f64,
-    /// Spawn until its Status showed the leader's applied index.
+    /// Spawn until a linearizable read of the last filled execution through
+    /// it succeeded (it knows the leader again and forwards the read).
+    pub read_ms: Option<f64>,
+    /// Spawn until its Status showed the leader's applied index. (A Status
+    /// after an apply hashes the whole state, so this includes one such hash.)
     pub caught_up_ms: f64,
     /// Its snapshot index once caught up.
     pub snapshot_index_after: Option<u64>,
     /// Log entries re-applied on top of the snapshot.
     pub entries_replayed: Option<u64>,
-    /// A linearizable read of the last filled execution through it succeeded.
+    /// Its log shows it restored the state from its stored snapshot at this start.
+    pub restored_from_snapshot: bool,
+    /// The linearizable read through it succeeded.
     pub read_ok: bool,
     /// Why that read failed.
     pub read_error: Option<String>,
@@ -131,14 +141,14 @@ pub(crate) struct ScaleSpec {
 /// Adds `count` finalized executions, numbered from `from`, as fast as
 /// possible: `submitters` concurrent submitters and [`FILL_WORKERS`] workers
 /// leasing batches, every connection its own, all pointed at the leader.
-async fn fill(
+pub(crate) async fn fill(
     endpoints: &[String],
     leader: usize,
     from: u64,
     count: u64,
     submitters: usize,
     prefix: &str,
-) -> anyhow::Result<FillReport> {
+) -> Result<FillReport, BenchError> {
     let started = Instant::now();
     let end = from + count;
     let next = Arc::new(AtomicU64::new(from));
@@ -152,7 +162,7 @@ async fn fill(
             loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 if index >= end {
-                    return Ok::<_, anyhow::Error>(());
+                    return Ok::<_, BenchError>(());
                 }
                 let execution_id = format!("{prefix}-fill-{index}");
                 let submitted = client
@@ -166,10 +176,11 @@ async fn fill(
                         correlation_id: None,
                     })
                     .await
-                    .with_context(|| format!("fill: submit {execution_id}"))?;
+                    .map_err(BenchError::client(format!("fill: submit {execution_id}")))?;
                 if !matches!(submitted.outcome, Some(pb::submit_response::Outcome::Execution(_))) || !submitted.created
                 {
-                    bail!("fill: submit {execution_id} answered {:?}", submitted.outcome);
+                    let answer = format!("fill: submit {execution_id} answered {:?}", submitted.outcome);
+                    return Err(BenchError::Unexpected(answer));
                 }
             }
         });
@@ -191,7 +202,7 @@ async fn fill(
                         wait_ms: 200,
                     })
                     .await
-                    .context("fill: poll")?;
+                    .map_err(BenchError::client("fill: poll"))?;
                 let reports = polled.tasks.iter().map(|task| {
                     let lease_id = task.lease.as_ref().map_or(0, |lease| lease.lease_id);
                     let request = pb::ReportRequest {
@@ -207,11 +218,14 @@ async fn fill(
                 });
                 for (task, reported) in polled.tasks.iter().zip(futures::future::join_all(reports).await) {
                     let execution = reported
-                        .with_context(|| format!("fill: report {}", task.execution_id))?
+                        .map_err(BenchError::client(format!("fill: report {}", task.execution_id)))?
                         .execution
-                        .context("fill: a report reply without the execution")?;
+                        .ok_or_else(|| BenchError::Unexpected("fill: a report reply without the execution".into()))?;
                     if execution.state != pb::ExecutionState::Completed as i32 {
-                        bail!("fill: {} is in state {} after its report", execution.execution_id, execution.state);
+                        return Err(BenchError::Unexpected(format!(
+                            "fill: {} is in state {} after its report",
+                            execution.execution_id, execution.state
+                        )));
                     }
                 }
                 let done =
@@ -265,19 +279,21 @@ async fn fill(
 async fn footprint(endpoints: &[String], pids: &[u32], local: Option<&LocalCluster>) -> Vec<NodeFootprint> {
     let mut nodes = Vec::new();
     for (position, endpoint) in endpoints.iter().enumerate() {
-        let status = cluster::status(endpoint, cluster::STATUS_TIMEOUT).await.ok();
-        let local_node = local.and_then(|local| local.nodes.get(position));
-        let (data_dir_bytes, data_dir_allocated_bytes) = local_node
-            .and_then(|node| cluster::dir_bytes(&node.data_dir).ok())
+        let status = cluster::status(endpoint).await.ok();
+        // The local cluster's node ids are the endpoints' positions plus one.
+        let id = position as u64 + 1;
+        let (data_dir_bytes, data_dir_allocated_bytes) = local
+            .and_then(|local| local.cluster.data_dir(id))
+            .and_then(|dir| cluster::dir_bytes(dir).ok())
             .map_or((None, None), |(apparent, allocated)| (Some(apparent), Some(allocated)));
-        let snapshots = local.zip(local_node).and_then(|(local, node)| local.stored_snapshots(node.id).ok());
+        let snapshots = local.and_then(|local| local.snapshot_lines(id).ok());
         nodes.push(NodeFootprint {
-            node: local_node.map_or(position as u64 + 1, |node| node.id),
+            node: id,
             rss_bytes: pids.get(position).and_then(|pid| procfs::resident_bytes(*pid).ok()),
             data_dir_bytes,
             data_dir_allocated_bytes,
-            snapshot_bytes: snapshots.and_then(|(bytes, _)| bytes),
-            snapshots_stored: snapshots.map(|(_, count)| count),
+            snapshot_bytes: snapshots.and_then(|lines| lines.last_bytes),
+            snapshots_stored: snapshots.map(|lines| lines.stored),
             snapshot_index: status.as_ref().and_then(|status| status.snapshot_index),
             last_applied_index: status.as_ref().map(|status| status.last_applied_index),
         });
@@ -286,67 +302,97 @@ async fn footprint(endpoints: &[String], pids: &[u32], local: Option<&LocalClust
 }
 
 /// Waits until every endpoint has applied the leader's current index.
-async fn wait_converged(endpoints: &[String], leader: usize) -> anyhow::Result<()> {
-    let target = cluster::status(&endpoints[leader], cluster::STATUS_TIMEOUT).await?.last_applied_index;
-    let started = Instant::now();
-    for endpoint in endpoints {
-        loop {
-            match cluster::status(endpoint, cluster::STATUS_TIMEOUT).await {
-                Ok(status) if status.last_applied_index >= target => break,
-                _ if started.elapsed() > cluster::WAIT => bail!("{endpoint} did not apply index {target}"),
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+async fn wait_converged(endpoints: &[String], leader: usize) -> Result<(), BenchError> {
+    let target = cluster::status(&endpoints[leader]).await?.last_applied_index;
+    Ok(gavel_testkit::wait_applied(endpoints, target, cluster::STATUS_TIMEOUT, cluster::WAIT).await?)
+}
+
+/// Deadline of one health check or read of a restart.
+const RESTART_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// SIGKILLs a follower, restarts it on its data, and times how long it takes
+/// to serve gRPC, to serve a linearizable read of `last_filled` and to catch
+/// up with the leader's applied index.
+pub(crate) async fn restart(local: &LocalCluster, last_filled: &str) -> Result<RestartReport, BenchError> {
+    let cluster = &local.cluster;
+    let leader = cluster.wait_for_leader(cluster::WAIT).await?;
+    let leader_addr = cluster.addr(leader).ok_or(gavel_testkit::Error::UnknownNode(leader))?.to_string();
+    let target = cluster::status(&leader_addr).await?.last_applied_index;
+    let follower = cluster
+        .running()
+        .into_iter()
+        .find(|id| *id != leader)
+        .ok_or_else(|| BenchError::Unexpected("no follower is running".to_string()))?;
+    let follower_addr = cluster.addr(follower).ok_or(gavel_testkit::Error::UnknownNode(follower))?.to_string();
+    let before = cluster::status(&follower_addr).await?;
+    let restores_before = local.snapshot_lines(follower)?.restored;
+    let channel = cluster.channel(follower, RESTART_CALL_TIMEOUT)?;
+    cluster.kill(follower)?;
+    let spawned = Instant::now();
+    cluster.start_node(follower)?;
+    let too_late = |what: &str| {
+        BenchError::Timeout(format!("node {follower} did not {what} within {:?} of its restart", cluster::WAIT))
+    };
+    loop {
+        cluster.check_alive()?;
+        if spawned.elapsed() > cluster::WAIT {
+            return Err(too_late("answer a health check"));
+        }
+        let mut check = tonic::Request::new(HealthCheckRequest { service: String::new() });
+        check.set_timeout(RESTART_CALL_TIMEOUT);
+        match HealthClient::new(channel.clone()).check(check).await {
+            Ok(response) if response.get_ref().status == ServingStatus::Serving as i32 => break,
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    let serving = spawned.elapsed();
+    let (mut read, mut read_error, mut last_refusal) = (None, None, String::new());
+    while read.is_none() && read_error.is_none() {
+        if spawned.elapsed() > cluster::WAIT {
+            read_error = Some(format!("no read of {last_filled} through node {follower} succeeded: {last_refusal}"));
+            break;
+        }
+        let mut request = tonic::Request::new(pb::GetExecutionRequest { execution_id: last_filled.to_string() });
+        request.set_timeout(RESTART_CALL_TIMEOUT);
+        match ExecutionServiceClient::new(channel.clone()).get_execution(request).await {
+            Ok(response) => match response.into_inner() {
+                pb::GetExecutionResponse { execution: Some(execution) }
+                    if execution.state == pb::ExecutionState::Completed as i32 =>
+                {
+                    read = Some(spawned.elapsed());
+                }
+                other => read_error = Some(format!("read {last_filled} through node {follower}: {other:?}")),
+            },
+            Err(status) => {
+                last_refusal = status.message().to_string();
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
     }
-    Ok(())
-}
-
-/// SIGKILLs a follower, restarts it on its data, and times how long it takes
-/// to serve and to catch up with the leader's applied index.
-async fn restart(local: &mut LocalCluster, last_filled: &str) -> anyhow::Result<RestartReport> {
-    let leader = local.wait_for_leader().await?;
-    let leader_addr = local.node(leader)?.addr.clone();
-    let target = cluster::status(&leader_addr, cluster::STATUS_TIMEOUT).await?.last_applied_index;
-    let follower = local.running().into_iter().find(|id| *id != leader).context("no follower is running")?;
-    let follower_addr = local.node(follower)?.addr.clone();
-    let before = cluster::status(&follower_addr, cluster::STATUS_TIMEOUT).await?;
-    local.kill(follower)?;
-    let spawned = Instant::now();
-    local.spawn(follower)?;
-    let mut serving = None;
-    let caught_up = loop {
+    let status = loop {
         if spawned.elapsed() > cluster::WAIT {
-            bail!("node {follower} did not catch up with index {target} within {:?}", cluster::WAIT);
+            return Err(too_late(&format!("apply index {target}")));
         }
-        local.check_alive()?;
-        if let Ok(status) = cluster::status(&follower_addr, cluster::STATUS_TIMEOUT).await {
-            serving.get_or_insert_with(|| spawned.elapsed());
+        cluster.check_alive()?;
+        if let Ok(status) = cluster::status(&follower_addr).await {
             if status.last_applied_index >= target {
-                break (spawned.elapsed(), status);
+                break status;
             }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let (caught_up_after, status) = caught_up;
-    let reader = Client::new(&[follower_addr])?;
-    let read = reader.get_execution(pb::GetExecutionRequest { execution_id: last_filled.to_string() }).await;
-    let read_error = match read {
-        Ok(pb::GetExecutionResponse { execution: Some(execution) })
-            if execution.state == pb::ExecutionState::Completed as i32 =>
-        {
-            None
-        }
-        Ok(other) => Some(format!("read {last_filled} through node {follower}: {other:?}")),
-        Err(error) => Some(format!("read {last_filled} through node {follower}: {error}")),
-    };
+    let caught_up = spawned.elapsed();
+    let restored_from_snapshot = local.snapshot_lines(follower)?.restored > restores_before;
     Ok(RestartReport {
         node: follower,
         leader_applied_index: target,
         snapshot_index_before: before.snapshot_index,
-        serving_ms: serving.unwrap_or(caught_up_after).as_secs_f64() * 1e3,
-        caught_up_ms: caught_up_after.as_secs_f64() * 1e3,
+        serving_ms: serving.as_secs_f64() * 1e3,
+        read_ms: read.map(|read| read.as_secs_f64() * 1e3),
+        caught_up_ms: caught_up.as_secs_f64() * 1e3,
         snapshot_index_after: status.snapshot_index,
         entries_replayed: status.snapshot_index.map(|index| target.saturating_sub(index)),
+        restored_from_snapshot,
         read_ok: read_error.is_none(),
         read_error,
     })
@@ -356,11 +402,11 @@ async fn restart(local: &mut LocalCluster, last_filled: &str) -> anyhow::Result<
 pub(crate) async fn run(
     endpoints: &[String],
     pids: &[u32],
-    local: Option<&mut LocalCluster>,
+    local: Option<&LocalCluster>,
     spec: &ScaleSpec,
     prefix: &str,
     printer: &mut Printer<'_>,
-) -> anyhow::Result<ScaleReport> {
+) -> Result<ScaleReport, BenchError> {
     let leader = cluster::find_leader(endpoints).await?;
     let registrar = workload::client_for(endpoints, leader)?;
     workload::register_capabilities(&registrar, spec.clients).await?;
@@ -383,7 +429,7 @@ pub(crate) async fn run(
             fill.per_s,
             fill.recent_per_s.map_or("-".to_string(), |rate| format!("{rate:.0}/s"))
         ))?;
-        let current_pids = local.as_deref().map_or_else(|| pids.to_vec(), LocalCluster::pids);
+        let current_pids = local.map_or_else(|| pids.to_vec(), |local| local.cluster.pids());
         let measure = ConfigSpec {
             workload: Workload::Executions,
             clients: spec.clients,
@@ -400,7 +446,7 @@ pub(crate) async fn run(
         retained += measurement.completed_lifecycles;
         // The footprint once every node has applied everything, the measurement included.
         wait_converged(endpoints, leader).await?;
-        let nodes = footprint(endpoints, &current_pids, local.as_deref()).await;
+        let nodes = footprint(endpoints, &current_pids, local).await;
         printer.human(&format!("scale: footprint with {retained} finalized executions retained:"))?;
         for node in &nodes {
             printer.human(&crate::report::footprint_line(node))?;

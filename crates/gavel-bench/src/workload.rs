@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::procfs;
 use crate::stats::{ClientStats, Latency};
-use crate::Workload;
+use crate::{BenchError, Workload};
 
 /// Queue of the shared `bench.read` capability (scale fill).
 pub(crate) const SHARED_QUEUE: &str = "bench";
@@ -40,19 +40,19 @@ fn approver() -> pb::Actor {
 }
 
 /// A client whose first endpoint is `endpoints[first]`, then the others.
-pub(crate) fn client_for(endpoints: &[String], first: usize) -> anyhow::Result<Client> {
+pub(crate) fn client_for(endpoints: &[String], first: usize) -> Result<Client, BenchError> {
     client_with(endpoints, first, ClientConfig::default())
 }
 
 /// [`client_for`] with explicit timings.
-pub(crate) fn client_with(endpoints: &[String], first: usize, config: ClientConfig) -> anyhow::Result<Client> {
+pub(crate) fn client_with(endpoints: &[String], first: usize, config: ClientConfig) -> Result<Client, BenchError> {
     let ordered: Vec<String> =
         (0..endpoints.len()).map(|offset| endpoints[(first + offset) % endpoints.len()].clone()).collect();
-    Ok(Client::with_config(&ordered, config)?)
+    Client::with_config(&ordered, config).map_err(BenchError::client("creating a client"))
 }
 
 /// Registers a READ capability with a long attempt deadline.
-pub(crate) async fn register_capability(client: &Client, id: &str, queue: &str) -> anyhow::Result<()> {
+pub(crate) async fn register_capability(client: &Client, id: &str, queue: &str) -> Result<(), BenchError> {
     client
         .register_capability(pb::RegisterCapabilityRequest {
             request_id: String::new(),
@@ -67,14 +67,14 @@ pub(crate) async fn register_capability(client: &Client, id: &str, queue: &str) 
             }),
         })
         .await
-        .map_err(|error| anyhow::anyhow!("registering capability {id}: {error}"))?;
+        .map_err(BenchError::client(format!("registering capability {id}")))?;
     Ok(())
 }
 
 /// Registers the shared capability and one capability (and queue) per
 /// closed-loop client, so each client's worker leases exactly its own
 /// submissions.
-pub(crate) async fn register_capabilities(client: &Client, clients: usize) -> anyhow::Result<()> {
+pub(crate) async fn register_capabilities(client: &Client, clients: usize) -> Result<(), BenchError> {
     register_capability(client, SHARED_CAPABILITY, SHARED_QUEUE).await?;
     let registrations = (0..clients).map(|index| {
         let (capability, queue) = client_capability(index);
@@ -514,7 +514,7 @@ pub(crate) async fn run_config(
     pids: &[u32],
     spec: &ConfigSpec,
     prefix: &str,
-) -> anyhow::Result<ConfigReport> {
+) -> Result<ConfigReport, BenchError> {
     let started = Instant::now();
     let window_start = started + spec.warmup;
     let end = window_start + spec.duration;

@@ -1,13 +1,13 @@
 //! Smoke runs of `gavel bench` against local clusters of the debug `gavel`
-//! binary (`<workspace>/target/debug/gavel`, built first when missing). The
-//! runs are serialized so their timings do not disturb each other.
+//! binary (found as `gavel_testkit::resolve_gavel_binary` finds it: run
+//! `cargo build -p gavel-cli` first, or set `GAVEL_BIN`). The runs are
+//! serialized so their timings do not disturb each other.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
 use clap::Parser;
-use gavel_bench::{BenchArgs, BenchOutcome, ConfigReport};
+use gavel_bench::{BenchArgs, BenchError, BenchOutcome, ConfigReport};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -17,24 +17,15 @@ struct Cli {
     bench: BenchArgs,
 }
 
+/// The binary next to this test; never built from here (a nested cargo
+/// would wait for the lock of the running one).
 fn gavel_binary() -> PathBuf {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace.join("target"), PathBuf::from);
-    let binary = target.join("debug").join("gavel");
-    if !binary.is_file() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "gavel-server", "--bin", "gavel"])
-            .current_dir(&workspace)
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building the gavel binary failed");
-    }
-    binary
+    gavel_testkit::resolve_gavel_binary(None).unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// Runs the bench with these flags (plus `--json` and the debug binary);
 /// returns the outcome and the JSON lines it printed.
-fn bench(flags: &[&str]) -> (anyhow::Result<BenchOutcome>, Vec<serde_json::Value>) {
+fn bench(flags: &[&str]) -> (Result<BenchOutcome, BenchError>, Vec<serde_json::Value>) {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     let binary = gavel_binary();
     let mut argv = vec!["bench", "--json", "--gavel-binary", binary.to_str().expect("utf-8 path")];
@@ -158,4 +149,68 @@ fn a_missing_binary_fails_with_a_summary() {
     let text = String::from_utf8(out).expect("utf-8 output");
     let last: serde_json::Value = serde_json::from_str(text.lines().last().expect("a line")).expect("JSON");
     assert_eq!(last["summary"]["ok"], false);
+}
+
+#[test]
+fn figures_smoke() {
+    let (outcome, lines) = bench(&[
+        "--figures",
+        "restart,failover,lifecycle,cancel,idle-worker",
+        "--figure-runs",
+        "1",
+        "--figure-lifecycles",
+        "5",
+        "--figure-executions",
+        "300",
+        "--figure-cancels",
+        "2",
+        "--figure-idle",
+        "1s",
+    ]);
+    let outcome = outcome.expect("the bench runs");
+    assert!(outcome.ok);
+    assert!(outcome.configs.is_empty() && outcome.scale.is_none());
+    let figures = outcome.figures.expect("figures");
+    // Failover with the cluster's timings, then with election timeout 800–1600 ms.
+    assert_eq!(figures.failover.len(), 2);
+    for failover in &figures.failover {
+        assert_eq!(failover.write_after_kill.runs_ms.len(), 1);
+        // A new leader needs at least one election timeout.
+        assert!(failover.write_after_kill.median_ms > 100.0, "{failover:?}");
+    }
+    assert_eq!(
+        figures.lifecycle.iter().map(|figure| figure.through.as_str()).collect::<Vec<_>>(),
+        ["follower", "leader"]
+    );
+    for lifecycle in &figures.lifecycle {
+        assert!(0.0 < lifecycle.p50.median_ms && lifecycle.p50.median_ms <= lifecycle.p99.median_ms, "{lifecycle:?}");
+    }
+    assert_eq!(figures.cancel.iter().map(|figure| figure.heartbeat_ms).collect::<Vec<_>>(), [500, 100]);
+    for cancel in &figures.cancel {
+        assert_eq!(cancel.cancels, 2);
+        assert!(0.0 < cancel.p50_ms && cancel.p50_ms <= cancel.max_ms, "{cancel:?}");
+    }
+    let idle = figures.idle_worker.expect("the idle worker");
+    assert_eq!(idle.raft_log_entries, 0, "an idle worker proposes nothing: {idle:?}");
+    assert!(idle.requests_per_s < 20.0, "{idle:?}");
+    let restart = figures.restart.expect("the restart figure");
+    assert_eq!(restart.fill.executions, 300);
+    assert_eq!(restart.runs.len(), 1);
+    let run = &restart.runs[0];
+    assert!(run.read_ok, "{run:?}");
+    let read_ms = run.read_ms.expect("the read was timed");
+    assert!(0.0 < run.serving_ms && run.serving_ms <= read_ms && run.serving_ms <= run.caught_up_ms, "{run:?}");
+    let summary = &lines.last().expect("a summary line")["summary"];
+    assert_eq!(summary["ok"], true, "{summary:#}");
+    assert_eq!(summary["figures"]["cancel"][1]["heartbeat_ms"], 100);
+}
+
+#[test]
+fn figures_need_the_local_cluster() {
+    assert!(Cli::try_parse_from(["bench", "--figures", "failover", "--endpoints", "a:1"]).is_err());
+    assert!(Cli::try_parse_from(["bench", "--figures", "failover", "--scale", "10"]).is_err());
+    assert!(Cli::try_parse_from(["bench", "--figures", "no-such-figure"]).is_err());
+    assert!(Cli::try_parse_from(["bench", "--figure-runs", "2"]).is_err(), "figure flags need --figures");
+    let parsed = Cli::try_parse_from(["bench", "--figures", "idle-worker,cancel"]).expect("parses").bench;
+    assert_eq!(parsed.figures, vec![gavel_bench::Figure::IdleWorker, gavel_bench::Figure::Cancel]);
 }

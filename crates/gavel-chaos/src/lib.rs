@@ -8,8 +8,17 @@
 //! - [`checker`]: the checkers (linearizable approvals, one consumption, one
 //!   final result, fencing, retry discipline, no lost writes, liveness, coverage).
 //! - [`report`]: the summary table and the SVG timeline.
-//! - [`net`]: network namespaces, veth links and iptables partitions.
-//! - [`cluster`]: the node processes (spawn, SIGKILL, SIGSTOP/SIGCONT, restart).
+//! - [`net`]: network namespaces, veth links and iptables partitions, and the
+//!   [`net::Namespaces`] launcher that starts nodes inside them.
+//! - [`cluster`]: the node processes, a [`gavel_testkit::Cluster`] (spawn,
+//!   SIGKILL, SIGSTOP/SIGCONT, restart, status).
+//! - [`run`]: one run from start to verdict.
+//!
+//! Library errors are `thiserror` enums ([`net::NetError`],
+//! [`workload::WorkloadError`], [`run::RunError`]). The crate must not depend
+//! on the node's internals (`gavel-core`, `gavel-raft`, `gavel-server`): it
+//! drives real `gavel node` processes through `gavel-testkit`, the SDK and
+//! the public gRPC API only.
 
 pub mod checker;
 pub mod cluster;

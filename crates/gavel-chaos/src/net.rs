@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use gavel_testkit::Launcher;
 use nix::fcntl::{Flock, FlockArg};
 
 /// The family every run prefix starts with; [`cleanup_stale`] is called with it.
@@ -65,6 +65,95 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Deadline of installing iptables with apt-get.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What the network layer can fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// A command could not be started or waited for.
+    #[error("cannot run `{line}`: {source}")]
+    Spawn {
+        /// The command line.
+        line: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command exited with a failure status.
+    #[error("`{line}` failed ({status}): {stderr}")]
+    Failed {
+        /// The command line.
+        line: String,
+        /// Its exit status.
+        status: String,
+        /// Its standard error, trimmed.
+        stderr: String,
+    },
+    /// A command ran past its deadline and was killed.
+    #[error("`{line}` did not finish within {timeout:?}")]
+    TimedOut {
+        /// The command line.
+        line: String,
+        /// The deadline.
+        timeout: Duration,
+    },
+    /// A lock file or directory could not be created or opened.
+    #[error("{action}: {source}")]
+    Io {
+        /// What was being done.
+        action: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another live run holds the prefix.
+    #[error("prefix {prefix} is in use by a live run ({errno})")]
+    PrefixInUse {
+        /// The prefix asked for.
+        prefix: String,
+        /// The error of `flock(2)`.
+        errno: nix::errno::Errno,
+    },
+    /// Namespaces or iptables cannot be used on this machine.
+    #[error("network namespaces are unavailable: {0}")]
+    Unavailable(String),
+    /// An argument out of range: a node count, a prefix, a probability, partition groups.
+    #[error("{0}")]
+    Invalid(String),
+    /// A node id the network does not have.
+    #[error("no node {id} in the network {prefix}")]
+    UnknownNode {
+        /// The id asked for.
+        id: u64,
+        /// The network's prefix.
+        prefix: String,
+    },
+    /// Setting a network up failed (what was created is removed again).
+    #[error("setting up the network {prefix}: {source}")]
+    Setup {
+        /// The network's prefix.
+        prefix: String,
+        /// The step that failed.
+        #[source]
+        source: Box<NetError>,
+    },
+    /// The bridge does not carry traffic between the hub and a node, or between nodes.
+    #[error("{0}")]
+    Unreachable(String),
+    /// No unused prefix or subnet is left.
+    #[error("{0}")]
+    Exhausted(String),
+    /// Teardown failed for some resources (the others were removed).
+    #[error("teardown of {prefix}: {failures}")]
+    Teardown {
+        /// The network's prefix.
+        prefix: String,
+        /// Every failure, `; `-separated.
+        failures: String,
+    },
+}
+
+/// The network layer's results.
+pub type Result<T> = std::result::Result<T, NetError>;
 
 /// Whether network namespaces and iptables can be used here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +208,42 @@ impl Topology {
     }
 }
 
+/// The [`Launcher`] of a run in namespaces: node `i` runs inside its
+/// namespace of the [`Topology`] as `ip netns exec <ns> <binary> node ...`
+/// and listens on its address and one port shared by every node. `ip netns
+/// exec` execs the binary in place, so the child's PID is the gavel process
+/// itself and signals sent to it hit the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namespaces {
+    /// Where the nodes run.
+    pub topology: Topology,
+    /// The port every node listens on.
+    pub port: u16,
+}
+
+impl Namespaces {
+    fn namespace(&self, id: u64) -> std::result::Result<&str, gavel_testkit::Error> {
+        self.topology.namespace(id).ok_or_else(|| gavel_testkit::Error::Launch {
+            id,
+            detail: format!("the network {} has no node {id}", self.topology.prefix),
+        })
+    }
+}
+
+impl Launcher for Namespaces {
+    fn address(&self, id: u64) -> std::result::Result<String, gavel_testkit::Error> {
+        self.namespace(id)?;
+        let ip = self.topology.ip(id).ok_or(gavel_testkit::Error::UnknownNode(id))?;
+        Ok(format!("{ip}:{}", self.port))
+    }
+
+    fn command(&self, id: u64, binary: &Path) -> std::result::Result<Command, gavel_testkit::Error> {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", self.namespace(id)?]).arg(binary);
+        Ok(command)
+    }
+}
+
 /// An exclusive flock on `/run/gavel-chaos/<prefix>.lock`, held while the
 /// prefix is in use.
 struct PrefixLock {
@@ -133,16 +258,17 @@ impl PrefixLock {
 
     /// Takes the lock of `prefix`; fails when another live holder has it.
     fn acquire(prefix: &str) -> Result<PrefixLock> {
-        std::fs::create_dir_all(LOCK_DIR).with_context(|| format!("creating {LOCK_DIR}"))?;
+        std::fs::create_dir_all(LOCK_DIR)
+            .map_err(|source| NetError::Io { action: format!("creating {LOCK_DIR}"), source })?;
         let path = PrefixLock::path(prefix);
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
+            .map_err(|source| NetError::Io { action: format!("opening {}", path.display()), source })?;
         let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
-            .map_err(|(_, errno)| anyhow!("prefix {prefix} is in use by a live run ({errno})"))?;
+            .map_err(|(_, errno)| NetError::PrefixInUse { prefix: prefix.to_string(), errno })?;
         std::fs::write(&path, format!("{}\n", std::process::id())).ok();
         Ok(PrefixLock { path, lock })
     }
@@ -199,27 +325,28 @@ fn run_with_timeout(program: &str, args: &[&str], timeout: Duration) -> Result<S
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("cannot run `{line}`"))?;
+        .map_err(|source| NetError::Spawn { line: line.clone(), source })?;
     let pid = child.id();
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = sender.send(child.wait_with_output());
     });
     let output = match receiver.recv_timeout(timeout) {
-        Ok(output) => output.with_context(|| format!("waiting for `{line}`"))?,
+        Ok(output) => output.map_err(|source| NetError::Spawn { line: line.clone(), source })?,
         Err(_) => {
             if let Ok(output) = receiver.try_recv() {
-                output.with_context(|| format!("waiting for `{line}`"))?
+                output.map_err(|source| NetError::Spawn { line: line.clone(), source })?
             } else {
                 // Our own child, not reaped yet (the thread is still waiting for it).
                 let _ =
                     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
-                bail!("`{line}` did not finish within {timeout:?}");
+                return Err(NetError::TimedOut { line, timeout });
             }
         }
     };
     if !output.status.success() {
-        bail!("`{line}` failed ({}): {}", output.status, String::from_utf8_lossy(&output.stderr).trim());
+        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+        return Err(NetError::Failed { line, status: output.status.to_string(), stderr });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
@@ -247,7 +374,7 @@ fn ensure_iptables_installed() -> Result<()> {
                 );
                 match &result {
                     Ok(stdout) => tracing::info!("apt-get install -y iptables:\n{stdout}"),
-                    Err(error) => tracing::warn!("{error:#}"),
+                    Err(error) => tracing::warn!("{error}"),
                 }
                 result
             };
@@ -261,13 +388,13 @@ fn ensure_iptables_installed() -> Result<()> {
                 Ok(())
             } else {
                 Err(format!(
-                    "iptables is missing and apt-get install failed: {:#}",
-                    outcome.err().unwrap_or_else(|| anyhow!("no error"))
+                    "iptables is missing and apt-get install failed: {}",
+                    outcome.err().map_or_else(|| "no error".to_string(), |error| error.to_string())
                 ))
             }
         })
         .clone()
-        .map_err(|error| anyhow!(error))
+        .map_err(NetError::Unavailable)
 }
 
 /// Whether we run as root.
@@ -284,14 +411,14 @@ fn probe_iptables() -> std::result::Result<String, String> {
             if !is_root() {
                 return Err("not running as root".to_string());
             }
-            run("ip", &["netns", "list"]).map_err(|error| format!("`ip netns` does not work: {error:#}"))?;
-            ensure_iptables_installed().map_err(|error| format!("{error:#}"))?;
-            let prefix = fresh_prefix().map_err(|error| format!("{error:#}"))?;
-            let lock = PrefixLock::acquire(&prefix).map_err(|error| format!("{error:#}"))?;
+            run("ip", &["netns", "list"]).map_err(|error| format!("`ip netns` does not work: {error}"))?;
+            ensure_iptables_installed().map_err(|error| error.to_string())?;
+            let prefix = fresh_prefix().map_err(|error| error.to_string())?;
+            let lock = PrefixLock::acquire(&prefix).map_err(|error| error.to_string())?;
             let namespace = format!("{prefix}-probe");
             let result = (|| {
                 run("ip", &["netns", "add", &namespace])
-                    .map_err(|error| format!("cannot create a network namespace: {error:#}"))?;
+                    .map_err(|error| format!("cannot create a network namespace: {error}"))?;
                 let mut failures = Vec::new();
                 for flavour in ["iptables", "iptables-legacy"] {
                     let attempt = (|| -> Result<()> {
@@ -318,7 +445,7 @@ fn probe_iptables() -> std::result::Result<String, String> {
                         ])?;
                         let listed = ipt(&["-S", CHAIN])?;
                         if !listed.contains("statistic") {
-                            bail!("the rule is not listed: {listed}");
+                            return Err(NetError::Invalid(format!("the rule is not listed: {listed}")));
                         }
                         ipt(&["-F", CHAIN])?;
                         ipt(&["-D", "INPUT", "-j", CHAIN])?;
@@ -327,7 +454,7 @@ fn probe_iptables() -> std::result::Result<String, String> {
                     })();
                     match attempt {
                         Ok(()) => return Ok(flavour.to_string()),
-                        Err(error) => failures.push(format!("{flavour}: {error:#}")),
+                        Err(error) => failures.push(format!("{flavour}: {error}")),
                     }
                 }
                 Err(format!("no iptables works inside a namespace: {}", failures.join("; ")))
@@ -359,7 +486,7 @@ pub fn fresh_prefix() -> Result<String> {
             return Ok(prefix);
         }
     }
-    bail!("could not find an unused {FAMILY} prefix")
+    Err(NetError::Exhausted(format!("could not find an unused {FAMILY} prefix")))
 }
 
 /// Names of the network namespaces (`ip netns list`).
@@ -425,7 +552,7 @@ pub fn cleanup_stale(prefix_family: &str) -> StaleReport {
         }
         match run("ip", &["netns", "del", &namespace]) {
             Ok(_) => report.namespaces.push(namespace),
-            Err(error) => tracing::warn!("cleanup: {error:#}"),
+            Err(error) => tracing::warn!("cleanup: {error}"),
         }
     }
     if !report.orphan_pids.is_empty() {
@@ -442,7 +569,7 @@ pub fn cleanup_stale(prefix_family: &str) -> StaleReport {
         match run("ip", &["link", "del", &link]) {
             Ok(_) => report.links.push(link),
             // A veth may vanish by itself once its namespace is destroyed.
-            Err(error) => tracing::debug!("cleanup: {error:#}"),
+            Err(error) => tracing::debug!("cleanup: {error}"),
         }
     }
     // Root FORWARD rules naming a stale bridge.
@@ -461,7 +588,7 @@ pub fn cleanup_stale(prefix_family: &str) -> StaleReport {
                 args.extend_from_slice(&words[1..]);
                 match run(&flavour, &args) {
                     Ok(_) => report.rules.push(rule.to_string()),
-                    Err(error) => tracing::warn!("cleanup: {error:#}"),
+                    Err(error) => tracing::warn!("cleanup: {error}"),
                 }
             }
         }
@@ -527,16 +654,18 @@ impl Net {
     /// everything created so far is removed.
     pub fn setup(nodes: u64, prefix: &str) -> Result<Net> {
         if nodes == 0 || nodes > 200 {
-            bail!("a net needs between 1 and 200 nodes, not {nodes}");
+            return Err(NetError::Invalid(format!("a net needs between 1 and 200 nodes, not {nodes}")));
         }
         let longest = format!("{prefix}v{nodes}");
         if !prefix.starts_with(FAMILY)
             || longest.len() > 15
             || !prefix.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         {
-            bail!("prefix {prefix:?} must start with {FAMILY:?}, be lowercase alphanumeric and keep {longest:?} within 15 characters");
+            return Err(NetError::Invalid(format!(
+                "prefix {prefix:?} must start with {FAMILY:?}, be lowercase alphanumeric and keep {longest:?} within 15 characters"
+            )));
         }
-        let iptables = probe_iptables().map_err(|reason| anyhow!("network namespaces are unavailable: {reason}"))?;
+        let iptables = probe_iptables().map_err(NetError::Unavailable)?;
         let lock = PrefixLock::acquire(prefix)?;
         let subnet = pick_subnet(prefix)?;
         let (a, b) = SUBNET_BASE;
@@ -556,7 +685,7 @@ impl Net {
             state: Mutex::new(NetState { torn_down: false, root_rules: Vec::new(), lock: Some(lock) }),
         };
         // On error `net` is dropped, which tears down what exists.
-        net.build().with_context(|| format!("setting up the network {prefix}"))?;
+        net.build().map_err(|source| NetError::Setup { prefix: prefix.to_string(), source: Box::new(source) })?;
         Ok(net)
     }
 
@@ -601,7 +730,7 @@ impl Net {
             match run(&flavour, &args) {
                 Ok(_) => self.lock_state().root_rules.push((flavour, rule.clone())),
                 Err(error) if !bridged => {
-                    tracing::debug!("root FORWARD rule not added (bridged frames bypass iptables): {error:#}")
+                    tracing::debug!("root FORWARD rule not added (bridged frames bypass iptables): {error}")
                 }
                 Err(error) => return Err(error),
             }
@@ -616,7 +745,10 @@ impl Net {
         for (id, (_, ip)) in &self.topology.nodes {
             while !tcp_reachable(*ip, Duration::from_millis(500)) {
                 if Instant::now() > deadline {
-                    bail!("the hub {} cannot reach node {id} at {ip}", self.topology.hub);
+                    return Err(NetError::Unreachable(format!(
+                        "the hub {} cannot reach node {id} at {ip}",
+                        self.topology.hub
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -632,10 +764,12 @@ impl Net {
                 let attempt = run("ip", &["netns", "exec", namespace, "timeout", "2", "bash", "-c", &script]);
                 match attempt {
                     Ok(_) => break,
-                    Err(error) if format!("{error:#}").contains("Connection refused") => break,
+                    Err(error) if error.to_string().contains("Connection refused") => break,
                     Err(error) => {
                         if Instant::now() > deadline {
-                            bail!("node {first} cannot reach node {id} at {ip} through the bridge: {error:#}");
+                            return Err(NetError::Unreachable(format!(
+                                "node {first} cannot reach node {id} at {ip} through the bridge: {error}"
+                            )));
                         }
                         std::thread::sleep(Duration::from_millis(100));
                     }
@@ -667,11 +801,15 @@ impl Net {
         Ok(format!("{}: {} {}", self.namespace(id)?, self.iptables, full.join(" ")))
     }
 
+    fn unknown(&self, id: u64) -> NetError {
+        NetError::UnknownNode { id, prefix: self.topology.prefix.clone() }
+    }
+
     fn known(&self, id: u64) -> Result<()> {
         if self.topology.nodes.contains_key(&id) {
             Ok(())
         } else {
-            bail!("no node {id} in the network {}", self.topology.prefix)
+            Err(self.unknown(id))
         }
     }
 
@@ -702,12 +840,12 @@ impl Net {
 
     /// The address of node `id`.
     pub fn ip(&self, id: u64) -> Result<Ipv4Addr> {
-        self.topology.ip(id).ok_or_else(|| anyhow!("no node {id} in the network {}", self.topology.prefix))
+        self.topology.ip(id).ok_or_else(|| self.unknown(id))
     }
 
     /// The namespace of node `id`.
     pub fn namespace(&self, id: u64) -> Result<&str> {
-        self.topology.namespace(id).ok_or_else(|| anyhow!("no node {id} in the network {}", self.topology.prefix))
+        self.topology.namespace(id).ok_or_else(|| self.unknown(id))
     }
 
     /// The iptables flavour in use (`iptables` or `iptables-legacy`).
@@ -742,7 +880,7 @@ impl Net {
             for id in group {
                 self.known(*id)?;
                 if group_of.insert(*id, index).is_some() {
-                    bail!("node {id} appears in two partition groups");
+                    return Err(NetError::Invalid(format!("node {id} appears in two partition groups")));
                 }
             }
         }
@@ -769,7 +907,7 @@ impl Net {
         self.known(from)?;
         self.known(to)?;
         if from == to {
-            bail!("cannot cut node {from} from itself");
+            return Err(NetError::Invalid(format!("cannot cut node {from} from itself")));
         }
         let source = self.ip(from)?.to_string();
         Ok(vec![self.add_rule(to, &["-s", &source, "-j", "DROP"])?])
@@ -791,7 +929,7 @@ impl Net {
     /// applied.
     pub fn packet_loss(&self, probability: f64) -> Result<Vec<String>> {
         if !(probability > 0.0 && probability <= 1.0) {
-            bail!("packet loss probability {probability} is not in (0, 1]");
+            return Err(NetError::Invalid(format!("packet loss probability {probability} is not in (0, 1]")));
         }
         let probability = format!("{probability}");
         let mut applied = Vec::new();
@@ -835,7 +973,7 @@ impl Net {
     /// Deletes the namespaces, veths, bridge and root rules of this run and
     /// releases its prefix. Idempotent; keeps going after a failure and
     /// reports the failures at the end. Processes still running in the
-    /// namespaces are not killed (the [`crate::cluster::Cluster`] does that).
+    /// namespaces are not killed (the [`gavel_testkit::Cluster`] does that).
     pub fn teardown(&self) -> Result<()> {
         let mut state = self.lock_state();
         if state.torn_down {
@@ -847,7 +985,7 @@ impl Net {
             let mut args = vec!["-w", "5", "-D", "FORWARD"];
             args.extend(rule.iter().map(String::as_str));
             if let Err(error) = run(&flavour, &args) {
-                failures.push(format!("{error:#}"));
+                failures.push(error.to_string());
             }
         }
         let namespaces: BTreeSet<String> = list_namespaces().unwrap_or_default().into_iter().collect();
@@ -860,13 +998,13 @@ impl Net {
             }
             if namespaces.contains(namespace) {
                 if let Err(error) = run("ip", &["netns", "del", namespace]) {
-                    failures.push(format!("{error:#}"));
+                    failures.push(error.to_string());
                 }
             }
         }
         if links.contains(&self.bridge) {
             if let Err(error) = run("ip", &["link", "del", &self.bridge]) {
-                failures.push(format!("{error:#}"));
+                failures.push(error.to_string());
             }
         }
         if let Some(lock) = state.lock.take() {
@@ -875,7 +1013,7 @@ impl Net {
         if failures.is_empty() {
             Ok(())
         } else {
-            bail!("teardown of {}: {}", self.topology.prefix, failures.join("; "))
+            Err(NetError::Teardown { prefix: self.topology.prefix.clone(), failures: failures.join("; ") })
         }
     }
 }
@@ -883,7 +1021,7 @@ impl Net {
 impl Drop for Net {
     fn drop(&mut self) {
         if let Err(error) = self.teardown() {
-            tracing::warn!("{error:#}");
+            tracing::warn!("{error}");
         }
     }
 }
@@ -908,5 +1046,5 @@ fn pick_subnet(prefix: &str) -> Result<u8> {
     (0..250u8)
         .map(|offset| ((start as u16 - 1 + offset as u16) % 250) as u8 + 1)
         .find(|candidate| !used.contains(candidate))
-        .ok_or_else(|| anyhow!("every 10.213.K.0/24 subnet is in use"))
+        .ok_or_else(|| NetError::Exhausted("every 10.213.K.0/24 subnet is in use".to_string()))
 }

@@ -5,25 +5,24 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::audit_service_client::AuditServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::checker::{self, CheckOptions, CheckReport, Verdict};
-use crate::cluster::{Cluster, ClusterSpec, Mode};
+use crate::cluster::{self, Cluster, Launcher, Loopback, Namespaces};
 use crate::history::{self, AuditEvent, Entry, FaultKind, FinalState, Header, OpResult};
 use crate::nemesis::{self, Nemesis};
-use crate::net::{self, Net};
+use crate::net::{self, Net, NetError};
 use crate::recorder::Recorder;
 use crate::report;
 use crate::rng::Rng;
-use crate::workload::{self, Workload, WorkloadConfig};
+use crate::workload::{self, Workload, WorkloadConfig, WorkloadError};
 
 /// Exit code: every checker judged the history valid.
 pub const EXIT_VALID: i32 = 0;
@@ -40,10 +39,45 @@ const LEADER_AFTER_HEAL: Duration = Duration::from_secs(10);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the nodes get to reach the same applied index and state hash.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the final reads get to see every node at one applied index.
+const AGREE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Milliseconds since the Unix epoch.
-pub fn wall_clock_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as i64)
+pub use gavel_testkit::wall_clock_ms;
+
+/// Why a chaos run could not be carried out (a harness failure, exit code
+/// [`EXIT_HARNESS_CRASH`]; a verdict is not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A `--faults` name that names no fault.
+    #[error("unknown fault {0:?}")]
+    UnknownFault(String),
+    /// The run directory could not be prepared.
+    #[error("{action}: {source}")]
+    RunDirectory {
+        /// What was being done.
+        action: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing or reading the history, summary or report failed.
+    #[error("run files: {0}")]
+    Io(#[from] std::io::Error),
+    /// Encoding the configuration or summary failed.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A blocking harness task panicked or was cancelled.
+    #[error("harness task: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// The network namespaces could not be set up.
+    #[error("network: {0}")]
+    Net(#[from] NetError),
+    /// The binary was not found or the nodes did not start.
+    #[error("cluster: {0}")]
+    Cluster(#[from] gavel_testkit::Error),
+    /// The workload could not be set up.
+    #[error("workload: {0}")]
+    Workload(#[from] WorkloadError),
 }
 
 /// `gavel chaos` flags.
@@ -97,7 +131,7 @@ pub struct ChaosArgs {
 }
 
 /// Parses fault names.
-pub fn parse_faults(names: &[String]) -> anyhow::Result<Vec<FaultKind>> {
+pub fn parse_faults(names: &[String]) -> Result<Vec<FaultKind>, RunError> {
     let mut faults = BTreeSet::new();
     for name in names {
         let name = name.trim();
@@ -108,7 +142,7 @@ pub fn parse_faults(names: &[String]) -> anyhow::Result<Vec<FaultKind>> {
         let fault = FaultKind::ALL
             .into_iter()
             .find(|fault| checker::fault_name(*fault) == name || checker::fault_name(*fault).replace('_', "-") == name)
-            .with_context(|| format!("unknown fault {name:?}"))?;
+            .ok_or_else(|| RunError::UnknownFault(name.to_string()))?;
         faults.insert(fault);
     }
     Ok(faults.into_iter().collect())
@@ -160,7 +194,7 @@ impl Drop for Teardown {
         }
         if let Some(net) = self.net.take() {
             if let Err(error) = net.teardown() {
-                eprintln!("gavel chaos: tearing the network down failed: {error:#}");
+                eprintln!("gavel chaos: tearing the network down failed: {error}");
             }
         }
     }
@@ -171,7 +205,7 @@ pub async fn run(args: ChaosArgs) -> i32 {
     match run_inner(args).await {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("gavel chaos: harness failure: {error:#}");
+            eprintln!("gavel chaos: harness failure: {error}");
             EXIT_HARNESS_CRASH
         }
     }
@@ -189,32 +223,31 @@ fn rerun_command(args: &ChaosArgs, seed: u64) -> String {
     command
 }
 
-async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
+async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
     let seed = args.seed.unwrap_or_else(|| wall_clock_ms() as u64 % 1_000_000);
     let faults = parse_faults(&args.faults)?;
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("chaos-runs").join(seed.to_string()));
     if out.exists() {
-        std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
+        std::fs::remove_dir_all(&out)
+            .map_err(|source| RunError::RunDirectory { action: format!("clearing {}", out.display()), source })?;
     }
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    std::fs::create_dir_all(&out)
+        .map_err(|source| RunError::RunDirectory { action: format!("creating {}", out.display()), source })?;
     let out = out.canonicalize()?;
     std::fs::write(
         out.join("config.json"),
         serde_json::to_vec_pretty(&serde_json::json!({"seed": seed, "args": &args}))?,
     )?;
-    let binary = match &args.binary {
-        Some(binary) => binary.clone(),
-        None => std::env::current_exe().context("locating this executable")?,
-    };
+    let binary = gavel_testkit::resolve_gavel_binary(args.binary.as_deref())?;
     let rerun = rerun_command(&args, seed);
     eprintln!("gavel chaos: seed {seed}, {} s of faults {faults:?}; run directory {}", args.duration, out.display());
 
     // The network: namespaces when possible and wanted.
     let wants_network = faults.iter().any(|fault| fault.needs_network());
     let mut teardown = Teardown { cluster: None, net: None };
-    let mode = if args.loopback {
+    let launcher: Box<dyn Launcher> = if args.loopback {
         eprintln!("gavel chaos: --loopback: nodes on 127.0.0.1, kill and pause only");
-        Mode::Loopback
+        Box::new(Loopback::free_ports())
     } else {
         let availability = tokio::task::spawn_blocking(Net::available).await?;
         if availability.available {
@@ -226,7 +259,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
             let net = Arc::new(tokio::task::spawn_blocking(move || Net::setup(3, &prefix)).await??);
             let topology = net.topology();
             teardown.net = Some(net);
-            Mode::Namespaces(topology)
+            Box::new(Namespaces { topology, port: cluster::NAMESPACE_PORT })
         } else {
             eprintln!(
                 "gavel chaos: no network namespaces ({}); nodes on loopback, kill and pause only{}",
@@ -237,20 +270,18 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
                     ""
                 }
             );
-            Mode::Loopback
+            Box::new(Loopback::free_ports())
         }
     };
-    let namespaces = matches!(mode, Mode::Namespaces(_));
+    let namespaces = teardown.net.is_some();
 
-    let mut spec = ClusterSpec::new(binary, out.join("nodes"), mode);
-    spec.extra_flags = vec![
-        format!("--snapshot-logs-since-last={}", args.snapshot_every),
-        format!("--logs-to-keep={}", (args.snapshot_every / 4).max(10)),
-    ];
+    let mut spec = cluster::spec(binary, out.join("nodes"));
+    spec.snapshots.logs_since_last = Some(args.snapshot_every);
+    spec.snapshots.logs_to_keep = Some((args.snapshot_every / 4).max(10));
     if let Some(mutant) = &args.mutant {
         spec.env.push(("GAVEL_MUTANT".to_string(), mutant.clone()));
     }
-    let cluster = Arc::new(Cluster::start(spec).await?);
+    let cluster = Arc::new(Cluster::start_with(spec, launcher).await?);
     teardown.cluster = Some(cluster.clone());
 
     let recorder = Arc::new(Recorder::create(&out.join("history.jsonl"))?);
@@ -326,7 +357,7 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
     for actor in actors {
         let _ = tokio::time::timeout(Duration::from_secs(30), actor).await;
     }
-    let leader_after_heal = cluster.wait_for_leader(LEADER_AFTER_HEAL).await;
+    let leader_after_heal = cluster.wait_for_leader(LEADER_AFTER_HEAL).await.ok();
     let unfinished = drain(&workload, &nodes, DRAIN_TIMEOUT).await;
     workload.stop_workers.cancel();
     for worker in workers {
@@ -340,8 +371,15 @@ async fn run_inner(args: ChaosArgs) -> anyhow::Result<i32> {
     let approvals = workload.approvals.lock().expect("approvals lock").clone();
     let executions = workload.executions.lock().expect("executions lock").clone();
     let changes = leader_changes.load(Ordering::Relaxed);
+    let hashes = observe_state_hashes(&cluster, AGREE_TIMEOUT).await.chosen();
     for (id, addr) in &nodes {
-        let state = final_state(&cluster, *id, addr, &approvals, &executions, changes).await;
+        let mut state = final_state(&cluster, *id, addr, &approvals, &executions, changes).await;
+        // The hash at an applied index every node reached, not whatever one
+        // read happened to see (the ticker appends between reads).
+        if let Some((applied_index, state_hash)) = hashes.get(id) {
+            state.applied_index = Some(*applied_index);
+            state.state_hash = Some(state_hash.clone());
+        }
         recorder.write(&Entry::Final(state));
     }
     drop(teardown);
@@ -452,25 +490,32 @@ async fn drain(workload: &Workload, nodes: &[(u64, String)], timeout: Duration) 
     pending
 }
 
-/// Waits until every node reports the same applied index and state hash.
+/// Waits until every node reports the same applied index and state hash
+/// (the final reads compare them); carries on after `timeout` regardless.
 async fn converge(cluster: &Cluster, timeout: Duration) {
-    let started = Instant::now();
-    while started.elapsed() < timeout {
-        let statuses = cluster.statuses().await;
-        let hashes: BTreeSet<_> =
-            statuses.values().map(|status| (status.last_applied_index, status.state_hash.clone())).collect();
-        if statuses.len() == cluster.ids().len() && hashes.len() == 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    if let Err(error) = cluster.converge(timeout).await {
+        tracing::warn!("{error}");
     }
 }
 
-fn channel(addr: &str) -> anyhow::Result<Channel> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(5))
-        .connect_lazy())
+/// Reads every node's applied index and state hash, again and again, until
+/// every node was seen at one applied index with one hash, up to `timeout`.
+async fn observe_state_hashes(cluster: &Cluster, timeout: Duration) -> checker::lost_writes::HashObservations {
+    let mut observations = checker::lost_writes::HashObservations::new(&cluster.ids());
+    let started = Instant::now();
+    loop {
+        for (id, status) in cluster.statuses().await {
+            observations.record(id, status.last_applied_index, &status.state_hash);
+        }
+        if observations.agreed().is_some() || started.elapsed() >= timeout {
+            return observations;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn channel(addr: &str) -> Result<Channel, gavel_testkit::Error> {
+    gavel_testkit::channel(addr, Duration::from_secs(5))
 }
 
 /// Reads one node's view of everything the workload touched.

@@ -36,6 +36,29 @@ pub const QUEUE: &str = "chaos";
 /// make leases expire often.
 pub const LEASE_TIMEOUT_MS: u64 = 1_000;
 
+/// What setting up the workload can fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// A node address that is not a valid URI.
+    #[error("{addr} is not a valid node address: {source}")]
+    Address {
+        /// The address given.
+        addr: String,
+        /// The parse error.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The cluster kept refusing to register a capability.
+    #[error("cannot register capability {capability}: {source}")]
+    Register {
+        /// The capability's id.
+        capability: String,
+        /// The last refusal.
+        #[source]
+        source: Error,
+    },
+}
+
 /// How many actors of each kind run.
 #[derive(Debug, Clone)]
 pub struct WorkloadConfig {
@@ -195,16 +218,19 @@ pub fn execution_view(execution: &pb::Execution) -> ExecutionView {
 
 impl Workload {
     /// A workload against `nodes` recording into `recorder`.
-    pub fn new(recorder: Arc<Recorder>, nodes: Vec<(u64, String)>, config: WorkloadConfig) -> anyhow::Result<Workload> {
+    pub fn new(
+        recorder: Arc<Recorder>,
+        nodes: Vec<(u64, String)>,
+        config: WorkloadConfig,
+    ) -> Result<Workload, WorkloadError> {
         let channels = nodes
             .iter()
             .map(|(_, addr)| {
-                Ok(Endpoint::from_shared(format!("http://{addr}"))?
-                    .connect_timeout(Duration::from_millis(500))
-                    .tcp_nodelay(true)
-                    .connect_lazy())
+                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+                    .map_err(|source| WorkloadError::Address { addr: addr.clone(), source })?;
+                Ok(endpoint.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect_lazy())
             })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>, WorkloadError>>()?;
         Ok(Workload {
             recorder,
             nodes,
@@ -235,7 +261,7 @@ impl Workload {
     }
 
     /// Registers the capabilities, retrying until the cluster accepts them.
-    pub async fn register(&self) -> anyhow::Result<()> {
+    pub async fn register(&self) -> Result<(), WorkloadError> {
         let client = self.client(0);
         for (spec, _) in capabilities() {
             let request = pb::RegisterCapabilityRequest { spec: Some(spec.clone()), ..Default::default() };
@@ -248,7 +274,7 @@ impl Workload {
                         tries += 1;
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
-                    Err(error) => anyhow::bail!("cannot register capability {}: {error}", spec.id),
+                    Err(source) => return Err(WorkloadError::Register { capability: spec.id.clone(), source }),
                 }
             }
         }
@@ -599,7 +625,7 @@ impl Workload {
             return;
         }
         if stall {
-            let now = crate::run::wall_clock_ms();
+            let now = gavel_testkit::wall_clock_ms();
             let past = (lease.deadline_ms - now).max(0) as u64 + rng.between(300, 700);
             tokio::time::sleep(Duration::from_millis(past)).await;
         } else if roll >= 80 {

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use gavel_chaos::checker::lost_writes::HashObservations;
 use gavel_chaos::checker::{
     at_most_one_consumption, check_all, coverage, fencing, linearizable_approvals, liveness, no_lost_writes,
     one_final_result, retry_discipline, CheckOptions, CheckResult, Verdict, CHECKER_NAMES,
@@ -799,6 +800,97 @@ fn an_acknowledged_submit_no_node_holds_is_a_lost_write() {
     let result = no_lost_writes(&gone.entries, &options());
     assert_verdict(&result, Verdict::Invalid);
     assert!(result.details[0].contains("no node holds the execution"), "{}", result.details[0]);
+}
+
+/// A history with one acknowledged create whose final states hold `pairs`
+/// of (applied index, state hash), one per node.
+fn with_hashes(pairs: &[(u64, &str)]) -> History {
+    let mut history = History::new();
+    history.ok(1, 0.0, 10.0, create("a1"), seen(ApprovalState::Pending, None));
+    let mut finals = three_nodes(&[("a1", ApprovalState::Pending, None)], vec![], vec![]);
+    for (state, (applied_index, state_hash)) in finals.iter_mut().zip(pairs) {
+        state.applied_index = Some(*applied_index);
+        state.state_hash = Some(state_hash.to_string());
+    }
+    history.finals(finals);
+    history
+}
+
+/// `no_lost_writes` on [`with_hashes`].
+fn judge_hashes(pairs: &[(u64, &str)]) -> CheckResult {
+    no_lost_writes(&with_hashes(pairs).entries, &options())
+}
+
+#[test]
+fn equal_state_hashes_at_one_applied_index_are_valid() {
+    let result = judge_hashes(&[(8588, "h"), (8588, "h"), (8588, "h")]);
+    assert_verdict(&result, Verdict::Valid);
+}
+
+#[test]
+fn different_state_hashes_at_one_applied_index_are_a_divergence() {
+    let result = judge_hashes(&[(8588, "h"), (8588, "h"), (8588, "other")]);
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details[0].contains("differ at applied index 8588"), "{}", result.details[0]);
+    assert!(result.details[0].contains("node 3: other"), "{}", result.details[0]);
+    // Still a divergence when another node was read at another index.
+    let result = judge_hashes(&[(8587, "g"), (8588, "h"), (8588, "other")]);
+    assert_verdict(&result, Verdict::Invalid);
+}
+
+#[test]
+fn state_hashes_read_at_different_applied_indexes_are_unknown_not_invalid() {
+    // Seed 4242: the ticker appended one entry between the reads of node 1 and the others.
+    let result = judge_hashes(&[(8587, "g"), (8588, "h"), (8588, "h")]);
+    assert_verdict(&result, Verdict::Unknown);
+    assert!(result.details[0].contains("node 1 at 8587; nodes 2, 3 at 8588"), "{}", result.details[0]);
+}
+
+#[test]
+fn hash_observations_pick_an_applied_index_every_node_reached() {
+    // The ticker appends between reads: node 1 is read behind, then catches up.
+    let mut observations = HashObservations::new(&[1, 2, 3]);
+    observations.record(1, 8587, "g");
+    observations.record(2, 8588, "h");
+    observations.record(3, 8588, "h");
+    assert_eq!(observations.agreed(), None, "no index was seen on every node yet");
+    // The next round: 1 and 2 at 8589, 3 already one further.
+    observations.record(1, 8589, "i");
+    observations.record(2, 8589, "i");
+    observations.record(3, 8590, "j");
+    assert_eq!(observations.agreed(), None);
+    // 1 and 2 reach 8590 too: every node was seen there, with one hash.
+    observations.record(1, 8590, "j");
+    observations.record(2, 8590, "j");
+    assert_eq!(observations.agreed(), Some(8590));
+    // An older index seen on every node later does not replace the highest.
+    observations.record(1, 8588, "h");
+    assert_eq!(observations.agreed(), Some(8590));
+    let chosen = observations.chosen();
+    assert_eq!(chosen.len(), 3);
+    assert!(chosen.values().all(|pair| *pair == (8590, "j".to_string())), "{chosen:?}");
+}
+
+#[test]
+fn hash_observations_report_a_divergence_at_a_common_index_or_else_the_last_reads() {
+    let mut diverged = HashObservations::new(&[1, 2, 3]);
+    diverged.record(1, 10, "a");
+    diverged.record(2, 10, "a");
+    diverged.record(3, 10, "b");
+    diverged.record(3, 11, "c");
+    assert_eq!(diverged.agreed(), None);
+    let chosen = diverged.chosen();
+    assert_eq!(chosen.get(&3), Some(&(10, "b".to_string())), "the divergence at 10 is what gets recorded");
+    assert_eq!(chosen.get(&1), Some(&(10, "a".to_string())));
+
+    let mut apart = HashObservations::new(&[1, 2, 3]);
+    apart.record(1, 10, "a");
+    apart.record(2, 11, "b");
+    apart.record(3, 12, "c");
+    apart.record(1, 13, "d");
+    let chosen = apart.chosen();
+    assert_eq!(chosen.get(&1), Some(&(13, "d".to_string())), "no common index: each node's last read");
+    assert_eq!(chosen.get(&3), Some(&(12, "c".to_string())));
 }
 
 // ---------------------------------------------------------------- liveness

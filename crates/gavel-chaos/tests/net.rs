@@ -2,19 +2,20 @@
 //! node` processes: namespaces, iptables faults, SIGKILL/SIGSTOP, restarts.
 //!
 //! The namespace tests need root, `ip netns` and iptables; they print why and
-//! return when those are missing. Every test needs the `gavel` binary, built
-//! on demand with `cargo build -p gavel-server --bin gavel`.
+//! return when those are missing. Every test needs the `gavel` binary
+//! (`cargo build -p gavel-cli` first, or `GAVEL_BIN`); it is never built from
+//! here, since a nested cargo would wait for the lock of the running one.
 
 use std::future::Future;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use gavel_chaos::cluster::{Cluster, ClusterSpec, Mode};
+use gavel_chaos::cluster::{self, Cluster, Namespaces};
 use gavel_chaos::net::{cleanup_stale, fresh_prefix, Net, FAMILY};
 use gavel_client::pb;
+use gavel_testkit::resolve_gavel_binary;
 
 /// Upper bound of one test.
 const TEST_LIMIT: Duration = Duration::from_secs(60);
@@ -23,48 +24,10 @@ const TEST_LIMIT: Duration = Duration::from_secs(60);
 /// elections must stay within their bounds.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// `<workspace>/target/debug/gavel`, built once if missing; `None` (with a
-/// printed reason) when it cannot be had.
-fn gavel_binary() -> Option<PathBuf> {
-    static BINARY: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-            let target =
-                std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace.join("target"));
-            let binary = target.join("debug").join("gavel");
-            if binary.is_file() {
-                return Some(binary);
-            }
-            eprintln!("{} is missing: running cargo build -p gavel-server --bin gavel", binary.display());
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "-p", "gavel-server", "--bin", "gavel"])
-                .current_dir(&workspace)
-                .spawn()
-                .and_then(|mut child| {
-                    // Bounded: the build may wait for a lock held by an outer cargo.
-                    let deadline = Instant::now() + Duration::from_secs(900);
-                    loop {
-                        if let Some(status) = child.try_wait()? {
-                            return Ok(status);
-                        }
-                        if Instant::now() > deadline {
-                            child.kill()?;
-                            child.wait()?;
-                            return Err(std::io::Error::other("cargo build took more than 900 s"));
-                        }
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
-                });
-            match status {
-                Ok(status) if status.success() && binary.is_file() => Some(binary),
-                other => {
-                    eprintln!("SKIP: could not build the gavel binary ({other:?})");
-                    None
-                }
-            }
-        })
-        .clone()
+/// The `gavel` binary next to this test (`target/<profile>/gavel`) or
+/// `$GAVEL_BIN`; a missing one fails the test with the command that builds it.
+fn gavel_binary() -> PathBuf {
+    resolve_gavel_binary(None).unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// Whether namespaces work here; prints why not.
@@ -79,20 +42,16 @@ fn namespaces_available() -> bool {
 }
 
 /// Calls `check` every 100 ms until it yields a value or `limit` passes.
-async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, limit: Duration, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
     let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            eprintln!("{what}: after {:?}", started.elapsed());
-            return value;
-        }
-        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let found = gavel_testkit::eventually(limit, Duration::from_millis(100), check).await;
+    let value = found.unwrap_or_else(|| panic!("timed out after {limit:?} waiting for {what}"));
+    eprintln!("{what}: after {:?}", started.elapsed());
+    value
 }
 
 /// The leader every answering node agrees on, when all `ids` answer and agree.
@@ -134,7 +93,7 @@ async fn namespaces_partitions_and_process_faults() {
     if !namespaces_available() {
         return;
     }
-    let Some(binary) = gavel_binary() else { return };
+    let binary = gavel_binary();
     bounded(async move {
         let report = cleanup_stale(FAMILY);
         eprintln!("cleanup_stale: {report:?}");
@@ -142,9 +101,8 @@ async fn namespaces_partitions_and_process_faults() {
         let net = Net::setup(3, &prefix).expect("net setup");
         eprintln!("net {prefix}: hub {} subnet 10.213.{}.0/24", net.hub_ip(), net.subnet());
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut spec = ClusterSpec::new(&binary, dir.path(), Mode::Namespaces(net.topology()));
-        spec.port = 7400;
-        let cluster = Cluster::start(spec).await.expect("cluster start");
+        let launcher = Namespaces { topology: net.topology(), port: 7400 };
+        let cluster = Cluster::start_with(cluster::spec(&binary, dir.path()), launcher).await.expect("cluster start");
         let all = [1, 2, 3];
         for id in all {
             assert_eq!(cluster.addr(id), Some(format!("{}:7400", net.ip(id).expect("ip")).as_str()));
@@ -178,7 +136,7 @@ async fn namespaces_partitions_and_process_faults() {
         })
         .await;
         let (new_leader, new_term) = new_leader;
-        assert_eq!(cluster.leader().await, Some(new_leader), "the majority's leader wins the tally");
+        assert_eq!(cluster.leader().await, Some(new_leader), "the leader of the newest term is the cluster's leader");
         if let Some(old) = cluster.status(leader).await {
             eprintln!("isolated old leader: role {} term {} leader {:?}", old.role, old.term, old.leader_id);
             assert_ne!(old.leader_id, Some(new_leader), "the isolated node cannot hear the new leader");
@@ -335,11 +293,10 @@ async fn cleanup_stale_removes_dead_runs_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loopback_kill_and_restart() {
-    let Some(binary) = gavel_binary() else { return };
+    let binary = gavel_binary();
     bounded(async move {
         let dir = tempfile::tempdir().expect("temp dir");
-        let spec = ClusterSpec::new(&binary, dir.path(), Mode::Loopback);
-        let cluster = Cluster::start(spec).await.expect("cluster start");
+        let cluster = Cluster::start(cluster::spec(&binary, dir.path())).await.expect("cluster start");
         let all = [1, 2, 3];
         for endpoint in cluster.endpoints() {
             assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint}");

@@ -103,5 +103,5 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         _ = terminate.recv() => {}
     }
     tracing::info!("shutting down");
-    running.stop().await
+    Ok(running.stop().await?)
 }

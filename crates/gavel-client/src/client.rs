@@ -65,9 +65,6 @@ pub fn new_request_id() -> String {
     format!("cli-{}", uuid::Uuid::new_v4())
 }
 
-/// Response header a follower sets on a forwarded call: the leader's address.
-const LEADER_METADATA_KEY: &str = "gavel-leader";
-
 fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
@@ -154,7 +151,10 @@ impl Client {
                     // A follower forwarded the call and names the leader: go
                     // there directly next time (one hop instead of two).
                     if self.inner.config.follow_leader {
-                        let leader = response.metadata().get(LEADER_METADATA_KEY).and_then(|value| value.to_str().ok());
+                        let leader = response
+                            .metadata()
+                            .get(gavel_proto::metadata::LEADER)
+                            .and_then(|value| value.to_str().ok());
                         if let Some(position) = leader
                             .and_then(|leader| self.inner.endpoints.iter().position(|endpoint| endpoint == leader))
                         {
@@ -255,6 +255,8 @@ impl Client {
         mutating report, WorkerServiceClient, pb::ReportRequest, pb::ReportResponse);
     rpc!(/// Lists audit events after a cursor.
         read list_events, AuditServiceClient, pb::ListEventsRequest, pb::ListEventsResponse);
+    rpc!(/// Reads the audit event at one cursor.
+        read get_event, AuditServiceClient, pb::GetEventRequest, pb::GetEventResponse);
     rpc!(/// One node's view of the cluster (the preferred node's).
         read status, ClusterServiceClient, pb::StatusRequest, pb::StatusResponse);
     rpc!(/// Adds a learner.

@@ -20,8 +20,18 @@
 //!   Keeping strings as UTF-16 makes that order the natural slice order.
 //! * The parser must match `JSON.parse` on the details that change the output:
 //!   duplicate keys keep the last value, numbers are rounded to the nearest
-//!   `f64` (values too large become `Infinity`, written as `null`), and it must
-//!   reject hostile input (deep nesting) without overflowing the stack.
+//!   `f64`, and it must reject hostile input (deep nesting) without
+//!   overflowing the stack.
+//!
+//! # Where it departs from `JSON.parse`
+//!
+//! A number too large for a double (`1e400`, a 400-digit integer) is refused
+//! ([`CanonicalJsonError::NonFinite`]), as RFC 8785 section 3.2.2.3 and
+//! orpc-agent require. `JSON.parse` would make it `Infinity`, which
+//! `JSON.stringify` writes as `null`: distinct inputs would then share the
+//! canonical form and hash of `null`, and the input hash would no longer bind
+//! the input. Numbers that round to a finite double (`1e308`, `2^53 + 1`)
+//! are accepted and rounded as `JSON.parse` rounds them.
 //!
 //! The parser is a small recursive-descent parser for the strict RFC 8259
 //! grammar. All string contents live in one shared UTF-16 buffer, so a parse
@@ -60,6 +70,13 @@ pub enum CanonicalJsonError {
         /// Byte offset of the first character after the value.
         offset: usize,
     },
+    /// A number at `offset` is too large in magnitude to be a finite double
+    /// (it would round to infinity); RFC 8785 has no canonical form for it.
+    #[error("number at byte {offset} is outside the range of a finite double")]
+    NonFinite {
+        /// Byte offset of the number.
+        offset: usize,
+    },
     /// Arrays and objects are nested more than [`JSON_DEPTH_MAX`] levels deep.
     #[error("json nesting deeper than {depth_max} levels")]
     TooDeep {
@@ -75,14 +92,13 @@ pub enum CanonicalJsonError {
 /// optionally surrounded by space, tab, LF or CR, nested at most
 /// [`JSON_DEPTH_MAX`] levels. The output sorts object keys by UTF-16 code
 /// units, keeps the last value of a duplicated key, has no whitespace, and
-/// writes numbers and strings as `JSON.stringify` does (so a number that
-/// overflows to infinity, such as `1e400`, becomes `null`).
+/// writes numbers and strings as `JSON.stringify` does.
 ///
 /// # Errors
 ///
 /// Returns a [`CanonicalJsonError`] when the text is not strict RFC 8259 JSON
-/// (the same texts `JSON.parse` rejects) or nests deeper than
-/// [`JSON_DEPTH_MAX`].
+/// (the same texts `JSON.parse` rejects), holds a number that is not a finite
+/// double (such as `1e400`), or nests deeper than [`JSON_DEPTH_MAX`].
 pub fn canonicalize(text: &str) -> Result<String, CanonicalJsonError> {
     let mut parser = Parser {
         text,
@@ -240,7 +256,8 @@ impl Parser<'_> {
     }
 
     /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`, then rounded
-    /// to the nearest `f64` exactly like `JSON.parse`.
+    /// to the nearest `f64` exactly like `JSON.parse`; refused when that is
+    /// an infinity.
     fn parse_number(&mut self) -> Result<Value, CanonicalJsonError> {
         let start = self.pos;
         if self.peek() == Some(b'-') {
@@ -273,6 +290,9 @@ impl Parser<'_> {
             .get(start..self.pos)
             .and_then(|literal| literal.parse::<f64>().ok())
             .ok_or(CanonicalJsonError::Syntax { offset: start, reason: "invalid number" })?;
+        if !number.is_finite() {
+            return Err(CanonicalJsonError::NonFinite { offset: start });
+        }
         Ok(Value::Number(number))
     }
 
@@ -477,12 +497,10 @@ impl Writer<'_> {
         }
     }
 
-    /// ECMAScript `JSON.stringify` of a number: `Number::toString` for finite
-    /// values (`-0` prints as `0`), `null` for infinities.
+    /// ECMAScript `JSON.stringify` of a finite number (the parser refuses the
+    /// others): `Number::toString`, where `-0` prints as `0`.
     fn write_number(&mut self, number: f64) {
-        if !number.is_finite() {
-            self.out.push_str("null");
-        } else if number == 0.0 {
+        if number == 0.0 {
             self.out.push('0');
         } else {
             self.out.push_str(self.numbers.format_finite(number));

@@ -2,8 +2,9 @@
 //! retries after an ambiguous failure gets its first reply back instead of a
 //! second effect.
 //!
-//! Replies are remembered compactly, as the ids of the records they returned,
-//! and rebuilt from current state on a repeat: the table stays small in memory
+//! A part of [`crate::State`]. Replies are remembered compactly, as the ids of
+//! the records they returned, and rebuilt from current state on a repeat (by
+//! the orchestrator, `machine/recall.rs`): the table stays small in memory
 //! and in snapshots however large the records are. A repeat therefore sees the
 //! record as it is now (a repeated decide returns success with the record,
 //! even if it has since been consumed), which is what a retrying client needs.
@@ -13,10 +14,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::command::{Command, Reply, Task};
-use crate::error::{DomainError, ErrorCode};
+use crate::command::{Command, Reply};
+use crate::error::DomainError;
 use crate::limits::{DEDUP_ENTRIES_MAX, DEDUP_TTL_MS};
-use crate::machine::State;
 use crate::model::Lease;
 
 /// The bounded table of remembered request ids.
@@ -55,6 +55,18 @@ pub(crate) fn request_key(request_id: &str) -> RequestKey {
     let mut first = [0u8; 16];
     first.copy_from_slice(&digest[..16]);
     u128::from_be_bytes(first)
+}
+
+/// A short digest of a command, to recognise a request id reused for a different command.
+pub(crate) fn fingerprint(command: &Command) -> u64 {
+    // Serialized straight into the hasher: the same digest as hashing
+    // `bincode::serialize(command)`, without the intermediate buffer.
+    let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+    bincode::serialize_into(&mut hasher, command).expect("commands serialize: every field is plain data");
+    let digest = sha2::Digest::finalize(hasher);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
 }
 
 /// Hashes a [`RequestKey`]: the key is already a uniformly distributed digest,
@@ -175,63 +187,6 @@ impl RememberedReply {
                 records_compacted: *records_compacted,
             },
         }
-    }
-
-    /// Rebuilds the full reply from current state. A record dropped by retention
-    /// since the first reply yields `NOT_FOUND`.
-    pub(crate) fn rebuild(&self, state: &State, command: &Command) -> Reply {
-        let gone = |what: &str, id: &str| {
-            Reply::Error(DomainError::new(ErrorCode::NotFound, format!("{what} {id} was not found")))
-        };
-        match self {
-            RememberedReply::Error(error) => Reply::Error(error.clone()),
-            RememberedReply::Capability { id, version } => match state.capability(id, Some(*version)) {
-                Some(capability) => Reply::Capability(capability.clone()),
-                None => gone("capability", id),
-            },
-            RememberedReply::Approval { id } | RememberedReply::ApprovalRequired { id } => match state.approval(id) {
-                Some(approval) => {
-                    let now_ms = caller_now(command).unwrap_or(state.clock_ms());
-                    let status = approval.status_at(now_ms);
-                    let approval = approval.clone();
-                    if matches!(self, RememberedReply::ApprovalRequired { .. }) {
-                        Reply::ApprovalRequired { approval, status }
-                    } else {
-                        Reply::Approval { approval, status }
-                    }
-                }
-                None => gone("approval", id),
-            },
-            RememberedReply::Execution { id, created } => match state.execution(id) {
-                Some(execution) => Reply::Execution { execution: execution.clone(), created: *created },
-                None => gone("execution", id),
-            },
-            RememberedReply::Tasks(leases) => {
-                Reply::Tasks(leases.iter().filter_map(|lease| state.task_for_lease(lease)).collect::<Vec<Task>>())
-            }
-            RememberedReply::Heartbeat { cancel_requested, deadline_ms } => {
-                Reply::Heartbeat { cancel_requested: *cancel_requested, deadline_ms: *deadline_ms }
-            }
-            RememberedReply::Reported { execution_id, retry_scheduled } => match state.execution(execution_id) {
-                Some(execution) => Reply::Reported { execution: execution.clone(), retry_scheduled: *retry_scheduled },
-                None => gone("execution", execution_id),
-            },
-            RememberedReply::Ticked { leases_expired, backoffs_ended, records_compacted } => Reply::Ticked {
-                leases_expired: *leases_expired,
-                backoffs_ended: *backoffs_ended,
-                records_compacted: *records_compacted,
-            },
-        }
-    }
-}
-
-fn caller_now(command: &Command) -> Option<u64> {
-    match command {
-        Command::CreateApproval(request) => request.caller_now_ms,
-        Command::DecideApproval { caller_now_ms, .. }
-        | Command::ConsumeApproval { caller_now_ms, .. }
-        | Command::CancelApproval { caller_now_ms, .. } => *caller_now_ms,
-        _ => None,
     }
 }
 

@@ -11,7 +11,18 @@
 //!   serialize identical bytes and agree on [`State::state_hash`] (the dedup
 //!   table's hash index is only looked up, and rebuilt on restore);
 //! - bad input returns [`Reply::Error`] with a stable [`ErrorCode`], never a panic;
-//!   a broken invariant is a bug and asserts.
+//!   a broken invariant is a bug and asserts;
+//! - it reads no environment: a planted bug (chaos harness, feature
+//!   `mutants`) is a value the shell passes in ([`State::set_planted_bug`]).
+//!
+//! [`State`] is made of parts, each in its own file owning its records, their
+//! invariants and their expiry: the capability registry (`registry.rs`),
+//! approvals (`approvals.rs`), executions with their queues, backoffs and
+//! finalized index (`executions.rs`), leases with their deadlines
+//! (`leases.rs`), the audit log (`audit.rs`) and the dedup table
+//! (`dedup.rs`). `machine.rs` and its children orchestrate `apply` and `Tick`
+//! across the parts; the SI-11 retry rule is the pure function
+//! [`retry::retry_after_ms`].
 //!
 //! Key types: [`State`], [`Envelope`], [`Command`], [`Reply`], [`Event`],
 //! and the records in [`model`].
@@ -22,20 +33,23 @@ pub mod canonical_json;
 pub mod command;
 mod dedup;
 pub mod error;
-pub mod executions;
+mod executions;
 pub mod ids;
+mod leases;
 pub mod limits;
 pub mod machine;
 pub mod model;
 pub mod mutants;
 pub mod precheck;
 pub mod registry;
+pub mod retry;
 pub mod validate;
 
+pub use approvals::ApprovalFilter;
 pub use audit::{Event, EventKind};
 pub use command::{
     ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, Reply, Retention, RetrySpec, Submit, Task,
 };
 pub use error::{DomainError, ErrorClass, ErrorCode};
-pub use machine::{ApprovalFilter, SnapshotError, State};
+pub use machine::{SnapshotError, State};
 pub use model::*;

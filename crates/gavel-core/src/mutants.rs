@@ -2,8 +2,10 @@
 //!
 //! A node built with `--features mutants` switches on the bug named by the
 //! `GAVEL_MUTANT` environment variable; the chaos harness then has to catch
-//! it. Without the feature every switch is a constant `false` and the code
-//! behind it is compiled out. Release and test builds never enable it; the
+//! it. The shell reads the variable and passes the bug in as a value
+//! ([`crate::State::set_planted_bug`]); the state machine checks that value
+//! with [`is_planted`] and reads no environment. Without the feature every
+//! check is a constant `false` and the code behind it is compiled out. Release and test builds never enable it; the
 //! planted-bug test builds its own binary (see `docs/testing.md`).
 
 /// One planted bug.
@@ -45,26 +47,18 @@ impl Mutant {
     }
 }
 
-#[cfg(feature = "mutants")]
-static ACTIVE: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
-
-/// Whether `mutant` is switched on (always false without the `mutants` feature).
+/// Whether `mutant` is `planted`, the planted bug the shell passed in
+/// (always false without the `mutants` feature, so the code behind the
+/// check is compiled out).
 #[inline]
-pub fn active(mutant: Mutant) -> bool {
+pub fn is_planted(planted: Option<Mutant>, mutant: Mutant) -> bool {
     #[cfg(feature = "mutants")]
     {
-        *ACTIVE.get_or_init(|| {
-            let name = std::env::var("GAVEL_MUTANT").ok()?;
-            let found = Mutant::ALL.into_iter().find(|m| m.name() == name);
-            if found.is_none() {
-                eprintln!("GAVEL_MUTANT={name} names no planted bug; none is active");
-            }
-            found
-        }) == Some(mutant)
+        planted == Some(mutant)
     }
     #[cfg(not(feature = "mutants"))]
     {
-        let _ = mutant;
+        let _ = (planted, mutant);
         false
     }
 }

@@ -2,12 +2,19 @@
 //! reading state. The gRPC edge runs it before proposing, so nothing malformed
 //! reaches the log; `apply` runs it again because the state machine must never
 //! trust its input.
+//!
+//! Architecture invariant: every refusal that is a pure function of the
+//! command is made here, so a refused request costs no log entry. That
+//! includes an approval's `inputHash` (it must be the hash of its input) and
+//! its validity window when its requested-at time is known from the request
+//! ([`approval_validity`]); only refusals that read state, or the cluster
+//! clock, are left to `apply`.
 
 use crate::command::{CapabilitySpec, Command, CreateApproval, Submit};
 use crate::error::{DomainError, ErrorCode};
-use crate::limits::{INPUT_BYTES_MAX, OUTPUT_BYTES_MAX, POLL_TASKS_MAX};
+use crate::limits::{APPROVAL_EXPIRES_IN_MS_MAX, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX, POLL_TASKS_MAX};
 use crate::model::{ApprovalStatus, ReportOutcome};
-use crate::registry::resolve_capability;
+use crate::registry::{resolve_capability, DEFAULT_APPROVAL_EXPIRES_IN_MS};
 use crate::validate::{check_actor, check_json, invalid_if_any, Problems};
 
 /// Checks a command without state. `Ok` means only state-dependent refusals remain possible.
@@ -88,6 +95,12 @@ fn register(spec: &CapabilitySpec) -> Result<(), DomainError> {
 }
 
 /// Checks an approval request; returns its canonical input and input hash.
+///
+/// Besides the shape of every field, refuses an `inputHash` that is not the
+/// hash of the input, and checks the validity window against the requested-at
+/// time whenever the request fixes it (its `requestedAtMs`, else its
+/// `callerNowMs`, which requested-at defaults to); without either, requested-at
+/// is the cluster clock, known only at apply.
 pub(crate) fn create_approval(request: &CreateApproval) -> Result<(String, String), DomainError> {
     let mut problems = Problems::new();
     problems.id("id", &request.id);
@@ -100,7 +113,66 @@ pub(crate) fn create_approval(request: &CreateApproval) -> Result<(String, Strin
     problems.timestamp("now", request.caller_now_ms);
     invalid_if_any(problems, "invalid approval request")?;
     check_actor("actor", &request.actor)?;
-    check_json("input", &request.input_json, INPUT_BYTES_MAX, ErrorCode::InvalidArgument)
+    let (input_json, input_hash) =
+        check_json("input", &request.input_json, INPUT_BYTES_MAX, ErrorCode::InvalidArgument)?;
+    if let Some(given) = &request.input_hash {
+        if *given != input_hash {
+            return Err(DomainError::invalid(format!(
+                "inputHash {given} does not match the input (its canonical hash is {input_hash})"
+            )));
+        }
+    }
+    match request.requested_at_ms.or(request.caller_now_ms) {
+        Some(requested_at_ms) => approval_validity(request, requested_at_ms).map(|_| ())?,
+        None => validity_fields(request)?,
+    }
+    Ok((input_json, input_hash))
+}
+
+/// An approval's validity window: `(requested_at_ms, expires_at_ms)`, where
+/// requested-at is the request's own or else `now_ms` (the time the command
+/// compares against: its `callerNowMs`, else the cluster clock), and
+/// expires-at is the request's own or else requested-at plus `expiresInMs`
+/// (default 15 minutes).
+///
+/// Refuses both `expiresAtMs` and `expiresInMs`, an `expiresInMs` of zero or
+/// over [`APPROVAL_EXPIRES_IN_MS_MAX`], an expiry before requested-at, and an
+/// absolute expiry more than [`APPROVAL_EXPIRES_IN_MS_MAX`] after
+/// requested-at: the same 30-day cap, however the expiry is written.
+pub fn approval_validity(request: &CreateApproval, now_ms: u64) -> Result<(u64, u64), DomainError> {
+    validity_fields(request)?;
+    let requested_at_ms = request.requested_at_ms.unwrap_or(now_ms);
+    let Some(expires_at_ms) = request.expires_at_ms else {
+        let expires_in_ms = request.expires_in_ms.unwrap_or(DEFAULT_APPROVAL_EXPIRES_IN_MS);
+        return Ok((requested_at_ms, requested_at_ms.saturating_add(expires_in_ms)));
+    };
+    if expires_at_ms < requested_at_ms {
+        return Err(DomainError::invalid("expiresAt must not be before requestedAt"));
+    }
+    if expires_at_ms - requested_at_ms > APPROVAL_EXPIRES_IN_MS_MAX {
+        return Err(DomainError::invalid(format!(
+            "expiresAt {expires_at_ms} is {} ms after requestedAt {requested_at_ms}, over the limit of \
+             {APPROVAL_EXPIRES_IN_MS_MAX} ms (30 days)",
+            expires_at_ms - requested_at_ms
+        )));
+    }
+    Ok((requested_at_ms, expires_at_ms))
+}
+
+/// The validity fields on their own: at most one of `expiresAtMs` and
+/// `expiresInMs`, and `expiresInMs` positive and at most 30 days.
+fn validity_fields(request: &CreateApproval) -> Result<(), DomainError> {
+    if let Some(expires_in_ms) = request.expires_in_ms {
+        if request.expires_at_ms.is_some() {
+            return Err(DomainError::invalid("set expiresAtMs or expiresInMs, not both"));
+        }
+        if expires_in_ms == 0 || expires_in_ms > APPROVAL_EXPIRES_IN_MS_MAX {
+            return Err(DomainError::invalid(format!(
+                "expiresInMs must be positive and at most {APPROVAL_EXPIRES_IN_MS_MAX} (30 days), not {expires_in_ms}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a submission; returns its canonical input and input hash.

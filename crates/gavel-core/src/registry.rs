@@ -1,11 +1,14 @@
-//! The capability registry: validation (every problem at once) and versioning.
+//! The capability registry (a part of [`crate::State`]): validation of a
+//! declaration (every problem at once) and its immutable versions.
 
-use crate::audit::EventKind;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
 use crate::command::CapabilitySpec;
 use crate::error::{DomainError, ErrorCode};
 use crate::limits::{APPROVAL_EXPIRES_IN_MS_MAX, BACKOFF_MS_MAX, RETRY_ATTEMPTS_MAX, TIMEOUT_MS_MAX};
-use crate::machine::{EventSubject, State};
-use crate::model::{Actor, ApprovalPolicy, Capability, RetryConfig};
+use crate::model::{ApprovalPolicy, Capability, Execution, RetryConfig};
 use crate::validate::Problems;
 
 /// Default per-attempt timeout (SPEC §2).
@@ -94,21 +97,61 @@ fn same_declaration(a: &Capability, b: &Capability) -> bool {
         == Capability { version: 0, registered_at_ms: 0, ..b.clone() }
 }
 
-impl State {
+/// Every capability version ever registered, and the latest per id.
+///
+/// Invariant: `latest[id]` names a version in `versions[id]`. Versions are
+/// immutable and never removed (an execution refers to the version it was
+/// submitted under), so the registry has no expiry and no compaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub(crate) struct Registry {
+    /// Every capability version, by id and then version. Nested rather than
+    /// keyed by (id, version) so that a lookup by `&str` needs no allocated key.
+    versions: BTreeMap<String, BTreeMap<u64, Capability>>,
+    /// Latest version per capability id.
+    latest: BTreeMap<String, u64>,
+}
+
+/// What [`Registry::register`] did.
+pub(crate) enum Registered<'a> {
+    /// The declaration equals the latest version, which is returned unchanged.
+    Unchanged(&'a Capability),
+    /// The declaration became this new version.
+    New(&'a Capability),
+}
+
+impl Registry {
     /// Registers a capability. Re-registering an identical declaration returns
     /// the existing version (so applications can register at every start);
     /// a changed declaration becomes the next version.
-    pub(crate) fn register_capability(&mut self, spec: &CapabilitySpec) -> Result<Capability, DomainError> {
-        let latest = self.capability(&spec.id, None).cloned();
-        let version = latest.as_ref().map_or(1, |latest| latest.version + 1);
-        let capability = resolve_capability(spec, version, self.clock_ms)?;
-        if let Some(latest) = latest.filter(|latest| same_declaration(latest, &capability)) {
-            return Ok(latest);
+    pub(crate) fn register(&mut self, spec: &CapabilitySpec, now_ms: u64) -> Result<Registered<'_>, DomainError> {
+        let latest = self.get(&spec.id, None);
+        let version = latest.map_or(1, |latest| latest.version + 1);
+        let capability = resolve_capability(spec, version, now_ms)?;
+        if latest.is_some_and(|latest| same_declaration(latest, &capability)) {
+            return Ok(Registered::Unchanged(self.get(&spec.id, None).expect("the latest version was just read")));
         }
-        self.capabilities.entry(capability.id.clone()).or_default().insert(version, capability.clone());
-        self.capability_latest.insert(capability.id.clone(), version);
-        let subject = EventSubject { capability_id: Some(&capability.id), ..EventSubject::default() };
-        self.emit(EventKind::CapabilityRegistered { version }, &Actor::system(), subject);
-        Ok(capability)
+        let id = capability.id.clone();
+        self.latest.insert(id.clone(), version);
+        let stored = self.versions.entry(id).or_default().entry(version).or_insert(capability);
+        Ok(Registered::New(stored))
+    }
+
+    /// A capability's latest version, or a given one.
+    pub(crate) fn get(&self, id: &str, version: Option<u64>) -> Option<&Capability> {
+        let version = version.or_else(|| self.latest.get(id).copied())?;
+        self.versions.get(id)?.get(&version)
+    }
+
+    /// The latest version of every capability, by id.
+    pub(crate) fn latest_versions(&self) -> Vec<&Capability> {
+        self.latest.iter().filter_map(|(id, version)| self.versions.get(id)?.get(version)).collect()
+    }
+
+    /// The capability version an execution was submitted under.
+    pub(crate) fn of_execution(&self, execution: &Execution) -> &Capability {
+        self.versions
+            .get(&execution.capability_id)
+            .and_then(|versions| versions.get(&execution.capability_version))
+            .expect("capability versions are never removed while an execution references them")
     }
 }

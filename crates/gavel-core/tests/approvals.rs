@@ -490,3 +490,23 @@ fn a_create_with_relative_expiry_retried_later_is_the_same_request() {
     let retried = script.apply_as("req-create-1", create);
     assert_eq!(retried, first, "the retry gets the first answer, not REQUEST_ID_REUSED");
 }
+
+#[test]
+fn an_absolute_expiry_more_than_30_days_after_the_cluster_clock_is_refused_at_apply() {
+    // No requestedAt and no caller clock: only apply knows the time, so the
+    // 30-day cap on an absolute expiry is enforced there.
+    let mut script = Script::new();
+    let far = gavel_core::CreateApproval {
+        expires_at_ms: Some(gavel_core::limits::TIMESTAMP_MS_MAX),
+        ..approval_request("apr-year-9999")
+    };
+    let error = refused(script.apply(Command::CreateApproval(far)), ErrorCode::InvalidArgument);
+    assert!(error.message.contains("30 days"), "{error:?}");
+    assert!(script.state.approval("apr-year-9999").is_none());
+
+    let thirty_days_ms = gavel_core::limits::APPROVAL_EXPIRES_IN_MS_MAX;
+    let at_the_cap =
+        gavel_core::CreateApproval { expires_at_ms: Some(START_MS + thirty_days_ms), ..approval_request("apr-cap") };
+    let (approval, _) = approval_of(script.apply(Command::CreateApproval(at_the_cap)));
+    assert_eq!(approval.expires_at_ms, START_MS + thirty_days_ms);
+}

@@ -109,17 +109,51 @@ fn integers_above_2_pow_53_round_to_nearest_double() {
 }
 
 #[test]
-fn overflow_to_infinity_serializes_as_null() {
-    assert_cases(&[
-        // JSON.parse gives Infinity and JSON.stringify(Infinity) is "null".
-        ("1e400", "null"),
-        ("-1e400", "null"),
-        ("[1e400,{\"a\":-1e400}]", "[null,{\"a\":null}]"),
+fn overflow_to_infinity_is_refused() {
+    // JSON.parse would give Infinity, which JSON.stringify writes as "null":
+    // these inputs would share the canonical form and hash of `null`. RFC 8785
+    // has no canonical form for them, so they are refused, with the offset of
+    // the number.
+    let four_hundred_digits = "9".repeat(400);
+    let cases = [
+        ("1e400".to_string(), 0),
+        ("-1e400".to_string(), 0),
+        ("[1,1e400]".to_string(), 3),
+        ("{\"a\":-1e400}".to_string(), 5),
+        (four_hundred_digits.clone(), 0),
+        (format!("{{\"amount\":-{four_hundred_digits}}}"), 10),
         // Just above the largest double plus half an ulp: Infinity.
-        ("1.7976931348623159e308", "null"),
+        ("1.7976931348623159e308".to_string(), 0),
+    ];
+    for (input, offset) in cases {
+        assert_eq!(canonicalize(&input), Err(CanonicalJsonError::NonFinite { offset }), "input {input:?}");
+        assert!(input_hash(&input).is_err(), "input {input:?} gets no hash");
+    }
+}
+
+#[test]
+fn large_finite_numbers_keep_rounding_as_json_parse_does() {
+    assert_cases(&[
         // Just below that midpoint: the largest finite double.
         ("1.7976931348623158e308", "1.7976931348623157e+308"),
+        ("1e308", "1e+308"),
+        ("-1e308", "-1e+308"),
+        // 2^53 + 1 rounds to 2^53, as before.
+        ("9007199254740993", "9007199254740992"),
+        // 300 digits is still a finite double.
+        (&format!("1{}", "0".repeat(299)), "1e+299"),
+        // Underflow is not overflow: it rounds to zero and is accepted.
+        ("1e-400", "0"),
     ]);
+}
+
+#[test]
+fn an_overflowing_input_is_refused_instead_of_sharing_the_hash_of_null() {
+    // Before: both canonicalized to {"amount":null}, one hash for two inputs.
+    assert!(input_hash(r#"{"amount":null}"#).is_ok());
+    assert_eq!(input_hash(r#"{"amount":1e400}"#), Err(CanonicalJsonError::NonFinite { offset: 10 }));
+    let digits = format!(r#"{{"amount":{}}}"#, "1".repeat(400));
+    assert_eq!(input_hash(&digits), Err(CanonicalJsonError::NonFinite { offset: 10 }));
 }
 
 #[test]
@@ -514,6 +548,7 @@ fn error_messages_are_lowercase_without_trailing_period() {
         CanonicalJsonError::Syntax { offset: 1, reason: "leading zeros are not allowed" },
         CanonicalJsonError::TrailingCharacters { offset: 2 },
         CanonicalJsonError::TooDeep { depth_max: JSON_DEPTH_MAX },
+        CanonicalJsonError::NonFinite { offset: 10 },
     ];
     for error in errors {
         let message = error.to_string();
@@ -684,8 +719,8 @@ const NUMBERS: &[&str] = &[
     "9007199254740993",
     "5e-324",
     "2e-324",
-    "1e400",
-    "-1e400",
+    "1e-400",
+    "-1e308",
     "1.7976931348623157e308",
     "0.30000000000000004",
     "4.50",
@@ -744,8 +779,17 @@ fn random_number(rng: &mut XorShift, out: &mut String) {
         out.push_str(&(rng.next() % 100_000).to_string());
     }
     if rng.below(2) == 0 {
-        out.push_str(rng.pick(&["e", "E", "e+", "e-", "E-"]));
-        out.push_str(&(rng.next() % 400).to_string());
+        // Positive exponents stay below overflow (at most 999999.99999e299):
+        // a number that overflows a double is refused, not a valid document.
+        let (marker, exponent_bound) = match rng.below(5) {
+            0 => ("e", 300),
+            1 => ("E", 300),
+            2 => ("e+", 300),
+            3 => ("e-", 400),
+            _ => ("E-", 400),
+        };
+        out.push_str(marker);
+        out.push_str(&(rng.next() % exponent_bound).to_string());
     }
 }
 

@@ -16,12 +16,15 @@
 //!   `*_server` module (for example [`v1::approval_service_client`]).
 //! - [`error_detail`]: [`error_detail::domain_status`] and
 //!   [`error_detail::read_error_detail`].
+//! - [`metadata`]: the metadata keys (`gavel-leader`, `gavel-forwarded`,
+//!   `gavel-request-id`) the server and the SDK share.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC reflection.
 //!
 //! The API conventions (units, JSON fields, idempotency tokens, error codes)
 //! are described in `docs/api.md`.
 
 pub mod error_detail;
+pub mod metadata;
 
 /// Generated code of package `gavel.v1`; its documentation comes from the
 /// comments in the proto files.

@@ -92,4 +92,9 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Timings and snapshot policy.
     pub timings: RaftTimings,
+    /// Plant the bug `early-ack` (chaos harness only): log appends are
+    /// acknowledged before they are durable. It takes effect only in a build
+    /// with the `mutants` feature; the shell sets it, the Raft layer reads no
+    /// environment for it.
+    pub plant_early_ack: bool,
 }

@@ -95,7 +95,7 @@ pub mod bench {
         runs: u64,
         entry_bytes: usize,
     ) -> Result<Vec<Duration>, RaftError> {
-        let opened = crate::storage::open(dir, Arc::new(NoApplication))?;
+        let opened = crate::storage::open(dir, Arc::new(NoApplication), false)?;
         let mut log_store = opened.log_store;
         let mut latencies = Vec::new();
         for index in 1..=runs {

@@ -53,9 +53,9 @@ impl RaftNode {
     pub async fn start(config: NodeConfig, app: Arc<dyn Application>) -> Result<RaftNode, RaftError> {
         config.timings.validate()?;
         let raft_config = Arc::new(openraft_config(&config.timings)?);
-        let data_dir = config.data_dir.clone();
+        let (data_dir, plant_early_ack) = (config.data_dir.clone(), config.plant_early_ack);
         // sled's open replays its log from disk: blocking work.
-        let storage = tokio::task::spawn_blocking(move || storage::open(&data_dir, app))
+        let storage = tokio::task::spawn_blocking(move || storage::open(&data_dir, app, plant_early_ack))
             .await
             .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;
         let network = NetworkFactory::new(config.node_id, config.timings.clone());

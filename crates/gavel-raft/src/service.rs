@@ -152,6 +152,7 @@ mod tests {
                 addr: addr.clone(),
                 data_dir: dir.path().to_path_buf(),
                 timings: RaftTimings::default(),
+                plant_early_ack: false,
             },
             Arc::new(Inert),
         )

@@ -3,16 +3,21 @@
 //! Log entries carry a bincode-encoded [`Envelope`]; replies travel back as a
 //! bincode-encoded [`Reply`]. Readers share the same [`State`] behind a mutex
 //! and are woken through a watch channel each time a command is applied, so
-//! long-polls never sleep in loops.
+//! long-polls never sleep in loops. The planted bug the node runs with (chaos
+//! harness only) is set on every [`State`] the application creates or
+//! restores, since it is configuration, not replicated state.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use gavel_core::mutants::Mutant;
 use gavel_core::{DomainError, Envelope, Reply, State};
 use tokio::sync::watch;
 
 /// The replicated application: the core state machine plus change notification.
 pub struct CoreApp {
     state: Mutex<State>,
+    /// The planted bug, set again on every restored state.
+    planted_bug: Option<Mutant>,
     applied: watch::Sender<u64>,
     /// The state hash at an applied index: hashing serializes the whole state,
     /// so status calls reuse it until the next apply.
@@ -20,10 +25,13 @@ pub struct CoreApp {
 }
 
 impl CoreApp {
-    /// An empty application.
-    pub fn new() -> Arc<CoreApp> {
+    /// An empty application whose state machine runs with `planted_bug`
+    /// (`None` outside the chaos harness; it acts only in a `mutants` build).
+    pub fn new(planted_bug: Option<Mutant>) -> Arc<CoreApp> {
         let (applied, _) = watch::channel(0);
-        Arc::new(CoreApp { state: Mutex::new(State::new()), applied, hash_cache: Mutex::new(None) })
+        let mut state = State::new();
+        state.set_planted_bug(planted_bug);
+        Arc::new(CoreApp { state: Mutex::new(state), planted_bug, applied, hash_cache: Mutex::new(None) })
     }
 
     /// Locks the state for a read. Hold it briefly: apply waits on it.
@@ -99,10 +107,28 @@ impl gavel_raft::Application for CoreApp {
     }
 
     fn restore(&self, bytes: &[u8]) -> Result<(), String> {
-        let restored = State::restore(bytes).map_err(|error| error.to_string())?;
+        let mut restored = State::restore(bytes).map_err(|error| error.to_string())?;
+        restored.set_planted_bug(self.planted_bug);
         *self.state() = restored;
         *self.hash_cache.lock().expect("hash cache lock poisoned") = None;
         self.applied.send_modify(|_| {});
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gavel_raft::Application;
+
+    use super::*;
+
+    #[test]
+    fn the_planted_bug_is_set_on_the_new_state_and_again_on_every_restored_one() {
+        let app = CoreApp::new(Some(Mutant::NoFencing));
+        assert_eq!(app.state().planted_bug(), Some(Mutant::NoFencing));
+        let snapshot = gavel_raft::Application::snapshot(&*app);
+        app.restore(&snapshot).expect("a snapshot of this state machine restores");
+        assert_eq!(app.state().planted_bug(), Some(Mutant::NoFencing));
+        assert_eq!(CoreApp::new(None).state().planted_bug(), None);
     }
 }

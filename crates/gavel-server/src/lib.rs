@@ -4,11 +4,15 @@
 //!
 //! It depends on `gavel-core` (the state machine), `gavel-proto` (the API) and
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
-//! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`].
+//! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`],
+//! [`routing::RoutingLayer`] (leader forwarding and request ids, in front of
+//! every service) and [`replies::FromReply`] (typed state-machine replies).
 
 pub mod app;
 pub mod convert;
 pub mod node;
+pub mod replies;
+pub mod routing;
 pub mod server;
 pub mod services;
 pub mod ticker;

@@ -1,21 +1,21 @@
-//! One Gavel node: the Raft handle, the core application, and the routing
-//! every service shares (propose here, read linearizably here, or forward to
-//! the leader).
+//! One Gavel node: the Raft handle, the core application, and the two things
+//! every handler does: [`Node::call`] (check a command, propose it, take its
+//! typed reply) and [`Node::read`] (a linearizable read of the state).
+//! Forwarding to the leader happens before a handler runs, in
+//! [`crate::routing`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gavel_core::{Command, DomainError, Envelope, ErrorClass, Reply, Retention};
+use gavel_core::mutants::Mutant;
+use gavel_core::{Command, DomainError, Envelope, ErrorClass, Reply, Retention, State};
 use gavel_raft::{RaftNode, WriteError};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::app::CoreApp;
-
-/// Metadata key marking a request a follower forwarded to the leader; a
-/// forwarded request is never forwarded again, so routing cannot loop.
-pub const FORWARDED_METADATA_KEY: &str = "gavel-forwarded";
+use crate::replies::FromReply;
 
 /// How long a caller should wait before retrying during an election.
 pub const RETRY_AFTER_MS: u64 = 250;
@@ -45,27 +45,6 @@ impl Default for ServerSettings {
     }
 }
 
-/// Where a request goes when this node cannot serve it.
-#[derive(Debug)]
-pub enum Routed {
-    /// The leader is at this address: forward there.
-    Forward(String),
-    /// Answer the caller with this status.
-    Fail(Status),
-}
-
-impl From<Status> for Routed {
-    fn from(status: Status) -> Self {
-        Routed::Fail(status)
-    }
-}
-
-impl From<DomainError> for Routed {
-    fn from(error: DomainError) -> Self {
-        Routed::Fail(domain_status(error))
-    }
-}
-
 /// A node's shared handle.
 pub struct Node {
     /// This node's id.
@@ -85,14 +64,33 @@ pub fn wall_clock_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
+/// The time a read judges lazy expiry at: the caller's clock when it gave
+/// one, else the later of the cluster clock and this node's.
+pub fn read_time_ms(state: &State, caller_now_ms: Option<u64>) -> u64 {
+    caller_now_ms.unwrap_or_else(|| state.clock_ms().max(wall_clock_ms()))
+}
+
 impl Node {
     /// Wraps a started Raft node and its application.
     pub fn new(id: u64, raft: RaftNode, app: Arc<CoreApp>, settings: ServerSettings) -> Arc<Node> {
         Arc::new(Node { id, raft, app, settings, channels: Mutex::new(BTreeMap::new()) })
     }
 
-    /// Proposes a command stamped with this node's clock and waits for its reply.
-    pub async fn propose(&self, request_id: &str, command: Command) -> Result<Reply, Routed> {
+    /// Checks a command, proposes it stamped with this node's clock, and
+    /// returns its reply as `R`. A refusal becomes its status; a node that
+    /// lost leadership since the routing layer let the call through answers
+    /// `UNAVAILABLE` with the leader hint, and the caller retries with the
+    /// same request id.
+    pub async fn call<R: FromReply>(&self, request_id: &str, command: Command) -> Result<R, Status> {
+        gavel_core::precheck::precheck(&command).map_err(domain_status)?;
+        match self.propose(request_id, command).await? {
+            Reply::Error(error) => Err(domain_status(error)),
+            reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),
+        }
+    }
+
+    /// Proposes a command as it is and waits for its reply.
+    async fn propose(&self, request_id: &str, command: Command) -> Result<Reply, Status> {
         let envelope = Envelope {
             request_id: (!request_id.is_empty()).then(|| request_id.to_string()),
             now_ms: wall_clock_ms(),
@@ -100,21 +98,44 @@ impl Node {
         };
         match tokio::time::timeout(RAFT_WAIT, self.raft.write(CoreApp::encode_command(&envelope))).await {
             Ok(Ok(bytes)) => Ok(CoreApp::decode_reply(&bytes)),
-            Ok(Err(error)) => Err(route_write_error(error)),
-            Err(_) => Err(Routed::Fail(unavailable(
-                "the write was not committed in time; retry with the same request id",
-                None,
-            ))),
+            Ok(Err(error)) => Err(write_error_status(error)),
+            Err(_) => Err(unavailable("the write was not committed in time; retry with the same request id", None)),
         }
     }
 
-    /// Waits until this node may serve a linearizable read (it is the leader
-    /// and has applied everything committed before the read began).
-    pub async fn linearizable(&self) -> Result<(), Routed> {
+    /// A linearizable read: waits until this node may serve it (it is the
+    /// leader and has applied everything committed before the read began),
+    /// then reads the state.
+    pub async fn read<T>(&self, read: impl FnOnce(&State) -> T) -> Result<T, Status> {
+        self.linearizable().await?;
+        Ok(read(&self.app.state()))
+    }
+
+    /// Waits until this node may serve a linearizable read.
+    pub async fn linearizable(&self) -> Result<(), Status> {
         match tokio::time::timeout(RAFT_WAIT, self.raft.ensure_linearizable()).await {
-            Ok(result) => result.map_err(route_write_error),
-            Err(_) => Err(Routed::Fail(unavailable("the leader could not confirm its leadership in time", None))),
+            Ok(result) => result.map_err(write_error_status),
+            Err(_) => Err(unavailable("the leader could not confirm its leadership in time", None)),
         }
+    }
+
+    /// `UNAVAILABLE` with the leader hint unless this node is the leader: for
+    /// a long-poll, which only the leader may serve, before it starts waiting.
+    pub fn ensure_leader(&self) -> Result<(), Status> {
+        let status = self.raft.status();
+        if status.is_leader() {
+            return Ok(());
+        }
+        Err(write_error_status(WriteError::ForwardToLeader {
+            leader_id: status.leader_id,
+            leader_addr: status.leader_addr,
+        }))
+    }
+
+    /// Whether this node runs with the planted bug `mutant` (only ever in a
+    /// build with the `mutants` feature, for the chaos harness).
+    pub fn plants(&self, mutant: Mutant) -> bool {
+        gavel_core::mutants::is_planted(self.settings.planted_bug, mutant)
     }
 
     /// A lazily connected channel to another node's public port.
@@ -135,23 +156,26 @@ impl Node {
     }
 }
 
-/// Maps a Raft refusal to a route: forward to a known leader, or `UNAVAILABLE`
-/// with a retry hint while no leader is known.
-fn route_write_error(error: WriteError) -> Routed {
+/// A Raft refusal as a status: `UNAVAILABLE` with the leader hint when this
+/// node is not (or no longer) the leader, or with a retry hint while no
+/// leader is known.
+pub fn write_error_status(error: WriteError) -> Status {
     match error {
-        WriteError::ForwardToLeader { leader_addr: Some(addr), .. } => Routed::Forward(addr),
-        WriteError::ForwardToLeader { leader_addr: None, .. } => {
-            Routed::Fail(unavailable("no leader is elected yet; retry shortly", None))
+        WriteError::ForwardToLeader { leader_addr: Some(addr), .. } => {
+            unavailable("this node is no longer the leader; retry there", Some(addr))
         }
-        WriteError::Unavailable(reason) => Routed::Fail(unavailable(&format!("cluster unavailable: {reason}"), None)),
-        WriteError::Invalid(reason) => Routed::Fail(gavel_proto::error_detail::domain_status(
+        WriteError::ForwardToLeader { leader_addr: None, .. } => {
+            unavailable("no leader is elected yet; retry shortly", None)
+        }
+        WriteError::Unavailable(reason) => unavailable(&format!("cluster unavailable: {reason}"), None),
+        WriteError::Invalid(reason) => gavel_proto::error_detail::domain_status(
             Code::FailedPrecondition,
             "FAILED_PRECONDITION",
             &reason,
             Vec::new(),
             None,
             None,
-        )),
+        ),
     }
 }
 
@@ -180,7 +204,27 @@ pub fn domain_status(error: DomainError) -> Status {
     gavel_proto::error_detail::domain_status(code, error.code.as_str(), &error.message, error.problems, None, None)
 }
 
-/// A reply the service did not expect for its command: a bug, reported as `INTERNAL`.
-pub fn unexpected(reply: &Reply) -> Status {
+/// A reply of another shape than its command's: a bug, reported as `INTERNAL`.
+fn unexpected(reply: &Reply) -> Status {
     Status::internal(format!("unexpected reply from the state machine: {reply:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gavel_proto::error_detail::read_error_detail;
+
+    #[test]
+    fn a_node_deposed_before_its_proposal_answers_unavailable_with_the_leader_hint() {
+        let deposed = WriteError::ForwardToLeader { leader_id: Some(2), leader_addr: Some("10.0.0.2:7000".into()) };
+        let status = write_error_status(deposed);
+        assert_eq!(status.code(), Code::Unavailable);
+        let detail = read_error_detail(&status).expect("an error detail");
+        assert_eq!(detail.leader_hint.as_deref(), Some("10.0.0.2:7000"));
+        assert_eq!(detail.retry_after_ms, Some(RETRY_AFTER_MS));
+
+        let electing = write_error_status(WriteError::ForwardToLeader { leader_id: None, leader_addr: None });
+        let detail = read_error_detail(&electing).expect("an error detail");
+        assert_eq!((detail.leader_hint, detail.retry_after_ms), (None, Some(RETRY_AFTER_MS)));
+    }
 }

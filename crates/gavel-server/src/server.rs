@@ -1,5 +1,6 @@
 //! Starting and stopping one node: Raft, the public services, health,
-//! reflection and the ticker on one gRPC port.
+//! reflection and the ticker on one gRPC port, all behind the routing layer
+//! ([`crate::routing`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -7,22 +8,45 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use gavel_proto::v1::approval_service_server::ApprovalServiceServer;
 use gavel_proto::v1::audit_service_server::AuditServiceServer;
 use gavel_proto::v1::capability_service_server::CapabilityServiceServer;
 use gavel_proto::v1::cluster_service_server::ClusterServiceServer;
 use gavel_proto::v1::execution_service_server::ExecutionServiceServer;
 use gavel_proto::v1::worker_service_server::WorkerServiceServer;
-use gavel_raft::{NodeConfig, RaftNode, RaftTimings};
+use gavel_raft::{NodeConfig, RaftError, RaftNode, RaftTimings};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::app::CoreApp;
 use crate::node::{Node, ServerSettings};
+use crate::routing::{RoutingLayer, REQUEST_BYTES_MAX};
 use crate::services::{approval::Approvals, audit::Audit, capability::Capabilities, cluster::Cluster};
 use crate::services::{execution::Executions, worker::Workers};
+
+/// Why a node could not start, or did not stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The listener's local address could not be read.
+    #[error("reading the listener's address: {0}")]
+    Listener(#[source] std::io::Error),
+    /// The Raft layer did not start (its storage could not be opened, say).
+    #[error("starting raft: {0}")]
+    Raft(#[source] RaftError),
+    /// The reflection service could not be built from the descriptors.
+    #[error("building the reflection service: {0}")]
+    Reflection(#[source] tonic_reflection::server::Error),
+    /// The cluster could not be initialized with its first members.
+    #[error("initializing the cluster: {0}")]
+    Initialize(#[source] RaftError),
+    /// The gRPC server task panicked.
+    #[error("the server task panicked: {0}")]
+    Panicked(#[source] tokio::task::JoinError),
+    /// The gRPC server failed while serving.
+    #[error("serving: {0}")]
+    Serve(#[source] tonic::transport::Error),
+}
 
 /// Everything needed to start a node.
 #[derive(Debug, Clone)]
@@ -56,12 +80,12 @@ pub struct RunningNode {
 
 impl RunningNode {
     /// Stops serving, stops the ticker and shuts Raft down.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(self) -> Result<(), ServerError> {
         let _ = self.shutdown.send(true);
         let _ = self.ticker.await;
         let _ = self.node.raft.shutdown().await;
         match tokio::time::timeout(Duration::from_secs(5), self.server).await {
-            Ok(joined) => joined.context("server task panicked")?.context("server failed")?,
+            Ok(joined) => joined.map_err(ServerError::Panicked)?.map_err(ServerError::Serve)?,
             Err(_) => tracing::warn!("server did not stop within 5 s"),
         }
         Ok(())
@@ -69,16 +93,18 @@ impl RunningNode {
 }
 
 /// Starts a node on an already bound listener.
-pub async fn start(options: NodeOptions, listener: TcpListener) -> anyhow::Result<RunningNode> {
-    let addr = listener.local_addr()?;
-    let app = CoreApp::new();
+pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<RunningNode, ServerError> {
+    let addr = listener.local_addr().map_err(ServerError::Listener)?;
+    let planted_bug = options.settings.planted_bug;
+    let app = CoreApp::new(planted_bug);
     let config = NodeConfig {
         node_id: options.id,
         addr: options.advertise.clone(),
         data_dir: options.data_dir.clone(),
         timings: options.timings.clone(),
+        plant_early_ack: planted_bug == Some(gavel_core::mutants::Mutant::EarlyAck),
     };
-    let raft = RaftNode::start(config, app.clone()).await.context("starting raft")?;
+    let raft = RaftNode::start(config, app.clone()).await.map_err(ServerError::Raft)?;
     let node = Node::new(options.id, raft.clone(), app, options.settings.clone());
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -91,28 +117,40 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> anyhow::Resul
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(gavel_proto::FILE_DESCRIPTOR_SET)
         .build_v1()
-        .context("building reflection service")?;
+        .map_err(ServerError::Reflection)?;
     // Older grpcurl and grpcui only speak the v1alpha reflection protocol.
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(gavel_proto::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
-        .context("building v1alpha reflection service")?;
+        .map_err(ServerError::Reflection)?;
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut server_shutdown = shutdown_rx.clone();
     let router = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .layer(RoutingLayer::new(node.clone()))
         .add_service(raft.service())
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha)
-        .add_service(ApprovalServiceServer::new(Approvals { node: node.clone() }))
-        .add_service(CapabilityServiceServer::new(Capabilities { node: node.clone() }))
-        .add_service(ExecutionServiceServer::new(Executions { node: node.clone() }))
-        .add_service(WorkerServiceServer::new(Workers { node: node.clone() }))
-        .add_service(AuditServiceServer::new(Audit { node: node.clone() }))
-        .add_service(ClusterServiceServer::new(Cluster { node: node.clone() }));
+        .add_service(
+            ApprovalServiceServer::new(Approvals { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(
+            CapabilityServiceServer::new(Capabilities { node: node.clone() })
+                .max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(
+            ExecutionServiceServer::new(Executions { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(
+            WorkerServiceServer::new(Workers { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(AuditServiceServer::new(Audit { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX))
+        .add_service(
+            ClusterServiceServer::new(Cluster { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        );
     // `Server::tcp_nodelay` only applies to sockets tonic accepts itself; ours
     // come from our listener, so set it here. Without it a response written in
     // two segments waits for the client's delayed ACK (~40 ms).
@@ -126,7 +164,7 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> anyhow::Resul
     });
 
     if options.bootstrap {
-        raft.initialize(options.peers.clone()).await.context("initializing the cluster")?;
+        raft.initialize(options.peers.clone()).await.map_err(ServerError::Initialize)?;
     }
     let ticker = tokio::spawn(crate::ticker::run(node.clone(), shutdown_rx));
     tracing::info!(id = options.id, %addr, "gavel node serving");

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gavel_core::Command;
+use gavel_core::{Command, Reply};
 use tokio::sync::watch;
 
 use crate::node::{wall_clock_ms, Node};
@@ -33,7 +33,7 @@ pub async fn run(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
             match next {
                 Some(deadline) if deadline <= now_ms => {
                     let tick = Command::Tick { retention: node.settings.retention };
-                    match node.propose("", tick).await {
+                    match node.call::<Reply>("", tick).await {
                         Ok(_) => continue,
                         Err(_) => RETRY_PAUSE,
                     }

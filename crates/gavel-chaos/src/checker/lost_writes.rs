@@ -1,4 +1,13 @@
-//! No lost writes: every acknowledged mutation is in every node's final state.
+//! No lost writes: every acknowledged mutation is in every node's final state,
+//! and the nodes' state hashes agree wherever they were read at one applied index.
+//!
+//! A state hash describes the state after one applied index, and the leader's
+//! ticker may append an entry between the harness's reads of two nodes. So
+//! hashes are compared only at equal applied indexes: the harness reads the
+//! nodes repeatedly into [`HashObservations`] until one index was seen on all
+//! of them, and records the pair at that index. Hashes read at different
+//! indexes prove nothing either way (`unknown`); different hashes at one
+//! index are a divergence (`invalid`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -59,10 +68,121 @@ fn execution_check(node: &NodeState<'_>, id: &str, expected: impl Fn(&ExecutionV
     }
 }
 
+/// Compares the final states' hashes, only between nodes read at the same
+/// applied index: different hashes at one index are `invalid`; nodes read at
+/// different indexes (they never agreed on one while the harness read them)
+/// are `unknown`, since a state hash says nothing about another index.
+fn compare_state_hashes(finals: &[&FinalState], findings: &mut Findings) {
+    let mut by_index: BTreeMap<Option<u64>, Vec<(u64, &str)>> = BTreeMap::new();
+    for state in finals {
+        if let Some(hash) = state.state_hash.as_deref() {
+            by_index.entry(state.applied_index).or_default().push((state.node, hash));
+        }
+    }
+    for (index, nodes) in &by_index {
+        let hashes: BTreeSet<&str> = nodes.iter().map(|(_, hash)| *hash).collect();
+        if hashes.len() > 1 {
+            let list: Vec<String> = nodes.iter().map(|(node, hash)| format!("node {node}: {hash}")).collect();
+            let at = index.map_or_else(|| "an unrecorded applied index".to_string(), |index| index.to_string());
+            findings.invalid(format!("the nodes' state hashes differ at applied index {at}: {}", list.join(", ")));
+        }
+    }
+    if by_index.len() > 1 {
+        let list: Vec<String> = by_index
+            .iter()
+            .map(|(index, nodes)| {
+                let names: Vec<String> = nodes.iter().map(|(node, _)| node.to_string()).collect();
+                let at = index.map_or_else(|| "an unrecorded index".to_string(), |index| index.to_string());
+                let noun = if names.len() == 1 { "node" } else { "nodes" };
+                format!("{noun} {} at {at}", names.join(", "))
+            })
+            .collect();
+        findings.unknown(format!(
+            "the nodes' state hashes were read at different applied indexes ({}) and never at a common one: \
+             they cannot be compared",
+            list.join("; ")
+        ));
+    }
+}
+
+/// The `(applied index, state hash)` pairs read from each node after healing.
+///
+/// The harness records every read, so that hashes can be compared at any
+/// index several nodes were seen at, although the ticker keeps appending.
+#[derive(Debug, Clone, Default)]
+pub struct HashObservations {
+    /// Every node whose pair is wanted.
+    nodes: Vec<u64>,
+    /// Per node, every hash read at each applied index (more than one when a
+    /// status read raced an apply).
+    seen: BTreeMap<u64, BTreeMap<u64, BTreeSet<String>>>,
+    /// Per node, the last pair read.
+    latest: BTreeMap<u64, (u64, String)>,
+}
+
+impl HashObservations {
+    /// No reads yet of `nodes`.
+    pub fn new(nodes: &[u64]) -> HashObservations {
+        HashObservations { nodes: nodes.to_vec(), ..HashObservations::default() }
+    }
+
+    /// Records one read of `node`.
+    pub fn record(&mut self, node: u64, applied_index: u64, state_hash: &str) {
+        self.seen.entry(node).or_default().entry(applied_index).or_default().insert(state_hash.to_string());
+        self.latest.insert(node, (applied_index, state_hash.to_string()));
+    }
+
+    /// Applied indexes every node was seen at, highest first.
+    fn common_indexes(&self) -> Vec<u64> {
+        let Some((first, rest)) = self.nodes.split_first() else { return Vec::new() };
+        let Some(candidates) = self.seen.get(first) else { return Vec::new() };
+        candidates
+            .keys()
+            .rev()
+            .copied()
+            .filter(|index| rest.iter().all(|node| self.seen.get(node).is_some_and(|seen| seen.contains_key(index))))
+            .collect()
+    }
+
+    /// The hash every node was seen with at `index`, if there is one.
+    fn agreed_hash(&self, index: u64) -> Option<&str> {
+        let (first, rest) = self.nodes.split_first()?;
+        self.seen.get(first)?.get(&index)?.iter().map(String::as_str).find(|hash| {
+            rest.iter().all(|node| {
+                self.seen.get(node).and_then(|seen| seen.get(&index)).is_some_and(|hashes| hashes.contains(*hash))
+            })
+        })
+    }
+
+    /// The highest applied index at which every node was seen with one hash.
+    pub fn agreed(&self) -> Option<u64> {
+        self.common_indexes().into_iter().find(|index| self.agreed_hash(*index).is_some())
+    }
+
+    /// The pair to record for each node that was read: at the agreed index
+    /// when there is one; else at the highest index every node was seen at
+    /// (where their hashes differ: a divergence); else each node's last read.
+    pub fn chosen(&self) -> BTreeMap<u64, (u64, String)> {
+        if let Some(index) = self.agreed() {
+            let hash = self.agreed_hash(index).unwrap_or_default().to_string();
+            return self.nodes.iter().map(|node| (*node, (index, hash.clone()))).collect();
+        }
+        if let Some(index) = self.common_indexes().first().copied() {
+            return self
+                .seen
+                .iter()
+                .filter_map(|(node, seen)| Some((*node, (index, seen.get(&index)?.iter().next()?.clone()))))
+                .collect();
+        }
+        self.latest.clone()
+    }
+}
+
 /// Checks that every acknowledged (`ok`) mutation survived on every node:
 ///
 /// - every node of the header has a final state, every final state was read
-///   (its `state_hash` is `Some`) and all hashes are equal;
+///   (its `state_hash` is `Some`), and hashes read at one applied index are
+///   equal (hashes read at different indexes are `unknown`: see the module doc);
 /// - `ok` create → the approval is not `absent`;
 /// - `ok` decide(approve) → `approved` or `consumed`; `ok` decide(reject) → `rejected`;
 /// - `ok` consume(e) → the approval is `consumed` by e;
@@ -101,12 +221,7 @@ pub fn no_lost_writes(history: &[Entry], options: &CheckOptions) -> CheckResult 
     for state in finals.iter().filter(|state| state.state_hash.is_none()) {
         findings.invalid(format!("node {}'s state could not be read after healing (no state hash)", state.node));
     }
-    let hashes: BTreeSet<&str> = finals.iter().filter_map(|state| state.state_hash.as_deref()).collect();
-    if hashes.len() > 1 {
-        let list: Vec<String> =
-            finals.iter().map(|state| format!("node {}: {:?}", state.node, state.state_hash)).collect();
-        findings.invalid(format!("the nodes' state hashes differ: {}", list.join(", ")));
-    }
+    compare_state_hashes(&finals, &mut findings);
     let nodes: Vec<NodeState<'_>> =
         finals.iter().filter(|state| is_readable(state)).map(|state| NodeState::new(state)).collect();
     let tracked: BTreeSet<&str> = nodes.iter().flat_map(|node| node.approvals.keys().copied()).collect();

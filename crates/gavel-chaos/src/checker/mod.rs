@@ -22,7 +22,8 @@
 //!    result never changes or goes back to non-final.
 //! 4. [`fencing()`]: no report accepted under an expired, revoked or superseded lease.
 //! 5. [`retry_discipline`]: no re-run the side-effect rule forbids, no attempt past the budget.
-//! 6. [`no_lost_writes`]: every acknowledged mutation is in every node's final state.
+//! 6. [`no_lost_writes`]: every acknowledged mutation is in every node's final
+//!    state, and state hashes read at one applied index are equal.
 //! 7. [`liveness()`]: after healing there is one agreed leader and every execution finished.
 //! 8. [`coverage()`]: the run really exercised the faults it was asked for.
 //!

@@ -1,4 +1,5 @@
-//! `gavel audit tail`: read or follow the audit trail from a cursor.
+//! `gavel audit tail`: read or follow the audit trail from a cursor;
+//! `gavel audit get`: one event by its cursor.
 
 use clap::{Args, Subcommand};
 use gavel_client::{pb, Client};
@@ -38,6 +39,12 @@ pub enum AuditCommand {
         #[arg(long)]
         follow: bool,
     },
+    /// Print the event at one cursor.
+    Get {
+        /// The event's cursor.
+        #[arg(value_name = "CURSOR")]
+        cursor: u64,
+    },
 }
 
 /// Runs one `gavel audit` command.
@@ -47,7 +54,22 @@ pub async fn run(args: AuditArgs) -> Result<(), CommandError> {
     match args.command {
         AuditCommand::Tail { after, execution_id, follow: false } => tail(&client, after, execution_id, json).await,
         AuditCommand::Tail { after, execution_id, follow: true } => follow(&client, after, execution_id, json).await,
+        AuditCommand::Get { cursor } => get(&client, cursor, json).await,
     }
+}
+
+/// Prints one event, or refuses with `NOT_FOUND` when no retained event has the cursor.
+async fn get(client: &Client, cursor: u64, json: bool) -> Result<(), CommandError> {
+    let response = client.get_event(pb::GetEventRequest { cursor }).await?;
+    let event = response
+        .event
+        .ok_or_else(|| CommandError::refused("NOT_FOUND", format!("no retained event has cursor {cursor}")))?;
+    if json {
+        return output::print_json_line(&output::event_json(&event));
+    }
+    let mut table = Table::new(&output::EVENT_HEADERS);
+    table.row(output::event_row(&event));
+    output::print(&table.render())
 }
 
 /// Prints the events that exist after `after`, then the last cursor: as a

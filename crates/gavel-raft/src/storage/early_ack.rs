@@ -1,4 +1,5 @@
-//! Planted bug `early-ack` (feature `mutants`, `GAVEL_MUTANT=early-ack`):
+//! Planted bug `early-ack` (feature `mutants`, switched on by
+//! `NodeConfig::plant_early_ack`, which the shell sets from `GAVEL_MUTANT`):
 //! log appends are acknowledged at once and written to the log only
 //! [`WRITE_DELAY`] later, like a write-back cache that acknowledges before
 //! the data is stable. Until then the entries live in this overlay, which
@@ -7,19 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::ops::RangeBounds;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::typ::Entry;
 
 /// How long an acknowledged entry stays only in memory.
 const WRITE_DELAY: Duration = Duration::from_millis(1_500);
-
-/// Whether the planted bug is switched on.
-pub(crate) fn active() -> bool {
-    static ACTIVE: OnceLock<bool> = OnceLock::new();
-    *ACTIVE.get_or_init(|| std::env::var("GAVEL_MUTANT").is_ok_and(|name| name == "early-ack"))
-}
 
 /// Appended entries not yet written to the log.
 #[derive(Default)]

@@ -52,10 +52,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let entries = self.shared.wal.entries(&range).map_err(read_error)?;
         #[cfg(feature = "mutants")]
-        if super::early_ack::active() {
+        if let Some(early_ack) = &self.shared.early_ack {
             let mut merged: std::collections::BTreeMap<u64, Entry> =
                 entries.into_iter().map(|entry| (entry.log_id.index, entry)).collect();
-            for entry in self.shared.early_ack.range(&range) {
+            for entry in early_ack.range(&range) {
                 merged.insert(entry.log_id.index, entry);
             }
             return Ok(merged.into_values().collect());
@@ -70,7 +70,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let (last_purged_log_id, last_log_id) = self.shared.wal.log_state();
         #[cfg(feature = "mutants")]
-        let last_log_id = match self.shared.early_ack.last() {
+        let last_log_id = match self.shared.early_ack.as_ref().and_then(|early_ack| early_ack.last()) {
             Some(entry) if Some(entry.log_id) > last_log_id => Some(entry.log_id),
             _ => last_log_id,
         };
@@ -133,9 +133,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         #[cfg(feature = "mutants")]
-        if super::early_ack::active() {
+        if let Some(early_ack) = &self.shared.early_ack {
             // Planted bug: acknowledge at once, write later (see early_ack.rs).
-            self.shared.early_ack.append(self.shared.wal.clone(), entries.into_iter().collect());
+            early_ack.append(self.shared.wal.clone(), entries.into_iter().collect());
             callback.log_io_completed(Ok(()));
             return Ok(());
         }
@@ -149,7 +149,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         #[cfg(feature = "mutants")]
-        self.shared.early_ack.truncate(log_id.index);
+        if let Some(early_ack) = &self.shared.early_ack {
+            early_ack.truncate(log_id.index);
+        }
         // Conflicting entries are removed durably so a crash cannot bring
         // them back next to the entries that replace them. Truncation is rare
         // (only after a leader change), so the wait costs nothing overall.
@@ -163,7 +165,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         #[cfg(feature = "mutants")]
-        self.shared.early_ack.purge(log_id.index);
+        if let Some(early_ack) = &self.shared.early_ack {
+            early_ack.purge(log_id.index);
+        }
         // No wait: purged entries are already covered by a durable snapshot,
         // and if the purge marker is lost they are simply purged again. The
         // writer deletes the segments only once the marker is durable.

@@ -76,9 +76,10 @@ pub(crate) struct Shared {
     snapshot_write: tokio::sync::Mutex<()>,
     /// Distinguishes snapshot ids built in this process.
     snapshot_seq: AtomicU64,
-    /// The planted bug `early-ack`: entries acknowledged but not yet written.
+    /// The planted bug `early-ack`, when planted: entries acknowledged but
+    /// not yet written.
     #[cfg(feature = "mutants")]
-    early_ack: Arc<early_ack::Overlay>,
+    early_ack: Option<Arc<early_ack::Overlay>>,
 }
 
 /// An opened store: the two halves openraft drives, and a signal for when
@@ -100,8 +101,15 @@ pub(crate) fn wal_dir(data_dir: &Path) -> PathBuf {
 }
 
 /// Opens (or creates) the store in `data_dir` and restores the application
-/// from the last snapshot. Blocking: call from a blocking context.
-pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedStorage, RaftError> {
+/// from the last snapshot; `plant_early_ack` plants the bug `early-ack` (only
+/// in a `mutants` build). Blocking: call from a blocking context.
+pub(crate) fn open(
+    data_dir: &Path,
+    app: Arc<dyn Application>,
+    plant_early_ack: bool,
+) -> Result<OpenedStorage, RaftError> {
+    #[cfg(not(feature = "mutants"))]
+    let _ = plant_early_ack;
     let storage_error =
         |what: &str, e: &dyn std::fmt::Display| RaftError::Storage(format!("{what} in {}: {e}", data_dir.display()));
     let sled_dir = sled_dir(data_dir);
@@ -138,7 +146,7 @@ pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedS
         snapshot_write: tokio::sync::Mutex::new(()),
         snapshot_seq: AtomicU64::new(0),
         #[cfg(feature = "mutants")]
-        early_ack: Arc::default(),
+        early_ack: plant_early_ack.then(Arc::default),
     });
     let state_machine = StateMachineStore::restore(shared.clone(), app)?;
     Ok(OpenedStorage { log_store: LogStore::new(shared), state_machine, closed })

@@ -66,7 +66,7 @@ fn membership_entry(term: u64, index: u64) -> Entry {
 }
 
 fn open_with(dir: &Path, app: Arc<RecordingApp>) -> OpenedStorage {
-    open(dir, app).expect("open storage")
+    open(dir, app, false).expect("open storage")
 }
 
 /// Drops both halves of the store and waits until sled's files are closed,
@@ -273,7 +273,7 @@ async fn a_corrupt_log_makes_the_store_refuse_to_open_with_a_clear_error() {
     // A byte in the middle of the entries: durable data, not a torn tail.
     bytes[200] ^= 0x40;
     std::fs::write(&segment, &bytes).expect("write the segment");
-    match open(dir.path(), Arc::new(RecordingApp::default())) {
+    match open(dir.path(), Arc::new(RecordingApp::default()), false) {
         Err(crate::RaftError::Storage(message)) => {
             assert!(message.contains("corrupt") && message.contains("refusing to start"), "{message}");
         }
@@ -294,7 +294,7 @@ async fn a_data_directory_with_a_log_in_the_old_sled_format_is_refused() {
         db.open_tree("log").expect("log tree").insert(1u64.to_be_bytes(), b"an old entry".to_vec()).expect("insert");
         db.flush().expect("flush");
     }
-    match open(dir.path(), Arc::new(RecordingApp::default())) {
+    match open(dir.path(), Arc::new(RecordingApp::default()), false) {
         Err(crate::RaftError::Storage(message)) => assert!(message.contains("old sled format"), "{message}"),
         Err(other) => panic!("refused for the wrong reason: {other}"),
         Ok(_) => panic!("a log in the old format was ignored"),

@@ -155,7 +155,13 @@ impl TestNode {
         let addr = listener.local_addr().expect("local addr").to_string();
         let app = Arc::new(KvApp::default());
         let node = RaftNode::start(
-            NodeConfig { node_id: id, addr: addr.clone(), data_dir: dir.to_path_buf(), timings },
+            NodeConfig {
+                node_id: id,
+                addr: addr.clone(),
+                data_dir: dir.to_path_buf(),
+                timings,
+                plant_early_ack: false,
+            },
             app.clone(),
         )
         .await

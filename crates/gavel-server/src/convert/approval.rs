@@ -1,11 +1,12 @@
 //! Approval messages.
 
-use gavel_core::{Approval, ApprovalStatus, Command, CreateApproval, DomainError};
+use gavel_core::{Approval, ApprovalFilter, ApprovalStatus, Command, CreateApproval, DomainError};
 use gavel_proto::v1 as pb;
 
 use super::common::{
     actor_in, actor_out, risk_in, risk_out, side_effect_in, side_effect_out, timestamp_in, timestamp_out,
 };
+use crate::replies::ApprovalReply;
 
 /// Decodes a decision status; unspecified is refused.
 pub fn status_in(value: i32) -> Result<ApprovalStatus, DomainError> {
@@ -121,4 +122,81 @@ pub fn decide_in(request: &pb::DecideApprovalRequest) -> Result<Command, DomainE
         comment: request.comment.clone(),
         caller_now_ms: timestamp_in("callerNowMs", request.caller_now_ms)?,
     })
+}
+
+/// Decodes a consume request.
+pub fn consume_in(request: &pb::ConsumeApprovalRequest) -> Result<Command, DomainError> {
+    Ok(Command::ConsumeApproval {
+        approval_id: request.id.clone(),
+        execution_id: request.execution_id.clone(),
+        caller_now_ms: timestamp_in("callerNowMs", request.caller_now_ms)?,
+    })
+}
+
+/// Decodes a cancel request.
+pub fn cancel_in(request: &pb::CancelApprovalRequest) -> Result<Command, DomainError> {
+    Ok(Command::CancelApproval {
+        approval_id: request.id.clone(),
+        caller_now_ms: timestamp_in("callerNowMs", request.caller_now_ms)?,
+    })
+}
+
+/// Encodes the approval a command answered with.
+pub fn approval_reply_out(reply: &ApprovalReply) -> pb::Approval {
+    approval_out(&reply.approval, reply.status)
+}
+
+/// A decoded `ListApprovals` request.
+#[derive(Debug)]
+pub struct ApprovalsQuery {
+    /// Which approvals.
+    pub filter: ApprovalFilter,
+    /// The caller's clock for lazy expiry, if it gave one.
+    pub caller_now_ms: Option<u64>,
+    /// Start after this `(requestedAtMs, id)`.
+    pub after: Option<(u64, String)>,
+    /// Page size.
+    pub limit: usize,
+}
+
+/// Approvals per page when the caller asks for the server's default.
+const APPROVALS_PAGE_DEFAULT: u32 = 100;
+
+/// Decodes a list request.
+pub fn list_in(request: &pb::ListApprovalsRequest) -> Result<ApprovalsQuery, DomainError> {
+    let limit = match request.limit {
+        0 => APPROVALS_PAGE_DEFAULT,
+        limit => limit.min(gavel_core::limits::APPROVALS_PAGE_MAX),
+    };
+    Ok(ApprovalsQuery {
+        filter: ApprovalFilter {
+            status: request.status.map(status_filter_in).transpose()?,
+            capability_id: request.capability_id.clone(),
+            actor_id: request.actor_id.clone(),
+        },
+        caller_now_ms: timestamp_in("callerNowMs", request.caller_now_ms)?,
+        after: page_token_in(&request.page_token)?,
+        limit: limit as usize,
+    })
+}
+
+/// Encodes one page of approvals with their status at `now_ms`, and the
+/// token of the next page when this one is full.
+pub fn approvals_page_out(page: &[&Approval], limit: usize, now_ms: u64) -> pb::ListApprovalsResponse {
+    let next_page_token = match page.last() {
+        Some(last) if page.len() == limit => format!("{}:{}", last.requested_at_ms, last.id),
+        _ => String::new(),
+    };
+    let approvals = page.iter().map(|approval| approval_out(approval, approval.status_at(now_ms))).collect();
+    pb::ListApprovalsResponse { approvals, next_page_token }
+}
+
+/// Page tokens are `requestedAtMs:id` of the last approval returned.
+fn page_token_in(token: &str) -> Result<Option<(u64, String)>, DomainError> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let (time, id) = token.split_once(':').ok_or_else(|| DomainError::invalid("malformed pageToken"))?;
+    let time = time.parse().map_err(|_| DomainError::invalid("malformed pageToken"))?;
+    Ok(Some((time, id.to_string())))
 }

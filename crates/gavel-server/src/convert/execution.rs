@@ -1,12 +1,90 @@
 //! Execution, lease, task and audit event messages.
 
 use gavel_core::{
-    CancelCode, Event, EventKind, ExecutedBeforeFailure, Execution, ExecutionState, Lease, ResultEnvelope, Task,
+    CancelCode, Command, DomainError, Event, EventKind, ExecutedBeforeFailure, Execution, ExecutionState, Lease,
+    ReportOutcome, ResultEnvelope, Submit, Task,
 };
 use gavel_proto::v1 as pb;
 
+use super::approval::approval_reply_out;
 use super::capability::capability_out;
-use super::common::{actor_out, timestamp_out};
+use super::common::{actor_in, actor_out, timestamp_out};
+use crate::replies::SubmitReply;
+
+/// The execution id a submit or resume names, or the one derived from its
+/// request id, so that every retry of the call names the same execution.
+fn execution_id_or_derived(execution_id: Option<&str>, request_id: &str) -> String {
+    match execution_id {
+        Some(id) if !id.is_empty() => id.to_string(),
+        _ => gavel_core::ids::execution_id_for(request_id),
+    }
+}
+
+/// Decodes a submit request made under `request_id`.
+pub fn submit_in(request: &pb::SubmitRequest, request_id: &str) -> Result<Command, DomainError> {
+    Ok(Command::Submit(Submit {
+        execution_id: execution_id_or_derived(request.execution_id.as_deref(), request_id),
+        capability_id: request.capability_id.clone(),
+        input_json: request.input_json.clone(),
+        actor: actor_in("actor", request.actor.as_ref())?,
+        surface: request.surface.clone(),
+        correlation_id: request.correlation_id.clone().filter(|id| !id.is_empty()),
+    }))
+}
+
+/// Encodes what a submit did.
+pub fn submit_out(reply: &SubmitReply) -> pb::SubmitResponse {
+    use pb::submit_response::Outcome;
+    let (outcome, created) = match reply {
+        SubmitReply::Execution { execution, created } => (Outcome::Execution(execution_out(execution)), *created),
+        SubmitReply::ApprovalRequired(approval) => (Outcome::ApprovalRequired(approval_reply_out(approval)), true),
+    };
+    pb::SubmitResponse { outcome: Some(outcome), created }
+}
+
+/// Decodes a resume request made under `request_id`.
+pub fn resume_in(request: &pb::ResumeRequest, request_id: &str) -> Command {
+    Command::Resume {
+        approval_id: request.approval_id.clone(),
+        execution_id: execution_id_or_derived(request.execution_id.as_deref(), request_id),
+        input_json: request.input_json.clone(),
+    }
+}
+
+/// Decodes a cancel request; the actor is optional here.
+pub fn cancel_execution_in(request: &pb::CancelExecutionRequest) -> Result<Command, DomainError> {
+    let actor = match request.actor.as_ref() {
+        Some(actor) => Some(actor_in("actor", Some(actor))?),
+        None => None,
+    };
+    Ok(Command::CancelExecution { execution_id: request.execution_id.clone(), actor })
+}
+
+/// Decodes a poll request.
+pub fn poll_in(request: &pb::PollRequest) -> Command {
+    Command::Poll { worker_id: request.worker_id.clone(), queues: request.queues.clone(), tasks_max: request.max_tasks }
+}
+
+/// Decodes a heartbeat request.
+pub fn heartbeat_in(request: &pb::HeartbeatRequest) -> Command {
+    Command::Heartbeat { lease_id: request.lease_id, worker_id: request.worker_id.clone() }
+}
+
+/// Decodes a report request; it must carry an outcome.
+pub fn report_in(request: &pb::ReportRequest) -> Result<Command, DomainError> {
+    let outcome = match &request.outcome {
+        Some(pb::report_request::Outcome::Completed(completed)) => {
+            ReportOutcome::Completed { output_json: completed.output_json.clone() }
+        }
+        Some(pb::report_request::Outcome::Failed(failed)) => ReportOutcome::Failed {
+            code: failed.code.clone(),
+            message: failed.message.clone(),
+            retryable: failed.retryable,
+        },
+        None => return Err(DomainError::invalid("outcome is required (completed or failed)")),
+    };
+    Ok(Command::Report { lease_id: request.lease_id, worker_id: request.worker_id.clone(), outcome })
+}
 
 fn executed_before_failure_out(value: Option<ExecutedBeforeFailure>) -> i32 {
     (match value {

@@ -1,19 +1,20 @@
 //! `ApprovalService`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use gavel_core::{ApprovalFilter, Command, Reply};
+use gavel_core::mutants::Mutant;
+use gavel_core::State;
 use gavel_proto::v1 as pb;
-use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::approval_service_server::ApprovalService;
 use tonic::{Request, Response, Status};
 
-use super::{assign_request_id, is_forwarded, prechecked, refused};
-use crate::convert::approval::{approval_out, create_in, decide_in, status_filter_in};
+use super::request_id;
+use crate::convert::approval::{
+    approval_out, approval_reply_out, approvals_page_out, cancel_in, consume_in, create_in, decide_in, list_in,
+};
 use crate::convert::common::timestamp_in;
-use crate::node::{unexpected, wall_clock_ms, Node, Routed};
-use crate::serve;
+use crate::node::{domain_status, read_time_ms, Node};
+use crate::replies::ApprovalReply;
 
 /// Serves approvals.
 pub struct Approvals {
@@ -21,197 +22,84 @@ pub struct Approvals {
     pub node: Arc<Node>,
 }
 
-fn approval_of(reply: Reply) -> Result<pb::Approval, Routed> {
-    match refused(reply)? {
-        Reply::Approval { approval, status } => Ok(approval_out(&approval, status)),
-        other => Err(Routed::Fail(unexpected(&other))),
-    }
-}
-
-const NO_WAIT: Duration = Duration::ZERO;
-
 #[tonic::async_trait]
 impl ApprovalService for Approvals {
     async fn create_approval(
         &self,
         request: Request<pb::CreateApprovalRequest>,
     ) -> Result<Response<pb::CreateApprovalResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id)?;
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            NO_WAIT,
-            ApprovalServiceClient,
-            create_approval,
-            async {
-                let command = prechecked(create_in(&message)?)?;
-                let reply = self.node.propose(&message.request_id, command).await?;
-                Ok::<_, Routed>(pb::CreateApprovalResponse { approval: Some(approval_of(reply)?) })
-            }
-            .await
-        )
+        let (metadata, _, message) = request.into_parts();
+        let request_id = request_id(&metadata, &message.request_id)?;
+        let reply: ApprovalReply = self.node.call(&request_id, create_in(&message).map_err(domain_status)?).await?;
+        Ok(Response::new(pb::CreateApprovalResponse { approval: Some(approval_reply_out(&reply)) }))
     }
 
     async fn get_approval(
         &self,
         request: Request<pb::GetApprovalRequest>,
     ) -> Result<Response<pb::GetApprovalResponse>, Status> {
-        let forwarded = is_forwarded(&request);
         let message = request.into_inner();
-        if gavel_core::mutants::active(gavel_core::mutants::Mutant::StaleRead) {
-            // Planted bug: answer from this node's local state, no read-index.
-            let state = self.node.app.state();
-            let now_ms = state.clock_ms().max(wall_clock_ms());
-            let approval =
-                state.approval(&message.id).map(|approval| approval_out(approval, approval.status_at(now_ms)));
-            return Ok(Response::new(pb::GetApprovalResponse { approval }));
-        }
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            NO_WAIT,
-            ApprovalServiceClient,
-            get_approval,
-            async {
-                let now_ms = timestamp_in("callerNowMs", message.caller_now_ms)?;
-                self.node.linearizable().await?;
-                let state = self.node.app.state();
-                let now_ms = now_ms.unwrap_or_else(|| state.clock_ms().max(wall_clock_ms()));
-                let approval =
-                    state.approval(&message.id).map(|approval| approval_out(approval, approval.status_at(now_ms)));
-                Ok::<_, Routed>(pb::GetApprovalResponse { approval })
-            }
-            .await
-        )
+        let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms).map_err(domain_status)?;
+        let read = |state: &State| {
+            let now_ms = read_time_ms(state, caller_now_ms);
+            state.approval(&message.id).map(|approval| approval_out(approval, approval.status_at(now_ms)))
+        };
+        let approval = if self.node.plants(Mutant::StaleRead) {
+            // Planted bug: the routing layer let this call through on any
+            // node, and it answers from local state without a read barrier.
+            read(&self.node.app.state())
+        } else {
+            self.node.read(read).await?
+        };
+        Ok(Response::new(pb::GetApprovalResponse { approval }))
     }
 
     async fn decide_approval(
         &self,
         request: Request<pb::DecideApprovalRequest>,
     ) -> Result<Response<pb::DecideApprovalResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id)?;
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            NO_WAIT,
-            ApprovalServiceClient,
-            decide_approval,
-            async {
-                let command = prechecked(decide_in(&message)?)?;
-                let reply = self.node.propose(&message.request_id, command).await?;
-                Ok::<_, Routed>(pb::DecideApprovalResponse { approval: Some(approval_of(reply)?) })
-            }
-            .await
-        )
+        let (metadata, _, message) = request.into_parts();
+        let request_id = request_id(&metadata, &message.request_id)?;
+        let reply: ApprovalReply = self.node.call(&request_id, decide_in(&message).map_err(domain_status)?).await?;
+        Ok(Response::new(pb::DecideApprovalResponse { approval: Some(approval_reply_out(&reply)) }))
     }
 
     async fn consume_approval(
         &self,
         request: Request<pb::ConsumeApprovalRequest>,
     ) -> Result<Response<pb::ConsumeApprovalResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id)?;
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            NO_WAIT,
-            ApprovalServiceClient,
-            consume_approval,
-            async {
-                let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms)?;
-                let command = prechecked(Command::ConsumeApproval {
-                    approval_id: message.id.clone(),
-                    execution_id: message.execution_id.clone(),
-                    caller_now_ms,
-                })?;
-                let reply = self.node.propose(&message.request_id, command).await?;
-                Ok::<_, Routed>(pb::ConsumeApprovalResponse { approval: Some(approval_of(reply)?) })
-            }
-            .await
-        )
+        let (metadata, _, message) = request.into_parts();
+        let request_id = request_id(&metadata, &message.request_id)?;
+        let reply: ApprovalReply = self.node.call(&request_id, consume_in(&message).map_err(domain_status)?).await?;
+        Ok(Response::new(pb::ConsumeApprovalResponse { approval: Some(approval_reply_out(&reply)) }))
     }
 
     async fn list_approvals(
         &self,
         request: Request<pb::ListApprovalsRequest>,
     ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        let message = request.into_inner();
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            NO_WAIT,
-            ApprovalServiceClient,
-            list_approvals,
-            async {
-                let now_ms = timestamp_in("callerNowMs", message.caller_now_ms)?;
-                let filter = ApprovalFilter {
-                    status: message.status.map(status_filter_in).transpose()?,
-                    capability_id: message.capability_id.clone(),
-                    actor_id: message.actor_id.clone(),
-                };
-                let after = decode_page_token(&message.page_token)?;
-                let limit = match message.limit {
-                    0 => 100,
-                    limit => limit.min(gavel_core::limits::APPROVALS_PAGE_MAX),
-                } as usize;
-                self.node.linearizable().await?;
-                let state = self.node.app.state();
-                let now_ms = now_ms.unwrap_or_else(|| state.clock_ms().max(wall_clock_ms()));
-                let page = state.list_approvals(&filter, now_ms, after.as_ref(), limit);
-                let next_page_token = match page.last() {
-                    Some(last) if page.len() == limit => format!("{}:{}", last.requested_at_ms, last.id),
-                    _ => String::new(),
-                };
-                let approvals =
-                    page.iter().map(|approval| approval_out(approval, approval.status_at(now_ms))).collect();
-                Ok::<_, Routed>(pb::ListApprovalsResponse { approvals, next_page_token })
-            }
-            .await
-        )
+        let query = list_in(request.get_ref()).map_err(domain_status)?;
+        let page = self
+            .node
+            .read(|state| {
+                let now_ms = read_time_ms(state, query.caller_now_ms);
+                approvals_page_out(
+                    &state.list_approvals(&query.filter, now_ms, query.after.as_ref(), query.limit),
+                    query.limit,
+                    now_ms,
+                )
+            })
+            .await?;
+        Ok(Response::new(page))
     }
 
     async fn cancel_approval(
         &self,
         request: Request<pb::CancelApprovalRequest>,
     ) -> Result<Response<pb::CancelApprovalResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        let mut message = request.into_inner();
-        assign_request_id(&mut message.request_id)?;
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            NO_WAIT,
-            ApprovalServiceClient,
-            cancel_approval,
-            async {
-                let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms)?;
-                let command = prechecked(Command::CancelApproval { approval_id: message.id.clone(), caller_now_ms })?;
-                let reply = self.node.propose(&message.request_id, command).await?;
-                Ok::<_, Routed>(pb::CancelApprovalResponse { approval: Some(approval_of(reply)?) })
-            }
-            .await
-        )
+        let (metadata, _, message) = request.into_parts();
+        let request_id = request_id(&metadata, &message.request_id)?;
+        let reply: ApprovalReply = self.node.call(&request_id, cancel_in(&message).map_err(domain_status)?).await?;
+        Ok(Response::new(pb::CancelApprovalResponse { approval: Some(approval_reply_out(&reply)) }))
     }
-}
-
-/// Page tokens are `requestedAtMs:id` of the last approval returned.
-fn decode_page_token(token: &str) -> Result<Option<(u64, String)>, gavel_core::DomainError> {
-    if token.is_empty() {
-        return Ok(None);
-    }
-    let (time, id) = token.split_once(':').ok_or_else(|| gavel_core::DomainError::invalid("malformed pageToken"))?;
-    let time = time.parse().map_err(|_| gavel_core::DomainError::invalid("malformed pageToken"))?;
-    Ok(Some((time, id.to_string())))
 }

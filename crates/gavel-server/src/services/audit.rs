@@ -1,4 +1,13 @@
 //! `AuditService`: the ordered, resumable audit trail.
+//!
+//! A cursor names the last event a reader has seen. Any cursor up to the
+//! head (the last event written) is valid, and so is one past it, the cursor
+//! the next event will get; the head and one past it both read "from now
+//! on". A cursor further ahead names events that do not exist, and
+//! following it would skip the events written in between, so it is refused
+//! with `OUT_OF_RANGE` and a message naming the head. A cursor whose
+//! successors were already dropped by retention is refused the same way,
+//! naming the cursor to resume from.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -8,14 +17,11 @@ use futures::Stream;
 use gavel_core::limits::EVENTS_PAGE_MAX;
 use gavel_core::State;
 use gavel_proto::v1 as pb;
-use gavel_proto::v1::audit_service_client::AuditServiceClient;
 use gavel_proto::v1::audit_service_server::AuditService;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
-use super::is_forwarded;
 use crate::convert::execution::event_out;
-use crate::node::{Node, Routed};
-use crate::serve;
+use crate::node::Node;
 
 /// Serves the audit trail.
 pub struct Audit {
@@ -23,25 +29,95 @@ pub struct Audit {
     pub node: Arc<Node>,
 }
 
-const NO_WAIT: Duration = Duration::ZERO;
+/// Events per page when the caller asks for the server's default.
+const EVENTS_PAGE_DEFAULT: u32 = 100;
 
-/// Events after a cursor, optionally of one execution; `OUT_OF_RANGE` when
-/// retention already dropped events the caller has not seen.
-fn page(state: &State, after_cursor: u64, limit: u32, execution_id: Option<&str>) -> Result<Vec<pb::Event>, Status> {
-    if let Some(first) = state.events_after(0, 1).first().map(|event| event.cursor) {
-        if after_cursor > 0 && after_cursor + 1 < first {
-            return Err(Status::out_of_range(format!(
-                "events up to cursor {} were dropped by retention; resume from cursor {}",
-                first - 1,
-                first - 1
-            )));
+/// How long a replica that is not the leader waits to catch up with a
+/// cursor ahead of its own head before refusing it: a follower lags the
+/// leader, and must not refuse a cursor the leader already handed out.
+const CURSOR_CATCH_UP: Duration = Duration::from_secs(3);
+
+/// Why a cursor cannot be read after.
+#[derive(Debug, PartialEq, Eq)]
+enum CursorRefusal {
+    /// The cursor is more than one past the last event written (`head`).
+    Ahead { cursor: u64, head: u64 },
+    /// Retention dropped the events after the cursor, up to `dropped_to`.
+    Dropped { dropped_to: u64 },
+}
+
+impl CursorRefusal {
+    fn status(&self) -> Status {
+        let message = match self {
+            CursorRefusal::Ahead { cursor, head } => format!(
+                "cursor {cursor} is ahead of the audit trail, whose last event is cursor {head}; \
+                 resume from cursor {head} or lower"
+            ),
+            CursorRefusal::Dropped { dropped_to } => {
+                format!("events up to cursor {dropped_to} were dropped by retention; resume from cursor {dropped_to}")
+            }
+        };
+        gavel_proto::error_detail::domain_status(Code::OutOfRange, "OUT_OF_RANGE", &message, Vec::new(), None, None)
+    }
+}
+
+/// Where a read after `after_cursor` starts: the cursor itself, or the head
+/// for a cursor one past it (both mean "from now on"; starting at the head
+/// delivers nothing twice that was not written yet).
+fn resume_point(state: &State, after_cursor: u64) -> Result<u64, CursorRefusal> {
+    let head = state.next_cursor().saturating_sub(1);
+    if after_cursor > head.saturating_add(1) {
+        return Err(CursorRefusal::Ahead { cursor: after_cursor, head });
+    }
+    let first_retained = state.events_after(0, 1).first().map_or(state.next_cursor(), |event| event.cursor);
+    if after_cursor > 0 && after_cursor.saturating_add(1) < first_retained {
+        return Err(CursorRefusal::Dropped { dropped_to: first_retained - 1 });
+    }
+    Ok(after_cursor.min(head))
+}
+
+/// Events after a cursor, optionally of one execution, and the cursor to
+/// read after next: the last event returned, or where this read started.
+fn page(
+    state: &State,
+    after_cursor: u64,
+    limit: u32,
+    execution_id: Option<&str>,
+) -> Result<(Vec<pb::Event>, u64), CursorRefusal> {
+    let start = resume_point(state, after_cursor)?;
+    let events = match execution_id {
+        Some(id) => state.execution_events(id, start, limit),
+        None => state.events_after(start, limit),
+    };
+    let last_cursor = events.last().map_or(start, |event| event.cursor);
+    Ok((events.into_iter().map(event_out).collect(), last_cursor))
+}
+
+/// Where a stream after `after_cursor` starts on this replica. The leader
+/// answers after a read barrier; another replica first waits, bounded, for
+/// its state to reach a cursor ahead of its head.
+async fn watch_start(node: &Node, after_cursor: u64) -> Result<u64, Status> {
+    let exact = node.raft.status().is_leader() && node.linearizable().await.is_ok();
+    let deadline = tokio::time::Instant::now() + if exact { Duration::ZERO } else { CURSOR_CATCH_UP };
+    let mut applied = node.app.subscribe();
+    loop {
+        applied.borrow_and_update();
+        let refusal = match resume_point(&node.app.state(), after_cursor) {
+            Ok(start) => return Ok(start),
+            Err(refusal) => refusal,
+        };
+        if !matches!(refusal, CursorRefusal::Ahead { .. }) {
+            return Err(refusal.status());
+        }
+        tokio::select! {
+            changed = applied.changed() => {
+                if changed.is_err() {
+                    return Err(Status::unavailable("node is shutting down"));
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => return Err(refusal.status()),
         }
     }
-    let events = match execution_id {
-        Some(id) => state.execution_events(id, after_cursor, limit),
-        None => state.events_after(after_cursor, limit),
-    };
-    Ok(events.into_iter().map(event_out).collect())
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::Event, Status>> + Send>>;
@@ -58,25 +134,26 @@ impl AuditService for Audit {
         request: Request<pb::WatchEventsRequest>,
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
         let message = request.into_inner();
+        let start = watch_start(&self.node, message.after_cursor).await?;
         let node = self.node.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(256);
         tokio::spawn(async move {
-            let mut cursor = message.after_cursor;
+            let mut cursor = start;
             let mut applied = node.app.subscribe();
             loop {
                 applied.borrow_and_update();
                 let batch = page(&node.app.state(), cursor, EVENTS_PAGE_MAX, message.execution_id.as_deref());
                 match batch {
-                    Err(status) => {
-                        let _ = sender.send(Err(status)).await;
+                    Err(refusal) => {
+                        let _ = sender.send(Err(refusal.status())).await;
                         return;
                     }
-                    Ok(events) if events.is_empty() => {
+                    Ok((events, _)) if events.is_empty() => {
                         if applied.changed().await.is_err() {
                             return;
                         }
                     }
-                    Ok(events) => {
+                    Ok((events, _)) => {
                         for event in events {
                             cursor = event.cursor;
                             if sender.send(Ok(event)).await.is_err() {
@@ -94,24 +171,90 @@ impl AuditService for Audit {
         &self,
         request: Request<pb::ListEventsRequest>,
     ) -> Result<Response<pb::ListEventsResponse>, Status> {
-        let forwarded = is_forwarded(&request);
         let message = request.into_inner();
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            NO_WAIT,
-            AuditServiceClient,
-            list_events,
-            async {
-                self.node.linearizable().await?;
-                let limit = if message.limit == 0 { 100 } else { message.limit };
-                let events =
-                    page(&self.node.app.state(), message.after_cursor, limit, message.execution_id.as_deref())?;
-                let last_cursor = events.last().map_or(message.after_cursor, |event| event.cursor);
-                Ok::<_, Routed>(pb::ListEventsResponse { events, last_cursor })
-            }
-            .await
-        )
+        let limit = if message.limit == 0 { EVENTS_PAGE_DEFAULT } else { message.limit };
+        let execution_id = message.execution_id.as_deref();
+        let (events, last_cursor) = self
+            .node
+            .read(|state| page(state, message.after_cursor, limit, execution_id))
+            .await?
+            .map_err(|refusal| refusal.status())?;
+        Ok(Response::new(pb::ListEventsResponse { events, last_cursor }))
+    }
+
+    async fn get_event(&self, request: Request<pb::GetEventRequest>) -> Result<Response<pb::GetEventResponse>, Status> {
+        let cursor = request.into_inner().cursor;
+        let event = self.node.read(|state| state.event(cursor).map(event_out)).await?;
+        Ok(Response::new(pb::GetEventResponse { event }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gavel_core::{Command, Envelope, Retention};
+
+    /// A state whose trail holds events 1..=`count`: one capability
+    /// registration each, event `n` at time `n` seconds.
+    fn state_with_events(count: u64) -> State {
+        let mut state = State::new();
+        for index in 0..count {
+            let spec = gavel_core::CapabilitySpec {
+                id: format!("docs.read.{index}"),
+                side_effect: Some(gavel_core::SideEffect::Read),
+                risk: Some(gavel_core::Risk::Low),
+                idempotent: false,
+                retry: None,
+                timeout_ms: None,
+                heartbeat_timeout_ms: None,
+                approval: None,
+                queue: None,
+                tags: Vec::new(),
+            };
+            let now_ms = (index + 1) * 1_000;
+            let envelope = Envelope { request_id: None, now_ms, command: Command::RegisterCapability(spec) };
+            state.apply(&envelope);
+        }
+        assert_eq!(state.next_cursor(), count + 1, "one event per registration");
+        state
+    }
+
+    #[test]
+    fn cursors_up_to_one_past_the_head_read_from_now_on() {
+        let state = state_with_events(7);
+        assert_eq!(resume_point(&state, 0), Ok(0));
+        assert_eq!(resume_point(&state, 7), Ok(7));
+        assert_eq!(resume_point(&state, 8), Ok(7), "the next event's cursor reads from now on, skipping nothing");
+        let (events, last_cursor) = page(&state, 8, 10, None).expect("a valid cursor");
+        assert!(events.is_empty());
+        assert_eq!(last_cursor, 7, "following last_cursor skips no event");
+    }
+
+    #[test]
+    fn cursors_further_ahead_are_refused_naming_the_head() {
+        let state = state_with_events(7);
+        for cursor in [9, 999_999, u64::MAX] {
+            assert_eq!(resume_point(&state, cursor), Err(CursorRefusal::Ahead { cursor, head: 7 }));
+        }
+        let status = CursorRefusal::Ahead { cursor: 999_999, head: 7 }.status();
+        assert_eq!(status.code(), Code::OutOfRange);
+        assert!(status.message().contains("last event is cursor 7"), "{}", status.message());
+        let fresh = State::new();
+        assert_eq!(resume_point(&fresh, 1), Ok(0), "an empty trail reads from now on at cursor 1 too");
+        assert_eq!(resume_point(&fresh, 2), Err(CursorRefusal::Ahead { cursor: 2, head: 0 }));
+    }
+
+    #[test]
+    fn cursors_before_the_retained_events_are_refused() {
+        let mut state = state_with_events(3);
+        // Events are retained for one second: at 3.5 s only event 3 (at 3 s) remains.
+        let retention = Retention { events_ms: 1_000, ..Retention::default() };
+        let tick = Envelope { request_id: None, now_ms: 3_500, command: Command::Tick { retention } };
+        state.apply(&tick);
+        let first = state.events_after(0, 1).first().map(|event| event.cursor).expect("one event is retained");
+        assert_eq!(first, 3);
+        assert_eq!(resume_point(&state, 1), Err(CursorRefusal::Dropped { dropped_to: 2 }));
+        assert_eq!(resume_point(&state, 2), Ok(2));
+        assert_eq!(resume_point(&state, 0), Ok(0), "0 starts at the oldest retained event");
     }
 }

@@ -1,20 +1,14 @@
 //! `ClusterService`: status and online membership changes.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use gavel_proto::v1 as pb;
-use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::cluster_service_server::ClusterService;
 use gavel_raft::{Role, WriteError};
 use tonic::{Request, Response, Status};
 
-use super::is_forwarded;
-use crate::node::{unavailable, Node, Routed};
-use crate::serve;
-
-/// How long a promotion waits for the learner to catch up.
-const PROMOTE_CATCH_UP: Duration = Duration::from_secs(60);
+use crate::node::{unavailable, write_error_status, Node};
+use crate::routing::MEMBERSHIP_CHANGE_WAIT;
 
 /// Serves cluster status and membership.
 pub struct Cluster {
@@ -51,14 +45,12 @@ pub fn status_of(node: &Node) -> pb::StatusResponse {
     }
 }
 
-fn membership_error(error: WriteError) -> Routed {
+/// A refused membership change as a status.
+fn membership_error(error: WriteError) -> Status {
     match error {
-        WriteError::ForwardToLeader { leader_addr: Some(addr), .. } => Routed::Forward(addr),
-        WriteError::ForwardToLeader { leader_addr: None, .. } => {
-            Routed::Fail(unavailable("no leader is elected yet; retry shortly", None))
-        }
-        WriteError::Unavailable(reason) => Routed::Fail(unavailable(&reason, None)),
-        WriteError::Invalid(reason) => Routed::Fail(Status::failed_precondition(reason)),
+        WriteError::Invalid(reason) => Status::failed_precondition(reason),
+        WriteError::Unavailable(reason) => unavailable(&reason, None),
+        forward @ WriteError::ForwardToLeader { .. } => write_error_status(forward),
     }
 }
 
@@ -72,62 +64,26 @@ impl ClusterService for Cluster {
         &self,
         request: Request<pb::AddLearnerRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let forwarded = is_forwarded(&request);
         let message = request.into_inner();
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            PROMOTE_CATCH_UP,
-            ClusterServiceClient,
-            add_learner,
-            async {
-                if message.node_id == 0 || message.addr.is_empty() {
-                    return Err(Routed::Fail(Status::invalid_argument("nodeId and addr are required")));
-                }
-                self.node.raft.add_learner(message.node_id, message.addr.clone()).await.map_err(membership_error)?;
-                Ok(status_of(&self.node))
-            }
-            .await
-        )
+        if message.node_id == 0 || message.addr.is_empty() {
+            return Err(Status::invalid_argument("nodeId and addr are required"));
+        }
+        self.node.raft.add_learner(message.node_id, message.addr).await.map_err(membership_error)?;
+        Ok(Response::new(status_of(&self.node)))
     }
 
     async fn promote(&self, request: Request<pb::PromoteRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        let message = request.into_inner();
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            PROMOTE_CATCH_UP,
-            ClusterServiceClient,
-            promote,
-            async {
-                self.node.raft.promote(message.node_id, PROMOTE_CATCH_UP).await.map_err(membership_error)?;
-                Ok(status_of(&self.node))
-            }
-            .await
-        )
+        let node_id = request.into_inner().node_id;
+        self.node.raft.promote(node_id, MEMBERSHIP_CHANGE_WAIT).await.map_err(membership_error)?;
+        Ok(Response::new(status_of(&self.node)))
     }
 
     async fn remove_node(
         &self,
         request: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let forwarded = is_forwarded(&request);
-        let message = request.into_inner();
-        serve!(
-            self.node,
-            forwarded,
-            message,
-            Duration::ZERO,
-            ClusterServiceClient,
-            remove_node,
-            async {
-                self.node.raft.remove_node(message.node_id).await.map_err(membership_error)?;
-                Ok(status_of(&self.node))
-            }
-            .await
-        )
+        let node_id = request.into_inner().node_id;
+        self.node.raft.remove_node(node_id).await.map_err(membership_error)?;
+        Ok(Response::new(status_of(&self.node)))
     }
 }

@@ -1,0 +1,141 @@
+//! The approval commands (SPEC §3): create, decide, consume, cancel. Each
+//! validates its input, asks the approvals part for the transition and
+//! records the audit event in the same command.
+
+use crate::audit::{EventKind, EventSubject};
+use crate::command::{CreateApproval, Reply};
+use crate::error::{DomainError, ErrorCode};
+use crate::machine::State;
+use crate::model::{Actor, Approval, ApprovalStatus, StoredApprovalStatus};
+use crate::validate::{check_actor, invalid_if_any, Problems};
+
+/// The reply to an approval command: the record with its status at `now_ms`.
+fn approval_reply(approval: &Approval, now_ms: u64) -> Reply {
+    Reply::Approval { approval: approval.clone(), status: approval.status_at(now_ms) }
+}
+
+impl State {
+    /// The time an approval command compares against: the caller's clock when
+    /// given (orpc-agent injects a clock into its coordinators), else the cluster's.
+    fn approval_now(&self, caller_now_ms: Option<u64>) -> u64 {
+        caller_now_ms.unwrap_or(self.clock_ms)
+    }
+
+    pub(super) fn create_approval(&mut self, request: &CreateApproval) -> Result<Reply, DomainError> {
+        // The input hash and the validity window (at most 30 days, absolute
+        // or relative) are checked by the same functions the edge runs
+        // before proposing; only the default `requestedAt` (the clock) is
+        // known here alone.
+        let (input_json, input_hash) = crate::precheck::create_approval(request)?;
+        let now_ms = self.approval_now(request.caller_now_ms);
+        let (requested_at_ms, expires_at_ms) = crate::precheck::approval_validity(request, now_ms)?;
+        if self.approvals.get(&request.id).is_some() {
+            return Err(DomainError::new(
+                ErrorCode::AlreadyExists,
+                format!("approval \"{}\" already exists", request.id),
+            ));
+        }
+        let approval = Approval {
+            id: request.id.clone(),
+            capability_id: request.capability_id.clone(),
+            surface: request.surface.clone(),
+            actor: request.actor.clone(),
+            input_json,
+            input_hash,
+            reasons: request.reasons.clone(),
+            types: request.types.clone(),
+            risk: request.risk,
+            side_effect: request.side_effect,
+            requested_at_ms,
+            expires_at_ms,
+            allow_self_approval: request.allow_self_approval,
+            status: StoredApprovalStatus::Pending,
+            decision: None,
+            consumed_by_execution_id: None,
+            execution_id: None,
+            capability_version: None,
+            correlation_id: None,
+            closed_at_ms: None,
+        };
+        let approval = self.store_approval(approval);
+        Ok(approval_reply(approval, now_ms))
+    }
+
+    /// Stores a new approval and records `capability.approval_requested`.
+    pub(super) fn store_approval(&mut self, approval: Approval) -> &Approval {
+        let approval = self.approvals.insert(approval);
+        self.audit.record(
+            EventKind::ApprovalRequested,
+            &approval.actor,
+            EventSubject::of_approval(approval),
+            self.clock_ms,
+        );
+        approval
+    }
+
+    pub(super) fn decide_approval(
+        &mut self,
+        id: &str,
+        status: ApprovalStatus,
+        approver: &Actor,
+        comment: Option<&str>,
+        caller_now_ms: Option<u64>,
+    ) -> Result<Reply, DomainError> {
+        if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
+            return Err(DomainError::invalid("invalid decision status"));
+        }
+        check_actor("approver", approver).map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
+        let mut problems = Problems::new();
+        problems.text("comment", comment);
+        problems.timestamp("now", caller_now_ms);
+        invalid_if_any(problems, "invalid decision")?;
+        let now_ms = self.approval_now(caller_now_ms);
+        let approval = self.approvals.decide(id, status, approver, comment, now_ms)?;
+        let kind = if status == ApprovalStatus::Approved { EventKind::Approved } else { EventKind::Rejected };
+        self.audit.record(kind, approver, EventSubject::of_approval(approval), self.clock_ms);
+        Ok(approval_reply(approval, now_ms))
+    }
+
+    pub(super) fn consume_approval(
+        &mut self,
+        id: &str,
+        execution_id: &str,
+        caller_now_ms: Option<u64>,
+    ) -> Result<Reply, DomainError> {
+        let mut problems = Problems::new();
+        problems.id("executionId", execution_id);
+        problems.timestamp("now", caller_now_ms);
+        invalid_if_any(problems, "invalid consume request")?;
+        let now_ms = self.approval_now(caller_now_ms);
+        let approval = self.mark_consumed(id, execution_id, now_ms)?;
+        Ok(approval_reply(approval, now_ms))
+    }
+
+    /// The atomic compare-and-set, and `approval.consumed` by its approver.
+    pub(super) fn mark_consumed(
+        &mut self,
+        id: &str,
+        execution_id: &str,
+        now_ms: u64,
+    ) -> Result<&Approval, DomainError> {
+        let approval = self.approvals.consume(id, execution_id, now_ms)?;
+        let actor = approval.decision.as_ref().map_or(&approval.actor, |decision| &decision.approver);
+        self.audit.record(EventKind::ApprovalConsumed, actor, EventSubject::of_approval(approval), self.clock_ms);
+        Ok(approval)
+    }
+
+    pub(super) fn cancel_approval(&mut self, id: &str, caller_now_ms: Option<u64>) -> Result<Reply, DomainError> {
+        let mut problems = Problems::new();
+        problems.timestamp("now", caller_now_ms);
+        invalid_if_any(problems, "invalid cancel request")?;
+        let now_ms = self.approval_now(caller_now_ms);
+        let approval = self.approvals.cancel(id, now_ms)?;
+        self.audit.record(
+            EventKind::ApprovalCancelled,
+            &approval.actor,
+            EventSubject::of_approval(approval),
+            self.clock_ms,
+        );
+        Ok(approval_reply(approval, now_ms))
+    }
+}

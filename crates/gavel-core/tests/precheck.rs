@@ -1,0 +1,163 @@
+//! `precheck`: every refusal that is a pure function of the command is made
+//! before the command can reach the log, and `apply` refuses the same
+//! commands the same way on its own (it never trusts its input).
+
+mod support;
+
+use gavel_core::canonical_json::input_hash;
+use gavel_core::command::{Command, CreateApproval};
+use gavel_core::limits::{APPROVAL_EXPIRES_IN_MS_MAX, TIMESTAMP_MS_MAX};
+use gavel_core::precheck::{approval_validity, precheck};
+use gavel_core::{ErrorCode, ReportOutcome};
+use support::{approval_request, capability, submission, Script, START_MS};
+
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The refusal precheck gives `command`, checking its code.
+#[track_caller]
+fn refusal(command: &Command, code: ErrorCode) -> String {
+    match precheck(command) {
+        Ok(()) => panic!("precheck accepted {command:?}"),
+        Err(error) => {
+            assert_eq!(error.code, code, "{command:?}: {error:?}");
+            error.message
+        }
+    }
+}
+
+/// Asserts that `apply` refuses `command` with `code` and leaves the state as it was.
+#[track_caller]
+fn apply_refuses(command: Command, code: ErrorCode) {
+    let mut script = Script::new();
+    script.register(capability("docs.read", gavel_core::SideEffect::Read));
+    let before = script.state.state_hash();
+    support::refused(script.apply(command), code);
+    assert_eq!(script.state.state_hash(), before, "a refused command changes nothing");
+}
+
+fn create(request: CreateApproval) -> Command {
+    Command::CreateApproval(request)
+}
+
+fn requested_at(expires_at_ms: u64) -> CreateApproval {
+    CreateApproval { requested_at_ms: Some(START_MS), expires_at_ms: Some(expires_at_ms), ..approval_request("apr-1") }
+}
+
+// ---------------------------------------------------------------- input hash
+
+#[test]
+fn a_wrong_input_hash_is_refused_before_the_log() {
+    let wrong = CreateApproval { input_hash: Some("0".repeat(64)), ..approval_request("apr-1") };
+    let message = refusal(&create(wrong.clone()), ErrorCode::InvalidArgument);
+    let (_, right_hash) = input_hash(&wrong.input_json).expect("valid input");
+    assert!(message.contains("does not match the input") && message.contains(&right_hash), "{message}");
+    apply_refuses(create(wrong), ErrorCode::InvalidArgument);
+
+    let right = CreateApproval { input_hash: Some(right_hash), ..approval_request("apr-1") };
+    assert_eq!(precheck(&create(right)), Ok(()));
+}
+
+// ---------------------------------------------------------------- expiry
+
+#[test]
+fn an_expiry_before_requested_at_is_refused_before_the_log() {
+    let message = refusal(&create(requested_at(START_MS - 1)), ErrorCode::InvalidArgument);
+    assert!(message.contains("before requestedAt"), "{message}");
+    apply_refuses(create(requested_at(START_MS - 1)), ErrorCode::InvalidArgument);
+    // requestedAt defaults to the caller's clock when the caller gives one.
+    let by_caller_clock =
+        CreateApproval { caller_now_ms: Some(START_MS), expires_at_ms: Some(START_MS - 1), ..approval_request("a") };
+    refusal(&create(by_caller_clock), ErrorCode::InvalidArgument);
+    // An approval that expires the moment it is requested is allowed, as before.
+    assert_eq!(precheck(&create(requested_at(START_MS))), Ok(()));
+}
+
+#[test]
+fn an_absolute_expiry_past_30_days_is_refused_like_a_relative_one() {
+    // Year 9999.
+    let message = refusal(&create(requested_at(TIMESTAMP_MS_MAX)), ErrorCode::InvalidArgument);
+    assert!(message.contains("over the limit"), "{message}");
+    apply_refuses(create(requested_at(TIMESTAMP_MS_MAX)), ErrorCode::InvalidArgument);
+    refusal(&create(requested_at(START_MS + APPROVAL_EXPIRES_IN_MS_MAX + 1)), ErrorCode::InvalidArgument);
+    assert_eq!(precheck(&create(requested_at(START_MS + APPROVAL_EXPIRES_IN_MS_MAX))), Ok(()), "exactly 30 days");
+    let by_caller_clock = CreateApproval {
+        caller_now_ms: Some(START_MS),
+        expires_at_ms: Some(START_MS + 31 * DAY_MS),
+        ..approval_request("apr-1")
+    };
+    refusal(&create(by_caller_clock), ErrorCode::InvalidArgument);
+
+    // The relative form, for comparison: the same cap.
+    let relative = |expires_in_ms| CreateApproval { expires_in_ms: Some(expires_in_ms), ..approval_request("apr-1") };
+    refusal(&create(relative(APPROVAL_EXPIRES_IN_MS_MAX + 1)), ErrorCode::InvalidArgument);
+    refusal(&create(relative(0)), ErrorCode::InvalidArgument);
+    assert_eq!(precheck(&create(relative(APPROVAL_EXPIRES_IN_MS_MAX))), Ok(()));
+    apply_refuses(create(relative(APPROVAL_EXPIRES_IN_MS_MAX + 1)), ErrorCode::InvalidArgument);
+    let both = CreateApproval { expires_in_ms: Some(1_000), ..requested_at(START_MS + 1_000) };
+    let message = refusal(&create(both.clone()), ErrorCode::InvalidArgument);
+    assert!(message.contains("not both"), "{message}");
+    apply_refuses(create(both), ErrorCode::InvalidArgument);
+}
+
+#[test]
+fn approval_validity_resolves_defaults_and_caps_against_the_command_time() {
+    // No requestedAt: it is the time the command compares against.
+    let unset = approval_request("apr-1");
+    assert_eq!(approval_validity(&unset, START_MS), Ok((START_MS, START_MS + 900_000)), "15 minutes by default");
+    let relative = CreateApproval { expires_in_ms: Some(60_000), ..approval_request("apr-1") };
+    assert_eq!(approval_validity(&relative, START_MS), Ok((START_MS, START_MS + 60_000)));
+    let absolute = CreateApproval { expires_at_ms: Some(START_MS + DAY_MS), ..approval_request("apr-1") };
+    assert_eq!(approval_validity(&absolute, START_MS), Ok((START_MS, START_MS + DAY_MS)));
+    // A requestedAt of its own wins over the command time.
+    assert_eq!(approval_validity(&requested_at(START_MS + 5), START_MS + 99), Ok((START_MS, START_MS + 5)));
+
+    // Year 9999 without requestedAt is over the cap measured from the command time.
+    let far = CreateApproval { expires_at_ms: Some(TIMESTAMP_MS_MAX), ..approval_request("apr-1") };
+    let error = approval_validity(&far, START_MS).expect_err("year 9999 is past 30 days");
+    assert_eq!(error.code, ErrorCode::InvalidArgument);
+    let past = CreateApproval { expires_at_ms: Some(START_MS - 1), ..approval_request("apr-1") };
+    assert!(approval_validity(&past, START_MS).is_err(), "before the command time");
+}
+
+// ---------------------------------------------------------------- JSON numbers
+
+#[test]
+fn a_number_that_is_not_a_finite_double_is_refused_wherever_json_is_taken() {
+    let four_hundred_digits = "1".repeat(400);
+    for input in
+        [r#"{"amount":1e400}"#.to_string(), r#"[-1e400]"#.to_string(), format!(r#"{{"n":{four_hundred_digits}}}"#)]
+    {
+        let submit = Command::Submit(submission("ex-1", "docs.read", &input));
+        let message = refusal(&submit, ErrorCode::InputInvalid);
+        assert!(message.contains("finite double"), "{message}");
+        apply_refuses(submit, ErrorCode::InputInvalid);
+
+        let resume = Command::Resume {
+            approval_id: "apr-1".to_string(),
+            execution_id: "ex-1".to_string(),
+            input_json: Some(input.clone()),
+        };
+        refusal(&resume, ErrorCode::InputInvalid);
+
+        let approval = CreateApproval { input_json: input.clone(), ..approval_request("apr-1") };
+        refusal(&create(approval.clone()), ErrorCode::InvalidArgument);
+        apply_refuses(create(approval), ErrorCode::InvalidArgument);
+
+        let report = Command::Report {
+            lease_id: 1,
+            worker_id: "worker-1".to_string(),
+            outcome: ReportOutcome::Completed { output_json: input.clone() },
+        };
+        refusal(&report, ErrorCode::InvalidArgument);
+    }
+}
+
+#[test]
+fn big_but_finite_numbers_are_accepted_as_before() {
+    for input in [r#"{"amount":1e308}"#, r#"{"amount":9007199254740993}"#, r#"{"amount":-1.7976931348623157e308}"#] {
+        assert_eq!(precheck(&Command::Submit(submission("ex-1", "docs.read", input))), Ok(()), "{input}");
+        let mut script = Script::new();
+        script.register(capability("docs.read", gavel_core::SideEffect::Read));
+        script.submit_ok("ex-1", "docs.read", input);
+    }
+}

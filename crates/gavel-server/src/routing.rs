@@ -1,0 +1,294 @@
+//! The routing layer: one tower layer in front of every service, so that
+//! handlers run only where they may and contain no routing.
+//!
+//! At the HTTP level, for each request:
+//!
+//! - Calls this node serves from its own replica pass straight through: every
+//!   service outside the public API (Raft, health, reflection),
+//!   `ClusterService/Status` (this node's own view), `AuditService/WatchEvents`
+//!   (streamed from the local replica), and, under the planted bug
+//!   [`Mutant::StaleRead`], `ApprovalService/GetApproval`.
+//! - Every other call first gets a request id in the [`metadata::REQUEST_ID`]
+//!   header when it carries none, so the leader and every retry of a forward
+//!   see the same id; a handler takes the message's request id, else that one.
+//! - The leader serves it. A follower proxies the whole HTTP/2 request
+//!   (headers and body, nothing decoded) to the leader, marked
+//!   [`metadata::FORWARDED`], and marks the answer with [`metadata::LEADER`].
+//!   A forwarded request is never forwarded again, and with no known leader
+//!   the caller gets `UNAVAILABLE` with a retry hint.
+//!
+//! The layer also gives a domain code to the two refusals tonic makes before
+//! any handler runs: an undecodable message (invalid UTF-8 in a string, say),
+//! which tonic reports as `INTERNAL`, and a message over
+//! [`REQUEST_BYTES_MAX`], which it reports as `OUT_OF_RANGE`. Both are bad
+//! input: `INVALID_ARGUMENT` with the domain code `INVALID_ARGUMENT`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use gavel_core::limits::WAIT_MS_MAX;
+use gavel_core::mutants::Mutant;
+use gavel_proto::metadata;
+use tonic::body::Body;
+use tonic::codegen::http::{HeaderValue, Request, Response};
+use tonic::codegen::Service;
+use tonic::{Code, Status};
+
+use crate::node::{unavailable, Node};
+
+/// Largest request message a node decodes: tonic's default, set explicitly
+/// on every service so that the refusal below names the limit in force. A
+/// forwarding follower does not decode, so the leader enforces it.
+pub const REQUEST_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// How long a forwarded membership change may take beyond the forward
+/// timeout: a promotion waits for the learner to catch up.
+pub const MEMBERSHIP_CHANGE_WAIT: Duration = Duration::from_secs(60);
+
+/// Path prefix of the public API; calls outside it are never routed.
+const PUBLIC_API: &str = "/gavel.v1.";
+
+/// Calls of the public API every node answers from its own replica.
+const SERVED_BY_EVERY_NODE: [&str; 2] = ["/gavel.v1.ClusterService/Status", "/gavel.v1.AuditService/WatchEvents"];
+
+/// The read the planted bug [`Mutant::StaleRead`] answers from local state.
+const STALE_READ: &str = "/gavel.v1.ApprovalService/GetApproval";
+
+/// How long a forwarded call may wait for the leader beyond the forward
+/// timeout: long-polls carry their wait (at most [`WAIT_MS_MAX`]), and
+/// membership changes wait for replication. The caller's own deadline
+/// (`grpc-timeout`) still ends the call earlier.
+fn extra_wait(path: &str) -> Duration {
+    match path {
+        "/gavel.v1.WorkerService/Poll" | "/gavel.v1.ExecutionService/WaitExecution" => {
+            Duration::from_millis(WAIT_MS_MAX)
+        }
+        "/gavel.v1.ClusterService/AddLearner" | "/gavel.v1.ClusterService/Promote" => MEMBERSHIP_CHANGE_WAIT,
+        _ => Duration::ZERO,
+    }
+}
+
+/// The layer, added with `Server::builder().layer(..)`.
+#[derive(Clone)]
+pub struct RoutingLayer {
+    node: Arc<Node>,
+}
+
+impl RoutingLayer {
+    /// Routes for `node`.
+    pub fn new(node: Arc<Node>) -> RoutingLayer {
+        RoutingLayer { node }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for RoutingLayer {
+    type Service = Routing<S>;
+
+    fn layer(&self, inner: S) -> Routing<S> {
+        Routing { inner, node: self.node.clone() }
+    }
+}
+
+/// The routing service around all of a node's services.
+#[derive(Clone)]
+pub struct Routing<S> {
+    inner: S,
+    node: Arc<Node>,
+}
+
+impl<S> Service<Request<Body>> for Routing<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(context)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        // Call the service that was polled ready, and leave a fresh clone in
+        // its place for the next request.
+        let ready = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, ready);
+        let node = self.node.clone();
+        Box::pin(async move { Ok(route(&node, inner, request).await) })
+    }
+}
+
+/// Serves, forwards or refuses one request.
+async fn route<S>(node: &Node, inner: S, mut request: Request<Body>) -> Response<Body>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
+{
+    let path = request.uri().path();
+    let served_here = !path.starts_with(PUBLIC_API)
+        || SERVED_BY_EVERY_NODE.contains(&path)
+        || (path == STALE_READ && node.plants(Mutant::StaleRead));
+    if served_here {
+        return serve(inner, request).await;
+    }
+    if !request.headers().contains_key(metadata::REQUEST_ID) {
+        let assigned = format!("srv-{}", uuid::Uuid::new_v4());
+        let value = HeaderValue::from_str(&assigned).expect("a uuid is a valid header value");
+        request.headers_mut().insert(metadata::REQUEST_ID, value);
+    }
+    let (is_leader, leader_addr) = {
+        let status = node.raft.status();
+        (status.is_leader(), status.leader_addr)
+    };
+    if is_leader {
+        return serve(inner, request).await;
+    }
+    if request.headers().contains_key(metadata::FORWARDED) {
+        return unavailable("leadership is changing; retry shortly", leader_addr).into_http();
+    }
+    match leader_addr {
+        Some(addr) => forward(node, &addr, request).await,
+        None => unavailable("no leader is elected yet; retry shortly", None).into_http(),
+    }
+}
+
+/// Serves a request on this node.
+async fn serve<S>(mut inner: S, request: Request<Body>) -> Response<Body>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
+{
+    let response = match inner.call(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    };
+    with_domain_code(response)
+}
+
+/// Proxies a request to the leader at `addr`, once, within the forward
+/// timeout (plus the call's own wait), and names the leader in the answer.
+async fn forward(node: &Node, addr: &str, mut request: Request<Body>) -> Response<Body> {
+    let deadline = node.settings.forward_timeout + extra_wait(request.uri().path());
+    request.headers_mut().insert(metadata::FORWARDED, HeaderValue::from_static("1"));
+    let mut channel = match node.channel(addr) {
+        Ok(channel) => channel,
+        Err(status) => return status.into_http(),
+    };
+    let call = async {
+        std::future::poll_fn(|context| channel.poll_ready(context)).await?;
+        channel.call(request).await
+    };
+    let mut response = match tokio::time::timeout(deadline, call).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => {
+            let message = format!("the leader at {addr} could not be reached: {}", error_chain(&error));
+            return unavailable(&message, None).into_http();
+        }
+        Err(_) => {
+            let message = format!("the leader at {addr} did not answer within {deadline:?}");
+            return unavailable(&message, None).into_http();
+        }
+    };
+    if let Ok(value) = HeaderValue::from_str(addr) {
+        response.headers_mut().insert(metadata::LEADER, value);
+    }
+    response
+}
+
+/// An error and its sources, for a message a person can act on.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Replaces a refusal tonic made before any handler ran (it carries no
+/// error detail) with the same refusal as bad input with a domain code.
+fn with_domain_code(response: Response<Body>) -> Response<Body> {
+    if response.headers().contains_key("grpc-status-details-bin") {
+        return response;
+    }
+    match Status::from_header_map(response.headers()).and_then(|status| transport_refusal(&status)) {
+        Some(refusal) => refusal.into_http(),
+        None => response,
+    }
+}
+
+/// The bad-input refusal for a status tonic's codec produced, if it is one.
+fn transport_refusal(status: &Status) -> Option<Status> {
+    let message = status.message();
+    let refusal = match status.code() {
+        Code::Internal if message.starts_with("failed to decode Protobuf message") => {
+            format!("the request is not a valid protobuf message ({message})")
+        }
+        Code::OutOfRange if message.contains("decoded message length too large") => {
+            let found = message.split("found ").nth(1).and_then(|rest| rest.split(' ').next());
+            let size = found.map_or_else(String::new, |bytes| format!(" of {bytes} bytes"));
+            format!("the request message{size} is over the limit of {REQUEST_BYTES_MAX} bytes (4 MiB) for one message")
+        }
+        _ => return None,
+    };
+    Some(gavel_proto::error_detail::domain_status(
+        Code::InvalidArgument,
+        gavel_core::ErrorCode::InvalidArgument.as_str(),
+        &refusal,
+        Vec::new(),
+        None,
+        None,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gavel_proto::error_detail::read_error_detail;
+
+    #[test]
+    fn an_undecodable_message_becomes_invalid_argument_with_a_domain_code() {
+        let status = Status::internal(
+            "failed to decode Protobuf message: CreateApprovalRequest.id: invalid string value: data is not UTF-8 encoded",
+        );
+        let refusal = transport_refusal(&status).expect("a bad-input refusal");
+        assert_eq!(refusal.code(), Code::InvalidArgument);
+        assert!(refusal.message().contains("CreateApprovalRequest.id"), "{}", refusal.message());
+        let detail = read_error_detail(&refusal).expect("an error detail");
+        assert_eq!(detail.code, "INVALID_ARGUMENT");
+    }
+
+    #[test]
+    fn an_oversized_message_names_its_size_and_the_limit() {
+        let status = Status::out_of_range(
+            "Error, decoded message length too large: found 5242893 bytes, the limit is: 4194304 bytes",
+        );
+        let refusal = transport_refusal(&status).expect("a bad-input refusal");
+        assert_eq!(refusal.code(), Code::InvalidArgument);
+        assert!(refusal.message().contains("5242893 bytes"), "{}", refusal.message());
+        assert!(refusal.message().contains("4194304"), "{}", refusal.message());
+    }
+
+    #[test]
+    fn other_statuses_are_left_alone() {
+        for status in [
+            Status::internal("the state machine broke"),
+            Status::out_of_range("events up to cursor 4 were dropped by retention"),
+            Status::unavailable("no leader"),
+        ] {
+            assert!(transport_refusal(&status).is_none(), "{status:?}");
+        }
+    }
+
+    #[test]
+    fn only_long_calls_get_extra_time_when_forwarded() {
+        assert_eq!(extra_wait("/gavel.v1.WorkerService/Poll"), Duration::from_millis(WAIT_MS_MAX));
+        assert_eq!(extra_wait("/gavel.v1.ClusterService/Promote"), MEMBERSHIP_CHANGE_WAIT);
+        assert_eq!(extra_wait("/gavel.v1.ApprovalService/CreateApproval"), Duration::ZERO);
+    }
+}

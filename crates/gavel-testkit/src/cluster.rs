@@ -1,0 +1,624 @@
+//! [`Cluster`]: the `gavel node` processes of one cluster.
+//!
+//! Each node's standard output and error are appended to its log file, with
+//! a marker line (`===== <label> [<ms>]: ...`) written by the kit at every
+//! start, signal and exit, so one file tells a node's whole story across
+//! restarts. Only processes this cluster spawned are ever signalled, always
+//! by the PID of a child that has not been reaped yet (so the PID cannot
+//! have been reused).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gavel_proto::v1::StatusResponse;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tonic::transport::Channel;
+
+use crate::status::{self, leader_of};
+use crate::{ClusterSpec, Error, Launcher, Loopback};
+
+/// How long a pause or resume waits for the kernel to report the new state.
+const SIGNAL_SETTLE: Duration = Duration::from_secs(1);
+/// Pause between two rounds of a wait.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How often a node's address is asked for again when another node has it.
+const PLACE_ATTEMPTS: usize = 8;
+
+impl<L: Launcher + ?Sized> Launcher for Box<L> {
+    fn address(&self, id: u64) -> Result<String, Error> {
+        (**self).address(id)
+    }
+
+    fn command(&self, id: u64, binary: &Path) -> Result<std::process::Command, Error> {
+        (**self).command(id, binary)
+    }
+}
+
+/// What every running node reported once the cluster converged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Converged {
+    /// The applied index they share.
+    pub applied_index: u64,
+    /// The state hash they share.
+    pub state_hash: String,
+}
+
+/// One node: fixed coordinates and its current process.
+struct Node {
+    addr: String,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    /// A node added later: started with `--join`, not with `--peers`.
+    joins: bool,
+    process: Mutex<Process>,
+}
+
+#[derive(Default)]
+struct Process {
+    child: Option<Child>,
+    paused: bool,
+    starts: u32,
+    /// How the last process ended when it exited by itself.
+    exited: Option<String>,
+}
+
+/// A cluster of `gavel node` processes. Process control takes `&self` (each
+/// process sits behind its own lock), so one `Arc<Cluster>` can be shared by a
+/// fault injector and observers; the blocking calls (kill, pause, resume,
+/// restart, stop) are quick, except [`Cluster::stop`], which waits for the
+/// exit. Dropping the cluster SIGKILLs and reaps every process it started;
+/// the data is kept.
+pub struct Cluster {
+    spec: ClusterSpec,
+    launcher: Box<dyn Launcher>,
+    peers: String,
+    nodes: BTreeMap<u64, Node>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("peers", &self.peers)
+            .field("data_root", &self.spec.data_root)
+            .field("launcher", &self.launcher)
+            .finish()
+    }
+}
+
+/// Appends a marker line to a node log.
+fn mark(log_path: &Path, label: &str, text: &str) {
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .and_then(|mut log| writeln!(log, "===== {label} [{}]: {text}", crate::wall_clock_ms()));
+    if let Err(error) = written {
+        tracing::warn!("cannot write to {}: {error}", log_path.display());
+    }
+}
+
+fn pid_of(pid: u32) -> Pid {
+    Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
+}
+
+impl Cluster {
+    /// Starts the spec's nodes on loopback, each on a free port, and waits for
+    /// a leader (see [`Cluster::start_with`]).
+    pub async fn start(spec: ClusterSpec) -> Result<Cluster, Error> {
+        Cluster::start_with(spec, Loopback::free_ports()).await
+    }
+
+    /// Places the spec's nodes with `launcher`, spawns them and waits (up to
+    /// [`ClusterSpec::start_timeout`]) for a leader. On failure every spawned
+    /// process is killed; the error names the log directory.
+    pub async fn start_with(spec: ClusterSpec, launcher: impl Launcher + 'static) -> Result<Cluster, Error> {
+        let cluster = Cluster::create(spec, Box::new(launcher))?;
+        for id in cluster.ids() {
+            if let Err(error) = cluster.start_node(id) {
+                cluster.shutdown();
+                return Err(error);
+            }
+        }
+        if let Err(error) = cluster.wait_for_leader(cluster.spec.start_timeout).await {
+            cluster.shutdown();
+            return Err(error);
+        }
+        Ok(cluster)
+    }
+
+    /// The nodes placed, none started.
+    fn create(spec: ClusterSpec, launcher: Box<dyn Launcher>) -> Result<Cluster, Error> {
+        if spec.nodes == 0 {
+            return Err(Error::NoNodes);
+        }
+        if !spec.binary.is_file() {
+            return Err(Error::BinaryNotFound { looked_at: spec.binary.display().to_string() });
+        }
+        std::fs::create_dir_all(&spec.data_root)
+            .map_err(|source| Error::io(format!("creating {}", spec.data_root.display()), source))?;
+        let mut nodes = BTreeMap::new();
+        for id in 1..=spec.nodes {
+            let node = Cluster::place(&spec, launcher.as_ref(), id, false, &nodes)?;
+            nodes.insert(id, node);
+        }
+        let peers = nodes.iter().map(|(id, node)| format!("{id}={}", node.addr)).collect::<Vec<_>>().join(",");
+        Ok(Cluster { spec, launcher, peers, nodes })
+    }
+
+    /// Node `id`'s coordinates. A free port can be handed out twice (it is
+    /// released before the node binds it), so an address another node has is
+    /// asked for again, a few times.
+    fn place(
+        spec: &ClusterSpec,
+        launcher: &dyn Launcher,
+        id: u64,
+        joins: bool,
+        placed: &BTreeMap<u64, Node>,
+    ) -> Result<Node, Error> {
+        let taken = |addr: &str| placed.values().any(|node| node.addr == addr);
+        let mut addr = launcher.address(id)?;
+        for _ in 0..PLACE_ATTEMPTS {
+            if !taken(&addr) {
+                break;
+            }
+            addr = launcher.address(id)?;
+        }
+        if taken(&addr) {
+            return Err(Error::Launch { id, detail: format!("{addr} is already another node's address") });
+        }
+        Ok(Node {
+            addr,
+            data_dir: spec.data_root.join(format!("n{id}")),
+            log_path: spec.data_root.join(format!("n{id}.log")),
+            joins,
+            process: Mutex::new(Process::default()),
+        })
+    }
+
+    fn node(&self, id: u64) -> Result<&Node, Error> {
+        self.nodes.get(&id).ok_or(Error::UnknownNode(id))
+    }
+
+    fn process(node: &Node) -> MutexGuard<'_, Process> {
+        node.process.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Reaps the child if it exited by itself (noting it in the log); returns
+    /// whether it still runs.
+    fn refresh(&self, node: &Node, process: &mut Process) -> bool {
+        let Some(child) = process.child.as_mut() else { return false };
+        match child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(status)) => {
+                mark(
+                    &node.log_path,
+                    &self.spec.log_label,
+                    &format!("process {} exited by itself: {status}", child.id()),
+                );
+                process.exited = Some(status.to_string());
+                process.child = None;
+                process.paused = false;
+                false
+            }
+            Err(error) => {
+                tracing::warn!("cannot poll node process {}: {error}", child.id());
+                true
+            }
+        }
+    }
+
+    /// Adds a node that is not an initial voter: it gets the next id, an
+    /// address from the launcher and `--join` instead of `--peers`. It is not
+    /// started (see [`Cluster::start_node`]); making it a member is the
+    /// caller's business (`AddLearner`, `Promote`).
+    pub fn add_node(&mut self) -> Result<u64, Error> {
+        let id = self.nodes.keys().next_back().copied().unwrap_or(0) + 1;
+        let node = Cluster::place(&self.spec, self.launcher.as_ref(), id, true, &self.nodes)?;
+        self.nodes.insert(id, node);
+        Ok(id)
+    }
+
+    /// Replaces node `id`'s own extra flags ([`ClusterSpec::node_args`]) for its next starts.
+    pub fn set_node_args(&mut self, id: u64, args: Vec<String>) -> Result<(), Error> {
+        self.node(id)?;
+        self.spec.node_args.insert(id, args);
+        Ok(())
+    }
+
+    /// The spec the cluster runs with.
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
+    }
+
+    /// The node ids, in order.
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.keys().copied().collect()
+    }
+
+    /// The ids of nodes whose process runs (paused ones included).
+    pub fn running(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter(|(_, node)| self.refresh(node, &mut Cluster::process(node)))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The ids of nodes that run and are not paused: the ones that can answer.
+    pub fn answering(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter(|(_, node)| {
+                let mut process = Cluster::process(node);
+                self.refresh(node, &mut process) && !process.paused
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The `--peers` value the initial voters get.
+    pub fn peers(&self) -> &str {
+        &self.peers
+    }
+
+    /// The `host:port` node `id` listens on.
+    pub fn addr(&self, id: u64) -> Option<&str> {
+        self.nodes.get(&id).map(|node| node.addr.as_str())
+    }
+
+    /// Every node's `host:port`, in id order.
+    pub fn addrs(&self) -> Vec<String> {
+        self.nodes.values().map(|node| node.addr.clone()).collect()
+    }
+
+    /// Every node as `http://host:port`, in id order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes.values().map(|node| format!("http://{}", node.addr)).collect()
+    }
+
+    /// Node `id`'s data directory.
+    pub fn data_dir(&self, id: u64) -> Option<&Path> {
+        self.nodes.get(&id).map(|node| node.data_dir.as_path())
+    }
+
+    /// Node `id`'s log file.
+    pub fn log_path(&self, id: u64) -> Option<&Path> {
+        self.nodes.get(&id).map(|node| node.log_path.as_path())
+    }
+
+    /// A lazily connected channel to node `id` whose calls time out after `call_timeout`.
+    pub fn channel(&self, id: u64, call_timeout: Duration) -> Result<Channel, Error> {
+        status::channel(&self.node(id)?.addr, call_timeout)
+    }
+
+    /// Starts node `id` on its existing data, if any. Returns its PID.
+    pub fn start_node(&self, id: u64) -> Result<u32, Error> {
+        let node = self.node(id)?;
+        let mut process = Cluster::process(node);
+        if self.refresh(node, &mut process) {
+            return Err(Error::AlreadyRunning(id));
+        }
+        let mut command = self.launcher.command(id, &self.spec.binary)?;
+        command
+            .arg("node")
+            .arg(format!("--id={id}"))
+            .arg(format!("--listen={}", node.addr))
+            .arg(if node.joins { "--join".to_string() } else { format!("--peers={}", self.peers) })
+            .arg(format!("--data-dir={}", node.data_dir.display()))
+            .args(self.spec.flags_of(id))
+            .envs(self.spec.env_of(id));
+        let line = format!(
+            "{} {}",
+            command.get_program().to_string_lossy(),
+            command.get_args().map(|arg| arg.to_string_lossy()).collect::<Vec<_>>().join(" ")
+        );
+        process.starts += 1;
+        mark(&node.log_path, &self.spec.log_label, &format!("start #{} of node {id}: {line}", process.starts));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log_path)
+            .map_err(|source| Error::io(format!("opening {}", node.log_path.display()), source))?;
+        let stdout = log.try_clone().map_err(|source| Error::io("duplicating the log handle", source))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(log)
+            .spawn()
+            .map_err(|source| Error::io(format!("spawning `{line}`"), source))?;
+        let pid = child.id();
+        mark(&node.log_path, &self.spec.log_label, &format!("node {id} has pid {pid}"));
+        process.child = Some(child);
+        process.paused = false;
+        process.exited = None;
+        Ok(pid)
+    }
+
+    /// SIGKILLs node `id` and reaps it. Returns whether it was running.
+    pub fn kill(&self, id: u64) -> Result<bool, Error> {
+        let node = self.node(id)?;
+        let mut process = Cluster::process(node);
+        if !self.refresh(node, &mut process) {
+            return Ok(false);
+        }
+        if let Some(mut child) = process.child.take() {
+            let pid = child.id();
+            // SIGKILL also ends a stopped process.
+            child.kill().map_err(|source| Error::io(format!("SIGKILL to node {id} (pid {pid})"), source))?;
+            let status = child.wait().map_err(|source| Error::io(format!("reaping node {id} (pid {pid})"), source))?;
+            mark(&node.log_path, &self.spec.log_label, &format!("node {id} (pid {pid}) SIGKILLed: {status}"));
+        }
+        process.paused = false;
+        Ok(true)
+    }
+
+    /// Kills node `id` if it runs, then starts it again on the same data.
+    /// Returns the new PID.
+    pub fn restart(&self, id: u64) -> Result<u32, Error> {
+        self.kill(id)?;
+        self.start_node(id)
+    }
+
+    /// SIGTERMs node `id` (resuming it first if paused) and waits up to
+    /// `grace` for it to exit, then SIGKILLs it. Returns whether it was running.
+    pub fn stop(&self, id: u64, grace: Duration) -> Result<bool, Error> {
+        self.stop_nodes(&[id], grace).map(|stopped| !stopped.is_empty())
+    }
+
+    /// [`Cluster::stop`] for every node at once: all get SIGTERM, then all
+    /// get `grace` together.
+    pub fn stop_all(&self, grace: Duration) -> Result<(), Error> {
+        self.stop_nodes(&self.ids(), grace).map(|_| ())
+    }
+
+    fn stop_nodes(&self, ids: &[u64], grace: Duration) -> Result<Vec<u64>, Error> {
+        let mut stopping = Vec::new();
+        for id in ids {
+            let node = self.node(*id)?;
+            let mut process = Cluster::process(node);
+            if !self.refresh(node, &mut process) {
+                continue;
+            }
+            if let Some(child) = process.child.as_ref() {
+                let pid = child.id();
+                // A stopped process would not act on SIGTERM before SIGCONT.
+                let _ = nix::sys::signal::kill(pid_of(pid), Signal::SIGCONT);
+                nix::sys::signal::kill(pid_of(pid), Signal::SIGTERM).map_err(|source| Error::Signal {
+                    id: *id,
+                    pid,
+                    signal: Signal::SIGTERM.to_string(),
+                    source,
+                })?;
+                process.paused = false;
+                mark(&node.log_path, &self.spec.log_label, &format!("node {id} (pid {pid}) sent SIGTERM"));
+                stopping.push(*id);
+            }
+        }
+        let deadline = Instant::now() + grace;
+        for id in &stopping {
+            let node = self.node(*id)?;
+            let mut process = Cluster::process(node);
+            let Some(mut child) = process.child.take() else { continue };
+            let pid = child.id();
+            let status = loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => break status.to_string(),
+                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                    _ => {
+                        let _ = child.kill();
+                        break format!("SIGKILLed after {grace:?}: {:?}", child.wait());
+                    }
+                }
+            };
+            mark(&node.log_path, &self.spec.log_label, &format!("node {id} (pid {pid}) stopped: {status}"));
+        }
+        Ok(stopping)
+    }
+
+    fn signal(&self, id: u64, signal: Signal) -> Result<(), Error> {
+        let node = self.node(id)?;
+        let mut process = Cluster::process(node);
+        if !self.refresh(node, &mut process) {
+            return Err(Error::NotRunning(id));
+        }
+        let pid = process.child.as_ref().map(Child::id).ok_or(Error::NotRunning(id))?;
+        // The child is not reaped, so the PID is still ours.
+        nix::sys::signal::kill(pid_of(pid), signal).map_err(|source| Error::Signal {
+            id,
+            pid,
+            signal: signal.to_string(),
+            source,
+        })?;
+        process.paused = signal == Signal::SIGSTOP;
+        mark(&node.log_path, &self.spec.log_label, &format!("node {id} (pid {pid}) sent {signal}"));
+        Ok(())
+    }
+
+    /// SIGSTOPs node `id` and waits (up to a second) until the kernel reports
+    /// it stopped: signal delivery to a multithreaded process is asynchronous.
+    pub fn pause(&self, id: u64) -> Result<(), Error> {
+        self.signal(id, Signal::SIGSTOP)?;
+        self.await_state(id, true);
+        Ok(())
+    }
+
+    /// SIGCONTs node `id` and waits (up to a second) until it runs again.
+    pub fn resume(&self, id: u64) -> Result<(), Error> {
+        self.signal(id, Signal::SIGCONT)?;
+        self.await_state(id, false);
+        Ok(())
+    }
+
+    /// Polls `/proc/<pid>/stat` until the process is (or is no longer) in the
+    /// stopped state `T`, for at most [`SIGNAL_SETTLE`]; logs when it never gets there.
+    fn await_state(&self, id: u64, stopped: bool) {
+        let Some(pid) = self.pid(id) else { return };
+        let deadline = Instant::now() + SIGNAL_SETTLE;
+        loop {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()));
+            match state {
+                Some(state) if (state == 'T') == stopped => return,
+                None => return,
+                _ if Instant::now() >= deadline => {
+                    tracing::warn!("node {id} (pid {pid}) is in state {state:?} {SIGNAL_SETTLE:?} after the signal");
+                    return;
+                }
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+
+    /// Whether node `id`'s process runs (a paused process runs).
+    pub fn is_running(&self, id: u64) -> bool {
+        self.nodes.get(&id).is_some_and(|node| self.refresh(node, &mut Cluster::process(node)))
+    }
+
+    /// Whether node `id` is paused (SIGSTOPped and not resumed).
+    pub fn is_paused(&self, id: u64) -> bool {
+        self.nodes.get(&id).is_some_and(|node| {
+            let mut process = Cluster::process(node);
+            self.refresh(node, &mut process) && process.paused
+        })
+    }
+
+    /// The PID of node `id`'s process, while it runs.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        let node = self.nodes.get(&id)?;
+        let mut process = Cluster::process(node);
+        if self.refresh(node, &mut process) {
+            process.child.as_ref().map(Child::id)
+        } else {
+            None
+        }
+    }
+
+    /// The PIDs of the running nodes, in id order.
+    pub fn pids(&self) -> Vec<u32> {
+        self.ids().into_iter().filter_map(|id| self.pid(id)).collect()
+    }
+
+    /// Fails with [`Error::NodeExited`] when a node's process exited although
+    /// nobody stopped it (a crash, a refused flag, a port in use).
+    pub fn check_alive(&self) -> Result<(), Error> {
+        for (id, node) in &self.nodes {
+            let mut process = Cluster::process(node);
+            self.refresh(node, &mut process);
+            if let Some(status) = process.exited.clone() {
+                return Err(Error::NodeExited { id: *id, status, log: node.log_path.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Node `id`'s `ClusterService.Status`, or `None` when it does not answer
+    /// within [`ClusterSpec::status_timeout`].
+    pub async fn status(&self, id: u64) -> Option<StatusResponse> {
+        let addr = self.addr(id)?;
+        status::status(addr, self.spec.status_timeout).await.ok()
+    }
+
+    /// The status of every node that runs, is not paused and answers, asked concurrently.
+    pub async fn statuses(&self) -> BTreeMap<u64, StatusResponse> {
+        let ids = self.answering();
+        let addrs: Vec<String> = ids.iter().filter_map(|id| self.addr(*id).map(str::to_string)).collect();
+        let answers = status::answers(&addrs, self.spec.status_timeout).await;
+        ids.into_iter().zip(answers).filter_map(|(id, (_, status))| Some((id, status.ok()?))).collect()
+    }
+
+    /// The node that reports itself leader at the highest term (see
+    /// [`crate::leader_of`]), or `None` when no answering node does.
+    pub async fn leader(&self) -> Option<u64> {
+        let statuses = self.statuses().await;
+        leader_of(statuses.iter().map(|(id, status)| (*id, status)))
+    }
+
+    /// Polls [`Cluster::leader`] until it names a leader, up to `timeout`.
+    /// Fails early when no node runs any more.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<u64, Error> {
+        let started = Instant::now();
+        loop {
+            if let Some(leader) = self.leader().await {
+                return Ok(leader);
+            }
+            if self.running().is_empty() {
+                self.check_alive()?;
+                return Err(Error::NoLeader {
+                    timeout,
+                    logs: format!("{} (no node runs)", self.spec.data_root.display()),
+                });
+            }
+            if started.elapsed() >= timeout {
+                return Err(Error::NoLeader { timeout, logs: self.spec.data_root.display().to_string() });
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// Waits until every node that runs and is not paused answers with the
+    /// same applied index and state hash, up to `timeout`.
+    pub async fn converge(&self, timeout: Duration) -> Result<Converged, Error> {
+        let started = Instant::now();
+        loop {
+            let expected = self.answering();
+            let statuses = self.statuses().await;
+            let mut views = statuses.values().map(|status| (status.last_applied_index, &status.state_hash));
+            if let Some((applied_index, state_hash)) = views.next() {
+                if statuses.len() == expected.len() && views.all(|view| view == (applied_index, state_hash)) {
+                    return Ok(Converged { applied_index, state_hash: state_hash.clone() });
+                }
+            }
+            if started.elapsed() >= timeout {
+                let detail = expected
+                    .iter()
+                    .map(|id| match statuses.get(id) {
+                        Some(status) => {
+                            format!("node {id} at {} hash {}", status.last_applied_index, status.state_hash)
+                        }
+                        None => format!("node {id} does not answer"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(Error::NotConverged { timeout, detail });
+            }
+            tokio::time::sleep(POLL_INTERVAL * 2).await;
+        }
+    }
+
+    /// Waits until every node that runs and is not paused has applied at
+    /// least `index`, up to `timeout`.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> Result<(), Error> {
+        let addrs: Vec<String> = self.answering().iter().filter_map(|id| self.addr(*id).map(str::to_string)).collect();
+        status::wait_applied(&addrs, index, self.spec.status_timeout, timeout).await
+    }
+
+    /// SIGCONTs then SIGKILLs every process this cluster started, and reaps
+    /// them. Idempotent; the data is kept.
+    pub fn shutdown(&self) {
+        for (id, node) in &self.nodes {
+            let mut process = Cluster::process(node);
+            if let Some(mut child) = process.child.take() {
+                let pid = child.id();
+                if !matches!(child.try_wait(), Ok(Some(_))) {
+                    let _ = nix::sys::signal::kill(pid_of(pid), Signal::SIGCONT);
+                    let _ = child.kill();
+                }
+                let status = child.wait();
+                mark(&node.log_path, &self.spec.log_label, &format!("node {id} (pid {pid}) shut down: {status:?}"));
+            }
+            process.paused = false;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
