@@ -75,19 +75,32 @@ fn a_short_kill_and_partition_schedule_is_judged_valid() {
     assert!(summary["ok"].as_u64().unwrap_or(0) > 100, "the workload made progress");
 }
 
-/// Builds `gavel` with the planted bugs in `target/mutants`.
+/// The `gavel` binary with the planted bugs: `GAVEL_MUTANTS_BIN` (the test
+/// command `scripts/test` builds it beforehand in the shared target
+/// directory), or else built here in its own target directory,
+/// `target/mutants` (a nested build in the shared one would wait for the lock
+/// this `cargo test` holds). Either way it must say it has planted bugs.
 fn mutant_binary() -> PathBuf {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = workspace.join("target/mutants");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--locked", "-p", "gavel-cli", "--bin", "gavel", "--features", "mutants"])
-        .arg("--target-dir")
-        .arg(&target)
-        .current_dir(&workspace)
-        .status()
-        .expect("run cargo build");
-    assert!(status.success(), "building the mutants binary failed");
-    target.join("debug/gavel")
+    let binary = match std::env::var_os("GAVEL_MUTANTS_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let target = workspace.join("target/mutants");
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--locked", "-p", "gavel-cli", "--bin", "gavel", "--features", "mutants"])
+                .arg("--target-dir")
+                .arg(&target)
+                .current_dir(&workspace)
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "building the mutants binary failed");
+            target.join("debug/gavel")
+        }
+    };
+    let version = Command::new(&binary).arg("--version").output().expect("run the mutants binary");
+    let version = String::from_utf8_lossy(&version.stdout);
+    assert!(version.contains("planted bugs"), "{} is not a mutants build: {version}", binary.display());
+    binary
 }
 
 #[test]

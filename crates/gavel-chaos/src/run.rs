@@ -518,6 +518,30 @@ fn channel(addr: &str) -> Result<Channel, gavel_testkit::Error> {
     gavel_testkit::channel(addr, Duration::from_secs(5))
 }
 
+/// How often a final read is tried before the node's answer counts as
+/// missing (which makes `no_lost_writes` *unknown*, not *invalid*).
+const FINAL_READ_ATTEMPTS: u32 = 5;
+
+/// One final read, retried on a transport or availability error: a read
+/// barrier that times out on a loaded machine says nothing about the
+/// node's state, and a read is safe to repeat.
+async fn read_with_retries<T, F, Fut>(mut read: F) -> Result<tonic::Response<T>, tonic::Status>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    let mut attempt = 1;
+    loop {
+        match read().await {
+            Err(status) if attempt < FINAL_READ_ATTEMPTS && status.code() != tonic::Code::NotFound => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// Reads one node's view of everything the workload touched.
 async fn final_state(
     cluster: &Cluster,
@@ -539,10 +563,14 @@ async fn final_state(
         leader_changes,
     };
     let Ok(channel) = channel(addr) else { return state };
-    let mut approval_client = ApprovalServiceClient::new(channel.clone());
+    let approval_client = ApprovalServiceClient::new(channel.clone());
     for approval_id in approvals {
-        if let Ok(response) =
-            approval_client.get_approval(pb::GetApprovalRequest { id: approval_id.clone(), caller_now_ms: None }).await
+        let request = pb::GetApprovalRequest { id: approval_id.clone(), caller_now_ms: None };
+        if let Ok(response) = read_with_retries(|| {
+            let (mut client, request) = (approval_client.clone(), request.clone());
+            async move { client.get_approval(request).await }
+        })
+        .await
         {
             if let OpResult::Approval { state: approval_state, consumed_by } =
                 workload::approval_view(response.get_ref().approval.as_ref())
@@ -551,21 +579,29 @@ async fn final_state(
             }
         }
     }
-    let mut execution_client = ExecutionServiceClient::new(channel.clone());
+    let execution_client = ExecutionServiceClient::new(channel.clone());
     for execution_id in executions {
-        if let Ok(response) =
-            execution_client.get_execution(pb::GetExecutionRequest { execution_id: execution_id.clone() }).await
+        let request = pb::GetExecutionRequest { execution_id: execution_id.clone() };
+        if let Ok(response) = read_with_retries(|| {
+            let (mut client, request) = (execution_client.clone(), request.clone());
+            async move { client.get_execution(request).await }
+        })
+        .await
         {
             if let Some(execution) = response.get_ref().execution.as_ref() {
                 state.executions.push(workload::execution_view(execution));
             }
         }
     }
-    let mut audit = AuditServiceClient::new(channel);
+    let audit = AuditServiceClient::new(channel);
     let mut cursor = 0;
     loop {
-        let page =
-            audit.list_events(pb::ListEventsRequest { after_cursor: cursor, limit: 1000, execution_id: None }).await;
+        let request = pb::ListEventsRequest { after_cursor: cursor, limit: 1000, execution_id: None };
+        let page = read_with_retries(|| {
+            let (mut client, request) = (audit.clone(), request.clone());
+            async move { client.list_events(request).await }
+        })
+        .await;
         let Ok(page) = page else { break };
         let page = page.into_inner();
         if page.events.is_empty() {

@@ -13,9 +13,17 @@ use crate::commands::capability::CapabilityArgs;
 use crate::commands::cluster::ClusterArgs;
 use crate::commands::exec::ExecArgs;
 
+/// The version `gavel --version` prints. A build with the planted bugs of
+/// the chaos harness says so, so such a binary is never mistaken for a real one.
+const VERSION: &str = if cfg!(feature = "mutants") {
+    concat!(env!("CARGO_PKG_VERSION"), " (with planted bugs)")
+} else {
+    env!("CARGO_PKG_VERSION")
+};
+
 /// Gavel: a replicated coordinator for governed AI-agent tool calls.
 #[derive(Debug, Parser)]
-#[command(name = "gavel", version, about)]
+#[command(name = "gavel", version = VERSION, about)]
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]

@@ -6,11 +6,10 @@
 //! (DIR defaults to a temporary directory under the current directory, so it
 //! measures the disk you run it on; RUNS defaults to 500).
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
-use gavel_raft::{Application, NodeConfig, RaftNode, RaftTimings};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Prints median and spread of a set of latencies.
 fn report(label: &str, mut samples: Vec<Duration>) {
@@ -49,42 +48,8 @@ fn raw_sled(dir: &Path, runs: u64, entry_bytes: usize, fsync: bool) -> Vec<Durat
         .collect()
 }
 
-#[derive(Default)]
-struct Counter {
-    applied: Mutex<u64>,
-}
-
-impl Application for Counter {
-    fn apply(&self, _log_index: u64, _command: &[u8]) -> Vec<u8> {
-        let mut applied = self.applied.lock().expect("lock");
-        *applied += 1;
-        applied.to_be_bytes().to_vec()
-    }
-    fn snapshot(&self) -> Vec<u8> {
-        self.applied.lock().expect("lock").to_be_bytes().to_vec()
-    }
-    fn restore(&self, bytes: &[u8]) -> Result<(), String> {
-        let bytes: [u8; 8] = bytes.try_into().map_err(|_| "bad snapshot".to_string())?;
-        *self.applied.lock().expect("lock") = u64::from_be_bytes(bytes);
-        Ok(())
-    }
-}
-
 async fn single_node_writes(dir: &Path, runs: u64, entry_bytes: usize) -> Vec<Duration> {
-    let node = RaftNode::start(
-        NodeConfig {
-            node_id: 1,
-            addr: "127.0.0.1:1".into(),
-            data_dir: dir.to_path_buf(),
-            timings: RaftTimings::default(),
-            plant_early_ack: false,
-        },
-        Arc::new(Counter::default()),
-    )
-    .await
-    .expect("start node");
-    node.initialize([(1, "127.0.0.1:1".to_string())].into()).await.expect("initialize");
-    node.wait_for_leader(Duration::from_secs(10)).await.expect("leader");
+    let node = common::single_node(dir).await;
     let mut samples = Vec::new();
     for _ in 0..runs {
         let start = Instant::now();

@@ -13,7 +13,8 @@
 //! server next to its public services.
 //!
 //! Inside, it is openraft 0.9 (storage-v2, `generic-snapshot-data`) with
-//! storage in sled and a tonic transport whose messages are bincode in
+//! its own write-ahead log for the Raft log and vote (`storage/wal/`), sled
+//! for the snapshot and the committed pointer, and a tonic transport whose messages are bincode in
 //! `bytes` fields (`proto/gavel/internal/raft.proto`).
 //!
 //! **Dependency rule:** this crate must not depend on `gavel-core` or
@@ -23,8 +24,9 @@
 //!
 //! **Durability rules** (each enforced, and commented, where it happens):
 //! - a log entry counts as appended (openraft's `LogFlushed` fires, exactly
-//!   once) only after sled's flush *and* a real fsync of sled's data file;
-//! - a vote is fsynced before `save_vote` returns;
+//!   once) only after the WAL's writer fdatasynced the group holding it;
+//! - a failed write or fdatasync stops the log for good (never retried);
+//! - a vote is fsynced (its own file, replaced atomically) before `save_vote` returns;
 //! - a snapshot is fsynced before openraft may purge the log behind it;
 //! - the committed index is saved (without fsync) so a restarted node
 //!   re-applies the committed suffix on its own.
@@ -89,7 +91,7 @@ pub mod bench {
 
     /// Appends `runs` entries of `entry_bytes` bytes, one at a time, to a new
     /// Raft log store in `dir`, and returns how long each took until the
-    /// store reported it durable (sled flush + fsync).
+    /// store reported it durable (the WAL's group fdatasync).
     pub async fn durable_append_latencies(
         dir: &Path,
         runs: u64,

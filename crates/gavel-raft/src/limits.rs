@@ -44,3 +44,11 @@ pub const STORAGE_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// 8 MiB keeps pages inline up to 2 MiB. sled refuses to open a database
 /// with a different segment size, so this must never change.
 pub const SLED_SEGMENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Size of one Raft log segment file, zero-filled before it is used. A
+/// segment is deleted only once every entry in it is purged, so this bounds
+/// the disk the log holds beyond the snapshot's purge point (plus one
+/// segment prepared ahead). 8 MiB is a few thousand typical entries; the
+/// zero fill (one sequential write, off the writer thread) is the price of
+/// fdatasyncs that have no file metadata to commit.
+pub const WAL_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;

@@ -54,7 +54,7 @@ impl RaftNode {
         config.timings.validate()?;
         let raft_config = Arc::new(openraft_config(&config.timings)?);
         let (data_dir, plant_early_ack) = (config.data_dir.clone(), config.plant_early_ack);
-        // sled's open replays its log from disk: blocking work.
+        // Opening the storage replays the WAL's segments and opens sled: blocking work.
         let storage = tokio::task::spawn_blocking(move || storage::open(&data_dir, app, plant_early_ack))
             .await
             .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;

@@ -1,5 +1,8 @@
 //! Making sled writes durable: flush, then a real fsync, on one dedicated thread.
 //!
+//! sled holds the snapshot and the committed pointer; the Raft log has its
+//! own writer ([`super::wal`]). Only snapshot writes wait on this thread.
+//!
 //! # Why this exists
 //!
 //! sled 0.34's `Db::flush()` writes its buffers with `pwrite` and then calls
@@ -22,9 +25,8 @@
 //! 2. calls `Db::flush()` (blocking, off the async runtime);
 //! 3. calls `sync_data()` on sled's data file `db`;
 //!
-//! and only then completes the requests, in the order they were made. One
-//! thread keeps completions ordered (openraft expects log-flush callbacks in
-//! append order) and never blocks an async worker.
+//! and only then completes the requests, in the order they were made, never
+//! blocking an async worker.
 //!
 //! The directory entries of `db`, `conf` and `blobs` and the `conf` file
 //! itself (which sled writes without syncing) are fsynced once when the store
@@ -48,31 +50,16 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use openraft::storage::LogFlushed;
 use tokio::sync::oneshot;
 
-use crate::typ::TypeConfig;
-
-/// One caller waiting for its writes to be durable.
-enum Waiter {
-    /// openraft's log-append callback: fired exactly once, after the fsync.
-    LogFlushed(LogFlushed<TypeConfig>),
-    /// An async caller (vote, snapshot, truncation) awaiting the fsync.
-    Reply(oneshot::Sender<Result<(), String>>),
-}
+/// One caller (a snapshot write) waiting for its writes to be durable.
+struct Waiter(oneshot::Sender<Result<(), String>>);
 
 impl Waiter {
     fn complete(self, result: &Result<(), String>) {
-        match self {
-            Waiter::LogFlushed(callback) => {
-                callback.log_io_completed(result.clone().map_err(io::Error::other));
-            }
-            Waiter::Reply(reply) => {
-                // The caller may have given up (its future was dropped); the
-                // data is durable either way.
-                let _ = reply.send(result.clone());
-            }
-        }
+        // The caller may have given up (its future was dropped); the data is
+        // durable either way.
+        let _ = self.0.send(result.clone());
     }
 }
 
@@ -83,36 +70,35 @@ pub(crate) struct Durability {
     requests: mpsc::Sender<Waiter>,
 }
 
-/// Resolves once the fsync thread has exited and dropped its sled handle.
+/// Resolves once the fsync thread has exited and dropped its sled handle,
+/// and the log's writer thread has exited too: every file is closed.
 pub(crate) type ThreadExited = oneshot::Receiver<()>;
 
 impl Durability {
-    /// Starts the fsync thread for the sled database in `sled_dir`.
-    pub(crate) fn start(db: sled::Db, sled_dir: &Path) -> io::Result<(Durability, ThreadExited)> {
+    /// Starts the fsync thread for the sled database in `sled_dir`. Its exit
+    /// signal also waits for `wal_writer`, the log's writer thread.
+    pub(crate) fn start(
+        db: sled::Db,
+        sled_dir: &Path,
+        wal_writer: std::thread::JoinHandle<()>,
+    ) -> io::Result<(Durability, ThreadExited)> {
         let data_file = File::open(sled_dir.join("db"))?;
         let blobs = BlobSyncer::new(sled_dir.join("blobs"));
         let (requests, receiver) = mpsc::channel();
         let (exited_tx, exited_rx) = oneshot::channel();
         std::thread::Builder::new().name("gavel-raft-fsync".into()).spawn(move || {
             run(db, data_file, blobs, receiver);
+            // Both threads exit once the last storage handle is dropped.
+            let _ = wal_writer.join();
             let _ = exited_tx.send(());
         })?;
         Ok((Durability { requests }, exited_rx))
     }
 
-    /// Hands openraft's log-append callback to the fsync thread: it fires
-    /// exactly once, after the appended entries (and everything written before
-    /// them) are on stable storage, or with the error that prevented it.
-    pub(crate) fn complete_when_durable(&self, callback: LogFlushed<TypeConfig>) {
-        if let Err(mpsc::SendError(waiter)) = self.requests.send(Waiter::LogFlushed(callback)) {
-            waiter.complete(&Err("the fsync thread has stopped".to_string()));
-        }
-    }
-
     /// Returns once every sled write made before the call is on stable storage.
     pub(crate) async fn wait_durable(&self) -> io::Result<()> {
         let (reply, done) = oneshot::channel();
-        self.requests.send(Waiter::Reply(reply)).map_err(|_| io::Error::other("the fsync thread has stopped"))?;
+        self.requests.send(Waiter(reply)).map_err(|_| io::Error::other("the fsync thread has stopped"))?;
         match done.await {
             Ok(result) => result.map_err(io::Error::other),
             Err(_) => Err(io::Error::other("the fsync thread stopped before answering")),

@@ -1,6 +1,6 @@
 //! Planted bug `early-ack` (feature `mutants`, switched on by
 //! `NodeConfig::plant_early_ack`, which the shell sets from `GAVEL_MUTANT`):
-//! log appends are acknowledged at once and written to sled only
+//! log appends are acknowledged at once and written to the log only
 //! [`WRITE_DELAY`] later, like a write-back cache that acknowledges before
 //! the data is stable. Until then the entries live in this overlay, which
 //! every log read consults, so the node behaves normally unless it is killed:
@@ -16,7 +16,7 @@ use crate::typ::Entry;
 /// How long an acknowledged entry stays only in memory.
 const WRITE_DELAY: Duration = Duration::from_millis(1_500);
 
-/// Appended entries not yet written to sled.
+/// Appended entries not yet written to the log.
 #[derive(Default)]
 pub(crate) struct Overlay {
     entries: Mutex<BTreeMap<u64, Entry>>,
@@ -27,10 +27,10 @@ impl Overlay {
         self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Keeps `entries` in memory and writes them to `log` after the delay,
-    /// unless they were truncated or purged meanwhile.
-    pub(crate) fn append(self: &Arc<Self>, log: sled::Tree, entries: Vec<Entry>) {
-        let indexes: Vec<u64> = entries.iter().map(|entry| entry.log_id.index).collect();
+    /// Keeps `entries` in memory and writes them to the log after the
+    /// delay, unless they were truncated or purged meanwhile.
+    pub(crate) fn append(self: &Arc<Self>, wal: super::wal::Wal, entries: Vec<Entry>) {
+        let Some(upto) = entries.last().map(|entry| entry.log_id.index) else { return };
         {
             let mut overlay = self.lock();
             for entry in entries {
@@ -41,20 +41,16 @@ impl Overlay {
         std::thread::spawn(move || {
             std::thread::sleep(WRITE_DELAY);
             // Hold the lock while writing, so a truncation cannot interleave.
+            // The log takes appends only in index order, so everything held
+            // up to this append's last index is written, oldest first.
             let mut pending = overlay.lock();
-            let mut batch = sled::Batch::default();
-            for index in indexes {
-                if let Some(entry) = pending.remove(&index) {
-                    if let Ok(bytes) = super::encode(&entry) {
-                        batch.insert(&super::index_key(index), bytes);
-                    }
-                }
-            }
-            let _ = log.apply_batch(batch);
+            let later = pending.split_off(&(upto + 1));
+            let due = std::mem::replace(&mut *pending, later);
+            let _ = wal.append(due.into_values().collect(), None);
         });
     }
 
-    /// The overlay's entries in `range`, to merge over what sled returned.
+    /// The overlay's entries in `range`, to merge over what the log returned.
     pub(crate) fn range<RB: RangeBounds<u64>>(&self, range: &RB) -> Vec<Entry> {
         self.lock().iter().filter(|(index, _)| range.contains(*index)).map(|(_, entry)| entry.clone()).collect()
     }
@@ -64,7 +60,7 @@ impl Overlay {
         self.lock().values().next_back().cloned()
     }
 
-    /// Drops entries at `from` and after (a truncation), before sled's are removed.
+    /// Drops entries at `from` and after (a truncation), before the log's are removed.
     pub(crate) fn truncate(&self, from: u64) {
         self.lock().retain(|index, _| *index < from);
     }

@@ -1,16 +1,14 @@
-//! Durable Raft storage in one sled database: the log, the vote, the committed
-//! pointer and the latest snapshot.
+//! Durable Raft storage: the log and the vote in Gavel's own write-ahead log
+//! ([`wal`]), the committed pointer and the latest snapshot in sled.
 //!
-//! Layout (under `<data_dir>/raft`, one sled `Db`):
+//! Layout under `data_dir`:
 //!
-//! | tree       | key                      | value                                   |
-//! |------------|--------------------------|-----------------------------------------|
-//! | `log`      | index, 8 bytes big-endian| bincode `Entry`                         |
-//! | `meta`     | `vote`                   | bincode `Vote`                          |
-//! | `meta`     | `committed`              | bincode `Option<LogId>`                 |
-//! | `meta`     | `last_purged`            | bincode `LogId`                         |
-//! | `snapshot` | `meta`                   | bincode `SnapshotMeta` (last applied log id and membership) |
-//! | `snapshot` | `data`                   | the application's snapshot bytes        |
+//! | where                         | what                                              |
+//! |-------------------------------|---------------------------------------------------|
+//! | `raft-log/<seq:016x>.wal`     | log segments: entries, truncate and purge markers |
+//! | `raft-log/vote`               | the vote, replaced atomically                     |
+//! | `raft/` sled tree `meta`      | `committed`: bincode `Option<LogId>`              |
+//! | `raft/` sled tree `snapshot`  | `meta`: bincode `SnapshotMeta`; `data`: the application's snapshot bytes |
 //!
 //! The application state itself is persisted only through snapshots: on
 //! start the last snapshot is restored into the application and openraft
@@ -18,11 +16,14 @@
 //! snapshot plus the suffix, never the whole history.
 //!
 //! Durability rules (enforced where noted):
-//! - a log append is acknowledged to openraft (`LogFlushed`) only after an
-//!   fsync (`LogStore::append`, [`durability`]);
-//! - `save_vote` returns only after an fsync (`LogStore::save_vote`);
+//! - a log append is acknowledged to openraft (`LogFlushed`) only after the
+//!   WAL's writer fdatasynced it (`wal::Wal::append`);
+//! - `save_vote` returns only after the vote file is renamed into place and
+//!   its directory fsynced (`wal::vote`);
+//! - a failed write or fdatasync of the log stops it for good, and openraft
+//!   stops the node (`wal::writer`);
 //! - a snapshot is fsynced before openraft learns it exists, so the log can be
-//!   purged behind it (`state_machine::persist_snapshot`).
+//!   purged behind it (`state_machine::persist_snapshot`, [`durability`]).
 
 // openraft's storage traits fix `StorageError` (a large type) as the error
 // of every method; the helpers here return the same type.
@@ -33,6 +34,7 @@ mod durability;
 mod early_ack;
 mod log_store;
 mod state_machine;
+pub(crate) mod wal;
 
 #[cfg(test)]
 mod tests;
@@ -54,18 +56,17 @@ use crate::limits::{SLED_CACHE_BYTES, SLED_SEGMENT_BYTES};
 use crate::typ::{SnapshotMeta, StorageError};
 use crate::RaftError;
 use durability::Durability;
+use wal::Wal;
 
-const VOTE_KEY: &[u8] = b"vote";
 const COMMITTED_KEY: &[u8] = b"committed";
-const LAST_PURGED_KEY: &[u8] = b"last_purged";
 const SNAPSHOT_META_KEY: &[u8] = b"meta";
 const SNAPSHOT_DATA_KEY: &[u8] = b"data";
 
 /// State shared by the log store, its readers, the state machine and the
-/// snapshot builders. When the last holder drops it, the fsync thread exits
-/// and sled closes its files.
+/// snapshot builders. When the last holder drops it, the log's writer and
+/// the fsync thread exit and every file is closed.
 pub(crate) struct Shared {
-    log: sled::Tree,
+    wal: Wal,
     meta: sled::Tree,
     snapshot: sled::Tree,
     durability: Durability,
@@ -94,6 +95,11 @@ pub(crate) fn sled_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("raft")
 }
 
+/// Where the Raft log (the WAL) and the vote live inside `data_dir`.
+pub(crate) fn wal_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("raft-log")
+}
+
 /// Opens (or creates) the store in `data_dir` and restores the application
 /// from the last snapshot; `plant_early_ack` plants the bug `early-ack` (only
 /// in a `mutants` build). Blocking: call from a blocking context.
@@ -110,16 +116,30 @@ pub(crate) fn open(
     std::fs::create_dir_all(&sled_dir).map_err(|e| storage_error("cannot create the data directory", &e))?;
     let config = sled::Config::new().path(&sled_dir).cache_capacity(SLED_CACHE_BYTES).segment_size(SLED_SEGMENT_BYTES);
     let db = config.open().map_err(|e| storage_error("cannot open the sled database", &e))?;
-    durability::sync_created_files(data_dir, &sled_dir)
-        .map_err(|e| storage_error("cannot fsync the new database files", &e))?;
+    let log_exists = wal_dir(data_dir).exists();
+    if !log_exists && db.tree_names().iter().any(|name| name.as_ref() == b"log") {
+        // Data written before the WAL: its log and vote are in sled, and
+        // starting without them would silently forget acknowledged entries.
+        let old_log = db.open_tree("log").map_err(|e| storage_error("cannot open a sled tree", &e))?;
+        if !old_log.is_empty() {
+            return Err(storage_error(
+                "this data directory holds a Raft log in the old sled format, which this version does not read",
+                &"remove the directory and let the node rejoin, or run the previous version",
+            ));
+        }
+    }
     let open_tree = |name: &str| db.open_tree(name).map_err(|e| storage_error("cannot open a sled tree", &e));
-    let log = open_tree("log")?;
     let meta = open_tree("meta")?;
     let snapshot = open_tree("snapshot")?;
+    // sled's lock on its `db` file, taken above, also keeps a second process
+    // from opening this log.
+    let (wal, wal_writer) = Wal::open(&wal_dir(data_dir)).map_err(|e| RaftError::Storage(e.to_string()))?;
+    durability::sync_created_files(data_dir, &sled_dir)
+        .map_err(|e| storage_error("cannot fsync the new database files", &e))?;
     let (durability, closed) =
-        Durability::start(db, &sled_dir).map_err(|e| storage_error("cannot start the fsync thread", &e))?;
+        Durability::start(db, &sled_dir, wal_writer).map_err(|e| storage_error("cannot start the fsync thread", &e))?;
     let shared = Arc::new(Shared {
-        log,
+        wal,
         meta,
         snapshot,
         durability,
@@ -166,9 +186,4 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::Error> {
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::Error> {
     bincode::deserialize(bytes)
-}
-
-/// The big-endian key of a log index, so sled's byte order is index order.
-fn index_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
 }

@@ -1,4 +1,4 @@
-//! Storage tests on real sled in temporary directories: openraft's
+//! Storage tests on real files (the WAL and sled) in temporary directories: openraft's
 //! conformance suite, and crash-and-reopen behaviour.
 
 use std::collections::BTreeSet;
@@ -80,9 +80,9 @@ async fn close(log_store: LogStore, state_machine: StateMachineStore, closed: su
         .expect("fsync thread signals its exit");
 }
 
-struct SledStoreBuilder;
+struct WalStoreBuilder;
 
-impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledStoreBuilder {
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for WalStoreBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = tempfile::tempdir().expect("tempdir");
         let opened = open_with(dir.path(), Arc::new(RecordingApp::default()));
@@ -91,8 +91,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for SledStor
 }
 
 #[test]
-fn sled_storage_passes_the_openraft_conformance_suite() {
-    Suite::test_all(SledStoreBuilder).expect("conformance suite");
+fn wal_log_and_sled_state_machine_pass_the_openraft_conformance_suite() {
+    Suite::test_all(WalStoreBuilder).expect("conformance suite");
 }
 
 #[tokio::test]
@@ -258,4 +258,45 @@ fn acknowledged_appends_survive_kill_9_of_the_writing_process() {
         assert_eq!(entries.len() as u64, last_acked, "every acknowledged entry is there");
         assert_eq!(entries, expected);
     });
+}
+
+#[tokio::test]
+async fn a_corrupt_log_makes_the_store_refuse_to_open_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let OpenedStorage { mut log_store, state_machine, closed } = open_with(dir.path(), Arc::default());
+        log_store.blocking_append((1..=20).map(|index| command_entry(1, index))).await.expect("append");
+        close(log_store, state_machine, closed).await;
+    }
+    let segment = super::wal_dir(dir.path()).join("0000000000000001.wal");
+    let mut bytes = std::fs::read(&segment).expect("read the segment");
+    // A byte in the middle of the entries: durable data, not a torn tail.
+    bytes[200] ^= 0x40;
+    std::fs::write(&segment, &bytes).expect("write the segment");
+    match open(dir.path(), Arc::new(RecordingApp::default()), false) {
+        Err(crate::RaftError::Storage(message)) => {
+            assert!(message.contains("corrupt") && message.contains("refusing to start"), "{message}");
+        }
+        Err(other) => panic!("refused for the wrong reason: {other}"),
+        Ok(_) => panic!("a corrupt log was opened"),
+    }
+}
+
+#[tokio::test]
+async fn a_data_directory_with_a_log_in_the_old_sled_format_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let db = sled::Config::new()
+            .path(super::sled_dir(dir.path()))
+            .segment_size(crate::limits::SLED_SEGMENT_BYTES)
+            .open()
+            .expect("open sled");
+        db.open_tree("log").expect("log tree").insert(1u64.to_be_bytes(), b"an old entry".to_vec()).expect("insert");
+        db.flush().expect("flush");
+    }
+    match open(dir.path(), Arc::new(RecordingApp::default()), false) {
+        Err(crate::RaftError::Storage(message)) => assert!(message.contains("old sled format"), "{message}"),
+        Err(other) => panic!("refused for the wrong reason: {other}"),
+        Ok(_) => panic!("a log in the old format was ignored"),
+    }
 }
