@@ -552,12 +552,19 @@ async fn idle_load(endpoints: &[String], idle: Duration) -> Result<IdleWorkerFig
     let running = tokio::spawn(worker.run(shutdown.clone()));
     let measured = async {
         tokio::time::sleep(IDLE_SETTLE).await;
-        let log_before =
-            client.status(pb::StatusRequest {}).await.map_err(BenchError::client("status"))?.last_log_index;
+        let log_before = client
+            .status(pb::StatusRequest { without_state_hash: true })
+            .await
+            .map_err(BenchError::client("status"))?
+            .last_log_index;
         let before = attempts();
         tokio::time::sleep(idle).await;
         let requests = attempts() - before;
-        let log_after = client.status(pb::StatusRequest {}).await.map_err(BenchError::client("status"))?.last_log_index;
+        let log_after = client
+            .status(pb::StatusRequest { without_state_hash: true })
+            .await
+            .map_err(BenchError::client("status"))?
+            .last_log_index;
         Ok::<_, BenchError>(IdleWorkerFigure {
             seconds: idle.as_secs_f64(),
             requests_per_s: requests as f64 / idle.as_secs_f64(),

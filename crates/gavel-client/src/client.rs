@@ -226,7 +226,7 @@ impl Client {
         let calls = self.inner.channels.iter().map(|channel| {
             let mut client = ClusterServiceClient::new(channel.clone());
             async move {
-                let call = client.status(timed(pb::StatusRequest {}, SURVEY_TIMEOUT));
+                let call = client.status(timed(pb::StatusRequest { without_state_hash: true }, SURVEY_TIMEOUT));
                 match tokio::time::timeout(SURVEY_TIMEOUT + Duration::from_millis(200), call).await {
                     Ok(Ok(response)) => Some(response.into_inner()),
                     _ => None,

@@ -11,7 +11,7 @@
 //! - a follower or learner is healthy when it knows a leader, that leader
 //!   answers `ClusterService/Status` within [`HEALTH_PROBE_TIMEOUT`], and this
 //!   node's applied index is at most [`LAG_ENTRIES_MAX`] entries behind the
-//!   leader's. That status call (which hashes the leader's state) is made at
+//!   leader's. That status call (without the state hash) is made at
 //!   most every [`LAG_CHECK_INTERVAL`] per follower while the leader stays
 //!   the same; in between its last verdict stands;
 //! - a node that knows no leader (an election, a lost quorum) is not.
@@ -155,7 +155,9 @@ async fn judge(node: &Node, lag: &mut LagCheck) -> Verdict {
 async fn leader_applied(node: &Node, addr: &str) -> Result<u64, String> {
     let channel = node.channel(addr).map_err(|status| status.message().to_string())?;
     let mut client = ClusterServiceClient::new(channel);
-    match tokio::time::timeout(HEALTH_PROBE_TIMEOUT, client.status(pb::StatusRequest {})).await {
+    match tokio::time::timeout(HEALTH_PROBE_TIMEOUT, client.status(pb::StatusRequest { without_state_hash: true }))
+        .await
+    {
         Ok(Ok(reply)) => Ok(reply.into_inner().last_applied_index),
         Ok(Err(status)) => Err(status.message().to_string()),
         Err(_) => Err(format!("no answer within {HEALTH_PROBE_TIMEOUT:?}")),

@@ -34,7 +34,7 @@ pub fn channel(addr: &str, call_timeout: Duration) -> Result<Channel, Error> {
 /// `ClusterService.Status` of the node at `addr`, connection included within `timeout`.
 pub async fn status(addr: &str, timeout: Duration) -> Result<StatusResponse, Error> {
     let mut client = ClusterServiceClient::new(channel(addr, timeout)?);
-    let mut request = tonic::Request::new(StatusRequest {});
+    let mut request = tonic::Request::new(StatusRequest::default());
     request.set_timeout(timeout);
     match tokio::time::timeout(timeout, client.status(request)).await {
         Ok(Ok(response)) => Ok(response.into_inner()),

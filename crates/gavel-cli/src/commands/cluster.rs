@@ -83,7 +83,7 @@ struct Answer {
 async fn ask(addr: String) -> Answer {
     let config = ClientConfig { call_timeout: STATUS_TIMEOUT, retry_budget: Duration::ZERO, ..ClientConfig::default() };
     let result = match Client::with_config(std::slice::from_ref(&addr), config) {
-        Ok(client) => client.status(pb::StatusRequest {}).await.map_err(|error| match error {
+        Ok(client) => client.status(pb::StatusRequest::default()).await.map_err(|error| match error {
             gavel_client::Error::Unavailable(reason) => reason,
             other => other.to_string(),
         }),

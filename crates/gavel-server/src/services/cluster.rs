@@ -18,8 +18,14 @@ pub struct Cluster {
 
 /// This node's view of the cluster.
 pub fn status_of(node: &Node) -> pb::StatusResponse {
+    status_with(node, true)
+}
+
+/// This node's view, with or without the state hash (which serializes the
+/// whole state, under the state lock, when the state changed since the last one).
+fn status_with(node: &Node, with_state_hash: bool) -> pb::StatusResponse {
     let status = node.raft.status();
-    let state_hash = node.app.state_hash();
+    let state_hash = if with_state_hash { node.app.state_hash() } else { String::new() };
     let role = match status.role {
         Role::Leader => "Leader",
         Role::Follower => "Follower",
@@ -56,8 +62,8 @@ fn membership_error(error: WriteError) -> Status {
 
 #[tonic::async_trait]
 impl ClusterService for Cluster {
-    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        Ok(Response::new(status_of(&self.node)))
+    async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        Ok(Response::new(status_with(&self.node, !request.get_ref().without_state_hash)))
     }
 
     async fn add_learner(
