@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
-use support::{capability, register, retry, user, Cluster, WAIT};
+use support::{approval_request, capability, register, retry, user, Cluster, WAIT};
 use tonic::transport::Channel;
 
 /// Upper bound of one whole test, so a hung cluster fails the test instead of
@@ -36,17 +36,7 @@ fn is_retryable(status: &tonic::Status) -> bool {
 }
 
 async fn create_approval(cluster: &Cluster, via: u64, id: &str) -> pb::Approval {
-    let request = pb::CreateApprovalRequest {
-        request_id: format!("create-{id}"),
-        id: id.to_string(),
-        capability_id: "orders.refund".to_string(),
-        surface: "faults".to_string(),
-        actor: Some(user("alice")),
-        input_json: format!(r#"{{"order":"{id}","amount":10}}"#),
-        risk: pb::Risk::High as i32,
-        side_effect: pb::SideEffect::Write as i32,
-        ..pb::CreateApprovalRequest::default()
-    };
+    let request = approval_request(id, "faults");
     retry(|| {
         let mut client = cluster.approvals(via);
         let request = request.clone();

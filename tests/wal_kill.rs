@@ -12,25 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gavel_proto::v1 as pb;
-use support::{user, Cluster, WAIT};
+use support::{approval_request, Cluster, WAIT};
 
 /// How many kills, and the bound of the whole test.
 const KILLS: u64 = 5;
 const TEST_BOUND: Duration = Duration::from_secs(120);
-
-fn create_request(id: &str) -> pb::CreateApprovalRequest {
-    pb::CreateApprovalRequest {
-        request_id: format!("create-{id}"),
-        id: id.to_string(),
-        capability_id: "orders.refund".to_string(),
-        surface: "wal-kill".to_string(),
-        actor: Some(user("alice")),
-        input_json: format!(r#"{{"order":"{id}","amount":10}}"#),
-        risk: pb::Risk::High as i32,
-        side_effect: pb::SideEffect::Write as i32,
-        ..pb::CreateApprovalRequest::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn nodes_killed_while_appending_recover_their_log_and_converge() {
@@ -55,7 +41,7 @@ async fn run() {
                         break;
                     }
                     let id = format!("apr-w{writer}-{sequence}");
-                    let request = create_request(&id);
+                    let request = approval_request(&id, "wal-kill");
                     let mut attempt = writer + sequence;
                     support::retry(|| {
                         let mut client = clients[attempt % clients.len()].clone();

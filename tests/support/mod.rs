@@ -219,6 +219,22 @@ pub fn user(id: &str) -> pb::Actor {
     pb::Actor { id: id.to_string(), kind: pb::ActorKind::User as i32, display_name: None }
 }
 
+/// A create of approval `id` for `orders.refund` requested by alice, with
+/// request id `create-{id}` and `surface` naming the test.
+pub fn approval_request(id: &str, surface: &str) -> pb::CreateApprovalRequest {
+    pb::CreateApprovalRequest {
+        request_id: format!("create-{id}"),
+        id: id.to_string(),
+        capability_id: "orders.refund".to_string(),
+        surface: surface.to_string(),
+        actor: Some(user("alice")),
+        input_json: format!(r#"{{"order":"{id}","amount":10}}"#),
+        risk: pb::Risk::High as i32,
+        side_effect: pb::SideEffect::Write as i32,
+        ..pb::CreateApprovalRequest::default()
+    }
+}
+
 /// A capability declaration with the given side effect.
 pub fn capability(id: &str, side_effect: pb::SideEffect) -> pb::CapabilitySpec {
     pb::CapabilitySpec {
