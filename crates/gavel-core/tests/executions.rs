@@ -1337,3 +1337,34 @@ fn a_repeated_poll_with_a_request_id_returns_the_same_tasks_and_leases_nothing_m
     assert_eq!(tasks.len(), 2);
     assert_eq!(script.execution("e3").state, ExecutionState::Queued, "the repeat leased nothing");
 }
+
+#[test]
+fn a_retried_poll_replays_the_current_leases_its_earlier_grant_attempts_took() {
+    use gavel_core::ids::grant_request_id;
+    let mut script = Script::new();
+    script.register(capability("search", SideEffect::Read));
+    script.submit_ok("exec-1", "search", r#"{"q": 1}"#);
+    script.submit_ok("exec-2", "search", r#"{"q": 2}"#);
+    let poll = Command::Poll { worker_id: "w1".to_string(), queues: vec!["search".to_string()], tasks_max: 1 };
+
+    // Two grant attempts of one long-poll, as the server derives their ids.
+    let mut granted = Vec::new();
+    for attempt in 0..2 {
+        match script.apply_as(&grant_request_id("poll-1", attempt), poll.clone()) {
+            gavel_core::Reply::Tasks(tasks) => granted.extend(tasks),
+            other => panic!("poll refused: {other:?}"),
+        }
+    }
+    assert_eq!(granted.len(), 2);
+
+    let replayed = script.state.replayed_grants("poll-1", &poll).expect("both grants are remembered");
+    assert_eq!(replayed, granted, "the retry gets the very leases, nothing new is granted");
+    assert_eq!(script.state.replayed_grants("poll-2", &poll), None, "another poll's id replays nothing");
+    let other_queue = Command::Poll { worker_id: "w1".to_string(), queues: vec!["other".to_string()], tasks_max: 1 };
+    assert_eq!(script.state.replayed_grants("poll-1", &other_queue), None, "a different command replays nothing");
+
+    // A lease that is no longer current is not handed out again.
+    reported(script.report_ok(granted[0].lease.lease_id, "w1", r#"{"ok":true}"#));
+    let replayed = script.state.replayed_grants("poll-1", &poll).expect("the second grant is still current");
+    assert_eq!(replayed, vec![granted[1].clone()]);
+}

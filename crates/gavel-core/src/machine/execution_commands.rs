@@ -353,8 +353,16 @@ impl State {
     }
 
     /// The task a worker receives for a lease, rebuilt from current state.
+    /// The task of a remembered lease grant, while that lease is still the
+    /// execution's current one and its deadline has not passed: a replayed
+    /// grant must never hand a worker a lease it could not report under
+    /// (the attempt was expired, retried or finalized meanwhile).
     pub(super) fn task_for_lease(&self, lease: &Lease) -> Option<Task> {
         let execution = self.executions.get(&lease.execution_id)?;
+        let current = execution.lease.as_ref().is_some_and(|held| held.lease_id == lease.lease_id);
+        if !current || self.leases.deadline_ms(lease.lease_id) <= self.clock_ms {
+            return None;
+        }
         Some(task(execution, self.registry.of_execution(execution), lease.clone()))
     }
 
