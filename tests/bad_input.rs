@@ -854,6 +854,16 @@ async fn cursors_past_the_head_are_refused_naming_it_and_one_past_reads_from_now
             assert!(status.message().contains(&format!("last event is cursor {head}")), "{what}: {}", status.message());
             assert!(!status.message().contains("retention"), "{what}: {}", status.message());
 
+            let list = pb::ListExecutionEventsRequest {
+                execution_id: "ex-none".to_string(),
+                after_cursor: cursor,
+                ..pb::ListExecutionEventsRequest::default()
+            };
+            let result = call!(cluster, via, executions, list_execution_events, list);
+            let what = on(&format!("ListExecutionEvents after {cursor}"));
+            let status = watch.refused(&what, result, Code::OutOfRange, "OUT_OF_RANGE").await;
+            assert!(status.message().contains(&format!("last event is cursor {head}")), "{what}: {}", status.message());
+
             let request = pb::WatchEventsRequest { after_cursor: cursor, execution_id: None };
             let result = call!(cluster, via, audit, watch_events, request);
             let what = on(&format!("WatchEvents after {cursor}"));

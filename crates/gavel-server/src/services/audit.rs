@@ -39,7 +39,7 @@ const CURSOR_CATCH_UP: Duration = Duration::from_secs(3);
 
 /// Why a cursor cannot be read after.
 #[derive(Debug, PartialEq, Eq)]
-enum CursorRefusal {
+pub(crate) enum CursorRefusal {
     /// The cursor is more than one past the last event written (`head`).
     Ahead { cursor: u64, head: u64 },
     /// Retention dropped the events after the cursor, up to `dropped_to`.
@@ -47,7 +47,7 @@ enum CursorRefusal {
 }
 
 impl CursorRefusal {
-    fn status(&self) -> Status {
+    pub(crate) fn status(&self) -> Status {
         let message = match self {
             CursorRefusal::Ahead { cursor, head } => format!(
                 "cursor {cursor} is ahead of the audit trail, whose last event is cursor {head}; \
@@ -78,7 +78,8 @@ fn resume_point(state: &State, after_cursor: u64) -> Result<u64, CursorRefusal> 
 
 /// Events after a cursor, optionally of one execution, and the cursor to
 /// read after next: the last event returned, or where this read started.
-fn page(
+/// `ListEvents`, `ListExecutionEvents` and `WatchEvents` share its cursor rules.
+pub(crate) fn page(
     state: &State,
     after_cursor: u64,
     limit: u32,

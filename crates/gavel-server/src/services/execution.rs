@@ -10,7 +10,7 @@ use gavel_proto::v1::execution_service_server::ExecutionService;
 use tonic::{Request, Response, Status};
 
 use super::request_id;
-use crate::convert::execution::{cancel_execution_in, event_out, execution_out, resume_in, submit_in, submit_out};
+use crate::convert::execution::{cancel_execution_in, execution_out, resume_in, submit_in, submit_out};
 use crate::node::{domain_status, Node};
 use crate::replies::{ExecutionReply, SubmitReply};
 
@@ -76,13 +76,11 @@ impl ExecutionService for Executions {
     ) -> Result<Response<pb::ListExecutionEventsResponse>, Status> {
         let message = request.into_inner();
         let limit = if message.limit == 0 { EVENTS_PAGE_DEFAULT } else { message.limit };
-        let events = self
+        let (events, _) = self
             .node
-            .read(|state| {
-                let events = state.execution_events(&message.execution_id, message.after_cursor, limit);
-                events.into_iter().map(event_out).collect()
-            })
-            .await?;
+            .read(|state| super::audit::page(state, message.after_cursor, limit, Some(&message.execution_id)))
+            .await?
+            .map_err(|refusal| refusal.status())?;
         Ok(Response::new(pb::ListExecutionEventsResponse { events }))
     }
 }
