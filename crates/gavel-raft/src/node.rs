@@ -20,7 +20,7 @@ use crate::pb::raft_service_server::RaftServiceServer;
 use crate::service::RaftGrpcService;
 use crate::storage::{self, ThreadExited};
 use crate::typ::{Node, NodeId, Raft, RaftMetrics};
-use crate::{Member, NodeConfig, RaftError, RaftStatus, RaftTimings, Role, WriteError};
+use crate::{LeaderRoute, Member, NodeConfig, RaftError, RaftStatus, RaftTimings, Role, WriteError};
 
 /// One running Raft member. Cheap to clone: clones drive the same node.
 #[derive(Clone)]
@@ -223,6 +223,22 @@ impl RaftNode {
     /// This node's current view of the cluster.
     pub fn status(&self) -> RaftStatus {
         status_from_metrics(&self.inner.raft.metrics().borrow())
+    }
+
+    /// Whether this node leads, and otherwise where the leader is: read from
+    /// the metrics without building a whole [`RaftStatus`] (no membership
+    /// copy), because the server asks on every request.
+    pub fn leader_route(&self) -> LeaderRoute {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        if m.running_state.is_ok() && m.state == ServerState::Leader {
+            return LeaderRoute::Here;
+        }
+        let leader = m.current_leader.and_then(|leader| m.membership_config.membership().get_node(&leader));
+        match (m.current_leader, leader) {
+            (Some(leader_id), Some(node)) => LeaderRoute::At { leader_id, leader_addr: node.addr.clone() },
+            _ => LeaderRoute::Unknown,
+        }
     }
 
     /// A channel that always holds the latest [`RaftStatus`] and wakes on every

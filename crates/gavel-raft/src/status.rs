@@ -58,3 +58,19 @@ impl RaftStatus {
         self.role == Role::Leader
     }
 }
+
+/// Where a request that only the leader may serve goes ([`crate::RaftNode::leader_route`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderRoute {
+    /// This node is the leader.
+    Here,
+    /// Another node leads, at this address.
+    At {
+        /// The leader's id.
+        leader_id: u64,
+        /// The leader's gRPC address.
+        leader_addr: String,
+    },
+    /// No leader is known (an election is under way).
+    Unknown,
+}

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{put, test_timings, wait_status, Cluster, WAIT};
-use gavel_raft::{Role, WriteError};
+use gavel_raft::{LeaderRoute, Role, WriteError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_through_the_leader_are_applied_on_all_three_nodes() {
@@ -40,6 +40,12 @@ async fn a_write_on_a_follower_returns_forward_to_leader_with_the_leader_address
     let status = follower.node.status();
     assert_eq!(status.leader_id, Some(leader.id));
     assert_eq!(status.leader_addr.as_deref(), Some(leader.addr.as_str()));
+    // The cheap per-request lookup agrees with the full status on both sides.
+    assert_eq!(
+        follower.node.leader_route(),
+        LeaderRoute::At { leader_id: leader.id, leader_addr: leader.addr.clone() }
+    );
+    assert_eq!(leader.node.leader_route(), LeaderRoute::Here);
     cluster.stop_all().await;
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gavel_core::mutants::Mutant;
 use gavel_core::{Command, DomainError, Envelope, ErrorClass, Reply, Retention, State};
-use gavel_raft::{RaftNode, WriteError};
+use gavel_raft::{LeaderRoute, RaftNode, WriteError};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -122,14 +122,12 @@ impl Node {
     /// `UNAVAILABLE` with the leader hint unless this node is the leader: for
     /// a long-poll, which only the leader may serve, before it starts waiting.
     pub fn ensure_leader(&self) -> Result<(), Status> {
-        let status = self.raft.status();
-        if status.is_leader() {
-            return Ok(());
-        }
-        Err(write_error_status(WriteError::ForwardToLeader {
-            leader_id: status.leader_id,
-            leader_addr: status.leader_addr,
-        }))
+        let (leader_id, leader_addr) = match self.raft.leader_route() {
+            LeaderRoute::Here => return Ok(()),
+            LeaderRoute::At { leader_id, leader_addr } => (Some(leader_id), Some(leader_addr)),
+            LeaderRoute::Unknown => (None, None),
+        };
+        Err(write_error_status(WriteError::ForwardToLeader { leader_id, leader_addr }))
     }
 
     /// Whether this node runs with the planted bug `mutant` (only ever in a

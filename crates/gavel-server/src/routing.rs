@@ -33,6 +33,7 @@ use std::time::Duration;
 use gavel_core::limits::WAIT_MS_MAX;
 use gavel_core::mutants::Mutant;
 use gavel_proto::metadata;
+use gavel_raft::LeaderRoute;
 use tonic::body::Body;
 use tonic::codegen::http::{HeaderValue, Request, Response};
 use tonic::codegen::Service;
@@ -140,20 +141,15 @@ where
         let value = HeaderValue::from_str(&assigned).expect("a uuid is a valid header value");
         request.headers_mut().insert(metadata::REQUEST_ID, value);
     }
-    let (is_leader, leader_addr) = {
-        let status = node.raft.status();
-        (status.is_leader(), status.leader_addr)
+    let leader_addr = match node.raft.leader_route() {
+        LeaderRoute::Here => return serve(inner, request).await,
+        LeaderRoute::At { leader_addr, .. } => leader_addr,
+        LeaderRoute::Unknown => return unavailable("no leader is elected yet; retry shortly", None).into_http(),
     };
-    if is_leader {
-        return serve(inner, request).await;
-    }
     if request.headers().contains_key(metadata::FORWARDED) {
-        return unavailable("leadership is changing; retry shortly", leader_addr).into_http();
+        return unavailable("leadership is changing; retry shortly", Some(leader_addr)).into_http();
     }
-    match leader_addr {
-        Some(addr) => forward(node, &addr, request).await,
-        None => unavailable("no leader is elected yet; retry shortly", None).into_http(),
-    }
+    forward(node, &leader_addr, request).await
 }
 
 /// Serves a request on this node.
