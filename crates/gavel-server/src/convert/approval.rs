@@ -80,14 +80,6 @@ pub fn create_in(request: &pb::CreateApprovalRequest) -> Result<Command, DomainE
     let caller_now_ms = timestamp_in("callerNowMs", request.caller_now_ms)?;
     let requested_at_ms = timestamp_in("requestedAtMs", request.requested_at_ms)?;
     let expires_at_ms = timestamp_in("expiresAtMs", request.expires_at_ms)?;
-    if let Some(expires_in_ms) = request.expires_in_ms {
-        if expires_at_ms.is_some() {
-            return Err(DomainError::invalid("set expiresAtMs or expiresInMs, not both"));
-        }
-        if expires_in_ms == 0 || expires_in_ms > gavel_core::limits::APPROVAL_EXPIRES_IN_MS_MAX {
-            return Err(DomainError::invalid("expiresInMs must be positive and at most 30 days"));
-        }
-    }
     let risk = risk_in(request.risk)?.ok_or_else(|| DomainError::invalid("risk is required"))?;
     let side_effect =
         side_effect_in(request.side_effect)?.ok_or_else(|| DomainError::invalid("sideEffect is required"))?;
