@@ -10,9 +10,15 @@ const FORBIDDEN: &[&str] = &["gavel-cli", "gavel-chaos", "gavel-bench", "gavel-c
 
 /// The crate names in `cargo tree -p <package> -e normal`.
 fn dependency_tree(package: &str) -> Vec<String> {
+    cargo_tree(package, &[])
+}
+
+/// The crate names in `cargo tree -p <package> -e normal` with `extra` arguments.
+fn cargo_tree(package: &str, extra: &[&str]) -> Vec<String> {
     let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let output = Command::new(env!("CARGO"))
         .args(["tree", "--offline", "--locked", "-p", package, "-e", "normal", "--prefix", "none", "--format", "{p}"])
+        .args(extra)
         .current_dir(workspace)
         .output()
         .expect("run cargo tree");
@@ -42,4 +48,27 @@ fn the_cli_is_where_the_tools_are() {
     for expected in ["gavel-server", "gavel-chaos", "gavel-bench", "gavel-client", "nix"] {
         assert!(tree.iter().any(|name| name == expected), "gavel-cli should depend on {expected}: {tree:?}");
     }
+}
+
+#[test]
+fn library_crates_return_their_own_errors_not_anyhow() {
+    // `anyhow` belongs to binaries (`gavel-cli`, the examples); a library
+    // returns `thiserror` types its callers can match on. Only direct
+    // dependencies count: prost's derive macro uses anyhow internally.
+    for library in [
+        "gavel-core",
+        "gavel-proto",
+        "gavel-raft",
+        "gavel-server",
+        "gavel-client",
+        "gavel-testkit",
+        "gavel-chaos",
+        "gavel-bench",
+    ] {
+        let tree = cargo_tree(library, &["--depth", "1"]);
+        assert!(tree.iter().any(|name| name == library), "the tree of {library} is read: {tree:?}");
+        assert!(!tree.iter().any(|name| name == "anyhow"), "{library} depends on anyhow");
+    }
+    let cli = cargo_tree("gavel-cli", &["--depth", "1"]);
+    assert!(cli.iter().any(|name| name == "anyhow"), "the check sees anyhow where it is: {cli:?}");
 }
