@@ -18,6 +18,7 @@ const PROTO_FILES: &[&str] = &[
     "gavel/v1/worker.proto",
     "gavel/v1/audit.proto",
     "gavel/v1/cluster.proto",
+    "gavel/v1/access.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

@@ -95,6 +95,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             planted_bug: planted_bug_from_env(),
             ..ServerSettings::default()
         },
+        security: gavel_server::security::Security::insecure(),
     };
     let running = start(options, listener).await?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -27,6 +27,7 @@ async fn audit_get_prints_the_event_at_a_cursor_and_refuses_a_missing_one() {
         timings: gavel_raft::RaftTimings::default(),
         bootstrap: true,
         settings: gavel_server::node::ServerSettings::default(),
+        security: gavel_server::security::Security::insecure(),
     };
     let running = start(options, listener).await.expect("start a node");
     let started = Instant::now();

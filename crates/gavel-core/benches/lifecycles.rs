@@ -97,8 +97,12 @@ fn prepared_state() -> State {
         risk: Some(Risk::Low),
         ..CapabilitySpec::default()
     };
-    let reply =
-        state.apply(&Envelope { request_id: None, now_ms: START_MS, command: Command::RegisterCapability(spec) });
+    let reply = state.apply(&Envelope {
+        request_id: None,
+        now_ms: START_MS,
+        caller: None,
+        command: Command::RegisterCapability(spec),
+    });
     assert!(matches!(reply, Reply::Capability(_)), "registration failed: {reply:?}");
     state
 }
@@ -112,6 +116,7 @@ fn run_execution_lifecycles(state: &mut State, first: usize, count: usize, with_
         let submit = Envelope {
             request_id: request(3 * index),
             now_ms,
+            caller: None,
             command: Command::Submit(Submit {
                 execution_id: unique_id("ex", index),
                 capability_id: QUEUE_CAPABILITY.to_string(),
@@ -128,6 +133,7 @@ fn run_execution_lifecycles(state: &mut State, first: usize, count: usize, with_
         let poll = Envelope {
             request_id: request(3 * index + 1),
             now_ms,
+            caller: None,
             command: Command::Poll {
                 worker_id: WORKER.to_string(),
                 queues: vec![QUEUE_CAPABILITY.to_string()],
@@ -141,6 +147,7 @@ fn run_execution_lifecycles(state: &mut State, first: usize, count: usize, with_
         let report = Envelope {
             request_id: request(3 * index + 2),
             now_ms: now_ms + 1,
+            caller: None,
             command: Command::Report {
                 lease_id,
                 worker_id: WORKER.to_string(),
@@ -163,6 +170,7 @@ fn run_approval_lifecycles(state: &mut State, count: usize) {
         let create = Envelope {
             request_id: Some(request_id(3 * index)),
             now_ms,
+            caller: None,
             command: Command::CreateApproval(CreateApproval {
                 id: approval_id.clone(),
                 capability_id: APPROVAL_CAPABILITY.to_string(),
@@ -188,6 +196,7 @@ fn run_approval_lifecycles(state: &mut State, count: usize) {
         let decide = Envelope {
             request_id: Some(request_id(3 * index + 1)),
             now_ms,
+            caller: None,
             command: Command::DecideApproval {
                 approval_id: approval_id.clone(),
                 status: ApprovalStatus::Approved,
@@ -203,6 +212,7 @@ fn run_approval_lifecycles(state: &mut State, count: usize) {
         let consume = Envelope {
             request_id: Some(request_id(3 * index + 2)),
             now_ms: now_ms + 1,
+            caller: None,
             command: Command::ConsumeApproval {
                 approval_id,
                 execution_id: unique_id("ex", index),
@@ -283,7 +293,7 @@ fn print_rates(label: &str, measured: &Measured) {
 fn drop_events(state: &mut State) {
     let retention = Retention { records_ms: 10 * 365 * 24 * 60 * 60 * 1000, events_ms: 0 };
     let now_ms = state.clock_ms() + 1;
-    let reply = state.apply(&Envelope { request_id: None, now_ms, command: Command::Tick { retention } });
+    let reply = state.apply(&Envelope { request_id: None, now_ms, caller: None, command: Command::Tick { retention } });
     assert!(matches!(reply, Reply::Ticked { .. }), "tick failed: {reply:?}");
 }
 

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{Caller, Grant, GrantName, Principal};
 use crate::error::DomainError;
 use crate::model::{Actor, Approval, ApprovalStatus, Capability, Execution, Lease, ReportOutcome, Risk, SideEffect};
 
@@ -13,6 +14,10 @@ pub struct Envelope {
     /// The leader's clock when it proposed the command. The state machine's
     /// clock never runs backwards: it takes the maximum of this and what it saw before.
     pub now_ms: u64,
+    /// Who authenticated the call, stamped by the node that did; `None` only
+    /// from a node started with `--insecure` (identity self-declared, no
+    /// grant checked) and for the leader's own ticks.
+    pub caller: Option<Caller>,
     /// What to do.
     pub command: Command,
 }
@@ -95,6 +100,28 @@ pub enum Command {
         execution_id: String,
         /// Who cancels (recorded in the audit trail).
         actor: Option<Actor>,
+    },
+    /// Bind a grant to a principal (admin only); replaces a grant of the
+    /// same name. An audit event.
+    Grant {
+        /// Who receives it.
+        principal: Principal,
+        /// What is granted.
+        grant: Grant,
+    },
+    /// Remove a grant from a principal (admin only). An audit event.
+    Revoke {
+        /// Whose grant.
+        principal: Principal,
+        /// Which grant.
+        name: GrantName,
+    },
+    /// Name the first admin of a secured cluster, like etcd's root user.
+    /// Proposed by the bootstrapping node; accepted only while no admin
+    /// exists, and a repeat naming the same admin changes nothing.
+    BootstrapAdmin {
+        /// The first admin.
+        admin: Principal,
     },
     /// Time passed: expire leases, end backoffs, compact old records.
     Tick {
@@ -292,6 +319,13 @@ pub enum Reply {
         backoffs_ended: u32,
         /// Records dropped by retention.
         records_compacted: u32,
+    },
+    /// A principal's grants after a `Grant`, `Revoke` or `BootstrapAdmin`.
+    Grants {
+        /// Whose grants.
+        principal: Principal,
+        /// Every grant it now holds.
+        grants: Vec<Grant>,
     },
     /// The command was refused; nothing changed except, where noted, the audit trail.
     Error(DomainError),

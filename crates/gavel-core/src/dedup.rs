@@ -14,6 +14,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::access::Principal;
 use crate::command::{Command, Reply};
 use crate::error::DomainError;
 use crate::limits::{DEDUP_ENTRIES_MAX, DEDUP_TTL_MS};
@@ -158,6 +159,7 @@ pub(crate) enum RememberedReply {
     Heartbeat { cancel_requested: bool, deadline_ms: u64 },
     Reported { execution_id: String, retry_scheduled: bool },
     Ticked { leases_expired: u32, backoffs_ended: u32, records_compacted: u32 },
+    Grants { principal: Principal },
 }
 
 impl RememberedReply {
@@ -186,6 +188,7 @@ impl RememberedReply {
                 backoffs_ended: *backoffs_ended,
                 records_compacted: *records_compacted,
             },
+            Reply::Grants { principal, .. } => RememberedReply::Grants { principal: principal.clone() },
         }
     }
 }

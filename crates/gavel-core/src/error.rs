@@ -22,6 +22,8 @@ pub enum ErrorCode {
     InputInvalid,
     /// The actor is missing or ill-formed.
     Unauthenticated,
+    /// The authenticated caller holds no grant that allows this.
+    PermissionDenied,
     /// The approver is the requester and the request did not opt out.
     ApprovalSelfApproval,
     /// Resume found the approval still pending.
@@ -56,6 +58,7 @@ impl ErrorCode {
             ErrorCode::CapabilityInvalid => "CAPABILITY_INVALID",
             ErrorCode::InputInvalid => "INPUT_INVALID",
             ErrorCode::Unauthenticated => "UNAUTHENTICATED",
+            ErrorCode::PermissionDenied => "PERMISSION_DENIED",
             ErrorCode::ApprovalSelfApproval => "APPROVAL_SELF_APPROVAL",
             ErrorCode::ApprovalPending => "APPROVAL_PENDING",
             ErrorCode::ApprovalRejected => "APPROVAL_REJECTED",
@@ -79,7 +82,7 @@ impl ErrorCode {
             ErrorCode::NotFound | ErrorCode::CapabilityNotFound => ErrorClass::NotFound,
             ErrorCode::AlreadyExists => ErrorClass::AlreadyExists,
             ErrorCode::Unauthenticated => ErrorClass::Unauthenticated,
-            ErrorCode::ApprovalSelfApproval => ErrorClass::PermissionDenied,
+            ErrorCode::ApprovalSelfApproval | ErrorCode::PermissionDenied => ErrorClass::PermissionDenied,
             ErrorCode::FailedPrecondition
             | ErrorCode::ApprovalPending
             | ErrorCode::ApprovalRejected

@@ -27,6 +27,7 @@
 //! Key types: [`State`], [`Envelope`], [`Command`], [`Reply`], [`Event`],
 //! and the records in [`model`].
 
+pub mod access;
 mod approvals;
 pub mod audit;
 pub mod canonical_json;
@@ -45,6 +46,7 @@ pub mod registry;
 pub mod retry;
 pub mod validate;
 
+pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 pub use approvals::ApprovalFilter;
 pub use audit::{Event, EventKind};
 pub use command::{

@@ -17,6 +17,7 @@ mod recall;
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{Action, Caller};
 use crate::approvals::{ApprovalFilter, Approvals};
 use crate::audit::{AuditLog, Event, EventKind, EventSubject};
 use crate::canonical_json::sha256_hex;
@@ -71,6 +72,19 @@ const COMPACTION_INTERVAL_MS: u64 = 60_000;
 const NO_FENCING_GRACE_MS: u64 = 5_000;
 
 impl State {
+    /// Whether `caller` may do `action` now (reads and the operations that
+    /// are not commands). `None` is a node started with `--insecure`: allowed.
+    pub fn authorize(&self, caller: Option<&Caller>, action: Action<'_>) -> Result<(), DomainError> {
+        match caller {
+            None => Ok(()),
+            // Skeleton: the access part decides from the bindings.
+            Some(caller) => Err(DomainError::new(
+                ErrorCode::PermissionDenied,
+                format!("{} may not {action:?}: grants are not implemented yet", caller.principal),
+            )),
+        }
+    }
+
     /// An empty state.
     pub fn new() -> State {
         State::default()
@@ -150,6 +164,9 @@ impl State {
             Command::Report { lease_id, worker_id, outcome } => self.report(*lease_id, worker_id, outcome),
             Command::CancelExecution { execution_id, actor } => self.cancel_execution(execution_id, actor.as_ref()),
             Command::Tick { retention } => Ok(self.tick(*retention)),
+            Command::Grant { .. } | Command::Revoke { .. } | Command::BootstrapAdmin { .. } => {
+                Err(DomainError::new(ErrorCode::PermissionDenied, "access commands are not implemented yet"))
+            }
         };
         result.unwrap_or_else(Reply::Error)
     }

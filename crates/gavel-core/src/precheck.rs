@@ -48,6 +48,7 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             invalid_if_any(problems, "invalid cancel request")
         }
         Command::Submit(submit) => self::submit(submit).map(|_| ()),
+        Command::Grant { .. } | Command::Revoke { .. } | Command::BootstrapAdmin { .. } => Ok(()),
         Command::Resume { approval_id, execution_id, input_json } => {
             let mut problems = Problems::new();
             problems.id("approvalId", approval_id);

@@ -645,6 +645,7 @@ impl Run {
             let envelope = Envelope {
                 request_id: None,
                 now_ms: self.leader_now_ms,
+                caller: None,
                 command: Command::RegisterCapability(capability_spec(variant)),
             };
             self.step(envelope)?;
@@ -681,7 +682,7 @@ impl Run {
             let mut consumed = 0;
             for command in run.resolve(&step.op) {
                 let request_id = run.request_id(step.request, racing);
-                consumed += run.step(Envelope { request_id, now_ms, command })?;
+                consumed += run.step(Envelope { request_id, now_ms, caller: None, command })?;
             }
             if let Op::Race { contenders, .. } = &step.op {
                 let context = format!("race {:?}, last reply {:?}", step.op, run.replies.last());
@@ -1836,7 +1837,7 @@ fn garbage_command() -> impl Strategy<Value = Command> {
 
 fn garbage_envelope() -> impl Strategy<Value = Envelope> {
     (prop::option::of(garbage_string()), prop_oneof![4 => 0u64..5_000_000, 1 => garbage_u64()], garbage_command())
-        .prop_map(|(request_id, now_ms, command)| Envelope { request_id, now_ms, command })
+        .prop_map(|(request_id, now_ms, command)| Envelope { request_id, now_ms, caller: None, command })
 }
 
 /// A state with registered capabilities, a leased execution, a queued one and
@@ -1846,6 +1847,7 @@ fn seeded_state() -> (State, Vec<Envelope>) {
         .map(|variant| Envelope {
             request_id: None,
             now_ms: 1_000,
+            caller: None,
             command: Command::RegisterCapability(capability_spec(variant)),
         })
         .collect();
@@ -1853,6 +1855,7 @@ fn seeded_state() -> (State, Vec<Envelope>) {
         envelopes.push(Envelope {
             request_id: Some(format!("seed-{execution_id}")),
             now_ms: 1_000,
+            caller: None,
             command: Command::Submit(Submit {
                 execution_id: execution_id.to_string(),
                 capability_id: capability_id.to_string(),
@@ -1866,6 +1869,7 @@ fn seeded_state() -> (State, Vec<Envelope>) {
     envelopes.push(Envelope {
         request_id: None,
         now_ms: 1_010,
+        caller: None,
         command: Command::Poll { worker_id: "w1".to_string(), queues: vec![CAP_READ.to_string()], tasks_max: 1 },
     });
     let mut state = State::new();
@@ -1903,7 +1907,8 @@ proptest! {
 #[test]
 fn compaction_keeps_records_and_events_younger_than_the_window_while_the_clock_is_small() {
     let mut state = State::new();
-    let mut at = |now_ms: u64, command: Command| state.apply(&Envelope { request_id: None, now_ms, command });
+    let mut at =
+        |now_ms: u64, command: Command| state.apply(&Envelope { request_id: None, now_ms, caller: None, command });
     at(0, Command::RegisterCapability(capability_spec(1)));
     let submit = Submit {
         execution_id: "e1".to_string(),

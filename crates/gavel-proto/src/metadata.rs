@@ -16,3 +16,12 @@ pub const FORWARDED: &str = "gavel-forwarded";
 /// so the leader and every retry of the forward see the same id; a request
 /// id in the message takes precedence.
 pub const REQUEST_ID: &str = "gavel-request-id";
+
+/// Request header carrying the authenticated caller of a call a follower
+/// forwarded (`kind:id`, then `;grant,grant` when a token down-scoped it).
+/// The leader honours it only on a connection authenticated by a peer
+/// certificate (a current cluster member); from anyone else it is refused.
+pub const FORWARDED_FOR: &str = "gavel-forwarded-for";
+
+/// Request header carrying a bearer token: `authorization: Bearer <jwt>`.
+pub const AUTHORIZATION: &str = "authorization";

@@ -14,6 +14,7 @@ pub mod health;
 pub mod node;
 pub mod replies;
 pub mod routing;
+pub mod security;
 pub mod server;
 pub mod services;
 pub mod ticker;

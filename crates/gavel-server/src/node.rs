@@ -94,6 +94,7 @@ impl Node {
         let envelope = Envelope {
             request_id: (!request_id.is_empty()).then(|| request_id.to_string()),
             now_ms: wall_clock_ms(),
+            caller: None,
             command,
         };
         match tokio::time::timeout(RAFT_WAIT, self.raft.write(CoreApp::encode_command(&envelope))).await {

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use crate::app::CoreApp;
 use crate::node::{Node, ServerSettings};
 use crate::routing::{RoutingLayer, REQUEST_BYTES_MAX};
+use crate::security::Security;
 use crate::services::{approval::Approvals, audit::Audit, capability::Capabilities, cluster::Cluster};
 use crate::services::{execution::Executions, worker::Workers};
 
@@ -65,6 +66,8 @@ pub struct NodeOptions {
     pub bootstrap: bool,
     /// Service settings.
     pub settings: ServerSettings,
+    /// TLS, tokens and the first admin; [`Security::insecure`] for none.
+    pub security: Security,
 }
 
 /// A started node.

@@ -54,6 +54,7 @@ impl InProcessCluster {
                 timings: RaftTimings::default(),
                 bootstrap: bootstrap && id == 1,
                 settings: gavel_server::node::ServerSettings::default(),
+                security: gavel_server::security::Security::insecure(),
             };
             nodes.push(start(options, listener).await.expect("start a node"));
         }

@@ -41,12 +41,17 @@ impl Script {
 
     /// Applies a command without a request id.
     pub fn apply(&mut self, command: Command) -> Reply {
-        self.state.apply(&Envelope { request_id: None, now_ms: self.now_ms, command })
+        self.state.apply(&Envelope { request_id: None, now_ms: self.now_ms, caller: None, command })
     }
 
     /// Applies a command under a request id.
     pub fn apply_as(&mut self, request_id: &str, command: Command) -> Reply {
-        self.state.apply(&Envelope { request_id: Some(request_id.to_string()), now_ms: self.now_ms, command })
+        self.state.apply(&Envelope {
+            request_id: Some(request_id.to_string()),
+            now_ms: self.now_ms,
+            caller: None,
+            command,
+        })
     }
 
     /// Registers a capability, failing the test if it is refused.

@@ -213,7 +213,8 @@ mod tests {
                 tags: Vec::new(),
             };
             let now_ms = (index + 1) * 1_000;
-            let envelope = Envelope { request_id: None, now_ms, command: Command::RegisterCapability(spec) };
+            let envelope =
+                Envelope { request_id: None, now_ms, caller: None, command: Command::RegisterCapability(spec) };
             state.apply(&envelope);
         }
         assert_eq!(state.next_cursor(), count + 1, "one event per registration");
@@ -250,7 +251,7 @@ mod tests {
         let mut state = state_with_events(3);
         // Events are retained for one second: at 3.5 s only event 3 (at 3 s) remains.
         let retention = Retention { events_ms: 1_000, ..Retention::default() };
-        let tick = Envelope { request_id: None, now_ms: 3_500, command: Command::Tick { retention } };
+        let tick = Envelope { request_id: None, now_ms: 3_500, caller: None, command: Command::Tick { retention } };
         state.apply(&tick);
         let first = state.events_after(0, 1).first().map(|event| event.cursor).expect("one event is retained");
         assert_eq!(first, 3);
