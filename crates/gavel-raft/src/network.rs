@@ -29,7 +29,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
 use crate::limits::{
-    PEER_KEEPALIVE_INTERVAL, PEER_KEEPALIVE_TIMEOUT, RPC_MESSAGE_BYTES_MAX, SNAPSHOT_CHUNK_BYTES,
+    APPEND_ENTRIES_BYTES_MAX, PEER_KEEPALIVE_INTERVAL, PEER_KEEPALIVE_TIMEOUT, SNAPSHOT_CHUNK_BYTES,
     UNREACHABLE_BACKOFF_MAX,
 };
 use crate::pb::raft_service_client::RaftServiceClient;
@@ -82,8 +82,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
         let client = self.channel(target, &node.addr).map(|channel| {
             RaftServiceClient::new(channel)
-                .max_decoding_message_size(RPC_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(RPC_MESSAGE_BYTES_MAX)
+                .max_decoding_message_size(APPEND_ENTRIES_BYTES_MAX)
+                .max_encoding_message_size(APPEND_ENTRIES_BYTES_MAX)
         });
         PeerClient { node_id: self.node_id, target, client, timings: self.timings.clone() }
     }
