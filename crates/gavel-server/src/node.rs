@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gavel_core::mutants::Mutant;
-use gavel_core::{Command, DomainError, Envelope, ErrorClass, Reply, Retention, State};
+use gavel_core::{Action, Caller, Command, DomainError, Envelope, ErrorClass, Reply, Retention, State};
 use gavel_raft::{LeaderRoute, RaftNode, WriteError};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -76,25 +76,32 @@ impl Node {
         Arc::new(Node { id, raft, app, settings, channels: Mutex::new(BTreeMap::new()) })
     }
 
-    /// Checks a command, proposes it stamped with this node's clock, and
-    /// returns its reply as `R`. A refusal becomes its status; a node that
+    /// Checks a command, proposes it stamped with this node's clock and the
+    /// authenticated `caller` (`None` on an insecure node, and for the
+    /// leader's own commands), and returns its reply as `R`. The state
+    /// machine authorizes it at its position in the log. A refusal becomes its status; a node that
     /// lost leadership since the routing layer let the call through answers
     /// `UNAVAILABLE` with the leader hint, and the caller retries with the
     /// same request id.
-    pub async fn call<R: FromReply>(&self, request_id: &str, command: Command) -> Result<R, Status> {
+    pub async fn call<R: FromReply>(
+        &self,
+        caller: Option<&Caller>,
+        request_id: &str,
+        command: Command,
+    ) -> Result<R, Status> {
         gavel_core::precheck::precheck(&command).map_err(domain_status)?;
-        match self.propose(request_id, command).await? {
+        match self.propose(caller, request_id, command).await? {
             Reply::Error(error) => Err(domain_status(error)),
             reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),
         }
     }
 
     /// Proposes a command as it is and waits for its reply.
-    async fn propose(&self, request_id: &str, command: Command) -> Result<Reply, Status> {
+    async fn propose(&self, caller: Option<&Caller>, request_id: &str, command: Command) -> Result<Reply, Status> {
         let envelope = Envelope {
             request_id: (!request_id.is_empty()).then(|| request_id.to_string()),
             now_ms: wall_clock_ms(),
-            caller: None,
+            caller: caller.cloned(),
             command,
         };
         match tokio::time::timeout(RAFT_WAIT, self.raft.write(CoreApp::encode_command(&envelope))).await {
@@ -106,10 +113,26 @@ impl Node {
 
     /// A linearizable read: waits until this node may serve it (it is the
     /// leader and has applied everything committed before the read began),
-    /// then reads the state.
-    pub async fn read<T>(&self, read: impl FnOnce(&State) -> T) -> Result<T, Status> {
+    /// checks that `caller` may do `action` against the grants as of then,
+    /// and reads the state.
+    pub async fn read<T>(
+        &self,
+        caller: Option<&Caller>,
+        action: Action<'_>,
+        read: impl FnOnce(&State) -> T,
+    ) -> Result<T, Status> {
         self.linearizable().await?;
-        Ok(read(&self.app.state()))
+        let state = self.app.state();
+        state.authorize(caller, action).map_err(domain_status)?;
+        Ok(read(&state))
+    }
+
+    /// A linearizable read that authorizes itself, for a read whose action
+    /// depends on what it finds (an approval's types): `read` gets the
+    /// state after the barrier and must call [`State::authorize`].
+    pub async fn read_authorizing<T>(&self, read: impl FnOnce(&State) -> Result<T, Status>) -> Result<T, Status> {
+        self.linearizable().await?;
+        read(&self.app.state())
     }
 
     /// Waits until this node may serve a linearizable read.

@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use gavel_core::limits::WAIT_MS_MAX;
 use gavel_core::mutants::Mutant;
+use gavel_core::Caller;
 use gavel_proto::metadata;
 use gavel_raft::LeaderRoute;
 use tonic::body::Body;
@@ -125,14 +126,23 @@ where
 }
 
 /// Serves, forwards or refuses one request.
-async fn route<S>(node: &Node, inner: S, mut request: Request<Body>) -> Response<Body>
+async fn route<S>(node: &Node, mut inner: S, mut request: Request<Body>) -> Response<Body>
 where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
 {
-    let path = request.uri().path();
-    let served_here = !path.starts_with(PUBLIC_API)
-        || SERVED_BY_EVERY_NODE.contains(&path)
-        || (path == STALE_READ && node.plants(Mutant::StaleRead));
+    let path = request.uri().path().to_string();
+    let path = path.as_str();
+    if !path.starts_with(PUBLIC_API) {
+        // Raft, health, reflection: their refusals are not the public API's,
+        // and a peer must see tonic's own `OUT_OF_RANGE` for an oversized
+        // append (it halves the batch on it).
+        return match inner.call(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+    }
+    request.extensions_mut().insert(None::<Caller>);
+    let served_here = SERVED_BY_EVERY_NODE.contains(&path) || (path == STALE_READ && node.plants(Mutant::StaleRead));
     if served_here {
         return serve(inner, request).await;
     }
