@@ -55,7 +55,7 @@ pub mod pb {
 }
 
 pub use application::Application;
-pub use config::{NodeConfig, RaftTimings};
+pub use config::{NodeConfig, PeerTls, RaftTimings};
 pub use error::{RaftError, WriteError};
 pub use node::RaftNode;
 pub use pb::raft_service_server::RaftServiceServer;

@@ -67,7 +67,8 @@ impl RaftNode {
         })
         .await
         .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;
-        let network = NetworkFactory::new(config.node_id, config.timings.clone());
+        let peer_tls = config.peer_tls.as_ref().map(crate::PeerTls::client_config);
+        let network = NetworkFactory::new(config.node_id, config.timings.clone(), peer_tls);
         let raft = Raft::new(config.node_id, raft_config, network, storage.log_store, storage.state_machine)
             .await
             .map_err(|e| RaftError::Storage(e.to_string()))?;
@@ -249,6 +250,18 @@ impl RaftNode {
             (Some(leader_id), Some(node)) => LeaderRoute::At { leader_id, leader_addr: node.addr.clone() },
             _ => LeaderRoute::Unknown,
         }
+    }
+
+    /// Whether node `node_id` may send this node Raft messages: it is in the
+    /// current membership (voter or learner), or this node knows no
+    /// membership yet (a fresh learner, which first hears from the leader).
+    /// Read from the metrics without copying the membership, because the
+    /// server asks on every peer call.
+    pub fn admits_peer(&self, node_id: u64) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        membership.get_node(&node_id).is_some() || membership.nodes().next().is_none()
     }
 
     /// A channel that always holds the latest [`RaftStatus`] and wakes on every

@@ -239,6 +239,7 @@ mod tests {
                 data_dir: dir.path().to_path_buf(),
                 timings: RaftTimings::default(),
                 plant_early_ack: false,
+                peer_tls: None,
             },
             Arc::new(Inert),
         )
@@ -286,6 +287,7 @@ mod tests {
                 data_dir: dir.path().to_path_buf(),
                 timings: RaftTimings::default(),
                 plant_early_ack: false,
+                peer_tls: None,
             },
             Arc::new(Inert),
         )
