@@ -16,6 +16,7 @@ use tonic::{Code, Status};
 
 use crate::app::CoreApp;
 use crate::replies::FromReply;
+use crate::security::Secured;
 
 /// How long a caller should wait before retrying during an election.
 pub const RETRY_AFTER_MS: u64 = 250;
@@ -55,6 +56,8 @@ pub struct Node {
     pub app: Arc<CoreApp>,
     /// Settings.
     pub settings: ServerSettings,
+    /// TLS and token verification; `None` on an insecure node.
+    pub secured: Option<Arc<Secured>>,
     channels: Mutex<BTreeMap<String, Channel>>,
 }
 
@@ -71,9 +74,16 @@ pub fn read_time_ms(state: &State, caller_now_ms: Option<u64>) -> u64 {
 }
 
 impl Node {
-    /// Wraps a started Raft node and its application.
-    pub fn new(id: u64, raft: RaftNode, app: Arc<CoreApp>, settings: ServerSettings) -> Arc<Node> {
-        Arc::new(Node { id, raft, app, settings, channels: Mutex::new(BTreeMap::new()) })
+    /// Wraps a started Raft node and its application; `secured` is `None`
+    /// for an insecure node.
+    pub fn new(
+        id: u64,
+        raft: RaftNode,
+        app: Arc<CoreApp>,
+        settings: ServerSettings,
+        secured: Option<Arc<Secured>>,
+    ) -> Arc<Node> {
+        Arc::new(Node { id, raft, app, settings, secured, channels: Mutex::new(BTreeMap::new()) })
     }
 
     /// Checks a command, proposes it stamped with this node's clock and the
@@ -160,14 +170,23 @@ impl Node {
         gavel_core::mutants::is_planted(self.settings.planted_bug, mutant)
     }
 
-    /// A lazily connected channel to another node's public port.
+    /// A lazily connected channel to another node's public port: over
+    /// mutual TLS with this node's certificate on a secured node, so that
+    /// the leader honours what it forwards.
     pub fn channel(&self, addr: &str) -> Result<Channel, Status> {
         let mut channels = self.channels.lock().expect("channel cache lock poisoned");
         if let Some(channel) = channels.get(addr) {
             return Ok(channel.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|error| Status::internal(format!("bad leader address {addr}: {error}")))?
+        let scheme = if self.secured.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+            .map_err(|error| Status::internal(format!("bad leader address {addr}: {error}")))?;
+        if let Some(secured) = &self.secured {
+            endpoint = endpoint
+                .tls_config(secured.peer_tls.client_config())
+                .map_err(|error| Status::internal(format!("TLS towards the leader at {addr}: {error}")))?;
+        }
+        let endpoint = endpoint
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))

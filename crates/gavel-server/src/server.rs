@@ -48,6 +48,12 @@ pub enum ServerError {
     /// The gRPC server task panicked.
     #[error("the server task panicked: {0}")]
     Panicked(#[source] tokio::task::JoinError),
+    /// The TLS material or token keys could not be loaded.
+    #[error("security settings: {0}")]
+    Security(#[source] crate::security::SecurityError),
+    /// The server TLS configuration was refused.
+    #[error("configuring TLS: {0}")]
+    Tls(#[source] tonic::transport::Error),
     /// The gRPC server failed while serving.
     #[error("serving: {0}")]
     Serve(#[source] tonic::transport::Error),
@@ -146,6 +152,12 @@ async fn bootstrap_admin(
 /// Starts a node on an already bound listener.
 pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<RunningNode, ServerError> {
     let addr = listener.local_addr().map_err(ServerError::Listener)?;
+    let secured = options.security.load().map_err(ServerError::Security)?;
+    // Bad TLS material is refused here, before Raft starts.
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(secured) = &secured {
+        builder = builder.tls_config(secured.server_tls_config()).map_err(ServerError::Tls)?;
+    }
     let planted_bug = options.settings.planted_bug;
     let app = CoreApp::new(planted_bug);
     let config = NodeConfig {
@@ -154,9 +166,10 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         data_dir: options.data_dir.clone(),
         timings: options.timings.clone(),
         plant_early_ack: planted_bug == Some(gavel_core::mutants::Mutant::EarlyAck),
+        peer_tls: secured.as_ref().map(|secured| secured.peer_tls.clone()),
     };
     let raft = RaftNode::start(config, app.clone()).await.map_err(ServerError::Raft)?;
-    let node = Node::new(options.id, raft.clone(), app, options.settings.clone());
+    let node = Node::new(options.id, raft.clone(), app, options.settings.clone(), secured.clone());
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let reflection = tonic_reflection::server::Builder::configure()
@@ -175,7 +188,7 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
     // Health is judged from the start: NOT_SERVING until a leader is known.
     let health = tokio::spawn(crate::health::run(node.clone(), health_reporter, shutdown_rx.clone()));
     let mut server_shutdown = shutdown_rx.clone();
-    let router = tonic::transport::Server::builder()
+    let router = builder
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .layer(RoutingLayer::new(node.clone()))
@@ -221,7 +234,7 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
     if let Some(admin) = options.security.bootstrap_admin.clone() {
         // On a secured node the proposal comes from this node's principal;
         // an insecure node stamps no caller.
-        let caller = options.security.tls.is_some().then(|| Caller::of(Principal::node(options.id)));
+        let caller = secured.is_some().then(|| Caller::of(Principal::node(options.id)));
         tokio::spawn(bootstrap_admin(node.clone(), admin, caller, shutdown_rx.clone()));
     }
     let ticker = tokio::spawn(crate::ticker::run(node.clone(), shutdown_rx));
