@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use gavel_core::{Caller, DomainError, ErrorCode, GrantName, Principal, PrincipalKind};
 use gavel_pki::{TokenVerifier, TokenVerifierSettings};
@@ -22,6 +23,11 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::Status;
 
 use crate::node::domain_status;
+
+/// How long a connection may take to complete its TLS handshake. tonic
+/// runs handshakes concurrently, but without a bound a client that opens
+/// connections and never finishes the handshake holds each one forever.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A node's security settings.
 #[derive(Debug, Clone, Default)]
@@ -183,6 +189,7 @@ impl Secured {
             .identity(Identity::from_pem(&self.peer_tls.cert_pem, &self.peer_tls.key_pem))
             .client_ca_root(Certificate::from_pem(&self.peer_tls.ca_pem))
             .client_auth_optional(true)
+            .timeout(TLS_HANDSHAKE_TIMEOUT)
     }
 
     /// Who makes a call that came on a connection from `peer`: the bearer
