@@ -209,7 +209,6 @@ impl State {
     pub fn authorize(&self, caller: Option<&Caller>, action: Action<'_>) -> Result<(), DomainError> {
         let Some(caller) = caller else { return Ok(()) };
         let what = action.describe();
-        let readers = [GrantName::Submitter, GrantName::Auditor, GrantName::Approver];
         match action {
             Action::ReadCapability | Action::ReadClusterStatus | Action::ReadOwnAccess => Ok(()),
             Action::ReadExecution => {
@@ -219,38 +218,36 @@ impl State {
             Action::ReadAccess | Action::ChangeMembership | Action::Backup => {
                 self.require(caller, GrantName::Admin, &what).map(drop)
             }
-            Action::ReadApproval { types } => {
-                if self.usable_grant(caller, GrantName::Submitter).is_some()
-                    || self.usable_grant(caller, GrantName::Auditor).is_some()
-                {
-                    return Ok(());
-                }
-                let grant = self.require_any(caller, &readers, &what)?;
-                if grant.covers_types(types) {
-                    return Ok(());
-                }
-                Err(denied(format!(
+            Action::ReadApproval { types } => match self.approval_reader(caller, &what)? {
+                Some(approver) if !approver.covers_types(types) => Err(denied(format!(
                     "{} may not {what}: its approver grant covers only {:?}",
-                    caller.principal, grant.scope
-                )))
-            }
-            Action::ListApprovals { approval_type } => {
-                let grant = self.require_any(caller, &readers, &what)?;
-                match approval_type {
-                    Some(approval_type)
-                        if grant.name == GrantName::Approver
-                            && !grant.scope.contains(approval_type)
-                            && !grant.scope.is_empty() =>
-                    {
-                        Err(denied(format!(
-                            "{} may not {what}: its approver grant covers only {:?}",
-                            caller.principal, grant.scope
-                        )))
-                    }
-                    _ => Ok(()),
+                    caller.principal, approver.scope
+                ))),
+                _ => Ok(()),
+            },
+            Action::ListApprovals { approval_type } => match (self.approval_reader(caller, &what)?, approval_type) {
+                (Some(approver), Some(approval_type))
+                    if !approver.scope.is_empty() && !approver.scope.contains(approval_type) =>
+                {
+                    Err(denied(format!(
+                        "{} may not {what}: its approver grant covers only {:?}",
+                        caller.principal, approver.scope
+                    )))
                 }
-            }
+                _ => Ok(()),
+            },
         }
+    }
+
+    /// Who may read approvals: a submitter or auditor reads all of them
+    /// (`None`), an approver those its grant's scope covers (its grant).
+    fn approval_reader(&self, caller: &Caller, what: &str) -> Result<Option<&Grant>, DomainError> {
+        if self.usable_grant(caller, GrantName::Submitter).is_some()
+            || self.usable_grant(caller, GrantName::Auditor).is_some()
+        {
+            return Ok(None);
+        }
+        self.require_any(caller, &[GrantName::Submitter, GrantName::Auditor, GrantName::Approver], what).map(Some)
     }
 
     /// `Grant`: binds `grant` to `subject` and records `access.granted`
