@@ -5,11 +5,13 @@
 //! The parts, each in its own file with its own expiry and compaction:
 //! [`Registry`](crate::registry) (capability versions), approvals, executions
 //! (records, queues, backoffs, finalized index), leases (records, deadlines,
-//! next id), the audit log (events, per-execution index, next cursor) and the
-//! dedup table. Their fields are private; this module and its children
-//! (`approval_commands.rs`, `execution_commands.rs`, `recall.rs`) call their
-//! methods and hold every rule that spans parts: which events a transition
-//! records, the SI-11 retry rule's outcome, and retention across parts.
+//! next id, the principal each lease was granted to), the audit log (events,
+//! per-execution index, next cursor), the dedup table and the grant bindings.
+//! Their fields are private; this module and its children
+//! (`access_commands.rs`, `approval_commands.rs`, `execution_commands.rs`,
+//! `recall.rs`) call their methods and hold every rule that spans parts:
+//! who may apply a command, which events a transition records, the SI-11
+//! retry rule's outcome, and retention across parts.
 
 mod access_commands;
 mod approval_commands;
