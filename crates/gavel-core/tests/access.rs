@@ -64,6 +64,23 @@ fn holder(script: &mut Script, principal: Principal, grants: &[GrantName]) -> Ca
     Caller::of(principal)
 }
 
+/// A caller for `principal` after granting it `grant`.
+fn scoped_holder(script: &mut Script, principal: Principal, grant: Grant) -> Caller {
+    give(script, &principal, grant);
+    Caller::of(principal)
+}
+
+/// A secured script with execution `e1` of `cap` queued by `service:app`,
+/// and two principals holding `worker`: `worker:w1` and `worker:w2`.
+fn one_queued_execution() -> (Script, Caller, Caller) {
+    let mut script = secured();
+    let submitter = holder(&mut script, service("app"), &[GrantName::Submitter]);
+    let w1 = holder(&mut script, worker("w1"), &[GrantName::Worker]);
+    let w2 = holder(&mut script, worker("w2"), &[GrantName::Worker]);
+    execution_of(script.apply_by(&submitter, submit_by("e1", "cap", submitter.principal.as_actor())));
+    (script, w1, w2)
+}
+
 fn denied(reply: Reply) -> String {
     refused(reply, ErrorCode::PermissionDenied).message
 }
@@ -427,11 +444,7 @@ fn a_command_ordered_after_a_revoke_is_refused_even_a_retry_of_an_earlier_reques
 
 #[test]
 fn a_request_id_reused_by_another_principal_returns_nothing_of_the_first_reply() {
-    let mut script = secured();
-    let w1 = holder(&mut script, worker("w1"), &[GrantName::Worker]);
-    let w2 = holder(&mut script, worker("w2"), &[GrantName::Worker]);
-    let submitter = holder(&mut script, service("app"), &[GrantName::Submitter]);
-    execution_of(script.apply_by(&submitter, submit_by("e1", "cap", submitter.principal.as_actor())));
+    let (mut script, w1, w2) = one_queued_execution();
     let tasks = tasks_of(script.apply_by_as("poll-1", &w1, poll_command("w", "cap")));
     assert_eq!(tasks.len(), 1);
     refused(script.apply_by_as("poll-1", &w2, poll_command("w", "cap")), ErrorCode::RequestIdReused);
@@ -583,9 +596,7 @@ fn a_caller_clock_needs_the_clock_grant_and_stays_within_its_skew_bound() {
 fn an_approver_scope_limits_which_approvals_it_reads_and_decides() {
     let mut script = secured();
     let alice_caller = holder(&mut script, user("alice"), &[GrantName::Submitter]);
-    let finance = user("fin");
-    give(&mut script, &finance, Grant::scoped(GrantName::Approver, ["finance"]));
-    let finance = Caller::of(finance);
+    let finance = scoped_holder(&mut script, user("fin"), Grant::scoped(GrantName::Approver, ["finance"]));
     approval_of(script.apply_by(&alice_caller, request_by("human-1", alice(), &["human"])));
     approval_of(script.apply_by(&alice_caller, request_by("fin-1", alice(), &["finance"])));
     approval_of(script.apply_by(&alice_caller, request_by("both-1", alice(), &["finance", "legal"])));
@@ -610,11 +621,7 @@ fn an_approver_scope_limits_which_approvals_it_reads_and_decides() {
 
 #[test]
 fn a_lease_is_bound_to_the_principal_that_polled() {
-    let mut script = secured();
-    let submitter = holder(&mut script, service("app"), &[GrantName::Submitter]);
-    let w1 = holder(&mut script, worker("w1"), &[GrantName::Worker]);
-    let w2 = holder(&mut script, worker("w2"), &[GrantName::Worker]);
-    execution_of(script.apply_by(&submitter, submit_by("e1", "cap", submitter.principal.as_actor())));
+    let (mut script, w1, w2) = one_queued_execution();
     let task = tasks_of(script.apply_by(&w1, poll_command("w1", "cap"))).pop().expect("a task");
     let lease_id = task.lease.lease_id;
     let started = script.events().into_iter().find(|event| event.kind.type_name() == "capability.started");
@@ -642,10 +649,7 @@ fn a_lease_is_bound_to_the_principal_that_polled() {
 
 #[test]
 fn an_expired_lease_is_still_lease_lost_for_its_holder() {
-    let mut script = secured();
-    let submitter = holder(&mut script, service("app"), &[GrantName::Submitter]);
-    let w1 = holder(&mut script, worker("w1"), &[GrantName::Worker]);
-    execution_of(script.apply_by(&submitter, submit_by("e1", "cap", submitter.principal.as_actor())));
+    let (mut script, w1, _) = one_queued_execution();
     let task = tasks_of(script.apply_by(&w1, poll_command("w1", "cap"))).pop().expect("a task");
     script.advance(task.capability.timeout_ms + 1);
     let reply = script.apply_by(&w1, Command::Heartbeat { lease_id: task.lease.lease_id, worker_id: "w1".to_string() });
@@ -656,9 +660,7 @@ fn an_expired_lease_is_still_lease_lost_for_its_holder() {
 fn a_worker_scope_limits_its_queues_for_polls_and_reports() {
     let mut script = secured();
     let submitter = holder(&mut script, service("app"), &[GrantName::Submitter]);
-    let w1 = worker("w1");
-    give(&mut script, &w1, Grant::scoped(GrantName::Worker, ["cap"]));
-    let w1 = Caller::of(w1);
+    let w1 = scoped_holder(&mut script, worker("w1"), Grant::scoped(GrantName::Worker, ["cap"]));
     let reply = script.apply_by(
         &w1,
         Command::Poll {
