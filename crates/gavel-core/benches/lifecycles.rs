@@ -23,13 +23,16 @@
 //! Run with `cargo bench -p gavel-core --bench lifecycles`. The environment
 //! variable `GAVEL_BENCH_LIFECYCLES` overrides the count per repetition, and
 //! `GAVEL_BENCH_ONLY=executions` (or `approvals`) runs one kind alone, for profiling.
+//! `GAVEL_BENCH_SECURED=1` runs every command as an authenticated caller
+//! holding the grant it needs (as a node started with TLS stamps them), so
+//! the figures include authorization and the principal on every event.
 
 use std::time::{Duration, Instant};
 
 use gavel_core::limits::DEDUP_ENTRIES_MAX;
 use gavel_core::{
-    Actor, ActorKind, ApprovalStatus, CapabilitySpec, Command, CreateApproval, Envelope, Reply, ReportOutcome,
-    Retention, Risk, SideEffect, State, Submit,
+    Actor, ActorKind, ApprovalStatus, Caller, CapabilitySpec, Command, CreateApproval, Envelope, Grant, GrantName,
+    Principal, PrincipalKind, Reply, ReportOutcome, Retention, Risk, SideEffect, State, Submit,
 };
 
 /// Lifecycles of each kind per repetition.
@@ -61,6 +64,51 @@ fn approver() -> Actor {
     Actor { id: "user-1093".to_string(), kind: ActorKind::User, display_name: None }
 }
 
+/// Who sends each command: nobody (`--insecure`), or in a secured run the
+/// requester, the approver and the worker as principals, each holding the
+/// one grant it needs, bound by an admin.
+#[derive(Clone, Default)]
+struct Callers {
+    requester: Option<Caller>,
+    approver: Option<Caller>,
+    worker: Option<Caller>,
+    admin: Option<Caller>,
+}
+
+impl Callers {
+    fn secured() -> Callers {
+        let principal = |kind, id: &str| Some(Caller::of(Principal::new(kind, id).expect("a well-formed id")));
+        Callers {
+            requester: principal(PrincipalKind::User, &requester().id),
+            approver: principal(PrincipalKind::User, &approver().id),
+            worker: principal(PrincipalKind::Worker, WORKER),
+            admin: principal(PrincipalKind::User, "admin"),
+        }
+    }
+
+    /// A state with the callers' grants bound (nothing without callers).
+    fn state(&self) -> State {
+        let mut state = State::new();
+        let Some(admin) = &self.admin else { return state };
+        let mut apply = |caller: &Caller, command: Command| {
+            let envelope = Envelope { request_id: None, now_ms: START_MS, caller: Some(caller.clone()), command };
+            let reply = state.apply(&envelope);
+            assert!(matches!(reply, Reply::Grants { .. }), "binding failed: {reply:?}");
+        };
+        apply(&Caller::of(Principal::node(1)), Command::BootstrapAdmin { admin: admin.principal.clone() });
+        let bindings = [
+            (&self.requester, GrantName::Submitter),
+            (&self.approver, GrantName::Approver),
+            (&self.worker, GrantName::Worker),
+        ];
+        for (caller, name) in bindings {
+            let principal = caller.as_ref().expect("a secured run has every caller").principal.clone();
+            apply(admin, Command::Grant { principal, grant: Grant::of(name) });
+        }
+        state
+    }
+}
+
 /// SplitMix64: a fixed, well-mixed sequence, so ids look random (as UUIDs and
 /// hashes do) and ordered maps compare them the way they compare real ids.
 fn mix(sequence: u64) -> u64 {
@@ -88,9 +136,9 @@ fn unique_id(prefix: &str, sequence: usize) -> String {
     format!("{prefix}-{:016x}{:016x}", mix(!(sequence as u64)), mix(sequence as u64 ^ 0x5555))
 }
 
-/// A state with the benchmark's capability registered.
-fn prepared_state() -> State {
-    let mut state = State::new();
+/// A state with the callers' grants and the benchmark's capability registered.
+fn prepared_state(callers: &Callers) -> State {
+    let mut state = callers.state();
     let spec = CapabilitySpec {
         id: QUEUE_CAPABILITY.to_string(),
         side_effect: Some(SideEffect::Read),
@@ -100,7 +148,7 @@ fn prepared_state() -> State {
     let reply = state.apply(&Envelope {
         request_id: None,
         now_ms: START_MS,
-        caller: None,
+        caller: callers.admin.clone(),
         command: Command::RegisterCapability(spec),
     });
     assert!(matches!(reply, Reply::Capability(_)), "registration failed: {reply:?}");
@@ -108,7 +156,7 @@ fn prepared_state() -> State {
 }
 
 /// Runs `count` execution lifecycles on `state`, from `first` on.
-fn run_execution_lifecycles(state: &mut State, first: usize, count: usize, with_request_ids: bool) {
+fn run_execution_lifecycles(state: &mut State, callers: &Callers, first: usize, count: usize, with_request_ids: bool) {
     let actor = requester();
     let request = |sequence: usize| with_request_ids.then(|| request_id(sequence));
     for index in first..first + count {
@@ -116,7 +164,7 @@ fn run_execution_lifecycles(state: &mut State, first: usize, count: usize, with_
         let submit = Envelope {
             request_id: request(3 * index),
             now_ms,
-            caller: None,
+            caller: callers.requester.clone(),
             command: Command::Submit(Submit {
                 execution_id: unique_id("ex", index),
                 capability_id: QUEUE_CAPABILITY.to_string(),
@@ -133,7 +181,7 @@ fn run_execution_lifecycles(state: &mut State, first: usize, count: usize, with_
         let poll = Envelope {
             request_id: request(3 * index + 1),
             now_ms,
-            caller: None,
+            caller: callers.worker.clone(),
             command: Command::Poll {
                 worker_id: WORKER.to_string(),
                 queues: vec![QUEUE_CAPABILITY.to_string()],
@@ -147,7 +195,7 @@ fn run_execution_lifecycles(state: &mut State, first: usize, count: usize, with_
         let report = Envelope {
             request_id: request(3 * index + 2),
             now_ms: now_ms + 1,
-            caller: None,
+            caller: callers.worker.clone(),
             command: Command::Report {
                 lease_id,
                 worker_id: WORKER.to_string(),
@@ -162,7 +210,7 @@ fn run_execution_lifecycles(state: &mut State, first: usize, count: usize, with_
 }
 
 /// Runs `count` approval lifecycles on `state`.
-fn run_approval_lifecycles(state: &mut State, count: usize) {
+fn run_approval_lifecycles(state: &mut State, callers: &Callers, count: usize) {
     let (requester, approver) = (requester(), approver());
     for index in 0..count {
         let now_ms = START_MS + index as u64;
@@ -170,7 +218,7 @@ fn run_approval_lifecycles(state: &mut State, count: usize) {
         let create = Envelope {
             request_id: Some(request_id(3 * index)),
             now_ms,
-            caller: None,
+            caller: callers.requester.clone(),
             command: Command::CreateApproval(CreateApproval {
                 id: approval_id.clone(),
                 capability_id: APPROVAL_CAPABILITY.to_string(),
@@ -196,7 +244,7 @@ fn run_approval_lifecycles(state: &mut State, count: usize) {
         let decide = Envelope {
             request_id: Some(request_id(3 * index + 1)),
             now_ms,
-            caller: None,
+            caller: callers.approver.clone(),
             command: Command::DecideApproval {
                 approval_id: approval_id.clone(),
                 status: ApprovalStatus::Approved,
@@ -212,7 +260,7 @@ fn run_approval_lifecycles(state: &mut State, count: usize) {
         let consume = Envelope {
             request_id: Some(request_id(3 * index + 2)),
             now_ms: now_ms + 1,
-            caller: None,
+            caller: callers.requester.clone(),
             command: Command::ConsumeApproval {
                 approval_id,
                 execution_id: unique_id("ex", index),
@@ -298,10 +346,10 @@ fn drop_events(state: &mut State) {
 }
 
 /// Bytes of snapshot per finalized execution: (with events, without events).
-fn bytes_per_execution(count: usize) -> (f64, f64) {
-    let empty = prepared_state();
-    let mut full = prepared_state();
-    run_execution_lifecycles(&mut full, 0, count, false);
+fn bytes_per_execution(callers: &Callers, count: usize) -> (f64, f64) {
+    let empty = prepared_state(callers);
+    let mut full = prepared_state(callers);
+    run_execution_lifecycles(&mut full, callers, 0, count, false);
     assert_eq!(full.execution_count(), count);
     let with_events = (full.snapshot().len() - empty.snapshot().len()) as f64 / count as f64;
     let (mut empty, mut full) = (empty, full);
@@ -313,11 +361,11 @@ fn bytes_per_execution(count: usize) -> (f64, f64) {
 }
 
 /// Bytes of snapshot per remembered request id (the dedup table is bounded).
-fn bytes_per_dedup_entry(count: usize) -> f64 {
-    let mut plain = prepared_state();
-    run_execution_lifecycles(&mut plain, 0, count, false);
-    let mut deduplicated = prepared_state();
-    run_execution_lifecycles(&mut deduplicated, 0, count, true);
+fn bytes_per_dedup_entry(callers: &Callers, count: usize) -> f64 {
+    let mut plain = prepared_state(callers);
+    run_execution_lifecycles(&mut plain, callers, 0, count, false);
+    let mut deduplicated = prepared_state(callers);
+    run_execution_lifecycles(&mut deduplicated, callers, 0, count, true);
     (deduplicated.snapshot().len() - plain.snapshot().len()) as f64 / (3 * count) as f64
 }
 
@@ -331,24 +379,27 @@ fn verdict(pass: bool) -> &'static str {
 
 fn main() {
     let count = std::env::var("GAVEL_BENCH_LIFECYCLES").ok().and_then(|value| value.parse().ok()).unwrap_or(LIFECYCLES);
-    println!("gavel-core lifecycles: {count} lifecycles per repetition, {REPETITIONS} repetitions, one thread");
+    let secured = std::env::var("GAVEL_BENCH_SECURED").is_ok_and(|value| value == "1");
+    let callers = if secured { Callers::secured() } else { Callers::default() };
+    let mode = if secured { "authenticated callers" } else { "no callers (--insecure)" };
+    println!("gavel-core lifecycles: {count} lifecycles per repetition, {REPETITIONS} repetitions, one thread, {mode}");
     match std::env::var("GAVEL_BENCH_ONLY").as_deref() {
         Ok("executions") => {
-            let mut state = prepared_state();
-            run_execution_lifecycles(&mut state, 0, count, true);
+            let mut state = prepared_state(&callers);
+            run_execution_lifecycles(&mut state, &callers, 0, count, true);
             return;
         }
         Ok("approvals") => {
-            run_approval_lifecycles(&mut State::new(), count);
+            run_approval_lifecycles(&mut callers.state(), &callers, count);
             return;
         }
         _ => {}
     }
 
     let executions = measure(count, |count| {
-        let mut state = prepared_state();
+        let mut state = prepared_state(&callers);
         let span = Span::start();
-        run_execution_lifecycles(&mut state, 0, count, true);
+        run_execution_lifecycles(&mut state, &callers, 0, count, true);
         let elapsed = span.stop();
         assert_eq!(state.execution_count(), count);
         elapsed
@@ -356,19 +407,19 @@ fn main() {
     print_rates("execution lifecycles (submit -> poll -> report ok), lifecycles per second:", &executions);
 
     let approvals = measure(count, |count| {
-        let mut state = State::new();
+        let mut state = callers.state();
         let span = Span::start();
-        run_approval_lifecycles(&mut state, count);
+        run_approval_lifecycles(&mut state, &callers, count);
         span.stop()
     });
     print_rates("approval lifecycles (create -> decide -> consume), lifecycles per second:", &approvals);
 
-    let (with_events, without_events) = bytes_per_execution(SIZE_EXECUTIONS);
+    let (with_events, without_events) = bytes_per_execution(&callers, SIZE_EXECUTIONS);
     println!(
         "  state per finalized execution ({SIZE_EXECUTIONS} executions):    {with_events:.0} bytes with its audit events, \
          {without_events:.0} bytes without"
     );
-    let dedup_entry = bytes_per_dedup_entry(SIZE_EXECUTIONS / 10);
+    let dedup_entry = bytes_per_dedup_entry(&callers, SIZE_EXECUTIONS / 10);
     println!(
         "  dedup table: {dedup_entry:.0} bytes per remembered request, bounded at {DEDUP_ENTRIES_MAX} entries \
          ({:.1} MB at most)",
@@ -390,7 +441,7 @@ fn main() {
          execution_per_s={:.0} execution_min_per_s={:.0} execution_max_per_s={:.0} execution_cpu_per_s={:.0} \
          approval_per_s={:.0} approval_min_per_s={:.0} approval_max_per_s={:.0} approval_cpu_per_s={:.0} \
          bytes_per_execution={with_events:.0} bytes_per_execution_without_events={without_events:.0} \
-         bytes_per_dedup_entry={dedup_entry:.0} targets_met={}",
+         bytes_per_dedup_entry={dedup_entry:.0} secured={secured} targets_met={}",
         executions.wall.median,
         executions.wall.min,
         executions.wall.max,

@@ -18,6 +18,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::{Actor, ActorKind};
+
 /// What kind of principal authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum PrincipalKind {
@@ -114,6 +116,27 @@ impl Principal {
     pub fn node(id: u64) -> Principal {
         Principal { kind: PrincipalKind::Node, id: id.to_string() }
     }
+
+    /// The actor this principal is when it names no other: a user is a
+    /// user, a worker is automation, a service or node is a service; the id
+    /// is the principal's id.
+    pub fn as_actor(&self) -> Actor {
+        let kind = match self.kind {
+            PrincipalKind::User => ActorKind::User,
+            PrincipalKind::Service | PrincipalKind::Node => ActorKind::Service,
+            PrincipalKind::Worker => ActorKind::Automation,
+        };
+        Actor { id: self.id.clone(), kind, display_name: None }
+    }
+
+    /// Whether `actor` is this principal: the same id and the kind of
+    /// [`Principal::as_actor`]. The display name is the caller's to choose.
+    /// Naming any other actor needs the `act-for` grant (or, for a
+    /// decision's approver, `delegate-decide`).
+    pub fn is_actor(&self, actor: &Actor) -> bool {
+        let own = self.as_actor();
+        actor.id == own.id && actor.kind == own.kind
+    }
 }
 
 impl fmt::Display for Principal {
@@ -196,6 +219,32 @@ pub struct Grant {
     pub skew_ms_max: Option<u64>,
 }
 
+impl Grant {
+    /// `name` with no scope and no skew bound.
+    pub fn of(name: GrantName) -> Grant {
+        Grant { name, scope: BTreeSet::new(), skew_ms_max: None }
+    }
+
+    /// `name` limited to `scope` (approval types or queues).
+    pub fn scoped<S: Into<String>>(name: GrantName, scope: impl IntoIterator<Item = S>) -> Grant {
+        Grant { name, scope: scope.into_iter().map(Into::into).collect(), skew_ms_max: None }
+    }
+
+    /// Whether the grant's scope allows every one of `items` (queues). An
+    /// empty scope allows everything.
+    pub fn covers_all<'a>(&self, items: impl IntoIterator<Item = &'a String>) -> bool {
+        self.scope.is_empty() || items.into_iter().all(|item| self.scope.contains(item))
+    }
+
+    /// Whether an approver grant's scope allows an approval of `types`: an
+    /// empty scope allows every approval; a scoped one only approvals that
+    /// have at least one type, all of them in the scope (an approval that
+    /// also needs a `legal` approver is not a `finance` approver's alone).
+    pub fn covers_types(&self, types: &[String]) -> bool {
+        self.scope.is_empty() || (!types.is_empty() && types.iter().all(|item| self.scope.contains(item)))
+    }
+}
+
 /// The authenticated caller of one command, stamped into its envelope by
 /// the node that authenticated it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,13 +266,16 @@ impl Caller {
 
 /// Something a caller does outside the log that must be authorized against
 /// the replicated grants: reads, and the operations that are not commands.
-/// Commands are authorized inside `apply`.
+/// Commands are authorized inside `apply` (and, before proposing, by
+/// `State::authorize_command`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action<'a> {
-    /// Read one approval (`GetApproval`) of this approval type.
+    /// Read one approval (`GetApproval`) of these approval types (the
+    /// record's `types`). A listing shows a scoped approver only the records
+    /// this action allows.
     ReadApproval {
-        /// The approval's type.
-        approval_type: &'a str,
+        /// The approval's types.
+        types: &'a [String],
     },
     /// List approvals, filtered to this approval type when given.
     ListApprovals {
@@ -242,4 +294,29 @@ pub enum Action<'a> {
     ChangeMembership,
     /// Take a backup.
     Backup,
+    /// Read the cluster status (`ClusterService.Status`).
+    ReadClusterStatus,
+    /// Read one's own principal and grants (`AccessService.WhoAmI`).
+    ReadOwnAccess,
+}
+
+impl Action<'_> {
+    /// What the action does, for refusal messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Action::ReadApproval { types } => format!("read approvals of types {types:?}"),
+            Action::ListApprovals { approval_type: Some(approval_type) } => {
+                format!("list approvals of type {approval_type:?}")
+            }
+            Action::ListApprovals { approval_type: None } => "list approvals".to_string(),
+            Action::ReadExecution => "read executions".to_string(),
+            Action::ReadCapability => "read capabilities".to_string(),
+            Action::ReadAudit => "read the audit trail".to_string(),
+            Action::ReadAccess => "list grants".to_string(),
+            Action::ChangeMembership => "change the cluster membership".to_string(),
+            Action::Backup => "take a backup".to_string(),
+            Action::ReadClusterStatus => "read the cluster status".to_string(),
+            Action::ReadOwnAccess => "read its own grants".to_string(),
+        }
+    }
 }

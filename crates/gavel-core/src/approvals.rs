@@ -10,6 +10,7 @@ use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::Principal;
 use crate::error::{DomainError, ErrorCode};
 use crate::model::{Actor, Approval, ApprovalStatus, Decision, StoredApprovalStatus};
 
@@ -66,7 +67,9 @@ impl Approvals {
     }
 
     /// Decides a pending approval: approved or rejected by `approver`, who
-    /// must not be its requester unless self-approval is allowed.
+    /// must not be its requester unless self-approval is allowed. `decider`
+    /// is the authenticated principal deciding as itself (not on another's
+    /// behalf), if any: it must not be the principal that requested it either.
     pub(crate) fn decide(
         &mut self,
         id: &str,
@@ -74,15 +77,24 @@ impl Approvals {
         approver: &Actor,
         comment: Option<&str>,
         now_ms: u64,
+        decider: Option<&Principal>,
     ) -> Result<&Approval, DomainError> {
         assert!(matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected), "callers check the decision");
         let approval = self.records.get_mut(id).ok_or_else(|| not_found(id))?;
         require_pending(approval, now_ms)?;
-        if approver.id == approval.actor.id && !approval.allow_self_approval {
-            return Err(DomainError::new(
-                ErrorCode::ApprovalSelfApproval,
-                format!("approver {} requested approval {id} and cannot decide it", approver.id),
-            ));
+        if !approval.allow_self_approval {
+            if approver.id == approval.actor.id {
+                return Err(DomainError::new(
+                    ErrorCode::ApprovalSelfApproval,
+                    format!("approver {} requested approval {id} and cannot decide it", approver.id),
+                ));
+            }
+            if let Some(decider) = decider.filter(|decider| approval.requester_principal.as_ref() == Some(*decider)) {
+                return Err(DomainError::new(
+                    ErrorCode::ApprovalSelfApproval,
+                    format!("{decider} requested approval {id} (as {}) and cannot decide it", approval.actor.id),
+                ));
+            }
         }
         approval.status = match status {
             ApprovalStatus::Approved => StoredApprovalStatus::Approved,

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{GrantName, Principal};
 use crate::limits::EVENTS_PAGE_MAX;
 use crate::model::{Actor, Approval, CancelCode, ExecutedBeforeFailure, Execution, ResultEnvelope};
 
@@ -31,6 +32,11 @@ pub struct Event {
     pub correlation_id: Option<String>,
     /// Hash of the input concerned.
     pub input_hash: Option<String>,
+    /// The authenticated principal whose command caused the event (`None`
+    /// on a node started with `--insecure`, and for the cluster's own ticks).
+    /// It differs from `actor` when a grant let the principal name another
+    /// actor (`act-for`, `delegate-decide`).
+    pub principal: Option<Principal>,
 }
 
 /// Event types and their fields.
@@ -112,6 +118,20 @@ pub enum EventKind {
         /// Its attempt.
         attempt: u32,
     },
+    /// A grant was bound to a principal (or replaced).
+    AccessGranted {
+        /// Who received it.
+        principal: Principal,
+        /// What was granted.
+        grant: GrantName,
+    },
+    /// A grant was removed from a principal.
+    AccessRevoked {
+        /// Whose grant.
+        principal: Principal,
+        /// Which grant.
+        grant: GrantName,
+    },
 }
 
 impl EventKind {
@@ -132,6 +152,8 @@ impl EventKind {
             EventKind::Failed { .. } => "capability.failed",
             EventKind::Cancelled { .. } => "capability.cancelled",
             EventKind::LateReportRejected { .. } => "lease.late_report_rejected",
+            EventKind::AccessGranted { .. } => "access.granted",
+            EventKind::AccessRevoked { .. } => "access.revoked",
         }
     }
 }
@@ -235,7 +257,16 @@ impl AuditLog {
             approval_id: subject.approval_id.map(str::to_string),
             correlation_id: subject.correlation_id.map(str::to_string),
             input_hash: subject.input_hash.map(str::to_string),
+            principal: None,
         });
+    }
+
+    /// Stamps `principal` on every event from cursor `first` on: the events
+    /// the command being applied recorded.
+    pub(crate) fn stamp_principal(&mut self, first: u64, principal: &Principal) {
+        for event in self.events.iter_mut().rev().take_while(|event| event.cursor >= first) {
+            event.principal = Some(principal.clone());
+        }
     }
 
     /// The cursor the next event will get.

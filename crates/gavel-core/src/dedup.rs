@@ -58,12 +58,18 @@ pub(crate) fn request_key(request_id: &str) -> RequestKey {
     u128::from_be_bytes(first)
 }
 
-/// A short digest of a command, to recognise a request id reused for a different command.
-pub(crate) fn fingerprint(command: &Command) -> u64 {
+/// A short digest of a command and the principal that sent it, to recognise
+/// a request id reused for a different command, or by another principal
+/// (who must not be handed the first caller's reply: its leases, say).
+/// Without a principal (`--insecure`) it is the digest of the command alone.
+pub(crate) fn fingerprint(command: &Command, principal: Option<&Principal>) -> u64 {
     // Serialized straight into the hasher: the same digest as hashing
     // `bincode::serialize(command)`, without the intermediate buffer.
     let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
     bincode::serialize_into(&mut hasher, command).expect("commands serialize: every field is plain data");
+    if let Some(principal) = principal {
+        bincode::serialize_into(&mut hasher, principal).expect("principals serialize: plain data");
+    }
     let digest = sha2::Digest::finalize(hasher);
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::Principal;
 use crate::model::ReportOutcome;
 
 /// Which attempt a lease ran, kept for every lease of a retained execution.
@@ -24,6 +25,9 @@ pub(crate) struct LeaseRecord {
     /// last and is kept in `Execution::accepted_report`, so only failures (which
     /// are small) are kept here.
     pub(crate) accepted_failure: Option<(ReportOutcome, bool)>,
+    /// The principal whose poll was granted the lease (`None` on a node
+    /// started with `--insecure`): only it may heartbeat or report under it.
+    pub(crate) principal: Option<Principal>,
     /// The effective deadline while the lease is current: the earlier of the
     /// attempt deadline and the heartbeat deadline. `None` once released.
     deadline_ms: Option<u64>,
@@ -50,14 +54,21 @@ impl Default for Leases {
 
 impl Leases {
     /// Grants a new current lease on attempt `attempt` of `execution_id`,
-    /// due at `deadline_ms`, and returns its id.
-    pub(crate) fn grant(&mut self, execution_id: &str, attempt: u32, deadline_ms: u64) -> u64 {
+    /// due at `deadline_ms`, to `principal`, and returns its id.
+    pub(crate) fn grant(
+        &mut self,
+        execution_id: &str,
+        attempt: u32,
+        deadline_ms: u64,
+        principal: Option<&Principal>,
+    ) -> u64 {
         let lease_id = self.next_id;
         self.next_id += 1;
         let record = LeaseRecord {
             execution_id: execution_id.to_string(),
             attempt,
             accepted_failure: None,
+            principal: principal.cloned(),
             deadline_ms: Some(deadline_ms),
         };
         self.records.insert(lease_id, record);

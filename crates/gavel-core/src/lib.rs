@@ -18,9 +18,13 @@
 //! [`State`] is made of parts, each in its own file owning its records, their
 //! invariants and their expiry: the capability registry (`registry.rs`),
 //! approvals (`approvals.rs`), executions with their queues, backoffs and
-//! finalized index (`executions.rs`), leases with their deadlines
-//! (`leases.rs`), the audit log (`audit.rs`) and the dedup table
-//! (`dedup.rs`). `machine.rs` and its children orchestrate `apply` and `Tick`
+//! finalized index (`executions.rs`), leases with their deadlines and
+//! the principal each was granted to (`leases.rs`), the audit log
+//! (`audit.rs`), the dedup table (`dedup.rs`) and the grant bindings
+//! (`grants.rs`). Who may do what is decided in `apply` at the command's
+//! log position, against those bindings (`machine/access_commands.rs`;
+//! the types are in [`access`]); a command without a caller comes from a
+//! node started with `--insecure` and is not checked. `machine.rs` and its children orchestrate `apply` and `Tick`
 //! across the parts; the SI-11 retry rule is the pure function
 //! [`retry::retry_after_ms`].
 //!
@@ -35,6 +39,7 @@ pub mod command;
 mod dedup;
 pub mod error;
 mod executions;
+mod grants;
 pub mod ids;
 mod leases;
 pub mod limits;

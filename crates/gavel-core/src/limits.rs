@@ -76,3 +76,19 @@ pub const APPROVALS_PAGE_MAX: u32 = 1_000;
 /// Largest timestamp accepted from a caller (year 9999 in Unix milliseconds).
 /// Anything larger is a unit mistake (micro- or nanoseconds).
 pub const TIMESTAMP_MS_MAX: u64 = 253_402_300_799_999;
+
+/// Most principals that hold grants. Bindings live in every replica's memory
+/// and every snapshot, and an admin (or a leaked admin credential) must not
+/// be able to grow them without limit; ten thousand covers every user,
+/// service and worker of a large fleet.
+pub const PRINCIPALS_WITH_GRANTS_MAX: usize = 10_000;
+
+/// Most items (approval types or queues) in one grant's scope. Scopes are
+/// scanned on every authorized command, so they stay short; a worker
+/// serving more queues than this holds an unscoped grant.
+pub const GRANT_SCOPE_ITEMS_MAX: usize = 64;
+
+/// Largest skew a `clock` grant may allow between a caller's clock and
+/// cluster time, in milliseconds (one day). A wider bound is no bound: it
+/// lets a caller move an approval's expiry by more than its whole validity.
+pub const CLOCK_SKEW_MS_MAX: u64 = 24 * 60 * 60 * 1000;

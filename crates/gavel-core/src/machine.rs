@@ -5,19 +5,22 @@
 //! The parts, each in its own file with its own expiry and compaction:
 //! [`Registry`](crate::registry) (capability versions), approvals, executions
 //! (records, queues, backoffs, finalized index), leases (records, deadlines,
-//! next id), the audit log (events, per-execution index, next cursor) and the
-//! dedup table. Their fields are private; this module and its children
-//! (`approval_commands.rs`, `execution_commands.rs`, `recall.rs`) call their
-//! methods and hold every rule that spans parts: which events a transition
-//! records, the SI-11 retry rule's outcome, and retention across parts.
+//! next id, the principal each lease was granted to), the audit log (events,
+//! per-execution index, next cursor), the dedup table and the grant bindings.
+//! Their fields are private; this module and its children
+//! (`access_commands.rs`, `approval_commands.rs`, `execution_commands.rs`,
+//! `recall.rs`) call their methods and hold every rule that spans parts:
+//! who may apply a command, which events a transition records, the SI-11
+//! retry rule's outcome, and retention across parts.
 
+mod access_commands;
 mod approval_commands;
 mod execution_commands;
 mod recall;
 
 use serde::{Deserialize, Serialize};
 
-use crate::access::{Action, Caller};
+use crate::access::{Caller, Grant, Principal};
 use crate::approvals::{ApprovalFilter, Approvals};
 use crate::audit::{AuditLog, Event, EventKind, EventSubject};
 use crate::canonical_json::sha256_hex;
@@ -25,6 +28,7 @@ use crate::command::{CapabilitySpec, Command, Envelope, Reply, Retention};
 use crate::dedup::{DedupTable, RememberedReply};
 use crate::error::{DomainError, ErrorCode};
 use crate::executions::Executions;
+use crate::grants::Bindings;
 use crate::leases::Leases;
 use crate::model::{Actor, Approval, Capability, Execution};
 use crate::mutants::Mutant;
@@ -57,6 +61,8 @@ pub struct State {
     leases: Leases,
     audit: AuditLog,
     dedup: DedupTable,
+    /// Which grants each principal holds.
+    bindings: Bindings,
     /// Cluster time at which retention next runs.
     next_compaction_ms: u64,
     /// The planted bug this replica runs with (chaos harness only).
@@ -72,19 +78,6 @@ const COMPACTION_INTERVAL_MS: u64 = 60_000;
 const NO_FENCING_GRACE_MS: u64 = 5_000;
 
 impl State {
-    /// Whether `caller` may do `action` now (reads and the operations that
-    /// are not commands). `None` is a node started with `--insecure`: allowed.
-    pub fn authorize(&self, caller: Option<&Caller>, action: Action<'_>) -> Result<(), DomainError> {
-        match caller {
-            None => Ok(()),
-            // Skeleton: the access part decides from the bindings.
-            Some(caller) => Err(DomainError::new(
-                ErrorCode::PermissionDenied,
-                format!("{} may not {action:?}: grants are not implemented yet", caller.principal),
-            )),
-        }
-    }
-
     /// An empty state.
     pub fn new() -> State {
         State::default()
@@ -112,15 +105,35 @@ impl State {
 
     /// Applies one command. Deterministic: the result depends only on the state
     /// and the envelope. Bad input yields `Reply::Error`; it never panics.
+    ///
+    /// The command is authorized first, at its position in the log, against
+    /// the bindings as they are here ([`State::authorize_command`]): a
+    /// command ordered after a `Revoke` is refused with `PERMISSION_DENIED`,
+    /// and nothing changes. Every event the command records carries its
+    /// caller's principal.
     pub fn apply(&mut self, envelope: &Envelope) -> Reply {
         self.clock_ms = self.clock_ms.max(envelope.now_ms);
+        let caller = envelope.caller.as_ref();
+        if let Err(refusal) = self.authorize_command(caller, &envelope.command) {
+            return refusal.into();
+        }
+        let first_cursor = self.audit.next_cursor();
+        let reply = self.apply_authorized(envelope, caller);
+        if let Some(caller) = caller {
+            self.audit.stamp_principal(first_cursor, &caller.principal);
+        }
+        reply
+    }
+
+    /// `apply` after authorization: deduplication, then the command.
+    fn apply_authorized(&mut self, envelope: &Envelope, caller: Option<&Caller>) -> Reply {
         let Some(request_id) = envelope.request_id.as_deref().filter(|id| !id.is_empty()) else {
-            return self.dispatch(&envelope.command);
+            return self.dispatch(&envelope.command, caller);
         };
         if let Err(problem) = crate::validate::check_id("requestId", request_id) {
             return DomainError::invalid(problem).into();
         }
-        let fingerprint = crate::dedup::fingerprint(&envelope.command);
+        let fingerprint = crate::dedup::fingerprint(&envelope.command, caller.map(|caller| &caller.principal));
         let wrong_key = self.planted(Mutant::DedupWrongKey);
         let key = if wrong_key {
             // Planted bug: a truncated key, and no fingerprint check below.
@@ -139,34 +152,41 @@ impl State {
             }
             return self.rebuild_reply(&remembered.reply, &envelope.command);
         }
-        let reply = self.dispatch(&envelope.command);
+        let reply = self.dispatch(&envelope.command, caller);
         self.dedup.remember(key, fingerprint, RememberedReply::from_reply(&reply), self.clock_ms);
         reply
     }
 
-    fn dispatch(&mut self, command: &Command) -> Reply {
+    /// Runs an authorized command. `caller` is who authenticated it: the
+    /// commands that record an identity take it from there.
+    fn dispatch(&mut self, command: &Command, caller: Option<&Caller>) -> Reply {
+        let principal = caller.map(|caller| &caller.principal);
         let result = match command {
             Command::RegisterCapability(spec) => self.register_capability(spec).map(Reply::Capability),
-            Command::CreateApproval(request) => self.create_approval(request),
+            Command::CreateApproval(request) => self.create_approval(request, principal),
             Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms } => {
-                self.decide_approval(approval_id, *status, approver, comment.as_deref(), *caller_now_ms)
+                self.decide_approval(approval_id, *status, approver, comment.as_deref(), *caller_now_ms, principal)
             }
             Command::ConsumeApproval { approval_id, execution_id, caller_now_ms } => {
-                self.consume_approval(approval_id, execution_id, *caller_now_ms)
+                self.consume_approval(approval_id, execution_id, *caller_now_ms, principal)
             }
-            Command::CancelApproval { approval_id, caller_now_ms } => self.cancel_approval(approval_id, *caller_now_ms),
-            Command::Submit(submit) => self.submit(submit),
+            Command::CancelApproval { approval_id, caller_now_ms } => {
+                self.cancel_approval(approval_id, *caller_now_ms, principal)
+            }
+            Command::Submit(submit) => self.submit(submit, principal),
             Command::Resume { approval_id, execution_id, input_json } => {
-                self.resume(approval_id, execution_id, input_json.as_deref())
+                self.resume(approval_id, execution_id, input_json.as_deref(), principal)
             }
-            Command::Poll { worker_id, queues, tasks_max } => self.poll(worker_id, queues, *tasks_max),
+            Command::Poll { worker_id, queues, tasks_max } => self.poll(worker_id, queues, *tasks_max, principal),
             Command::Heartbeat { lease_id, worker_id } => self.heartbeat(*lease_id, worker_id),
             Command::Report { lease_id, worker_id, outcome } => self.report(*lease_id, worker_id, outcome),
-            Command::CancelExecution { execution_id, actor } => self.cancel_execution(execution_id, actor.as_ref()),
-            Command::Tick { retention } => Ok(self.tick(*retention)),
-            Command::Grant { .. } | Command::Revoke { .. } | Command::BootstrapAdmin { .. } => {
-                Err(DomainError::new(ErrorCode::PermissionDenied, "access commands are not implemented yet"))
+            Command::CancelExecution { execution_id, actor } => {
+                self.cancel_execution(execution_id, actor.as_ref(), principal)
             }
+            Command::Tick { retention } => Ok(self.tick(*retention)),
+            Command::Grant { principal: subject, grant } => self.grant(subject, grant, principal),
+            Command::Revoke { principal: subject, name } => self.revoke(subject, *name, principal),
+            Command::BootstrapAdmin { admin } => self.bootstrap_admin(admin, principal),
         };
         result.unwrap_or_else(Reply::Error)
     }
@@ -230,9 +250,20 @@ impl State {
     /// Lets a node answer a retried request that already took effect (a
     /// retried long-poll whose lease grant committed while its caller had
     /// given up, say) without proposing it again.
+    ///
+    /// This is the `--insecure` form (no caller); [`State::replay_for`]
+    /// answers an authenticated caller.
     pub fn replay(&self, request_id: &str, command: &Command) -> Option<Reply> {
+        self.replay_for(request_id, None, command)
+    }
+
+    /// [`State::replay`] for `caller`: only the principal that sent the
+    /// request gets its reply back, and only while it may still send it.
+    pub fn replay_for(&self, request_id: &str, caller: Option<&Caller>, command: &Command) -> Option<Reply> {
+        self.authorize_command(caller, command).ok()?;
         let remembered = self.dedup.recall(crate::dedup::request_key(request_id))?;
-        if remembered.fingerprint != crate::dedup::fingerprint(command) || remembered.expires_at_ms <= self.clock_ms {
+        let fingerprint = crate::dedup::fingerprint(command, caller.map(|caller| &caller.principal));
+        if remembered.fingerprint != fingerprint || remembered.expires_at_ms <= self.clock_ms {
             return None;
         }
         Some(self.rebuild_reply(&remembered.reply, command))
@@ -243,10 +274,24 @@ impl State {
     /// [`crate::ids::grant_request_id`]) were granted, if any were. A retry
     /// of a poll whose grant committed while its caller had given up gets
     /// those leases back instead of leaving them to expire unused.
+    ///
+    /// This is the `--insecure` form (no caller); [`State::replayed_grants_for`]
+    /// answers an authenticated caller.
     pub fn replayed_grants(&self, poll_request_id: &str, poll: &Command) -> Option<Vec<crate::command::Task>> {
+        self.replayed_grants_for(poll_request_id, None, poll)
+    }
+
+    /// [`State::replayed_grants`] for `caller`: only the principal whose
+    /// poll was granted the leases gets them back.
+    pub fn replayed_grants_for(
+        &self,
+        poll_request_id: &str,
+        caller: Option<&Caller>,
+        poll: &Command,
+    ) -> Option<Vec<crate::command::Task>> {
         let mut tasks = Vec::new();
         for attempt in 0..crate::limits::REPLAYED_GRANTS_MAX {
-            match self.replay(&crate::ids::grant_request_id(poll_request_id, attempt), poll) {
+            match self.replay_for(&crate::ids::grant_request_id(poll_request_id, attempt), caller, poll) {
                 Some(Reply::Tasks(granted)) => tasks.extend(granted),
                 _ => break,
             }
@@ -322,6 +367,17 @@ impl State {
     /// The cursor the next event will get.
     pub fn next_cursor(&self) -> u64 {
         self.audit.next_cursor()
+    }
+
+    /// Every grant bound to `principal`, by grant name (what the bindings
+    /// hold; a token may down-scope what a caller can use of them).
+    pub fn grants_of(&self, principal: &Principal) -> Vec<Grant> {
+        self.bindings.of(principal)
+    }
+
+    /// Every binding, ordered by principal, then grant name.
+    pub fn bindings(&self) -> Vec<(&Principal, &Grant)> {
+        self.bindings.all().collect()
     }
 
     /// True when a poll on these queues would lease something at `now_ms`.

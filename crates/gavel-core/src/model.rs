@@ -225,6 +225,10 @@ pub struct Approval {
     pub expires_at_ms: u64,
     /// The request opted out of the self-approval check.
     pub allow_self_approval: bool,
+    /// The authenticated principal that requested it (`None` on a node
+    /// started with `--insecure`). A principal deciding as itself may not
+    /// decide its own request, whatever actor it named when requesting.
+    pub requester_principal: Option<crate::access::Principal>,
     /// Stored status (never `Expired`).
     pub status: StoredApprovalStatus,
     /// The decision, once decided.

@@ -10,9 +10,13 @@
 //! ([`approval_validity`]); only refusals that read state, or the cluster
 //! clock, are left to `apply`.
 
+use crate::access::{Grant, GrantName, Principal, PrincipalKind};
 use crate::command::{CapabilitySpec, Command, CreateApproval, Submit};
 use crate::error::{DomainError, ErrorCode};
-use crate::limits::{APPROVAL_EXPIRES_IN_MS_MAX, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX, POLL_TASKS_MAX};
+use crate::limits::{
+    APPROVAL_EXPIRES_IN_MS_MAX, CLOCK_SKEW_MS_MAX, GRANT_SCOPE_ITEMS_MAX, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX,
+    POLL_TASKS_MAX,
+};
 use crate::model::{ApprovalStatus, ReportOutcome};
 use crate::registry::{resolve_capability, DEFAULT_APPROVAL_EXPIRES_IN_MS};
 use crate::validate::{check_actor, check_json, invalid_if_any, Problems};
@@ -48,7 +52,9 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             invalid_if_any(problems, "invalid cancel request")
         }
         Command::Submit(submit) => self::submit(submit).map(|_| ()),
-        Command::Grant { .. } | Command::Revoke { .. } | Command::BootstrapAdmin { .. } => Ok(()),
+        Command::Grant { principal, grant } => self::grant(principal, grant),
+        Command::Revoke { principal, .. } => self::principal("principal", principal),
+        Command::BootstrapAdmin { admin } => self::grant(admin, &Grant::of(GrantName::Admin)),
         Command::Resume { approval_id, execution_id, input_json } => {
             let mut problems = Problems::new();
             problems.id("approvalId", approval_id);
@@ -205,4 +211,43 @@ pub(crate) fn poll(worker_id: &str, queues: &[String], tasks_max: u32) -> Result
         problems.push(format!("maxTasks must be between 1 and {POLL_TASKS_MAX}"));
     }
     invalid_if_any(problems, "invalid poll")
+}
+
+/// Checks a principal named by a command: a well-formed `kind:id`.
+pub(crate) fn principal(field: &str, principal: &Principal) -> Result<(), DomainError> {
+    Principal::new(principal.kind, &principal.id)
+        .map(drop)
+        .map_err(|problem| DomainError::invalid(format!("{field}: {problem}")))
+}
+
+/// Checks a grant for `principal`: not a node (a node principal holds no
+/// grants: it forwards for others), a scope only on `approver` and `worker`,
+/// of at most [`GRANT_SCOPE_ITEMS_MAX`] items each checked like an id, and a
+/// skew bound only on `clock`, at most [`CLOCK_SKEW_MS_MAX`].
+pub(crate) fn grant(principal: &Principal, grant: &Grant) -> Result<(), DomainError> {
+    self::principal("principal", principal)?;
+    let mut problems = Problems::new();
+    if principal.kind == PrincipalKind::Node {
+        problems.push(format!("{principal} is a node; nodes hold no grants"));
+    }
+    let name = grant.name.as_str();
+    if !grant.scope.is_empty() && !matches!(grant.name, GrantName::Approver | GrantName::Worker) {
+        problems.push(format!("the {name} grant takes no scope (only approver and worker do)"));
+    }
+    if grant.scope.len() > GRANT_SCOPE_ITEMS_MAX {
+        problems.push(format!("scope has {} items, over the limit of {GRANT_SCOPE_ITEMS_MAX}", grant.scope.len()));
+    }
+    for item in &grant.scope {
+        problems.id("scope item", item);
+    }
+    match grant.skew_ms_max {
+        Some(_) if grant.name != GrantName::Clock => {
+            problems.push(format!("the {name} grant takes no skew bound (only clock does)"));
+        }
+        Some(skew_ms_max) if skew_ms_max > CLOCK_SKEW_MS_MAX => {
+            problems.push(format!("skewMsMax {skew_ms_max} is over the limit of {CLOCK_SKEW_MS_MAX} (one day)"));
+        }
+        _ => {}
+    }
+    invalid_if_any(problems, "invalid grant")
 }

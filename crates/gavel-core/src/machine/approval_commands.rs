@@ -2,6 +2,7 @@
 //! validates its input, asks the approvals part for the transition and
 //! records the audit event in the same command.
 
+use crate::access::Principal;
 use crate::audit::{EventKind, EventSubject};
 use crate::command::{CreateApproval, Reply};
 use crate::error::{DomainError, ErrorCode};
@@ -21,7 +22,13 @@ impl State {
         caller_now_ms.unwrap_or(self.clock_ms)
     }
 
-    pub(super) fn create_approval(&mut self, request: &CreateApproval) -> Result<Reply, DomainError> {
+    /// Creates an approval requested by `principal` (who is recorded, for
+    /// the self-approval check).
+    pub(super) fn create_approval(
+        &mut self,
+        request: &CreateApproval,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
         // The input hash and the validity window (at most 30 days, absolute
         // or relative) are checked by the same functions the edge runs
         // before proposing; only the default `requestedAt` (the clock) is
@@ -49,6 +56,7 @@ impl State {
             requested_at_ms,
             expires_at_ms,
             allow_self_approval: request.allow_self_approval,
+            requester_principal: principal.cloned(),
             status: StoredApprovalStatus::Pending,
             decision: None,
             consumed_by_execution_id: None,
@@ -73,6 +81,9 @@ impl State {
         approval
     }
 
+    /// Decides an approval. `approver` is the effective approver: the
+    /// caller's own actor, or another it was allowed to name
+    /// (`delegate-decide`, checked by `authorize_command`).
     pub(super) fn decide_approval(
         &mut self,
         id: &str,
@@ -80,6 +91,7 @@ impl State {
         approver: &Actor,
         comment: Option<&str>,
         caller_now_ms: Option<u64>,
+        principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
         if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
             return Err(DomainError::invalid("invalid decision status"));
@@ -90,7 +102,11 @@ impl State {
         problems.timestamp("now", caller_now_ms);
         invalid_if_any(problems, "invalid decision")?;
         let now_ms = self.approval_now(caller_now_ms);
-        let approval = self.approvals.decide(id, status, approver, comment, now_ms)?;
+        // A principal deciding as itself must not be the one that requested
+        // it, whatever actor it named then; one deciding on another's behalf
+        // is a backend that logs its own users in, and the actors compare.
+        let decider = principal.filter(|principal| principal.is_actor(approver));
+        let approval = self.approvals.decide(id, status, approver, comment, now_ms, decider)?;
         let kind = if status == ApprovalStatus::Approved { EventKind::Approved } else { EventKind::Rejected };
         self.audit.record(kind, approver, EventSubject::of_approval(approval), self.clock_ms);
         Ok(approval_reply(approval, now_ms))
@@ -101,41 +117,50 @@ impl State {
         id: &str,
         execution_id: &str,
         caller_now_ms: Option<u64>,
+        principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
         let mut problems = Problems::new();
         problems.id("executionId", execution_id);
         problems.timestamp("now", caller_now_ms);
         invalid_if_any(problems, "invalid consume request")?;
         let now_ms = self.approval_now(caller_now_ms);
-        let approval = self.mark_consumed(id, execution_id, now_ms)?;
+        let approval = self.mark_consumed(id, execution_id, now_ms, principal)?;
         Ok(approval_reply(approval, now_ms))
     }
 
-    /// The atomic compare-and-set, and `approval.consumed` by its approver.
+    /// The atomic compare-and-set, and `approval.consumed`: by the principal
+    /// that consumed it, or (`--insecure`, no principal) by its approver.
     pub(super) fn mark_consumed(
         &mut self,
         id: &str,
         execution_id: &str,
         now_ms: u64,
+        principal: Option<&Principal>,
     ) -> Result<&Approval, DomainError> {
         let approval = self.approvals.consume(id, execution_id, now_ms)?;
-        let actor = approval.decision.as_ref().map_or(&approval.actor, |decision| &decision.approver);
-        self.audit.record(EventKind::ApprovalConsumed, actor, EventSubject::of_approval(approval), self.clock_ms);
+        let actor = match principal {
+            Some(principal) => principal.as_actor(),
+            None => approval.decision.as_ref().map_or(&approval.actor, |decision| &decision.approver).clone(),
+        };
+        self.audit.record(EventKind::ApprovalConsumed, &actor, EventSubject::of_approval(approval), self.clock_ms);
         Ok(approval)
     }
 
-    pub(super) fn cancel_approval(&mut self, id: &str, caller_now_ms: Option<u64>) -> Result<Reply, DomainError> {
+    /// Withdraws an approval, recorded as the principal that did (or,
+    /// `--insecure`, as its requester).
+    pub(super) fn cancel_approval(
+        &mut self,
+        id: &str,
+        caller_now_ms: Option<u64>,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
         let mut problems = Problems::new();
         problems.timestamp("now", caller_now_ms);
         invalid_if_any(problems, "invalid cancel request")?;
         let now_ms = self.approval_now(caller_now_ms);
         let approval = self.approvals.cancel(id, now_ms)?;
-        self.audit.record(
-            EventKind::ApprovalCancelled,
-            &approval.actor,
-            EventSubject::of_approval(approval),
-            self.clock_ms,
-        );
+        let actor = principal.map_or_else(|| approval.actor.clone(), Principal::as_actor);
+        self.audit.record(EventKind::ApprovalCancelled, &actor, EventSubject::of_approval(approval), self.clock_ms);
         Ok(approval_reply(approval, now_ms))
     }
 }

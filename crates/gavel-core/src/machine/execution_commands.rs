@@ -3,6 +3,7 @@
 //! capability, the executions part for the record and where it waits, the
 //! leases part for fencing tokens and deadlines, and the audit log.
 
+use crate::access::Principal;
 use crate::approvals::not_found as approval_not_found;
 use crate::audit::{EventKind, EventSubject};
 use crate::command::{Reply, Submit, Task};
@@ -76,7 +77,9 @@ impl State {
         self.audit.record(kind, actor, EventSubject::of_execution(execution), self.clock_ms);
     }
 
-    pub(super) fn submit(&mut self, submit: &Submit) -> Result<Reply, DomainError> {
+    /// Submits an execution for `principal` (recorded on the approval when
+    /// the capability needs one).
+    pub(super) fn submit(&mut self, submit: &Submit, principal: Option<&Principal>) -> Result<Reply, DomainError> {
         let (input_json, input_hash) = crate::precheck::submit(submit)?;
         let capability = self.registry.get(&submit.capability_id, None).ok_or_else(|| {
             DomainError::new(
@@ -92,7 +95,7 @@ impl State {
             };
         }
         if capability.requires_approval() {
-            return self.request_approval(submit, input_json, input_hash);
+            return self.request_approval(submit, input_json, input_hash, principal);
         }
         let capability_version = capability.version;
         let subject = EventSubject {
@@ -125,6 +128,7 @@ impl State {
         submit: &Submit,
         input_json: String,
         input_hash: String,
+        principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
         let capability = self.registry.get(&submit.capability_id, None).expect("submit found the capability");
         let approval_id = approval_id_for(&submit.execution_id);
@@ -158,6 +162,7 @@ impl State {
             requested_at_ms: self.clock_ms,
             expires_at_ms: self.clock_ms.saturating_add(policy.expires_in_ms),
             allow_self_approval: false,
+            requester_principal: principal.cloned(),
             status: StoredApprovalStatus::Pending,
             decision: None,
             consumed_by_execution_id: None,
@@ -172,12 +177,14 @@ impl State {
         Ok(Reply::ApprovalRequired { approval: approval.clone(), status })
     }
 
-    /// Verifies the approval, consumes it and creates the execution: one command.
+    /// Verifies the approval, consumes it and creates the execution: one
+    /// command, recorded as `principal` when there is one.
     pub(super) fn resume(
         &mut self,
         approval_id: &str,
         execution_id: &str,
         input_json: Option<&str>,
+        principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
         let mut problems = Problems::new();
         problems.id("approvalId", approval_id);
@@ -247,7 +254,7 @@ impl State {
         if self.executions.contains(&execution_id) {
             return Err(already_exists(&execution_id));
         }
-        self.mark_consumed(approval_id, &execution_id, now_ms)?;
+        self.mark_consumed(approval_id, &execution_id, now_ms, principal)?;
         let execution = self.create_execution(NewExecution {
             execution_id,
             capability_id: &approval.capability_id,
@@ -310,7 +317,14 @@ impl State {
         released
     }
 
-    pub(super) fn poll(&mut self, worker_id: &str, queues: &[String], tasks_max: u32) -> Result<Reply, DomainError> {
+    /// Leases up to `tasks_max` tasks to `worker_id`, bound to `principal`.
+    pub(super) fn poll(
+        &mut self,
+        worker_id: &str,
+        queues: &[String],
+        tasks_max: u32,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
         crate::precheck::poll(worker_id, queues, tasks_max)?;
         self.release_due_backoffs();
         let mut tasks = Vec::new();
@@ -322,20 +336,21 @@ impl State {
             seen.push(queue);
             while tasks.len() < tasks_max as usize {
                 let Some(id) = self.executions.pop_ready(queue) else { break };
-                tasks.push(self.grant_lease(&id, worker_id));
+                tasks.push(self.grant_lease(&id, worker_id, principal));
             }
         }
         Ok(Reply::Tasks(tasks))
     }
 
-    /// Leases the next attempt of a queued execution (just taken from its queue) to `worker_id`.
-    fn grant_lease(&mut self, id: &str, worker_id: &str) -> Task {
+    /// Leases the next attempt of a queued execution (just taken from its
+    /// queue) to `worker_id`, bound to `principal`.
+    fn grant_lease(&mut self, id: &str, worker_id: &str, principal: Option<&Principal>) -> Task {
         let now_ms = self.clock_ms;
         let execution = self.executions.get(id).expect("queued executions are retained");
         let capability = self.registry.of_execution(execution);
         let attempt = execution.attempts + 1;
         let deadline_ms = now_ms.saturating_add(capability.timeout_ms);
-        let lease_id = self.leases.grant(id, attempt, effective_deadline(capability, deadline_ms, now_ms));
+        let lease_id = self.leases.grant(id, attempt, effective_deadline(capability, deadline_ms, now_ms), principal);
         let lease = Lease {
             lease_id,
             execution_id: id.to_string(),
@@ -534,7 +549,14 @@ impl State {
         self.audit.record(kind, actor, EventSubject::of_execution(execution), self.clock_ms);
     }
 
-    pub(super) fn cancel_execution(&mut self, id: &str, actor: Option<&Actor>) -> Result<Reply, DomainError> {
+    /// Cancels an execution, recorded as `actor` when named, else as the
+    /// principal (else, `--insecure`, as its submitter).
+    pub(super) fn cancel_execution(
+        &mut self,
+        id: &str,
+        actor: Option<&Actor>,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
         check_id("executionId", id).map_err(DomainError::invalid)?;
         if let Some(actor) = actor {
             check_actor("actor", actor)?;
@@ -552,7 +574,8 @@ impl State {
         if let Some(revoked_lease_id) = self.executions.withdraw(id, queue) {
             self.leases.release(revoked_lease_id);
         }
-        self.finalize(id, result, actor);
+        let principal_actor = principal.map(Principal::as_actor);
+        self.finalize(id, result, actor.or(principal_actor.as_ref()));
         let execution = self.executions.get(id).expect("a finalized execution is retained");
         Ok(Reply::Execution { execution: execution.clone(), created: false })
     }

@@ -52,8 +52,7 @@ impl State {
                 backoffs_ended: *backoffs_ended,
                 records_compacted: *records_compacted,
             },
-            // Skeleton: the access part fills in the principal's grants.
-            RememberedReply::Grants { principal } => Reply::Grants { principal: principal.clone(), grants: Vec::new() },
+            RememberedReply::Grants { principal } => self.grants_reply(principal),
         }
     }
 }

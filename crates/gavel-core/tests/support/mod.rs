@@ -6,7 +6,7 @@
 use gavel_core::command::{ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, Reply, RetrySpec};
 use gavel_core::command::{Retention, Submit, Task};
 use gavel_core::{
-    Actor, Approval, ApprovalStatus, Capability, DomainError, ErrorCode, Event, Execution, ReportOutcome, Risk,
+    Actor, Approval, ApprovalStatus, Caller, Capability, DomainError, ErrorCode, Event, Execution, ReportOutcome, Risk,
     SideEffect,
 };
 
@@ -50,6 +50,21 @@ impl Script {
             request_id: Some(request_id.to_string()),
             now_ms: self.now_ms,
             caller: None,
+            command,
+        })
+    }
+
+    /// Applies a command sent by an authenticated caller, without a request id.
+    pub fn apply_by(&mut self, caller: &Caller, command: Command) -> Reply {
+        self.state.apply(&Envelope { request_id: None, now_ms: self.now_ms, caller: Some(caller.clone()), command })
+    }
+
+    /// Applies a command sent by an authenticated caller, under a request id.
+    pub fn apply_by_as(&mut self, request_id: &str, caller: &Caller, command: Command) -> Reply {
+        self.state.apply(&Envelope {
+            request_id: Some(request_id.to_string()),
+            now_ms: self.now_ms,
+            caller: Some(caller.clone()),
             command,
         })
     }

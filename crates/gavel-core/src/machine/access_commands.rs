@@ -1,0 +1,328 @@
+//! Who may do what, decided against the replicated bindings: the
+//! authorization of every command (at its log position, and by the edge
+//! before it proposes), of reads ([`State::authorize`]), and the commands
+//! that change the bindings (`Grant`, `Revoke`, `BootstrapAdmin`).
+//!
+//! A caller of `None` is a node started with `--insecure`: nothing is
+//! checked, exactly as before authentication existed. docs/security.md
+//! copies the table `authorize_command` and `authorize` implement.
+
+use crate::access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
+use crate::audit::{EventKind, EventSubject};
+use crate::command::{Command, Reply};
+use crate::error::{DomainError, ErrorCode};
+use crate::machine::State;
+use crate::model::Actor;
+
+fn denied(message: String) -> DomainError {
+    DomainError::new(ErrorCode::PermissionDenied, message)
+}
+
+/// The actor recorded for a command by `principal` (the system actor
+/// without one).
+fn actor_of(principal: Option<&Principal>) -> Actor {
+    principal.map_or_else(Actor::system, Principal::as_actor)
+}
+
+impl State {
+    /// The grant `name` that `caller` may use: bound to its principal and,
+    /// when its token lists roles, named there too.
+    fn usable_grant(&self, caller: &Caller, name: GrantName) -> Option<&Grant> {
+        let in_scope = caller.scope.as_ref().is_none_or(|scope| scope.contains(&name));
+        self.bindings.get(&caller.principal, name).filter(|_| in_scope)
+    }
+
+    /// The grant `name` of `caller`, or `PERMISSION_DENIED` saying that it
+    /// may not `what` without it (and whether its token left it out).
+    fn require(&self, caller: &Caller, name: GrantName, what: &str) -> Result<&Grant, DomainError> {
+        if let Some(grant) = self.usable_grant(caller, name) {
+            return Ok(grant);
+        }
+        let principal = &caller.principal;
+        let grant = name.as_str();
+        Err(denied(if self.bindings.get(principal, name).is_some() {
+            format!("{principal} may not {what}: its token does not carry the {grant} grant")
+        } else {
+            format!("{principal} may not {what}: it needs the {grant} grant")
+        }))
+    }
+
+    /// The first of `names` that `caller` may use, or a refusal naming them all.
+    fn require_any(&self, caller: &Caller, names: &[GrantName], what: &str) -> Result<&Grant, DomainError> {
+        if let Some(grant) = names.iter().find_map(|name| self.usable_grant(caller, *name)) {
+            return Ok(grant);
+        }
+        let names: Vec<&str> = names.iter().map(|name| name.as_str()).collect();
+        Err(denied(format!("{} may not {what}: it needs one of the grants {}", caller.principal, names.join(", "))))
+    }
+
+    /// Only a node (or the `--insecure` shell) may propose what the cluster
+    /// does on its own.
+    fn require_node(caller: &Caller, what: &str) -> Result<(), DomainError> {
+        if caller.principal.kind == PrincipalKind::Node {
+            return Ok(());
+        }
+        Err(denied(format!("{} may not {what}: only a node may", caller.principal)))
+    }
+
+    /// Naming `actor` as the requester needs `act-for` unless it is the caller itself.
+    fn check_acting_as(&self, caller: &Caller, actor: &Actor, what: &str) -> Result<(), DomainError> {
+        if caller.principal.is_actor(actor) {
+            return Ok(());
+        }
+        self.require(caller, GrantName::ActFor, &format!("{what} as {} {}", actor_kind(actor), actor.id)).map(|_| ())
+    }
+
+    /// A time claimed by the caller (`field`) needs the `clock` grant, and
+    /// must be within the grant's skew bound of cluster time when it has one.
+    fn check_caller_clock(&self, caller: &Caller, field: &str, value: Option<u64>) -> Result<(), DomainError> {
+        let Some(value) = value else { return Ok(()) };
+        let grant = self.require(caller, GrantName::Clock, &format!("send {field}"))?;
+        if let Some(skew_ms_max) = grant.skew_ms_max {
+            let skew_ms = value.abs_diff(self.clock_ms);
+            if skew_ms > skew_ms_max {
+                return Err(denied(format!(
+                    "{} may not send {field} {value}: it is {skew_ms} ms from cluster time {}, over its clock \
+                     grant's bound of {skew_ms_max} ms",
+                    caller.principal, self.clock_ms
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// A heartbeat or report: only the principal the lease was granted to,
+    /// while its worker grant still covers the lease's queue. An unknown
+    /// lease is left to the command (`LEASE_LOST`).
+    fn check_lease_holder(&self, caller: &Caller, worker: &Grant, lease_id: u64) -> Result<(), DomainError> {
+        let Some(record) = self.leases.get(lease_id) else { return Ok(()) };
+        if record.principal.as_ref() != Some(&caller.principal) {
+            let holder = record.principal.as_ref().map_or("an unauthenticated worker".to_string(), |p| p.to_string());
+            return Err(denied(format!(
+                "{} may not use lease {lease_id}: it was granted to {holder}",
+                caller.principal
+            )));
+        }
+        let Some(execution) = self.executions.get(&record.execution_id) else { return Ok(()) };
+        let queue = &self.registry.of_execution(execution).queue;
+        if !worker.covers_all([queue]) {
+            return Err(denied(format!(
+                "{} may not use lease {lease_id}: its worker grant does not cover queue {queue}",
+                caller.principal
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether `caller` may have `command` applied now. [`State::apply`]
+    /// runs it at the command's log position, before anything changes; the
+    /// edge runs it before proposing, so a refused command costs no log
+    /// entry (the answer at apply is the one that counts: a `Revoke` may be
+    /// ordered in between).
+    ///
+    /// A record the decision reads (the approval of a decision, the lease of
+    /// a heartbeat or report) that does not exist is left to the command,
+    /// which answers `NOT_FOUND` or `LEASE_LOST`. `None` (`--insecure`) is
+    /// always allowed.
+    pub fn authorize_command(&self, caller: Option<&Caller>, command: &Command) -> Result<(), DomainError> {
+        let Some(caller) = caller else { return Ok(()) };
+        match command {
+            Command::Tick { .. } => State::require_node(caller, "advance cluster time"),
+            Command::BootstrapAdmin { .. } => State::require_node(caller, "bootstrap the first admin"),
+            Command::RegisterCapability(_) => self.require(caller, GrantName::Admin, "register capabilities").map(drop),
+            Command::Grant { .. } => self.require(caller, GrantName::Admin, "grant access").map(drop),
+            Command::Revoke { .. } => self.require(caller, GrantName::Admin, "revoke access").map(drop),
+            Command::CreateApproval(request) => {
+                self.require(caller, GrantName::Submitter, "create approvals")?;
+                self.check_acting_as(caller, &request.actor, "request approvals")?;
+                if request.allow_self_approval {
+                    self.require(caller, GrantName::SelfApproval, "opt an approval out of the self-approval check")?;
+                }
+                self.check_caller_clock(caller, "callerNowMs", request.caller_now_ms)?;
+                self.check_caller_clock(caller, "requestedAtMs", request.requested_at_ms)
+            }
+            Command::DecideApproval { approval_id, approver, caller_now_ms, .. } => {
+                let grant = self.require(caller, GrantName::Approver, "decide approvals")?;
+                if !caller.principal.is_actor(approver) {
+                    let what = format!("decide as approver {} {}", actor_kind(approver), approver.id);
+                    self.require(caller, GrantName::DelegateDecide, &what)?;
+                }
+                if let Some(approval) = self.approvals.get(approval_id) {
+                    if !grant.covers_types(&approval.types) {
+                        return Err(denied(format!(
+                            "{} may not decide approval {approval_id} of types {:?}: its approver grant covers \
+                             only {:?}",
+                            caller.principal, approval.types, grant.scope
+                        )));
+                    }
+                }
+                self.check_caller_clock(caller, "callerNowMs", *caller_now_ms)
+            }
+            Command::ConsumeApproval { caller_now_ms, .. } => {
+                self.require(caller, GrantName::Submitter, "consume approvals")?;
+                self.check_caller_clock(caller, "callerNowMs", *caller_now_ms)
+            }
+            Command::CancelApproval { caller_now_ms, .. } => {
+                self.require(caller, GrantName::Submitter, "cancel approvals")?;
+                self.check_caller_clock(caller, "callerNowMs", *caller_now_ms)
+            }
+            Command::Submit(submit) => {
+                self.require(caller, GrantName::Submitter, "submit executions")?;
+                self.check_acting_as(caller, &submit.actor, "submit executions")
+            }
+            Command::Resume { .. } => self.require(caller, GrantName::Submitter, "resume executions").map(drop),
+            Command::CancelExecution { actor, .. } => {
+                self.require(caller, GrantName::Submitter, "cancel executions")?;
+                match actor {
+                    Some(actor) => self.check_acting_as(caller, actor, "cancel executions"),
+                    None => Ok(()),
+                }
+            }
+            Command::Poll { queues, .. } => {
+                let grant = self.require(caller, GrantName::Worker, "poll for tasks")?;
+                match queues.iter().find(|queue| !grant.covers_all([*queue])) {
+                    Some(queue) => Err(denied(format!(
+                        "{} may not poll queue {queue}: its worker grant covers only {:?}",
+                        caller.principal, grant.scope
+                    ))),
+                    None => Ok(()),
+                }
+            }
+            Command::Heartbeat { lease_id, .. } => {
+                let grant = self.require(caller, GrantName::Worker, "heartbeat leases")?;
+                self.check_lease_holder(caller, grant, *lease_id)
+            }
+            Command::Report { lease_id, .. } => {
+                let grant = self.require(caller, GrantName::Worker, "report results")?;
+                self.check_lease_holder(caller, grant, *lease_id)
+            }
+        }
+    }
+
+    /// Whether `caller` may do `action` now: the reads and operations that
+    /// are not commands, decided by the serving leader after its read
+    /// barrier. `None` is a node started with `--insecure`: allowed.
+    ///
+    /// A listing of approvals is allowed to any approver; the records a
+    /// scoped approver may see in it are those [`Action::ReadApproval`]
+    /// allows, which the edge filters by.
+    pub fn authorize(&self, caller: Option<&Caller>, action: Action<'_>) -> Result<(), DomainError> {
+        let Some(caller) = caller else { return Ok(()) };
+        let what = action.describe();
+        match action {
+            Action::ReadCapability | Action::ReadClusterStatus | Action::ReadOwnAccess => Ok(()),
+            Action::ReadExecution => {
+                self.require_any(caller, &[GrantName::Submitter, GrantName::Auditor], &what).map(drop)
+            }
+            Action::ReadAudit => self.require(caller, GrantName::Auditor, &what).map(drop),
+            Action::ReadAccess | Action::ChangeMembership | Action::Backup => {
+                self.require(caller, GrantName::Admin, &what).map(drop)
+            }
+            Action::ReadApproval { types } => match self.approval_reader(caller, &what)? {
+                Some(approver) if !approver.covers_types(types) => Err(denied(format!(
+                    "{} may not {what}: its approver grant covers only {:?}",
+                    caller.principal, approver.scope
+                ))),
+                _ => Ok(()),
+            },
+            Action::ListApprovals { approval_type } => match (self.approval_reader(caller, &what)?, approval_type) {
+                (Some(approver), Some(approval_type))
+                    if !approver.scope.is_empty() && !approver.scope.contains(approval_type) =>
+                {
+                    Err(denied(format!(
+                        "{} may not {what}: its approver grant covers only {:?}",
+                        caller.principal, approver.scope
+                    )))
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Who may read approvals: a submitter or auditor reads all of them
+    /// (`None`), an approver those its grant's scope covers (its grant).
+    fn approval_reader(&self, caller: &Caller, what: &str) -> Result<Option<&Grant>, DomainError> {
+        if self.usable_grant(caller, GrantName::Submitter).is_some()
+            || self.usable_grant(caller, GrantName::Auditor).is_some()
+        {
+            return Ok(None);
+        }
+        self.require_any(caller, &[GrantName::Submitter, GrantName::Auditor, GrantName::Approver], what).map(Some)
+    }
+
+    /// `Grant`: binds `grant` to `subject` and records `access.granted`
+    /// when that changed anything.
+    pub(super) fn grant(
+        &mut self,
+        subject: &Principal,
+        grant: &Grant,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
+        crate::precheck::grant(subject, grant)?;
+        if self.bindings.bind(subject, grant)? {
+            let kind = EventKind::AccessGranted { principal: subject.clone(), grant: grant.name };
+            self.audit.record(kind, &actor_of(principal), EventSubject::default(), self.clock_ms);
+        }
+        Ok(self.grants_reply(subject))
+    }
+
+    /// `Revoke`: removes a grant and records `access.revoked`; revoking a
+    /// grant that is not bound changes nothing. The last admin's `admin`
+    /// grant is not revoked: nobody could change grants again.
+    pub(super) fn revoke(
+        &mut self,
+        subject: &Principal,
+        name: GrantName,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
+        crate::precheck::principal("principal", subject)?;
+        let held = self.bindings.get(subject, name).is_some();
+        if held && name == GrantName::Admin && self.bindings.admins().count() == 1 {
+            return Err(DomainError::new(
+                ErrorCode::FailedPrecondition,
+                format!("{subject} is the only admin; grant admin to another principal before revoking it"),
+            ));
+        }
+        if self.bindings.unbind(subject, name) {
+            let kind = EventKind::AccessRevoked { principal: subject.clone(), grant: name };
+            self.audit.record(kind, &actor_of(principal), EventSubject::default(), self.clock_ms);
+        }
+        Ok(self.grants_reply(subject))
+    }
+
+    /// `BootstrapAdmin`: grants `admin` to the first admin while nobody
+    /// holds it; naming an admin that already holds it changes nothing, and
+    /// naming another once an admin exists is `FAILED_PRECONDITION`.
+    pub(super) fn bootstrap_admin(
+        &mut self,
+        admin: &Principal,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
+        crate::precheck::grant(admin, &Grant::of(GrantName::Admin))?;
+        if self.bindings.get(admin, GrantName::Admin).is_some() {
+            return Ok(self.grants_reply(admin));
+        }
+        if let Some(existing) = self.bindings.admins().next() {
+            return Err(DomainError::new(
+                ErrorCode::FailedPrecondition,
+                format!("the cluster already has an admin ({existing}); {admin} cannot be bootstrapped as another"),
+            ));
+        }
+        self.grant(admin, &Grant::of(GrantName::Admin), principal)
+    }
+
+    /// The reply to an access command: every grant `principal` now holds.
+    pub(super) fn grants_reply(&self, principal: &Principal) -> Reply {
+        Reply::Grants { principal: principal.clone(), grants: self.bindings.of(principal) }
+    }
+}
+
+/// An actor's kind, as written in refusals.
+fn actor_kind(actor: &Actor) -> &'static str {
+    match actor.kind {
+        crate::model::ActorKind::User => "user",
+        crate::model::ActorKind::Service => "service",
+        crate::model::ActorKind::Automation => "automation",
+        crate::model::ActorKind::Anonymous => "anonymous",
+    }
+}
