@@ -100,6 +100,10 @@ impl Node {
         command: Command,
     ) -> Result<R, Status> {
         gavel_core::precheck::precheck(&command).map_err(domain_status)?;
+        // Refused here, a command the caller may not send never reaches the
+        // log. The state machine decides again at the command's position,
+        // which is what makes a revocation linearizable.
+        self.app.state().authorize_command(caller, &command).map_err(domain_status)?;
         match self.propose(caller, request_id, command).await? {
             Reply::Error(error) => Err(domain_status(error)),
             reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),

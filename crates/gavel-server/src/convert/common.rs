@@ -1,7 +1,7 @@
 //! Actors, shared enums and timestamps.
 
 use gavel_core::limits::TIMESTAMP_MS_MAX;
-use gavel_core::{Actor, ActorKind, Caller, DomainError, ErrorCode, PrincipalKind, Risk, SideEffect};
+use gavel_core::{Actor, ActorKind, Caller, DomainError, ErrorCode, Risk, SideEffect};
 use gavel_proto::v1 as pb;
 
 /// Decodes an optional caller timestamp (Unix ms).
@@ -40,25 +40,15 @@ pub fn actor_in(field: &str, actor: Option<&pb::Actor>) -> Result<Actor, DomainE
 }
 
 /// Decodes an actor that defaults to the authenticated caller: a missing
-/// actor is the caller's principal as an actor (a user is a user, a worker
-/// is automation, a service or node is a service). Naming another actor is
+/// actor is the caller's principal as an actor
+/// ([`gavel_core::Principal::as_actor`]). Naming another actor is
 /// decided by the state machine (it needs a grant). Without a caller (an
 /// insecure node) the actor is required, as before authentication existed.
 pub fn actor_or_caller(field: &str, actor: Option<&pb::Actor>, caller: Option<&Caller>) -> Result<Actor, DomainError> {
     match (actor, caller) {
-        (None, Some(caller)) => Ok(principal_actor(caller)),
+        (None, Some(caller)) => Ok(caller.principal.as_actor()),
         (actor, _) => actor_in(field, actor),
     }
-}
-
-/// The actor an authenticated caller is when it names none.
-pub fn principal_actor(caller: &Caller) -> Actor {
-    let kind = match caller.principal.kind {
-        PrincipalKind::User => ActorKind::User,
-        PrincipalKind::Service | PrincipalKind::Node => ActorKind::Service,
-        PrincipalKind::Worker => ActorKind::Automation,
-    };
-    Actor { id: caller.principal.id.clone(), kind, display_name: None }
 }
 
 /// A worker id that defaults to the authenticated caller's principal id.

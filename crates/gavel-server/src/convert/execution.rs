@@ -210,6 +210,7 @@ pub fn event_out(event: &Event) -> pb::Event {
         approval_id: event.approval_id.clone(),
         correlation_id: event.correlation_id.clone(),
         input_hash: event.input_hash.clone(),
+        principal: event.principal.as_ref().map(ToString::to_string),
         ..pb::Event::default()
     };
     match &event.kind {
@@ -249,6 +250,10 @@ pub fn event_out(event: &Event) -> pb::Event {
         EventKind::CapabilityRegistered { version } => {
             out.attempt = None;
             out.code = Some(format!("v{version}"));
+        }
+        EventKind::AccessGranted { principal, grant } | EventKind::AccessRevoked { principal, grant } => {
+            out.subject_principal = Some(principal.to_string());
+            out.grant = Some(grant.as_str().to_string());
         }
         EventKind::Requested
         | EventKind::ApprovalRequested

@@ -27,10 +27,10 @@ pub struct Access {
 /// The grants held by `principal` (every principal's when `None`), ordered
 /// by principal, then grant name.
 fn grants_in(state: &State, principal: Option<&Principal>) -> Vec<pb::AccessGrant> {
-    // The bindings live in the core state machine (`gavel_core::grants`);
-    // this skeleton's state holds none yet.
-    let _ = (state, principal);
-    Vec::new()
+    match principal {
+        Some(principal) => state.grants_of(principal).iter().map(|grant| grant_out(principal, grant)).collect(),
+        None => state.bindings().into_iter().map(|(principal, grant)| grant_out(principal, grant)).collect(),
+    }
 }
 
 fn grants_out(reply: &GrantsReply) -> Vec<pb::AccessGrant> {
@@ -77,7 +77,10 @@ impl AccessService for Access {
         let Some(caller) = caller else {
             return Ok(Response::new(pb::WhoAmIResponse::default()));
         };
-        let grants = self.node.read_authorizing(|state| Ok(grants_in(state, Some(&caller.principal)))).await?;
+        let grants = self
+            .node
+            .read(Some(&caller), Action::ReadOwnAccess, |state| grants_in(state, Some(&caller.principal)))
+            .await?;
         let token_scope = caller.scope.iter().flatten().map(|name| name.as_str().to_string()).collect();
         Ok(Response::new(pb::WhoAmIResponse { principal: caller.principal.to_string(), grants, token_scope }))
     }

@@ -58,9 +58,7 @@ impl ApprovalService for Approvals {
                     // authorized as an unfiltered listing, so a caller that may
                     // not read approvals learns nothing from "not found".
                     let action = match state.approval(&message.id) {
-                        Some(approval) => {
-                            Action::ReadApproval { approval_type: approval.types.first().map_or("", String::as_str) }
-                        }
+                        Some(approval) => Action::ReadApproval { types: &approval.types },
                         None => Action::ListApprovals { approval_type: None },
                     };
                     state.authorize(caller.as_ref(), action).map_err(domain_status)?;

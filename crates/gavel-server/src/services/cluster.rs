@@ -71,6 +71,14 @@ async fn authorize_membership(node: &Node, extensions: &tonic::Extensions) -> Re
 #[tonic::async_trait]
 impl ClusterService for Cluster {
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        // This node's own view, served by every node: authorized against
+        // its own replica's grants, without a barrier.
+        let caller = super::caller(request.extensions())?;
+        self.node
+            .app
+            .state()
+            .authorize(caller.as_ref(), Action::ReadClusterStatus)
+            .map_err(crate::node::domain_status)?;
         Ok(Response::new(status_with(&self.node, !request.get_ref().without_state_hash)))
     }
 

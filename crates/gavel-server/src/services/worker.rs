@@ -80,7 +80,7 @@ async fn long_poll(
     node.ensure_leader()?;
     let deadline = tokio::time::Instant::now() + wait;
     let mut applied = node.app.subscribe();
-    if let Some(tasks) = node.app.state().replayed_grants(request_id, &poll) {
+    if let Some(tasks) = node.app.state().replayed_grants_for(request_id, caller, &poll) {
         return Ok(tasks);
     }
     let mut attempt = 0u32;
