@@ -117,6 +117,26 @@ impl SecureCluster {
         panic!("no leader known to every node within {WAIT:?}");
     }
 
+    /// Every node's applied index, once they are equal and have not moved
+    /// for a while: the bootstrap admin and the first tick it schedules are
+    /// behind us, and the next tick is a minute away.
+    async fn settled_applied(&self) -> Vec<Option<u64>> {
+        let started = Instant::now();
+        let mut last = Vec::new();
+        let mut stable_since = Instant::now();
+        while started.elapsed() < WAIT {
+            let applied: Vec<_> = self.nodes.iter().map(|node| node.node.raft.status().last_applied_index).collect();
+            if applied != last {
+                (last, stable_since) = (applied, Instant::now());
+            } else if last.iter().all(|index| *index == last[0]) && stable_since.elapsed() > Duration::from_millis(500)
+            {
+                return last;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the applied indexes did not settle within {WAIT:?}: {last:?}");
+    }
+
     fn addr(&self, index: usize) -> String {
         self.nodes[index].addr.to_string()
     }
@@ -333,6 +353,7 @@ fn snapshot_header(total_bytes: u64) -> SnapshotChunk {
 async fn raft_calls_from_anyone_but_a_member_node_are_refused_before_raft_sees_them() {
     let cluster = SecureCluster::start(1).await;
     cluster.leader_and_follower().await;
+    let applied_before = cluster.settled_applied().await;
     let before = cluster.nodes[0].node.raft.status();
     let mallory = cluster.client_cert("user:mallory");
     let stranger_node =
@@ -356,7 +377,7 @@ async fn raft_calls_from_anyone_but_a_member_node_are_refused_before_raft_sees_t
     }
     let after = cluster.nodes[0].node.raft.status();
     assert_eq!(after.term, before.term, "no forged message reached raft");
-    assert_eq!(after.last_applied_index, before.last_applied_index, "nothing reached the log");
+    assert_eq!(vec![after.last_applied_index], applied_before, "nothing reached the log");
     assert!(after.is_leader());
     cluster.still_serves_a_good_client(0).await;
     cluster.stop().await;
@@ -428,5 +449,89 @@ async fn a_secured_cluster_replicates_over_mutual_tls_and_a_follower_forwards_wi
     // A bad token is refused at the follower; nothing is forwarded for it.
     let channel = cluster.channel(follower, None).await.expect("connect to a follower");
     assert_unauthenticated(cluster.who_am_i(channel, Some("not-a-jwt")).await, "bad token at a follower");
+    cluster.stop().await;
+}
+
+fn grant_request(principal: &str, grant: &str) -> pb::GrantRequest {
+    pb::GrantRequest {
+        grant: Some(pb::AccessGrant {
+            principal: principal.into(),
+            grant: grant.into(),
+            scope: Vec::new(),
+            skew_ms_max: None,
+        }),
+        request_id: String::new(),
+    }
+}
+
+#[tokio::test]
+async fn the_bootstrap_admin_grants_through_a_follower_and_nobody_else_changes_access_or_membership() {
+    let cluster = SecureCluster::start(3).await;
+    let (_, follower) = cluster.leader_and_follower().await;
+    let root = cluster.client_cert("user:root");
+    let mallory = cluster.client_cert("user:mallory");
+
+    // The bootstrapping node names user:root admin once it leads.
+    let started = Instant::now();
+    loop {
+        let channel = cluster.channel(follower, Some(&root)).await.expect("connect");
+        let answer = cluster.who_am_i(channel, None).await.expect("root is authenticated");
+        if answer.grants.iter().any(|grant| grant.grant == "admin") {
+            assert_eq!(answer.principal, "user:root");
+            break;
+        }
+        assert!(started.elapsed() < WAIT, "the bootstrap admin was never named: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Someone without admin: refused, and nothing reaches the log.
+    let applied_before = cluster.settled_applied().await;
+    let members_before = cluster.nodes[0].node.raft.status().members;
+    let mut access = AccessServiceClient::new(cluster.channel(follower, Some(&mallory)).await.expect("connect"));
+    let status = access.grant(grant_request("user:mallory", "admin")).await.expect_err("mallory is no admin");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    let status = access.list(pb::ListGrantsRequest { principal: None }).await.expect_err("mallory may not list");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    let mut cluster_client =
+        ClusterServiceClient::new(cluster.channel(follower, Some(&mallory)).await.expect("connect"));
+    let status = cluster_client
+        .add_learner(pb::AddLearnerRequest { request_id: String::new(), node_id: 9, addr: "127.0.0.1:1".into() })
+        .await
+        .expect_err("mallory may not add a learner");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    let status = cluster_client
+        .remove_node(pb::RemoveNodeRequest { request_id: String::new(), node_id: 3 })
+        .await
+        .expect_err("mallory may not remove a node");
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    let applied_after: Vec<_> = cluster.nodes.iter().map(|node| node.node.raft.status().last_applied_index).collect();
+    assert_eq!(applied_after, applied_before, "no refused command reached the log");
+    assert_eq!(cluster.nodes[0].node.raft.status().members, members_before, "the membership did not change");
+
+    // The admin grants through a follower; the grant is an audit event
+    // naming who granted what to whom.
+    let mut access = AccessServiceClient::new(cluster.channel(follower, Some(&root)).await.expect("connect"));
+    let granted = access.grant(grant_request("user:bob", "approver")).await.expect("root grants").into_inner();
+    assert_eq!(granted.grants.iter().map(|grant| grant.grant.as_str()).collect::<Vec<_>>(), vec!["approver"]);
+    access.grant(grant_request("user:root", "auditor")).await.expect("root makes itself auditor");
+    let listed = access.list(pb::ListGrantsRequest { principal: None }).await.expect("root lists").into_inner();
+    let bindings: Vec<(String, String)> =
+        listed.grants.into_iter().map(|grant| (grant.principal, grant.grant)).collect();
+    assert!(bindings.contains(&("user:bob".into(), "approver".into())), "{bindings:?}");
+    let mut audit = gavel_proto::v1::audit_service_client::AuditServiceClient::new(
+        cluster.channel(follower, Some(&root)).await.expect("connect"),
+    );
+    let events = audit
+        .list_events(pb::ListEventsRequest { after_cursor: 0, limit: 100, execution_id: None })
+        .await
+        .expect("an auditor reads the trail")
+        .into_inner()
+        .events;
+    let granted_event = events
+        .iter()
+        .find(|event| event.r#type == "access.granted" && event.subject_principal.as_deref() == Some("user:bob"))
+        .unwrap_or_else(|| panic!("an access.granted event for user:bob in {events:?}"));
+    assert_eq!(granted_event.principal.as_deref(), Some("user:root"));
+    assert_eq!(granted_event.grant.as_deref(), Some("approver"));
     cluster.stop().await;
 }
