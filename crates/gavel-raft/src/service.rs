@@ -227,30 +227,38 @@ mod tests {
         SnapshotChunk { kind: Some(snapshot_chunk::Kind::Data(bytes.to_vec())) }
     }
 
-    #[tokio::test]
-    async fn malformed_or_truncated_snapshot_streams_are_refused_before_install() {
+    /// A fresh node with an application that must never be restored,
+    /// serving its Raft service on loopback, and a client of it.
+    async fn serve_inert_node() -> (
+        tempfile::TempDir,
+        RaftNode,
+        tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+        RaftServiceClient<tonic::transport::Channel>,
+    ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
-        let node = RaftNode::start(
-            NodeConfig {
-                node_id: 1,
-                addr: addr.clone(),
-                data_dir: dir.path().to_path_buf(),
-                timings: RaftTimings::default(),
-                plant_early_ack: false,
-                peer_tls: None,
-            },
-            Arc::new(Inert),
-        )
-        .await
-        .expect("start");
+        let config = NodeConfig {
+            node_id: 1,
+            addr: addr.clone(),
+            data_dir: dir.path().to_path_buf(),
+            timings: RaftTimings::default(),
+            plant_early_ack: false,
+            peer_tls: None,
+        };
+        let node = RaftNode::start(config, Arc::new(Inert)).await.expect("start");
         let server = tokio::spawn(
             Server::builder()
                 .add_service(node.service())
                 .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
         );
-        let mut client = RaftServiceClient::connect(format!("http://{addr}")).await.expect("connect");
+        let client = RaftServiceClient::connect(format!("http://{addr}")).await.expect("connect");
+        (dir, node, server, client)
+    }
+
+    #[tokio::test]
+    async fn malformed_or_truncated_snapshot_streams_are_refused_before_install() {
+        let (dir, node, server, mut client) = serve_inert_node().await;
 
         let cases = [
             ("no header", vec![data(b"abc")], tonic::Code::InvalidArgument),
@@ -277,28 +285,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_append_entries_message_over_the_limit_is_refused_before_it_is_decoded() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        let node = RaftNode::start(
-            NodeConfig {
-                node_id: 1,
-                addr: addr.clone(),
-                data_dir: dir.path().to_path_buf(),
-                timings: RaftTimings::default(),
-                plant_early_ack: false,
-                peer_tls: None,
-            },
-            Arc::new(Inert),
-        )
-        .await
-        .expect("start");
-        let server = tokio::spawn(
-            Server::builder()
-                .add_service(node.service())
-                .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
-        );
-        let mut client = RaftServiceClient::connect(format!("http://{addr}")).await.expect("connect");
+        let (_dir, node, server, mut client) = serve_inert_node().await;
         // Zeros would decode as garbage anyway; the point is that the size
         // alone is refused (OUT_OF_RANGE, which a leader answers by halving).
         let oversized = RaftBytes { payload: vec![0; APPEND_ENTRIES_BYTES_MAX + 1] };

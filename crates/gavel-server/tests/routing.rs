@@ -6,8 +6,7 @@
 //! routing code of its own (`AuditService/GetEvent`) is forwarded like any,
 //! and without a leader a call is refused with a retry hint.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gavel_proto::error_detail::read_error_detail;
 use gavel_proto::metadata;
@@ -21,8 +20,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Code;
 
-/// Upper bound for any wait in these tests.
-const WAIT: Duration = Duration::from_secs(30);
+mod support;
 
 /// Nodes started in this process; each is stopped by [`InProcessCluster::stop`].
 struct InProcessCluster {
@@ -34,15 +32,7 @@ impl InProcessCluster {
     /// Starts `count` voters; the first bootstraps the cluster when `bootstrap`.
     async fn start(count: u64, bootstrap: bool) -> InProcessCluster {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut listeners = Vec::new();
-        for _ in 0..count {
-            listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port"));
-        }
-        let peers: BTreeMap<u64, String> = listeners
-            .iter()
-            .enumerate()
-            .map(|(index, listener)| (index as u64 + 1, listener.local_addr().expect("bound").to_string()))
-            .collect();
+        let (listeners, peers) = support::loopback_listeners(count).await;
         let mut nodes = Vec::new();
         for (index, listener) in listeners.into_iter().enumerate() {
             let id = index as u64 + 1;
@@ -61,21 +51,10 @@ impl InProcessCluster {
         InProcessCluster { _dir: dir, nodes }
     }
 
-    /// Waits until one node is the leader and every node knows it; returns
-    /// (leader, a follower) as indexes into `nodes`.
+    /// Waits until one node leads and every node knows it; returns (leader,
+    /// a follower) as indexes into `nodes`.
     async fn leader_and_follower(&self) -> (usize, usize) {
-        let started = Instant::now();
-        while started.elapsed() < WAIT {
-            let statuses: Vec<_> = self.nodes.iter().map(|node| node.node.raft.status()).collect();
-            if let Some(leader) = statuses.iter().position(|status| status.is_leader()) {
-                let leader_id = statuses[leader].node_id;
-                if statuses.iter().all(|status| status.leader_id == Some(leader_id)) {
-                    return (leader, (leader + 1) % self.nodes.len());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("no leader known to every node within {WAIT:?}");
+        support::leader_and_follower(&self.nodes).await
     }
 
     fn addr(&self, index: usize) -> String {

@@ -7,7 +7,6 @@
 //! edge decides: `WhoAmI` (any authenticated caller) and `Status` answer
 //! whoever authenticated, so they show who the node thinks is calling.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -28,8 +27,9 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::Code;
 
-/// Upper bound for any wait in these tests.
-const WAIT: Duration = Duration::from_secs(30);
+mod support;
+
+use support::WAIT;
 
 /// The token audience the nodes accept.
 const AUDIENCE: &str = "gavel";
@@ -56,15 +56,7 @@ impl SecureCluster {
         let token_key = TokenKey::create().expect("a token key");
         let ca = write(dir.path(), "ca.pem", authority.cert_pem());
         let token_public = write(dir.path(), "token.pub", token_key.public_pem());
-        let mut listeners = Vec::new();
-        for _ in 0..count {
-            listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port"));
-        }
-        let peers: BTreeMap<u64, String> = listeners
-            .iter()
-            .enumerate()
-            .map(|(index, listener)| (index as u64 + 1, listener.local_addr().expect("bound").to_string()))
-            .collect();
+        let (listeners, peers) = support::loopback_listeners(count).await;
         let mut nodes = Vec::new();
         for (index, listener) in listeners.into_iter().enumerate() {
             let id = index as u64 + 1;
@@ -103,18 +95,7 @@ impl SecureCluster {
     /// Waits until one node leads and every node knows it; returns (leader,
     /// a follower) as indexes into `nodes`.
     async fn leader_and_follower(&self) -> (usize, usize) {
-        let started = Instant::now();
-        while started.elapsed() < WAIT {
-            let statuses: Vec<_> = self.nodes.iter().map(|node| node.node.raft.status()).collect();
-            if let Some(leader) = statuses.iter().position(|status| status.is_leader()) {
-                let leader_id = statuses[leader].node_id;
-                if statuses.iter().all(|status| status.leader_id == Some(leader_id)) {
-                    return (leader, (leader + 1) % self.nodes.len());
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("no leader known to every node within {WAIT:?}");
+        support::leader_and_follower(&self.nodes).await
     }
 
     /// Every node's applied index, once they are equal and have not moved
