@@ -7,6 +7,7 @@
 //! edge decides: `WhoAmI` (any authenticated caller) and `Status` answer
 //! whoever authenticated, so they show who the node thinks is calling.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -54,42 +55,48 @@ impl SecureCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let authority = Authority::create("trust test CA", Validity::days(1)).expect("a CA");
         let token_key = TokenKey::create().expect("a token key");
-        let ca = write(dir.path(), "ca.pem", authority.cert_pem());
-        let token_public = write(dir.path(), "token.pub", token_key.public_pem());
+        write(dir.path(), "ca.pem", authority.cert_pem());
+        write(dir.path(), "token.pub", token_key.public_pem());
+        let mut cluster = SecureCluster { dir, authority, token_key, nodes: Vec::new() };
         let (listeners, peers) = support::loopback_listeners(count).await;
-        let mut nodes = Vec::new();
         for (index, listener) in listeners.into_iter().enumerate() {
-            let id = index as u64 + 1;
-            let issued =
-                authority.issue(&Principal::node(id), &node_hosts(&[]), Validity::days(1)).expect("a node cert");
-            let security = Security {
-                tls: Some(TlsFiles {
-                    ca: ca.clone(),
-                    cert: write(dir.path(), &format!("node-{id}.pem"), &issued.cert_pem),
-                    key: write(dir.path(), &format!("node-{id}.key"), &issued.key_pem),
-                }),
-                tokens: Some(TokenSettings {
-                    audience: AUDIENCE.into(),
-                    public_keys: vec![token_public.clone()],
-                    hs256_secret: None,
-                }),
-                // The bootstrapping node names the first admin once it leads:
-                // one command every replica applies.
-                bootstrap_admin: (id == 1).then(|| Principal::parse("user:root").expect("a principal")),
-            };
-            let options = NodeOptions {
-                id,
-                advertise: peers[&id].clone(),
-                peers: peers.clone(),
-                data_dir: dir.path().join(format!("n{id}")),
-                timings: RaftTimings::default(),
-                bootstrap: id == 1,
-                settings: gavel_server::node::ServerSettings::default(),
-                security,
-            };
-            nodes.push(start(options, listener).await.expect("start a secured node"));
+            cluster.start_node(index as u64 + 1, &peers, listener).await;
         }
-        SecureCluster { dir, authority, token_key, nodes }
+        cluster
+    }
+
+    /// Starts secured node `id` on `listener`; node 1 bootstraps a cluster
+    /// of `peers`, any other waits to be added.
+    async fn start_node(&mut self, id: u64, peers: &BTreeMap<u64, String>, listener: tokio::net::TcpListener) {
+        let dir = self.dir.path();
+        let issued =
+            self.authority.issue(&Principal::node(id), &node_hosts(&[]), Validity::days(1)).expect("a node cert");
+        let security = Security {
+            tls: Some(TlsFiles {
+                ca: dir.join("ca.pem"),
+                cert: write(dir, &format!("node-{id}.pem"), &issued.cert_pem),
+                key: write(dir, &format!("node-{id}.key"), &issued.key_pem),
+            }),
+            tokens: Some(TokenSettings {
+                audience: AUDIENCE.into(),
+                public_keys: vec![dir.join("token.pub")],
+                hs256_secret: None,
+            }),
+            // The bootstrapping node names the first admin once it leads:
+            // one command every replica applies.
+            bootstrap_admin: (id == 1).then(|| Principal::parse("user:root").expect("a principal")),
+        };
+        let options = NodeOptions {
+            id,
+            advertise: listener.local_addr().expect("bound").to_string(),
+            peers: peers.clone(),
+            data_dir: dir.join(format!("n{id}")),
+            timings: RaftTimings::default(),
+            bootstrap: id == 1,
+            settings: gavel_server::node::ServerSettings::default(),
+            security,
+        };
+        self.nodes.push(start(options, listener).await.expect("start a secured node"));
     }
 
     /// Waits until one node leads and every node knows it; returns (leader,
@@ -514,5 +521,42 @@ async fn the_bootstrap_admin_grants_through_a_follower_and_nobody_else_changes_a
         .unwrap_or_else(|| panic!("an access.granted event for user:bob in {events:?}"));
     assert_eq!(granted_event.principal.as_deref(), Some("user:root"));
     assert_eq!(granted_event.grant.as_deref(), Some("approver"));
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn an_admin_adds_a_fresh_secured_node_which_catches_up_over_mutual_tls() {
+    let mut cluster = SecureCluster::start(1).await;
+    cluster.leader_and_follower().await;
+    let root = cluster.client_cert("user:root");
+    let settled = cluster.settled_applied().await;
+    let (listeners, _) = support::loopback_listeners(1).await;
+    let listener = listeners.into_iter().next().expect("one listener");
+    let addr = listener.local_addr().expect("bound").to_string();
+    // A fresh node knows no membership yet, so it admits the leader's node
+    // certificate; the leader dials it with its own.
+    cluster.start_node(2, &BTreeMap::from([(2, addr.clone())]), listener).await;
+    let mut admin = ClusterServiceClient::new(cluster.channel(0, Some(&root)).await.expect("connect"));
+    let started = Instant::now();
+    loop {
+        match admin
+            .add_learner(pb::AddLearnerRequest { request_id: String::new(), node_id: 2, addr: addr.clone() })
+            .await
+        {
+            Ok(_) => break,
+            // The bootstrap admin may not be applied yet, or the change may race one.
+            Err(status) => assert!(started.elapsed() < WAIT, "the admin cannot add a learner: {status:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    loop {
+        let leader = cluster.nodes[0].node.raft.status().last_applied_index;
+        let learner = cluster.nodes[1].node.raft.status().last_applied_index;
+        if learner.is_some() && learner == leader && learner > settled[0] {
+            break;
+        }
+        assert!(started.elapsed() < WAIT, "the learner did not catch up: {learner:?} behind {leader:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     cluster.stop().await;
 }
