@@ -15,7 +15,7 @@ use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use gavel_proto::v1::worker_service_client::WorkerServiceClient;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::credentials::{Authorization, ClientTls};
@@ -132,7 +132,7 @@ impl Client {
             return Err(Error::Config("at least one endpoint is required".to_string()));
         }
         let authorization = Authorization::bearer(config.token.as_deref())?;
-        let tls = config.tls.as_ref().map(tls_config);
+        let tls = config.tls.as_ref().map(ClientTls::tonic_config);
         let mut channels = Vec::new();
         let mut normalized = Vec::new();
         for endpoint in endpoints {
@@ -259,17 +259,6 @@ fn endpoint_uri(endpoint: &str, tls: bool) -> Result<String, Error> {
         Some(_) => {
             Err(Error::Config(format!("endpoint {endpoint:?} needs TLS: give the cluster CA (--ca or GAVEL_CA)")))
         }
-    }
-}
-
-/// tonic's rustls configuration for `tls`: the node must present a
-/// certificate chaining to the CA and naming the dialled host; the client
-/// presents its own certificate when it has one.
-fn tls_config(tls: &ClientTls) -> ClientTlsConfig {
-    let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
-    match &tls.identity {
-        Some((cert_pem, key_pem)) => config.identity(Identity::from_pem(cert_pem, key_pem)),
-        None => config,
     }
 }
 

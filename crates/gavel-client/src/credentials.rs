@@ -19,6 +19,20 @@ pub struct ClientTls {
     pub identity: Option<(String, String)>,
 }
 
+impl ClientTls {
+    /// tonic's rustls configuration for these settings: the node must present
+    /// a certificate chaining to the CA and naming the dialled host; the
+    /// client presents its own certificate when it has one.
+    pub fn tonic_config(&self) -> tonic::transport::ClientTlsConfig {
+        let config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca_pem));
+        match &self.identity {
+            Some((cert_pem, key_pem)) => config.identity(tonic::transport::Identity::from_pem(cert_pem, key_pem)),
+            None => config,
+        }
+    }
+}
+
 impl std::fmt::Debug for ClientTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The private key stays out of logs.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use gavel_client::ClientTls;
 use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::{StatusRequest, StatusResponse};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 
 use crate::Error;
 
@@ -40,11 +40,7 @@ pub fn channel_with(addr: &str, call_timeout: Duration, tls: Option<&ClientTls>)
     let address = |source| Error::Address { addr: addr.to_string(), source };
     let mut endpoint = Endpoint::from_shared(uri(addr, tls.is_some())).map_err(address)?;
     if let Some(tls) = tls {
-        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
-        if let Some((cert_pem, key_pem)) = &tls.identity {
-            config = config.identity(Identity::from_pem(cert_pem, key_pem));
-        }
-        endpoint = endpoint.tls_config(config).map_err(address)?;
+        endpoint = endpoint.tls_config(tls.tonic_config()).map_err(address)?;
     }
     Ok(endpoint.connect_timeout(CONNECT_TIMEOUT).timeout(call_timeout).tcp_nodelay(true).connect_lazy())
 }
