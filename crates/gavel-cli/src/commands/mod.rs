@@ -251,8 +251,8 @@ pub fn finish(outcome: Result<(), CommandError>) -> ExitCode {
         CommandError::Unreachable(_) => {
             eprintln!("error: {error}");
             eprintln!(
-                "hint: set --endpoints or GAVEL_ENDPOINTS to the cluster's nodes; \
-                 `gavel dev` prints the `export GAVEL_ENDPOINTS=...` line for its ports"
+                "hint: set --endpoints or GAVEL_ENDPOINTS to the cluster's nodes, and --ca (GAVEL_CA) when they \
+                 run TLS; `gavel dev` prints the `export GAVEL_ENDPOINTS=... GAVEL_CA=...` line for its cluster"
             );
         }
         _ => eprintln!("error: {error}"),
