@@ -50,7 +50,9 @@ pub struct GlobalArgs {
     pub endpoints: String,
     /// Who you act as: `kind:id` with kind user, service, automation or
     /// anonymous (`user:alice`, `service:billing`); a bare `alice` is a user.
-    /// Default: `user:$USER`, or `user:cli` when USER is unset.
+    /// Default over TLS: the principal your credentials name (naming another
+    /// needs the act-for grant); with --insecure: `user:$USER`, or `user:cli`
+    /// when USER is unset.
     #[arg(long = "as", env = "GAVEL_ACTOR", value_name = "ACTOR", value_parser = parse_actor, global = true)]
     pub actor: Option<pb::Actor>,
     /// Print JSON (one document; JSON Lines for `audit tail`) instead of tables.
@@ -127,12 +129,19 @@ impl GlobalArgs {
         })
     }
 
-    /// The acting actor: `--as`, `GAVEL_ACTOR`, else `user:$USER`, else `user:cli`.
-    pub fn actor(&self) -> pb::Actor {
-        self.actor.clone().unwrap_or_else(|| {
-            let id = std::env::var("USER").ok().filter(|user| !user.is_empty()).unwrap_or_else(|| "cli".to_string());
-            pb::Actor { id, kind: pb::ActorKind::User as i32, display_name: None }
-        })
+    /// The actor to name: `--as` or `GAVEL_ACTOR` when given. Otherwise,
+    /// against a TLS cluster (`--ca`), none: the cluster takes the
+    /// authenticated principal (naming anyone else needs the `act-for`
+    /// grant); against an `--insecure` one, `user:$USER`, else `user:cli`.
+    pub fn actor(&self) -> Option<pb::Actor> {
+        if let Some(actor) = &self.actor {
+            return Some(actor.clone());
+        }
+        if self.ca.is_some() {
+            return None;
+        }
+        let id = std::env::var("USER").ok().filter(|user| !user.is_empty()).unwrap_or_else(|| "cli".to_string());
+        Some(pb::Actor { id, kind: pb::ActorKind::User as i32, display_name: None })
     }
 }
 
