@@ -1,7 +1,11 @@
-//! The `gavel` binary: `gavel node` runs one cluster node; `gavel dev` runs a
-//! local three-node cluster as three processes; `gavel approval|capability|
-//! exec|audit|cluster` are the operator commands (see `docs/cli.md`); `gavel
-//! chaos` and `gavel bench` run the chaos harness and the benchmark.
+//! The `gavel` binary: `gavel node` runs one cluster node (TLS and
+//! authentication from its security flags, or `--insecure`); `gavel dev`
+//! runs a secure local three-node cluster as three processes; `gavel
+//! approval|capability|exec|audit|cluster|access` are the operator commands
+//! (see `docs/cli.md`), which take their credentials from `--ca --cert --key
+//! --token --token-file --insecure` or the `GAVEL_*` variables; `gavel cert`
+//! and `gavel token` make certificates and tokens; `gavel chaos` and `gavel
+//! bench` run the chaos harness and the benchmark.
 
 mod cli;
 mod commands;

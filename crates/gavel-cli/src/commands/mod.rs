@@ -1,5 +1,6 @@
 //! The operator and approver commands of the `gavel` binary, noun then verb:
-//! `gavel approval|capability|exec|audit|cluster <verb>`.
+//! `gavel approval|capability|exec|audit|cluster|access <verb>`, and the
+//! offline credential commands `gavel cert|token <verb>`.
 //!
 //! Each command is a thin shell over the `gavel-client` SDK: it builds one
 //! request, prints the answer as an aligned table or, with `--json`, as a
