@@ -1,11 +1,16 @@
-//! The `gavel` binary: `gavel node` runs one cluster node; `gavel dev` runs a
-//! local three-node cluster as three processes; `gavel approval|capability|
-//! exec|audit|cluster` are the operator commands (see `docs/cli.md`); `gavel
-//! chaos` and `gavel bench` run the chaos harness and the benchmark.
+//! The `gavel` binary: `gavel node` runs one cluster node (TLS and
+//! authentication from its security flags, or `--insecure`); `gavel dev`
+//! runs a secure local three-node cluster as three processes; `gavel
+//! approval|capability|exec|audit|cluster|access` are the operator commands
+//! (see `docs/cli.md`), which take their credentials from `--ca --cert --key
+//! --token --token-file --insecure` or the `GAVEL_*` variables; `gavel cert`
+//! and `gavel token` make certificates and tokens; `gavel chaos` and `gavel
+//! bench` run the chaos harness and the benchmark.
 
 mod cli;
 mod commands;
 mod dev;
+mod node_security;
 
 use std::process::ExitCode;
 
@@ -40,6 +45,9 @@ fn main() -> ExitCode {
         TopCommand::Exec(args) => finish(runtime.block_on(commands::exec::run(args))),
         TopCommand::Audit(args) => finish(runtime.block_on(commands::audit::run(args))),
         TopCommand::Cluster(args) => finish(runtime.block_on(commands::cluster::run(args))),
+        TopCommand::Access(args) => finish(runtime.block_on(commands::access::run(args))),
+        TopCommand::Cert(args) => finish(commands::cert::run(args)),
+        TopCommand::Token(args) => finish(commands::token::run(args)),
         TopCommand::Chaos(args) => ExitCode::from(runtime.block_on(gavel_chaos::run::run(args)) as u8),
         TopCommand::Bench(args) => match runtime.block_on(gavel_bench::run(args)) {
             Ok(outcome) if outcome.ok => ExitCode::SUCCESS,
@@ -52,10 +60,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// The exit of `node` and `dev`: as `main` returning `anyhow::Result` would.
+/// The exit of `node` and `dev`: as `main` returning `anyhow::Result` would,
+/// except that a command line that cannot start a node exits 2, like a
+/// usage error.
 fn served(outcome: anyhow::Result<()>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.downcast_ref::<node_security::NodeUsageError>().is_some() => {
+            eprintln!("Error: {error:#}");
+            ExitCode::from(commands::EXIT_USAGE)
+        }
         Err(error) => {
             eprintln!("Error: {error:#}");
             ExitCode::FAILURE
@@ -74,6 +88,15 @@ fn planted_bug_from_env() -> Option<gavel_core::mutants::Mutant> {
 }
 
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let security = node_security::node_security(args.id, &args.security)?;
+    if security.tls.is_none() {
+        tracing::warn!(
+            "node {} runs --insecure: plaintext, no authentication, identity self-declared; never expose it",
+            args.id
+        );
+    } else {
+        tracing::info!("node {} secured: {}", args.id, node_security::describe(&security));
+    }
     let peers = parse_peers(&args.peers)?;
     if !args.join && !peers.is_empty() && !peers.contains_key(&args.id) {
         anyhow::bail!("--peers must include this node ({}) unless --join is given", args.id);
@@ -95,7 +118,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             planted_bug: planted_bug_from_env(),
             ..ServerSettings::default()
         },
-        security: gavel_server::security::Security::insecure(),
+        security,
     };
     let running = start(options, listener).await?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -28,5 +28,8 @@ pub use token::{
 };
 pub use validity::Validity;
 
+/// The identity types this crate's certificates and tokens name.
+pub use gavel_core::{Caller, GrantName, Principal, PrincipalKind};
+
 #[cfg(test)]
 mod tests;

@@ -164,14 +164,14 @@ async fn decide(
     client: &Client,
     id: String,
     status: pb::ApprovalStatus,
-    approver: pb::Actor,
+    approver: Option<pb::Actor>,
     comment: Option<String>,
     json: bool,
 ) -> Result<(), CommandError> {
     let request = pb::DecideApprovalRequest {
         id,
         status: status as i32,
-        approver: Some(approver),
+        approver,
         comment,
         ..pb::DecideApprovalRequest::default()
     };

@@ -89,7 +89,7 @@ pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
                 execution_id,
                 capability_id: capability,
                 input_json,
-                actor: Some(args.global.actor()),
+                actor: args.global.actor(),
                 surface,
                 correlation_id,
                 ..pb::SubmitRequest::default()
@@ -120,7 +120,7 @@ pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
             let client = args.global.client()?;
             let request = pb::CancelExecutionRequest {
                 execution_id: id,
-                actor: Some(args.global.actor()),
+                actor: args.global.actor(),
                 ..pb::CancelExecutionRequest::default()
             };
             let response = client.cancel_execution(request).await?;

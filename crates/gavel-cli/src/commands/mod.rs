@@ -1,23 +1,28 @@
 //! The operator and approver commands of the `gavel` binary, noun then verb:
-//! `gavel approval|capability|exec|audit|cluster <verb>`.
+//! `gavel approval|capability|exec|audit|cluster|access <verb>`, and the
+//! offline credential commands `gavel cert|token <verb>`.
 //!
 //! Each command is a thin shell over the `gavel-client` SDK: it builds one
 //! request, prints the answer as an aligned table or, with `--json`, as a
 //! stable JSON document ([`output`]), and turns the outcome into an exit code
 //! ([`finish`]). The commands and exit codes are documented in `docs/cli.md`.
 
+pub mod access;
 pub mod approval;
 pub mod audit;
 pub mod capability;
+pub mod cert;
 pub mod cluster;
 pub mod exec;
 pub mod output;
+pub mod token;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use gavel_client::{pb, Client, ClientConfig};
+use gavel_client::{pb, Client, ClientConfig, Credentials};
 
 /// The endpoints of `gavel dev`, used when neither `--endpoints` nor
 /// `GAVEL_ENDPOINTS` is given.
@@ -46,7 +51,9 @@ pub struct GlobalArgs {
     pub endpoints: String,
     /// Who you act as: `kind:id` with kind user, service, automation or
     /// anonymous (`user:alice`, `service:billing`); a bare `alice` is a user.
-    /// Default: `user:$USER`, or `user:cli` when USER is unset.
+    /// Default over TLS: the principal your credentials name (naming another
+    /// needs the act-for grant); with --insecure: `user:$USER`, or `user:cli`
+    /// when USER is unset.
     #[arg(long = "as", env = "GAVEL_ACTOR", value_name = "ACTOR", value_parser = parse_actor, global = true)]
     pub actor: Option<pb::Actor>,
     /// Print JSON (one document; JSON Lines for `audit tail`) instead of tables.
@@ -56,6 +63,25 @@ pub struct GlobalArgs {
     /// elected, before giving up with exit code 4 (ms).
     #[arg(long, env = "GAVEL_RETRY_BUDGET_MS", default_value_t = 10_000, global = true)]
     pub retry_budget_ms: u64,
+    /// The cluster CA certificate (PEM): with it the endpoints are dialled
+    /// over TLS. `gavel dev` prints the export line that sets it.
+    #[arg(long, env = "GAVEL_CA", value_name = "FILE", global = true)]
+    pub ca: Option<PathBuf>,
+    /// Your client certificate (PEM); its SAN URI gavel://kind/id is who you are.
+    #[arg(long, env = "GAVEL_CERT", value_name = "FILE", global = true)]
+    pub cert: Option<PathBuf>,
+    /// The private key of --cert (PEM).
+    #[arg(long, env = "GAVEL_KEY", value_name = "FILE", global = true)]
+    pub key: Option<PathBuf>,
+    /// A bearer token (JWT) to authenticate with instead of a certificate.
+    #[arg(long, env = "GAVEL_TOKEN", value_name = "JWT", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// A file holding the bearer token.
+    #[arg(long, env = "GAVEL_TOKEN_FILE", value_name = "FILE", global = true)]
+    pub token_file: Option<PathBuf>,
+    /// Dial plaintext, for a node started with --insecure.
+    #[arg(long, env = "GAVEL_INSECURE", global = true)]
+    pub insecure: bool,
 }
 
 impl GlobalArgs {
@@ -64,9 +90,31 @@ impl GlobalArgs {
         self.endpoints.split(',').map(str::trim).filter(|endpoint| !endpoint.is_empty()).map(String::from).collect()
     }
 
-    /// The client timings these options ask for.
-    pub fn client_config(&self) -> ClientConfig {
-        ClientConfig { retry_budget: Duration::from_millis(self.retry_budget_ms), ..ClientConfig::default() }
+    /// Where the credentials come from: the flags, or their `GAVEL_*` variables.
+    pub fn credentials(&self) -> Credentials {
+        Credentials {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            token: self.token.clone(),
+            token_file: self.token_file.clone(),
+            insecure: self.insecure,
+        }
+    }
+
+    /// The client timings and credentials these options ask for.
+    pub fn client_config(&self) -> Result<ClientConfig, CommandError> {
+        let timings =
+            ClientConfig { retry_budget: Duration::from_millis(self.retry_budget_ms), ..ClientConfig::default() };
+        self.with_credentials(timings)
+    }
+
+    /// `config` with these options' TLS and token.
+    pub fn with_credentials(&self, config: ClientConfig) -> Result<ClientConfig, CommandError> {
+        self.credentials().apply(config).map_err(|error| match error {
+            gavel_client::Error::Config(reason) => CommandError::Usage(reason),
+            other => other.into(),
+        })
     }
 
     /// A client for the configured endpoints.
@@ -75,15 +123,26 @@ impl GlobalArgs {
         if endpoints.is_empty() {
             return Err(CommandError::Usage("--endpoints names no endpoint".to_string()));
         }
-        Ok(Client::with_config(&endpoints, self.client_config())?)
+        let config = self.client_config()?;
+        Client::with_config(&endpoints, config).map_err(|error| match error {
+            gavel_client::Error::Config(reason) => CommandError::Usage(format!("invalid --endpoints: {reason}")),
+            other => other.into(),
+        })
     }
 
-    /// The acting actor: `--as`, `GAVEL_ACTOR`, else `user:$USER`, else `user:cli`.
-    pub fn actor(&self) -> pb::Actor {
-        self.actor.clone().unwrap_or_else(|| {
-            let id = std::env::var("USER").ok().filter(|user| !user.is_empty()).unwrap_or_else(|| "cli".to_string());
-            pb::Actor { id, kind: pb::ActorKind::User as i32, display_name: None }
-        })
+    /// The actor to name: `--as` or `GAVEL_ACTOR` when given. Otherwise,
+    /// against a TLS cluster (`--ca`), none: the cluster takes the
+    /// authenticated principal (naming anyone else needs the `act-for`
+    /// grant); against an `--insecure` one, `user:$USER`, else `user:cli`.
+    pub fn actor(&self) -> Option<pb::Actor> {
+        if let Some(actor) = &self.actor {
+            return Some(actor.clone());
+        }
+        if self.ca.is_some() {
+            return None;
+        }
+        let id = std::env::var("USER").ok().filter(|user| !user.is_empty()).unwrap_or_else(|| "cli".to_string());
+        Some(pb::Actor { id, kind: pb::ActorKind::User as i32, display_name: None })
     }
 }
 
@@ -160,7 +219,7 @@ impl From<gavel_client::Error> for CommandError {
                 CommandError::Refused { code, message, problems }
             }
             gavel_client::Error::Unavailable(reason) => CommandError::Unreachable(reason),
-            gavel_client::Error::Config(reason) => CommandError::Usage(format!("invalid --endpoints: {reason}")),
+            gavel_client::Error::Config(reason) => CommandError::Usage(reason),
         }
     }
 }
@@ -185,6 +244,13 @@ pub fn finish(outcome: Result<(), CommandError>) -> ExitCode {
         }
     }
     match &error {
+        CommandError::Refused { code, .. } if code == "UNAUTHENTICATED" => {
+            eprintln!("error: {error}");
+            eprintln!(
+                "hint: the cluster did not accept your credentials; set --ca/--cert/--key or --token \
+                 (GAVEL_CA, GAVEL_CERT, GAVEL_KEY, GAVEL_TOKEN); `gavel dev` prints the export line for its admin"
+            );
+        }
         CommandError::Refused { problems, .. } => {
             eprintln!("error: {error}");
             for problem in problems {
@@ -195,8 +261,8 @@ pub fn finish(outcome: Result<(), CommandError>) -> ExitCode {
         CommandError::Unreachable(_) => {
             eprintln!("error: {error}");
             eprintln!(
-                "hint: set --endpoints or GAVEL_ENDPOINTS to the cluster's nodes; \
-                 `gavel dev` prints the `export GAVEL_ENDPOINTS=...` line for its ports"
+                "hint: set --endpoints or GAVEL_ENDPOINTS to the cluster's nodes, and --ca (GAVEL_CA) when they \
+                 run TLS; `gavel dev` prints the `export GAVEL_ENDPOINTS=... GAVEL_CA=...` line for its cluster"
             );
         }
         _ => eprintln!("error: {error}"),
