@@ -647,8 +647,20 @@ async fn bad_certificates_plaintext_and_bad_tokens_get_a_clear_error_and_others_
         ("a self-signed certificate", tls_with(self_signed.cert_pem().to_string(), self_signed.key_pem())),
     ] {
         let client = secure.client_with(Some(tls), None);
-        let message = assert_refused(client.who_am_i(pb::WhoAmIRequest {}).await, "UNAUTHENTICATED", case);
-        assert!(message.contains("TLS"), "{case}: the handshake failed: {message}");
+        let error = client.who_am_i(pb::WhoAmIRequest {}).await.expect_err(case);
+        // TLS 1.3 lets the client finish its half of the handshake and send
+        // its request before the node checks the certificate; the node then
+        // sends a fatal alert and closes. The SDK names the alert
+        // (UNAUTHENTICATED, "TLS ... failed: received fatal alert: ...") when
+        // it reads it, but the close may reset the connection first, and the
+        // SDK can only say the node did not answer (UNAVAILABLE). Either
+        // way no node served the call.
+        eprintln!("{case}: {error}");
+        match error.code() {
+            "UNAUTHENTICATED" => assert!(error.to_string().contains("fatal alert"), "{case}: {error}"),
+            "UNAVAILABLE" => assert!(!error.to_string().contains("user:"), "{case}: {error}"),
+            other => panic!("{case}: refused with {other}: {error}"),
+        }
         secure.still_serves_a_good_client().await;
     }
     // Plaintext to a TLS node: the handshake never happens, nothing answers.
