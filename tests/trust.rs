@@ -617,6 +617,42 @@ async fn lease_takeover_and_ungranted_queue(secure: &Secure, submitter: &Client)
     );
 }
 
+/// What a raw TLS client presenting `tls`'s certificate to `addr` reads
+/// after the handshake and an HTTP/2 preface: the node's refusal.
+async fn handshake_refusal(addr: &str, tls: &ClientTls) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(tls.ca_pem.as_bytes()) {
+        roots.add(certificate.expect("the CA parses")).expect("the CA is usable");
+    }
+    let (cert_pem, key_pem) = tls.identity.as_ref().expect("a client certificate");
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>().expect("a chain");
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).expect("a key");
+    let mut config = tokio_rustls::rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("a client configuration");
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("the node accepts TCP");
+    let host = ServerName::try_from(addr.rsplit_once(':').expect("host:port").0.to_string()).expect("a server name");
+    let exchange = async {
+        let mut stream = connector.connect(host, tcp).await?;
+        stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
+        stream.flush().await?;
+        let mut buffer = [0u8; 256];
+        stream.read(&mut buffer).await
+    };
+    match tokio::time::timeout(Duration::from_secs(5), exchange).await {
+        Ok(Ok(read)) => panic!("the node answered a refused certificate with {read} bytes"),
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => panic!("the node neither answered nor refused the certificate"),
+    }
+}
+
 /// A token whose header and claims are these JSON texts, signed by nobody.
 fn unsigned_token(header: &str, claims: &str) -> String {
     let encode = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text);
@@ -641,23 +677,33 @@ async fn bad_certificates_plaintext_and_bad_tokens_get_a_clear_error_and_others_
     let no_certificate = secure.client_with(Some(cluster.ca_only().expect("secure")), None);
     assert_refused(no_certificate.who_am_i(pb::WhoAmIRequest {}).await, "UNAUTHENTICATED", "no certificate, no token");
     secure.still_serves_a_good_client().await;
-    for (case, tls) in [
-        ("a certificate of another CA", tls_with(foreign.cert_pem, foreign.key_pem)),
-        ("an expired certificate", tls_with(expired.cert_pem, expired.key_pem)),
-        ("a self-signed certificate", tls_with(self_signed.cert_pem().to_string(), self_signed.key_pem())),
+    for (case, tls, alert) in [
+        ("a certificate of another CA", tls_with(foreign.cert_pem, foreign.key_pem), "UnknownCA"),
+        ("an expired certificate", tls_with(expired.cert_pem, expired.key_pem), "CertificateExpired"),
+        (
+            "a self-signed certificate",
+            tls_with(self_signed.cert_pem().to_string(), self_signed.key_pem()),
+            "CertificateUnknown",
+        ),
     ] {
+        // At the handshake: the node answers the certificate with a fatal
+        // alert naming the fault.
+        let refusal = handshake_refusal(cluster.addr(1).expect("node 1"), &tls).await;
+        assert!(refusal.contains(&format!("received fatal alert: {alert}")), "{case}: {refusal}");
+        eprintln!("{case}: handshake refused: {refusal}");
+        // Through the SDK: no node serves the call. TLS 1.3 lets the client
+        // send its request before the node checks its certificate; the SDK
+        // names the alert (UNAUTHENTICATED) when hyper hands it the read
+        // error, but when the connection ends before the queued request is
+        // written, hyper reports it cancelled and the SDK can only say the
+        // node did not answer (UNAVAILABLE).
         let client = secure.client_with(Some(tls), None);
         let error = client.who_am_i(pb::WhoAmIRequest {}).await.expect_err(case);
-        // TLS 1.3 lets the client finish its half of the handshake and send
-        // its request before the node checks the certificate; the node then
-        // sends a fatal alert and closes. The SDK names the alert
-        // (UNAUTHENTICATED, "TLS ... failed: received fatal alert: ...") when
-        // it reads it, but the close may reset the connection first, and the
-        // SDK can only say the node did not answer (UNAVAILABLE). Either
-        // way no node served the call.
         eprintln!("{case}: {error}");
         match error.code() {
-            "UNAUTHENTICATED" => assert!(error.to_string().contains("fatal alert"), "{case}: {error}"),
+            "UNAUTHENTICATED" => {
+                assert!(error.to_string().contains(&format!("fatal alert: {alert}")), "{case}: {error}")
+            }
             "UNAVAILABLE" => assert!(!error.to_string().contains("user:"), "{case}: {error}"),
             other => panic!("{case}: refused with {other}: {error}"),
         }
