@@ -7,7 +7,8 @@
 //! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`],
 //! [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
 //! and request ids, in front of every service), [`security`] (TLS material,
-//! token verification, who a call is made by), [`health`] (gRPC health that
+//! token verification, who a call is made by), [`tls`] (the TLS acceptor: bounded
+//! concurrent handshakes, refusals closed so the client reads the alert), [`health`] (gRPC health that
 //! follows leader and quorum) and [`replies::FromReply`] (typed state-machine
 //! replies).
 //!
@@ -28,3 +29,4 @@ pub mod security;
 pub mod server;
 pub mod services;
 pub mod ticker;
+pub mod tls;

@@ -19,14 +19,14 @@ use gavel_pki::{TokenVerifier, TokenVerifierSettings};
 use gavel_raft::PeerTls;
 use tonic::codegen::http::{Extensions, HeaderMap};
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::Status;
 
 use crate::node::domain_status;
 
-/// How long a connection may take to complete its TLS handshake. tonic
-/// runs handshakes concurrently, but without a bound a client that opens
-/// connections and never finishes the handshake holds each one forever.
+/// How long a connection may take to complete its TLS handshake. Handshakes
+/// run concurrently ([`crate::tls::incoming`]), but without a bound a client
+/// that opens connections and never finishes the handshake holds each one
+/// forever.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A node's security settings.
@@ -113,6 +113,9 @@ pub enum SecurityError {
     /// The token keys or secret are not usable.
     #[error("token settings: {0}")]
     Tokens(#[source] gavel_pki::PkiError),
+    /// The TLS material does not parse or does not fit together.
+    #[error("TLS material: {0}")]
+    Tls(String),
     /// Tokens were configured on a node without TLS.
     #[error("bearer tokens need TLS material: a token sent in plaintext can be replayed by anyone on the path")]
     TokensWithoutTls,
@@ -181,15 +184,12 @@ pub fn permission_denied(message: &str) -> Status {
 }
 
 impl Secured {
-    /// The server side of TLS: this node's certificate, and the cluster CA
-    /// for client certificates, which are optional (token clients have none)
-    /// but must chain to the CA when presented.
-    pub fn server_tls_config(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new()
-            .identity(Identity::from_pem(&self.peer_tls.cert_pem, &self.peer_tls.key_pem))
-            .client_ca_root(Certificate::from_pem(&self.peer_tls.ca_pem))
-            .client_auth_optional(true)
-            .timeout(TLS_HANDSHAKE_TIMEOUT)
+    /// The server side of TLS ([`crate::tls::server_config`]): this node's
+    /// certificate, and the cluster CA for client certificates, which are
+    /// optional (token clients have none) but must chain to the CA when
+    /// presented.
+    pub fn server_config(&self) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, SecurityError> {
+        crate::tls::server_config(&self.peer_tls.ca_pem, &self.peer_tls.cert_pem, &self.peer_tls.key_pem)
     }
 
     /// Who makes a call that came on a connection from `peer`: the bearer

@@ -51,9 +51,6 @@ pub enum ServerError {
     /// The TLS material or token keys could not be loaded.
     #[error("security settings: {0}")]
     Security(#[source] crate::security::SecurityError),
-    /// The server TLS configuration was refused.
-    #[error("configuring TLS: {0}")]
-    Tls(#[source] tonic::transport::Error),
     /// The gRPC server failed while serving.
     #[error("serving: {0}")]
     Serve(#[source] tonic::transport::Error),
@@ -154,10 +151,9 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
     let addr = listener.local_addr().map_err(ServerError::Listener)?;
     let secured = options.security.load().map_err(ServerError::Security)?;
     // Bad TLS material is refused here, before Raft starts.
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(secured) = &secured {
-        builder = builder.tls_config(secured.server_tls_config()).map_err(ServerError::Tls)?;
-    }
+    let server_tls =
+        secured.as_ref().map(|secured| secured.server_config()).transpose().map_err(ServerError::Security)?;
+    let builder = tonic::transport::Server::builder();
     let planted_bug = options.settings.planted_bug;
     let app = CoreApp::new(planted_bug);
     let config = NodeConfig {
@@ -216,17 +212,24 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         .add_service(
             AccessServiceServer::new(Access { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
         );
-    // `Server::tcp_nodelay` only applies to sockets tonic accepts itself; ours
-    // come from our listener, so set it here. Without it a response written in
-    // two segments waits for the client's delayed ACK (~40 ms).
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let server = tokio::spawn(async move {
-        router
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = server_shutdown.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
+    let stopped = async move {
+        let _ = server_shutdown.wait_for(|stop| *stop).await;
+    };
+    let server = match server_tls {
+        // Our own TLS acceptor, so that a refused client certificate reaches
+        // the client as an alert rather than a reset (see `crate::tls`).
+        Some(config) => {
+            let incoming = crate::tls::incoming(listener, config);
+            tokio::spawn(async move { router.serve_with_incoming_shutdown(incoming, stopped).await })
+        }
+        // `Server::tcp_nodelay` only applies to sockets tonic accepts itself;
+        // ours come from our listener, so set it here. Without it a response
+        // written in two segments waits for the client's delayed ACK (~40 ms).
+        None => {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            tokio::spawn(async move { router.serve_with_incoming_shutdown(incoming, stopped).await })
+        }
+    };
 
     if options.bootstrap {
         raft.initialize(options.peers.clone()).await.map_err(ServerError::Initialize)?;

@@ -1,0 +1,117 @@
+//! The TLS side of a secured node's port: handshakes run concurrently, each
+//! bounded by [`TLS_HANDSHAKE_TIMEOUT`], and a refused handshake closes so
+//! that the client reads why.
+//!
+//! With TLS 1.3 a client finishes its half of the handshake and sends its
+//! first request before the node has checked its certificate. When the node
+//! refuses the certificate it sends a fatal alert (`UnknownCA`,
+//! `CertificateExpired`, ...). Closing the socket right after, with the
+//! client's request still unread, makes the kernel send a reset, which can
+//! overtake the alert: the client then sees only "connection reset" and
+//! cannot tell a refused certificate from a dead node. So a refused
+//! connection is closed gracefully: the alert, then end of stream, then
+//! whatever the client still sends is read and dropped for a moment, so the
+//! socket closes with nothing unread.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{RootCertStore, ServerConfig};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::security::{SecurityError, TLS_HANDSHAKE_TIMEOUT};
+
+/// How long a refused connection is drained before it is dropped.
+const REFUSED_LINGER: Duration = Duration::from_secs(1);
+
+/// Handshaken connections waiting for the server to take them.
+const READY_CONNECTIONS_MAX: usize = 64;
+
+/// The rustls server configuration of a node: its certificate and key, the
+/// cluster CA as client CA with client certificates optional (token clients
+/// present none), HTTP/2 by ALPN.
+pub fn server_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>, SecurityError> {
+    let invalid = |what: &str, error: &dyn std::fmt::Display| SecurityError::Tls(format!("{what}: {error}"));
+    let mut roots = RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        let certificate = certificate.map_err(|error| invalid("the CA certificate", &error))?;
+        roots.add(certificate).map_err(|error| invalid("the CA certificate", &error))?;
+    }
+    let verifier = WebPkiClientVerifier::builder(Arc::new(roots))
+        .allow_unauthenticated()
+        .build()
+        .map_err(|error| invalid("the client certificate verifier", &error))?;
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| invalid("the node certificate", &error))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|error| invalid("the node key", &error))?;
+    let mut config = ServerConfig::builder()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(|error| invalid("the node certificate and key", &error))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The TLS connections accepted on `listener`, for
+/// `Server::serve_with_incoming_shutdown`. Accepting stops when the stream
+/// is dropped (the server stopped).
+pub fn incoming(listener: TcpListener, config: Arc<ServerConfig>) -> ReceiverStream<io::Result<TlsStream<TcpStream>>> {
+    let (ready, connections) = mpsc::channel(READY_CONNECTIONS_MAX);
+    let acceptor = TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = ready.closed() => return,
+            };
+            let tcp = match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(error) => {
+                    // Out of descriptors and the like: the next accept may work.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            // Without it a response written in two segments waits for the
+            // client's delayed ACK (~40 ms).
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, ready) = (acceptor.clone(), ready.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp).into_fallible()).await {
+                    Ok(Ok(tls)) => {
+                        let _ = ready.send(Ok(tls)).await;
+                    }
+                    Ok(Err((error, tcp))) => {
+                        tracing::debug!(%error, "TLS handshake refused");
+                        close_refused(tcp).await;
+                    }
+                    Err(_) => tracing::debug!("TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(connections)
+}
+
+/// Closes a connection whose handshake failed (the alert is already
+/// written) without a reset: end of stream, then drain until the client
+/// closes or [`REFUSED_LINGER`] passes.
+async fn close_refused(mut tcp: TcpStream) {
+    let _ = tcp.shutdown().await;
+    let mut buffer = [0u8; 4096];
+    let _ = tokio::time::timeout(REFUSED_LINGER, async {
+        while matches!(tcp.read(&mut buffer).await, Ok(read) if read > 0) {}
+    })
+    .await;
+}
