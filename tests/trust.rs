@@ -617,8 +617,8 @@ async fn lease_takeover_and_ungranted_queue(secure: &Secure, submitter: &Client)
     );
 }
 
-/// What a raw TLS client presenting `tls`'s certificate to `addr` reads
-/// after the handshake and an HTTP/2 preface: the node's refusal.
+/// What a raw TLS client presenting `tls`'s certificate to `addr` gets after
+/// the handshake, an HTTP/2 preface and a large write: the node's refusal.
 async fn handshake_refusal(addr: &str, tls: &ClientTls) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -641,7 +641,11 @@ async fn handshake_refusal(addr: &str, tls: &ClientTls) -> String {
     let host = ServerName::try_from(addr.rsplit_once(':').expect("host:port").0.to_string()).expect("a server name");
     let exchange = async {
         let mut stream = connector.connect(host, tcp).await?;
+        // A client that keeps writing (a large first request) while the node
+        // refuses it: the node must not reset the connection before the
+        // client has read the alert.
         stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
+        stream.write_all(&vec![0u8; 256 * 1024]).await?;
         stream.flush().await?;
         let mut buffer = [0u8; 256];
         stream.read(&mut buffer).await
@@ -687,7 +691,9 @@ async fn bad_certificates_plaintext_and_bad_tokens_get_a_clear_error_and_others_
         ),
     ] {
         // At the handshake: the node answers the certificate with a fatal
-        // alert naming the fault.
+        // alert naming the fault, and closes without a reset even while the
+        // client is still writing (gavel-server's TLS acceptor), so the
+        // client reads the alert.
         let refusal = handshake_refusal(cluster.addr(1).expect("node 1"), &tls).await;
         assert!(refusal.contains(&format!("received fatal alert: {alert}")), "{case}: {refusal}");
         eprintln!("{case}: handshake refused: {refusal}");
