@@ -102,7 +102,7 @@ async fn namespaces_partitions_and_process_faults() {
         eprintln!("net {prefix}: hub {} subnet 10.213.{}.0/24", net.hub_ip(), net.subnet());
         let dir = tempfile::tempdir().expect("temp dir");
         let launcher = Namespaces { topology: net.topology(), port: 7400 };
-        let cluster = Cluster::start_with(cluster::spec(&binary, dir.path()), launcher).await.expect("cluster start");
+        let cluster = Cluster::start_with(cluster::spec(&binary, dir.path(), false), launcher).await.expect("cluster start");
         let all = [1, 2, 3];
         for id in all {
             assert_eq!(cluster.addr(id), Some(format!("{}:7400", net.ip(id).expect("ip")).as_str()));
@@ -296,7 +296,7 @@ async fn loopback_kill_and_restart() {
     let binary = gavel_binary();
     bounded(async move {
         let dir = tempfile::tempdir().expect("temp dir");
-        let cluster = Cluster::start(cluster::spec(&binary, dir.path())).await.expect("cluster start");
+        let cluster = Cluster::start(cluster::spec(&binary, dir.path(), true)).await.expect("cluster start");
         let all = [1, 2, 3];
         for endpoint in cluster.endpoints() {
             assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint}");
