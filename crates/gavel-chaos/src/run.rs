@@ -393,8 +393,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
     let changes = leader_changes.load(Ordering::Relaxed);
     let hashes = observe_state_hashes(&cluster, AGREE_TIMEOUT).await.chosen();
     for (id, addr) in &nodes {
-        let mut state =
-            final_state(&cluster, *id, addr, workload.tls(), &approvals, &executions, changes).await;
+        let mut state = final_state(&cluster, *id, addr, workload.tls(), &approvals, &executions, changes).await;
         // The hash at an applied index every node reached, not whatever one
         // read happened to see (the ticker appends between reads).
         if let Some((applied_index, state_hash)) = hashes.get(id) {
