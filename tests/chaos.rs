@@ -1,5 +1,7 @@
 //! The chaos harness against the real binary: one short schedule (kill plus
 //! partition) must be judged valid, and every planted bug must be caught.
+//! Both run secure (the default): nodes over mutual TLS, the workload
+//! authenticated by certificate and authorized by its grants.
 //!
 //! The short schedule is what `.ci/run` runs (about two minutes). The
 //! planted-bug runs build a second `gavel` with `--features mutants` in its
@@ -69,6 +71,7 @@ fn a_short_kill_and_partition_schedule_is_judged_valid() {
         );
     }
     assert_eq!(summary["verdict"], "valid");
+    assert_eq!(summary["secure"], true, "the chaos run is secure by default");
     assert!(summary["faults"].as_u64().unwrap_or(0) >= 10, "every fault fired twice");
     assert!(summary["leader_changes"].as_u64().unwrap_or(0) >= 2);
     assert!(summary["late_rejected"].as_u64().unwrap_or(0) >= 20);
@@ -139,7 +142,11 @@ fn every_planted_bug_is_caught() {
             summary["verdict"],
             started.elapsed()
         );
-        if code != 1 || summary["verdict"] != "invalid" || checker_verdict(&summary, checker) != "invalid" {
+        if code != 1
+            || summary["verdict"] != "invalid"
+            || summary["secure"] != true
+            || checker_verdict(&summary, checker) != "invalid"
+        {
             missed.push(format!("{mutant} (expected {checker} to find it; invalid: {caught_by:?})"));
         }
     }

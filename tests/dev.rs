@@ -1,5 +1,6 @@
 //! `gavel dev` fails loudly and says what to do: it prints the
-//! `export GAVEL_ENDPOINTS=...` line the CLI then works with, refuses ports
+//! `export GAVEL_ENDPOINTS=... GAVEL_CA=... GAVEL_CERT=... GAVEL_KEY=...`
+//! line the CLI then works with (as the admin, over TLS), refuses ports
 //! another cluster holds (naming the port), and ends with an error naming
 //! the node and its log when one of its nodes exits, during start or later.
 
@@ -105,12 +106,24 @@ impl Drop for Dev {
     }
 }
 
-/// Runs `gavel ARGS...` with `GAVEL_ENDPOINTS` set as `gavel dev` said.
-fn gavel_with_env(endpoints: &str, args: &[&str]) -> Output {
+/// The `NAME=value` pairs of `gavel dev`'s `export ...` line.
+fn exported(line: &str) -> Vec<(String, String)> {
+    line.trim_start_matches("export ")
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+/// Runs `gavel ARGS...` with the environment `gavel dev` printed.
+fn gavel_with_env(env: &[(String, String)], args: &[&str]) -> Output {
     Command::new(support::gavel_binary())
         .args(args)
-        .env("GAVEL_ENDPOINTS", endpoints)
+        .envs(env.iter().map(|(name, value)| (name.as_str(), value.as_str())))
         .env_remove("GAVEL_RETRY_BUDGET_MS")
+        .env_remove("GAVEL_INSECURE")
+        .env_remove("GAVEL_TOKEN")
+        .env_remove("GAVEL_TOKEN_FILE")
         .output()
         .expect("run gavel")
 }
@@ -122,14 +135,37 @@ fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_nod
     let mut dev = Dev::start(base, &dir.path().join("dev"), dir.path().join("dev.stderr"));
     let printed = dev.read_until("export GAVEL_ENDPOINTS=", STARTS_WITHIN);
     let export = printed.last().expect("the export line");
-    let endpoints = export.trim_start_matches("export GAVEL_ENDPOINTS=").to_string();
-    assert_eq!(endpoints, format!("127.0.0.1:{base},127.0.0.1:{},127.0.0.1:{}", base + 1, base + 2));
+    let env = exported(export);
+    let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["GAVEL_ENDPOINTS", "GAVEL_CA", "GAVEL_CERT", "GAVEL_KEY"], "{export}");
+    assert_eq!(env[0].1, format!("127.0.0.1:{base},127.0.0.1:{},127.0.0.1:{}", base + 1, base + 2));
+    for (name, path) in &env[1..] {
+        assert!(Path::new(path).is_file(), "{name}={path} names no file");
+    }
 
-    // The CLI works on a non-default base port with just the printed line.
-    let status = gavel_with_env(&endpoints, &["cluster", "status"]);
+    // The CLI works on a non-default base port with just the printed line,
+    // over TLS as the cluster's first admin (whichever node bootstrapped it).
+    let status = gavel_with_env(&env, &["cluster", "status"]);
     let stdout = String::from_utf8_lossy(&status.stdout);
     assert_eq!(status.status.code(), Some(0), "{status:?}");
     assert!(stdout.contains("leader"), "{stdout}");
+    // The node that won the first election proposed the bootstrap admin.
+    let admin_by = Instant::now() + STARTS_WITHIN;
+    let whoami = loop {
+        let whoami = gavel_with_env(&env, &["access", "whoami", "--json"]);
+        let answer: serde_json::Value = serde_json::from_slice(&whoami.stdout).unwrap_or_default();
+        let is_admin =
+            answer["grants"].as_array().is_some_and(|grants| grants.iter().any(|grant| grant["grant"] == "admin"));
+        if (whoami.status.success() && is_admin) || Instant::now() > admin_by {
+            break (whoami, answer);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(whoami.1["principal"], "user:admin", "{:?}", whoami.0);
+    assert_eq!(whoami.1["grants"][0]["grant"], "admin", "{:?}", whoami.0);
+    // Without the credentials the same endpoints refuse plaintext.
+    let plain = gavel_with_env(&env[..1], &["cluster", "status"]);
+    assert_ne!(plain.status.code(), Some(0), "{plain:?}");
 
     // A second `gavel dev` on the same ports fails at once, naming the port.
     let started = Instant::now();

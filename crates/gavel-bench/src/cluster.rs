@@ -2,14 +2,93 @@
 //! [`gavel_testkit::Cluster`] the bench starts in a temporary directory
 //! (full durability, fsync on) and kills at the end; and what the bench reads
 //! from the nodes' logs and data directories.
+//!
+//! The local cluster is secure unless `--insecure`: the kit makes a CA,
+//! node certificates and the certificate of the bench's one principal
+//! ([`BENCH_PRINCIPAL`], the cluster's first admin), which then grants itself
+//! [`BENCH_GRANTS`]. Every SDK client and status call of the bench dials
+//! with a [`Dial`] (TLS with that certificate, or plaintext); its raw
+//! channels come from [`Cluster::channel`], as the same principal.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gavel_client::pb;
-use gavel_testkit::{Cluster, ClusterSpec};
+use gavel_client::{pb, Client, ClientConfig, ClientTls};
+use gavel_pki::{GrantName, Principal, PrincipalKind};
+use gavel_testkit::{Cluster, ClusterSpec, Security};
 
 use crate::BenchError;
+
+/// The id of the bench's principal, `service:bench`: the local cluster's
+/// first admin, which registers the capabilities.
+pub const BENCH_PRINCIPAL: &str = "bench";
+
+/// What the bench principal grants itself on the local cluster: it creates
+/// and consumes approvals and submits (naming its agents as actors), decides
+/// them naming the bench approver, and polls and reports as every worker.
+pub const BENCH_GRANTS: [GrantName; 6] = [
+    GrantName::Submitter,
+    GrantName::ActFor,
+    GrantName::Approver,
+    GrantName::DelegateDecide,
+    GrantName::Worker,
+    GrantName::Auditor,
+];
+
+/// How the bench reaches the nodes: the TLS and token every client and raw
+/// channel uses (none: plaintext).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Dial {
+    /// Client TLS (CA and certificate).
+    pub tls: Option<ClientTls>,
+    /// A bearer token the SDK clients send.
+    pub token: Option<String>,
+}
+
+impl Dial {
+    /// The dial of `config`'s credentials.
+    pub fn of(config: &ClientConfig) -> Dial {
+        Dial { tls: config.tls.clone(), token: config.token.clone() }
+    }
+
+    /// The default client configuration with these credentials.
+    pub fn config(&self) -> ClientConfig {
+        ClientConfig { tls: self.tls.clone(), token: self.token.clone(), ..ClientConfig::default() }
+    }
+
+    /// Whether the nodes are dialled over TLS.
+    pub fn is_secure(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// A client whose first endpoint is `endpoints[first]`, then the others.
+    pub fn client(&self, endpoints: &[String], first: usize) -> Result<Client, BenchError> {
+        self.client_with(endpoints, first, ClientConfig::default())
+    }
+
+    /// [`Dial::client`] with the timings of `timings`.
+    pub fn client_with(&self, endpoints: &[String], first: usize, timings: ClientConfig) -> Result<Client, BenchError> {
+        let ordered: Vec<String> =
+            (0..endpoints.len()).map(|offset| endpoints[(first + offset) % endpoints.len()].clone()).collect();
+        let config = ClientConfig { tls: self.tls.clone(), token: self.token.clone(), ..timings };
+        Client::with_config(&ordered, config).map_err(BenchError::client("creating a client"))
+    }
+
+    /// `ClusterService.Status` of the node at `addr`, within [`STATUS_TIMEOUT`].
+    pub async fn status(&self, addr: &str) -> Result<pb::StatusResponse, BenchError> {
+        Ok(gavel_testkit::status_with(addr, STATUS_TIMEOUT, self.tls.as_ref()).await?)
+    }
+
+    /// Index of the endpoint whose node reports itself leader, waiting up to [`WAIT`].
+    pub async fn find_leader(&self, endpoints: &[String]) -> Result<usize, BenchError> {
+        Ok(gavel_testkit::find_leader_with(endpoints, STATUS_TIMEOUT, WAIT, self.tls.as_ref()).await?)
+    }
+}
+
+/// `service:bench`.
+pub fn bench_principal() -> Principal {
+    Principal::new(PrincipalKind::Service, BENCH_PRINCIPAL).expect("a valid principal id")
+}
 
 /// Longest wait for a leader or a catch-up.
 pub const WAIT: Duration = Duration::from_secs(120);
@@ -30,8 +109,15 @@ pub(crate) struct LocalCluster {
 
 impl LocalCluster {
     /// Starts three nodes of `binary` in a new temporary directory (under
-    /// `parent` when given) with the extra `flags`, and waits for a leader.
-    pub async fn start(binary: PathBuf, parent: Option<&Path>, flags: &[String]) -> Result<LocalCluster, BenchError> {
+    /// `parent` when given) with the extra `flags`, over TLS unless
+    /// `insecure`, and waits for a leader (and, secure, for the bench
+    /// principal's grants).
+    pub async fn start(
+        binary: PathBuf,
+        parent: Option<&Path>,
+        flags: &[String],
+        insecure: bool,
+    ) -> Result<LocalCluster, BenchError> {
         let dir = match parent {
             Some(parent) => {
                 std::fs::create_dir_all(parent).map_err(BenchError::io(format!("creating {}", parent.display())))?;
@@ -44,8 +130,20 @@ impl LocalCluster {
         spec.args = flags.to_vec();
         spec.start_timeout = WAIT;
         spec.status_timeout = STATUS_TIMEOUT;
+        if !insecure {
+            spec.security = Security::secure(bench_principal());
+        }
         let cluster = Cluster::start(spec).await?;
+        if !insecure {
+            cluster.grant(&bench_principal(), &BENCH_GRANTS, WAIT).await?;
+        }
         Ok(LocalCluster { cluster, dir: Some(dir) })
+    }
+
+    /// How the bench reaches this cluster: as the bench principal over TLS,
+    /// or plaintext.
+    pub fn dial(&self) -> Dial {
+        Dial::of(&self.cluster.client_config())
     }
 
     /// The directory holding the nodes' data and logs.
@@ -97,16 +195,6 @@ pub(crate) fn parse_snapshot_lines(log: &str) -> SnapshotLines {
         stored: sizes.len(),
         restored: log.lines().filter(|line| line.contains(RESTORED_LINE)).count(),
     }
-}
-
-/// `ClusterService.Status` of the node at `addr`, within [`STATUS_TIMEOUT`].
-pub(crate) async fn status(addr: &str) -> Result<pb::StatusResponse, BenchError> {
-    Ok(gavel_testkit::status(addr, STATUS_TIMEOUT).await?)
-}
-
-/// Index of the endpoint whose node reports itself leader, waiting up to [`WAIT`].
-pub(crate) async fn find_leader(endpoints: &[String]) -> Result<usize, BenchError> {
-    Ok(gavel_testkit::find_leader(endpoints, STATUS_TIMEOUT, WAIT).await?)
 }
 
 /// Apparent and allocated sizes, in bytes, of every file under `dir`.

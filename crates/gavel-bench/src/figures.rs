@@ -22,12 +22,12 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use gavel_client::{pb, CancellationToken, Client, HandlerError, Worker};
+use gavel_client::{pb, CancellationToken, HandlerError, Worker};
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use serde::Serialize;
 use tonic::transport::Channel;
 
-use crate::cluster::{self, LocalCluster};
+use crate::cluster::{self, Dial, LocalCluster};
 use crate::scale::{self, FillReport, RestartReport};
 use crate::{workload, BenchError, Printer};
 
@@ -80,6 +80,9 @@ pub(crate) struct FiguresSpec {
     pub binary: PathBuf,
     pub data_dir: Option<PathBuf>,
     pub node_flags: Vec<String>,
+    /// Whether the failover comparison's second cluster runs `--insecure`
+    /// (as the first one does).
+    pub insecure: bool,
 }
 
 /// A figure's runs: their median and spread, in milliseconds.
@@ -285,17 +288,19 @@ pub(crate) async fn run(
                 let mut flags: Vec<String> =
                     spec.node_flags.iter().filter(|flag| !flag.starts_with("--election-timeout-")).cloned().collect();
                 flags.extend(SLOW_ELECTION_FLAGS.iter().map(|flag| flag.to_string()));
-                let slow = LocalCluster::start(spec.binary.clone(), spec.data_dir.as_deref(), &flags).await?;
+                let slow =
+                    LocalCluster::start(spec.binary.clone(), spec.data_dir.as_deref(), &flags, spec.insecure).await?;
                 let label = "election timeout 800–1600 ms";
                 report.failover.push(failover(&slow, spec.runs, label, &format!("{prefix}-slow"), printer).await?);
             }
             Figure::Lifecycle => report.lifecycle = lifecycles(local, spec, &prefix, printer).await?,
             Figure::Cancel => {
-                register_sdk_capabilities(&local.cluster.addrs()).await?;
+                register_sdk_capabilities(&local.dial(), &local.cluster.addrs()).await?;
                 for heartbeat_ms in CANCEL_HEARTBEATS_MS {
                     let heartbeat = Duration::from_millis(heartbeat_ms);
                     let mut latencies =
-                        cancel_latencies(&local.cluster.addrs(), spec.cancels, heartbeat, &prefix).await?;
+                        cancel_latencies(&local.dial(), &local.cluster.addrs(), spec.cancels, heartbeat, &prefix)
+                            .await?;
                     latencies.sort();
                     let figure = CancelFigure {
                         heartbeat_ms,
@@ -313,8 +318,8 @@ pub(crate) async fn run(
                 }
             }
             Figure::IdleWorker => {
-                register_sdk_capabilities(&local.cluster.addrs()).await?;
-                let figure = idle_load(&local.cluster.addrs(), spec.idle).await?;
+                register_sdk_capabilities(&local.dial(), &local.cluster.addrs()).await?;
+                let figure = idle_load(&local.dial(), &local.cluster.addrs(), spec.idle).await?;
                 printer.human(&format!(
                     "(e) idle worker ({IDLE_CONCURRENCY} slots): {:.2} requests/s, {} Raft log entries over {:.0} s",
                     figure.requests_per_s, figure.raft_log_entries, figure.seconds
@@ -446,8 +451,8 @@ async fn lifecycles(
 }
 
 /// Registers the capabilities of the SDK figures (again is harmless).
-async fn register_sdk_capabilities(endpoints: &[String]) -> Result<(), BenchError> {
-    let client = Client::new(endpoints).map_err(BenchError::client("creating a client"))?;
+async fn register_sdk_capabilities(dial: &Dial, endpoints: &[String]) -> Result<(), BenchError> {
+    let client = dial.client(endpoints, 0)?;
     for id in ["bench.cancel", "bench.idle"] {
         let spec = pb::CapabilitySpec {
             id: id.to_string(),
@@ -467,14 +472,16 @@ async fn register_sdk_capabilities(endpoints: &[String]) -> Result<(), BenchErro
 /// (d) Submits `runs` executions one at a time; as soon as the worker's
 /// handler holds one, cancels it and times until the handler's token fires.
 async fn cancel_latencies(
+    dial: &Dial,
     endpoints: &[String],
     runs: usize,
     heartbeat: Duration,
     prefix: &str,
 ) -> Result<Vec<Duration>, BenchError> {
-    let client = Client::new(endpoints).map_err(BenchError::client("creating a client"))?;
+    let client = dial.client(endpoints, 0)?;
     let (started_sender, mut started) = tokio::sync::mpsc::unbounded_channel::<(String, CancellationToken)>();
     let worker = Worker::builder(endpoints)
+        .client_config(dial.config())
         .queue("bench.cancel")
         .concurrency(1)
         .heartbeat_interval(heartbeat)
@@ -539,9 +546,10 @@ async fn cancel_latencies(
 
 /// (e) Watches an idle worker for `idle`: the requests it sends and the Raft
 /// log entries the cluster adds meanwhile.
-async fn idle_load(endpoints: &[String], idle: Duration) -> Result<IdleWorkerFigure, BenchError> {
-    let client = Client::new(endpoints).map_err(BenchError::client("creating a client"))?;
+async fn idle_load(dial: &Dial, endpoints: &[String], idle: Duration) -> Result<IdleWorkerFigure, BenchError> {
+    let client = dial.client(endpoints, 0)?;
     let worker = Worker::builder(endpoints)
+        .client_config(dial.config())
         .queue("bench.idle")
         .concurrency(IDLE_CONCURRENCY)
         .handler(|_context| async move { Ok(serde_json::json!({})) })
@@ -585,12 +593,13 @@ async fn restarts(
     printer: &mut Printer<'_>,
 ) -> Result<RestartFigure, BenchError> {
     let endpoints = local.cluster.addrs();
-    let leader = cluster::find_leader(&endpoints).await?;
-    let registrar = workload::client_for(&endpoints, leader)?;
+    let dial = local.dial();
+    let leader = dial.find_leader(&endpoints).await?;
+    let registrar = dial.client(&endpoints, leader)?;
     workload::register_capabilities(&registrar, 0).await?;
     printer.human(&format!("restart: filling {} finalized executions...", spec.executions))?;
-    let fill = scale::fill(&endpoints, leader, 0, spec.executions, FILL_SUBMITTERS, prefix).await?;
-    let leader_index = cluster::status(&endpoints[leader]).await?.last_applied_index;
+    let fill = scale::fill(&dial, &endpoints, leader, 0, spec.executions, FILL_SUBMITTERS, prefix).await?;
+    let leader_index = dial.status(&endpoints[leader]).await?.last_applied_index;
     printer.human(&format!(
         "  filled {} finalized executions in {:.1} s ({:.0} executions/s; leader applied index {leader_index})",
         fill.executions, fill.seconds, fill.per_s

@@ -26,7 +26,13 @@
 //! cancellation latency, an idle worker's load and a follower's restart with
 //! many executions, each the median and spread of `--figure-runs` runs.
 //!
-//! The local cluster is a [`gavel_testkit::Cluster`]. The crate must not
+//! The local cluster is a [`gavel_testkit::Cluster`], secure by default:
+//! its nodes serve mutual TLS and the bench authenticates as one principal,
+//! `service:bench` (the cluster's first admin, granting itself what the
+//! workloads need); `--insecure` runs the nodes plaintext for comparison.
+//! Against `--endpoints` the bench takes its credentials from the `GAVEL_CA`,
+//! `GAVEL_CERT`, `GAVEL_KEY`, `GAVEL_TOKEN` and `GAVEL_INSECURE` variables,
+//! as the CLI does. The crate must not
 //! depend on the node's internals (`gavel-core`, `gavel-raft`,
 //! `gavel-server`): it measures real `gavel node` processes through the SDK
 //! and the public gRPC API. Errors are [`BenchError`].
@@ -172,6 +178,10 @@ pub struct BenchArgs {
     /// Figures mode, idle-worker: how long the idle worker is watched.
     #[arg(long, value_parser = parse_duration, default_value = "30s", requires = "figures")]
     pub figure_idle: Duration,
+    /// Run the local cluster `--insecure` (plaintext, no authentication), to
+    /// compare with the default, TLS.
+    #[arg(long, conflicts_with = "endpoints")]
+    pub insecure: bool,
 }
 
 /// What a run produced. The caller exits non-zero unless `ok`.
@@ -283,11 +293,17 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
     validate(args)?;
     let tag = run_tag();
     let mut local = None;
-    let (endpoints, binary) = if args.endpoints.is_empty() {
+    let (endpoints, binary, dial) = if args.endpoints.is_empty() {
         let binary = gavel_testkit::resolve_gavel_binary(args.gavel_binary.as_deref())?;
-        printer.human(&format!("starting a local three-node cluster of {}", binary.display()))?;
+        printer.human(&format!(
+            "starting a local three-node cluster of {} ({})",
+            binary.display(),
+            if args.insecure { "--insecure: plaintext" } else { "TLS, as service:bench" }
+        ))?;
         let started = std::time::Instant::now();
-        let cluster = cluster::LocalCluster::start(binary.clone(), args.data_dir.as_deref(), &args.node_flag).await?;
+        let cluster =
+            cluster::LocalCluster::start(binary.clone(), args.data_dir.as_deref(), &args.node_flag, args.insecure)
+                .await?;
         printer.human(&format!(
             "cluster {} elected a leader after {:.1} s; data and logs in {}",
             cluster.cluster.addrs().join(","),
@@ -295,12 +311,16 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
             cluster.dir().display()
         ))?;
         let endpoints = cluster.cluster.addrs();
+        let dial = cluster.dial();
         local = Some(cluster);
-        (endpoints, Some(binary))
+        (endpoints, Some(binary), dial)
     } else {
-        (args.endpoints.clone(), None)
+        let config = gavel_client::Credentials::from_env()
+            .apply(gavel_client::ClientConfig::default())
+            .map_err(BenchError::client("reading the GAVEL_* credentials"))?;
+        (args.endpoints.clone(), None, cluster::Dial::of(&config))
     };
-    let result = measure(args, printer, &endpoints, local.as_ref(), binary.as_ref(), &tag).await;
+    let result = measure(args, printer, &dial, &endpoints, local.as_ref(), binary.as_ref(), &tag).await;
     if let Some(mut cluster) = local {
         if args.keep_data {
             if let Some(dir) = cluster.keep_data() {
@@ -329,6 +349,7 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
     let summary = serde_json::json!({
         "cluster": if args.endpoints.is_empty() { "local" } else { "endpoints" },
         "endpoints": endpoints,
+        "tls": dial.is_secure(),
         "gavel_binary": binary.map(|binary| binary.display().to_string()),
         "workload": if scale.is_some() || figures.is_some() { None } else { Some(args.workload) },
         "configs": configs,
@@ -352,6 +373,7 @@ struct Measured {
 async fn measure(
     args: &BenchArgs,
     printer: &mut Printer<'_>,
+    dial: &cluster::Dial,
     endpoints: &[String],
     local: Option<&cluster::LocalCluster>,
     binary: Option<&PathBuf>,
@@ -376,6 +398,7 @@ async fn measure(
             binary: binary.clone(),
             data_dir: args.data_dir.clone(),
             node_flags: args.node_flag.clone(),
+            insecure: args.insecure,
         };
         let report = figures::run(&spec, local, tag, printer).await?;
         return Ok(Measured { figures: Some(report), ..Measured::default() });
@@ -391,12 +414,12 @@ async fn measure(
             verify_samples: args.verify_samples,
         };
         let current = pids(local);
-        let report = scale::run(endpoints, &current, local, &spec, tag, printer).await?;
+        let report = scale::run(dial, endpoints, &current, local, &spec, tag, printer).await?;
         return Ok(Measured { scale: Some(report), ..Measured::default() });
     }
-    let leader = cluster::find_leader(endpoints).await?;
+    let leader = dial.find_leader(endpoints).await?;
     if args.workload != Workload::Approvals {
-        let registrar = workload::client_for(endpoints, leader)?;
+        let registrar = dial.client(endpoints, leader)?;
         let clients = args.clients.iter().copied().max().unwrap_or(1);
         workload::register_capabilities(&registrar, clients).await?;
     }
@@ -405,7 +428,7 @@ async fn measure(
         if let Some(local) = local {
             local.cluster.check_alive()?;
         }
-        let leader = cluster::find_leader(endpoints).await?;
+        let leader = dial.find_leader(endpoints).await?;
         let spec = workload::ConfigSpec {
             workload: args.workload,
             clients: *clients,
@@ -415,7 +438,8 @@ async fn measure(
             verify_samples: args.verify_samples,
             retained: None,
         };
-        let report = workload::run_config(endpoints, leader, &pids(local), &spec, &format!("{tag}-{position}")).await?;
+        let report =
+            workload::run_config(dial, endpoints, leader, &pids(local), &spec, &format!("{tag}-{position}")).await?;
         printer.config(&report)?;
         configs.push(report);
     }
@@ -481,6 +505,9 @@ mod tests {
         assert!(Cli::try_parse_from(["bench", "--node-pids", "10"]).is_err());
         assert!(Cli::try_parse_from(["bench", "--endpoints", "a:1", "--keep-data"]).is_err());
         assert!(Cli::try_parse_from(["bench", "--scale-clients", "8"]).is_err());
+        assert!(!Cli::try_parse_from(["bench"]).expect("defaults parse").bench.insecure, "TLS by default");
+        assert!(Cli::try_parse_from(["bench", "--insecure"]).expect("--insecure parses").bench.insecure);
+        assert!(Cli::try_parse_from(["bench", "--endpoints", "a:1", "--insecure"]).is_err());
     }
 
     #[test]

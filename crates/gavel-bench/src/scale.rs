@@ -13,7 +13,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
-use crate::cluster::{self, LocalCluster};
+use crate::cluster::{self, Dial, LocalCluster};
 use crate::workload::{self, ConfigReport, ConfigSpec, SHARED_CAPABILITY, SHARED_QUEUE};
 use crate::{procfs, BenchError, Printer, Workload};
 
@@ -142,6 +142,7 @@ pub(crate) struct ScaleSpec {
 /// possible: `submitters` concurrent submitters and [`FILL_WORKERS`] workers
 /// leasing batches, every connection its own, all pointed at the leader.
 pub(crate) async fn fill(
+    dial: &Dial,
     endpoints: &[String],
     leader: usize,
     from: u64,
@@ -157,7 +158,7 @@ pub(crate) async fn fill(
     let mut tasks = tokio::task::JoinSet::new();
     for submitter in 0..submitters.max(1) {
         let (client, next, prefix) =
-            (workload::client_with(endpoints, leader, fill_timings())?, next.clone(), prefix.to_string());
+            (dial.client_with(endpoints, leader, fill_timings())?, next.clone(), prefix.to_string());
         tasks.spawn(async move {
             loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
@@ -187,7 +188,7 @@ pub(crate) async fn fill(
     }
     for worker in 0..FILL_WORKERS {
         let (client, finalized, progress) =
-            (workload::client_with(endpoints, leader, fill_timings())?, finalized.clone(), progress.clone());
+            (dial.client_with(endpoints, leader, fill_timings())?, finalized.clone(), progress.clone());
         let worker_id = format!("{prefix}-f{from}-w{worker}");
         tasks.spawn(async move {
             let mut polls = 0u64;
@@ -276,10 +277,15 @@ pub(crate) async fn fill(
 
 /// Footprint of every node: memory from the pids, disk and snapshots from
 /// the local cluster's directories and logs, indexes from Status.
-async fn footprint(endpoints: &[String], pids: &[u32], local: Option<&LocalCluster>) -> Vec<NodeFootprint> {
+async fn footprint(
+    dial: &Dial,
+    endpoints: &[String],
+    pids: &[u32],
+    local: Option<&LocalCluster>,
+) -> Vec<NodeFootprint> {
     let mut nodes = Vec::new();
     for (position, endpoint) in endpoints.iter().enumerate() {
-        let status = cluster::status(endpoint).await.ok();
+        let status = dial.status(endpoint).await.ok();
         // The local cluster's node ids are the endpoints' positions plus one.
         let id = position as u64 + 1;
         let (data_dir_bytes, data_dir_allocated_bytes) = local
@@ -302,9 +308,10 @@ async fn footprint(endpoints: &[String], pids: &[u32], local: Option<&LocalClust
 }
 
 /// Waits until every endpoint has applied the leader's current index.
-async fn wait_converged(endpoints: &[String], leader: usize) -> Result<(), BenchError> {
-    let target = cluster::status(&endpoints[leader]).await?.last_applied_index;
-    Ok(gavel_testkit::wait_applied(endpoints, target, cluster::STATUS_TIMEOUT, cluster::WAIT).await?)
+async fn wait_converged(dial: &Dial, endpoints: &[String], leader: usize) -> Result<(), BenchError> {
+    let target = dial.status(&endpoints[leader]).await?.last_applied_index;
+    let tls = dial.tls.as_ref();
+    Ok(gavel_testkit::wait_applied_with(endpoints, target, cluster::STATUS_TIMEOUT, cluster::WAIT, tls).await?)
 }
 
 /// Deadline of one health check or read of a restart.
@@ -315,16 +322,17 @@ const RESTART_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// up with the leader's applied index.
 pub(crate) async fn restart(local: &LocalCluster, last_filled: &str) -> Result<RestartReport, BenchError> {
     let cluster = &local.cluster;
+    let dial = local.dial();
     let leader = cluster.wait_for_leader(cluster::WAIT).await?;
     let leader_addr = cluster.addr(leader).ok_or(gavel_testkit::Error::UnknownNode(leader))?.to_string();
-    let target = cluster::status(&leader_addr).await?.last_applied_index;
+    let target = dial.status(&leader_addr).await?.last_applied_index;
     let follower = cluster
         .running()
         .into_iter()
         .find(|id| *id != leader)
         .ok_or_else(|| BenchError::Unexpected("no follower is running".to_string()))?;
     let follower_addr = cluster.addr(follower).ok_or(gavel_testkit::Error::UnknownNode(follower))?.to_string();
-    let before = cluster::status(&follower_addr).await?;
+    let before = dial.status(&follower_addr).await?;
     let restores_before = local.snapshot_lines(follower)?.restored;
     let channel = cluster.channel(follower, RESTART_CALL_TIMEOUT)?;
     cluster.kill(follower)?;
@@ -374,7 +382,7 @@ pub(crate) async fn restart(local: &LocalCluster, last_filled: &str) -> Result<R
             return Err(too_late(&format!("apply index {target}")));
         }
         cluster.check_alive()?;
-        if let Ok(status) = cluster::status(&follower_addr).await {
+        if let Ok(status) = dial.status(&follower_addr).await {
             if status.last_applied_index >= target {
                 break status;
             }
@@ -400,6 +408,7 @@ pub(crate) async fn restart(local: &LocalCluster, last_filled: &str) -> Result<R
 
 /// Runs scale mode.
 pub(crate) async fn run(
+    dial: &Dial,
     endpoints: &[String],
     pids: &[u32],
     local: Option<&LocalCluster>,
@@ -407,8 +416,8 @@ pub(crate) async fn run(
     prefix: &str,
     printer: &mut Printer<'_>,
 ) -> Result<ScaleReport, BenchError> {
-    let leader = cluster::find_leader(endpoints).await?;
-    let registrar = workload::client_for(endpoints, leader)?;
+    let leader = dial.find_leader(endpoints).await?;
+    let registrar = dial.client(endpoints, leader)?;
     workload::register_capabilities(&registrar, spec.clients).await?;
     let mut stops = vec![spec.checkpoint.min(spec.target), spec.target];
     stops.dedup();
@@ -418,8 +427,8 @@ pub(crate) async fn run(
     for (phase, stop) in stops.iter().enumerate() {
         let count = stop - filled;
         printer.human(&format!("scale: filling {count} finalized executions (to {stop})..."))?;
-        let leader = cluster::find_leader(endpoints).await?;
-        let fill = fill(endpoints, leader, filled, count, spec.clients, prefix).await?;
+        let leader = dial.find_leader(endpoints).await?;
+        let fill = fill(dial, endpoints, leader, filled, count, spec.clients, prefix).await?;
         filled = *stop;
         retained += count;
         printer.human(&format!(
@@ -440,13 +449,14 @@ pub(crate) async fn run(
             retained: Some(retained),
         };
         let measurement =
-            workload::run_config(endpoints, leader, &current_pids, &measure, &format!("{prefix}-m{phase}")).await?;
+            workload::run_config(dial, endpoints, leader, &current_pids, &measure, &format!("{prefix}-m{phase}"))
+                .await?;
         printer.config(&measurement)?;
         let measured_at = retained;
         retained += measurement.completed_lifecycles;
         // The footprint once every node has applied everything, the measurement included.
-        wait_converged(endpoints, leader).await?;
-        let nodes = footprint(endpoints, &current_pids, local).await;
+        wait_converged(dial, endpoints, leader).await?;
+        let nodes = footprint(dial, endpoints, &current_pids, local).await;
         printer.human(&format!("scale: footprint with {retained} finalized executions retained:"))?;
         for node in &nodes {
             printer.human(&crate::report::footprint_line(node))?;

@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gavel_client::{pb, Client, ClientConfig};
+use gavel_client::{pb, Client};
 use serde::Serialize;
 
+use crate::cluster::Dial;
 use crate::procfs;
 use crate::stats::{ClientStats, Latency};
 use crate::{BenchError, Workload};
@@ -37,18 +38,6 @@ pub(crate) fn agent(index: usize) -> pb::Actor {
 
 fn approver() -> pb::Actor {
     pb::Actor { id: "bench-approver".to_string(), kind: pb::ActorKind::User as i32, display_name: None }
-}
-
-/// A client whose first endpoint is `endpoints[first]`, then the others.
-pub(crate) fn client_for(endpoints: &[String], first: usize) -> Result<Client, BenchError> {
-    client_with(endpoints, first, ClientConfig::default())
-}
-
-/// [`client_for`] with explicit timings.
-pub(crate) fn client_with(endpoints: &[String], first: usize, config: ClientConfig) -> Result<Client, BenchError> {
-    let ordered: Vec<String> =
-        (0..endpoints.len()).map(|offset| endpoints[(first + offset) % endpoints.len()].clone()).collect();
-    Client::with_config(&ordered, config).map_err(BenchError::client("creating a client"))
 }
 
 /// Registers a READ capability with a long attempt deadline.
@@ -507,8 +496,10 @@ fn cpu_snapshot(pids: &[u32]) -> CpuSnapshot {
 }
 
 /// Runs one configuration against `endpoints` (index `leader` is the
-/// leader); `pids` are the node processes whose CPU is measured.
+/// leader), dialled with `dial`; `pids` are the node processes whose CPU is
+/// measured.
 pub(crate) async fn run_config(
+    dial: &Dial,
     endpoints: &[String],
     leader: usize,
     pids: &[u32],
@@ -523,7 +514,7 @@ pub(crate) async fn run_config(
     for index in 0..spec.clients {
         let first = if spec.leader_only { leader } else { index % endpoints.len() };
         let context = ClientContext {
-            client: client_for(endpoints, first)?,
+            client: dial.client(endpoints, first)?,
             index,
             prefix: format!("{prefix}-c{index}"),
             worker_id: format!("{prefix}-w{index}"),
@@ -551,7 +542,7 @@ pub(crate) async fn run_config(
     }
 
     // Verify an even spread of samples: the first of every client, then the second...
-    let verifier = client_for(endpoints, leader)?;
+    let verifier = dial.client(endpoints, leader)?;
     let mut verified = 0u64;
     let deepest = samples.iter().map(Vec::len).max().unwrap_or(0);
     'verify: for depth in 0..deepest {
@@ -647,7 +638,7 @@ mod tests {
     #[tokio::test]
     async fn clients_start_at_their_own_node() {
         let endpoints: Vec<String> = ["a:1", "b:2", "c:3"].iter().map(|s| s.to_string()).collect();
-        let client = client_for(&endpoints, 1).expect("client");
+        let client = Dial::default().client(&endpoints, 1).expect("client");
         assert_eq!(client.endpoints(), ["b:2", "c:3", "a:1"]);
     }
 }

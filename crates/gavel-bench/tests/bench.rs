@@ -74,8 +74,16 @@ fn check_json(lines: &[serde_json::Value], configs: usize) {
 }
 
 fn smoke(workload: &str, operations: &[&str]) {
-    let (outcome, lines) = bench(&["--workload", workload, "--clients", "1,4", "--duration", "2s", "--warmup", "0s"]);
+    smoke_with(workload, operations, &[]);
+}
+
+/// [`smoke`] with extra flags; the cluster is secure unless they say `--insecure`.
+fn smoke_with(workload: &str, operations: &[&str], extra: &[&str]) {
+    let mut flags = vec!["--workload", workload, "--clients", "1,4", "--duration", "2s", "--warmup", "0s"];
+    flags.extend_from_slice(extra);
+    let (outcome, lines) = bench(&flags);
     let outcome = outcome.expect("the bench runs");
+    assert_eq!(outcome.summary["tls"], !extra.contains(&"--insecure"), "{:#}", outcome.summary);
     assert!(outcome.ok);
     assert_eq!(outcome.configs.iter().map(|config| config.clients).collect::<Vec<_>>(), vec![1, 4]);
     for config in &outcome.configs {
@@ -89,6 +97,11 @@ fn smoke(workload: &str, operations: &[&str]) {
 #[test]
 fn approvals_smoke() {
     smoke("approvals", &["create", "decide", "consume"]);
+}
+
+#[test]
+fn approvals_smoke_insecure() {
+    smoke_with("approvals", &["create", "decide", "consume"], &["--insecure"]);
 }
 
 #[test]

@@ -37,6 +37,9 @@ pub const EXIT_HARNESS_CRASH: i32 = 3;
 const LEADER_AFTER_HEAL: Duration = Duration::from_secs(10);
 /// How long unfinished executions get to finalize after healing.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a fresh secure cluster gets to apply its bootstrap admin and the
+/// workload's grants.
+const GRANT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the nodes get to reach the same applied index and state hash.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the final reads get to see every node at one applied index.
@@ -128,6 +131,10 @@ pub struct ChaosArgs {
     /// Print a JSON summary whose last line holds the verdict and the counts.
     #[arg(long)]
     pub json: bool,
+    /// Run the nodes `--insecure` (plaintext, no authentication) instead of
+    /// over TLS with the workload authenticated by certificate.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// Parses fault names.
@@ -157,6 +164,8 @@ pub struct Summary {
     pub seed: u64,
     /// Whether the nodes ran in namespaces.
     pub namespaces: bool,
+    /// Whether the nodes ran over TLS with authenticated clients.
+    pub secure: bool,
     /// Operations invoked.
     pub operations: u64,
     /// ok / fail / info outcomes.
@@ -217,6 +226,9 @@ fn rerun_command(args: &ChaosArgs, seed: u64) -> String {
     if args.loopback {
         command.push_str(" --loopback");
     }
+    if args.insecure {
+        command.push_str(" --insecure");
+    }
     if let Some(mutant) = &args.mutant {
         command.push_str(&format!(" --mutant {mutant}"));
     }
@@ -275,7 +287,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
     };
     let namespaces = teardown.net.is_some();
 
-    let mut spec = cluster::spec(binary, out.join("nodes"));
+    let mut spec = cluster::spec(binary, out.join("nodes"), args.insecure);
     spec.snapshots.logs_since_last = Some(args.snapshot_every);
     spec.snapshots.logs_to_keep = Some((args.snapshot_every / 4).max(10));
     if let Some(mutant) = &args.mutant {
@@ -300,8 +312,16 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         submitters: args.submitters,
         workers: args.workers,
     };
-    let workload = Arc::new(Workload::new(recorder.clone(), nodes.clone(), config)?);
-    workload.register().await?;
+    let workload_tls = if cluster.is_secure() {
+        let principal = cluster::workload_principal();
+        cluster.grant(&principal, &cluster::WORKLOAD_GRANTS, GRANT_TIMEOUT).await?;
+        Some(cluster.credentials(&principal)?)
+    } else {
+        eprintln!("gavel chaos: --insecure: plaintext, no authentication");
+        None
+    };
+    let workload = Arc::new(Workload::new(recorder.clone(), nodes.clone(), config, workload_tls)?);
+    workload.register(cluster.client_config().tls).await?;
 
     // Leader observer: counts leader changes as the harness sees them.
     let leader_changes = Arc::new(AtomicU64::new(0));
@@ -373,7 +393,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
     let changes = leader_changes.load(Ordering::Relaxed);
     let hashes = observe_state_hashes(&cluster, AGREE_TIMEOUT).await.chosen();
     for (id, addr) in &nodes {
-        let mut state = final_state(&cluster, *id, addr, &approvals, &executions, changes).await;
+        let mut state = final_state(&cluster, *id, addr, workload.tls(), &approvals, &executions, changes).await;
         // The hash at an applied index every node reached, not whatever one
         // read happened to see (the ticker appends between reads).
         if let Some((applied_index, state_hash)) = hashes.get(id) {
@@ -417,6 +437,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         verdict: report.verdict.as_str().to_string(),
         seed,
         namespaces,
+        secure: !args.insecure,
         operations: stats.operations,
         ok: stats.ok,
         fail: stats.fail,
@@ -514,8 +535,8 @@ async fn observe_state_hashes(cluster: &Cluster, timeout: Duration) -> checker::
     }
 }
 
-fn channel(addr: &str) -> Result<Channel, gavel_testkit::Error> {
-    gavel_testkit::channel(addr, Duration::from_secs(5))
+fn channel(addr: &str, tls: Option<&gavel_client::ClientTls>) -> Result<Channel, gavel_testkit::Error> {
+    gavel_testkit::channel_with(addr, Duration::from_secs(5), tls)
 }
 
 /// How often a final read is tried before the node's answer counts as
@@ -542,11 +563,13 @@ where
     }
 }
 
-/// Reads one node's view of everything the workload touched.
+/// Reads one node's view of everything the workload touched, as the
+/// workload principal (`tls`) on a secure cluster.
 async fn final_state(
     cluster: &Cluster,
     id: u64,
     addr: &str,
+    tls: Option<&gavel_client::ClientTls>,
     approvals: &[String],
     executions: &[String],
     leader_changes: u64,
@@ -562,7 +585,7 @@ async fn final_state(
         audit: Vec::new(),
         leader_changes,
     };
-    let Ok(channel) = channel(addr) else { return state };
+    let Ok(channel) = channel(addr, tls) else { return state };
     let approval_client = ApprovalServiceClient::new(channel.clone());
     for approval_id in approvals {
         let request = pb::GetApprovalRequest { id: approval_id.clone(), caller_now_ms: None };

@@ -13,12 +13,14 @@
 //! Mutations go through a fresh SDK client whose first endpoint is the node
 //! chosen for that operation (followers forward to the leader); reads go to
 //! one node only, so a node that answers from stale local state is seen.
+//! On a secure cluster both dial TLS with the workload principal's
+//! certificate ([`Workload::new`]'s `tls`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gavel_client::{Client, ClientConfig, Error};
+use gavel_client::{Client, ClientConfig, ClientTls, Error};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
@@ -100,6 +102,8 @@ pub struct Workload {
     pub executions: Mutex<Vec<String>>,
     /// Late reports sent.
     pub late_reports: AtomicU64,
+    /// The workload principal's TLS (none on an insecure cluster).
+    tls: Option<ClientTls>,
     config: WorkloadConfig,
 }
 
@@ -217,17 +221,23 @@ pub fn execution_view(execution: &pb::Execution) -> ExecutionView {
 }
 
 impl Workload {
-    /// A workload against `nodes` recording into `recorder`.
+    /// A workload against `nodes` recording into `recorder`, dialling TLS
+    /// with `tls` when given.
     pub fn new(
         recorder: Arc<Recorder>,
         nodes: Vec<(u64, String)>,
         config: WorkloadConfig,
+        tls: Option<ClientTls>,
     ) -> Result<Workload, WorkloadError> {
         let channels = nodes
             .iter()
             .map(|(_, addr)| {
-                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|source| WorkloadError::Address { addr: addr.clone(), source })?;
+                let address = |source| WorkloadError::Address { addr: addr.clone(), source };
+                let scheme = if tls.is_some() { "https" } else { "http" };
+                let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}")).map_err(address)?;
+                if let Some(tls) = &tls {
+                    endpoint = endpoint.tls_config(tls.tonic_config()).map_err(address)?;
+                }
                 Ok(endpoint.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect_lazy())
             })
             .collect::<Result<Vec<_>, WorkloadError>>()?;
@@ -242,12 +252,25 @@ impl Workload {
             approvals: Mutex::new(Vec::new()),
             executions: Mutex::new(Vec::new()),
             late_reports: AtomicU64::new(0),
+            tls,
             config,
         })
     }
 
-    /// An SDK client whose first endpoint is node index `first`.
+    /// The workload principal's TLS, for the harness's final reads.
+    pub fn tls(&self) -> Option<&ClientTls> {
+        self.tls.as_ref()
+    }
+
+    /// An SDK client whose first endpoint is node index `first`, as the
+    /// workload principal.
     pub fn client(&self, first: usize) -> Client {
+        self.client_with(first, self.tls.clone())
+    }
+
+    /// An SDK client whose first endpoint is node index `first`, dialling
+    /// with `tls`.
+    fn client_with(&self, first: usize, tls: Option<ClientTls>) -> Client {
         let count = self.nodes.len();
         let endpoints: Vec<String> = (0..count).map(|i| self.nodes[(first + i) % count].1.clone()).collect();
         let config = ClientConfig {
@@ -256,13 +279,16 @@ impl Workload {
             connect_timeout: Duration::from_millis(500),
             // Each operation gets a fresh client anyway; stay on the chosen node.
             follow_leader: false,
+            tls,
+            token: None,
         };
         Client::with_config(&endpoints, config).expect("endpoints are well-formed host:port addresses")
     }
 
-    /// Registers the capabilities, retrying until the cluster accepts them.
-    pub async fn register(&self) -> Result<(), WorkloadError> {
-        let client = self.client(0);
+    /// Registers the capabilities, retrying until the cluster accepts them,
+    /// as the admin whose TLS is `admin` (none on an insecure cluster).
+    pub async fn register(&self, admin: Option<ClientTls>) -> Result<(), WorkloadError> {
+        let client = self.client_with(0, admin);
         for (spec, _) in capabilities() {
             let request = pb::RegisterCapabilityRequest { spec: Some(spec.clone()), ..Default::default() };
             let mut tries = 0;

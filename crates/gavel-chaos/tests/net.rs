@@ -102,7 +102,8 @@ async fn namespaces_partitions_and_process_faults() {
         eprintln!("net {prefix}: hub {} subnet 10.213.{}.0/24", net.hub_ip(), net.subnet());
         let dir = tempfile::tempdir().expect("temp dir");
         let launcher = Namespaces { topology: net.topology(), port: 7400 };
-        let cluster = Cluster::start_with(cluster::spec(&binary, dir.path()), launcher).await.expect("cluster start");
+        let cluster =
+            Cluster::start_with(cluster::spec(&binary, dir.path(), false), launcher).await.expect("cluster start");
         let all = [1, 2, 3];
         for id in all {
             assert_eq!(cluster.addr(id), Some(format!("{}:7400", net.ip(id).expect("ip")).as_str()));
@@ -204,7 +205,14 @@ async fn namespaces_partitions_and_process_faults() {
         assert!(cluster.kill(follower).expect("kill"));
         assert!(!cluster.is_running(follower) && cluster.pid(follower).is_none());
         assert!(!cluster.kill(follower).expect("kill again"), "a dead node is not killed twice");
-        let client = gavel_client::Client::new(&cluster.endpoints()).expect("client");
+        // The run is secure: the kit's admin (bootstrapped by whichever node
+        // led first) writes over TLS to the namespace addresses.
+        let client = gavel_client::Client::with_config(&cluster.addrs(), cluster.client_config()).expect("client");
+        eventually("the bootstrap admin is applied", Duration::from_secs(10), || async {
+            let answer = client.who_am_i(pb::WhoAmIRequest {}).await.ok()?;
+            answer.grants.iter().any(|grant| grant.grant == "admin").then_some(())
+        })
+        .await;
         for n in 0..3 {
             client
                 .register_capability(pb::RegisterCapabilityRequest {
@@ -296,7 +304,7 @@ async fn loopback_kill_and_restart() {
     let binary = gavel_binary();
     bounded(async move {
         let dir = tempfile::tempdir().expect("temp dir");
-        let cluster = Cluster::start(cluster::spec(&binary, dir.path())).await.expect("cluster start");
+        let cluster = Cluster::start(cluster::spec(&binary, dir.path(), true)).await.expect("cluster start");
         let all = [1, 2, 3];
         for endpoint in cluster.endpoints() {
             assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint}");

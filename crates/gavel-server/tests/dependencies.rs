@@ -63,6 +63,7 @@ fn library_crates_return_their_own_errors_not_anyhow() {
         "gavel-client",
         "gavel-testkit",
         "gavel-chaos",
+        "gavel-pki",
         "gavel-bench",
     ] {
         let tree = cargo_tree(library, &["--depth", "1"]);

@@ -786,6 +786,45 @@ impl Cluster {
         }
     }
 
+    /// Grants `principal` each of `grants` (unscoped) as the kit's admin,
+    /// through any node. The first leader proposes the bootstrap admin only
+    /// once it leads, so refusals and unavailability are retried up to
+    /// `timeout`.
+    pub async fn grant(&self, principal: &Principal, grants: &[GrantName], timeout: Duration) -> Result<(), Error> {
+        self.pki()?;
+        let client = gavel_client::Client::with_config(&self.addrs(), self.client_config())
+            .map_err(|error| Error::Status { addr: self.addrs().join(","), detail: error.to_string() })?;
+        let deadline = Instant::now() + timeout;
+        for grant in grants {
+            let request = gavel_proto::v1::GrantRequest {
+                grant: Some(gavel_proto::v1::AccessGrant {
+                    principal: principal.to_string(),
+                    grant: grant.as_str().to_string(),
+                    scope: Vec::new(),
+                    skew_ms_max: None,
+                }),
+                ..gavel_proto::v1::GrantRequest::default()
+            };
+            loop {
+                match client.grant(request.clone()).await {
+                    Ok(_) => break,
+                    Err(error) if Instant::now() < deadline => {
+                        tracing::debug!("granting {grant:?} to {principal}: {error}; retrying");
+                        tokio::time::sleep(POLL_INTERVAL).await;
+                    }
+                    Err(error) => {
+                        return Err(Error::Grant {
+                            principal: principal.to_string(),
+                            grant: grant.as_str().to_string(),
+                            detail: error.to_string(),
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Waits until every node that runs and is not paused has applied at
     /// least `index`, up to `timeout`.
     pub async fn wait_applied(&self, index: u64, timeout: Duration) -> Result<(), Error> {

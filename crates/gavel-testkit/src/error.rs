@@ -102,6 +102,17 @@ pub enum Error {
     /// Issuing TLS material or a token failed.
     #[error("security material: {0}")]
     Pki(#[from] gavel_pki::PkiError),
+    /// The admin's grant was refused until the deadline (no bootstrap admin
+    /// applied yet, no leader, or a refusal).
+    #[error("granting {grant} to {principal}: {detail}")]
+    Grant {
+        /// Who was to get it.
+        principal: String,
+        /// Which grant.
+        grant: String,
+        /// The last refusal.
+        detail: String,
+    },
     /// Credentials were asked of a cluster that runs `--insecure`.
     #[error("the cluster runs --insecure: it has no certificates or tokens")]
     Insecure,

@@ -3,7 +3,9 @@
 //! certificate, the token key) lets the nodes elect a leader over mutual
 //! TLS, lets the kit read their status as the admin, and lets a test act as
 //! the admin, as any principal by certificate, or by token. A plaintext call
-//! is refused. Needs the debug binary (`cargo build -p gavel-cli`).
+//! is refused. Every initial node is given the bootstrap admin, and the
+//! leader after the first proposes it again harmlessly. Needs the debug
+//! binary (`cargo build -p gavel-cli`).
 
 use std::time::Duration;
 
@@ -69,4 +71,66 @@ async fn a_secure_cluster_serves_the_admin_certificates_and_tokens_and_refuses_p
         .await
         .expect("the admin adds the learner");
     cluster.converge(WAIT).await.expect("the learner converges over mutual TLS");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_initial_node_bootstraps_the_same_admin_and_the_kit_grants_as_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut spec = ClusterSpec::new(resolve_gavel_binary(None).unwrap_or_else(|error| panic!("{error}")), dir.path());
+    spec.security = Security::secure(user("admin"));
+    let cluster = Cluster::start(spec).await.expect("the secure cluster starts");
+    // Node 1 initializes a fresh cluster, so it is the first leader; every
+    // initial node is started with the same --bootstrap-admin so that
+    // whichever leads next proposes it again should the first leader fail
+    // before it committed.
+    for id in cluster.ids() {
+        let log = std::fs::read_to_string(cluster.log_path(id).expect("a log")).expect("the log reads");
+        assert!(log.contains("--bootstrap-admin=user:admin"), "node {id} starts without it:\n{log}");
+    }
+
+    // The kit's grant waits for the bootstrap admin and binds as it.
+    let bob = user("bob");
+    cluster.grant(&bob, &[GrantName::Approver, GrantName::Submitter], WAIT).await.expect("the admin grants bob");
+    let bob_client =
+        Client::with_config(&cluster.addrs(), cluster.client_config_as(&bob).expect("bob's config")).expect("a client");
+    let answer = bob_client.who_am_i(pb::WhoAmIRequest {}).await.expect("bob is authenticated");
+    let mut grants: Vec<&str> = answer.grants.iter().map(|grant| grant.grant.as_str()).collect();
+    grants.sort_unstable();
+    assert_eq!(grants, ["approver", "submitter"], "{answer:?}");
+
+    // The first leader dies; the next one, started with the same flag,
+    // proposes the bootstrap again: a no-op, the one admin binding stays and
+    // the new leader serves the admin.
+    let first = cluster.wait_for_leader(WAIT).await.expect("a leader");
+    cluster.kill(first).expect("kill the first leader");
+    let next = eventually(WAIT, Duration::from_millis(100), || async {
+        cluster.leader().await.filter(|leader| *leader != first)
+    })
+    .await
+    .expect("a new leader");
+    let survivors: Vec<String> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != first)
+        .filter_map(|id| cluster.addr(id).map(String::from))
+        .collect();
+    let admin = Client::with_config(&survivors, cluster.client_config()).expect("a client");
+    let listed = eventually(WAIT, Duration::from_millis(200), || async {
+        admin.list_grants(pb::ListGrantsRequest::default()).await.ok()
+    })
+    .await
+    .unwrap_or_else(|| panic!("new leader {next} lists the grants for the admin"));
+    let admins: Vec<&str> =
+        listed.grants.iter().filter(|grant| grant.grant == "admin").map(|grant| grant.principal.as_str()).collect();
+    assert_eq!(admins, ["user:admin"], "{listed:?}");
+    cluster.grant(&user("carol"), &[GrantName::Auditor], WAIT).await.expect("the admin still grants");
+    // The new leader did propose it (its repeat was accepted as a no-op).
+    let next_log = cluster.log_path(next).expect("a log").to_path_buf();
+    let named = eventually(WAIT, Duration::from_millis(200), || {
+        let log = std::fs::read_to_string(&next_log).unwrap_or_default();
+        async move { log.contains("bootstrap admin named").then_some(log) }
+    })
+    .await
+    .unwrap_or_else(|| panic!("new leader {next} names the bootstrap admin"));
+    assert!(!named.contains("cannot name the bootstrap admin"), "new leader {next}:\n{named}");
 }

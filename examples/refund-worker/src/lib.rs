@@ -145,9 +145,22 @@ pub async fn refund_handler(gateway: Gateway, context: TaskContext) -> Result<se
     Ok(serde_json::json!({ "refunded": true, "reference": charge.reference, "orderId": charge.order_id }))
 }
 
-/// A worker on queue `orders.refund` running [`refund_handler`].
+/// A worker on queue `orders.refund` running [`refund_handler`], with the
+/// default (plaintext) client configuration.
 pub fn worker(endpoints: &[String], gateway: Gateway, concurrency: usize) -> Result<Worker, gavel_client::Error> {
+    worker_with(endpoints, gavel_client::ClientConfig::default(), gateway, concurrency)
+}
+
+/// [`worker`] whose client uses `config` (TLS and a token, from
+/// [`gavel_client::Credentials::apply`], for a secure cluster).
+pub fn worker_with(
+    endpoints: &[String],
+    config: gavel_client::ClientConfig,
+    gateway: Gateway,
+    concurrency: usize,
+) -> Result<Worker, gavel_client::Error> {
     Worker::builder(endpoints)
+        .client_config(config)
         .queue("orders.refund")
         .concurrency(concurrency)
         .handler(move |context| refund_handler(gateway.clone(), context))
@@ -159,7 +172,17 @@ pub fn worker(endpoints: &[String], gateway: Gateway, concurrency: usize) -> Res
 /// The error names the endpoints tried and what was found (no node, or a
 /// lost quorum).
 pub async fn check_cluster(endpoints: &[String], wait: Duration) -> Result<(), gavel_client::Error> {
-    let config = gavel_client::ClientConfig { retry_budget: wait, ..gavel_client::ClientConfig::default() };
+    check_cluster_with(endpoints, gavel_client::ClientConfig::default(), wait).await
+}
+
+/// [`check_cluster`] with the client configuration `config` (credentials
+/// for a secure cluster).
+pub async fn check_cluster_with(
+    endpoints: &[String],
+    config: gavel_client::ClientConfig,
+    wait: Duration,
+) -> Result<(), gavel_client::Error> {
+    let config = gavel_client::ClientConfig { retry_budget: wait, ..config };
     let client = gavel_client::Client::with_config(endpoints, config)?;
     client.status(gavel_client::pb::StatusRequest { without_state_hash: true }).await?;
     let reach = client.reachability().await;

@@ -1,10 +1,14 @@
 //! `refund-worker`: runs the refund worker against a Gavel cluster until Ctrl-C.
+//! It authenticates with the `GAVEL_CA`, `GAVEL_CERT`, `GAVEL_KEY`,
+//! `GAVEL_TOKEN` (or `GAVEL_TOKEN_FILE`) and `GAVEL_INSECURE` variables, as
+//! the CLI does (`gavel dev` prints them); its principal needs the `worker`
+//! grant.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use refund_worker::{check_cluster, worker, Gateway, GatewayBehaviour};
+use refund_worker::{check_cluster_with, worker_with, Gateway, GatewayBehaviour};
 
 /// How long the worker waits for the cluster to answer before it gives up at start.
 const STARTUP_WAIT: Duration = Duration::from_secs(5);
@@ -50,14 +54,17 @@ async fn main() -> anyhow::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
         stop.cancel();
     });
-    if let Err(error) = check_cluster(&args.endpoints, STARTUP_WAIT).await {
+    let config = gavel_client::Credentials::from_env()
+        .apply(gavel_client::ClientConfig::default())
+        .map_err(|error| anyhow::anyhow!("refund-worker: credentials: {error}"))?;
+    if let Err(error) = check_cluster_with(&args.endpoints, config.clone(), STARTUP_WAIT).await {
         anyhow::bail!(
             "refund-worker: no usable Gavel cluster at {}: {error}. Start one with `gavel dev` and run the \
-             `export GAVEL_ENDPOINTS=...` line it prints, or pass --endpoints",
+             `export GAVEL_ENDPOINTS=... GAVEL_CA=...` line it prints, or pass --endpoints",
             args.endpoints.join(",")
         );
     }
     println!("refund-worker: polling orders.refund at {}; ledger {}", args.endpoints.join(","), args.ledger.display());
-    worker(&args.endpoints, gateway, args.concurrency)?.run(shutdown).await?;
+    worker_with(&args.endpoints, config, gateway, args.concurrency)?.run(shutdown).await?;
     Ok(())
 }
