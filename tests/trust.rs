@@ -396,20 +396,26 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
     secure.still_serves_a_good_client().await;
 }
 
-/// A pending approval requested by `requester` (the actor defaults to the
-/// principal), expiring in `expires_in_ms` when given.
+/// A request for a critical, destructive refund approval `id` (the actor
+/// left out: it defaults to the principal), expiring in `expires_in_ms` when
+/// given.
+fn approval_request(id: &str, expires_in_ms: Option<u64>) -> pb::CreateApprovalRequest {
+    pb::CreateApprovalRequest {
+        id: id.into(),
+        capability_id: "orders.refund".into(),
+        surface: "trust".into(),
+        input_json: format!(r#"{{"order":"{id}","amount_cents":777777}}"#),
+        risk: pb::Risk::Critical as i32,
+        side_effect: pb::SideEffect::Destructive as i32,
+        expires_in_ms,
+        ..pb::CreateApprovalRequest::default()
+    }
+}
+
+/// A pending approval `id` requested by `requester`.
 async fn create_approval(requester: &Client, id: &str, expires_in_ms: Option<u64>) -> pb::Approval {
     requester
-        .create_approval(pb::CreateApprovalRequest {
-            id: id.into(),
-            capability_id: "orders.refund".into(),
-            surface: "trust".into(),
-            input_json: format!(r#"{{"order":"{id}","amount_cents":777777}}"#),
-            risk: pb::Risk::Critical as i32,
-            side_effect: pb::SideEffect::Destructive as i32,
-            expires_in_ms,
-            ..pb::CreateApprovalRequest::default()
-        })
+        .create_approval(approval_request(id, expires_in_ms))
         .await
         .unwrap_or_else(|error| panic!("create {id}: {error}"))
         .approval
@@ -470,15 +476,7 @@ async fn self_declared_identity_clock_and_lease_exploits_are_refused() {
     );
     // Self opt-out: the requester sets allow_self_approval without the grant.
     let opt_out = alice
-        .create_approval(pb::CreateApprovalRequest {
-            id: "opt-out".into(),
-            capability_id: "orders.refund".into(),
-            input_json: "{}".into(),
-            risk: pb::Risk::Critical as i32,
-            side_effect: pb::SideEffect::Destructive as i32,
-            allow_self_approval: true,
-            ..pb::CreateApprovalRequest::default()
-        })
+        .create_approval(pb::CreateApprovalRequest { allow_self_approval: true, ..approval_request("opt-out", None) })
         .await;
     assert_refused(opt_out, "PERMISSION_DENIED", "alice opts her request out of the self-approval check");
     // Clock override: deciding the expired approval "at" its request time,
@@ -490,13 +488,8 @@ async fn self_declared_identity_clock_and_lease_exploits_are_refused() {
     );
     let clocked = alice
         .create_approval(pb::CreateApprovalRequest {
-            id: "clocked".into(),
-            capability_id: "orders.refund".into(),
-            input_json: "{}".into(),
-            risk: pb::Risk::Low as i32,
-            side_effect: pb::SideEffect::Read as i32,
             caller_now_ms: Some(short.requested_at_ms - 3_600_000),
-            ..pb::CreateApprovalRequest::default()
+            ..approval_request("clocked", None)
         })
         .await;
     assert_refused(clocked, "PERMISSION_DENIED", "alice creates an approval with caller_now_ms");
@@ -724,18 +717,19 @@ async fn bad_certificates_plaintext_and_bad_tokens_get_a_clear_error_and_others_
     // Tokens, sent over TLS without a certificate.
     let key = cluster.token_key().expect("secure");
     let good = cluster.token(&alice, None).expect("a token");
+    // Tampered: alice's signed token with its subject changed to the admin.
     let tampered = {
-        let (rest, signature) = good.rsplit_once('.').expect("a JWT");
-        let mut signature: Vec<char> = signature.chars().collect();
-        signature[3] = if signature[3] == 'A' { 'B' } else { 'A' };
-        format!("{rest}.{}", signature.into_iter().collect::<String>())
+        let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let parts: Vec<&str> = good.split('.').collect();
+        let claims = String::from_utf8(engine.decode(parts[1]).expect("base64 claims")).expect("JSON claims");
+        let claims = claims.replace("\"user:alice\"", "\"user:admin\"");
+        format!("{}.{}.{}", parts[0], engine.encode(claims), parts[2])
     };
-    let expired = {
-        let mut claims = TokenClaims::new(&alice, DEFAULT_AUDIENCE, Duration::from_secs(600));
-        claims.exp = claims.iat - 3600;
-        claims.iat -= 7200;
-        key.issue(&claims).expect("a token")
-    };
+    assert_ne!(tampered, good, "the subject was changed");
+    let now = gavel_pki::unix_seconds();
+    let expired = key
+        .issue(&TokenClaims { exp: now - 3600, iat: now - 7200, ..TokenClaims::new(&alice, DEFAULT_AUDIENCE, WAIT) })
+        .expect("a token");
     let wrong_audience =
         key.issue(&TokenClaims::new(&alice, "another-cluster", Duration::from_secs(600))).expect("a token");
     let foreign_key = TokenKey::create().expect("a key");
@@ -748,7 +742,7 @@ async fn bad_certificates_plaintext_and_bad_tokens_get_a_clear_error_and_others_
     );
     let garbage = base64::engine::general_purpose::STANDARD.encode([0x9f, 0x00, 0xff, 0x13, 0x37, 0xc3, 0x28]);
     for (case, token) in [
-        ("a tampered token", tampered),
+        ("a token whose subject was changed to the admin", tampered),
         ("an expired token", expired),
         ("a token for another audience", wrong_audience),
         ("a token signed by another key", foreign),
