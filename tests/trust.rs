@@ -214,6 +214,13 @@ fn assert_status(result: Result<tonic::Response<RaftBytes>, tonic::Status>, code
     }
 }
 
+/// The peak resident memory of process `pid` (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process status");
+    let line = status.lines().find(|line| line.starts_with("VmHWM:")).expect("a VmHWM line");
+    line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).expect("VmHWM in kB")
+}
+
 /// A certificate and its private key, PEM.
 type Pem = (String, String);
 
@@ -349,6 +356,16 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
     let answer: openraft::raft::VoteResponse<u64> =
         bincode::deserialize(&answer.into_inner().payload).expect("a vote answer");
     assert!(!answer.vote_granted, "a stale vote is not granted: {answer:?}");
+    // The 250 MiB AppendEntries of zeros, here just over the limit
+    // (64 MiB), from a member: refused from its length prefix, so the
+    // leader's peak memory does not grow by the message.
+    let leader_pid = cluster.pid(leader).expect("the leader runs");
+    let peak_before = peak_rss_kib(leader_pid);
+    let oversized = RaftBytes { payload: vec![0; gavel_raft::limits::APPEND_ENTRIES_BYTES_MAX + (1 << 20)] };
+    let case = "a member node certificate: AppendEntries of 65 MiB of zeros to the leader";
+    assert_status(raft.append_entries(oversized).await, Code::OutOfRange, case);
+    let grown_kib = peak_rss_kib(leader_pid).saturating_sub(peak_before);
+    assert!(grown_kib < 32 * 1024, "the leader's peak memory grew by {grown_kib} KiB for a refused message");
 
     // Membership: RemoveNode 3 and AddLearner 9 at an address the attacker
     // listens on, anonymously, with a certificate and by a submitter token.
