@@ -86,6 +86,14 @@ impl Node {
         Arc::new(Node { id, raft, app, settings, secured, channels: Mutex::new(BTreeMap::new()) })
     }
 
+    /// Refuses a command `caller` may not send, before it is proposed (or,
+    /// for a long-poll, before it waits): so refused, a command never
+    /// reaches the log. The state machine decides again at the command's
+    /// position, which is what makes a revocation linearizable.
+    pub fn authorize_command(&self, caller: Option<&Caller>, command: &Command) -> Result<(), Status> {
+        self.app.state().authorize_command(caller, command).map_err(domain_status)
+    }
+
     /// Checks a command, proposes it stamped with this node's clock and the
     /// authenticated `caller` (`None` on an insecure node, and for the
     /// leader's own commands), and returns its reply as `R`. The state
@@ -100,10 +108,7 @@ impl Node {
         command: Command,
     ) -> Result<R, Status> {
         gavel_core::precheck::precheck(&command).map_err(domain_status)?;
-        // Refused here, a command the caller may not send never reaches the
-        // log. The state machine decides again at the command's position,
-        // which is what makes a revocation linearizable.
-        self.app.state().authorize_command(caller, &command).map_err(domain_status)?;
+        self.authorize_command(caller, &command)?;
         match self.propose(caller, request_id, command).await? {
             Reply::Error(error) => Err(domain_status(error)),
             reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),

@@ -78,6 +78,9 @@ async fn long_poll(
 ) -> Result<Vec<Task>, Status> {
     gavel_core::precheck::precheck(&poll).map_err(domain_status)?;
     node.ensure_leader()?;
+    // Before waiting: a worker polling a queue it was not granted is refused
+    // whether or not work is ready there.
+    node.authorize_command(caller, &poll)?;
     let deadline = tokio::time::Instant::now() + wait;
     let mut applied = node.app.subscribe();
     if let Some(tasks) = node.app.state().replayed_grants_for(request_id, caller, &poll) {
