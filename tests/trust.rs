@@ -554,6 +554,16 @@ async fn lease_takeover_and_ungranted_queue(secure: &Secure, submitter: &Client)
         .register_capability(pb::RegisterCapabilityRequest { request_id: String::new(), spec: Some(spec) })
         .await
         .expect("the admin registers the capability");
+    // Polls of an empty queue: refused before waiting, not answered empty.
+    let (w3, nobody) = (secure.client_as("worker:w3"), secure.client_as("worker:nobody"));
+    let empty_poll =
+        pb::PollRequest { queues: vec!["refunds".into()], max_tasks: 1, wait_ms: 200, ..Default::default() };
+    let case = "worker:w3 polls refunds (granted: other) with nothing ready";
+    assert_refused(w3.poll(empty_poll.clone()).await, "PERMISSION_DENIED", case);
+    let case = "worker:nobody (no worker grant) polls refunds with nothing ready";
+    assert_refused(nobody.poll(empty_poll).await, "PERMISSION_DENIED", case);
+    let own = pb::PollRequest { queues: vec!["other".into()], max_tasks: 1, wait_ms: 200, ..Default::default() };
+    assert!(w3.poll(own).await.expect("w3 polls its own queue").tasks.is_empty());
     let submitted = submitter
         .submit(pb::SubmitRequest {
             capability_id: "payments.refund".into(),
@@ -566,7 +576,7 @@ async fn lease_takeover_and_ungranted_queue(secure: &Secure, submitter: &Client)
     let Some(pb::submit_response::Outcome::Execution(execution)) = submitted.outcome else {
         panic!("the capability needs no approval: {submitted:?}");
     };
-    let (w1, w2, w3) = (secure.client_as("worker:w1"), secure.client_as("worker:w2"), secure.client_as("worker:w3"));
+    let (w1, w2) = (secure.client_as("worker:w1"), secure.client_as("worker:w2"));
     let poll = |queue: &str| pb::PollRequest {
         worker_id: "w1".into(),
         queues: vec![queue.into()],
@@ -574,8 +584,9 @@ async fn lease_takeover_and_ungranted_queue(secure: &Secure, submitter: &Client)
         wait_ms: 2_000,
         ..pb::PollRequest::default()
     };
-    // A worker polling a queue it was not granted.
-    assert_refused(w3.poll(poll("refunds")).await, "PERMISSION_DENIED", "worker:w3 polls refunds (granted: other)");
+    // A worker polling a queue it was not granted, now that work is ready there.
+    let case = "worker:w3 polls refunds (granted: other) with work ready";
+    assert_refused(w3.poll(poll("refunds")).await, "PERMISSION_DENIED", case);
     let task = w1.poll(poll("refunds")).await.expect("w1 polls").tasks.pop().expect("the task");
     let lease_id = task.lease.as_ref().expect("a lease").lease_id;
     assert_eq!(task.execution_id, execution.execution_id);
