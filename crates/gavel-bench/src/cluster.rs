@@ -23,17 +23,11 @@ use crate::BenchError;
 /// first admin, which registers the capabilities.
 pub const BENCH_PRINCIPAL: &str = "bench";
 
-/// What the bench principal grants itself on the local cluster: it creates
-/// and consumes approvals and submits (naming its agents as actors), decides
-/// them naming the bench approver, and polls and reports as every worker.
-pub const BENCH_GRANTS: [GrantName; 6] = [
-    GrantName::Submitter,
-    GrantName::ActFor,
-    GrantName::Approver,
-    GrantName::DelegateDecide,
-    GrantName::Worker,
-    GrantName::Auditor,
-];
+/// What the bench principal grants itself on the local cluster: the kit's
+/// harness grants (it creates and consumes approvals and submits naming its
+/// agents, decides naming the bench approver, polls and reports as every
+/// worker).
+pub const BENCH_GRANTS: [GrantName; 6] = gavel_testkit::HARNESS_GRANTS;
 
 /// How the bench reaches the nodes: the TLS and token every client and raw
 /// channel uses (none: plaintext).

@@ -26,18 +26,10 @@ pub const ADMIN: &str = "chaos-admin";
 /// `service:chaos-workload`.
 pub const WORKLOAD: &str = "chaos-workload";
 
-/// What the workload principal is granted: it submits, decides approvals
-/// naming the chaos approvers, polls and reports as every worker, names the
-/// chaos requesters as actors, and reads the audit trail at the end. No
-/// `clock`: the workload sends no caller clock.
-pub const WORKLOAD_GRANTS: [GrantName; 6] = [
-    GrantName::Submitter,
-    GrantName::ActFor,
-    GrantName::Approver,
-    GrantName::DelegateDecide,
-    GrantName::Worker,
-    GrantName::Auditor,
-];
+/// What the workload principal is granted: the kit's harness grants
+/// (submitter, act-for, approver, delegate-decide, worker, auditor; no
+/// `clock`: the workload sends no caller clock).
+pub const WORKLOAD_GRANTS: [GrantName; 6] = gavel_testkit::HARNESS_GRANTS;
 
 /// `user:chaos-admin`.
 pub fn admin() -> Principal {

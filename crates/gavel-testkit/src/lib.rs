@@ -11,7 +11,7 @@
 //! - [`Cluster`]: spawn, SIGKILL, SIGSTOP/SIGCONT, SIGTERM, restart on the
 //!   same data, `ClusterService.Status` over gRPC, wait for a leader, wait
 //!   for convergence. Dropping it kills every process it started.
-//! - [`resolve_gavel_binary`], [`free_port`], [`wall_clock_ms`], and
+//! - [`resolve_gavel_binary`], [`free_port`], [`wall_clock_ms`], [`HARNESS_GRANTS`] and
 //!   [`eventually`] for bounded polling.
 //!
 //! - Security: a [`ClusterSpec`] runs its nodes `--insecure` (the default)
@@ -43,6 +43,20 @@ pub use status::{
     channel, channel_with, find_leader, find_leader_with, leader_of, status, status_with, wait_applied,
     wait_applied_with,
 };
+
+/// What a load harness's one principal (the chaos workload, the bench) is
+/// granted on a secure cluster to drive every operation: it submits and
+/// creates approvals naming its actors, decides them naming its approvers,
+/// polls and reports as every worker, and reads the audit trail. No
+/// `clock` (no caller clocks are sent), no `self-approval`, no `admin`.
+pub const HARNESS_GRANTS: [gavel_pki::GrantName; 6] = [
+    gavel_pki::GrantName::Submitter,
+    gavel_pki::GrantName::ActFor,
+    gavel_pki::GrantName::Approver,
+    gavel_pki::GrantName::DelegateDecide,
+    gavel_pki::GrantName::Worker,
+    gavel_pki::GrantName::Auditor,
+];
 
 /// Milliseconds since the Unix epoch on this machine's clock (0 before 1970).
 pub fn wall_clock_ms() -> i64 {
