@@ -11,8 +11,11 @@
 //! lease or backoff ending (none exists while an index is compared here) and
 //! the audit compaction, once a minute counted from the first tick, right
 //! after the first audit event. [`Secure::quiet_log`] therefore waits out a
-//! compaction due within the next few seconds before it takes the baseline,
-//! so that the compared window holds no tick.
+//! compaction due within [`COMPACTION_MARGIN`] before it takes the baseline,
+//! so that the compared window (a few seconds) holds no tick. One refusal is
+//! ordered in the log on purpose: the self-approval rule, which the state
+//! machine decides against the approval's recorded requester; for it the
+//! trail and the record are compared.
 //!
 //! Needs the debug binary (`cargo build -p gavel-cli`).
 
