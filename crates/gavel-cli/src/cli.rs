@@ -7,11 +7,14 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use gavel_raft::RaftTimings;
 
+use crate::commands::access::AccessArgs;
 use crate::commands::approval::ApprovalArgs;
 use crate::commands::audit::AuditArgs;
 use crate::commands::capability::CapabilityArgs;
+use crate::commands::cert::CertArgs;
 use crate::commands::cluster::ClusterArgs;
 use crate::commands::exec::ExecArgs;
+use crate::commands::token::TokenArgs;
 
 /// The version `gavel --version` prints. A build with the planted bugs of
 /// the chaos harness says so, so such a binary is never mistaken for a real one.
@@ -47,6 +50,12 @@ pub enum TopCommand {
     Audit(AuditArgs),
     /// Cluster nodes and membership: status, add-learner, promote, remove.
     Cluster(ClusterArgs),
+    /// Who may do what: grant, revoke, list, whoami.
+    Access(AccessArgs),
+    /// Certificates: create-ca, create-node, create-client.
+    Cert(CertArgs),
+    /// Bearer tokens: issue.
+    Token(TokenArgs),
     /// Chaos test: a three-node cluster in network namespaces, a seeded
     /// nemesis, a recorded history and the checkers (see docs/testing.md).
     Chaos(gavel_chaos::run::ChaosArgs),
@@ -136,6 +145,46 @@ pub struct NodeArgs {
     /// Raft timings.
     #[command(flatten)]
     pub timings: TimingArgs,
+    /// TLS, tokens and the first admin.
+    #[command(flatten, next_help_heading = "Security")]
+    pub security: NodeSecurityArgs,
+}
+
+/// How `gavel node` secures its port (docs/security.md).
+#[derive(Debug, Clone, Default, Args)]
+pub struct NodeSecurityArgs {
+    /// A certificate directory (as `gavel cert` and `gavel dev` write it):
+    /// DIR/ca.pem, DIR/node-<id>.pem, DIR/node-<id>.key and, if present,
+    /// DIR/token.pub as a token key.
+    #[arg(long, env = "GAVEL_CERTS_DIR", value_name = "DIR")]
+    pub certs_dir: Option<PathBuf>,
+    /// The cluster CA certificate (PEM) client and peer certificates must chain to.
+    #[arg(long, env = "GAVEL_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// This node's certificate (PEM, SAN URI gavel://node/<id>).
+    #[arg(long, env = "GAVEL_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, env = "GAVEL_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// A public key (PEM; Ed25519 for EdDSA or P-256 for ES256) bearer tokens
+    /// may be signed with. Repeatable.
+    #[arg(long = "token-key", value_name = "FILE")]
+    pub token_keys: Vec<PathBuf>,
+    /// The `aud` claim tokens must carry.
+    #[arg(long, env = "GAVEL_TOKEN_AUDIENCE", default_value = gavel_pki::DEFAULT_AUDIENCE)]
+    pub token_audience: String,
+    /// A file holding an HS256 shared secret, to accept HS256 tokens too.
+    #[arg(long, env = "GAVEL_TOKEN_HS256_SECRET", value_name = "FILE")]
+    pub token_hs256_secret: Option<PathBuf>,
+    /// The first admin (kind:id, e.g. user:admin), granted once this node
+    /// leads a new cluster.
+    #[arg(long, env = "GAVEL_BOOTSTRAP_ADMIN", value_name = "PRINCIPAL")]
+    pub bootstrap_admin: Option<String>,
+    /// Run without TLS: plaintext, no authentication, identity self-declared.
+    /// For local experiments only.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 /// `gavel dev`.

@@ -6,15 +6,21 @@
 //! It fails loudly, with a non-zero exit: when one of its ports is already in
 //! use (checked before any node starts), when the leader that answers on its
 //! ports is not one of its own processes, and when one of its nodes exits,
-//! during start or later (naming the node, its exit status and its log). Once
-//! the cluster runs it prints the `export GAVEL_ENDPOINTS=...` line that points
-//! the CLI, the SDK and `refund-worker` at it.
+//! during start or later (naming the node, its exit status and its log).
+//!
+//! The cluster is secure: the kit writes a development CA, node
+//! certificates, an admin client certificate (`user:admin`, the cluster's
+//! first admin) and a token key pair to `<data dir>/certs`, and the nodes run
+//! with `--certs-dir` and `--bootstrap-admin`. Once the cluster runs it prints
+//! one `export GAVEL_ENDPOINTS=... GAVEL_CA=... GAVEL_CERT=... GAVEL_KEY=...`
+//! line that points the CLI, the SDK and `refund-worker` at it as the admin.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
 use anyhow::Context;
-use gavel_testkit::{resolve_gavel_binary, Cluster, ClusterSpec, Loopback};
+use gavel_pki::{Principal, PrincipalKind};
+use gavel_testkit::{resolve_gavel_binary, Cluster, ClusterSpec, Loopback, Security};
 
 use crate::cli::DevArgs;
 
@@ -26,6 +32,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const LIVENESS_INTERVAL: Duration = Duration::from_millis(500);
 /// The nodes of a dev cluster.
 const NODES: u16 = 3;
+/// The id of the dev cluster's first admin, `user:admin`.
+const ADMIN_ID: &str = "admin";
 
 /// Runs the local cluster until Ctrl-C, SIGTERM or a node's exit.
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
@@ -36,8 +44,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         None => std::env::temp_dir().join(format!("gavel-dev-{}", std::process::id())),
     };
     println!("gavel dev: data in {}", data_dir.display());
+    let admin = Principal::new(PrincipalKind::User, ADMIN_ID).map_err(anyhow::Error::msg)?;
     let mut spec = ClusterSpec::new(resolve_gavel_binary(None)?, &data_dir);
     spec.args = args.timings.to_flags();
+    spec.security = Security::secure(admin.clone());
     spec.start_timeout = LEADER_WAIT;
     let cluster = Cluster::spawn_with(spec, Loopback::from_base_port(args.base_port))
         .with_context(|| format!("starting the local cluster (node logs in {}/n*.log)", data_dir.display()))?;
@@ -50,8 +60,25 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             let log = cluster.log_path(id).map(|path| path.display().to_string()).unwrap_or_default();
             println!("gavel dev: node {id} pid {pid} on {addr}, log {log}");
         }
-        println!("gavel dev: leader is node {leader}. Point the CLI, the SDK and refund-worker at this cluster with:");
-        println!("export GAVEL_ENDPOINTS={}", cluster.addrs().join(","));
+        let certs = cluster.certs().context("the dev cluster has its certificate directory")?;
+        println!(
+            "gavel dev: leader is node {leader}. Point the CLI, the SDK and refund-worker at this cluster, \
+             as {admin} over TLS, with:"
+        );
+        println!(
+            "export GAVEL_ENDPOINTS={} GAVEL_CA={} GAVEL_CERT={} GAVEL_KEY={}",
+            cluster.addrs().join(","),
+            certs.ca_cert().display(),
+            certs.cert(&admin).display(),
+            certs.key(&admin).display()
+        );
+        println!(
+            "gavel dev: grant others with `gavel access grant user:alice submitter`; a token for them: \
+             `gavel token issue --certs-dir {} --sub user:alice`; grpcurl: \
+             `grpcurl -cacert $GAVEL_CA -cert $GAVEL_CERT -key $GAVEL_KEY {} list`",
+            certs.root().display(),
+            cluster.addr(leader).unwrap_or("127.0.0.1:7401")
+        );
         println!("gavel dev: Ctrl-C stops the cluster");
         watch(&cluster).await
     }

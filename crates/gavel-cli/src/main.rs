@@ -6,6 +6,7 @@
 mod cli;
 mod commands;
 mod dev;
+mod node_security;
 
 use std::process::ExitCode;
 
@@ -40,6 +41,9 @@ fn main() -> ExitCode {
         TopCommand::Exec(args) => finish(runtime.block_on(commands::exec::run(args))),
         TopCommand::Audit(args) => finish(runtime.block_on(commands::audit::run(args))),
         TopCommand::Cluster(args) => finish(runtime.block_on(commands::cluster::run(args))),
+        TopCommand::Access(args) => finish(runtime.block_on(commands::access::run(args))),
+        TopCommand::Cert(args) => finish(commands::cert::run(args)),
+        TopCommand::Token(args) => finish(commands::token::run(args)),
         TopCommand::Chaos(args) => ExitCode::from(runtime.block_on(gavel_chaos::run::run(args)) as u8),
         TopCommand::Bench(args) => match runtime.block_on(gavel_bench::run(args)) {
             Ok(outcome) if outcome.ok => ExitCode::SUCCESS,
@@ -52,10 +56,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// The exit of `node` and `dev`: as `main` returning `anyhow::Result` would.
+/// The exit of `node` and `dev`: as `main` returning `anyhow::Result` would,
+/// except that a command line that cannot start a node exits 2, like a
+/// usage error.
 fn served(outcome: anyhow::Result<()>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.downcast_ref::<node_security::NodeUsageError>().is_some() => {
+            eprintln!("Error: {error:#}");
+            ExitCode::from(commands::EXIT_USAGE)
+        }
         Err(error) => {
             eprintln!("Error: {error:#}");
             ExitCode::FAILURE
@@ -74,6 +84,15 @@ fn planted_bug_from_env() -> Option<gavel_core::mutants::Mutant> {
 }
 
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let security = node_security::node_security(args.id, &args.security)?;
+    if security.tls.is_none() {
+        tracing::warn!(
+            "node {} runs --insecure: plaintext, no authentication, identity self-declared; never expose it",
+            args.id
+        );
+    } else {
+        tracing::info!("node {} secured: {}", args.id, node_security::describe(&security));
+    }
     let peers = parse_peers(&args.peers)?;
     if !args.join && !peers.is_empty() && !peers.contains_key(&args.id) {
         anyhow::bail!("--peers must include this node ({}) unless --join is given", args.id);
@@ -95,7 +114,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             planted_bug: planted_bug_from_env(),
             ..ServerSettings::default()
         },
-        security: gavel_server::security::Security::insecure(),
+        security,
     };
     let running = start(options, listener).await?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -7,20 +7,26 @@ use std::time::{Duration, Instant};
 
 use gavel_proto::error_detail::read_error_detail;
 use gavel_proto::v1 as pb;
+use gavel_proto::v1::access_service_client::AccessServiceClient;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::audit_service_client::AuditServiceClient;
 use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
 use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use gavel_proto::v1::worker_service_client::WorkerServiceClient;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use crate::credentials::{Authorization, ClientTls};
 use crate::error::Error;
 use crate::reach::Reachability;
 
-/// Client timings.
-#[derive(Debug, Clone)]
+/// A channel that stamps the bearer token on every call.
+type Transport = InterceptedService<Channel, Authorization>;
+
+/// Client timings and credentials.
+#[derive(Clone)]
 pub struct ClientConfig {
     /// Deadline of one attempt of one call (long-polls add their wait).
     pub call_timeout: Duration,
@@ -32,6 +38,13 @@ pub struct ClientConfig {
     /// names it (the `gavel-leader` response header). Off, every call goes
     /// to the preferred endpoint first and is forwarded from there.
     pub follow_leader: bool,
+    /// TLS towards the nodes: endpoints are dialled over `https` and the
+    /// node's certificate must chain to the CA. `None` dials plaintext, which
+    /// only a node started `--insecure` answers.
+    pub tls: Option<ClientTls>,
+    /// A bearer token (JWT) sent as `authorization: Bearer <token>` on every
+    /// call; it takes precedence over the client certificate's principal.
+    pub token: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -41,7 +54,23 @@ impl Default for ClientConfig {
             retry_budget: Duration::from_secs(20),
             connect_timeout: Duration::from_secs(1),
             follow_leader: true,
+            tls: None,
+            token: None,
         }
+    }
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token and the private key stay out of logs.
+        f.debug_struct("ClientConfig")
+            .field("call_timeout", &self.call_timeout)
+            .field("retry_budget", &self.retry_budget)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("follow_leader", &self.follow_leader)
+            .field("tls", &self.tls)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
     }
 }
 
@@ -54,6 +83,8 @@ pub struct Client {
 struct Inner {
     endpoints: Vec<String>,
     channels: Vec<Channel>,
+    /// The bearer token header every call carries, if any.
+    authorization: Authorization,
     /// Index of the endpoint to try first: the last known leader.
     preferred: AtomicUsize,
     /// RPC attempts sent, for measuring a client's load on the cluster.
@@ -74,7 +105,12 @@ fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
 
 /// Whether a failed attempt may be retried with the same request id: the
 /// cluster said `UNAVAILABLE`, or the transport broke before a Gavel answer.
+/// A failed TLS handshake is not retried: a certificate does not become
+/// valid by asking again.
 fn retryable(status: &Status) -> bool {
+    if crate::credentials::tls_failure(status).is_some() {
+        return false;
+    }
     match status.code() {
         Code::Unavailable => true,
         Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal => {
@@ -95,13 +131,21 @@ impl Client {
         if endpoints.is_empty() {
             return Err(Error::Config("at least one endpoint is required".to_string()));
         }
+        let authorization = Authorization::bearer(config.token.as_deref())?;
+        let tls = config.tls.as_ref().map(ClientTls::tonic_config);
         let mut channels = Vec::new();
         let mut normalized = Vec::new();
         for endpoint in endpoints {
             check_endpoint(endpoint)?;
-            let uri = if endpoint.contains("://") { endpoint.clone() } else { format!("http://{endpoint}") };
-            let channel = Endpoint::from_shared(uri.clone())
-                .map_err(|error| Error::Config(format!("endpoint {endpoint}: {error}")))?
+            let uri = endpoint_uri(endpoint, tls.is_some())?;
+            let mut builder = Endpoint::from_shared(uri.clone())
+                .map_err(|error| Error::Config(format!("endpoint {endpoint}: {error}")))?;
+            if let Some(tls) = &tls {
+                builder = builder
+                    .tls_config(tls.clone())
+                    .map_err(|error| Error::Config(format!("TLS for endpoint {endpoint}: {error}")))?;
+            }
+            let channel = builder
                 .connect_timeout(config.connect_timeout)
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10))
@@ -114,6 +158,7 @@ impl Client {
             inner: Arc::new(Inner {
                 endpoints: normalized,
                 channels,
+                authorization,
                 preferred: AtomicUsize::new(0),
                 attempts: std::sync::atomic::AtomicU64::new(0),
                 config,
@@ -126,6 +171,12 @@ impl Client {
         &self.inner.endpoints
     }
 
+    /// The channel to endpoint `index`, stamping the token on each call.
+    fn transport(&self, index: usize) -> Transport {
+        let channel = self.inner.channels[index % self.inner.channels.len()].clone();
+        InterceptedService::new(channel, self.inner.authorization.clone())
+    }
+
     /// RPC attempts this client (and its clones) has sent, retries included.
     pub fn attempts(&self) -> u64 {
         self.inner.attempts.load(Ordering::Relaxed)
@@ -136,7 +187,7 @@ impl Client {
     /// retry budget. `extra` extends each attempt's deadline (long-polls).
     async fn call<T, F, Fut>(&self, extra: Duration, mut attempt: F) -> Result<T, Error>
     where
-        F: FnMut(Channel, Duration) -> Fut,
+        F: FnMut(Transport, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let started = Instant::now();
@@ -144,7 +195,7 @@ impl Client {
         let deadline = self.inner.config.call_timeout + extra;
         loop {
             let index = self.inner.preferred.load(Ordering::Relaxed) % self.inner.channels.len();
-            let channel = self.inner.channels[index].clone();
+            let channel = self.transport(index);
             self.inner.attempts.fetch_add(1, Ordering::Relaxed);
             let failure = match tokio::time::timeout(deadline + Duration::from_millis(200), attempt(channel, deadline))
                 .await
@@ -178,7 +229,7 @@ impl Client {
                     }
                     format!("{}: {}", self.inner.endpoints[index], status.message())
                 }
-                Ok(Err(status)) => return Err(Error::from_status(&status)),
+                Ok(Err(status)) => return Err(Error::from_attempt(&status, &self.inner.endpoints[index])),
                 Err(_) => {
                     let next = (index + 1) % self.inner.channels.len();
                     let _ = self.inner.preferred.compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
@@ -190,6 +241,23 @@ impl Client {
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+/// The URI of `endpoint`: `https://` when TLS is configured, `http://`
+/// otherwise; a scheme that contradicts the configuration is refused rather
+/// than silently changed.
+fn endpoint_uri(endpoint: &str, tls: bool) -> Result<String, Error> {
+    let scheme = if tls { "https" } else { "http" };
+    match endpoint.split_once("://") {
+        None => Ok(format!("{scheme}://{endpoint}")),
+        Some((given, _)) if given == scheme => Ok(endpoint.to_string()),
+        Some(_) if tls => Err(Error::Config(format!(
+            "endpoint {endpoint:?} is plaintext but TLS is configured (--ca); write it as host:port or https://"
+        ))),
+        Some(_) => {
+            Err(Error::Config(format!("endpoint {endpoint:?} needs TLS: give the cluster CA (--ca or GAVEL_CA)")))
         }
     }
 }
@@ -223,8 +291,8 @@ impl Client {
     /// Asks every endpoint for its status once, concurrently, within
     /// [`SURVEY_TIMEOUT`], and says how many voters answer.
     pub async fn reachability(&self) -> Reachability {
-        let calls = self.inner.channels.iter().map(|channel| {
-            let mut client = ClusterServiceClient::new(channel.clone());
+        let calls = (0..self.inner.channels.len()).map(|index| {
+            let mut client = ClusterServiceClient::new(self.transport(index));
             async move {
                 let call = client.status(timed(pb::StatusRequest { without_state_hash: true }, SURVEY_TIMEOUT));
                 match tokio::time::timeout(SURVEY_TIMEOUT + Duration::from_millis(200), call).await {
@@ -266,11 +334,14 @@ macro_rules! rpc {
         }
     };
     ($(#[$doc:meta])* read $name:ident, $client:ident, $request:ty, $response:ty) => {
+        rpc!($(#[$doc])* read $name = $name, $client, $request, $response);
+    };
+    ($(#[$doc:meta])* read $name:ident = $rpc:ident, $client:ident, $request:ty, $response:ty) => {
         $(#[$doc])*
         pub async fn $name(&self, request: $request) -> Result<$response, Error> {
             self.call(Duration::ZERO, move |channel, timeout| {
                 let request = request.clone();
-                async move { $client::new(channel).$name(timed(request, timeout)).await }
+                async move { $client::new(channel).$rpc(timed(request, timeout)).await }
             })
             .await
         }
@@ -322,6 +393,14 @@ impl Client {
         mutating promote, ClusterServiceClient, pb::PromoteRequest, pb::StatusResponse);
     rpc!(/// Removes a node from the membership.
         mutating remove_node, ClusterServiceClient, pb::RemoveNodeRequest, pb::StatusResponse);
+    rpc!(/// Binds a grant to a principal (admin).
+        mutating grant, AccessServiceClient, pb::GrantRequest, pb::GrantResponse);
+    rpc!(/// Removes a grant from a principal (admin).
+        mutating revoke, AccessServiceClient, pb::RevokeRequest, pb::RevokeResponse);
+    rpc!(/// Lists grants, of one principal or of all (admin).
+        read list_grants = list, AccessServiceClient, pb::ListGrantsRequest, pb::ListGrantsResponse);
+    rpc!(/// Who the cluster authenticates this client as, and its grants.
+        read who_am_i, AccessServiceClient, pb::WhoAmIRequest, pb::WhoAmIResponse);
 
     /// Long-polls until the execution is final or `timeout_ms` passes.
     pub async fn wait_execution(&self, request: pb::WaitExecutionRequest) -> Result<pb::WaitExecutionResponse, Error> {
@@ -363,7 +442,7 @@ impl Client {
             let mut broken_since: Option<Instant> = None;
             let mut index = client.inner.preferred.load(Ordering::Relaxed);
             loop {
-                let channel = client.inner.channels[index % client.inner.channels.len()].clone();
+                let channel = client.transport(index);
                 let request = pb::WatchEventsRequest { after_cursor: cursor, execution_id: execution_id.clone() };
                 match AuditServiceClient::new(channel).watch_events(request).await {
                     Ok(response) => {
@@ -379,7 +458,8 @@ impl Client {
                                 }
                                 Ok(None) => break,
                                 Err(status) if !retryable(&status) => {
-                                    let _ = sender.send(Err(Error::from_status(&status))).await;
+                                    let endpoint = &client.inner.endpoints[index % client.inner.endpoints.len()];
+                                    let _ = sender.send(Err(Error::from_attempt(&status, endpoint))).await;
                                     return;
                                 }
                                 Err(_) => break,
@@ -387,7 +467,8 @@ impl Client {
                         }
                     }
                     Err(status) if !retryable(&status) => {
-                        let _ = sender.send(Err(Error::from_status(&status))).await;
+                        let endpoint = &client.inner.endpoints[index % client.inner.endpoints.len()];
+                        let _ = sender.send(Err(Error::from_attempt(&status, endpoint))).await;
                         return;
                     }
                     Err(_) => {}
@@ -420,5 +501,26 @@ mod tests {
         for bad in ["garbage", "127.0.0.1", "host:port", ":7401", "host:0", "ftp://host:1", "host:70000", "a/b:1"] {
             assert!(matches!(check_endpoint(bad), Err(Error::Config(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn endpoints_take_the_scheme_of_the_configuration() {
+        assert_eq!(endpoint_uri("127.0.0.1:7401", false).ok().as_deref(), Some("http://127.0.0.1:7401"));
+        assert_eq!(endpoint_uri("127.0.0.1:7401", true).ok().as_deref(), Some("https://127.0.0.1:7401"));
+        assert_eq!(endpoint_uri("https://n1:7401", true).ok().as_deref(), Some("https://n1:7401"));
+        assert!(matches!(endpoint_uri("http://n1:7401", true), Err(Error::Config(_))));
+        assert!(matches!(endpoint_uri("https://n1:7401", false), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn a_token_that_is_not_a_header_value_is_a_configuration_error() {
+        let config = ClientConfig { token: Some("line\nbreak".to_string()), ..ClientConfig::default() };
+        assert!(matches!(Client::with_config(&["127.0.0.1:7401".to_string()], config), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn debug_output_hides_the_token() {
+        let config = ClientConfig { token: Some("secret-token".to_string()), ..ClientConfig::default() };
+        assert!(!format!("{config:?}").contains("secret-token"));
     }
 }

@@ -43,6 +43,26 @@ impl Error {
         matches!(self, Error::Unavailable(_))
     }
 
+    /// Whether the cluster refused who the caller is (`UNAUTHENTICATED`: no,
+    /// bad or expired credentials) or what it may do (`PERMISSION_DENIED`).
+    pub fn is_access_refused(&self) -> bool {
+        matches!(self, Error::Domain { status: tonic::Code::Unauthenticated | tonic::Code::PermissionDenied, .. })
+    }
+
+    /// The error of a failed attempt on `endpoint`: a TLS failure says so
+    /// (as `UNAUTHENTICATED`), anything else is the node's answer.
+    pub(crate) fn from_attempt(status: &tonic::Status, endpoint: &str) -> Error {
+        match crate::credentials::tls_failure(status) {
+            Some(failure) => Error::Domain {
+                code: "UNAUTHENTICATED".to_string(),
+                message: format!("TLS with {endpoint} failed: {failure}"),
+                problems: Vec::new(),
+                status: tonic::Code::Unauthenticated,
+            },
+            None => Error::from_status(status),
+        }
+    }
+
     pub(crate) fn from_status(status: &tonic::Status) -> Error {
         match read_error_detail(status) {
             Some(detail) => Error::Domain {
@@ -52,11 +72,21 @@ impl Error {
                 status: status.code(),
             },
             None => Error::Domain {
-                code: format!("{:?}", status.code()).to_uppercase(),
+                code: fallback_code(status.code()),
                 message: status.message().to_string(),
                 problems: Vec::new(),
                 status: status.code(),
             },
         }
+    }
+}
+
+/// The domain code of a status that carries no detail (one from a proxy, the
+/// transport, or the node's authentication layer).
+fn fallback_code(code: tonic::Code) -> String {
+    match code {
+        tonic::Code::Unauthenticated => "UNAUTHENTICATED".to_string(),
+        tonic::Code::PermissionDenied => "PERMISSION_DENIED".to_string(),
+        other => format!("{other:?}").to_uppercase(),
     }
 }

@@ -12,15 +12,25 @@
 //!   (`no leader: quorum lost (1 of 3 nodes reachable)`) and names the
 //!   endpoints it tried.
 //!
+//! - Credentials: [`ClientConfig::tls`] dials the nodes over TLS (rustls,
+//!   no OpenSSL) with the cluster CA and, optionally, a client certificate
+//!   naming the principal; [`ClientConfig::token`] sends a bearer token on
+//!   every call. [`Credentials`] reads both from the `--ca --cert --key
+//!   --token --token-file --insecure` flags or the `GAVEL_*` variables, the
+//!   same way for every binary. `UNAUTHENTICATED` and `PERMISSION_DENIED`
+//!   (and a failed TLS handshake) are never retried.
+//!
 //! It depends on `gavel-proto` only: never on openraft, sled or the core's
 //! state machine.
 
 mod client;
+mod credentials;
 mod error;
 mod reach;
 mod worker;
 
 pub use client::{Client, ClientConfig};
+pub use credentials::{env, ClientTls, Credentials};
 pub use error::Error;
 pub use gavel_proto::v1 as pb;
 pub use reach::Reachability;

@@ -87,6 +87,7 @@ type Handler = Arc<dyn Fn(TaskContext) -> Pin<Box<dyn Future<Output = HandlerRes
 /// Builds a [`Worker`].
 pub struct WorkerBuilder {
     endpoints: Vec<String>,
+    config: ClientConfig,
     queues: Vec<String>,
     concurrency: usize,
     worker_id: String,
@@ -120,6 +121,7 @@ impl Worker {
     pub fn builder(endpoints: &[String]) -> WorkerBuilder {
         WorkerBuilder {
             endpoints: endpoints.to_vec(),
+            config: ClientConfig::default(),
             queues: Vec::new(),
             concurrency: 1,
             worker_id: format!("worker-{}", uuid::Uuid::new_v4()),
@@ -132,6 +134,13 @@ impl Worker {
 }
 
 impl WorkerBuilder {
+    /// The client configuration polls and reports use: timings, TLS and the
+    /// token (heartbeats use the same credentials with shorter timings).
+    pub fn client_config(mut self, config: ClientConfig) -> Self {
+        self.config = config;
+        self
+    }
+
     /// Adds a queue to poll.
     pub fn queue(mut self, queue: &str) -> Self {
         self.queues.push(queue.to_string());
@@ -185,16 +194,12 @@ impl WorkerBuilder {
         if self.queues.is_empty() {
             return Err(Error::Config("at least one queue is required".to_string()));
         }
-        let client = Client::new(&self.endpoints)?;
+        let client = Client::with_config(&self.endpoints, self.config.clone())?;
         // Heartbeats retry only briefly: the next one is due soon anyway, and the
         // local deadline, not the heartbeat, is what stops a cut-off worker.
         let heartbeats = Client::with_config(
             &self.endpoints,
-            ClientConfig {
-                retry_budget: self.heartbeat_interval,
-                call_timeout: Duration::from_secs(2),
-                ..ClientConfig::default()
-            },
+            ClientConfig { retry_budget: self.heartbeat_interval, call_timeout: Duration::from_secs(2), ..self.config },
         )?;
         Ok(Worker {
             client,

@@ -97,4 +97,38 @@ pub struct NodeConfig {
     /// with the `mutants` feature; the shell sets it, the Raft layer reads no
     /// environment for it.
     pub plant_early_ack: bool,
+    /// Mutual TLS towards peers: `None` dials them in plaintext (a node
+    /// started `--insecure`).
+    pub peer_tls: Option<PeerTls>,
+}
+
+/// The TLS material a node dials its peers with: the cluster CA that a
+/// peer's server certificate must chain to, and this node's own certificate
+/// and key, presented as client certificate so that the peer admits its
+/// Raft calls.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PeerTls {
+    /// The cluster CA certificate (PEM).
+    pub ca_pem: String,
+    /// This node's certificate (PEM, SAN URI `gavel://node/<id>`).
+    pub cert_pem: String,
+    /// Its private key (PEM).
+    pub key_pem: String,
+}
+
+// The private key stays out of logs.
+impl std::fmt::Debug for PeerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerTls").finish_non_exhaustive()
+    }
+}
+
+impl PeerTls {
+    /// The tonic client configuration for these PEMs.
+    pub fn client_config(&self) -> tonic::transport::ClientTlsConfig {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca_pem))
+            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+    }
 }

@@ -7,7 +7,8 @@
 //! nothing about what the bytes mean.
 //!
 //! Key types: [`RaftNode`] (start, write, linearizable-read barrier,
-//! membership, status, shutdown), [`NodeConfig`] and [`RaftTimings`],
+//! membership, status, shutdown), [`NodeConfig`], [`RaftTimings`] and
+//! [`PeerTls`] (mutual TLS towards peers),
 //! [`RaftStatus`], and the errors [`RaftError`] and [`WriteError`]. The
 //! node's peer-to-peer gRPC service ([`RaftNode::service`]) is mounted by the
 //! server next to its public services.
@@ -30,6 +31,13 @@
 //! - a snapshot is fsynced before openraft may purge the log behind it;
 //! - the committed index is saved (without fsync) so a restarted node
 //!   re-applies the committed suffix on its own.
+//!
+//! **Peer messages are bounded** ([`limits`]): an append-entries message over
+//! `APPEND_ENTRIES_BYTES_MAX` is refused from its length prefix, and a
+//! snapshot stream whose announced size is over `SNAPSHOT_BYTES_MAX` before
+//! anything is created; snapshot chunks are spooled to disk as they arrive.
+//! Who may send Raft messages at all is the server's decision (it admits
+//! member node certificates only, using [`RaftNode::admits_peer`]).
 //!
 //! Reads: call [`RaftNode::ensure_linearizable`] on the leader before reading
 //! the application. Writes: openraft does not forward; a follower answers
@@ -55,7 +63,7 @@ pub mod pb {
 }
 
 pub use application::Application;
-pub use config::{NodeConfig, RaftTimings};
+pub use config::{NodeConfig, PeerTls, RaftTimings};
 pub use error::{RaftError, WriteError};
 pub use node::RaftNode;
 pub use pb::raft_service_server::RaftServiceServer;

@@ -7,10 +7,27 @@ use std::time::Duration;
 /// large enough that a 100 MiB snapshot is only 100 messages.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 
-/// Largest gRPC message the Raft service accepts or sends. An append-entries
-/// batch carries up to openraft's `max_payload_entries` (300) commands; the
-/// tonic default of 4 MiB would refuse a batch of large commands outright.
-pub const RPC_MESSAGE_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// Largest message the Raft service accepts (and a peer client sends). An
+/// append-entries batch is the largest peer message; tonic checks a
+/// message's length prefix against this before it buffers the message, so
+/// an oversized one (a forged 250 MiB append, say) is refused with
+/// `OUT_OF_RANGE` before anything is allocated or decoded. One log entry is
+/// at most one public request (4 MiB) or a batch of `batch::BATCH_BYTES_MAX`
+/// (1 MiB), so 64 MiB still carries dozens of full entries; a larger batch
+/// (openraft sends up to 300 entries) is refused as too large and the
+/// leader halves it (`network::PeerClient::rpc_error`).
+///
+/// This limit is the tonic decoding limit rather than a size check in the
+/// handler: a check after tonic decoded the message would come after the
+/// allocation it is meant to prevent.
+pub const APPEND_ENTRIES_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Largest snapshot a node accepts from a peer. The receiver checks the
+/// stream header's `total_bytes` against it before it creates anything, so a
+/// forged header (2^62 bytes) costs nothing. The whole state machine is held
+/// in memory and a snapshot is read back into memory to be installed, so a
+/// snapshot beyond this could not be installed anyway.
+pub const SNAPSHOT_BYTES_MAX: u64 = 1024 * 1024 * 1024;
 
 /// How far (in log entries) a learner may trail the leader's last log index
 /// and still be promoted to voter. Zero would never be reached under a steady

@@ -1,5 +1,8 @@
 //! The client side of the Raft transport: openraft's `RaftNetwork` over tonic.
 //!
+//! - Peers are dialled over mutual TLS when the node has TLS material
+//!   ([`crate::PeerTls`]): the peer proves it holds a cluster certificate for
+//!   the host dialled, and this node presents its node certificate.
 //! - One lazily connected tonic `Channel` per peer address, cached in the
 //!   factory and shared by every client openraft creates (openraft asks for a
 //!   new client per replication stream, per election and per read-index
@@ -25,11 +28,11 @@ use openraft::error::{
 use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
 use openraft::RPCTypes;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
 
 use crate::limits::{
-    PEER_KEEPALIVE_INTERVAL, PEER_KEEPALIVE_TIMEOUT, RPC_MESSAGE_BYTES_MAX, SNAPSHOT_CHUNK_BYTES,
+    APPEND_ENTRIES_BYTES_MAX, PEER_KEEPALIVE_INTERVAL, PEER_KEEPALIVE_TIMEOUT, SNAPSHOT_CHUNK_BYTES,
     UNREACHABLE_BACKOFF_MAX,
 };
 use crate::pb::raft_service_client::RaftServiceClient;
@@ -45,12 +48,14 @@ pub(crate) type SnapshotHeaderBody = (Vote, SnapshotMeta);
 pub(crate) struct NetworkFactory {
     node_id: NodeId,
     timings: RaftTimings,
+    /// Mutual TLS towards peers; `None` dials in plaintext.
+    tls: Option<ClientTlsConfig>,
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
 }
 
 impl NetworkFactory {
-    pub(crate) fn new(node_id: NodeId, timings: RaftTimings) -> Self {
-        Self { node_id, timings, channels: Arc::default() }
+    pub(crate) fn new(node_id: NodeId, timings: RaftTimings, tls: Option<ClientTlsConfig>) -> Self {
+        Self { node_id, timings, tls, channels: Arc::default() }
     }
 
     /// The cached channel to `target` at `addr`, or a new lazily connected one
@@ -63,8 +68,15 @@ impl NetworkFactory {
             }
         }
         let rpc_timeout = Duration::from_millis(self.timings.rpc_timeout_ms);
-        let channel = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| format!("invalid peer address {addr:?}: {e}"))?
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+            .map_err(|e| format!("invalid peer address {addr:?}: {e}"))?;
+        if let Some(tls) = &self.tls {
+            // The peer's server certificate must chain to the cluster CA and
+            // name the host dialled; ours identifies this node to it.
+            endpoint = endpoint.tls_config(tls.clone()).map_err(|e| format!("peer TLS for {addr:?}: {e}"))?;
+        }
+        let channel = endpoint
             .connect_timeout(rpc_timeout)
             .http2_keep_alive_interval(PEER_KEEPALIVE_INTERVAL)
             .keep_alive_timeout(PEER_KEEPALIVE_TIMEOUT)
@@ -82,8 +94,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
         let client = self.channel(target, &node.addr).map(|channel| {
             RaftServiceClient::new(channel)
-                .max_decoding_message_size(RPC_MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(RPC_MESSAGE_BYTES_MAX)
+                .max_decoding_message_size(APPEND_ENTRIES_BYTES_MAX)
+                .max_encoding_message_size(APPEND_ENTRIES_BYTES_MAX)
         });
         PeerClient { node_id: self.node_id, target, client, timings: self.timings.clone() }
     }
@@ -291,7 +303,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         drop(listener);
-        let mut factory = NetworkFactory::new(1, RaftTimings::default());
+        let mut factory = NetworkFactory::new(1, RaftTimings::default(), None);
         let mut client = factory.new_client(2, &BasicNode { addr }).await;
         let error = client
             .vote(VoteRequest::new(Vote::new(1, 1), None), RPCOption::new(Duration::from_secs(5)))
@@ -302,7 +314,7 @@ mod tests {
 
     #[tokio::test]
     async fn clients_of_the_same_peer_share_one_channel_until_its_address_changes() {
-        let factory = NetworkFactory::new(1, RaftTimings::default());
+        let factory = NetworkFactory::new(1, RaftTimings::default(), None);
         factory.channel(2, "127.0.0.1:1").expect("channel");
         factory.channel(2, "127.0.0.1:1").expect("channel");
         assert_eq!(factory.channels.lock().expect("lock")[&2].0, "127.0.0.1:1");
@@ -313,7 +325,7 @@ mod tests {
 
     #[tokio::test]
     async fn backoff_towards_an_unreachable_peer_doubles_from_one_heartbeat_up_to_the_cap() {
-        let mut factory = NetworkFactory::new(1, RaftTimings::default());
+        let mut factory = NetworkFactory::new(1, RaftTimings::default(), None);
         let client = factory.new_client(2, &BasicNode { addr: "127.0.0.1:1".into() }).await;
         let delays: Vec<u64> = client.backoff().take(6).map(|d| d.as_millis() as u64).collect();
         assert_eq!(delays, vec![150, 300, 600, 1200, 2000, 2000]);

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::application::Application;
 use crate::batch::Batcher;
-use crate::limits::{PROMOTE_LAG_ENTRIES_MAX, RPC_MESSAGE_BYTES_MAX, STORAGE_CLOSE_TIMEOUT};
+use crate::limits::{APPEND_ENTRIES_BYTES_MAX, PROMOTE_LAG_ENTRIES_MAX, STORAGE_CLOSE_TIMEOUT};
 use crate::network::NetworkFactory;
 use crate::pb::raft_service_server::RaftServiceServer;
 use crate::service::RaftGrpcService;
@@ -41,6 +41,8 @@ struct Inner {
     batcher: Batcher,
     timings: RaftTimings,
     status: watch::Receiver<RaftStatus>,
+    /// Where incoming snapshot streams are spooled.
+    incoming_dir: std::path::PathBuf,
     /// Taken by the first `shutdown`; resolves when the storage is closed.
     storage_closed: tokio::sync::Mutex<Option<ThreadExited>>,
 }
@@ -54,11 +56,19 @@ impl RaftNode {
         config.timings.validate()?;
         let raft_config = Arc::new(openraft_config(&config.timings)?);
         let (data_dir, plant_early_ack) = (config.data_dir.clone(), config.plant_early_ack);
+        let incoming_dir = crate::service::incoming_dir(&config.data_dir);
+        let spool_dir = incoming_dir.clone();
         // Opening the storage replays the WAL's segments and opens sled: blocking work.
-        let storage = tokio::task::spawn_blocking(move || storage::open(&data_dir, app, plant_early_ack))
-            .await
-            .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;
-        let network = NetworkFactory::new(config.node_id, config.timings.clone());
+        let storage = tokio::task::spawn_blocking(move || {
+            crate::service::clear_incoming(&spool_dir).map_err(|e| {
+                RaftError::Storage(format!("cannot prepare the snapshot spool {}: {e}", spool_dir.display()))
+            })?;
+            storage::open(&data_dir, app, plant_early_ack)
+        })
+        .await
+        .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;
+        let peer_tls = config.peer_tls.as_ref().map(crate::PeerTls::client_config);
+        let network = NetworkFactory::new(config.node_id, config.timings.clone(), peer_tls);
         let raft = Raft::new(config.node_id, raft_config, network, storage.log_store, storage.state_machine)
             .await
             .map_err(|e| RaftError::Storage(e.to_string()))?;
@@ -73,6 +83,7 @@ impl RaftNode {
                 raft,
                 timings: config.timings,
                 status,
+                incoming_dir,
                 storage_closed: tokio::sync::Mutex::new(Some(storage.closed)),
             }),
         })
@@ -86,9 +97,9 @@ impl RaftNode {
     /// The internal Raft gRPC service; mount it on the node's tonic server
     /// next to the public services.
     pub fn service(&self) -> RaftServiceServer<RaftGrpcService> {
-        RaftServiceServer::new(RaftGrpcService::new(self.inner.raft.clone()))
-            .max_decoding_message_size(RPC_MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(RPC_MESSAGE_BYTES_MAX)
+        RaftServiceServer::new(RaftGrpcService::new(self.inner.raft.clone(), self.inner.incoming_dir.clone()))
+            .max_decoding_message_size(APPEND_ENTRIES_BYTES_MAX)
+            .max_encoding_message_size(APPEND_ENTRIES_BYTES_MAX)
     }
 
     /// Forms a new cluster of `members` (node id → gRPC address), which must
@@ -239,6 +250,18 @@ impl RaftNode {
             (Some(leader_id), Some(node)) => LeaderRoute::At { leader_id, leader_addr: node.addr.clone() },
             _ => LeaderRoute::Unknown,
         }
+    }
+
+    /// Whether node `node_id` may send this node Raft messages: it is in the
+    /// current membership (voter or learner), or this node knows no
+    /// membership yet (a fresh learner, which first hears from the leader).
+    /// Read from the metrics without copying the membership, because the
+    /// server asks on every peer call.
+    pub fn admits_peer(&self, node_id: u64) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        membership.get_node(&node_id).is_some() || membership.nodes().next().is_none()
     }
 
     /// A channel that always holds the latest [`RaftStatus`] and wakes on every

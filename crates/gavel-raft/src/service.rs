@@ -1,11 +1,23 @@
 //! The server side of the Raft transport: hands peer RPCs to the local openraft.
+//!
+//! Peer messages are bounded before they cost memory: the service's decoding
+//! limit ([`crate::limits::APPEND_ENTRIES_BYTES_MAX`]) refuses an oversized message from its
+//! length prefix, and a snapshot stream's announced size is checked against
+//! [`SNAPSHOT_BYTES_MAX`] before anything is created. Snapshot chunks are
+//! spooled to a file in the node's data directory as they arrive, and read
+//! back only once the whole announced size arrived.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::io::AsyncWriteExt;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::limits::SNAPSHOT_BYTES_MAX;
 use crate::network::SnapshotHeaderBody;
 use crate::pb::raft_service_server::RaftService;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk};
@@ -16,11 +28,77 @@ use crate::typ::{NodeId, Raft, Snapshot, TypeConfig};
 #[derive(Clone)]
 pub struct RaftGrpcService {
     raft: Raft,
+    /// Where incoming snapshot streams are spooled (`<data_dir>/raft-incoming`).
+    incoming_dir: PathBuf,
 }
 
 impl RaftGrpcService {
-    pub(crate) fn new(raft: Raft) -> Self {
-        Self { raft }
+    pub(crate) fn new(raft: Raft, incoming_dir: PathBuf) -> Self {
+        Self { raft, incoming_dir }
+    }
+}
+
+/// The directory under a node's data directory where incoming snapshots are
+/// spooled. Its files are only ever partial transfers: [`clear_incoming`]
+/// empties it on start.
+pub(crate) fn incoming_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("raft-incoming")
+}
+
+/// Creates the spool directory, removing what a crashed transfer left behind.
+pub(crate) fn clear_incoming(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::create_dir_all(dir)
+}
+
+/// Names spool files uniquely within the process, so concurrent transfers
+/// (a leader change mid-transfer) never share a file.
+static SPOOL_SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+/// One incoming snapshot spooled to disk; the file is removed when this is
+/// dropped, whether the transfer succeeded or not.
+struct Spool {
+    path: PathBuf,
+    file: tokio::fs::File,
+    written: u64,
+}
+
+impl Spool {
+    async fn create(dir: &Path) -> Result<Spool, Status> {
+        let sequence = SPOOL_SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("{sequence:016x}.part"));
+        let file = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| Status::internal(format!("cannot create the snapshot spool file {}: {e}", path.display())))?;
+        Ok(Spool { path, file, written: 0 })
+    }
+
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), Status> {
+        self.file.write_all(bytes).await.map_err(|e| self.failed("write", &e))?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// The spooled bytes, for `install_full_snapshot`, which takes the whole
+    /// snapshot in memory (streaming it into the application is not done yet).
+    async fn read_back(&mut self) -> Result<Vec<u8>, Status> {
+        self.file.flush().await.map_err(|e| self.failed("flush", &e))?;
+        tokio::fs::read(&self.path).await.map_err(|e| self.failed("read back", &e))
+    }
+
+    fn failed(&self, what: &str, e: &std::io::Error) -> Status {
+        Status::internal(format!("cannot {what} the snapshot spool file {}: {e}", self.path.display()))
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        // Best effort: a leftover file is removed on the next start.
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -69,29 +147,36 @@ impl RaftService for RaftGrpcService {
             Some(SnapshotChunk { kind: Some(snapshot_chunk::Kind::Header(header)) }) => header,
             _ => return Err(Status::invalid_argument("a snapshot stream must start with its header")),
         };
+        // Checked before anything is created: a forged header must cost nothing.
+        if header.total_bytes > SNAPSHOT_BYTES_MAX {
+            return Err(Status::resource_exhausted(format!(
+                "a snapshot of {} bytes is over this node's limit of {SNAPSHOT_BYTES_MAX} bytes",
+                header.total_bytes
+            )));
+        }
+        let total_bytes = header.total_bytes;
         let (vote, meta): SnapshotHeaderBody = decode(&header.vote_and_meta, "snapshot header")?;
-        let total_bytes = usize::try_from(header.total_bytes)
-            .map_err(|_| Status::invalid_argument("snapshot too large for this node"))?;
-        let mut data = Vec::with_capacity(total_bytes);
+        let mut spool = Spool::create(&self.incoming_dir).await?;
         while let Some(chunk) = chunks.message().await? {
             match chunk.kind {
                 Some(snapshot_chunk::Kind::Data(bytes)) => {
-                    if data.len() + bytes.len() > total_bytes {
+                    if spool.written + bytes.len() as u64 > total_bytes {
                         return Err(Status::invalid_argument("snapshot stream carries more bytes than announced"));
                     }
-                    data.extend_from_slice(&bytes);
+                    spool.write(&bytes).await?;
                 }
                 _ => return Err(Status::invalid_argument("only data chunks may follow the snapshot header")),
             }
         }
         // Never install a partial snapshot.
-        if data.len() != total_bytes {
+        if spool.written != total_bytes {
             return Err(Status::invalid_argument(format!(
                 "snapshot stream ended after {} of {} bytes",
-                data.len(),
-                total_bytes
+                spool.written, total_bytes
             )));
         }
+        let data = spool.read_back().await?;
+        drop(spool);
         let snapshot = Snapshot { meta, snapshot: Box::new(data) };
         let response = self.raft.install_full_snapshot(vote, snapshot).await.map_err(stopped)?;
         encode(&response)
@@ -108,8 +193,9 @@ mod tests {
     use tonic::transport::server::TcpIncoming;
     use tonic::transport::Server;
 
+    use crate::limits::{APPEND_ENTRIES_BYTES_MAX, SNAPSHOT_BYTES_MAX};
     use crate::pb::raft_service_client::RaftServiceClient;
-    use crate::pb::{snapshot_chunk, SnapshotChunk, SnapshotHeader};
+    use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk, SnapshotHeader};
     use crate::typ::{SnapshotMeta, Vote};
     use crate::{Application, NodeConfig, RaftNode, RaftTimings};
 
@@ -153,6 +239,7 @@ mod tests {
                 data_dir: dir.path().to_path_buf(),
                 timings: RaftTimings::default(),
                 plant_early_ack: false,
+                peer_tls: None,
             },
             Arc::new(Inert),
         )
@@ -166,19 +253,65 @@ mod tests {
         let mut client = RaftServiceClient::connect(format!("http://{addr}")).await.expect("connect");
 
         let cases = [
-            ("no header", vec![data(b"abc")]),
-            ("empty stream", vec![]),
-            ("truncated", vec![header(10), data(b"12345")]),
-            ("too long", vec![header(3), data(b"12345")]),
-            ("second header", vec![header(3), header(3)]),
+            ("no header", vec![data(b"abc")], tonic::Code::InvalidArgument),
+            ("empty stream", vec![], tonic::Code::InvalidArgument),
+            ("truncated", vec![header(10), data(b"12345")], tonic::Code::InvalidArgument),
+            ("too long", vec![header(3), data(b"12345")], tonic::Code::InvalidArgument),
+            ("second header", vec![header(3), header(3)], tonic::Code::InvalidArgument),
+            // Would abort the process if the receiver allocated what it announces.
+            ("2^62 bytes announced", vec![header(1 << 62), data(b"12345")], tonic::Code::ResourceExhausted),
+            ("just over the limit", vec![header(SNAPSHOT_BYTES_MAX + 1)], tonic::Code::ResourceExhausted),
         ];
-        for (case, messages) in cases {
+        for (case, messages, code) in cases {
             let status = tokio::time::timeout(Duration::from_secs(10), client.install_snapshot(stream::iter(messages)))
                 .await
                 .expect("answered in time")
                 .expect_err(case);
-            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{case}: {status:?}");
+            assert_eq!(status.code(), code, "{case}: {status:?}");
         }
+        let spooled = std::fs::read_dir(crate::service::incoming_dir(dir.path())).expect("spool dir").count();
+        assert_eq!(spooled, 0, "refused transfers leave no spool file behind");
+        node.shutdown().await.expect("shutdown");
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn an_append_entries_message_over_the_limit_is_refused_before_it_is_decoded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let node = RaftNode::start(
+            NodeConfig {
+                node_id: 1,
+                addr: addr.clone(),
+                data_dir: dir.path().to_path_buf(),
+                timings: RaftTimings::default(),
+                plant_early_ack: false,
+                peer_tls: None,
+            },
+            Arc::new(Inert),
+        )
+        .await
+        .expect("start");
+        let server = tokio::spawn(
+            Server::builder()
+                .add_service(node.service())
+                .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
+        );
+        let mut client = RaftServiceClient::connect(format!("http://{addr}")).await.expect("connect");
+        // Zeros would decode as garbage anyway; the point is that the size
+        // alone is refused (OUT_OF_RANGE, which a leader answers by halving).
+        let oversized = RaftBytes { payload: vec![0; APPEND_ENTRIES_BYTES_MAX + 1] };
+        let status = tokio::time::timeout(Duration::from_secs(30), client.append_entries(oversized))
+            .await
+            .expect("answered in time")
+            .expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+        assert!(status.message().contains("too large"), "{status:?}");
+        // The node keeps serving peers: a small (undecodable) message is
+        // refused for its content, not its size.
+        let status = client.append_entries(RaftBytes { payload: vec![0xff; 16] }).await.expect_err("garbage");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         node.shutdown().await.expect("shutdown");
         server.abort();
     }

@@ -5,8 +5,18 @@
 //! It depends on `gavel-core` (the state machine), `gavel-proto` (the API) and
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
 //! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`],
-//! [`routing::RoutingLayer`] (leader forwarding and request ids, in front of
-//! every service), [`health`] (gRPC health that follows leader and quorum) and [`replies::FromReply`] (typed state-machine replies).
+//! [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
+//! and request ids, in front of every service), [`security`] (TLS material,
+//! token verification, who a call is made by), [`health`] (gRPC health that
+//! follows leader and quorum) and [`replies::FromReply`] (typed state-machine
+//! replies).
+//!
+//! A secured node (TLS material in [`security::Security`]) serves TLS only,
+//! authenticates every public call (bearer token, else client certificate)
+//! and stamps the caller into each command's envelope; the state machine
+//! authorizes commands at their log position, and handlers authorize reads
+//! after the read barrier. An insecure node (`--insecure`) serves plaintext
+//! with `caller = None`, exactly as before authentication existed.
 
 pub mod app;
 pub mod convert;

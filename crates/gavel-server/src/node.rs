@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gavel_core::mutants::Mutant;
-use gavel_core::{Command, DomainError, Envelope, ErrorClass, Reply, Retention, State};
+use gavel_core::{Action, Caller, Command, DomainError, Envelope, ErrorClass, Reply, Retention, State};
 use gavel_raft::{LeaderRoute, RaftNode, WriteError};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::app::CoreApp;
 use crate::replies::FromReply;
+use crate::security::Secured;
 
 /// How long a caller should wait before retrying during an election.
 pub const RETRY_AFTER_MS: u64 = 250;
@@ -55,6 +56,8 @@ pub struct Node {
     pub app: Arc<CoreApp>,
     /// Settings.
     pub settings: ServerSettings,
+    /// TLS and token verification; `None` on an insecure node.
+    pub secured: Option<Arc<Secured>>,
     channels: Mutex<BTreeMap<String, Channel>>,
 }
 
@@ -71,30 +74,48 @@ pub fn read_time_ms(state: &State, caller_now_ms: Option<u64>) -> u64 {
 }
 
 impl Node {
-    /// Wraps a started Raft node and its application.
-    pub fn new(id: u64, raft: RaftNode, app: Arc<CoreApp>, settings: ServerSettings) -> Arc<Node> {
-        Arc::new(Node { id, raft, app, settings, channels: Mutex::new(BTreeMap::new()) })
+    /// Wraps a started Raft node and its application; `secured` is `None`
+    /// for an insecure node.
+    pub fn new(
+        id: u64,
+        raft: RaftNode,
+        app: Arc<CoreApp>,
+        settings: ServerSettings,
+        secured: Option<Arc<Secured>>,
+    ) -> Arc<Node> {
+        Arc::new(Node { id, raft, app, settings, secured, channels: Mutex::new(BTreeMap::new()) })
     }
 
-    /// Checks a command, proposes it stamped with this node's clock, and
-    /// returns its reply as `R`. A refusal becomes its status; a node that
+    /// Checks a command, proposes it stamped with this node's clock and the
+    /// authenticated `caller` (`None` on an insecure node, and for the
+    /// leader's own commands), and returns its reply as `R`. The state
+    /// machine authorizes it at its position in the log. A refusal becomes its status; a node that
     /// lost leadership since the routing layer let the call through answers
     /// `UNAVAILABLE` with the leader hint, and the caller retries with the
     /// same request id.
-    pub async fn call<R: FromReply>(&self, request_id: &str, command: Command) -> Result<R, Status> {
+    pub async fn call<R: FromReply>(
+        &self,
+        caller: Option<&Caller>,
+        request_id: &str,
+        command: Command,
+    ) -> Result<R, Status> {
         gavel_core::precheck::precheck(&command).map_err(domain_status)?;
-        match self.propose(request_id, command).await? {
+        // Refused here, a command the caller may not send never reaches the
+        // log. The state machine decides again at the command's position,
+        // which is what makes a revocation linearizable.
+        self.app.state().authorize_command(caller, &command).map_err(domain_status)?;
+        match self.propose(caller, request_id, command).await? {
             Reply::Error(error) => Err(domain_status(error)),
             reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),
         }
     }
 
     /// Proposes a command as it is and waits for its reply.
-    async fn propose(&self, request_id: &str, command: Command) -> Result<Reply, Status> {
+    async fn propose(&self, caller: Option<&Caller>, request_id: &str, command: Command) -> Result<Reply, Status> {
         let envelope = Envelope {
             request_id: (!request_id.is_empty()).then(|| request_id.to_string()),
             now_ms: wall_clock_ms(),
-            caller: None,
+            caller: caller.cloned(),
             command,
         };
         match tokio::time::timeout(RAFT_WAIT, self.raft.write(CoreApp::encode_command(&envelope))).await {
@@ -106,10 +127,26 @@ impl Node {
 
     /// A linearizable read: waits until this node may serve it (it is the
     /// leader and has applied everything committed before the read began),
-    /// then reads the state.
-    pub async fn read<T>(&self, read: impl FnOnce(&State) -> T) -> Result<T, Status> {
+    /// checks that `caller` may do `action` against the grants as of then,
+    /// and reads the state.
+    pub async fn read<T>(
+        &self,
+        caller: Option<&Caller>,
+        action: Action<'_>,
+        read: impl FnOnce(&State) -> T,
+    ) -> Result<T, Status> {
         self.linearizable().await?;
-        Ok(read(&self.app.state()))
+        let state = self.app.state();
+        state.authorize(caller, action).map_err(domain_status)?;
+        Ok(read(&state))
+    }
+
+    /// A linearizable read that authorizes itself, for a read whose action
+    /// depends on what it finds (an approval's types): `read` gets the
+    /// state after the barrier and must call [`State::authorize`].
+    pub async fn read_authorizing<T>(&self, read: impl FnOnce(&State) -> Result<T, Status>) -> Result<T, Status> {
+        self.linearizable().await?;
+        read(&self.app.state())
     }
 
     /// Waits until this node may serve a linearizable read.
@@ -137,14 +174,23 @@ impl Node {
         gavel_core::mutants::is_planted(self.settings.planted_bug, mutant)
     }
 
-    /// A lazily connected channel to another node's public port.
+    /// A lazily connected channel to another node's public port: over
+    /// mutual TLS with this node's certificate on a secured node, so that
+    /// the leader honours what it forwards.
     pub fn channel(&self, addr: &str) -> Result<Channel, Status> {
         let mut channels = self.channels.lock().expect("channel cache lock poisoned");
         if let Some(channel) = channels.get(addr) {
             return Ok(channel.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|error| Status::internal(format!("bad leader address {addr}: {error}")))?
+        let scheme = if self.secured.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+            .map_err(|error| Status::internal(format!("bad leader address {addr}: {error}")))?;
+        if let Some(secured) = &self.secured {
+            endpoint = endpoint
+                .tls_config(secured.peer_tls.client_config())
+                .map_err(|error| Status::internal(format!("TLS towards the leader at {addr}: {error}")))?;
+        }
+        let endpoint = endpoint
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))

@@ -3,7 +3,7 @@
 //! an untyped [`Reply`], and a shape that does not fit is reported once, in
 //! one place, as the bug it is.
 
-use gavel_core::{Approval, ApprovalStatus, Capability, Execution, Reply, Task};
+use gavel_core::{Approval, ApprovalStatus, Capability, Execution, Grant, Principal, Reply, Task};
 
 /// A reply type that can take itself out of the state machine's [`Reply`].
 pub trait FromReply: Sized {
@@ -105,6 +105,17 @@ pub struct ReportReply {
 }
 
 from_reply!(ReportReply, Reply::Reported { execution, retry_scheduled } => ReportReply { execution, retry_scheduled });
+
+/// A principal's grants after a grant, revoke or bootstrap.
+#[derive(Debug)]
+pub struct GrantsReply {
+    /// Whose grants.
+    pub principal: Principal,
+    /// All of them, after the change.
+    pub grants: Vec<Grant>,
+}
+
+from_reply!(GrantsReply, Reply::Grants { principal, grants } => GrantsReply { principal, grants });
 
 // A registered capability.
 from_reply!(Capability, Reply::Capability(capability) => capability);

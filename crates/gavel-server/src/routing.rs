@@ -3,8 +3,19 @@
 //!
 //! At the HTTP level, for each request:
 //!
-//! - Calls this node serves from its own replica pass straight through: every
-//!   service outside the public API (Raft, health, reflection),
+//! - Services outside the public API pass straight through: health and
+//!   reflection need no credentials (probes), and on a secured node a Raft
+//!   call is refused unless its connection's client certificate is a member
+//!   node's (`PERMISSION_DENIED`, or `UNAUTHENTICATED` without a
+//!   certificate), before openraft sees a byte.
+//! - Every public call is authenticated ([`crate::security`]): on a secured
+//!   node by its bearer token, else its client certificate, else it is
+//!   refused `UNAUTHENTICATED`. A forwarded call (`gavel-forwarded`,
+//!   `gavel-forwarded-for`) is honoured only from a member node's
+//!   certificate and refused `PERMISSION_DENIED` from anyone else. The
+//!   caller (`Option<Caller>`, `None` on an insecure node) goes into the
+//!   request's extensions for the handler ([`crate::services::caller`]).
+//! - Calls this node serves from its own replica are served here:
 //!   `ClusterService/Status` (this node's own view), `AuditService/WatchEvents`
 //!   (streamed from the local replica), and, under the planted bug
 //!   [`Mutant::StaleRead`], `ApprovalService/GetApproval`.
@@ -13,7 +24,9 @@
 //!   see the same id; a handler takes the message's request id, else that one.
 //! - The leader serves it. A follower proxies the whole HTTP/2 request
 //!   (headers and body, nothing decoded) to the leader, marked
-//!   [`metadata::FORWARDED`], and marks the answer with [`metadata::LEADER`].
+//!   [`metadata::FORWARDED`] and, on a secured node, with the caller in
+//!   [`metadata::FORWARDED_FOR`] (over mutual TLS with the node's
+//!   certificate), and marks the answer with [`metadata::LEADER`].
 //!   A forwarded request is never forwarded again, and with no known leader
 //!   the caller gets `UNAVAILABLE` with a retry hint.
 //!
@@ -32,6 +45,7 @@ use std::time::Duration;
 
 use gavel_core::limits::WAIT_MS_MAX;
 use gavel_core::mutants::Mutant;
+use gavel_core::{Caller, Principal};
 use gavel_proto::metadata;
 use gavel_raft::LeaderRoute;
 use tonic::body::Body;
@@ -40,6 +54,7 @@ use tonic::codegen::Service;
 use tonic::{Code, Status};
 
 use crate::node::{unavailable, Node};
+use crate::security::{forwarded_for, parse_forwarded_for, permission_denied, unauthenticated, Peer};
 
 /// Largest request message a node decodes: tonic's default, set explicitly
 /// on every service so that the refusal below names the limit in force. A
@@ -52,6 +67,9 @@ pub const MEMBERSHIP_CHANGE_WAIT: Duration = Duration::from_secs(60);
 
 /// Path prefix of the public API; calls outside it are never routed.
 const PUBLIC_API: &str = "/gavel.v1.";
+
+/// Path prefix of the peer-to-peer Raft service (`proto/gavel/internal/raft.proto`).
+const RAFT_SERVICE: &str = "/gavel.internal.v1.RaftService/";
 
 /// Calls of the public API every node answers from its own replica.
 const SERVED_BY_EVERY_NODE: [&str; 2] = ["/gavel.v1.ClusterService/Status", "/gavel.v1.AuditService/WatchEvents"];
@@ -125,14 +143,32 @@ where
 }
 
 /// Serves, forwards or refuses one request.
-async fn route<S>(node: &Node, inner: S, mut request: Request<Body>) -> Response<Body>
+async fn route<S>(node: &Node, mut inner: S, mut request: Request<Body>) -> Response<Body>
 where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
 {
-    let path = request.uri().path();
-    let served_here = !path.starts_with(PUBLIC_API)
-        || SERVED_BY_EVERY_NODE.contains(&path)
-        || (path == STALE_READ && node.plants(Mutant::StaleRead));
+    let path = request.uri().path().to_string();
+    let path = path.as_str();
+    if !path.starts_with(PUBLIC_API) {
+        if node.secured.is_some() && path.starts_with(RAFT_SERVICE) {
+            if let Err(refusal) = admit_peer(node, &Peer::of(request.extensions())) {
+                return refusal.into_http();
+            }
+        }
+        // Raft, health, reflection: their refusals are not the public API's,
+        // and a peer must see tonic's own `OUT_OF_RANGE` for an oversized
+        // append (it halves the batch on it).
+        return match inner.call(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+    }
+    let caller = match authenticate(node, &mut request) {
+        Ok(caller) => caller,
+        Err(refusal) => return refusal.into_http(),
+    };
+    request.extensions_mut().insert(caller.clone());
+    let served_here = SERVED_BY_EVERY_NODE.contains(&path) || (path == STALE_READ && node.plants(Mutant::StaleRead));
     if served_here {
         return serve(inner, request).await;
     }
@@ -149,7 +185,63 @@ where
     if request.headers().contains_key(metadata::FORWARDED) {
         return unavailable("leadership is changing; retry shortly", Some(leader_addr)).into_http();
     }
+    if let Some(caller) = &caller {
+        // The leader takes the caller from this header, which it honours
+        // only because this node's certificate carries the call; the token
+        // itself goes no further.
+        match HeaderValue::from_str(&forwarded_for(caller)) {
+            Ok(value) => request.headers_mut().insert(metadata::FORWARDED_FOR, value),
+            Err(_) => return Status::internal("the caller cannot be written as a header").into_http(),
+        };
+        request.headers_mut().remove(metadata::AUTHORIZATION);
+    }
     forward(node, &leader_addr, request).await
+}
+
+/// Admits a Raft call only from a member node's certificate (or any node
+/// certificate while this node knows no membership: a fresh learner), so
+/// that nothing else reaches openraft.
+fn admit_peer(node: &Node, peer: &Peer) -> Result<(), Status> {
+    match (peer.node_id(), peer) {
+        (Some(node_id), _) if node.raft.admits_peer(node_id) => Ok(()),
+        (Some(node_id), _) => Err(permission_denied(&format!("node {node_id} is not a member of this cluster"))),
+        (None, Peer::Anonymous) => Err(unauthenticated("Raft calls need the certificate of a member node")),
+        (None, _) => Err(permission_denied("Raft calls are accepted only from member node certificates")),
+    }
+}
+
+/// The caller of a public call: `None` on an insecure node (identity is
+/// self-declared, and a `gavel-forwarded-for` header means nothing, so it
+/// is dropped). On a secured node a forwarded call (`gavel-forwarded` or
+/// `gavel-forwarded-for`) must come from a member node's certificate and
+/// is made by the principal the header names (the node itself when it names
+/// none); any other call is authenticated by its token or certificate.
+fn authenticate(node: &Node, request: &mut Request<Body>) -> Result<Option<Caller>, Status> {
+    let Some(secured) = &node.secured else {
+        request.headers_mut().remove(metadata::FORWARDED_FOR);
+        return Ok(None);
+    };
+    let peer = Peer::of(request.extensions());
+    let headers = request.headers();
+    if !headers.contains_key(metadata::FORWARDED) && !headers.contains_key(metadata::FORWARDED_FOR) {
+        return secured.authenticate(headers, &peer).map(Some);
+    }
+    let Some(node_id) = peer.node_id().filter(|node_id| node.raft.admits_peer(*node_id)) else {
+        return Err(permission_denied(&format!(
+            "only a member node may forward calls ({} or {} headers)",
+            metadata::FORWARDED,
+            metadata::FORWARDED_FOR
+        )));
+    };
+    match headers.get(metadata::FORWARDED_FOR) {
+        None => Ok(Some(Caller::of(Principal::node(node_id)))),
+        Some(value) => {
+            let text = value.to_str().map_err(|_| unauthenticated("the forwarded caller is not printable ASCII"))?;
+            parse_forwarded_for(text)
+                .map(Some)
+                .map_err(|problem| unauthenticated(&format!("the forwarded caller {text:?} is not valid: {problem}")))
+        }
+    }
 }
 
 /// Serves a request on this node.

@@ -1,20 +1,45 @@
 //! How a node secures its port: TLS material, the token verification keys
 //! and the first admin. Without TLS material the node runs `--insecure`:
 //! plaintext, no authentication, identity self-declared.
+//!
+//! [`Security`] is what the shell configures (file paths); [`Secured`] is
+//! what a secured node runs with once they are loaded: the server TLS
+//! configuration, the TLS identity it dials peers with, and the token
+//! verifier. The routing layer ([`crate::routing`]) authenticates every call
+//! with it: a bearer token, else the client certificate, else
+//! `UNAUTHENTICATED`.
 
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
-use gavel_core::Principal;
+use gavel_core::{Caller, DomainError, ErrorCode, GrantName, Principal, PrincipalKind};
+use gavel_pki::{TokenVerifier, TokenVerifierSettings};
+use gavel_raft::PeerTls;
+use tonic::codegen::http::{Extensions, HeaderMap};
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tonic::Status;
+
+use crate::node::domain_status;
+
+/// How long a connection may take to complete its TLS handshake. tonic
+/// runs handshakes concurrently, but without a bound a client that opens
+/// connections and never finishes the handshake holds each one forever.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A node's security settings.
 #[derive(Debug, Clone, Default)]
 pub struct Security {
     /// TLS for clients and peers; `None` is `--insecure`.
     pub tls: Option<TlsFiles>,
-    /// Bearer tokens the node accepts, besides client certificates.
+    /// Bearer tokens the node accepts, besides client certificates. Needs
+    /// `tls`: a token sent in plaintext could be replayed by anyone on the path.
     pub tokens: Option<TokenSettings>,
-    /// The first admin, granted by the bootstrapping node once the cluster
-    /// has a leader (like etcd's root user).
+    /// The first admin, named by this node once it leads (like etcd's root
+    /// user). Give it to the bootstrapping node; naming the same admin again
+    /// (after a restart, or from another node) changes nothing.
     pub bootstrap_admin: Option<Principal>,
 }
 
@@ -22,6 +47,30 @@ impl Security {
     /// Plaintext, no authentication (`--insecure`).
     pub fn insecure() -> Security {
         Security::default()
+    }
+
+    /// Reads the TLS material and token keys: `None` for an insecure node.
+    pub fn load(&self) -> Result<Option<Arc<Secured>>, SecurityError> {
+        let Some(tls) = &self.tls else {
+            if self.tokens.is_some() {
+                return Err(SecurityError::TokensWithoutTls);
+            }
+            return Ok(None);
+        };
+        let peer_tls = PeerTls { ca_pem: read(&tls.ca)?, cert_pem: read(&tls.cert)?, key_pem: read(&tls.key)? };
+        let tokens = match &self.tokens {
+            None => None,
+            Some(settings) => {
+                let settings = TokenVerifierSettings::from_files(
+                    &settings.audience,
+                    &settings.public_keys,
+                    settings.hs256_secret.as_deref(),
+                )
+                .map_err(SecurityError::Tokens)?;
+                Some(TokenVerifier::new(&settings).map_err(SecurityError::Tokens)?)
+            }
+        };
+        Ok(Some(Arc::new(Secured { peer_tls, tokens })))
     }
 }
 
@@ -47,4 +96,183 @@ pub struct TokenSettings {
     pub public_keys: Vec<PathBuf>,
     /// A file holding an HS256 shared secret, when HS256 is allowed.
     pub hs256_secret: Option<PathBuf>,
+}
+
+/// Why a node's security settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SecurityError {
+    /// A PEM file could not be read.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token keys or secret are not usable.
+    #[error("token settings: {0}")]
+    Tokens(#[source] gavel_pki::PkiError),
+    /// Tokens were configured on a node without TLS.
+    #[error("bearer tokens need TLS material: a token sent in plaintext can be replayed by anyone on the path")]
+    TokensWithoutTls,
+}
+
+fn read(path: &Path) -> Result<String, SecurityError> {
+    std::fs::read_to_string(path).map_err(|source| SecurityError::Read { path: path.to_path_buf(), source })
+}
+
+/// A secured node's loaded credentials and verifiers.
+pub struct Secured {
+    /// The cluster CA and this node's certificate and key (PEM).
+    pub peer_tls: PeerTls,
+    tokens: Option<TokenVerifier>,
+}
+
+impl std::fmt::Debug for Secured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secured").field("tokens", &self.tokens).finish_non_exhaustive()
+    }
+}
+
+/// What the client certificate of a connection says, if it presented one.
+/// The TLS handshake already checked its chain to the cluster CA and its
+/// validity; this only reads the principal it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    /// No certificate (a token client, or none at all).
+    Anonymous,
+    /// A certificate naming this principal.
+    Certified(Principal),
+    /// A certificate of the cluster CA that names no valid principal.
+    Unnamed(String),
+}
+
+impl Peer {
+    /// The client certificate of the connection a request came on.
+    pub fn of(extensions: &Extensions) -> Peer {
+        let certificates = extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|info| info.peer_certs());
+        match certificates.as_ref().and_then(|chain| chain.first()) {
+            None => Peer::Anonymous,
+            Some(leaf) => match gavel_pki::principal_from_certificate(leaf.as_ref()) {
+                Ok(principal) => Peer::Certified(principal),
+                Err(error) => Peer::Unnamed(error.to_string()),
+            },
+        }
+    }
+
+    /// The node id, when the certificate is a node certificate.
+    pub fn node_id(&self) -> Option<u64> {
+        match self {
+            Peer::Certified(Principal { kind: PrincipalKind::Node, id }) => id.parse().ok(),
+            _ => None,
+        }
+    }
+}
+
+/// `UNAUTHENTICATED` with the domain code `UNAUTHENTICATED`.
+pub fn unauthenticated(message: &str) -> Status {
+    domain_status(DomainError::new(ErrorCode::Unauthenticated, message))
+}
+
+/// `PERMISSION_DENIED` with the domain code `PERMISSION_DENIED`.
+pub fn permission_denied(message: &str) -> Status {
+    domain_status(DomainError::new(ErrorCode::PermissionDenied, message))
+}
+
+impl Secured {
+    /// The server side of TLS: this node's certificate, and the cluster CA
+    /// for client certificates, which are optional (token clients have none)
+    /// but must chain to the CA when presented.
+    pub fn server_tls_config(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new()
+            .identity(Identity::from_pem(&self.peer_tls.cert_pem, &self.peer_tls.key_pem))
+            .client_ca_root(Certificate::from_pem(&self.peer_tls.ca_pem))
+            .client_auth_optional(true)
+            .timeout(TLS_HANDSHAKE_TIMEOUT)
+    }
+
+    /// Who makes a call that came on a connection from `peer`: the bearer
+    /// token's principal when the call carries one, else the client
+    /// certificate's, else `UNAUTHENTICATED`.
+    pub fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Status> {
+        if let Some(value) = headers.get(gavel_proto::metadata::AUTHORIZATION) {
+            let token = value
+                .to_str()
+                .ok()
+                .and_then(|text| text.strip_prefix("Bearer "))
+                .ok_or_else(|| unauthenticated("the authorization header must be \"Bearer <token>\""))?;
+            let verifier = self.tokens.as_ref().ok_or_else(|| unauthenticated("this node accepts no bearer tokens"))?;
+            return verifier
+                .verify(token.trim())
+                .map_err(|error| unauthenticated(&format!("bearer token refused: {error}")));
+        }
+        match peer {
+            Peer::Certified(principal) => Ok(Caller::of(principal.clone())),
+            Peer::Unnamed(reason) => Err(unauthenticated(&format!("client certificate refused: {reason}"))),
+            Peer::Anonymous => Err(unauthenticated(
+                "this node needs credentials: a client certificate of the cluster CA or a bearer token",
+            )),
+        }
+    }
+}
+
+/// The `gavel-forwarded-for` value a forwarding node sends for `caller`:
+/// `kind:id`, or `kind:id;grant,grant` when a token down-scoped it.
+pub fn forwarded_for(caller: &Caller) -> String {
+    match &caller.scope {
+        None => caller.principal.to_string(),
+        Some(scope) => {
+            let names: Vec<&str> = scope.iter().map(|name| name.as_str()).collect();
+            format!("{};{}", caller.principal, names.join(","))
+        }
+    }
+}
+
+/// Parses a `gavel-forwarded-for` value (see [`forwarded_for`]).
+pub fn parse_forwarded_for(text: &str) -> Result<Caller, String> {
+    let (principal, scope) = match text.split_once(';') {
+        None => (text, None),
+        Some((principal, names)) => {
+            let scope = names
+                .split(',')
+                .filter(|name| !name.is_empty())
+                .map(|name| GrantName::parse(name).ok_or_else(|| format!("unknown grant {name:?}")))
+                .collect::<Result<BTreeSet<GrantName>, String>>()?;
+            (principal, Some(scope))
+        }
+    };
+    Ok(Caller { principal: Principal::parse(principal)?, scope })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_for_round_trips_with_and_without_a_token_scope() {
+        let bob = Principal::parse("user:bob").expect("a principal");
+        let callers = [
+            Caller::of(bob.clone()),
+            Caller { principal: bob.clone(), scope: Some(BTreeSet::from([GrantName::Approver, GrantName::Auditor])) },
+            Caller { principal: bob, scope: Some(BTreeSet::new()) },
+        ];
+        for caller in callers {
+            assert_eq!(parse_forwarded_for(&forwarded_for(&caller)), Ok(caller));
+        }
+        assert_eq!(forwarded_for(&Caller::of(Principal::node(2))), "node:2");
+        for bad in ["bob", "user:", "user:bob;root", "robot:x"] {
+            assert!(parse_forwarded_for(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tokens_without_tls_are_refused_and_no_tls_is_insecure() {
+        assert!(Security::insecure().load().expect("insecure").is_none());
+        let tokens_only = Security {
+            tokens: Some(TokenSettings { audience: "gavel".into(), public_keys: Vec::new(), hs256_secret: None }),
+            ..Security::default()
+        };
+        assert!(matches!(tokens_only.load(), Err(SecurityError::TokensWithoutTls)));
+    }
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gavel_proto::v1::access_service_server::AccessServiceServer;
 use gavel_proto::v1::approval_service_server::ApprovalServiceServer;
 use gavel_proto::v1::audit_service_server::AuditServiceServer;
 use gavel_proto::v1::capability_service_server::CapabilityServiceServer;
@@ -19,11 +20,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use gavel_core::{Caller, Command, Principal};
+
 use crate::app::CoreApp;
 use crate::node::{Node, ServerSettings};
+use crate::replies::GrantsReply;
 use crate::routing::{RoutingLayer, REQUEST_BYTES_MAX};
 use crate::security::Security;
-use crate::services::{approval::Approvals, audit::Audit, capability::Capabilities, cluster::Cluster};
+use crate::services::{access::Access, approval::Approvals, audit::Audit, capability::Capabilities, cluster::Cluster};
 use crate::services::{execution::Executions, worker::Workers};
 
 /// Why a node could not start, or did not stop cleanly.
@@ -44,6 +48,12 @@ pub enum ServerError {
     /// The gRPC server task panicked.
     #[error("the server task panicked: {0}")]
     Panicked(#[source] tokio::task::JoinError),
+    /// The TLS material or token keys could not be loaded.
+    #[error("security settings: {0}")]
+    Security(#[source] crate::security::SecurityError),
+    /// The server TLS configuration was refused.
+    #[error("configuring TLS: {0}")]
+    Tls(#[source] tonic::transport::Error),
     /// The gRPC server failed while serving.
     #[error("serving: {0}")]
     Serve(#[source] tonic::transport::Error),
@@ -97,9 +107,57 @@ impl RunningNode {
     }
 }
 
+/// How long a node given a bootstrap admin keeps trying to name it: it
+/// must first be the leader (the bootstrapping node normally wins the first
+/// election within a second or two).
+pub const BOOTSTRAP_ADMIN_WAIT: Duration = Duration::from_secs(120);
+
+/// Pause between attempts to name the bootstrap admin.
+const BOOTSTRAP_ADMIN_RETRY: Duration = Duration::from_millis(250);
+
+/// Names the first admin once this node leads: `BootstrapAdmin` is accepted
+/// while no admin exists and is a no-op for the same admin, so proposing it
+/// again after a restart is harmless. Gives up after
+/// [`BOOTSTRAP_ADMIN_WAIT`], when another admin exists, or at shutdown.
+async fn bootstrap_admin(
+    node: Arc<Node>,
+    admin: Principal,
+    caller: Option<Caller>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let deadline = tokio::time::Instant::now() + BOOTSTRAP_ADMIN_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        if node.raft.leader_route() == gavel_raft::LeaderRoute::Here {
+            let command = Command::BootstrapAdmin { admin: admin.clone() };
+            match node.call::<GrantsReply>(caller.as_ref(), "", command).await {
+                Ok(_) => {
+                    tracing::info!(%admin, "bootstrap admin named");
+                    return;
+                }
+                Err(status) if status.code() != tonic::Code::Unavailable => {
+                    tracing::error!(%admin, error = %status.message(), "cannot name the bootstrap admin");
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(BOOTSTRAP_ADMIN_RETRY) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+    tracing::warn!(%admin, wait = ?BOOTSTRAP_ADMIN_WAIT, "this node did not lead in time to name the bootstrap admin");
+}
+
 /// Starts a node on an already bound listener.
 pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<RunningNode, ServerError> {
     let addr = listener.local_addr().map_err(ServerError::Listener)?;
+    let secured = options.security.load().map_err(ServerError::Security)?;
+    // Bad TLS material is refused here, before Raft starts.
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(secured) = &secured {
+        builder = builder.tls_config(secured.server_tls_config()).map_err(ServerError::Tls)?;
+    }
     let planted_bug = options.settings.planted_bug;
     let app = CoreApp::new(planted_bug);
     let config = NodeConfig {
@@ -108,9 +166,10 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         data_dir: options.data_dir.clone(),
         timings: options.timings.clone(),
         plant_early_ack: planted_bug == Some(gavel_core::mutants::Mutant::EarlyAck),
+        peer_tls: secured.as_ref().map(|secured| secured.peer_tls.clone()),
     };
     let raft = RaftNode::start(config, app.clone()).await.map_err(ServerError::Raft)?;
-    let node = Node::new(options.id, raft.clone(), app, options.settings.clone());
+    let node = Node::new(options.id, raft.clone(), app, options.settings.clone(), secured.clone());
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let reflection = tonic_reflection::server::Builder::configure()
@@ -129,7 +188,7 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
     // Health is judged from the start: NOT_SERVING until a leader is known.
     let health = tokio::spawn(crate::health::run(node.clone(), health_reporter, shutdown_rx.clone()));
     let mut server_shutdown = shutdown_rx.clone();
-    let router = tonic::transport::Server::builder()
+    let router = builder
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .layer(RoutingLayer::new(node.clone()))
@@ -153,6 +212,9 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         .add_service(AuditServiceServer::new(Audit { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX))
         .add_service(
             ClusterServiceServer::new(Cluster { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(
+            AccessServiceServer::new(Access { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
         );
     // `Server::tcp_nodelay` only applies to sockets tonic accepts itself; ours
     // come from our listener, so set it here. Without it a response written in
@@ -168,6 +230,12 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
 
     if options.bootstrap {
         raft.initialize(options.peers.clone()).await.map_err(ServerError::Initialize)?;
+    }
+    if let Some(admin) = options.security.bootstrap_admin.clone() {
+        // On a secured node the proposal comes from this node's principal;
+        // an insecure node stamps no caller.
+        let caller = secured.is_some().then(|| Caller::of(Principal::node(options.id)));
+        tokio::spawn(bootstrap_admin(node.clone(), admin, caller, shutdown_rx.clone()));
     }
     let ticker = tokio::spawn(crate::ticker::run(node.clone(), shutdown_rx));
     tracing::info!(id = options.id, %addr, "gavel node serving");

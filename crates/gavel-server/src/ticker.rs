@@ -33,7 +33,7 @@ pub async fn run(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
             match next {
                 Some(deadline) if deadline <= now_ms => {
                     let tick = Command::Tick { retention: node.settings.retention };
-                    match node.call::<Reply>("", tick).await {
+                    match node.call::<Reply>(None, "", tick).await {
                         Ok(_) => continue,
                         Err(_) => RETRY_PAUSE,
                     }

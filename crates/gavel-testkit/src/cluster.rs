@@ -14,13 +14,21 @@ use std::process::{Child, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use gavel_client::{ClientConfig, ClientTls};
+use gavel_pki::{
+    create_dev_material, node_hosts, Authority, CertsDir, DevNode, GrantName, Principal, TokenClaims, TokenKey,
+    Validity, DEFAULT_AUDIENCE,
+};
 use gavel_proto::v1::StatusResponse;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tonic::transport::Channel;
 
 use crate::status::{self, leader_of};
-use crate::{ClusterSpec, Error, Launcher, Loopback};
+use crate::{ClusterSpec, Error, Launcher, Loopback, Security};
+
+/// How long the tokens [`Cluster::token`] issues are valid.
+const TOKEN_TTL: Duration = Duration::from_secs(3600);
 
 /// How long a pause or resume waits for the kernel to report the new state.
 const SIGNAL_SETTLE: Duration = Duration::from_secs(1);
@@ -78,6 +86,66 @@ pub struct Cluster {
     launcher: Box<dyn Launcher>,
     peers: String,
     nodes: BTreeMap<u64, Node>,
+    /// The TLS material of a [`Security::Secure`] cluster.
+    pki: Option<Pki>,
+}
+
+/// What a secure cluster's credentials are made from.
+struct Pki {
+    certs: CertsDir,
+    authority: Authority,
+    token_key: TokenKey,
+    admin: Principal,
+    /// The admin's client TLS: what the kit's own status calls use.
+    admin_tls: ClientTls,
+    /// Extra SANs of every node certificate.
+    hosts: Vec<String>,
+}
+
+impl Pki {
+    /// Creates (or, on a data root that has them, keeps) the CA and token
+    /// key, and issues a certificate to every node and to the admin.
+    fn create(root: &Path, admin: &Principal, hosts: &[String], nodes: &BTreeMap<u64, Node>) -> Result<Pki, Error> {
+        let dev_nodes: Vec<DevNode> =
+            nodes.iter().map(|(id, node)| DevNode { id: *id, hosts: Pki::hosts_of(&node.addr, hosts) }).collect();
+        let material = create_dev_material(&root.join("certs"), &dev_nodes, admin)?;
+        let read = |path: PathBuf| {
+            std::fs::read_to_string(&path).map_err(|source| Error::io(format!("reading {}", path.display()), source))
+        };
+        let admin_tls = ClientTls {
+            ca_pem: material.authority.cert_pem().to_string(),
+            identity: Some((read(material.dir.cert(admin))?, read(material.dir.key(admin))?)),
+        };
+        Ok(Pki {
+            certs: material.dir,
+            authority: material.authority,
+            token_key: material.token_key,
+            admin: admin.clone(),
+            admin_tls,
+            hosts: hosts.to_vec(),
+        })
+    }
+
+    /// The SANs of a node at `addr`: its host plus the spec's extra hosts.
+    fn hosts_of(addr: &str, hosts: &[String]) -> Vec<String> {
+        let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let mut all = vec![host.to_string()];
+        all.extend(hosts.iter().cloned());
+        all
+    }
+
+    /// Issues node `id`'s certificate (a node added after the start).
+    fn issue_node(&self, id: u64, addr: &str) -> Result<(), Error> {
+        let principal = Principal::node(id);
+        let issued = self.authority.issue(
+            &principal,
+            &node_hosts(&Pki::hosts_of(addr, &self.hosts)),
+            Validity::leaf_default(),
+        )?;
+        self.certs.write_certificate(&principal, &issued)?;
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Cluster {
@@ -162,7 +230,11 @@ impl Cluster {
             nodes.insert(id, node);
         }
         let peers = nodes.iter().map(|(id, node)| format!("{id}={}", node.addr)).collect::<Vec<_>>().join(",");
-        Ok(Cluster { spec, launcher, peers, nodes })
+        let pki = match &spec.security {
+            Security::Insecure => None,
+            Security::Secure(secure) => Some(Pki::create(&spec.data_root, &secure.admin, &secure.hosts, &nodes)?),
+        };
+        Ok(Cluster { spec, launcher, peers, nodes, pki })
     }
 
     /// Node `id`'s coordinates. A free port can be handed out twice (it is
@@ -234,6 +306,9 @@ impl Cluster {
     pub fn add_node(&mut self) -> Result<u64, Error> {
         let id = self.nodes.keys().next_back().copied().unwrap_or(0) + 1;
         let node = Cluster::place(&self.spec, self.launcher.as_ref(), id, true, &self.nodes)?;
+        if let Some(pki) = &self.pki {
+            pki.issue_node(id, &node.addr)?;
+        }
         self.nodes.insert(id, node);
         Ok(id)
     }
@@ -291,9 +366,10 @@ impl Cluster {
         self.nodes.values().map(|node| node.addr.clone()).collect()
     }
 
-    /// Every node as `http://host:port`, in id order.
+    /// Every node as `http://host:port` (`https://` when secure), in id order.
     pub fn endpoints(&self) -> Vec<String> {
-        self.nodes.values().map(|node| format!("http://{}", node.addr)).collect()
+        let scheme = if self.pki.is_some() { "https" } else { "http" };
+        self.nodes.values().map(|node| format!("{scheme}://{}", node.addr)).collect()
     }
 
     /// Node `id`'s data directory.
@@ -306,9 +382,112 @@ impl Cluster {
         self.nodes.get(&id).map(|node| node.log_path.as_path())
     }
 
-    /// A lazily connected channel to node `id` whose calls time out after `call_timeout`.
+    /// A lazily connected channel to node `id` whose calls time out after
+    /// `call_timeout`; over TLS as the admin when the cluster is secure.
     pub fn channel(&self, id: u64, call_timeout: Duration) -> Result<Channel, Error> {
-        status::channel(&self.node(id)?.addr, call_timeout)
+        status::channel_with(&self.node(id)?.addr, call_timeout, self.kit_tls())
+    }
+
+    /// The TLS the kit's own calls use: the admin's, when secure.
+    fn kit_tls(&self) -> Option<&ClientTls> {
+        self.pki.as_ref().map(|pki| &pki.admin_tls)
+    }
+
+    fn pki(&self) -> Result<&Pki, Error> {
+        self.pki.as_ref().ok_or(Error::Insecure)
+    }
+
+    /// Whether the nodes run over TLS with kit-made material.
+    pub fn is_secure(&self) -> bool {
+        self.pki.is_some()
+    }
+
+    /// The certificate directory of a secure cluster (`data_root/certs`).
+    pub fn certs(&self) -> Option<&CertsDir> {
+        self.pki.as_ref().map(|pki| &pki.certs)
+    }
+
+    /// The CA of a secure cluster, to issue unusual certificates (expired,
+    /// with other hosts) in a test.
+    pub fn authority(&self) -> Option<&Authority> {
+        self.pki.as_ref().map(|pki| &pki.authority)
+    }
+
+    /// The token signing key of a secure cluster.
+    pub fn token_key(&self) -> Option<&TokenKey> {
+        self.pki.as_ref().map(|pki| &pki.token_key)
+    }
+
+    /// The first admin of a secure cluster.
+    pub fn admin(&self) -> Option<&Principal> {
+        self.pki.as_ref().map(|pki| &pki.admin)
+    }
+
+    /// Client TLS as `principal`: a client certificate issued on demand
+    /// (and written to the certificate directory) plus the CA.
+    pub fn credentials(&self, principal: &Principal) -> Result<ClientTls, Error> {
+        let pki = self.pki()?;
+        if *principal == pki.admin {
+            return Ok(pki.admin_tls.clone());
+        }
+        let issued = pki.authority.issue(principal, &[], Validity::leaf_default())?;
+        pki.certs.write_certificate(principal, &issued)?;
+        Ok(ClientTls {
+            ca_pem: pki.authority.cert_pem().to_string(),
+            identity: Some((issued.cert_pem, issued.key_pem)),
+        })
+    }
+
+    /// Client TLS with the CA only, no certificate: for a client that
+    /// authenticates with a token.
+    pub fn ca_only(&self) -> Result<ClientTls, Error> {
+        Ok(ClientTls { ca_pem: self.pki()?.authority.cert_pem().to_string(), identity: None })
+    }
+
+    /// A token for `principal`, valid for an hour, for the default audience;
+    /// `roles` (when given) down-scopes it.
+    pub fn token(&self, principal: &Principal, roles: Option<&[GrantName]>) -> Result<String, Error> {
+        let mut claims = TokenClaims::new(principal, DEFAULT_AUDIENCE, TOKEN_TTL);
+        if let Some(roles) = roles {
+            claims = claims.with_roles(roles);
+        }
+        Ok(self.pki()?.token_key.issue(&claims)?)
+    }
+
+    /// The client configuration of the kit's own calls: plaintext when the
+    /// cluster is insecure, TLS as the admin when secure.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig { tls: self.kit_tls().cloned(), ..ClientConfig::default() }
+    }
+
+    /// A client configuration authenticated by `principal`'s certificate.
+    pub fn client_config_as(&self, principal: &Principal) -> Result<ClientConfig, Error> {
+        Ok(ClientConfig { tls: Some(self.credentials(principal)?), ..ClientConfig::default() })
+    }
+
+    /// A client configuration authenticated by a token for `principal`
+    /// (down-scoped to `roles` when given), without a client certificate.
+    pub fn client_config_with_token(
+        &self,
+        principal: &Principal,
+        roles: Option<&[GrantName]>,
+    ) -> Result<ClientConfig, Error> {
+        Ok(ClientConfig {
+            tls: Some(self.ca_only()?),
+            token: Some(self.token(principal, roles)?),
+            ..ClientConfig::default()
+        })
+    }
+
+    /// The security flags node `id` starts with.
+    fn security_flags(&self) -> Vec<String> {
+        match (&self.spec.security, &self.pki) {
+            (Security::Secure(secure), Some(pki)) => vec![
+                format!("--certs-dir={}", pki.certs.root().display()),
+                format!("--bootstrap-admin={}", secure.admin),
+            ],
+            _ => vec!["--insecure".to_string()],
+        }
     }
 
     /// Starts node `id` on its existing data, if any. Returns its PID.
@@ -325,6 +504,7 @@ impl Cluster {
             .arg(format!("--listen={}", node.addr))
             .arg(if node.joins { "--join".to_string() } else { format!("--peers={}", self.peers) })
             .arg(format!("--data-dir={}", node.data_dir.display()))
+            .args(self.security_flags())
             .args(self.spec.flags_of(id))
             .envs(self.spec.env_of(id));
         let line = format!(
@@ -536,14 +716,14 @@ impl Cluster {
     /// within [`ClusterSpec::status_timeout`].
     pub async fn status(&self, id: u64) -> Option<StatusResponse> {
         let addr = self.addr(id)?;
-        status::status(addr, self.spec.status_timeout).await.ok()
+        status::status_with(addr, self.spec.status_timeout, self.kit_tls()).await.ok()
     }
 
     /// The status of every node that runs, is not paused and answers, asked concurrently.
     pub async fn statuses(&self) -> BTreeMap<u64, StatusResponse> {
         let ids = self.answering();
         let addrs: Vec<String> = ids.iter().filter_map(|id| self.addr(*id).map(str::to_string)).collect();
-        let answers = status::answers(&addrs, self.spec.status_timeout).await;
+        let answers = status::answers(&addrs, self.spec.status_timeout, self.kit_tls()).await;
         ids.into_iter().zip(answers).filter_map(|(id, (_, status))| Some((id, status.ok()?))).collect()
     }
 
@@ -610,7 +790,7 @@ impl Cluster {
     /// least `index`, up to `timeout`.
     pub async fn wait_applied(&self, index: u64, timeout: Duration) -> Result<(), Error> {
         let addrs: Vec<String> = self.answering().iter().filter_map(|id| self.addr(*id).map(str::to_string)).collect();
-        status::wait_applied(&addrs, index, self.spec.status_timeout, timeout).await
+        status::wait_applied_with(&addrs, index, self.spec.status_timeout, timeout, self.kit_tls()).await
     }
 
     /// SIGCONTs then SIGKILLs every process this cluster started, and reaps
@@ -635,5 +815,78 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gavel_pki::{principal_from_certificate, PrincipalKind, TokenVerifier, TokenVerifierSettings};
+
+    use super::*;
+
+    fn placed(security: Security) -> (tempfile::TempDir, Cluster) {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let mut spec = ClusterSpec::new("/bin/sh", root.path());
+        spec.security = security;
+        let cluster = Cluster::create(spec, Box::new(Loopback::free_ports())).expect("placed");
+        (root, cluster)
+    }
+
+    fn der(pem: &str) -> Vec<u8> {
+        use rustls_pki_types::pem::PemObject;
+        rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).expect("a certificate PEM").to_vec()
+    }
+
+    #[test]
+    fn an_insecure_cluster_passes_insecure_and_has_no_credentials() {
+        let (_root, cluster) = placed(Security::Insecure);
+        assert_eq!(cluster.security_flags(), vec!["--insecure".to_string()]);
+        assert!(!cluster.is_secure());
+        assert!(cluster.endpoints().iter().all(|endpoint| endpoint.starts_with("http://")));
+        assert!(matches!(cluster.credentials(&Principal::node(1)), Err(Error::Insecure)));
+        assert!(cluster.client_config().tls.is_none());
+    }
+
+    #[test]
+    fn a_secure_cluster_makes_its_material_and_issues_credentials_on_demand() {
+        let admin = Principal::new(PrincipalKind::User, "admin").expect("a principal");
+        let (root, mut cluster) = placed(Security::secure(admin.clone()));
+        let certs = root.path().join("certs");
+        assert_eq!(
+            cluster.security_flags(),
+            vec![format!("--certs-dir={}", certs.display()), "--bootstrap-admin=user:admin".to_string()]
+        );
+        for id in cluster.ids() {
+            assert!(certs.join(format!("node-{id}.pem")).is_file() && certs.join(format!("node-{id}.key")).is_file());
+        }
+        assert!(certs.join("ca.pem").is_file() && certs.join("token.pub").is_file());
+        assert!(cluster.endpoints().iter().all(|endpoint| endpoint.starts_with("https://127.0.0.1:")));
+
+        let bob = Principal::new(PrincipalKind::User, "bob").expect("a principal");
+        let tls = cluster.credentials(&bob).expect("issued");
+        let (cert_pem, _) = tls.identity.expect("an identity");
+        assert_eq!(principal_from_certificate(&der(&cert_pem)), Ok(bob.clone()));
+        assert!(certs.join("client-user-bob.pem").is_file());
+        let admin_tls = cluster.client_config().tls.expect("TLS");
+        let (admin_pem, _) = admin_tls.identity.expect("the admin's identity");
+        assert_eq!(principal_from_certificate(&der(&admin_pem)), Ok(admin));
+
+        let token = cluster.token(&bob, Some(&[GrantName::Approver])).expect("a token");
+        let settings = TokenVerifierSettings::from_files(DEFAULT_AUDIENCE, &[certs.join("token.pub")], None)
+            .expect("the public key");
+        let caller = TokenVerifier::new(&settings).expect("a verifier").verify(&token).expect("valid");
+        assert_eq!(caller.principal, bob);
+
+        let joined = cluster.add_node().expect("a node added");
+        assert!(certs.join(format!("node-{joined}.pem")).is_file());
+    }
+
+    #[test]
+    fn node_certificates_name_the_launcher_host() {
+        assert_eq!(
+            Pki::hosts_of("10.77.0.2:7401", &["gavel.internal".to_string()]),
+            vec!["10.77.0.2", "gavel.internal"]
+        );
+        assert_eq!(Pki::hosts_of("[::1]:7401", &[]), vec!["::1"]);
     }
 }

@@ -99,6 +99,12 @@ pub enum Error {
         #[source]
         source: tonic::transport::Error,
     },
+    /// Issuing TLS material or a token failed.
+    #[error("security material: {0}")]
+    Pki(#[from] gavel_pki::PkiError),
+    /// Credentials were asked of a cluster that runs `--insecure`.
+    #[error("the cluster runs --insecure: it has no certificates or tokens")]
+    Insecure,
 }
 
 impl Error {

@@ -14,9 +14,18 @@
 //! - [`resolve_gavel_binary`], [`free_port`], [`wall_clock_ms`], and
 //!   [`eventually`] for bounded polling.
 //!
-//! It must not depend on the node's internals (`gavel-core`, `gavel-raft`,
-//! `gavel-server`): it talks to nodes only through their command line and
-//! the public gRPC API of `gavel-proto`. It never runs `cargo`.
+//! - Security: a [`ClusterSpec`] runs its nodes `--insecure` (the default)
+//!   or, with [`Security::Secure`], over TLS with a CA, node certificates
+//!   (naming each node's address), an admin certificate and a token key that
+//!   the kit creates with `gavel-pki` in `data_root/certs`. Tests then build
+//!   clients as the admin or as any principal: [`Cluster::credentials`]
+//!   issues a client certificate on demand, [`Cluster::token`] a token, and
+//!   [`Cluster::client_config`] puts either into a `gavel_client::ClientConfig`.
+//!
+//! It must not depend on the node's internals (`gavel-raft`, `gavel-server`,
+//! the state machine of `gavel-core`; only `gavel-pki` brings in
+//! `gavel_core::Principal`): it talks to nodes only through their command
+//! line and the public gRPC API of `gavel-proto`. It never runs `cargo`.
 
 mod binary;
 mod cluster;
@@ -29,8 +38,11 @@ pub use binary::{resolve_gavel_binary, GAVEL_BIN};
 pub use cluster::{Cluster, Converged};
 pub use error::Error;
 pub use launcher::{Launcher, Loopback};
-pub use spec::{ClusterSpec, RaftTimings, SnapshotPolicy};
-pub use status::{channel, find_leader, leader_of, status, wait_applied};
+pub use spec::{ClusterSpec, RaftTimings, SecureSpec, Security, SnapshotPolicy};
+pub use status::{
+    channel, channel_with, find_leader, find_leader_with, leader_of, status, status_with, wait_applied,
+    wait_applied_with,
+};
 
 /// Milliseconds since the Unix epoch on this machine's clock (0 before 1970).
 pub fn wall_clock_ms() -> i64 {

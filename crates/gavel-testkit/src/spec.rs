@@ -1,8 +1,44 @@
-//! What a cluster is made of: [`ClusterSpec`], [`RaftTimings`], [`SnapshotPolicy`].
+//! What a cluster is made of: [`ClusterSpec`], [`RaftTimings`],
+//! [`SnapshotPolicy`], [`Security`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use gavel_pki::Principal;
+
+/// How the nodes secure their port.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Security {
+    /// Every node gets `--insecure`: plaintext, no authentication, identity
+    /// self-declared (what every test ran with before nodes required TLS).
+    #[default]
+    Insecure,
+    /// The kit creates a CA, node certificates, an admin client certificate
+    /// and a token key pair with `gavel-pki` in `data_root/certs`, and starts
+    /// every node with `--certs-dir` and `--bootstrap-admin`.
+    Secure(SecureSpec),
+}
+
+impl Security {
+    /// TLS with `admin` as the first admin, and no extra SAN hosts.
+    pub fn secure(admin: Principal) -> Security {
+        Security::Secure(SecureSpec { admin, hosts: Vec::new() })
+    }
+}
+
+/// The material of a secure cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecureSpec {
+    /// The first admin (`--bootstrap-admin`). The kit's own status calls
+    /// authenticate with its client certificate.
+    pub admin: Principal,
+    /// Extra DNS or IP SANs of every node certificate. Each node's
+    /// certificate already names `localhost`, `127.0.0.1` and the host of
+    /// the address its launcher gave it (a namespace IP such as 10.x for the
+    /// chaos harness).
+    pub hosts: Vec<String>,
+}
 
 /// Raft timings passed to every node; `None` keeps the node's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,6 +124,8 @@ pub struct ClusterSpec {
     /// The word in the marker lines the kit appends to node logs at every
     /// start, signal and exit (`===== <label> [<ms>]: ...`).
     pub log_label: String,
+    /// Plaintext (`--insecure`, the default) or TLS with kit-made material.
+    pub security: Security,
 }
 
 impl ClusterSpec {
@@ -107,6 +145,7 @@ impl ClusterSpec {
             start_timeout: Duration::from_secs(30),
             status_timeout: Duration::from_secs(1),
             log_label: "gavel-testkit".to_string(),
+            security: Security::Insecure,
         }
     }
 

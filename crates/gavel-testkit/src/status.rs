@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use gavel_client::ClientTls;
 use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::{StatusRequest, StatusResponse};
 use tonic::transport::{Channel, Endpoint};
@@ -14,26 +15,44 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause between two rounds of a wait.
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
 
-/// `http://host:port` for a bare `host:port`; a URI is kept as it is.
-fn uri(addr: &str) -> String {
+/// `http://host:port` (`https://` with TLS) for a bare `host:port`; a URI
+/// is kept as it is.
+fn uri(addr: &str, tls: bool) -> String {
     if addr.contains("://") {
         addr.to_string()
+    } else if tls {
+        format!("https://{addr}")
     } else {
         format!("http://{addr}")
     }
 }
 
-/// A lazily connected channel to `addr` (`host:port` or a URI) whose calls
-/// time out after `call_timeout`, with `TCP_NODELAY` and a 1 s connect timeout.
+/// A lazily connected plaintext channel to `addr` (`host:port` or a URI)
+/// whose calls time out after `call_timeout`, with `TCP_NODELAY` and a 1 s
+/// connect timeout.
 pub fn channel(addr: &str, call_timeout: Duration) -> Result<Channel, Error> {
-    let endpoint =
-        Endpoint::from_shared(uri(addr)).map_err(|source| Error::Address { addr: addr.to_string(), source })?;
+    channel_with(addr, call_timeout, None)
+}
+
+/// [`channel`] over TLS when `tls` is given: the node's certificate must
+/// chain to its CA, and its identity (if any) is presented.
+pub fn channel_with(addr: &str, call_timeout: Duration, tls: Option<&ClientTls>) -> Result<Channel, Error> {
+    let address = |source| Error::Address { addr: addr.to_string(), source };
+    let mut endpoint = Endpoint::from_shared(uri(addr, tls.is_some())).map_err(address)?;
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls.tonic_config()).map_err(address)?;
+    }
     Ok(endpoint.connect_timeout(CONNECT_TIMEOUT).timeout(call_timeout).tcp_nodelay(true).connect_lazy())
 }
 
 /// `ClusterService.Status` of the node at `addr`, connection included within `timeout`.
 pub async fn status(addr: &str, timeout: Duration) -> Result<StatusResponse, Error> {
-    let mut client = ClusterServiceClient::new(channel(addr, timeout)?);
+    status_with(addr, timeout, None).await
+}
+
+/// [`status`] over TLS when `tls` is given.
+pub async fn status_with(addr: &str, timeout: Duration, tls: Option<&ClientTls>) -> Result<StatusResponse, Error> {
+    let mut client = ClusterServiceClient::new(channel_with(addr, timeout, tls)?);
     let mut request = tonic::Request::new(StatusRequest::default());
     request.set_timeout(timeout);
     match tokio::time::timeout(timeout, client.status(request)).await {
@@ -55,18 +74,32 @@ pub fn leader_of<'a, K: Copy + 'a>(statuses: impl IntoIterator<Item = (K, &'a St
 }
 
 /// The statuses of `addrs` that answer, asked concurrently, with their positions.
-pub(crate) async fn answers(addrs: &[String], timeout: Duration) -> Vec<(usize, Result<StatusResponse, Error>)> {
-    let calls = addrs.iter().map(|addr| status(addr, timeout));
+pub(crate) async fn answers(
+    addrs: &[String],
+    timeout: Duration,
+    tls: Option<&ClientTls>,
+) -> Vec<(usize, Result<StatusResponse, Error>)> {
+    let calls = addrs.iter().map(|addr| status_with(addr, timeout, tls));
     futures::future::join_all(calls).await.into_iter().enumerate().collect()
 }
 
 /// The position in `endpoints` of the node that reports itself leader (see
 /// [`leader_of`]), polling until `wait` has passed.
 pub async fn find_leader(endpoints: &[String], status_timeout: Duration, wait: Duration) -> Result<usize, Error> {
+    find_leader_with(endpoints, status_timeout, wait, None).await
+}
+
+/// [`find_leader`] over TLS when `tls` is given.
+pub async fn find_leader_with(
+    endpoints: &[String],
+    status_timeout: Duration,
+    wait: Duration,
+    tls: Option<&ClientTls>,
+) -> Result<usize, Error> {
     let started = Instant::now();
     let mut last = String::from("no endpoint answered");
     loop {
-        let answered = answers(endpoints, status_timeout).await;
+        let answered = answers(endpoints, status_timeout, tls).await;
         let ok: Vec<(usize, &StatusResponse)> =
             answered.iter().filter_map(|(index, status)| Some((*index, status.as_ref().ok()?))).collect();
         if let Some(index) = leader_of(ok.iter().copied()) {
@@ -94,9 +127,20 @@ pub async fn wait_applied(
     status_timeout: Duration,
     wait: Duration,
 ) -> Result<(), Error> {
+    wait_applied_with(endpoints, index, status_timeout, wait, None).await
+}
+
+/// [`wait_applied`] over TLS when `tls` is given.
+pub async fn wait_applied_with(
+    endpoints: &[String],
+    index: u64,
+    status_timeout: Duration,
+    wait: Duration,
+    tls: Option<&ClientTls>,
+) -> Result<(), Error> {
     let started = Instant::now();
     loop {
-        let answered = answers(endpoints, status_timeout).await;
+        let answered = answers(endpoints, status_timeout, tls).await;
         let behind: Vec<String> = answered
             .iter()
             .filter_map(|(position, status)| match status {

@@ -79,9 +79,10 @@ struct Answer {
     result: Result<pb::StatusResponse, String>,
 }
 
-/// Asks one node, without following the leader: the row is that node's own view.
-async fn ask(addr: String) -> Answer {
-    let config = ClientConfig { call_timeout: STATUS_TIMEOUT, retry_budget: Duration::ZERO, ..ClientConfig::default() };
+/// Asks one node, without following the leader: the row is that node's own
+/// view. `base` carries the credentials.
+async fn ask(addr: String, base: ClientConfig) -> Answer {
+    let config = ClientConfig { call_timeout: STATUS_TIMEOUT, retry_budget: Duration::ZERO, ..base };
     let result = match Client::with_config(std::slice::from_ref(&addr), config) {
         Ok(client) => client.status(pb::StatusRequest::default()).await.map_err(|error| match error {
             gavel_client::Error::Unavailable(reason) => reason,
@@ -99,8 +100,9 @@ fn bare(addr: &str) -> &str {
 async fn status(global: &GlobalArgs) -> Result<(), CommandError> {
     // Refuses a malformed --endpoints (exit 2) before asking anything.
     global.client()?;
+    let base = global.client_config()?;
     let endpoints: Vec<String> = global.endpoint_list().iter().map(|endpoint| bare(endpoint).to_string()).collect();
-    let mut answers = futures::future::join_all(endpoints.iter().cloned().map(ask)).await;
+    let mut answers = futures::future::join_all(endpoints.iter().cloned().map(|addr| ask(addr, base.clone()))).await;
     // Members the endpoints know of but that were not listed get a row too.
     let mut unlisted: Vec<String> = answers
         .iter()
@@ -110,7 +112,7 @@ async fn status(global: &GlobalArgs) -> Result<(), CommandError> {
         .collect();
     unlisted.sort();
     unlisted.dedup();
-    answers.extend(futures::future::join_all(unlisted.into_iter().map(ask)).await);
+    answers.extend(futures::future::join_all(unlisted.into_iter().map(|addr| ask(addr, base.clone()))).await);
 
     if answers.iter().all(|answer| answer.result.is_err()) {
         let reasons: Vec<String> = answers

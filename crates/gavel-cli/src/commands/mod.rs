@@ -6,18 +6,22 @@
 //! stable JSON document ([`output`]), and turns the outcome into an exit code
 //! ([`finish`]). The commands and exit codes are documented in `docs/cli.md`.
 
+pub mod access;
 pub mod approval;
 pub mod audit;
 pub mod capability;
+pub mod cert;
 pub mod cluster;
 pub mod exec;
 pub mod output;
+pub mod token;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use gavel_client::{pb, Client, ClientConfig};
+use gavel_client::{pb, Client, ClientConfig, Credentials};
 
 /// The endpoints of `gavel dev`, used when neither `--endpoints` nor
 /// `GAVEL_ENDPOINTS` is given.
@@ -56,6 +60,25 @@ pub struct GlobalArgs {
     /// elected, before giving up with exit code 4 (ms).
     #[arg(long, env = "GAVEL_RETRY_BUDGET_MS", default_value_t = 10_000, global = true)]
     pub retry_budget_ms: u64,
+    /// The cluster CA certificate (PEM): with it the endpoints are dialled
+    /// over TLS. `gavel dev` prints the export line that sets it.
+    #[arg(long, env = "GAVEL_CA", value_name = "FILE", global = true)]
+    pub ca: Option<PathBuf>,
+    /// Your client certificate (PEM); its SAN URI gavel://kind/id is who you are.
+    #[arg(long, env = "GAVEL_CERT", value_name = "FILE", global = true)]
+    pub cert: Option<PathBuf>,
+    /// The private key of --cert (PEM).
+    #[arg(long, env = "GAVEL_KEY", value_name = "FILE", global = true)]
+    pub key: Option<PathBuf>,
+    /// A bearer token (JWT) to authenticate with instead of a certificate.
+    #[arg(long, env = "GAVEL_TOKEN", value_name = "JWT", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// A file holding the bearer token.
+    #[arg(long, env = "GAVEL_TOKEN_FILE", value_name = "FILE", global = true)]
+    pub token_file: Option<PathBuf>,
+    /// Dial plaintext, for a node started with --insecure.
+    #[arg(long, env = "GAVEL_INSECURE", global = true)]
+    pub insecure: bool,
 }
 
 impl GlobalArgs {
@@ -64,9 +87,31 @@ impl GlobalArgs {
         self.endpoints.split(',').map(str::trim).filter(|endpoint| !endpoint.is_empty()).map(String::from).collect()
     }
 
-    /// The client timings these options ask for.
-    pub fn client_config(&self) -> ClientConfig {
-        ClientConfig { retry_budget: Duration::from_millis(self.retry_budget_ms), ..ClientConfig::default() }
+    /// Where the credentials come from: the flags, or their `GAVEL_*` variables.
+    pub fn credentials(&self) -> Credentials {
+        Credentials {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            token: self.token.clone(),
+            token_file: self.token_file.clone(),
+            insecure: self.insecure,
+        }
+    }
+
+    /// The client timings and credentials these options ask for.
+    pub fn client_config(&self) -> Result<ClientConfig, CommandError> {
+        let timings =
+            ClientConfig { retry_budget: Duration::from_millis(self.retry_budget_ms), ..ClientConfig::default() };
+        self.with_credentials(timings)
+    }
+
+    /// `config` with these options' TLS and token.
+    pub fn with_credentials(&self, config: ClientConfig) -> Result<ClientConfig, CommandError> {
+        self.credentials().apply(config).map_err(|error| match error {
+            gavel_client::Error::Config(reason) => CommandError::Usage(reason),
+            other => other.into(),
+        })
     }
 
     /// A client for the configured endpoints.
@@ -75,7 +120,11 @@ impl GlobalArgs {
         if endpoints.is_empty() {
             return Err(CommandError::Usage("--endpoints names no endpoint".to_string()));
         }
-        Ok(Client::with_config(&endpoints, self.client_config())?)
+        let config = self.client_config()?;
+        Client::with_config(&endpoints, config).map_err(|error| match error {
+            gavel_client::Error::Config(reason) => CommandError::Usage(format!("invalid --endpoints: {reason}")),
+            other => other.into(),
+        })
     }
 
     /// The acting actor: `--as`, `GAVEL_ACTOR`, else `user:$USER`, else `user:cli`.
@@ -160,7 +209,7 @@ impl From<gavel_client::Error> for CommandError {
                 CommandError::Refused { code, message, problems }
             }
             gavel_client::Error::Unavailable(reason) => CommandError::Unreachable(reason),
-            gavel_client::Error::Config(reason) => CommandError::Usage(format!("invalid --endpoints: {reason}")),
+            gavel_client::Error::Config(reason) => CommandError::Usage(reason),
         }
     }
 }
@@ -185,6 +234,13 @@ pub fn finish(outcome: Result<(), CommandError>) -> ExitCode {
         }
     }
     match &error {
+        CommandError::Refused { code, .. } if code == "UNAUTHENTICATED" => {
+            eprintln!("error: {error}");
+            eprintln!(
+                "hint: the cluster did not accept your credentials; set --ca/--cert/--key or --token \
+                 (GAVEL_CA, GAVEL_CERT, GAVEL_KEY, GAVEL_TOKEN); `gavel dev` prints the export line for its admin"
+            );
+        }
         CommandError::Refused { problems, .. } => {
             eprintln!("error: {error}");
             for problem in problems {

@@ -38,6 +38,7 @@ pub async fn single_node(dir: &Path) -> RaftNode {
             data_dir: dir.to_path_buf(),
             timings: RaftTimings::default(),
             plant_early_ack: false,
+            peer_tls: None,
         },
         Arc::new(Counter::default()),
     )

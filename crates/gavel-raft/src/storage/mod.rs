@@ -9,6 +9,7 @@
 //! | `raft-log/vote`               | the vote, replaced atomically                     |
 //! | `raft/` sled tree `meta`      | `committed`: bincode `Option<LogId>`              |
 //! | `raft/` sled tree `snapshot`  | `meta`: bincode `SnapshotMeta`; `data`: the application's snapshot bytes |
+//! | `raft-incoming/<n>.part`      | a snapshot being received from the leader (`service`); emptied on start |
 //!
 //! The application state itself is persisted only through snapshots: on
 //! start the last snapshot is restored into the application and openraft

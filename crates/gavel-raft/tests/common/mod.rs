@@ -161,6 +161,7 @@ impl TestNode {
                 data_dir: dir.to_path_buf(),
                 timings,
                 plant_early_ack: false,
+                peer_tls: None,
             },
             app.clone(),
         )

@@ -1,10 +1,10 @@
 //! Approval messages.
 
-use gavel_core::{Approval, ApprovalFilter, ApprovalStatus, Command, CreateApproval, DomainError};
+use gavel_core::{Approval, ApprovalFilter, ApprovalStatus, Caller, Command, CreateApproval, DomainError};
 use gavel_proto::v1 as pb;
 
 use super::common::{
-    actor_in, actor_out, risk_in, risk_out, side_effect_in, side_effect_out, timestamp_in, timestamp_out,
+    actor_or_caller, actor_out, risk_in, risk_out, side_effect_in, side_effect_out, timestamp_in, timestamp_out,
 };
 use crate::replies::ApprovalReply;
 
@@ -76,7 +76,7 @@ pub fn approval_out(approval: &Approval, status: ApprovalStatus) -> pb::Approval
 /// machine resolves it against requested-at (which defaults to the cluster
 /// clock), so the command, and its deduplication fingerprint, do not depend
 /// on which node converted it or when.
-pub fn create_in(request: &pb::CreateApprovalRequest) -> Result<Command, DomainError> {
+pub fn create_in(request: &pb::CreateApprovalRequest, caller: Option<&Caller>) -> Result<Command, DomainError> {
     let caller_now_ms = timestamp_in("callerNowMs", request.caller_now_ms)?;
     let requested_at_ms = timestamp_in("requestedAtMs", request.requested_at_ms)?;
     let expires_at_ms = timestamp_in("expiresAtMs", request.expires_at_ms)?;
@@ -87,7 +87,7 @@ pub fn create_in(request: &pb::CreateApprovalRequest) -> Result<Command, DomainE
         id: request.id.clone(),
         capability_id: request.capability_id.clone(),
         surface: request.surface.clone(),
-        actor: actor_in("actor", request.actor.as_ref())?,
+        actor: actor_or_caller("actor", request.actor.as_ref(), caller)?,
         input_json: request.input_json.clone(),
         input_hash: request.input_hash.clone(),
         reasons: request.reasons.clone(),
@@ -103,9 +103,9 @@ pub fn create_in(request: &pb::CreateApprovalRequest) -> Result<Command, DomainE
 }
 
 /// Decodes a decide request.
-pub fn decide_in(request: &pb::DecideApprovalRequest) -> Result<Command, DomainError> {
+pub fn decide_in(request: &pb::DecideApprovalRequest, caller: Option<&Caller>) -> Result<Command, DomainError> {
     let status = status_in(request.status)?;
-    let approver = actor_in("approver", request.approver.as_ref())
+    let approver = actor_or_caller("approver", request.approver.as_ref(), caller)
         .map_err(|error| DomainError { code: gavel_core::ErrorCode::InvalidArgument, ..error })?;
     Ok(Command::DecideApproval {
         approval_id: request.id.clone(),

@@ -1,7 +1,7 @@
 //! Actors, shared enums and timestamps.
 
 use gavel_core::limits::TIMESTAMP_MS_MAX;
-use gavel_core::{Actor, ActorKind, DomainError, ErrorCode, Risk, SideEffect};
+use gavel_core::{Actor, ActorKind, Caller, DomainError, ErrorCode, Risk, SideEffect};
 use gavel_proto::v1 as pb;
 
 /// Decodes an optional caller timestamp (Unix ms).
@@ -37,6 +37,26 @@ pub fn actor_in(field: &str, actor: Option<&pb::Actor>) -> Result<Actor, DomainE
         }
     };
     Ok(Actor { id: actor.id.clone(), kind, display_name: actor.display_name.clone() })
+}
+
+/// Decodes an actor that defaults to the authenticated caller: a missing
+/// actor is the caller's principal as an actor
+/// ([`gavel_core::Principal::as_actor`]). Naming another actor is
+/// decided by the state machine (it needs a grant). Without a caller (an
+/// insecure node) the actor is required, as before authentication existed.
+pub fn actor_or_caller(field: &str, actor: Option<&pb::Actor>, caller: Option<&Caller>) -> Result<Actor, DomainError> {
+    match (actor, caller) {
+        (None, Some(caller)) => Ok(caller.principal.as_actor()),
+        (actor, _) => actor_in(field, actor),
+    }
+}
+
+/// A worker id that defaults to the authenticated caller's principal id.
+pub fn worker_id_or_caller(worker_id: &str, caller: Option<&Caller>) -> String {
+    match caller {
+        Some(caller) if worker_id.is_empty() => caller.principal.id.clone(),
+        _ => worker_id.to_string(),
+    }
 }
 
 /// Encodes an actor.

@@ -1,14 +1,14 @@
 //! Execution, lease, task and audit event messages.
 
 use gavel_core::{
-    CancelCode, Command, DomainError, Event, EventKind, ExecutedBeforeFailure, Execution, ExecutionState, Lease,
-    ReportOutcome, ResultEnvelope, Submit, Task,
+    Caller, CancelCode, Command, DomainError, Event, EventKind, ExecutedBeforeFailure, Execution, ExecutionState,
+    Lease, ReportOutcome, ResultEnvelope, Submit, Task,
 };
 use gavel_proto::v1 as pb;
 
 use super::approval::approval_reply_out;
 use super::capability::capability_out;
-use super::common::{actor_in, actor_out, timestamp_out};
+use super::common::{actor_in, actor_or_caller, actor_out, timestamp_out, worker_id_or_caller};
 use crate::replies::SubmitReply;
 
 /// The execution id a submit or resume names, or the one derived from its
@@ -21,12 +21,16 @@ fn execution_id_or_derived(execution_id: Option<&str>, request_id: &str) -> Stri
 }
 
 /// Decodes a submit request made under `request_id`.
-pub fn submit_in(request: &pb::SubmitRequest, request_id: &str) -> Result<Command, DomainError> {
+pub fn submit_in(
+    request: &pb::SubmitRequest,
+    request_id: &str,
+    caller: Option<&Caller>,
+) -> Result<Command, DomainError> {
     Ok(Command::Submit(Submit {
         execution_id: execution_id_or_derived(request.execution_id.as_deref(), request_id),
         capability_id: request.capability_id.clone(),
         input_json: request.input_json.clone(),
-        actor: actor_in("actor", request.actor.as_ref())?,
+        actor: actor_or_caller("actor", request.actor.as_ref(), caller)?,
         surface: request.surface.clone(),
         correlation_id: request.correlation_id.clone().filter(|id| !id.is_empty()),
     }))
@@ -61,17 +65,21 @@ pub fn cancel_execution_in(request: &pb::CancelExecutionRequest) -> Result<Comma
 }
 
 /// Decodes a poll request.
-pub fn poll_in(request: &pb::PollRequest) -> Command {
-    Command::Poll { worker_id: request.worker_id.clone(), queues: request.queues.clone(), tasks_max: request.max_tasks }
+pub fn poll_in(request: &pb::PollRequest, caller: Option<&Caller>) -> Command {
+    Command::Poll {
+        worker_id: worker_id_or_caller(&request.worker_id, caller),
+        queues: request.queues.clone(),
+        tasks_max: request.max_tasks,
+    }
 }
 
 /// Decodes a heartbeat request.
-pub fn heartbeat_in(request: &pb::HeartbeatRequest) -> Command {
-    Command::Heartbeat { lease_id: request.lease_id, worker_id: request.worker_id.clone() }
+pub fn heartbeat_in(request: &pb::HeartbeatRequest, caller: Option<&Caller>) -> Command {
+    Command::Heartbeat { lease_id: request.lease_id, worker_id: worker_id_or_caller(&request.worker_id, caller) }
 }
 
 /// Decodes a report request; it must carry an outcome.
-pub fn report_in(request: &pb::ReportRequest) -> Result<Command, DomainError> {
+pub fn report_in(request: &pb::ReportRequest, caller: Option<&Caller>) -> Result<Command, DomainError> {
     let outcome = match &request.outcome {
         Some(pb::report_request::Outcome::Completed(completed)) => {
             ReportOutcome::Completed { output_json: completed.output_json.clone() }
@@ -83,7 +91,8 @@ pub fn report_in(request: &pb::ReportRequest) -> Result<Command, DomainError> {
         },
         None => return Err(DomainError::invalid("outcome is required (completed or failed)")),
     };
-    Ok(Command::Report { lease_id: request.lease_id, worker_id: request.worker_id.clone(), outcome })
+    let worker_id = worker_id_or_caller(&request.worker_id, caller);
+    Ok(Command::Report { lease_id: request.lease_id, worker_id, outcome })
 }
 
 fn executed_before_failure_out(value: Option<ExecutedBeforeFailure>) -> i32 {
@@ -201,6 +210,7 @@ pub fn event_out(event: &Event) -> pb::Event {
         approval_id: event.approval_id.clone(),
         correlation_id: event.correlation_id.clone(),
         input_hash: event.input_hash.clone(),
+        principal: event.principal.as_ref().map(ToString::to_string),
         ..pb::Event::default()
     };
     match &event.kind {
@@ -240,6 +250,10 @@ pub fn event_out(event: &Event) -> pb::Event {
         EventKind::CapabilityRegistered { version } => {
             out.attempt = None;
             out.code = Some(format!("v{version}"));
+        }
+        EventKind::AccessGranted { principal, grant } | EventKind::AccessRevoked { principal, grant } => {
+            out.subject_principal = Some(principal.to_string());
+            out.grant = Some(grant.as_str().to_string());
         }
         EventKind::Requested
         | EventKind::ApprovalRequested

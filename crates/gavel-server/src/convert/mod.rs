@@ -3,6 +3,7 @@
 //! protobuf types cannot express (unspecified enums, negative timestamps,
 //! missing messages) and reports it as `INVALID_ARGUMENT`.
 
+pub mod access;
 pub mod approval;
 pub mod capability;
 pub mod common;

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use gavel_core::mutants::Mutant;
-use gavel_core::State;
+use gavel_core::{Action, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_server::ApprovalService;
 use tonic::{Request, Response, Status};
 
-use super::request_id;
+use super::{caller, request_id};
 use crate::convert::approval::{
     approval_out, approval_reply_out, approvals_page_out, cancel_in, consume_in, create_in, decide_in, list_in,
 };
@@ -28,9 +28,10 @@ impl ApprovalService for Approvals {
         &self,
         request: Request<pb::CreateApprovalRequest>,
     ) -> Result<Response<pb::CreateApprovalResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
-        let reply: ApprovalReply = self.node.call(&request_id, create_in(&message).map_err(domain_status)?).await?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
+        let command = create_in(&message, caller.as_ref()).map_err(domain_status)?;
+        let reply: ApprovalReply = self.node.call(caller.as_ref(), &request_id, command).await?;
         Ok(Response::new(pb::CreateApprovalResponse { approval: Some(approval_reply_out(&reply)) }))
     }
 
@@ -38,7 +39,8 @@ impl ApprovalService for Approvals {
         &self,
         request: Request<pb::GetApprovalRequest>,
     ) -> Result<Response<pb::GetApprovalResponse>, Status> {
-        let message = request.into_inner();
+        let (_, extensions, message) = request.into_parts();
+        let caller = caller(&extensions)?;
         let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms).map_err(domain_status)?;
         let read = |state: &State| {
             let now_ms = read_time_ms(state, caller_now_ms);
@@ -49,7 +51,20 @@ impl ApprovalService for Approvals {
             // node, and it answers from local state without a read barrier.
             read(&self.node.app.state())
         } else {
-            self.node.read(read).await?
+            self.node
+                .read_authorizing(|state| {
+                    // The action depends on the record: a scoped approver may
+                    // read only approvals of its types. An unknown id is
+                    // authorized as an unfiltered listing, so a caller that may
+                    // not read approvals learns nothing from "not found".
+                    let action = match state.approval(&message.id) {
+                        Some(approval) => Action::ReadApproval { types: &approval.types },
+                        None => Action::ListApprovals { approval_type: None },
+                    };
+                    state.authorize(caller.as_ref(), action).map_err(domain_status)?;
+                    Ok(read(state))
+                })
+                .await?
         };
         Ok(Response::new(pb::GetApprovalResponse { approval }))
     }
@@ -58,9 +73,10 @@ impl ApprovalService for Approvals {
         &self,
         request: Request<pb::DecideApprovalRequest>,
     ) -> Result<Response<pb::DecideApprovalResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
-        let reply: ApprovalReply = self.node.call(&request_id, decide_in(&message).map_err(domain_status)?).await?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
+        let command = decide_in(&message, caller.as_ref()).map_err(domain_status)?;
+        let reply: ApprovalReply = self.node.call(caller.as_ref(), &request_id, command).await?;
         Ok(Response::new(pb::DecideApprovalResponse { approval: Some(approval_reply_out(&reply)) }))
     }
 
@@ -68,9 +84,10 @@ impl ApprovalService for Approvals {
         &self,
         request: Request<pb::ConsumeApprovalRequest>,
     ) -> Result<Response<pb::ConsumeApprovalResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
-        let reply: ApprovalReply = self.node.call(&request_id, consume_in(&message).map_err(domain_status)?).await?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
+        let command = consume_in(&message).map_err(domain_status)?;
+        let reply: ApprovalReply = self.node.call(caller.as_ref(), &request_id, command).await?;
         Ok(Response::new(pb::ConsumeApprovalResponse { approval: Some(approval_reply_out(&reply)) }))
     }
 
@@ -78,10 +95,13 @@ impl ApprovalService for Approvals {
         &self,
         request: Request<pb::ListApprovalsRequest>,
     ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
+        let caller = caller(request.extensions())?;
         let query = list_in(request.get_ref()).map_err(domain_status)?;
+        // The filter has no approval type: a listing is an unfiltered one.
+        let action = Action::ListApprovals { approval_type: None };
         let page = self
             .node
-            .read(|state| {
+            .read(caller.as_ref(), action, |state| {
                 let now_ms = read_time_ms(state, query.caller_now_ms);
                 approvals_page_out(
                     &state.list_approvals(&query.filter, now_ms, query.after.as_ref(), query.limit),
@@ -97,9 +117,10 @@ impl ApprovalService for Approvals {
         &self,
         request: Request<pb::CancelApprovalRequest>,
     ) -> Result<Response<pb::CancelApprovalResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
-        let reply: ApprovalReply = self.node.call(&request_id, cancel_in(&message).map_err(domain_status)?).await?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
+        let command = cancel_in(&message).map_err(domain_status)?;
+        let reply: ApprovalReply = self.node.call(caller.as_ref(), &request_id, command).await?;
         Ok(Response::new(pb::CancelApprovalResponse { approval: Some(approval_reply_out(&reply)) }))
     }
 }

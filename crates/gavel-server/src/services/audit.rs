@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use futures::Stream;
 use gavel_core::limits::EVENTS_PAGE_MAX;
-use gavel_core::State;
+use gavel_core::{Action, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::audit_service_server::AuditService;
 use tonic::{Code, Request, Response, Status};
 
 use crate::convert::execution::event_out;
-use crate::node::Node;
+use crate::node::{domain_status, Node};
 
 /// Serves the audit trail.
 pub struct Audit {
@@ -134,7 +134,12 @@ impl AuditService for Audit {
         &self,
         request: Request<pb::WatchEventsRequest>,
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
-        let message = request.into_inner();
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
+        // Served from this replica without a barrier: authorized against its
+        // grants, and again before every batch, so a revocation ends the
+        // stream once this replica applied it.
+        self.node.app.state().authorize(caller.as_ref(), Action::ReadAudit).map_err(domain_status)?;
         let start = watch_start(&self.node, message.after_cursor).await?;
         let node = self.node.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(256);
@@ -143,7 +148,19 @@ impl AuditService for Audit {
             let mut applied = node.app.subscribe();
             loop {
                 applied.borrow_and_update();
-                let batch = page(&node.app.state(), cursor, EVENTS_PAGE_MAX, message.execution_id.as_deref());
+                let batch = {
+                    let state = node.app.state();
+                    state
+                        .authorize(caller.as_ref(), Action::ReadAudit)
+                        .map(|()| page(&state, cursor, EVENTS_PAGE_MAX, message.execution_id.as_deref()))
+                };
+                let batch = match batch {
+                    Ok(batch) => batch,
+                    Err(refusal) => {
+                        let _ = sender.send(Err(domain_status(refusal))).await;
+                        return;
+                    }
+                };
                 match batch {
                     Err(refusal) => {
                         let _ = sender.send(Err(refusal.status())).await;
@@ -172,20 +189,25 @@ impl AuditService for Audit {
         &self,
         request: Request<pb::ListEventsRequest>,
     ) -> Result<Response<pb::ListEventsResponse>, Status> {
-        let message = request.into_inner();
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
         let limit = if message.limit == 0 { EVENTS_PAGE_DEFAULT } else { message.limit };
         let execution_id = message.execution_id.as_deref();
         let (events, last_cursor) = self
             .node
-            .read(|state| page(state, message.after_cursor, limit, execution_id))
+            .read(caller.as_ref(), Action::ReadAudit, |state| page(state, message.after_cursor, limit, execution_id))
             .await?
             .map_err(|refusal| refusal.status())?;
         Ok(Response::new(pb::ListEventsResponse { events, last_cursor }))
     }
 
     async fn get_event(&self, request: Request<pb::GetEventRequest>) -> Result<Response<pb::GetEventResponse>, Status> {
-        let cursor = request.into_inner().cursor;
-        let event = self.node.read(|state| state.event(cursor).map(event_out)).await?;
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
+        let event = self
+            .node
+            .read(caller.as_ref(), Action::ReadAudit, |state| state.event(message.cursor).map(event_out))
+            .await?;
         Ok(Response::new(pb::GetEventResponse { event }))
     }
 }

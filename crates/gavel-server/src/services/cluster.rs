@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use gavel_core::Action;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::cluster_service_server::ClusterService;
 use gavel_raft::{Role, WriteError};
@@ -60,9 +61,24 @@ fn membership_error(error: WriteError) -> Status {
     }
 }
 
+/// Membership changes need `admin`, decided by the leader after a read
+/// barrier (they are not commands of the state machine).
+async fn authorize_membership(node: &Node, extensions: &tonic::Extensions) -> Result<(), Status> {
+    let caller = super::caller(extensions)?;
+    node.read(caller.as_ref(), Action::ChangeMembership, |_| ()).await
+}
+
 #[tonic::async_trait]
 impl ClusterService for Cluster {
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        // This node's own view, served by every node: authorized against
+        // its own replica's grants, without a barrier.
+        let caller = super::caller(request.extensions())?;
+        self.node
+            .app
+            .state()
+            .authorize(caller.as_ref(), Action::ReadClusterStatus)
+            .map_err(crate::node::domain_status)?;
         Ok(Response::new(status_with(&self.node, !request.get_ref().without_state_hash)))
     }
 
@@ -70,7 +86,8 @@ impl ClusterService for Cluster {
         &self,
         request: Request<pb::AddLearnerRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let message = request.into_inner();
+        let (_, extensions, message) = request.into_parts();
+        authorize_membership(&self.node, &extensions).await?;
         if message.node_id == 0 || message.addr.is_empty() {
             return Err(Status::invalid_argument("nodeId and addr are required"));
         }
@@ -79,7 +96,9 @@ impl ClusterService for Cluster {
     }
 
     async fn promote(&self, request: Request<pb::PromoteRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        let node_id = request.into_inner().node_id;
+        let (_, extensions, message) = request.into_parts();
+        authorize_membership(&self.node, &extensions).await?;
+        let node_id = message.node_id;
         self.node.raft.promote(node_id, MEMBERSHIP_CHANGE_WAIT).await.map_err(membership_error)?;
         Ok(Response::new(status_of(&self.node)))
     }
@@ -88,7 +107,9 @@ impl ClusterService for Cluster {
         &self,
         request: Request<pb::RemoveNodeRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let node_id = request.into_inner().node_id;
+        let (_, extensions, message) = request.into_parts();
+        authorize_membership(&self.node, &extensions).await?;
+        let node_id = message.node_id;
         self.node.raft.remove_node(node_id).await.map_err(membership_error)?;
         Ok(Response::new(status_of(&self.node)))
     }

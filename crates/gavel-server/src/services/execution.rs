@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gavel_core::limits::WAIT_MS_MAX;
-use gavel_core::{DomainError, ErrorCode, Execution};
+use gavel_core::{Action, Caller, DomainError, ErrorCode, Execution};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::execution_service_server::ExecutionService;
 use tonic::{Request, Response, Status};
 
-use super::request_id;
+use super::{caller, request_id};
 use crate::convert::execution::{cancel_execution_in, execution_out, resume_in, submit_in, submit_out};
 use crate::node::{domain_status, Node};
 use crate::replies::{ExecutionReply, SubmitReply};
@@ -26,17 +26,18 @@ const EVENTS_PAGE_DEFAULT: u32 = 100;
 #[tonic::async_trait]
 impl ExecutionService for Executions {
     async fn submit(&self, request: Request<pb::SubmitRequest>) -> Result<Response<pb::SubmitResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
-        let command = submit_in(&message, &request_id).map_err(domain_status)?;
-        let reply: SubmitReply = self.node.call(&request_id, command).await?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
+        let command = submit_in(&message, &request_id, caller.as_ref()).map_err(domain_status)?;
+        let reply: SubmitReply = self.node.call(caller.as_ref(), &request_id, command).await?;
         Ok(Response::new(submit_out(&reply)))
     }
 
     async fn resume(&self, request: Request<pb::ResumeRequest>) -> Result<Response<pb::ResumeResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
-        let reply: ExecutionReply = self.node.call(&request_id, resume_in(&message, &request_id)).await?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
+        let reply: ExecutionReply =
+            self.node.call(caller.as_ref(), &request_id, resume_in(&message, &request_id)).await?;
         Ok(Response::new(pb::ResumeResponse { execution: Some(execution_out(&reply.execution)) }))
     }
 
@@ -44,8 +45,14 @@ impl ExecutionService for Executions {
         &self,
         request: Request<pb::GetExecutionRequest>,
     ) -> Result<Response<pb::GetExecutionResponse>, Status> {
-        let execution_id = request.into_inner().execution_id;
-        let execution = self.node.read(|state| state.execution(&execution_id).map(execution_out)).await?;
+        let (_, extensions, message) = request.into_parts();
+        let caller = caller(&extensions)?;
+        let execution = self
+            .node
+            .read(caller.as_ref(), Action::ReadExecution, |state| {
+                state.execution(&message.execution_id).map(execution_out)
+            })
+            .await?;
         Ok(Response::new(pb::GetExecutionResponse { execution }))
     }
 
@@ -53,9 +60,10 @@ impl ExecutionService for Executions {
         &self,
         request: Request<pb::WaitExecutionRequest>,
     ) -> Result<Response<pb::WaitExecutionResponse>, Status> {
-        let message = request.into_inner();
+        let (_, extensions, message) = request.into_parts();
+        let caller = caller(&extensions)?;
         let wait = Duration::from_millis(message.timeout_ms.min(WAIT_MS_MAX));
-        let (execution, timed_out) = wait_final(&self.node, &message.execution_id, wait).await?;
+        let (execution, timed_out) = wait_final(&self.node, caller.as_ref(), &message.execution_id, wait).await?;
         Ok(Response::new(pb::WaitExecutionResponse { execution: Some(execution_out(&execution)), timed_out }))
     }
 
@@ -63,10 +71,10 @@ impl ExecutionService for Executions {
         &self,
         request: Request<pb::CancelExecutionRequest>,
     ) -> Result<Response<pb::CancelExecutionResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
         let command = cancel_execution_in(&message).map_err(domain_status)?;
-        let reply: ExecutionReply = self.node.call(&request_id, command).await?;
+        let reply: ExecutionReply = self.node.call(caller.as_ref(), &request_id, command).await?;
         Ok(Response::new(pb::CancelExecutionResponse { execution: Some(execution_out(&reply.execution)) }))
     }
 
@@ -74,11 +82,14 @@ impl ExecutionService for Executions {
         &self,
         request: Request<pb::ListExecutionEventsRequest>,
     ) -> Result<Response<pb::ListExecutionEventsResponse>, Status> {
-        let message = request.into_inner();
+        let (_, extensions, message) = request.into_parts();
+        let caller = caller(&extensions)?;
         let limit = if message.limit == 0 { EVENTS_PAGE_DEFAULT } else { message.limit };
         let (events, _) = self
             .node
-            .read(|state| super::audit::page(state, message.after_cursor, limit, Some(&message.execution_id)))
+            .read(caller.as_ref(), Action::ReadExecution, |state| {
+                super::audit::page(state, message.after_cursor, limit, Some(&message.execution_id))
+            })
             .await?
             .map_err(|refusal| refusal.status())?;
         Ok(Response::new(pb::ListExecutionEventsResponse { events }))
@@ -87,12 +98,18 @@ impl ExecutionService for Executions {
 
 /// Waits up to `wait` for an execution to become final; returns it as it is
 /// then, and whether the wait ran out first.
-async fn wait_final(node: &Node, execution_id: &str, wait: Duration) -> Result<(Execution, bool), Status> {
+async fn wait_final(
+    node: &Node,
+    caller: Option<&Caller>,
+    execution_id: &str,
+    wait: Duration,
+) -> Result<(Execution, bool), Status> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut applied = node.app.subscribe();
     // One linearizable read, on the leader; afterwards the leader's own
     // applied state only moves forward, so re-reading it stays linearizable.
-    node.linearizable().await?;
+    // The caller is authorized once, at that read.
+    node.read(caller, Action::ReadExecution, |_| ()).await?;
     loop {
         applied.borrow_and_update();
         let execution = node.app.state().execution(execution_id).cloned();

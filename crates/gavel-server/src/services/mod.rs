@@ -3,6 +3,7 @@
 //! holds conversion plus one call: [`crate::node::Node::call`] for a
 //! command, [`crate::node::Node::read`] for a read.
 
+pub mod access;
 pub mod approval;
 pub mod audit;
 pub mod capability;
@@ -10,8 +11,9 @@ pub mod cluster;
 pub mod execution;
 pub mod worker;
 
+use gavel_core::Caller;
 use tonic::metadata::MetadataMap;
-use tonic::Status;
+use tonic::{Extensions, Status};
 
 use crate::node::domain_status;
 
@@ -32,6 +34,17 @@ pub fn request_id(metadata: &MetadataMap, from_message: &str) -> Result<String, 
     };
     gavel_core::validate::check_id("requestId", request_id).map_err(invalid)?;
     Ok(request_id.to_string())
+}
+
+/// The caller the routing layer authenticated for this call: `Some` on a
+/// secured node, `None` on an insecure one. The routing layer puts it into
+/// every public call's extensions; its absence is a bug, refused rather than
+/// served unauthenticated.
+pub fn caller(extensions: &Extensions) -> Result<Option<Caller>, Status> {
+    extensions
+        .get::<Option<Caller>>()
+        .cloned()
+        .ok_or_else(|| Status::internal("the routing layer authenticated no caller"))
 }
 
 #[cfg(test)]

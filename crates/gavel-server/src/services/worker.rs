@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gavel_core::limits::WAIT_MS_MAX;
-use gavel_core::{Command, Task};
+use gavel_core::{Caller, Command, Task};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::worker_service_server::WorkerService;
 use tonic::{Request, Response, Status};
 
-use super::request_id;
+use super::{caller, request_id};
 use crate::convert::common::timestamp_out;
 use crate::convert::execution::{execution_out, heartbeat_in, poll_in, report_in, task_out};
 use crate::node::{domain_status, wall_clock_ms, Node};
@@ -24,10 +24,18 @@ pub struct Workers {
 #[tonic::async_trait]
 impl WorkerService for Workers {
     async fn poll(&self, request: Request<pb::PollRequest>) -> Result<Response<pb::PollResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
         let wait = Duration::from_millis(message.wait_ms.min(WAIT_MS_MAX));
-        let tasks = long_poll(&self.node, &request_id, poll_in(&message), &message.queues, wait).await?;
+        let tasks = long_poll(
+            &self.node,
+            caller.as_ref(),
+            &request_id,
+            poll_in(&message, caller.as_ref()),
+            &message.queues,
+            wait,
+        )
+        .await?;
         Ok(Response::new(pb::PollResponse { tasks: tasks.iter().map(task_out).collect() }))
     }
 
@@ -35,17 +43,21 @@ impl WorkerService for Workers {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
-        let reply: HeartbeatReply = self.node.call(&request_id, heartbeat_in(&message)).await?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
+        let reply: HeartbeatReply =
+            self.node.call(caller.as_ref(), &request_id, heartbeat_in(&message, caller.as_ref())).await?;
         let deadline_ms = timestamp_out(reply.deadline_ms);
         Ok(Response::new(pb::HeartbeatResponse { cancel_requested: reply.cancel_requested, deadline_ms }))
     }
 
     async fn report(&self, request: Request<pb::ReportRequest>) -> Result<Response<pb::ReportResponse>, Status> {
-        let (metadata, _, message) = request.into_parts();
-        let request_id = request_id(&metadata, &message.request_id)?;
-        let reply: ReportReply = self.node.call(&request_id, report_in(&message).map_err(domain_status)?).await?;
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
+        let reply: ReportReply = self
+            .node
+            .call(caller.as_ref(), &request_id, report_in(&message, caller.as_ref()).map_err(domain_status)?)
+            .await?;
         let execution = Some(execution_out(&reply.execution));
         Ok(Response::new(pb::ReportResponse { execution, retry_scheduled: reply.retry_scheduled }))
     }
@@ -58,6 +70,7 @@ impl WorkerService for Workers {
 /// again instead of leaving it to expire unused.
 async fn long_poll(
     node: &Node,
+    caller: Option<&Caller>,
     request_id: &str,
     poll: Command,
     queues: &[String],
@@ -67,7 +80,7 @@ async fn long_poll(
     node.ensure_leader()?;
     let deadline = tokio::time::Instant::now() + wait;
     let mut applied = node.app.subscribe();
-    if let Some(tasks) = node.app.state().replayed_grants(request_id, &poll) {
+    if let Some(tasks) = node.app.state().replayed_grants_for(request_id, caller, &poll) {
         return Ok(tasks);
     }
     let mut attempt = 0u32;
@@ -77,7 +90,7 @@ async fn long_poll(
         if ready {
             let grant_request_id = gavel_core::ids::grant_request_id(request_id, attempt);
             attempt += 1;
-            let reply: TasksReply = node.call(&grant_request_id, poll.clone()).await?;
+            let reply: TasksReply = node.call(caller, &grant_request_id, poll.clone()).await?;
             if !reply.tasks.is_empty() {
                 return Ok(reply.tasks);
             }
