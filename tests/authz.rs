@@ -5,8 +5,9 @@
 //!
 //! Every public RPC of every `gavel.v1` service is called as every principal
 //! of [`PRINCIPALS`] (one per grant, a second worker that does not hold the
-//! lease, and one with no grants), once with a client certificate and once
-//! with a bearer token. A call the table allows must not be refused with
+//! lease, one with no grants, and one holding two grants whose token's
+//! `roles` keep only one), once with a client certificate and once with a
+//! bearer token. A call the table allows must not be refused with
 //! `PERMISSION_DENIED` / `UNAUTHENTICATED`, and the fixtures make it really
 //! succeed; a call it refuses must be `PERMISSION_DENIED`, and a refused
 //! mutation must leave no trace: the leader's applied index does not move
@@ -161,24 +162,39 @@ struct Who {
     grants: &'static [GrantName],
     /// Whether the leases of the Heartbeat/Report rows are granted to it.
     lease_holder: bool,
+    /// The `roles` of its token, which down-scope the token to those of
+    /// its grants; `None`: a token that uses every grant.
+    token_roles: Option<&'static [GrantName]>,
 }
 
 const PRINCIPALS: &[Who] = &[
-    Who { role: "admin", principal: ADMIN, grants: &[Admin], lease_holder: false },
-    Who { role: "submitter", principal: "service:agent", grants: &[Submitter], lease_holder: false },
-    Who { role: "approver", principal: "user:approver", grants: &[Approver], lease_holder: false },
-    Who { role: "worker", principal: "worker:w1", grants: &[Worker], lease_holder: true },
-    Who { role: "worker2", principal: "worker:w2", grants: &[Worker], lease_holder: false },
-    Who { role: "auditor", principal: "user:auditor", grants: &[Auditor], lease_holder: false },
-    Who { role: "none", principal: "user:nobody", grants: &[], lease_holder: false },
+    who("admin", ADMIN, &[Admin], false, None),
+    who("submitter", "service:agent", &[Submitter], false, None),
+    who("approver", "user:approver", &[Approver], false, None),
+    who("worker", "worker:w1", &[Worker], true, None),
+    who("worker2", "worker:w2", &[Worker], false, None),
+    who("auditor", "user:auditor", &[Auditor], false, None),
+    who("none", "user:nobody", &[], false, None),
+    // Submitter and auditor by certificate; its token names only auditor.
+    who("ops", "service:ops", &[Submitter, Auditor], false, Some(&[Auditor])),
 ];
 
+const fn who(
+    role: &'static str,
+    principal: &'static str,
+    grants: &'static [GrantName],
+    lease_holder: bool,
+    token_roles: Option<&'static [GrantName]>,
+) -> Who {
+    Who { role, principal, grants, lease_holder, token_roles }
+}
+
 impl Allowed {
-    fn allows(&self, who: &Who) -> bool {
+    fn allows(&self, caller: &Caller) -> bool {
         match self {
             Allowed::Anyone => true,
-            Allowed::AnyOf(grants) => grants.iter().any(|grant| who.grants.contains(grant)),
-            Allowed::LeaseHolder => who.grants.contains(&Worker) && who.lease_holder,
+            Allowed::AnyOf(grants) => grants.iter().any(|grant| caller.uses(*grant)),
+            Allowed::LeaseHolder => caller.uses(Worker) && caller.who.lease_holder,
         }
     }
 }
@@ -222,6 +238,16 @@ impl Caller {
             Credential::Token => "token",
         };
         format!("{}/{how}", self.who.role)
+    }
+
+    /// Whether this caller may use `grant`: bound to its principal and, for
+    /// a token with roles, named by them.
+    fn uses(&self, grant: GrantName) -> bool {
+        let scoped_out = match (self.credential, self.who.token_roles) {
+            (Credential::Token, Some(roles)) => !roles.contains(&grant),
+            _ => false,
+        };
+        self.who.grants.contains(&grant) && !scoped_out
     }
 
     fn on(&self, node: u64) -> Authed {
@@ -768,7 +794,7 @@ impl World {
     async fn run_row(&self, row: &Row, node: u64, outcomes: &mut Vec<Outcome>, traces: &mut Vec<String>) {
         let via = if node == self.leader { "leader" } else { "follower" };
         let (allowed, refused): (Vec<&Caller>, Vec<&Caller>) =
-            self.callers.iter().partition(|caller| row.allowed.allows(caller.who));
+            self.callers.iter().partition(|caller| row.allowed.allows(caller));
         if !refused.is_empty() {
             let target = self.target(row.rpc, None).await;
             let (results, trace) = self.refused_batch(row, node, &refused, &target).await;
@@ -819,7 +845,7 @@ async fn world(root: &std::path::Path) -> World {
             let (tls, bearer): (ClientTls, _) = match credential {
                 Credential::Certificate => (cluster.credentials(&principal).expect("a client certificate"), None),
                 Credential::Token => {
-                    let token = cluster.token(&principal, None).expect("a token");
+                    let token = cluster.token(&principal, who.token_roles).expect("a token");
                     let value = MetadataValue::try_from(format!("Bearer {token}")).expect("a header value");
                     (cluster.ca_only().expect("the CA"), Some(value))
                 }
