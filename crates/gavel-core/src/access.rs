@@ -121,12 +121,16 @@ impl Principal {
     /// user, a worker is automation, a service or node is a service; the id
     /// is the principal's id.
     pub fn as_actor(&self) -> Actor {
-        let kind = match self.kind {
+        Actor { id: self.id.clone(), kind: self.actor_kind(), display_name: None }
+    }
+
+    /// The kind of [`Principal::as_actor`].
+    fn actor_kind(&self) -> ActorKind {
+        match self.kind {
             PrincipalKind::User => ActorKind::User,
             PrincipalKind::Service | PrincipalKind::Node => ActorKind::Service,
             PrincipalKind::Worker => ActorKind::Automation,
-        };
-        Actor { id: self.id.clone(), kind, display_name: None }
+        }
     }
 
     /// Whether `actor` is this principal: the same id and the kind of
@@ -134,8 +138,7 @@ impl Principal {
     /// Naming any other actor needs the `act-for` grant (or, for a
     /// decision's approver, `delegate-decide`).
     pub fn is_actor(&self, actor: &Actor) -> bool {
-        let own = self.as_actor();
-        actor.id == own.id && actor.kind == own.kind
+        actor.id == self.id && actor.kind == self.actor_kind()
     }
 }
 

@@ -114,7 +114,7 @@ impl State {
     pub fn apply(&mut self, envelope: &Envelope) -> Reply {
         self.clock_ms = self.clock_ms.max(envelope.now_ms);
         let caller = envelope.caller.as_ref();
-        if let Err(refusal) = self.authorize_command(caller, &envelope.command) {
+        if let Err(refusal) = self.authorize_command(caller, &envelope.command, envelope.now_ms) {
             return refusal.into();
         }
         let first_cursor = self.audit.next_cursor();
@@ -260,7 +260,7 @@ impl State {
     /// [`State::replay`] for `caller`: only the principal that sent the
     /// request gets its reply back, and only while it may still send it.
     pub fn replay_for(&self, request_id: &str, caller: Option<&Caller>, command: &Command) -> Option<Reply> {
-        self.authorize_command(caller, command).ok()?;
+        self.authorize_command(caller, command, self.clock_ms).ok()?;
         let remembered = self.dedup.recall(crate::dedup::request_key(request_id))?;
         let fingerprint = crate::dedup::fingerprint(command, caller.map(|caller| &caller.principal));
         if remembered.fingerprint != fingerprint || remembered.expires_at_ms <= self.clock_ms {

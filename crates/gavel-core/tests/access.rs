@@ -345,7 +345,9 @@ fn every_operation_is_allowed_exactly_for_the_grants_the_table_names() {
         for (label, caller, grant) in &callers {
             let want = expected(allowed, caller, *grant);
             let decision = match operation {
-                Operation::Command(build) => script.state.authorize_command(Some(caller), &build(&caller.principal)),
+                Operation::Command(build) => {
+                    script.state.authorize_command(Some(caller), &build(&caller.principal), script.now_ms)
+                }
                 Operation::Read(action) => script.state.authorize(Some(caller), action),
             };
             match (&decision, want) {
@@ -579,6 +581,21 @@ fn a_caller_clock_needs_the_clock_grant_and_stays_within_its_skew_bound() {
     request.requested_at_ms = Some(script.now_ms + 1_000_000);
     let message = denied(script.apply_by(&alice_caller, Command::CreateApproval(request.clone())));
     assert_eq!(message, "user:alice may not send requestedAtMs: it needs the clock grant");
+
+    // Before proposing, the edge checks against the time it would stamp,
+    // not the clock of the last command (an idle cluster's is old).
+    approval_of(script.apply_by(&alice_caller, request_by("a4", alice(), &["human"])));
+    let later = script.now_ms + 60_000;
+    let decide = Command::DecideApproval {
+        approval_id: "a4".to_string(),
+        status: ApprovalStatus::Approved,
+        approver: Actor::user("bob"),
+        comment: None,
+        caller_now_ms: Some(later),
+    };
+    assert!(script.state.authorize_command(Some(&bob), &decide, later).is_ok());
+    let stale = script.state.authorize_command(Some(&bob), &decide, script.now_ms).expect_err("outside the skew");
+    assert_eq!(stale.code, ErrorCode::PermissionDenied);
 
     // Without a skew bound the grant honours any clock.
     give(&mut script, &bob.principal, Grant::of(GrantName::Clock));
@@ -902,8 +919,12 @@ fn replaying_a_secured_log_gives_the_same_state_hash_and_a_snapshot_keeps_the_gr
     assert!(restored.grants_of(&user("bob")).is_empty(), "the revoke survives the snapshot");
     let bob = Caller::of(user("bob"));
     let decide = decide_as("a2", user("bob").as_actor());
-    assert_eq!(restored.authorize_command(Some(&bob), &decide), first.authorize_command(Some(&bob), &decide));
-    assert!(restored.authorize_command(Some(&bob), &decide).is_err());
+    let now_ms = first.clock_ms();
+    assert_eq!(
+        restored.authorize_command(Some(&bob), &decide, now_ms),
+        first.authorize_command(Some(&bob), &decide, now_ms)
+    );
+    assert!(restored.authorize_command(Some(&bob), &decide, now_ms).is_err());
 }
 
 #[test]

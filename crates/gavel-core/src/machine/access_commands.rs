@@ -74,17 +74,24 @@ impl State {
     }
 
     /// A time claimed by the caller (`field`) needs the `clock` grant, and
-    /// must be within the grant's skew bound of cluster time when it has one.
-    fn check_caller_clock(&self, caller: &Caller, field: &str, value: Option<u64>) -> Result<(), DomainError> {
+    /// must be within the grant's skew bound of cluster time (`cluster_ms`)
+    /// when it has one.
+    fn check_caller_clock(
+        &self,
+        caller: &Caller,
+        cluster_ms: u64,
+        field: &str,
+        value: Option<u64>,
+    ) -> Result<(), DomainError> {
         let Some(value) = value else { return Ok(()) };
         let grant = self.require(caller, GrantName::Clock, &format!("send {field}"))?;
         if let Some(skew_ms_max) = grant.skew_ms_max {
-            let skew_ms = value.abs_diff(self.clock_ms);
+            let skew_ms = value.abs_diff(cluster_ms);
             if skew_ms > skew_ms_max {
                 return Err(denied(format!(
                     "{} may not send {field} {value}: it is {skew_ms} ms from cluster time {}, over its clock \
                      grant's bound of {skew_ms_max} ms",
-                    caller.principal, self.clock_ms
+                    caller.principal, cluster_ms
                 )));
             }
         }
@@ -114,18 +121,25 @@ impl State {
         Ok(())
     }
 
-    /// Whether `caller` may have `command` applied now. [`State::apply`]
-    /// runs it at the command's log position, before anything changes; the
-    /// edge runs it before proposing, so a refused command costs no log
-    /// entry (the answer at apply is the one that counts: a `Revoke` may be
-    /// ordered in between).
+    /// Whether `caller` may have `command` applied, stamped `now_ms` (cluster
+    /// time is the later of it and the state's clock, as at apply).
+    /// [`State::apply`] runs it at the command's log position, before
+    /// anything changes; the edge runs it before proposing, with the time it
+    /// would stamp, so a refused command costs no log entry (the answer at
+    /// apply is the one that counts: a `Revoke` may be ordered in between).
     ///
     /// A record the decision reads (the approval of a decision, the lease of
     /// a heartbeat or report) that does not exist is left to the command,
     /// which answers `NOT_FOUND` or `LEASE_LOST`. `None` (`--insecure`) is
     /// always allowed.
-    pub fn authorize_command(&self, caller: Option<&Caller>, command: &Command) -> Result<(), DomainError> {
+    pub fn authorize_command(
+        &self,
+        caller: Option<&Caller>,
+        command: &Command,
+        now_ms: u64,
+    ) -> Result<(), DomainError> {
         let Some(caller) = caller else { return Ok(()) };
+        let cluster_ms = self.clock_ms.max(now_ms);
         match command {
             Command::Tick { .. } => State::require_node(caller, "advance cluster time"),
             Command::BootstrapAdmin { .. } => State::require_node(caller, "bootstrap the first admin"),
@@ -138,8 +152,8 @@ impl State {
                 if request.allow_self_approval {
                     self.require(caller, GrantName::SelfApproval, "opt an approval out of the self-approval check")?;
                 }
-                self.check_caller_clock(caller, "callerNowMs", request.caller_now_ms)?;
-                self.check_caller_clock(caller, "requestedAtMs", request.requested_at_ms)
+                self.check_caller_clock(caller, cluster_ms, "callerNowMs", request.caller_now_ms)?;
+                self.check_caller_clock(caller, cluster_ms, "requestedAtMs", request.requested_at_ms)
             }
             Command::DecideApproval { approval_id, approver, caller_now_ms, .. } => {
                 let grant = self.require(caller, GrantName::Approver, "decide approvals")?;
@@ -156,15 +170,15 @@ impl State {
                         )));
                     }
                 }
-                self.check_caller_clock(caller, "callerNowMs", *caller_now_ms)
+                self.check_caller_clock(caller, cluster_ms, "callerNowMs", *caller_now_ms)
             }
             Command::ConsumeApproval { caller_now_ms, .. } => {
                 self.require(caller, GrantName::Submitter, "consume approvals")?;
-                self.check_caller_clock(caller, "callerNowMs", *caller_now_ms)
+                self.check_caller_clock(caller, cluster_ms, "callerNowMs", *caller_now_ms)
             }
             Command::CancelApproval { caller_now_ms, .. } => {
                 self.require(caller, GrantName::Submitter, "cancel approvals")?;
-                self.check_caller_clock(caller, "callerNowMs", *caller_now_ms)
+                self.check_caller_clock(caller, cluster_ms, "callerNowMs", *caller_now_ms)
             }
             Command::Submit(submit) => {
                 self.require(caller, GrantName::Submitter, "submit executions")?;

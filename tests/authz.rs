@@ -1,0 +1,1003 @@
+//! Who may call what, at process level: docs/security.md's RPC table, written
+//! once below as data ([`TABLE`]), checked against a real 3-node secure
+//! cluster of `gavel node` processes (kit-made CA, real TLS, tokens signed
+//! with the cluster's token key).
+//!
+//! Every public RPC of every `gavel.v1` service is called as every principal
+//! of [`PRINCIPALS`] (one per grant, a second worker that does not hold the
+//! lease, one with no grants, and one holding two grants whose token's
+//! `roles` keep only one), once with a client certificate and once with a
+//! bearer token. A call the table allows must not be refused with
+//! `PERMISSION_DENIED` / `UNAUTHENTICATED`, and the fixtures make it really
+//! succeed; a call it refuses must be `PERMISSION_DENIED`, and a refused
+//! mutation must leave no trace: the leader's applied index does not move
+//! and no audit event appears. A few rows are repeated through a follower
+//! (which forwards to the leader) and must give the same verdicts. Health
+//! needs no credentials; a public call without any is `UNAUTHENTICATED`.
+//!
+//! Every verdict is collected first and printed as a matrix; the test then
+//! fails listing every cell that disagrees with the table.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use gavel_client::ClientTls;
+use gavel_core::{GrantName, Principal};
+use gavel_proto::metadata;
+use gavel_proto::v1 as pb;
+use gavel_proto::v1::access_service_client::AccessServiceClient;
+use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
+use gavel_proto::v1::audit_service_client::AuditServiceClient;
+use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
+use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
+use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
+use gavel_proto::v1::worker_service_client::WorkerServiceClient;
+use gavel_testkit::{ClusterSpec, Security};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+use support::{domain_code, gavel_binary, WAIT};
+
+/// Deadline of one call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Execution and heartbeat timeout of every capability: no lease held in
+/// this test expires while it runs, so the leader proposes no tick for one.
+const LONG_MS: u64 = 600_000;
+
+/// The admin the cluster bootstraps.
+const ADMIN: &str = "user:root";
+
+// ----- the table (docs/security.md, "The table") -----
+
+/// Every public RPC of gavel.v1. `PollIdle` is `WorkerService.Poll` on a
+/// queue with no ready work: the table does not depend on the queue's content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rpc {
+    RegisterCapability,
+    GetCapability,
+    ListCapabilities,
+    CreateApproval,
+    GetApproval,
+    DecideApproval,
+    ConsumeApproval,
+    ListApprovals,
+    CancelApproval,
+    Submit,
+    Resume,
+    GetExecution,
+    WaitExecution,
+    CancelExecution,
+    ListExecutionEvents,
+    Poll,
+    PollIdle,
+    Heartbeat,
+    Report,
+    WatchEvents,
+    ListEvents,
+    GetEvent,
+    Status,
+    AddLearner,
+    Promote,
+    RemoveNode,
+    Grant,
+    Revoke,
+    ListGrants,
+    WhoAmI,
+}
+
+/// Who a row allows.
+enum Allowed {
+    /// Any authenticated principal.
+    Anyone,
+    /// A principal holding one of these grants.
+    AnyOf(&'static [GrantName]),
+    /// A worker, and only the principal the lease was granted to.
+    LeaseHolder,
+}
+
+/// One row: the RPC, who may call it, whether it changes anything (then a
+/// refusal must leave no trace), and whether it is also checked through a
+/// follower.
+struct Row {
+    rpc: Rpc,
+    allowed: Allowed,
+    mutates: bool,
+    via_follower: bool,
+}
+
+use GrantName::{Admin, Approver, Auditor, Submitter, Worker};
+
+const fn row(rpc: Rpc, allowed: Allowed, mutates: bool, via_follower: bool) -> Row {
+    Row { rpc, allowed, mutates, via_follower }
+}
+
+/// docs/security.md's table, one line per RPC.
+const TABLE: &[Row] = &[
+    row(Rpc::RegisterCapability, Allowed::AnyOf(&[Admin]), true, true),
+    row(Rpc::GetCapability, Allowed::Anyone, false, false),
+    row(Rpc::ListCapabilities, Allowed::Anyone, false, true),
+    row(Rpc::CreateApproval, Allowed::AnyOf(&[Submitter]), true, false),
+    row(Rpc::GetApproval, Allowed::AnyOf(&[Approver, Submitter, Auditor]), false, true),
+    row(Rpc::DecideApproval, Allowed::AnyOf(&[Approver]), true, true),
+    row(Rpc::ConsumeApproval, Allowed::AnyOf(&[Submitter]), true, false),
+    row(Rpc::ListApprovals, Allowed::AnyOf(&[Approver, Submitter, Auditor]), false, false),
+    row(Rpc::CancelApproval, Allowed::AnyOf(&[Submitter]), true, false),
+    row(Rpc::Submit, Allowed::AnyOf(&[Submitter]), true, true),
+    row(Rpc::Resume, Allowed::AnyOf(&[Submitter]), true, false),
+    row(Rpc::GetExecution, Allowed::AnyOf(&[Submitter, Auditor]), false, true),
+    row(Rpc::WaitExecution, Allowed::AnyOf(&[Submitter, Auditor]), false, false),
+    row(Rpc::CancelExecution, Allowed::AnyOf(&[Submitter]), true, false),
+    row(Rpc::ListExecutionEvents, Allowed::AnyOf(&[Submitter, Auditor]), false, false),
+    row(Rpc::Poll, Allowed::AnyOf(&[Worker]), true, true),
+    row(Rpc::PollIdle, Allowed::AnyOf(&[Worker]), true, false),
+    row(Rpc::Heartbeat, Allowed::LeaseHolder, true, true),
+    row(Rpc::Report, Allowed::LeaseHolder, true, false),
+    row(Rpc::WatchEvents, Allowed::AnyOf(&[Auditor]), false, false),
+    row(Rpc::ListEvents, Allowed::AnyOf(&[Auditor]), false, true),
+    row(Rpc::GetEvent, Allowed::AnyOf(&[Auditor]), false, false),
+    row(Rpc::Status, Allowed::Anyone, false, true),
+    row(Rpc::AddLearner, Allowed::AnyOf(&[Admin]), true, false),
+    row(Rpc::Promote, Allowed::AnyOf(&[Admin]), true, false),
+    row(Rpc::RemoveNode, Allowed::AnyOf(&[Admin]), true, false),
+    row(Rpc::Grant, Allowed::AnyOf(&[Admin]), true, true),
+    row(Rpc::Revoke, Allowed::AnyOf(&[Admin]), true, false),
+    row(Rpc::ListGrants, Allowed::AnyOf(&[Admin]), false, true),
+    row(Rpc::WhoAmI, Allowed::Anyone, false, true),
+];
+
+/// A principal of the test, with the grants the admin binds to it.
+struct Who {
+    role: &'static str,
+    principal: &'static str,
+    grants: &'static [GrantName],
+    /// Whether the leases of the Heartbeat/Report rows are granted to it.
+    lease_holder: bool,
+    /// The `roles` of its token, which down-scope the token to those of
+    /// its grants; `None`: a token that uses every grant.
+    token_roles: Option<&'static [GrantName]>,
+}
+
+const PRINCIPALS: &[Who] = &[
+    who("admin", ADMIN, &[Admin], false, None),
+    who("submitter", "service:agent", &[Submitter], false, None),
+    who("approver", "user:approver", &[Approver], false, None),
+    who("worker", "worker:w1", &[Worker], true, None),
+    who("worker2", "worker:w2", &[Worker], false, None),
+    who("auditor", "user:auditor", &[Auditor], false, None),
+    who("none", "user:nobody", &[], false, None),
+    // Submitter and auditor by certificate; its token names only auditor.
+    who("ops", "service:ops", &[Submitter, Auditor], false, Some(&[Auditor])),
+];
+
+const fn who(
+    role: &'static str,
+    principal: &'static str,
+    grants: &'static [GrantName],
+    lease_holder: bool,
+    token_roles: Option<&'static [GrantName]>,
+) -> Who {
+    Who { role, principal, grants, lease_holder, token_roles }
+}
+
+impl Allowed {
+    fn allows(&self, caller: &Caller) -> bool {
+        match self {
+            Allowed::Anyone => true,
+            Allowed::AnyOf(grants) => grants.iter().any(|grant| caller.uses(*grant)),
+            Allowed::LeaseHolder => caller.uses(Worker) && caller.who.lease_holder,
+        }
+    }
+}
+
+// ----- callers -----
+
+/// How a caller authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Credential {
+    Certificate,
+    Token,
+}
+
+/// Adds `authorization: Bearer <token>` to every call when it has one.
+#[derive(Clone)]
+struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request.metadata_mut().insert(metadata::AUTHORIZATION, value.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Authed = InterceptedService<Channel, Bearer>;
+
+/// A principal with one credential, and a channel to each node it calls.
+struct Caller {
+    who: &'static Who,
+    credential: Credential,
+    bearer: Bearer,
+    channels: BTreeMap<u64, Channel>,
+}
+
+impl Caller {
+    fn label(&self) -> String {
+        let how = match self.credential {
+            Credential::Certificate => "cert",
+            Credential::Token => "token",
+        };
+        format!("{}/{how}", self.who.role)
+    }
+
+    /// Whether this caller may use `grant`: bound to its principal and, for
+    /// a token with roles, named by them.
+    fn uses(&self, grant: GrantName) -> bool {
+        let scoped_out = match (self.credential, self.who.token_roles) {
+            (Credential::Token, Some(roles)) => !roles.contains(&grant),
+            _ => false,
+        };
+        self.who.grants.contains(&grant) && !scoped_out
+    }
+
+    fn on(&self, node: u64) -> Authed {
+        InterceptedService::new(self.channels[&node].clone(), self.bearer.clone())
+    }
+}
+
+/// The records a call acts on: fixed ones for reads, fresh ones for an
+/// allowed mutation that uses its record up.
+#[derive(Debug, Clone, Default)]
+struct Target {
+    approval_id: String,
+    execution_id: String,
+    lease_id: u64,
+    subject: String,
+    node: u64,
+    addr: String,
+}
+
+/// One cell of the matrix.
+struct Outcome {
+    rpc: Rpc,
+    via: &'static str,
+    caller: String,
+    allowed: bool,
+    result: Result<(), Status>,
+}
+
+impl Outcome {
+    fn short(&self) -> String {
+        match &self.result {
+            Ok(()) => "ok".to_string(),
+            Err(status) if status.code() == Code::PermissionDenied => "DENY".to_string(),
+            Err(status) => format!("{:?}", status.code()),
+        }
+    }
+
+    /// What disagrees with the table, if anything.
+    fn mismatch(&self) -> Option<String> {
+        let code = self.result.as_ref().err().map(Status::code);
+        let refused = matches!(code, Some(Code::PermissionDenied | Code::Unauthenticated));
+        let problem = match (&self.result, self.allowed) {
+            (Ok(()), true) => return None,
+            (Err(status), false) if status.code() == Code::PermissionDenied => {
+                if domain_code(status) == "PERMISSION_DENIED" {
+                    return None;
+                }
+                format!("refused with domain code {} instead of PERMISSION_DENIED", domain_code(status))
+            }
+            (Err(_), true) if refused => "refused, but the table allows it".to_string(),
+            (Err(_), true) => "allowed, but did not succeed (fixture problem?)".to_string(),
+            (Ok(()), false) => "succeeded, but the table refuses it".to_string(),
+            (Err(_), false) => "not refused with PERMISSION_DENIED".to_string(),
+        };
+        let detail = match &self.result {
+            Ok(()) => String::new(),
+            Err(status) => format!(": {:?} {}", status.code(), status.message()),
+        };
+        Some(format!("{:?} via {} as {}: {problem}{detail}", self.rpc, self.via, self.caller))
+    }
+}
+
+/// The cluster, its callers and the records every row shares.
+struct World {
+    cluster: gavel_testkit::Cluster,
+    leader: u64,
+    follower: u64,
+    callers: Vec<Caller>,
+    /// A pending approval (created by the submitter) and a completed
+    /// execution: what the reads read.
+    approval_id: String,
+    execution_id: String,
+    serial: AtomicU64,
+    audit_head: Mutex<u64>,
+    /// The joining node each admin credential adds, promotes and removes.
+    joiners: BTreeMap<Credential, (u64, String)>,
+}
+
+/// A call's answer reduced to success or its status.
+fn done<T>(result: Result<tonic::Response<T>, Status>) -> Result<(), Status> {
+    result.map(drop)
+}
+
+fn capability(id: &str, queue: &str, gated: bool) -> pb::CapabilitySpec {
+    pb::CapabilitySpec {
+        id: id.to_string(),
+        side_effect: pb::SideEffect::Write as i32,
+        risk: pb::Risk::Low as i32,
+        idempotent: true,
+        retry: Some(pb::RetryConfig { max_attempts: 1, backoff_ms: None, non_retryable_codes: Vec::new() }),
+        timeout_ms: Some(LONG_MS),
+        heartbeat_timeout_ms: Some(LONG_MS),
+        approval: gated.then(|| pb::ApprovalPolicy {
+            required: true,
+            r#type: Some("authz".into()),
+            expires_in_ms: None,
+        }),
+        queue: Some(queue.to_string()),
+        ..pb::CapabilitySpec::default()
+    }
+}
+
+impl World {
+    fn next(&self, prefix: &str) -> String {
+        format!("{prefix}-{}", self.serial.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The certificate caller of `role`: who sets fixtures up.
+    fn operator(&self, role: &str) -> &Caller {
+        self.callers
+            .iter()
+            .find(|caller| caller.who.role == role && caller.credential == Credential::Certificate)
+            .expect("a caller of every role")
+    }
+
+    fn ops(&self, role: &str) -> Authed {
+        self.operator(role).on(self.leader)
+    }
+
+    // ----- fixtures (set up as the principals whose job they are) -----
+
+    async fn grant(&self, principal: &str, grant: GrantName) {
+        let request = pb::GrantRequest {
+            grant: Some(pb::AccessGrant {
+                principal: principal.to_string(),
+                grant: grant.as_str().to_string(),
+                scope: Vec::new(),
+                skew_ms_max: None,
+            }),
+            request_id: self.next("grant"),
+        };
+        AccessServiceClient::new(self.ops("admin")).grant(request).await.expect("the admin grants");
+    }
+
+    async fn register(&self, spec: pb::CapabilitySpec) {
+        let request = pb::RegisterCapabilityRequest { request_id: self.next("register"), spec: Some(spec) };
+        CapabilityServiceClient::new(self.ops("admin")).register_capability(request).await.expect("register");
+    }
+
+    fn create_request(&self) -> pb::CreateApprovalRequest {
+        let id = self.next("approval");
+        pb::CreateApprovalRequest {
+            request_id: format!("create-{id}"),
+            input_json: format!(r#"{{"approval":"{id}"}}"#),
+            id,
+            capability_id: "authz.gated".into(),
+            surface: "authz".into(),
+            types: vec!["authz".into()],
+            risk: pb::Risk::High as i32,
+            side_effect: pb::SideEffect::Write as i32,
+            ..pb::CreateApprovalRequest::default()
+        }
+    }
+
+    /// A pending approval requested by the submitter.
+    async fn pending_approval(&self) -> String {
+        let request = self.create_request();
+        let id = request.id.clone();
+        ApprovalServiceClient::new(self.ops("submitter")).create_approval(request).await.expect("create an approval");
+        id
+    }
+
+    async fn approve(&self, id: &str) {
+        let request = pb::DecideApprovalRequest {
+            request_id: self.next("decide"),
+            id: id.to_string(),
+            status: pb::ApprovalStatus::Approved as i32,
+            ..pb::DecideApprovalRequest::default()
+        };
+        ApprovalServiceClient::new(self.ops("approver")).decide_approval(request).await.expect("approve");
+    }
+
+    async fn approved_approval(&self) -> String {
+        let id = self.pending_approval().await;
+        self.approve(&id).await;
+        id
+    }
+
+    async fn submit(&self, capability_id: &str) -> pb::SubmitResponse {
+        let request_id = self.next("submit");
+        let request = pb::SubmitRequest {
+            input_json: format!(r#"{{"submit":"{request_id}"}}"#),
+            request_id,
+            capability_id: capability_id.to_string(),
+            surface: "authz".into(),
+            ..pb::SubmitRequest::default()
+        };
+        ExecutionServiceClient::new(self.ops("submitter")).submit(request).await.expect("submit").into_inner()
+    }
+
+    async fn queued_execution(&self, capability_id: &str) -> String {
+        match self.submit(capability_id).await.outcome {
+            Some(pb::submit_response::Outcome::Execution(execution)) => execution.execution_id,
+            other => panic!("{capability_id} should run without approval: {other:?}"),
+        }
+    }
+
+    /// An approved approval a submission of a gated capability waits on.
+    async fn approval_to_resume(&self) -> String {
+        let id = match self.submit("authz.gated").await.outcome {
+            Some(pb::submit_response::Outcome::ApprovalRequired(approval)) => approval.id,
+            other => panic!("authz.gated needs an approval: {other:?}"),
+        };
+        self.approve(&id).await;
+        id
+    }
+
+    /// A lease worker:w1 holds on a fresh execution of `queue`'s capability.
+    async fn lease(&self, capability_id: &str, queue: &str) -> (u64, String) {
+        let execution_id = self.queued_execution(capability_id).await;
+        let request = pb::PollRequest {
+            request_id: self.next("poll"),
+            queues: vec![queue.to_string()],
+            max_tasks: 1,
+            wait_ms: 5_000,
+            ..pb::PollRequest::default()
+        };
+        let tasks = WorkerServiceClient::new(self.ops("worker")).poll(request).await.expect("poll").into_inner().tasks;
+        let task = tasks.into_iter().next().expect("the worker is granted the task just submitted");
+        assert_eq!(task.execution_id, execution_id, "the only ready task of {queue}");
+        (task.lease.expect("a task carries its lease").lease_id, execution_id)
+    }
+
+    /// A principal that holds `auditor`, for a revoke to take away.
+    async fn bound_subject(&self) -> String {
+        let subject = format!("user:{}", self.next("scratch"));
+        self.grant(&subject, Auditor).await;
+        subject
+    }
+
+    /// The records `rpc` acts on. `for_allowed` is the credential of the
+    /// allowed caller the record is made for, `None` for the refused ones
+    /// (their calls must be refused on a record that exists).
+    async fn target(&self, rpc: Rpc, for_allowed: Option<Credential>) -> Target {
+        let mut target = Target {
+            approval_id: self.approval_id.clone(),
+            execution_id: self.execution_id.clone(),
+            ..Target::default()
+        };
+        match rpc {
+            Rpc::DecideApproval | Rpc::CancelApproval => target.approval_id = self.pending_approval().await,
+            Rpc::ConsumeApproval => target.approval_id = self.approved_approval().await,
+            Rpc::Resume => target.approval_id = self.approval_to_resume().await,
+            Rpc::CancelExecution => target.execution_id = self.queued_execution("authz.queued").await,
+            Rpc::Poll => target.execution_id = self.queued_execution("authz.poll").await,
+            Rpc::Heartbeat | Rpc::Report => {
+                (target.lease_id, target.execution_id) = self.lease("authz.lease", "authz-lease").await;
+            }
+            Rpc::Revoke => target.subject = self.bound_subject().await,
+            Rpc::AddLearner | Rpc::Promote | Rpc::RemoveNode => {
+                let (node, addr) = self.joiners[&for_allowed.unwrap_or(Credential::Certificate)].clone();
+                (target.node, target.addr) = (node, addr);
+            }
+            _ => {}
+        }
+        target
+    }
+
+    // ----- the calls -----
+
+    /// Calls `rpc` as `caller` through `node`; Ok when it succeeded.
+    async fn call(&self, rpc: Rpc, caller: &Caller, node: u64, target: &Target) -> Result<(), Status> {
+        let channel = caller.on(node);
+        let request_id = self.next("call");
+        match rpc {
+            Rpc::RegisterCapability => {
+                let spec = capability(&self.next("authz.registered"), "authz-registered", false);
+                let request = pb::RegisterCapabilityRequest { request_id, spec: Some(spec) };
+                done(CapabilityServiceClient::new(channel).register_capability(request).await)
+            }
+            Rpc::GetCapability => {
+                let request = pb::GetCapabilityRequest { id: "authz.queued".into(), version: None };
+                let answer = CapabilityServiceClient::new(channel).get_capability(request).await?;
+                found(answer.into_inner().capability, "capability authz.queued")
+            }
+            Rpc::ListCapabilities => {
+                done(CapabilityServiceClient::new(channel).list_capabilities(pb::ListCapabilitiesRequest {}).await)
+            }
+            Rpc::CreateApproval => {
+                done(ApprovalServiceClient::new(channel).create_approval(self.create_request()).await)
+            }
+            Rpc::GetApproval => {
+                let request = pb::GetApprovalRequest { id: target.approval_id.clone(), caller_now_ms: None };
+                let answer = ApprovalServiceClient::new(channel).get_approval(request).await?;
+                found(answer.into_inner().approval, "the fixed approval")
+            }
+            Rpc::DecideApproval => {
+                let request = pb::DecideApprovalRequest {
+                    request_id,
+                    id: target.approval_id.clone(),
+                    status: pb::ApprovalStatus::Approved as i32,
+                    ..pb::DecideApprovalRequest::default()
+                };
+                done(ApprovalServiceClient::new(channel).decide_approval(request).await)
+            }
+            Rpc::ConsumeApproval => {
+                let request = pb::ConsumeApprovalRequest {
+                    request_id,
+                    caller_now_ms: None,
+                    id: target.approval_id.clone(),
+                    execution_id: self.next("consumer"),
+                };
+                done(ApprovalServiceClient::new(channel).consume_approval(request).await)
+            }
+            Rpc::ListApprovals => {
+                let request = pb::ListApprovalsRequest { limit: 10, ..pb::ListApprovalsRequest::default() };
+                done(ApprovalServiceClient::new(channel).list_approvals(request).await)
+            }
+            Rpc::CancelApproval => {
+                let request =
+                    pb::CancelApprovalRequest { request_id, caller_now_ms: None, id: target.approval_id.clone() };
+                done(ApprovalServiceClient::new(channel).cancel_approval(request).await)
+            }
+            Rpc::Submit => {
+                let request = pb::SubmitRequest {
+                    input_json: format!(r#"{{"submit":"{request_id}"}}"#),
+                    request_id,
+                    capability_id: "authz.queued".into(),
+                    surface: "authz".into(),
+                    ..pb::SubmitRequest::default()
+                };
+                done(ExecutionServiceClient::new(channel).submit(request).await)
+            }
+            Rpc::Resume => {
+                let request = pb::ResumeRequest {
+                    request_id,
+                    approval_id: target.approval_id.clone(),
+                    ..pb::ResumeRequest::default()
+                };
+                done(ExecutionServiceClient::new(channel).resume(request).await)
+            }
+            Rpc::GetExecution => {
+                let request = pb::GetExecutionRequest { execution_id: target.execution_id.clone() };
+                let answer = ExecutionServiceClient::new(channel).get_execution(request).await?;
+                found(answer.into_inner().execution, "the completed execution")
+            }
+            Rpc::WaitExecution => {
+                let request = pb::WaitExecutionRequest { execution_id: target.execution_id.clone(), timeout_ms: 1_000 };
+                let answer = ExecutionServiceClient::new(channel).wait_execution(request).await?.into_inner();
+                if answer.timed_out {
+                    return Err(Status::internal("waiting on a completed execution timed out"));
+                }
+                Ok(())
+            }
+            Rpc::CancelExecution => {
+                let request =
+                    pb::CancelExecutionRequest { request_id, execution_id: target.execution_id.clone(), actor: None };
+                done(ExecutionServiceClient::new(channel).cancel_execution(request).await)
+            }
+            Rpc::ListExecutionEvents => {
+                let request = pb::ListExecutionEventsRequest {
+                    execution_id: target.execution_id.clone(),
+                    after_cursor: 0,
+                    limit: 10,
+                };
+                let answer = ExecutionServiceClient::new(channel).list_execution_events(request).await?;
+                nonempty(answer.into_inner().events.len(), "events of the completed execution")
+            }
+            Rpc::Poll | Rpc::PollIdle => {
+                let queue = if rpc == Rpc::Poll { "authz-poll" } else { "authz-empty" };
+                let request = pb::PollRequest {
+                    request_id,
+                    queues: vec![queue.into()],
+                    max_tasks: 1,
+                    wait_ms: 0,
+                    ..pb::PollRequest::default()
+                };
+                let tasks = WorkerServiceClient::new(channel).poll(request).await?.into_inner().tasks;
+                match rpc {
+                    Rpc::Poll => nonempty(tasks.len(), "a task of the queue with ready work"),
+                    _ if tasks.is_empty() => Ok(()),
+                    _ => Err(Status::internal(format!("{queue} has no ready work, yet the poll leased some"))),
+                }
+            }
+            Rpc::Heartbeat => {
+                let request = pb::HeartbeatRequest { request_id, lease_id: target.lease_id, worker_id: String::new() };
+                done(WorkerServiceClient::new(channel).heartbeat(request).await)
+            }
+            Rpc::Report => {
+                let request = pb::ReportRequest {
+                    request_id,
+                    lease_id: target.lease_id,
+                    worker_id: String::new(),
+                    outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted {
+                        output_json: "{}".into(),
+                    })),
+                };
+                done(WorkerServiceClient::new(channel).report(request).await)
+            }
+            Rpc::WatchEvents => {
+                let request = pb::WatchEventsRequest { after_cursor: 0, execution_id: None };
+                let mut stream = AuditServiceClient::new(channel).watch_events(request).await?.into_inner();
+                match tokio::time::timeout(Duration::from_secs(5), stream.message()).await {
+                    Ok(Ok(Some(_))) => Ok(()),
+                    Ok(Ok(None)) => Err(Status::internal("the event stream ended before its first event")),
+                    Ok(Err(status)) => Err(status),
+                    Err(_) => Err(Status::deadline_exceeded("no event within 5 s of watching from cursor 0")),
+                }
+            }
+            Rpc::ListEvents => {
+                let request = pb::ListEventsRequest { after_cursor: 0, limit: 10, execution_id: None };
+                let answer = AuditServiceClient::new(channel).list_events(request).await?;
+                nonempty(answer.into_inner().events.len(), "audit events")
+            }
+            Rpc::GetEvent => {
+                let answer = AuditServiceClient::new(channel).get_event(pb::GetEventRequest { cursor: 1 }).await?;
+                found(answer.into_inner().event, "audit event 1")
+            }
+            Rpc::Status => {
+                let request = pb::StatusRequest { without_state_hash: true };
+                done(ClusterServiceClient::new(channel).status(request).await)
+            }
+            Rpc::AddLearner => {
+                let request = pb::AddLearnerRequest { request_id, node_id: target.node, addr: target.addr.clone() };
+                done(ClusterServiceClient::new(channel).add_learner(request).await)
+            }
+            Rpc::Promote => {
+                let request = pb::PromoteRequest { request_id, node_id: target.node };
+                done(ClusterServiceClient::new(channel).promote(request).await)
+            }
+            Rpc::RemoveNode => {
+                let request = pb::RemoveNodeRequest { request_id, node_id: target.node };
+                done(ClusterServiceClient::new(channel).remove_node(request).await)
+            }
+            Rpc::Grant => {
+                let grant = pb::AccessGrant {
+                    principal: format!("user:{}", self.next("granted")),
+                    grant: Auditor.as_str().into(),
+                    scope: Vec::new(),
+                    skew_ms_max: None,
+                };
+                done(AccessServiceClient::new(channel).grant(pb::GrantRequest { grant: Some(grant), request_id }).await)
+            }
+            Rpc::Revoke => {
+                let request =
+                    pb::RevokeRequest { principal: target.subject.clone(), grant: Auditor.as_str().into(), request_id };
+                done(AccessServiceClient::new(channel).revoke(request).await)
+            }
+            Rpc::ListGrants => {
+                let answer = AccessServiceClient::new(channel).list(pb::ListGrantsRequest { principal: None }).await?;
+                nonempty(answer.into_inner().grants.len(), "the grants")
+            }
+            Rpc::WhoAmI => {
+                let answer = AccessServiceClient::new(channel).who_am_i(pb::WhoAmIRequest {}).await?.into_inner();
+                if answer.principal != caller.who.principal {
+                    return Err(Status::internal(format!("WhoAmI named {}", answer.principal)));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    // ----- traces -----
+
+    /// The leader's applied index, read as the admin. The leader must not
+    /// have changed: every verdict of the leader rows is the leader's.
+    async fn leader_applied(&self) -> u64 {
+        let request = pb::StatusRequest { without_state_hash: true };
+        let status = ClusterServiceClient::new(self.ops("admin"))
+            .status(request)
+            .await
+            .expect("the leader's status")
+            .into_inner();
+        assert_eq!(status.leader_id, Some(self.leader), "the leader changed during the test");
+        status.last_applied_index
+    }
+
+    /// The audit events after the last head seen, as the auditor; moves the head.
+    async fn new_audit_events(&self) -> Vec<pb::Event> {
+        let mut events = Vec::new();
+        loop {
+            let after_cursor = *self.audit_head.lock().expect("not poisoned");
+            let request = pb::ListEventsRequest { after_cursor, limit: 1_000, execution_id: None };
+            let page = AuditServiceClient::new(self.ops("auditor"))
+                .list_events(request)
+                .await
+                .expect("the auditor lists events")
+                .into_inner();
+            if page.events.is_empty() {
+                return events;
+            }
+            *self.audit_head.lock().expect("not poisoned") = page.last_cursor;
+            events.extend(page.events);
+        }
+    }
+
+    /// Calls `rpc` as every refused caller; for a mutation, also checks that
+    /// the refusals left no trace. Returns the outcomes and, for a trace,
+    /// what was found.
+    ///
+    /// The trace check: no audit event appears, and the leader's applied
+    /// index does not move across the batch. The leader proposes commands of
+    /// its own only at a core deadline (lease expiry, backoff end, and the
+    /// once-a-minute compaction tick); every lease here outlives the test
+    /// and no execution backs off, so only the compaction tick can land in a
+    /// batch. A batch whose index moved is therefore repeated (a refusal is
+    /// repeatable), up to three times: two ticks are a minute apart, so a
+    /// refused call that appends to the log moves the index on every
+    /// attempt and fails, while a tick moves it on one at most.
+    async fn refused_batch(
+        &self,
+        row: &Row,
+        node: u64,
+        callers: &[&Caller],
+        target: &Target,
+    ) -> (Vec<Result<(), Status>>, Option<String>) {
+        const ATTEMPTS: usize = 3;
+        let mut results = Vec::new();
+        let mut moves = Vec::new();
+        for _ in 0..ATTEMPTS {
+            let before = if row.mutates {
+                // Moves the head past the fixtures' events.
+                self.new_audit_events().await;
+                Some(self.leader_applied().await)
+            } else {
+                None
+            };
+            results.clear();
+            for caller in callers {
+                results.push(self.call(row.rpc, caller, node, target).await);
+            }
+            let Some(before) = before else { return (results, None) };
+            let after = self.leader_applied().await;
+            let events = self.new_audit_events().await;
+            if !events.is_empty() {
+                let types: Vec<_> = events.iter().map(|event| event.r#type.clone()).collect();
+                return (results, Some(format!("refused {:?} calls recorded audit events {types:?}", row.rpc)));
+            }
+            if after == before {
+                return (results, None);
+            }
+            moves.push(format!("{before} -> {after}"));
+        }
+        let trace = format!(
+            "refused {:?} calls moved the leader's applied index on all {ATTEMPTS} attempts ({})",
+            row.rpc,
+            moves.join(", ")
+        );
+        (results, Some(trace))
+    }
+
+    /// Runs `row` through `node`: the refused callers first (on a record that
+    /// exists), then each allowed caller on a record of its own.
+    async fn run_row(&self, row: &Row, node: u64, outcomes: &mut Vec<Outcome>, traces: &mut Vec<String>) {
+        let via = if node == self.leader { "leader" } else { "follower" };
+        let (allowed, refused): (Vec<&Caller>, Vec<&Caller>) =
+            self.callers.iter().partition(|caller| row.allowed.allows(caller));
+        if !refused.is_empty() {
+            let target = self.target(row.rpc, None).await;
+            let (results, trace) = self.refused_batch(row, node, &refused, &target).await;
+            traces.extend(trace.map(|trace| format!("via {via}: {trace}")));
+            for (caller, result) in refused.iter().zip(results) {
+                outcomes.push(Outcome { rpc: row.rpc, via, caller: caller.label(), allowed: false, result });
+            }
+        }
+        for caller in allowed {
+            let target = self.target(row.rpc, Some(caller.credential)).await;
+            let result = self.call(row.rpc, caller, node, &target).await;
+            outcomes.push(Outcome { rpc: row.rpc, via, caller: caller.label(), allowed: true, result });
+        }
+    }
+}
+
+fn found<T>(value: Option<T>, what: &str) -> Result<(), Status> {
+    value.map(drop).ok_or_else(|| Status::not_found(format!("{what} is missing from the answer")))
+}
+
+fn nonempty(count: usize, what: &str) -> Result<(), Status> {
+    if count == 0 {
+        return Err(Status::not_found(format!("no {what} in the answer")));
+    }
+    Ok(())
+}
+
+/// Starts the cluster (plus two joining nodes for the membership rows),
+/// binds the grants and sets up the shared records.
+async fn world(root: &std::path::Path) -> World {
+    let mut spec = ClusterSpec::new(gavel_binary(), root);
+    spec.security = Security::secure(Principal::parse(ADMIN).expect("a principal"));
+    spec.start_timeout = WAIT;
+    spec.status_timeout = Duration::from_secs(5);
+    let mut cluster = gavel_testkit::Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
+    let mut joiners = BTreeMap::new();
+    for credential in [Credential::Certificate, Credential::Token] {
+        let id = cluster.add_node().expect("place a joining node");
+        cluster.start_node(id).unwrap_or_else(|error| panic!("start node {id}: {error}"));
+        joiners.insert(credential, (id, cluster.addr(id).expect("a placed node").to_string()));
+    }
+    let leader = cluster.wait_for_leader(WAIT).await.unwrap_or_else(|error| panic!("{error}"));
+    let follower = (1..=3).find(|id| *id != leader).expect("three voters");
+    let mut callers = Vec::new();
+    for who in PRINCIPALS {
+        let principal = Principal::parse(who.principal).expect("a principal");
+        for credential in [Credential::Certificate, Credential::Token] {
+            let (tls, bearer): (ClientTls, _) = match credential {
+                Credential::Certificate => (cluster.credentials(&principal).expect("a client certificate"), None),
+                Credential::Token => {
+                    let token = cluster.token(&principal, who.token_roles).expect("a token");
+                    let value = MetadataValue::try_from(format!("Bearer {token}")).expect("a header value");
+                    (cluster.ca_only().expect("the CA"), Some(value))
+                }
+            };
+            let channels = [leader, follower]
+                .into_iter()
+                .map(|id| {
+                    let addr = cluster.addr(id).expect("a node");
+                    (id, gavel_testkit::channel_with(addr, CALL_TIMEOUT, Some(&tls)).expect("a channel"))
+                })
+                .collect();
+            callers.push(Caller { who, credential, bearer: Bearer(bearer), channels });
+        }
+    }
+    let mut world = World {
+        cluster,
+        leader,
+        follower,
+        callers,
+        approval_id: String::new(),
+        execution_id: String::new(),
+        serial: AtomicU64::new(0),
+        audit_head: Mutex::new(0),
+        joiners,
+    };
+    // The bootstrapping node names the admin once it leads.
+    let admin = world.ops("admin");
+    let bootstrapped = gavel_testkit::eventually(WAIT, Duration::from_millis(50), || {
+        let mut client = AccessServiceClient::new(admin.clone());
+        async move {
+            let answer = client.who_am_i(pb::WhoAmIRequest {}).await.ok()?.into_inner();
+            answer.grants.iter().any(|grant| grant.grant == Admin.as_str()).then_some(())
+        }
+    })
+    .await;
+    assert!(bootstrapped.is_some(), "{ADMIN} was not bootstrapped as admin within {WAIT:?}");
+    for who in PRINCIPALS.iter().filter(|who| who.principal != ADMIN) {
+        for grant in who.grants {
+            world.grant(who.principal, *grant).await;
+        }
+    }
+    for (id, queue, gated) in [
+        ("authz.queued", "authz-queued", false),
+        ("authz.poll", "authz-poll", false),
+        ("authz.lease", "authz-lease", false),
+        ("authz.done", "authz-done", false),
+        ("authz.gated", "authz-gated", true),
+    ] {
+        world.register(capability(id, queue, gated)).await;
+    }
+    world.approval_id = world.pending_approval().await;
+    let (lease_id, execution_id) = world.lease("authz.done", "authz-done").await;
+    let report = pb::ReportRequest {
+        request_id: world.next("report"),
+        lease_id,
+        worker_id: String::new(),
+        outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: "{}".into() })),
+    };
+    WorkerServiceClient::new(world.ops("worker")).report(report).await.expect("complete the fixed execution");
+    world.execution_id = execution_id;
+    world
+}
+
+/// Health answers without credentials on every node; a public call without
+/// any is `UNAUTHENTICATED`.
+async fn check_anonymous(world: &World) -> Vec<String> {
+    let mut problems = Vec::new();
+    let ca_only = world.cluster.ca_only().expect("the CA");
+    for id in [world.leader, world.follower] {
+        let addr = world.cluster.addr(id).expect("a node");
+        let channel = gavel_testkit::channel_with(addr, CALL_TIMEOUT, Some(&ca_only)).expect("a channel");
+        let health = HealthClient::new(channel.clone()).check(HealthCheckRequest { service: String::new() }).await;
+        match health {
+            Ok(answer)
+                if answer.get_ref().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32 => {}
+            other => problems.push(format!("health Check without credentials on node {id}: {other:?}")),
+        }
+        let whoami = AccessServiceClient::new(channel).who_am_i(pb::WhoAmIRequest {}).await;
+        match whoami {
+            Err(status) if status.code() == Code::Unauthenticated => {}
+            other => problems.push(format!("WhoAmI without credentials on node {id}: {other:?}")),
+        }
+    }
+    problems
+}
+
+/// The matrix: one line per row and route, one column per caller.
+fn print_matrix(world: &World, outcomes: &[Outcome]) {
+    let labels: Vec<String> = world.callers.iter().map(Caller::label).collect();
+    let mut text = format!("{:<28}", "rpc (via)");
+    for label in &labels {
+        text.push_str(&format!(" {label:>15}"));
+    }
+    text.push('\n');
+    for via in ["leader", "follower"] {
+        for row in TABLE {
+            let cells: Vec<&Outcome> = outcomes.iter().filter(|o| o.rpc == row.rpc && o.via == via).collect();
+            if cells.is_empty() {
+                continue;
+            }
+            text.push_str(&format!("{:<28}", format!("{:?} ({via})", row.rpc)));
+            for label in &labels {
+                let cell = cells.iter().find(|o| &o.caller == label);
+                let mark = cell.map_or("-".to_string(), |o| {
+                    let expected = if o.allowed { "" } else { "*" };
+                    format!("{}{expected}", o.short())
+                });
+                text.push_str(&format!(" {mark:>15}"));
+            }
+            text.push('\n');
+        }
+    }
+    println!("authorization matrix (* = the table refuses this cell):\n{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rpc_as_every_principal_matches_the_security_table() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let world = world(dir.path()).await;
+    let setup = started.elapsed();
+    let mut outcomes = Vec::new();
+    let mut traces = Vec::new();
+    for row in TABLE {
+        world.run_row(row, world.leader, &mut outcomes, &mut traces).await;
+    }
+    for row in TABLE.iter().filter(|row| row.via_follower) {
+        world.run_row(row, world.follower, &mut outcomes, &mut traces).await;
+    }
+    let anonymous = check_anonymous(&world).await;
+    print_matrix(&world, &outcomes);
+    println!("{} calls in {:?} (setup {setup:?})", outcomes.len(), started.elapsed());
+
+    // Through a follower, the same verdict as through the leader.
+    let mut differences = Vec::new();
+    for forwarded in outcomes.iter().filter(|o| o.via == "follower") {
+        let direct =
+            outcomes.iter().find(|o| o.via == "leader" && o.rpc == forwarded.rpc && o.caller == forwarded.caller);
+        let direct = direct.expect("every follower row ran through the leader too");
+        if direct.short() != forwarded.short() {
+            differences.push(format!(
+                "{:?} as {}: {} through the leader, {} through the follower",
+                forwarded.rpc,
+                forwarded.caller,
+                direct.short(),
+                forwarded.short()
+            ));
+        }
+    }
+    let mismatches: Vec<String> = outcomes.iter().filter_map(Outcome::mismatch).collect();
+    let all: Vec<&String> = mismatches.iter().chain(&traces).chain(&differences).chain(&anonymous).collect();
+    assert!(all.is_empty(), "{} disagreements with docs/security.md:\n{all:#?}", all.len());
+    drop(world);
+}
