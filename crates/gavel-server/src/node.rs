@@ -91,7 +91,7 @@ impl Node {
     /// reaches the log. The state machine decides again at the command's
     /// position, which is what makes a revocation linearizable.
     pub fn authorize_command(&self, caller: Option<&Caller>, command: &Command) -> Result<(), Status> {
-        self.app.state().authorize_command(caller, command).map_err(domain_status)
+        self.app.state().authorize_command(caller, command, wall_clock_ms()).map_err(domain_status)
     }
 
     /// Checks a command, proposes it stamped with this node's clock and the
