@@ -14,13 +14,17 @@
 //! with `--certs-dir` and `--bootstrap-admin`. Once the cluster runs it prints
 //! one `export GAVEL_ENDPOINTS=... GAVEL_CA=... GAVEL_CERT=... GAVEL_KEY=...`
 //! line that points the CLI, the SDK and `refund-worker` at it as the admin.
+//! In a dev cluster the admin also holds every role (the testkit's
+//! `HARNESS_GRANTS`: submitter, act-for, approver, delegate-decide, worker,
+//! auditor), so one identity plays agent, approver and worker, naming the
+//! persona with `--as`, as an app backend that logs its own users in does.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
 use anyhow::Context;
 use gavel_pki::{Principal, PrincipalKind};
-use gavel_testkit::{resolve_gavel_binary, Cluster, ClusterSpec, Loopback, Security};
+use gavel_testkit::{resolve_gavel_binary, Cluster, ClusterSpec, Loopback, Security, HARNESS_GRANTS};
 
 use crate::cli::DevArgs;
 
@@ -60,10 +64,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             let log = cluster.log_path(id).map(|path| path.display().to_string()).unwrap_or_default();
             println!("gavel dev: node {id} pid {pid} on {addr}, log {log}");
         }
+        // One identity plays every role of the quick start (agent, approver,
+        // worker), naming the persona with `--as`: the dev admin also holds
+        // the harness grants, act-for and delegate-decide included. A
+        // production cluster gives each role its own principal.
+        cluster
+            .grant(&admin, &HARNESS_GRANTS, LEADER_WAIT)
+            .await
+            .with_context(|| format!("granting {admin} the developer grants"))?;
         let certs = cluster.certs().context("the dev cluster has its certificate directory")?;
         println!(
             "gavel dev: leader is node {leader}. Point the CLI, the SDK and refund-worker at this cluster, \
-             as {admin} over TLS, with:"
+             as {admin} over TLS (it holds admin and every role, and names personas with --as), with:"
         );
         println!(
             "export GAVEL_ENDPOINTS={} GAVEL_CA={} GAVEL_CERT={} GAVEL_KEY={}",
