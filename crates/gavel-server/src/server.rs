@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use gavel_core::{Caller, Command, Principal};
+use gavel_core::{Caller, Command, GrantName, Principal};
 
 use crate::app::CoreApp;
 use crate::node::{Node, ServerSettings};
@@ -114,8 +114,9 @@ const BOOTSTRAP_ADMIN_RETRY: Duration = Duration::from_millis(250);
 
 /// Names the first admin once this node leads: `BootstrapAdmin` is accepted
 /// while no admin exists and is a no-op for the same admin, so proposing it
-/// again after a restart is harmless. Gives up after
-/// [`BOOTSTRAP_ADMIN_WAIT`], when another admin exists, or at shutdown.
+/// again after a restart is harmless. Stops as soon as this node's replica
+/// holds an admin (whoever named it), and gives up after
+/// [`BOOTSTRAP_ADMIN_WAIT`], on a refusal, or at shutdown.
 async fn bootstrap_admin(
     node: Arc<Node>,
     admin: Principal,
@@ -124,6 +125,12 @@ async fn bootstrap_admin(
 ) {
     let deadline = tokio::time::Instant::now() + BOOTSTRAP_ADMIN_WAIT;
     while tokio::time::Instant::now() < deadline {
+        // Another node led first and named an admin (this one, or another
+        // given elsewhere): nothing left to do, and nothing to warn about.
+        if node.app.state().bindings().iter().any(|(_, grant)| grant.name == GrantName::Admin) {
+            tracing::debug!(%admin, "an admin is already named");
+            return;
+        }
         if node.raft.leader_route() == gavel_raft::LeaderRoute::Here {
             let command = Command::BootstrapAdmin { admin: admin.clone() };
             match node.call::<GrantsReply>(caller.as_ref(), "", command).await {

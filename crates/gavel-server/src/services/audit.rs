@@ -95,15 +95,36 @@ pub(crate) fn page(
 }
 
 /// Where a stream after `after_cursor` starts on this replica. The leader
-/// answers after a read barrier; another replica first waits, bounded, for
-/// its state to reach a cursor ahead of its head.
+/// answers after a read barrier; another replica first waits, bounded by
+/// [`CURSOR_CATCH_UP`], for its state to reach a cursor past its head (one
+/// past its head included: it may be a cursor the leader handed out).
 async fn watch_start(node: &Node, after_cursor: u64) -> Result<u64, Status> {
     let exact = node.raft.status().is_leader() && node.linearizable().await.is_ok();
     let deadline = tokio::time::Instant::now() + if exact { Duration::ZERO } else { CURSOR_CATCH_UP };
     let mut applied = node.app.subscribe();
     loop {
         applied.borrow_and_update();
-        let refusal = match resume_point(&node.app.state(), after_cursor) {
+        let (resumed, head) = {
+            let state = node.app.state();
+            (resume_point(&state, after_cursor), state.next_cursor().saturating_sub(1))
+        };
+        let refusal = match resumed {
+            // One past this replica's head reads "from now on", but a replica
+            // that is not the leader cannot tell that cursor from one the
+            // leader already handed out for an event it has not applied yet:
+            // it waits (bounded) for that event before taking the cursor as
+            // "from now on", or it would replay an event the caller has seen.
+            Ok(start) if after_cursor > head && tokio::time::Instant::now() < deadline => {
+                tokio::select! {
+                    changed = applied.changed() => {
+                        if changed.is_err() {
+                            return Err(Status::unavailable("node is shutting down"));
+                        }
+                    }
+                    _ = tokio::time::sleep_until(deadline) => return Ok(start),
+                }
+                continue;
+            }
             Ok(start) => return Ok(start),
             Err(refusal) => refusal,
         };
