@@ -53,6 +53,11 @@ fn require_pending(approval: &Approval, now_ms: u64) -> Result<(), DomainError> 
 }
 
 impl Approvals {
+    /// Every retained approval, by id.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Approval> {
+        self.records.values()
+    }
+
     /// An approval record.
     pub(crate) fn get(&self, id: &str) -> Option<&Approval> {
         self.records.get(id)

@@ -36,6 +36,16 @@ impl Executions {
         self.records.get(id)
     }
 
+    /// Every retained execution, by id.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Execution> {
+        self.records.values()
+    }
+
+    /// How many executions wait ready in each queue (queues never used are absent).
+    pub(crate) fn ready_depths(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.queues.iter().map(|(queue, ready)| (queue.as_str(), ready.len()))
+    }
+
     /// Number of retained executions.
     pub(crate) fn len(&self) -> usize {
         self.records.len()

@@ -76,6 +76,11 @@ impl Leases {
         lease_id
     }
 
+    /// How many leases are current (granted, not yet released or expired).
+    pub(crate) fn current_count(&self) -> usize {
+        self.deadlines.len()
+    }
+
     /// The record of a lease of a retained execution.
     pub(crate) fn get(&self, lease_id: u64) -> Option<&LeaseRecord> {
         self.records.get(&lease_id)

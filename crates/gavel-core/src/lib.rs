@@ -58,5 +58,5 @@ pub use command::{
     ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, Reply, Retention, RetrySpec, Submit, Task,
 };
 pub use error::{DomainError, ErrorClass, ErrorCode};
-pub use machine::{SnapshotError, State};
+pub use machine::{SnapshotError, State, StateCounts};
 pub use model::*;

@@ -18,6 +18,8 @@ mod approval_commands;
 mod execution_commands;
 mod recall;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Caller, Grant, Principal};
@@ -68,6 +70,19 @@ pub struct State {
     /// The planted bug this replica runs with (chaos harness only).
     #[serde(skip)]
     planted_bug: Option<Mutant>,
+}
+
+/// Counts of the retained state for monitoring ([`State::counts`]): no ids.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StateCounts {
+    /// Approvals by status name (`pending`, …); statuses with none are absent.
+    pub approvals_by_status: BTreeMap<&'static str, usize>,
+    /// Executions by state name (`queued`, …); states with none are absent.
+    pub executions_by_state: BTreeMap<&'static str, usize>,
+    /// Executions waiting ready (not leased, not in backoff) per queue name.
+    pub ready_by_queue: BTreeMap<String, usize>,
+    /// Leases currently granted.
+    pub current_leases: usize,
 }
 
 /// How often retention runs, by cluster time. Compaction scans closed approvals,
@@ -336,6 +351,24 @@ impl State {
     /// An execution record.
     pub fn execution(&self, id: &str) -> Option<&Execution> {
         self.executions.get(id)
+    }
+
+    /// How many retained records are in each status and state, at `now_ms`
+    /// (an approval's expiry is judged lazily, as a read judges it). It scans
+    /// every retained approval and execution: for monitoring, not for the
+    /// hot path.
+    pub fn counts(&self, now_ms: u64) -> StateCounts {
+        let mut counts = StateCounts::default();
+        for approval in self.approvals.all() {
+            *counts.approvals_by_status.entry(approval.status_at(now_ms).as_str()).or_default() += 1;
+        }
+        for execution in self.executions.all() {
+            *counts.executions_by_state.entry(execution.state.as_str()).or_default() += 1;
+        }
+        counts.ready_by_queue =
+            self.executions.ready_depths().map(|(queue, depth)| (queue.to_string(), depth)).collect();
+        counts.current_leases = self.leases.current_count();
+        counts
     }
 
     /// Number of retained executions.

@@ -278,6 +278,18 @@ pub enum ExecutionState {
 }
 
 impl ExecutionState {
+    /// Lower-case name used in messages and metrics (`queued`, `leased`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionState::Queued => "queued",
+            ExecutionState::Leased => "leased",
+            ExecutionState::Backoff => "backoff",
+            ExecutionState::Completed => "completed",
+            ExecutionState::Failed => "failed",
+            ExecutionState::Cancelled => "cancelled",
+        }
+    }
+
     /// True for the three final states.
     pub fn is_final(self) -> bool {
         matches!(self, ExecutionState::Completed | ExecutionState::Failed | ExecutionState::Cancelled)

@@ -5,6 +5,7 @@
 //! It depends on `gavel-core` (the state machine), `gavel-proto` (the API) and
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
 //! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`],
+//! [`metrics`] (Prometheus metrics and their `GET /metrics` listener),
 //! [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
 //! and request ids, in front of every service), [`security`] (TLS material,
 //! token verification, who a call is made by), [`tls`] (the TLS acceptor: bounded
@@ -22,6 +23,7 @@
 pub mod app;
 pub mod convert;
 pub mod health;
+pub mod metrics;
 pub mod node;
 pub mod replies;
 pub mod routing;

@@ -58,6 +58,8 @@ pub struct Node {
     pub settings: ServerSettings,
     /// TLS and token verification; `None` on an insecure node.
     pub secured: Option<Arc<Secured>>,
+    /// What this node counts for Prometheus ([`crate::metrics`]).
+    pub metrics: Arc<crate::metrics::Metrics>,
     channels: Mutex<BTreeMap<String, Channel>>,
 }
 
@@ -83,7 +85,8 @@ impl Node {
         settings: ServerSettings,
         secured: Option<Arc<Secured>>,
     ) -> Arc<Node> {
-        Arc::new(Node { id, raft, app, settings, secured, channels: Mutex::new(BTreeMap::new()) })
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        Arc::new(Node { id, raft, app, settings, secured, metrics, channels: Mutex::new(BTreeMap::new()) })
     }
 
     /// Refuses a command `caller` may not send, before it is proposed (or,

@@ -142,8 +142,24 @@ where
     }
 }
 
+/// Serves, forwards or refuses one request, and counts it in the node's
+/// metrics when it is a public call ([`crate::metrics`]): every refusal made
+/// here or by the handler, every forward, with the latency the caller saw.
+async fn route<S>(node: &Node, inner: S, request: Request<Body>) -> Response<Body>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
+{
+    if !request.uri().path().starts_with(PUBLIC_API) {
+        return route_call(node, inner, request).await;
+    }
+    let started = std::time::Instant::now();
+    let path = request.uri().path().to_string();
+    let response = route_call(node, inner, request).await;
+    node.metrics.observe(&path, started, response)
+}
+
 /// Serves, forwards or refuses one request.
-async fn route<S>(node: &Node, mut inner: S, mut request: Request<Body>) -> Response<Body>
+async fn route_call<S>(node: &Node, mut inner: S, mut request: Request<Body>) -> Response<Body>
 where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
 {

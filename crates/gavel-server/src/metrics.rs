@@ -1,0 +1,560 @@
+//! Prometheus metrics: what a node counts and how it serves them.
+//!
+//! Two kinds of figure:
+//!
+//! - **Counted as calls happen**: every public gRPC call, by method, gRPC
+//!   status and domain code, and its latency, recorded by the routing layer
+//!   ([`crate::routing`]) through [`Metrics::observe`].
+//! - **Read at scrape time**: the Raft status (term, leader, indexes, role)
+//!   and the domain state's counts ([`gavel_core::State::counts`]), so they
+//!   are never stale and cost nothing between scrapes.
+//!
+//! Labels are bounded: no label ever carries an approval, execution or
+//! request id. Method and domain-code labels come from the call path and the
+//! `gavel-error-code` header, which a caller can choose freely, so each is
+//! capped ([`LabelCap`]): the first values seen keep their name and any
+//! further one is counted as `other`. Queue names are capped the same way.
+//!
+//! [`serve`] answers `GET /metrics` over plain HTTP/1.1 on its own listener
+//! (`gavel node --metrics-listen`). It is deliberately tiny: one request per
+//! connection, a bounded request head, a bounded number of connections.
+//! Metrics carry counts only, so the listener is plaintext even on a
+//! secured node (docs/security.md).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body::Frame;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tonic::body::Body;
+use tonic::codegen::http::{HeaderMap, Response};
+use tonic::Status;
+
+use crate::node::{read_time_ms, Node};
+
+/// How many distinct method names keep their own label; the public API has
+/// about forty methods, and a caller may send any path.
+pub const METHOD_LABELS_MAX: usize = 64;
+
+/// How many distinct domain codes keep their own label (the core has about
+/// thirty); a forged `gavel-error-code` cannot grow the label set.
+pub const DOMAIN_CODE_LABELS_MAX: usize = 48;
+
+/// How many queues keep their own `queue` label; the rest are summed into
+/// `other`. Queue names are chosen by whoever registers capabilities.
+pub const QUEUE_LABELS_MAX: usize = 32;
+
+/// The label value a capped label takes past its cap.
+pub const OTHER: &str = "other";
+
+/// The largest HTTP request head the metrics listener reads.
+const REQUEST_HEAD_BYTES_MAX: usize = 8 * 1024;
+
+/// How long one metrics connection may take, from accept to the last byte.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many metrics connections are served at once; others wait in the
+/// accept backlog.
+const CONNECTIONS_MAX: usize = 8;
+
+/// Latency buckets in seconds: 0.5 ms to about 16 s, doubling.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 16)
+}
+
+/// A label whose values are capped: the first `max` distinct values are
+/// kept, any later one reads as [`OTHER`].
+#[derive(Debug)]
+pub struct LabelCap {
+    max: usize,
+    seen: Mutex<BTreeSet<String>>,
+}
+
+impl LabelCap {
+    /// A cap of `max` distinct values.
+    pub fn new(max: usize) -> LabelCap {
+        LabelCap { max, seen: Mutex::new(BTreeSet::new()) }
+    }
+
+    /// The label value for `value`.
+    pub fn label(&self, value: &str) -> String {
+        let mut seen = self.seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if seen.contains(value) {
+            return value.to_string();
+        }
+        if seen.len() < self.max {
+            seen.insert(value.to_string());
+            return value.to_string();
+        }
+        OTHER.to_string()
+    }
+}
+
+/// Labels of the per-call counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CallLabels {
+    method: String,
+    code: String,
+    domain_code: String,
+}
+
+/// Labels of the per-method latency histogram.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct MethodLabels {
+    method: String,
+}
+
+/// A `status` label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StatusLabels {
+    status: String,
+}
+
+/// A `state` label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+/// A `queue` label (capped).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct QueueLabels {
+    queue: String,
+}
+
+/// A node's metrics. Cheap to share: the routing layer holds it through
+/// [`Node::metrics`].
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    call_seconds: Family<MethodLabels, Histogram>,
+    raft_term: Gauge,
+    raft_leader_id: Gauge,
+    raft_is_leader: Gauge,
+    raft_applied_index: Gauge,
+    raft_last_log_index: Gauge,
+    raft_snapshot_index: Gauge,
+    raft_purged_index: Gauge,
+    raft_members: Gauge,
+    approvals: Family<StatusLabels, Gauge>,
+    executions: Family<StateLabels, Gauge>,
+    queue_ready: Family<QueueLabels, Gauge>,
+    leases_current: Gauge,
+    methods: LabelCap,
+    domain_codes: LabelCap,
+    queues: LabelCap,
+    /// One scrape at a time: the gauge families are cleared and refilled.
+    scrape: Mutex<()>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric registered, none observed yet.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let calls = Family::<CallLabels, Counter>::default();
+        let call_seconds =
+            Family::<MethodLabels, Histogram>::new_with_constructor(|| Histogram::new(latency_buckets()) as Histogram);
+        registry.register(
+            "gavel_rpc_calls",
+            "Public gRPC calls answered by this node, by method, gRPC status and domain code",
+            calls.clone(),
+        );
+        registry.register(
+            "gavel_rpc_duration_seconds",
+            "Latency of public gRPC calls on this node (forwarding included), by method",
+            call_seconds.clone(),
+        );
+        let mut gauge = |name: &str, help: &str| {
+            let gauge = Gauge::default();
+            registry.register(name, help, gauge.clone());
+            gauge
+        };
+        let raft_term = gauge("gavel_raft_term", "The Raft term this node is in");
+        let raft_leader_id = gauge("gavel_raft_leader_id", "The node id of the leader this node knows of (0: none)");
+        let raft_is_leader = gauge("gavel_raft_is_leader", "1 while this node is the leader, else 0");
+        let raft_applied_index = gauge("gavel_raft_applied_index", "Index of the last log entry applied on this node");
+        let raft_last_log_index = gauge("gavel_raft_last_log_index", "Index of the last entry in this node's log");
+        let raft_snapshot_index =
+            gauge("gavel_raft_snapshot_index", "Last log index included in this node's latest snapshot");
+        let raft_purged_index = gauge("gavel_raft_purged_index", "Index up to which this node's log has been purged");
+        let raft_members = gauge("gavel_raft_members", "Nodes in the membership in effect (voters and learners)");
+        let leases_current = gauge("gavel_leases_current", "Leases currently granted to workers");
+        let approvals = Family::<StatusLabels, Gauge>::default();
+        registry.register("gavel_approvals", "Retained approvals by status", approvals.clone());
+        let executions = Family::<StateLabels, Gauge>::default();
+        registry.register("gavel_executions", "Retained executions by state", executions.clone());
+        let queue_ready = Family::<QueueLabels, Gauge>::default();
+        registry.register(
+            "gavel_queue_ready",
+            "Executions waiting ready for a worker, by queue (queues past the cap as other)",
+            queue_ready.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            call_seconds,
+            raft_term,
+            raft_leader_id,
+            raft_is_leader,
+            raft_applied_index,
+            raft_last_log_index,
+            raft_snapshot_index,
+            raft_purged_index,
+            raft_members,
+            approvals,
+            executions,
+            queue_ready,
+            leases_current,
+            methods: LabelCap::new(METHOD_LABELS_MAX),
+            domain_codes: LabelCap::new(DOMAIN_CODE_LABELS_MAX),
+            queues: LabelCap::new(QUEUE_LABELS_MAX),
+            scrape: Mutex::new(()),
+        }
+    }
+
+    /// Counts one finished call of `path` with its gRPC status code and
+    /// domain code (`""` when the answer carried none).
+    pub fn record_call(&self, path: &str, code: tonic::Code, domain_code: &str, elapsed: Duration) {
+        let method = self.methods.label(method_of(path));
+        let domain_code = if domain_code.is_empty() { String::new() } else { self.domain_codes.label(domain_code) };
+        let labels = CallLabels { method: method.clone(), code: code_name(code).to_string(), domain_code };
+        self.calls.get_or_create(&labels).inc();
+        self.call_seconds.get_or_create(&MethodLabels { method }).observe(elapsed.as_secs_f64());
+    }
+
+    /// Wraps the response of a call of `path` started at `started` so that
+    /// the call is counted when its status is known: at once for a
+    /// trailers-only answer (every refusal), else when the body's trailers
+    /// pass (or, if the client goes away first, as `CANCELLED`).
+    pub fn observe(self: &Arc<Self>, path: &str, started: Instant, response: Response<Body>) -> Response<Body> {
+        if let Some((code, domain_code)) = status_of(response.headers()) {
+            self.record_call(path, code, &domain_code, started.elapsed());
+            return response;
+        }
+        let pending = Pending { metrics: self.clone(), path: path.to_string(), started };
+        response.map(|body| Body::new(ObservedBody { inner: body, pending: Some(pending) }))
+    }
+
+    /// The metrics in the text exposition format, with the scrape-time
+    /// figures read from `node` now.
+    pub fn render(&self, node: &Node) -> String {
+        let _one_scrape = self.scrape.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let status = node.raft.status();
+        self.raft_term.set(clamp(status.term));
+        self.raft_leader_id.set(clamp(status.leader_id.unwrap_or(0)));
+        self.raft_is_leader.set(i64::from(status.is_leader()));
+        self.raft_applied_index.set(clamp(status.last_applied_index.unwrap_or(0)));
+        self.raft_last_log_index.set(clamp(status.last_log_index.unwrap_or(0)));
+        self.raft_snapshot_index.set(clamp(status.snapshot_index.unwrap_or(0)));
+        self.raft_purged_index.set(clamp(status.purged_index.unwrap_or(0)));
+        self.raft_members.set(clamp(status.members.len() as u64));
+        // Counting holds the state lock for one scan; it is taken after the
+        // Raft status so the two are read as close together as possible.
+        let counts = {
+            let state = node.app.state();
+            let now_ms = read_time_ms(&state, None);
+            state.counts(now_ms)
+        };
+        self.approvals.clear();
+        for (status, count) in &counts.approvals_by_status {
+            self.approvals.get_or_create(&StatusLabels { status: status.to_string() }).set(clamp(*count as u64));
+        }
+        self.executions.clear();
+        for (state, count) in &counts.executions_by_state {
+            self.executions.get_or_create(&StateLabels { state: state.to_string() }).set(clamp(*count as u64));
+        }
+        self.queue_ready.clear();
+        for (queue, depth) in &counts.ready_by_queue {
+            let queue = self.queues.label(queue);
+            self.queue_ready.get_or_create(&QueueLabels { queue }).inc_by(clamp(*depth as u64));
+        }
+        self.leases_current.set(clamp(counts.current_leases as u64));
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            // Encoding into a String cannot fail; keep the scrape answerable anyway.
+            let _ = writeln!(text, "# EOF");
+        }
+        text
+    }
+}
+
+/// A gauge value from a count (gauges are `i64`).
+fn clamp(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// `ApprovalService/CreateApproval` from `/gavel.v1.ApprovalService/CreateApproval`.
+fn method_of(path: &str) -> &str {
+    path.strip_prefix("/gavel.v1.").unwrap_or(path)
+}
+
+/// The gRPC status and domain code in `headers` (or trailers), if they
+/// carry a status.
+fn status_of(headers: &HeaderMap) -> Option<(tonic::Code, String)> {
+    let code = headers.get("grpc-status")?.to_str().ok()?.trim().parse::<i32>().ok()?;
+    let domain_code = headers
+        .get(gavel_proto::error_detail::ERROR_CODE_METADATA_KEY)
+        .and_then(|value| value.to_str().ok())
+        .filter(|code| is_domain_code(code))
+        .unwrap_or("")
+        .to_string();
+    Some((tonic::Code::from_i32(code), domain_code))
+}
+
+/// Whether `text` looks like a domain code (`APPROVAL_CONSUMED`): upper-case
+/// letters and underscores, short. Anything else is not counted as one.
+fn is_domain_code(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 40 && text.bytes().all(|byte| byte.is_ascii_uppercase() || byte == b'_')
+}
+
+/// The canonical upper-case name of a gRPC status code.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// A call whose status is not known yet.
+struct Pending {
+    metrics: Arc<Metrics>,
+    path: String,
+    started: Instant,
+}
+
+/// A response body that counts its call when the trailers pass.
+struct ObservedBody {
+    inner: Body,
+    pending: Option<Pending>,
+}
+
+impl ObservedBody {
+    fn finish(&mut self, code: tonic::Code, domain_code: &str) {
+        if let Some(pending) = self.pending.take() {
+            pending.metrics.record_call(&pending.path, code, domain_code, pending.started.elapsed());
+        }
+    }
+}
+
+impl http_body::Body for ObservedBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(context);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some((code, domain_code)) = frame.trailers_ref().and_then(status_of) {
+                    self.finish(code, &domain_code);
+                }
+            }
+            Poll::Ready(Some(Err(status))) => {
+                let code = status.code();
+                self.finish(code, "");
+            }
+            // A body that ends without a status is a broken answer.
+            Poll::Ready(None) => self.finish(tonic::Code::Unknown, ""),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for ObservedBody {
+    fn drop(&mut self) {
+        // The client went away before the status was sent.
+        self.finish(tonic::Code::Cancelled, "");
+    }
+}
+
+/// Serves `GET /metrics` for `node` on `listener` until `shutdown` turns
+/// true. Any other path gets 404, any other method 405.
+pub async fn serve(listener: TcpListener, node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+    let connections = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+        };
+        let accepted = tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::debug!(%error, "metrics listener: accept failed");
+                // Out of file descriptors, say: do not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let node = node.clone();
+        tokio::spawn(async move {
+            if tokio::time::timeout(CONNECTION_TIMEOUT, answer(stream, &node)).await.is_err() {
+                tracing::debug!("metrics connection timed out");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Reads one request head and writes one response.
+async fn answer(mut stream: TcpStream, node: &Node) {
+    let mut head = Vec::with_capacity(512);
+    let mut buffer = [0u8; 1024];
+    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
+        if head.len() > REQUEST_HEAD_BYTES_MAX {
+            let _ = stream.write_all(&response(431, "text/plain", "request head too large\n")).await;
+            return;
+        }
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => head.extend_from_slice(&buffer[..read]),
+        }
+    }
+    let request_line = head.split(|byte| *byte == b'\n').next().unwrap_or_default();
+    let request_line = String::from_utf8_lossy(request_line);
+    let mut parts = request_line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let reply = match (method, path) {
+        ("GET", "/metrics") => {
+            response(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", &node.metrics.render(node))
+        }
+        ("GET", _) => response(404, "text/plain", "only /metrics is served here\n"),
+        _ => response(405, "text/plain", "only GET is served here\n"),
+    };
+    let _ = stream.write_all(&reply).await;
+    let _ = stream.shutdown().await;
+}
+
+/// An HTTP/1.1 response that closes the connection.
+fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Request Header Fields Too Large",
+    };
+    let mut bytes = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(body.as_bytes());
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_label_names_the_first_values_and_counts_the_rest_as_other() {
+        let cap = LabelCap::new(2);
+        assert_eq!(cap.label("a"), "a");
+        assert_eq!(cap.label("b"), "b");
+        assert_eq!(cap.label("c"), OTHER);
+        assert_eq!(cap.label("a"), "a");
+    }
+
+    #[test]
+    fn calls_are_counted_by_method_status_and_domain_code() {
+        let metrics = Metrics::new();
+        let path = "/gavel.v1.ApprovalService/CreateApproval";
+        metrics.record_call(path, tonic::Code::Ok, "", Duration::from_millis(3));
+        metrics.record_call(path, tonic::Code::PermissionDenied, "PERMISSION_DENIED", Duration::from_millis(1));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
+        assert!(
+            text.contains(
+                r#"gavel_rpc_calls_total{method="ApprovalService/CreateApproval",code="OK",domain_code=""} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"code="PERMISSION_DENIED",domain_code="PERMISSION_DENIED"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"gavel_rpc_duration_seconds_count{method="ApprovalService/CreateApproval"} 2"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn forged_methods_and_domain_codes_cannot_grow_the_label_set() {
+        let metrics = Metrics::new();
+        for n in 0..(METHOD_LABELS_MAX + 10) {
+            metrics.record_call(&format!("/gavel.v1.Forged/M{n}"), tonic::Code::Unimplemented, "", Duration::ZERO);
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
+        assert!(text.contains(r#"method="other""#), "{text}");
+        let series = text.lines().filter(|line| line.starts_with("gavel_rpc_calls_total{")).count();
+        assert_eq!(series, METHOD_LABELS_MAX + 1);
+        assert!(!is_domain_code("approval-123"));
+        assert!(is_domain_code("APPROVAL_CONSUMED"));
+    }
+
+    #[test]
+    fn a_trailers_only_refusal_is_read_from_the_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("grpc-status", "7".parse().expect("a header value"));
+        headers.insert("gavel-error-code", "PERMISSION_DENIED".parse().expect("a header value"));
+        let (code, domain_code) = status_of(&headers).expect("a status");
+        assert_eq!(code, tonic::Code::PermissionDenied);
+        assert_eq!(domain_code, "PERMISSION_DENIED");
+        assert!(status_of(&HeaderMap::new()).is_none());
+    }
+}
