@@ -142,6 +142,10 @@ pub struct NodeArgs {
     /// Retention of audit events (ms).
     #[arg(long, env = "GAVEL_EVENT_RETENTION_MS", default_value_t = gavel_core::Retention::default().events_ms)]
     pub event_retention_ms: u64,
+    /// Serve Prometheus metrics on plain HTTP at ADDR (`GET /metrics`), e.g.
+    /// 127.0.0.1:7501. Off unless given. Metrics carry counts, never ids.
+    #[arg(long, env = "GAVEL_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     /// Raft timings.
     #[command(flatten)]
     pub timings: TimingArgs,

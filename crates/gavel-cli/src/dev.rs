@@ -8,6 +8,9 @@
 //! ports is not one of its own processes, and when one of its nodes exits,
 //! during start or later (naming the node, its exit status and its log).
 //!
+//! Each node serves Prometheus metrics on plain HTTP at its gRPC port + 100
+//! (`--metrics-listen`), printed with the node.
+//!
 //! The cluster is secure: the kit writes a development CA, node
 //! certificates, an admin client certificate (`user:admin`, the cluster's
 //! first admin) and a token key pair to `<data dir>/certs`, and the nodes run
@@ -36,6 +39,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const LIVENESS_INTERVAL: Duration = Duration::from_millis(500);
 /// The nodes of a dev cluster.
 const NODES: u16 = 3;
+/// How far above its gRPC port each dev node serves metrics.
+const METRICS_PORT_OFFSET: u16 = 100;
 /// The id of the dev cluster's first admin, `user:admin`.
 const ADMIN_ID: &str = "admin";
 
@@ -43,6 +48,8 @@ const ADMIN_ID: &str = "admin";
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let ports = ports_from(args.base_port)?;
     check_ports_free(&ports)?;
+    let metrics_ports: Vec<u16> = ports.iter().map(|port| metrics_port(*port)).collect();
+    check_ports_free(&metrics_ports)?;
     let data_dir = match &args.data_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("gavel-dev-{}", std::process::id())),
@@ -51,6 +58,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let admin = Principal::new(PrincipalKind::User, ADMIN_ID).map_err(anyhow::Error::msg)?;
     let mut spec = ClusterSpec::new(resolve_gavel_binary(None)?, &data_dir);
     spec.args = args.timings.to_flags();
+    for (id, port) in (1u64..).zip(&ports) {
+        spec.node_args.insert(id, vec![format!("--metrics-listen=127.0.0.1:{}", metrics_port(*port))]);
+    }
     spec.security = Security::secure(admin.clone());
     spec.start_timeout = LEADER_WAIT;
     let cluster = Cluster::spawn_with(spec, Loopback::from_base_port(args.base_port))
@@ -62,7 +72,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             let pid = cluster.pid(id).map_or_else(|| "-".to_string(), |pid| pid.to_string());
             let addr = cluster.addr(id).unwrap_or("-");
             let log = cluster.log_path(id).map(|path| path.display().to_string()).unwrap_or_default();
-            println!("gavel dev: node {id} pid {pid} on {addr}, log {log}");
+            let metrics = metrics_addr_of(addr);
+            println!("gavel dev: node {id} pid {pid} on {addr}, metrics http://{metrics}/metrics, log {log}");
         }
         // One identity plays every role of the quick start (agent, approver,
         // worker), naming the persona with `--as`: the dev admin also holds
@@ -119,6 +130,20 @@ async fn wait_for_leader(cluster: &Cluster) -> anyhow::Result<u64> {
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The metrics port of the node on `port`: [`METRICS_PORT_OFFSET`] above it
+/// (7501 for 7401), wrapping into the range below for the highest ports.
+fn metrics_port(port: u16) -> u16 {
+    port.checked_add(METRICS_PORT_OFFSET).unwrap_or(port - METRICS_PORT_OFFSET)
+}
+
+/// The metrics address of the node at `addr` (`host:port`).
+fn metrics_addr_of(addr: &str) -> String {
+    match addr.rsplit_once(':').and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?))) {
+        Some((host, port)) => format!("{host}:{}", metrics_port(port)),
+        None => "-".to_string(),
     }
 }
 

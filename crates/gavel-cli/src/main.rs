@@ -106,6 +106,13 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let timings = args.timings.timings();
     let listener =
         tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    // Bound before the node starts, so a port in use fails the start.
+    let metrics_listener = match &args.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --metrics-listen {addr}"))?,
+        ),
+        None => None,
+    };
     let options = NodeOptions {
         id: args.id,
         advertise: args.listen.clone(),
@@ -121,11 +128,22 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         security,
     };
     let running = start(options, listener).await?;
+    let (stop_metrics, metrics_stopped) = tokio::sync::watch::channel(false);
+    let metrics = metrics_listener.map(|listener| {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, "serving Prometheus metrics on http://{addr}/metrics");
+        }
+        tokio::spawn(gavel_server::metrics::serve(listener, running.node.clone(), metrics_stopped))
+    });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
     }
     tracing::info!("shutting down");
+    let _ = stop_metrics.send(true);
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     Ok(running.stop().await?)
 }

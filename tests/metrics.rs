@@ -1,0 +1,164 @@
+//! Prometheus metrics over real HTTP: a three-node cluster of `gavel node`
+//! processes, each with `--metrics-listen` on a free port, scraped after a
+//! few approvals and one refused call. The text format is parsed, and the
+//! figures are checked against what the test did and what `Status` says.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use gavel_proto::v1 as pb;
+use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
+use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
+use gavel_testkit::ClusterSpec;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One sample of the text format: name, labels, value.
+#[derive(Debug, Clone)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Parses the samples of the Prometheus / OpenMetrics text format (comments
+/// and `# EOF` skipped). Label values here never hold `,` `"` or `}`.
+fn parse(text: &str) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    for line in text.lines().filter(|line| !line.is_empty() && !line.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no value in {line:?}"));
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("bad value in {line:?}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_string(), BTreeMap::new()),
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').unwrap_or_else(|| panic!("unclosed labels in {line:?}"));
+                let labels = body
+                    .split(',')
+                    .filter(|pair| !pair.is_empty())
+                    .map(|pair| {
+                        let (key, value) = pair.split_once('=').unwrap_or_else(|| panic!("bad label in {line:?}"));
+                        (key.to_string(), value.trim_matches('"').to_string())
+                    })
+                    .collect();
+                (name.to_string(), labels)
+            }
+        };
+        samples.push(Sample { name, labels, value });
+    }
+    samples
+}
+
+/// `GET /metrics` at `addr` over plain HTTP/1.1; panics unless it is a 200.
+async fn scrape(addr: &str) -> Vec<Sample> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|error| panic!("{addr}: {error}"));
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: gavel\r\nAccept: */*\r\n\r\n").await.expect("write request");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the scrape answers within 10 s")
+        .expect("read response");
+    let answer = String::from_utf8(answer).expect("a UTF-8 response");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: application/openmetrics-text"), "{head}");
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    parse(body)
+}
+
+/// The value of the one sample named `name` whose labels include `labels`, or 0.
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|sample| sample.name == name)
+        .filter(|sample| labels.iter().all(|(key, value)| sample.labels.get(*key).map(String::as_str) == Some(*value)))
+        .map(|sample| sample.value)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_count_calls_refusals_raft_indexes_and_approvals_without_ids() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
+    let metrics_addrs: BTreeMap<u64, String> =
+        (1..=3).map(|id| (id, format!("127.0.0.1:{}", support::free_port()))).collect();
+    spec.node_args = metrics_addrs.iter().map(|(id, addr)| (*id, vec![format!("--metrics-listen={addr}")])).collect();
+    spec.start_timeout = support::WAIT;
+    let cluster = gavel_testkit::Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
+    let leader = cluster.wait_for_leader(support::WAIT).await.unwrap_or_else(|error| panic!("{error}"));
+    let channel = cluster.channel(leader, Duration::from_secs(10)).expect("a channel");
+    let create_ok = [("method", "ApprovalService/CreateApproval"), ("code", "OK")];
+
+    let before = scrape(&metrics_addrs[&leader]).await;
+    let created_before = value(&before, "gavel_rpc_calls_total", &create_ok);
+
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let ids: Vec<String> = (0..5).map(|n| format!("apr-metrics-{run}-{n}")).collect();
+    let mut approvals = ApprovalServiceClient::new(channel.clone());
+    for id in &ids {
+        approvals.create_approval(support::approval_request(id, "metrics-test")).await.expect("create approval");
+    }
+    // A refused call: no input at all is bad input, refused before the log.
+    let refused = pb::CreateApprovalRequest {
+        request_id: format!("refused-{run}"),
+        id: format!("apr-metrics-{run}-refused"),
+        ..pb::CreateApprovalRequest::default()
+    };
+    let refusal = approvals.create_approval(refused).await.expect_err("an empty create is refused");
+    assert_eq!(refusal.code(), tonic::Code::InvalidArgument, "{refusal:?}");
+
+    let converged = cluster.converge(support::WAIT).await.unwrap_or_else(|error| panic!("{error}"));
+    let status =
+        ClusterServiceClient::new(channel).status(pb::StatusRequest::default()).await.expect("status").into_inner();
+    let after = scrape(&metrics_addrs[&leader]).await;
+
+    // Calls: every create counted once as OK, the refusal by its codes.
+    let created = value(&after, "gavel_rpc_calls_total", &create_ok) - created_before;
+    assert_eq!(created, ids.len() as f64, "CreateApproval OK calls counted on the leader");
+    let refused = value(
+        &after,
+        "gavel_rpc_calls_total",
+        &[("method", "ApprovalService/CreateApproval"), ("code", "INVALID_ARGUMENT")],
+    );
+    assert!(refused >= 1.0, "the refused call is counted: {after:#?}");
+    let latencies = value(&after, "gavel_rpc_duration_seconds_count", &[("method", "ApprovalService/CreateApproval")]);
+    assert!(latencies >= (ids.len() + 1) as f64, "every create has a latency: {latencies}");
+
+    // Raft: the leader's gauges agree with its Status.
+    assert_eq!(value(&after, "gavel_raft_is_leader", &[]), 1.0);
+    assert_eq!(value(&after, "gavel_raft_leader_id", &[]), leader as f64);
+    assert!(value(&after, "gavel_raft_term", &[]) >= status.term as f64);
+    assert!(value(&after, "gavel_raft_applied_index", &[]) >= status.last_applied_index as f64);
+    assert!(
+        status.last_applied_index >= converged.applied_index,
+        "status {status:?} vs converged {}",
+        converged.applied_index
+    );
+
+    // Domain: every node's replica holds the approvals created, pending.
+    for (id, addr) in &metrics_addrs {
+        let samples = scrape(addr).await;
+        assert_eq!(value(&samples, "gavel_approvals", &[("status", "pending")]), ids.len() as f64, "node {id}");
+        assert_eq!(value(&samples, "gavel_raft_members", &[]), 3.0, "node {id}");
+        assert_eq!(value(&samples, "gavel_raft_is_leader", &[]), if *id == leader { 1.0 } else { 0.0 });
+        assert!(value(&samples, "gavel_raft_applied_index", &[]) >= converged.applied_index as f64, "node {id}");
+        // Names follow the conventions, and no label names anything the test created.
+        for sample in &samples {
+            let name_ok = sample.name.starts_with("gavel_")
+                && sample.name.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'_');
+            assert!(name_ok, "metric name {:?} on node {id}", sample.name);
+            for label in sample.labels.values() {
+                assert!(!label.contains(&run), "label value {label:?} names an id of this test: {sample:?}");
+                assert!(!label.starts_with("apr-") && !label.starts_with("srv-"), "id-like label {sample:?}");
+            }
+        }
+    }
+
+    // Only /metrics is served.
+    let mut stream = tokio::net::TcpStream::connect(&metrics_addrs[&leader]).await.expect("connect");
+    stream.write_all(b"GET /other HTTP/1.1\r\nHost: gavel\r\n\r\n").await.expect("write");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 404"), "{answer:?}");
+    cluster.stop_all(Duration::from_secs(10)).expect("stop the cluster");
+}
