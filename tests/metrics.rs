@@ -1,6 +1,6 @@
 //! Prometheus metrics over real HTTP: a three-node cluster of `gavel node`
 //! processes, each with `--metrics-listen` on a free port, scraped after a
-//! few approvals and one refused call. The text format is parsed, and the
+//! few approvals, two queued executions and one refused call. The text format is parsed, and the
 //! figures are checked against what the test did and what `Status` says.
 
 mod support;
@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
+use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
 use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
+use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use gavel_testkit::ClusterSpec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -107,6 +109,28 @@ async fn metrics_count_calls_refusals_raft_indexes_and_approvals_without_ids() {
     let refusal = approvals.create_approval(refused).await.expect_err("an empty create is refused");
     assert_eq!(refusal.code(), tonic::Code::InvalidArgument, "{refusal:?}");
 
+    // Two executions waiting in one queue.
+    let capability = pb::CapabilitySpec {
+        queue: Some("metrics-queue".to_string()),
+        ..support::capability("metrics.read", pb::SideEffect::Read)
+    };
+    let mut capabilities = CapabilityServiceClient::new(channel.clone());
+    let registered = pb::RegisterCapabilityRequest { request_id: format!("reg-{run}"), spec: Some(capability) };
+    capabilities.register_capability(registered).await.expect("register capability");
+    let mut executions = ExecutionServiceClient::new(channel.clone());
+    for n in 0..2 {
+        let submit = pb::SubmitRequest {
+            request_id: format!("submit-{run}-{n}"),
+            execution_id: Some(format!("ex-metrics-{run}-{n}")),
+            capability_id: "metrics.read".to_string(),
+            input_json: format!(r#"{{"n":{n}}}"#),
+            actor: Some(support::user("alice")),
+            surface: "metrics-test".to_string(),
+            correlation_id: None,
+        };
+        executions.submit(submit).await.expect("submit");
+    }
+
     let converged = cluster.converge(support::WAIT).await.unwrap_or_else(|error| panic!("{error}"));
     let status =
         ClusterServiceClient::new(channel).status(pb::StatusRequest::default()).await.expect("status").into_inner();
@@ -139,6 +163,9 @@ async fn metrics_count_calls_refusals_raft_indexes_and_approvals_without_ids() {
     for (id, addr) in &metrics_addrs {
         let samples = scrape(addr).await;
         assert_eq!(value(&samples, "gavel_approvals", &[("status", "pending")]), ids.len() as f64, "node {id}");
+        assert_eq!(value(&samples, "gavel_executions", &[("state", "queued")]), 2.0, "node {id}");
+        assert_eq!(value(&samples, "gavel_queue_ready", &[("queue", "metrics-queue")]), 2.0, "node {id}");
+        assert_eq!(value(&samples, "gavel_leases_current", &[]), 0.0, "node {id}");
         assert_eq!(value(&samples, "gavel_raft_members", &[]), 3.0, "node {id}");
         assert_eq!(value(&samples, "gavel_raft_is_leader", &[]), if *id == leader { 1.0 } else { 0.0 });
         assert!(value(&samples, "gavel_raft_applied_index", &[]) >= converged.applied_index as f64, "node {id}");
@@ -151,6 +178,19 @@ async fn metrics_count_calls_refusals_raft_indexes_and_approvals_without_ids() {
                 assert!(!label.contains(&run), "label value {label:?} names an id of this test: {sample:?}");
                 assert!(!label.starts_with("apr-") && !label.starts_with("srv-"), "id-like label {sample:?}");
             }
+        }
+    }
+
+    // The Grafana dashboard only charts metrics a node exports.
+    let dashboard = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/gavel.json"))
+        .expect("deploy/grafana/gavel.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("dashboard panels");
+    let exported: Vec<&str> = after.iter().map(|sample| sample.name.as_str()).collect();
+    for expr in panels.iter().flat_map(|panel| panel["targets"].as_array().into_iter().flatten()) {
+        let expr = expr["expr"].as_str().expect("a query");
+        for name in expr.split(|c: char| !(c.is_ascii_lowercase() || c == '_')).filter(|w| w.starts_with("gavel_")) {
+            assert!(exported.contains(&name), "the dashboard charts {name}, which no node exports ({expr})");
         }
     }
 
