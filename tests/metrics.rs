@@ -152,6 +152,9 @@ async fn metrics_count_calls_refusals_raft_indexes_and_approvals_without_ids() {
     assert_eq!(value(&after, "gavel_raft_is_leader", &[]), 1.0);
     assert_eq!(value(&after, "gavel_raft_leader_id", &[]), leader as f64);
     assert!(value(&after, "gavel_raft_term", &[]) >= status.term as f64);
+    let lags: Vec<&Sample> = after.iter().filter(|sample| sample.name == "gavel_raft_follower_lag_entries").collect();
+    assert_eq!(lags.len(), 2, "the leader reports each follower's lag: {lags:?}");
+    assert!(lags.iter().all(|lag| lag.labels["node"] != leader.to_string()), "{lags:?}");
     assert!(value(&after, "gavel_raft_applied_index", &[]) >= status.last_applied_index as f64);
     assert!(
         status.last_applied_index >= converged.applied_index,
@@ -168,6 +171,8 @@ async fn metrics_count_calls_refusals_raft_indexes_and_approvals_without_ids() {
         assert_eq!(value(&samples, "gavel_leases_current", &[]), 0.0, "node {id}");
         assert_eq!(value(&samples, "gavel_raft_members", &[]), 3.0, "node {id}");
         assert_eq!(value(&samples, "gavel_raft_is_leader", &[]), if *id == leader { 1.0 } else { 0.0 });
+        let lag_series = samples.iter().filter(|sample| sample.name == "gavel_raft_follower_lag_entries").count();
+        assert_eq!(lag_series, if *id == leader { 2 } else { 0 }, "node {id}");
         assert!(value(&samples, "gavel_raft_applied_index", &[]) >= converged.applied_index as f64, "node {id}");
         // Names follow the conventions, and no label names anything the test created.
         for sample in &samples {

@@ -68,7 +68,7 @@ pub use error::{RaftError, WriteError};
 pub use node::RaftNode;
 pub use pb::raft_service_server::RaftServiceServer;
 pub use service::RaftGrpcService;
-pub use status::{LeaderRoute, Member, RaftStatus, Role};
+pub use status::{LeaderProgress, LeaderRoute, Member, RaftStatus, Role};
 
 /// Measurement hooks for `examples/fsync_cost.rs`; not part of the API.
 #[doc(hidden)]

@@ -236,6 +236,24 @@ impl RaftNode {
         status_from_metrics(&self.inner.raft.metrics().borrow())
     }
 
+    /// The leader's view of replication, for monitoring; `None` unless this
+    /// node is the leader. Read from the metrics on demand, not part of
+    /// [`RaftStatus`], whose watchers would otherwise wake on every heartbeat.
+    pub fn leader_progress(&self) -> Option<crate::LeaderProgress> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        if m.running_state.is_err() || m.state != ServerState::Leader {
+            return None;
+        }
+        let matched_index = m
+            .replication
+            .iter()
+            .flatten()
+            .map(|(node_id, matched)| (*node_id, matched.map(|log_id| log_id.index)))
+            .collect();
+        Some(crate::LeaderProgress { millis_since_quorum_ack: m.millis_since_quorum_ack, matched_index })
+    }
+
     /// Whether this node leads, and otherwise where the leader is: read from
     /// the metrics without building a whole [`RaftStatus`] (no membership
     /// copy), because the server asks on every request.

@@ -1,5 +1,7 @@
 //! A plain snapshot of the node's Raft state, for routing and monitoring.
 
+use std::collections::BTreeMap;
+
 /// The node's role in the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -50,6 +52,17 @@ pub struct RaftStatus {
     pub purged_index: Option<u64>,
     /// The membership in effect, ordered by node id.
     pub members: Vec<Member>,
+}
+
+/// What only a leader knows: how recently a quorum acknowledged it and how
+/// far each member's log matches its own ([`crate::RaftNode::leader_progress`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaderProgress {
+    /// Milliseconds since a quorum last acknowledged this leader, if ever.
+    pub millis_since_quorum_ack: Option<u64>,
+    /// Per member (the leader included), the last log index known to match
+    /// the leader's (`None`: nothing replicated yet).
+    pub matched_index: BTreeMap<u64, Option<u64>>,
 }
 
 impl RaftStatus {

@@ -24,6 +24,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::pin::Pin;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -129,6 +130,12 @@ struct StateLabels {
     state: String,
 }
 
+/// A `node` label: a member's node id (bounded by the membership).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
 /// A `queue` label (capped).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct QueueLabels {
@@ -149,6 +156,8 @@ pub struct Metrics {
     raft_snapshot_index: Gauge,
     raft_purged_index: Gauge,
     raft_members: Gauge,
+    raft_quorum_ack_age: Gauge<f64, AtomicU64>,
+    raft_follower_lag: Family<NodeLabels, Gauge>,
     approvals: Family<StatusLabels, Gauge>,
     executions: Family<StateLabels, Gauge>,
     queue_ready: Family<QueueLabels, Gauge>,
@@ -204,6 +213,18 @@ impl Metrics {
         let raft_purged_index = gauge("gavel_raft_purged_index", "Index up to which this node's log has been purged");
         let raft_members = gauge("gavel_raft_members", "Nodes in the membership in effect (voters and learners)");
         let leases_current = gauge("gavel_leases_current", "Leases currently granted to workers");
+        let raft_quorum_ack_age = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "gavel_raft_quorum_ack_age_seconds",
+            "On the leader, time since a quorum last acknowledged it (0 elsewhere)",
+            raft_quorum_ack_age.clone(),
+        );
+        let raft_follower_lag = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "gavel_raft_follower_lag_entries",
+            "On the leader, how many entries each other member's log is behind the leader's",
+            raft_follower_lag.clone(),
+        );
         let approvals = Family::<StatusLabels, Gauge>::default();
         registry.register("gavel_approvals", "Retained approvals by status", approvals.clone());
         let executions = Family::<StateLabels, Gauge>::default();
@@ -226,6 +247,8 @@ impl Metrics {
             raft_snapshot_index,
             raft_purged_index,
             raft_members,
+            raft_quorum_ack_age,
+            raft_follower_lag,
             approvals,
             executions,
             queue_ready,
@@ -273,6 +296,22 @@ impl Metrics {
         self.raft_snapshot_index.set(clamp(status.snapshot_index.unwrap_or(0)));
         self.raft_purged_index.set(clamp(status.purged_index.unwrap_or(0)));
         self.raft_members.set(clamp(status.members.len() as u64));
+        self.raft_follower_lag.clear();
+        match node.raft.leader_progress() {
+            Some(progress) => {
+                let age_ms = progress.millis_since_quorum_ack.unwrap_or(0);
+                self.raft_quorum_ack_age.set(Duration::from_millis(age_ms).as_secs_f64());
+                let last_log_index = status.last_log_index.unwrap_or(0);
+                for (member, matched) in progress.matched_index.iter().filter(|(member, _)| **member != status.node_id)
+                {
+                    let lag = last_log_index.saturating_sub(matched.unwrap_or(0));
+                    self.raft_follower_lag.get_or_create(&NodeLabels { node: member.to_string() }).set(clamp(lag));
+                }
+            }
+            None => {
+                self.raft_quorum_ack_age.set(0.0);
+            }
+        }
         // Counting holds the state lock for one scan; it is taken after the
         // Raft status so the two are read as close together as possible.
         let counts = {
