@@ -1368,3 +1368,23 @@ fn a_retried_poll_replays_the_current_leases_its_earlier_grant_attempts_took() {
     let replayed = script.state.replayed_grants("poll-1", &poll).expect("the second grant is still current");
     assert_eq!(replayed, vec![granted[1].clone()]);
 }
+
+#[test]
+fn counts_report_records_by_status_and_state_ready_work_per_queue_and_current_leases() {
+    let mut script = Script::new();
+    script.register(capability("search", SideEffect::Read));
+    script.submit_ok("x1", "search", "{}");
+    script.submit_ok("x2", "search", "{}");
+    script.create_approval(approval_request("apr-1"));
+    let lease = script.lease("w1", "search");
+    let counts = script.state.counts(script.now_ms);
+    assert_eq!(counts.executions_by_state.get("leased"), Some(&1));
+    assert_eq!(counts.executions_by_state.get("queued"), Some(&1));
+    assert_eq!(counts.ready_by_queue.get("search"), Some(&1));
+    assert_eq!(counts.approvals_by_status.get("pending"), Some(&1));
+    assert_eq!(counts.current_leases, 1);
+    script.report_ok(lease.lease.lease_id, "w1", "{}");
+    let counts = script.state.counts(script.now_ms);
+    assert_eq!(counts.executions_by_state.get("completed"), Some(&1));
+    assert_eq!(counts.current_leases, 0);
+}
