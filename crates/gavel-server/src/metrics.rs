@@ -145,23 +145,31 @@ struct QueueLabels {
 /// A node's metrics. Cheap to share: the routing layer holds it through
 /// [`Node::metrics`].
 pub struct Metrics {
+    /// Every metric below, for encoding.
     registry: Registry,
+    /// `gavel_rpc_calls_total`.
     calls: Family<CallLabels, Counter>,
+    /// `gavel_rpc_duration_seconds`.
     call_seconds: Family<MethodLabels, Histogram>,
+    /// The `gavel_raft_*` gauges, set at scrape time from the Raft status.
     raft_term: Gauge,
     raft_leader_id: Gauge,
     raft_is_leader: Gauge,
     raft_applied_index: Gauge,
+    /// Log progress: last entry, snapshot, purge point.
     raft_last_log_index: Gauge,
     raft_snapshot_index: Gauge,
     raft_purged_index: Gauge,
+    /// Membership size, then the leader-only gauges.
     raft_members: Gauge,
     raft_quorum_ack_age: Gauge<f64, AtomicU64>,
     raft_follower_lag: Family<NodeLabels, Gauge>,
+    /// The domain gauges, refilled at scrape time from [`gavel_core::State::counts`].
     approvals: Family<StatusLabels, Gauge>,
     executions: Family<StateLabels, Gauge>,
     queue_ready: Family<QueueLabels, Gauge>,
     leases_current: Gauge,
+    /// The caps of the labels a caller or a registrant chooses.
     methods: LabelCap,
     domain_codes: LabelCap,
     queues: LabelCap,
@@ -186,77 +194,55 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
         let calls = Family::<CallLabels, Counter>::default();
-        let call_seconds =
-            Family::<MethodLabels, Histogram>::new_with_constructor(|| Histogram::new(latency_buckets()) as Histogram);
         registry.register(
             "gavel_rpc_calls",
             "Public gRPC calls answered by this node, by method, gRPC status and domain code",
             calls.clone(),
         );
+        let call_seconds =
+            Family::<MethodLabels, Histogram>::new_with_constructor(|| Histogram::new(latency_buckets()) as Histogram);
         registry.register(
             "gavel_rpc_duration_seconds",
             "Latency of public gRPC calls on this node (forwarding included), by method",
             call_seconds.clone(),
         );
-        let mut gauge = |name: &str, help: &str| {
-            let gauge = Gauge::default();
-            registry.register(name, help, gauge.clone());
-            gauge
-        };
-        let raft_term = gauge("gavel_raft_term", "The Raft term this node is in");
-        let raft_leader_id = gauge("gavel_raft_leader_id", "The node id of the leader this node knows of (0: none)");
-        let raft_is_leader = gauge("gavel_raft_is_leader", "1 while this node is the leader, else 0");
-        let raft_applied_index = gauge("gavel_raft_applied_index", "Index of the last log entry applied on this node");
-        let raft_last_log_index = gauge("gavel_raft_last_log_index", "Index of the last entry in this node's log");
-        let raft_snapshot_index =
-            gauge("gavel_raft_snapshot_index", "Last log index included in this node's latest snapshot");
-        let raft_purged_index = gauge("gavel_raft_purged_index", "Index up to which this node's log has been purged");
-        let raft_members = gauge("gavel_raft_members", "Nodes in the membership in effect (voters and learners)");
-        let leases_current = gauge("gavel_leases_current", "Leases currently granted to workers");
         let raft_quorum_ack_age = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "gavel_raft_quorum_ack_age_seconds",
             "On the leader, time since a quorum last acknowledged it (0 elsewhere)",
             raft_quorum_ack_age.clone(),
         );
-        let raft_follower_lag = Family::<NodeLabels, Gauge>::default();
-        registry.register(
-            "gavel_raft_follower_lag_entries",
-            "On the leader, how many entries each other member's log is behind the leader's",
-            raft_follower_lag.clone(),
-        );
-        let approvals = Family::<StatusLabels, Gauge>::default();
-        registry.register("gavel_approvals", "Retained approvals by status", approvals.clone());
-        let executions = Family::<StateLabels, Gauge>::default();
-        registry.register("gavel_executions", "Retained executions by state", executions.clone());
-        let queue_ready = Family::<QueueLabels, Gauge>::default();
-        registry.register(
-            "gavel_queue_ready",
-            "Executions waiting ready for a worker, by queue (queues past the cap as other)",
-            queue_ready.clone(),
-        );
+        let r = &mut registry;
         Metrics {
-            registry,
             calls,
             call_seconds,
-            raft_term,
-            raft_leader_id,
-            raft_is_leader,
-            raft_applied_index,
-            raft_last_log_index,
-            raft_snapshot_index,
-            raft_purged_index,
-            raft_members,
             raft_quorum_ack_age,
-            raft_follower_lag,
-            approvals,
-            executions,
-            queue_ready,
-            leases_current,
+            raft_term: registered(r, "gavel_raft_term", "The Raft term this node is in"),
+            raft_leader_id: registered(r, "gavel_raft_leader_id", "The leader this node knows of (0: none)"),
+            raft_is_leader: registered(r, "gavel_raft_is_leader", "1 while this node is the leader, else 0"),
+            raft_applied_index: registered(r, "gavel_raft_applied_index", "Last log index applied on this node"),
+            raft_last_log_index: registered(r, "gavel_raft_last_log_index", "Index of the last entry in this log"),
+            raft_snapshot_index: registered(r, "gavel_raft_snapshot_index", "Last index in the latest snapshot"),
+            raft_purged_index: registered(r, "gavel_raft_purged_index", "Index up to which the log is purged"),
+            raft_members: registered(r, "gavel_raft_members", "Nodes in the membership (voters and learners)"),
+            raft_follower_lag: registered(
+                r,
+                "gavel_raft_follower_lag_entries",
+                "On the leader, how many entries each other member's log is behind the leader's",
+            ),
+            approvals: registered(r, "gavel_approvals", "Retained approvals by status"),
+            executions: registered(r, "gavel_executions", "Retained executions by state"),
+            queue_ready: registered(
+                r,
+                "gavel_queue_ready",
+                "Executions waiting ready for a worker, by queue (queues past the cap as other)",
+            ),
+            leases_current: registered(r, "gavel_leases_current", "Leases currently granted to workers"),
             methods: LabelCap::new(METHOD_LABELS_MAX),
             domain_codes: LabelCap::new(DOMAIN_CODE_LABELS_MAX),
             queues: LabelCap::new(QUEUE_LABELS_MAX),
             scrape: Mutex::new(()),
+            registry,
         }
     }
 
@@ -340,6 +326,16 @@ impl Metrics {
         }
         text
     }
+}
+
+/// A new metric of type `M`, registered under `name`.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str) -> M
+where
+    M: prometheus_client::registry::Metric + Clone + Default,
+{
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 /// A gauge value from a count (gauges are `i64`).
