@@ -128,7 +128,7 @@ async fn bootstrap_admin(
         // Another node led first and named an admin (this one, or another
         // given elsewhere): nothing left to do, and nothing to warn about.
         if node.app.state().bindings().iter().any(|(_, grant)| grant.name == GrantName::Admin) {
-            tracing::debug!(%admin, "an admin is already named");
+            tracing::info!(%admin, "an admin is already named; not proposing the bootstrap admin");
             return;
         }
         if node.raft.leader_route() == gavel_raft::LeaderRoute::Here {
