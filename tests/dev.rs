@@ -24,15 +24,19 @@ const STARTS_WITHIN: Duration = Duration::from_secs(30);
 fn free_base_port() -> u16 {
     for _ in 0..50 {
         let base = support::free_port();
-        if base > u16::MAX - 2 {
+        if base > u16::MAX - 102 {
             continue;
         }
-        let free = (0..3).all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok());
+        // The three gRPC ports and the three metrics ports (`gavel dev`
+        // serves metrics at each port + 100).
+        let free = (0..3)
+            .flat_map(|offset| [base + offset, base + 100 + offset])
+            .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
         if free {
             return base;
         }
     }
-    panic!("no three consecutive free ports");
+    panic!("no three consecutive free ports (and their metrics ports)");
 }
 
 /// A running `gavel dev`, SIGTERMed (so it stops its nodes) and reaped on drop.
