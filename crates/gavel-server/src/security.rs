@@ -18,7 +18,6 @@ use gavel_core::{Caller, DomainError, ErrorCode, GrantName, Principal, Principal
 use gavel_pki::{TokenVerifier, TokenVerifierSettings};
 use gavel_raft::PeerTls;
 use tonic::codegen::http::{Extensions, HeaderMap};
-use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::Status;
 
 use crate::node::domain_status;
@@ -152,16 +151,11 @@ pub enum Peer {
 }
 
 impl Peer {
-    /// The client certificate of the connection a request came on.
+    /// The client certificate of the connection a request came on, as the
+    /// TLS acceptor read it at the handshake ([`crate::tls::Authenticated`]);
+    /// anonymous on a plaintext connection.
     pub fn of(extensions: &Extensions) -> Peer {
-        let certificates = extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|info| info.peer_certs());
-        match certificates.as_ref().and_then(|chain| chain.first()) {
-            None => Peer::Anonymous,
-            Some(leaf) => match gavel_pki::principal_from_certificate(leaf.as_ref()) {
-                Ok(principal) => Peer::Certified(principal),
-                Err(error) => Peer::Unnamed(error.to_string()),
-            },
-        }
+        extensions.get::<Peer>().cloned().unwrap_or(Peer::Anonymous)
     }
 
     /// The node id, when the certificate is a node certificate.

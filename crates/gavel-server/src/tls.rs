@@ -12,12 +12,17 @@
 //! connection is closed gracefully: the alert, then end of stream, then
 //! whatever the client still sends is read and dropped for a moment, so the
 //! socket closes with nothing unread.
+//!
+//! The client's identity is read from its certificate once, at the
+//! handshake ([`Authenticated`]), not on every request of the connection.
 
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -27,8 +32,9 @@ use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
 
-use crate::security::{SecurityError, TLS_HANDSHAKE_TIMEOUT};
+use crate::security::{Peer, SecurityError, TLS_HANDSHAKE_TIMEOUT};
 
 /// How long a refused connection is drained before it is dropped.
 const REFUSED_LINGER: Duration = Duration::from_secs(1);
@@ -65,7 +71,7 @@ pub fn server_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<
 /// The TLS connections accepted on `listener`, for
 /// `Server::serve_with_incoming_shutdown`. Accepting stops when the stream
 /// is dropped (the server stopped).
-pub fn incoming(listener: TcpListener, config: Arc<ServerConfig>) -> ReceiverStream<io::Result<TlsStream<TcpStream>>> {
+pub fn incoming(listener: TcpListener, config: Arc<ServerConfig>) -> ReceiverStream<io::Result<Authenticated>> {
     let (ready, connections) = mpsc::channel(READY_CONNECTIONS_MAX);
     let acceptor = TlsAcceptor::from(config);
     tokio::spawn(async move {
@@ -90,7 +96,7 @@ pub fn incoming(listener: TcpListener, config: Arc<ServerConfig>) -> ReceiverStr
             tokio::spawn(async move {
                 match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp).into_fallible()).await {
                     Ok(Ok(tls)) => {
-                        let _ = ready.send(Ok(tls)).await;
+                        let _ = ready.send(Ok(Authenticated::new(tls))).await;
                     }
                     Ok(Err((error, tcp))) => {
                         tracing::debug!(%error, "TLS handshake refused");
@@ -114,4 +120,67 @@ async fn close_refused(mut tcp: TcpStream) {
         while matches!(tcp.read(&mut buffer).await, Ok(read) if read > 0) {}
     })
     .await;
+}
+
+/// A handshaken TLS connection and the identity its client certificate
+/// names, read once. tonic puts [`Authenticated::connect_info`] (the
+/// [`Peer`]) into the extensions of every request on the connection, where
+/// [`Peer::of`] finds it.
+pub struct Authenticated {
+    stream: TlsStream<TcpStream>,
+    peer: Peer,
+}
+
+impl Authenticated {
+    fn new(stream: TlsStream<TcpStream>) -> Authenticated {
+        let leaf = stream.get_ref().1.peer_certificates().and_then(|chain| chain.first());
+        let peer = match leaf {
+            None => Peer::Anonymous,
+            Some(leaf) => match gavel_pki::principal_from_certificate(leaf.as_ref()) {
+                Ok(principal) => Peer::Certified(principal),
+                Err(error) => Peer::Unnamed(error.to_string()),
+            },
+        };
+        Authenticated { stream, peer }
+    }
+}
+
+impl Connected for Authenticated {
+    type ConnectInfo = Peer;
+
+    fn connect_info(&self) -> Peer {
+        self.peer.clone()
+    }
+}
+
+impl AsyncRead for Authenticated {
+    fn poll_read(self: Pin<&mut Self>, context: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(context, buf)
+    }
+}
+
+impl AsyncWrite for Authenticated {
+    fn poll_write(self: Pin<&mut Self>, context: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(context, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(context)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(context)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(context, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
 }
