@@ -244,8 +244,14 @@ impl Grant {
     /// have at least one type, all of them in the scope (an approval that
     /// also needs a `legal` approver is not a `finance` approver's alone).
     pub fn covers_types(&self, types: &[String]) -> bool {
-        self.scope.is_empty() || (!types.is_empty() && types.iter().all(|item| self.scope.contains(item)))
+        self.scope.is_empty() || scope_covers_types(&self.scope, types)
     }
+}
+
+/// Whether a non-empty approver scope allows an approval of `types`: the
+/// approval has at least one type, and every one is in the scope.
+pub fn scope_covers_types(scope: &BTreeSet<String>, types: &[String]) -> bool {
+    !types.is_empty() && types.iter().all(|item| scope.contains(item))
 }
 
 /// The authenticated caller of one command, stamped into its envelope by

@@ -10,7 +10,7 @@ use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
-use crate::access::Principal;
+use crate::access::{scope_covers_types, Principal};
 use crate::error::{DomainError, ErrorCode};
 use crate::model::{Actor, Approval, ApprovalStatus, Decision, StoredApprovalStatus};
 
@@ -23,6 +23,10 @@ pub struct ApprovalFilter {
     pub capability_id: Option<String>,
     /// Only this requester.
     pub actor_id: Option<String>,
+    /// Only approvals a scoped approver may read: those with at least one
+    /// type, every one of them in this scope (see
+    /// [`crate::State::approval_read_scope`]). `None` filters nothing.
+    pub readable_by_scope: Option<BTreeSet<String>>,
 }
 
 /// Every retained approval and its listing order.
@@ -163,6 +167,9 @@ impl Approvals {
             .filter(|approval| filter.status.is_none_or(|status| approval.status_at(now_ms) == status))
             .filter(|approval| filter.capability_id.as_deref().is_none_or(|id| approval.capability_id == id))
             .filter(|approval| filter.actor_id.as_deref().is_none_or(|id| approval.actor.id == id))
+            .filter(|approval| {
+                filter.readable_by_scope.as_ref().is_none_or(|scope| scope_covers_types(scope, &approval.types))
+            })
             .take(limit)
             .collect()
     }

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 
 use gavel_core::command::{Command, Reply, Retention};
 use gavel_core::{
-    Action, Actor, ActorKind, ApprovalStatus, Caller, ErrorCode, EventKind, Grant, GrantName, Principal, PrincipalKind,
-    ReportOutcome, State,
+    Action, Actor, ActorKind, ApprovalFilter, ApprovalStatus, Caller, ErrorCode, EventKind, Grant, GrantName,
+    Principal, PrincipalKind, ReportOutcome, State,
 };
 use support::*;
 
@@ -636,6 +636,21 @@ fn an_approver_scope_limits_which_approvals_it_reads_and_decides() {
     assert!(script.state.authorize(Some(&finance), list(Some("human"))).is_err());
     let types = script.approval("human-1").types;
     assert!(script.state.authorize(Some(&alice_caller), Action::ReadApproval { types: &types }).is_ok());
+
+    // A listing shows a scoped approver only what it may read, and a page
+    // counts only those: the first page of one is fin-1, not an empty page
+    // cut from the approvals before it.
+    let listed = |caller: &Caller, limit: usize| -> Vec<String> {
+        let filter = ApprovalFilter {
+            readable_by_scope: script.state.approval_read_scope(Some(caller)),
+            ..ApprovalFilter::default()
+        };
+        script.state.list_approvals(&filter, script.now_ms, None, limit).iter().map(|a| a.id.clone()).collect()
+    };
+    assert_eq!(listed(&finance, 10), ["fin-1"]);
+    assert_eq!(listed(&finance, 1), ["fin-1"]);
+    assert_eq!(script.state.approval_read_scope(Some(&alice_caller)), None, "a submitter reads every approval");
+    assert_eq!(listed(&alice_caller, 10).len(), 4);
 }
 
 #[test]

@@ -18,6 +18,7 @@ use gavel_proto::error_detail::read_error_detail;
 use gavel_proto::metadata;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::access_service_client::AccessServiceClient;
+use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_raft::pb::raft_service_client::RaftServiceClient;
 use gavel_raft::pb::{snapshot_chunk, RaftBytes, SnapshotChunk, SnapshotHeader};
@@ -558,5 +559,58 @@ async fn an_admin_adds_a_fresh_secured_node_which_catches_up_over_mutual_tls() {
         assert!(started.elapsed() < WAIT, "the learner did not catch up: {learner:?} behind {leader:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn a_scoped_approver_lists_only_the_approvals_its_scope_covers() {
+    let cluster = SecureCluster::start(3).await;
+    let (leader, _) = cluster.leader_and_follower().await;
+    let root = cluster.client_cert("user:root");
+    let fin = cluster.client_cert("user:fin");
+    let mut access = AccessServiceClient::new(cluster.channel(leader, Some(&root)).await.expect("connect"));
+    let finance_approver = pb::GrantRequest {
+        grant: Some(pb::AccessGrant {
+            scope: vec!["finance".into()],
+            ..grant_request("user:fin", "approver").grant.unwrap()
+        }),
+        request_id: String::new(),
+    };
+    // The bootstrap admin is named once the leader settles.
+    let started = Instant::now();
+    while access.grant(grant_request("user:root", "submitter")).await.is_err() {
+        assert!(started.elapsed() < WAIT, "the bootstrap admin never granted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    access.grant(finance_approver).await.expect("a finance approver");
+
+    let mut approvals = ApprovalServiceClient::new(cluster.channel(leader, Some(&root)).await.expect("connect"));
+    // Human approvals first, so an unfiltered first page would hold none of finance's.
+    for (id, approval_type) in [("apr-human-1", "human"), ("apr-human-2", "human"), ("apr-fin-1", "finance")] {
+        let request = pb::CreateApprovalRequest {
+            id: id.into(),
+            capability_id: "payments.refund".into(),
+            surface: "trust-test".into(),
+            input_json: r#"{"k":1}"#.into(),
+            risk: pb::Risk::Medium as i32,
+            side_effect: pb::SideEffect::Write as i32,
+            types: vec![approval_type.into()],
+            ..pb::CreateApprovalRequest::default()
+        };
+        approvals.create_approval(request).await.expect("root creates as submitter");
+    }
+
+    let mut as_fin = ApprovalServiceClient::new(cluster.channel(leader, Some(&fin)).await.expect("connect"));
+    for limit in [1, 10] {
+        let page = as_fin
+            .list_approvals(pb::ListApprovalsRequest { limit, ..pb::ListApprovalsRequest::default() })
+            .await
+            .expect("a finance approver lists")
+            .into_inner();
+        let ids: Vec<&str> = page.approvals.iter().map(|approval| approval.id.as_str()).collect();
+        assert_eq!(ids, ["apr-fin-1"], "limit {limit}");
+    }
+    let all = approvals.list_approvals(pb::ListApprovalsRequest::default()).await.expect("root lists").into_inner();
+    assert_eq!(all.approvals.len(), 3, "a submitter sees every approval");
     cluster.stop().await;
 }

@@ -7,6 +7,8 @@
 //! checked, exactly as before authentication existed. docs/security.md
 //! copies the table `authorize_command` and `authorize` implement.
 
+use std::collections::BTreeSet;
+
 use crate::access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 use crate::audit::{EventKind, EventSubject};
 use crate::command::{Command, Reply};
@@ -255,6 +257,18 @@ impl State {
 
     /// Who may read approvals: a submitter or auditor reads all of them
     /// (`None`), an approver those its grant's scope covers (its grant).
+    /// The approver scope that limits which approvals `caller` may read, when
+    /// it reads them only through a scoped approver grant (no submitter or
+    /// auditor grant, no unscoped approver grant); put it in
+    /// [`crate::ApprovalFilter::readable_by_scope`] so a listing shows only
+    /// what [`Action::ReadApproval`] allows and pages count only those.
+    pub fn approval_read_scope(&self, caller: Option<&Caller>) -> Option<BTreeSet<String>> {
+        match self.approval_reader(caller?, "") {
+            Ok(Some(approver)) if !approver.scope.is_empty() => Some(approver.scope.clone()),
+            _ => None,
+        }
+    }
+
     fn approval_reader(&self, caller: &Caller, what: &str) -> Result<Option<&Grant>, DomainError> {
         if self.usable_grant(caller, GrantName::Submitter).is_some()
             || self.usable_grant(caller, GrantName::Auditor).is_some()

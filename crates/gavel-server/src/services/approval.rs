@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use gavel_core::mutants::Mutant;
-use gavel_core::{Action, State};
+use gavel_core::{Action, ApprovalFilter, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_server::ApprovalService;
 use tonic::{Request, Response, Status};
@@ -97,14 +97,17 @@ impl ApprovalService for Approvals {
     ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
         let caller = caller(request.extensions())?;
         let query = list_in(request.get_ref()).map_err(domain_status)?;
-        // The filter has no approval type: a listing is an unfiltered one.
+        // The filter has no approval type: a listing is an unfiltered one,
+        // and a scoped approver sees in it only what its scope covers.
         let action = Action::ListApprovals { approval_type: None };
         let page = self
             .node
             .read(caller.as_ref(), action, |state| {
                 let now_ms = read_time_ms(state, query.caller_now_ms);
+                let filter =
+                    ApprovalFilter { readable_by_scope: state.approval_read_scope(caller.as_ref()), ..query.filter };
                 approvals_page_out(
-                    &state.list_approvals(&query.filter, now_ms, query.after.as_ref(), query.limit),
+                    &state.list_approvals(&filter, now_ms, query.after.as_ref(), query.limit),
                     query.limit,
                     now_ms,
                 )
