@@ -572,7 +572,7 @@ async fn a_scoped_approver_lists_only_the_approvals_its_scope_covers() {
     let finance_approver = pb::GrantRequest {
         grant: Some(pb::AccessGrant {
             scope: vec!["finance".into()],
-            ..grant_request("user:fin", "approver").grant.unwrap()
+            ..grant_request("user:fin", "approver").grant.expect("a grant")
         }),
         request_id: String::new(),
     };
