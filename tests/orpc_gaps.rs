@@ -9,7 +9,9 @@
 //!   the error detail, also when the call was forwarded by a follower;
 //! - `AuditService.RecordEvent` appends an application event that every node
 //!   serves (list, get, watch, per-execution), marked with the recording
-//!   principal, refused to non-submitters, deduplicated by request id.
+//!   principal, refused to non-submitters, deduplicated by request id;
+//! - `gavel audit record` (against an insecure cluster) appends one and
+//!   refuses what the server refuses.
 //!
 //! Needs the debug binary (`cargo build -p gavel-cli`).
 
@@ -324,4 +326,61 @@ async fn recorded_events_are_replicated_role_checked_and_marked_with_their_princ
     let event = agent.record_event(own).await.expect("record").event.expect("the event");
     assert_eq!(event.actor.map(|actor| (actor.id, actor.kind)), Some(("agent".into(), pb::ActorKind::Service as i32)));
     assert!(event.cursor > recorded.cursor);
+}
+
+/// `gavel audit record` against an insecure 3-node cluster: it appends an
+/// application event with its payload, attributes and links and prints it; a
+/// type Gavel writes itself is refused (exit 3), a malformed attribute is a
+/// usage error (exit 2), and neither appends anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cli_records_an_application_event_and_refuses_gavels_own_types() {
+    let cluster = support::Cluster::start(3).await;
+    cluster.wait_for_leader().await;
+    let endpoints = cluster.running().into_iter().map(|id| cluster.addr(id)).collect::<Vec<_>>().join(",");
+    let gavel = |args: &[&str]| {
+        std::process::Command::new(support::gavel_binary())
+            .args(["audit", "record"])
+            .args(args)
+            .args(["--json", "--endpoints", &endpoints, "--as", "service:agent"])
+            .output()
+            .expect("run gavel audit record")
+    };
+    let recorded = gavel(&[
+        "policy.denied",
+        "--execution",
+        "exec-1",
+        "--payload",
+        r#"{"rule": "amount-limit"}"#,
+        "--attribute",
+        "policy=refunds",
+        "--attribute",
+        "note=a=b",
+    ]);
+    assert!(recorded.status.success(), "{recorded:?}");
+    let event: serde_json::Value = serde_json::from_slice(&recorded.stdout).expect("one JSON document");
+    assert_eq!(event["type"], "policy.denied", "{event}");
+    assert_eq!(event["executionId"], "exec-1", "{event}");
+    let cursor = event["cursor"].as_u64().expect("a cursor");
+
+    let follower = cluster.follower().await;
+    let stored = cluster.audit(follower).get_event(pb::GetEventRequest { cursor }).await.expect("get event");
+    let stored = stored.into_inner().event.expect("the recorded event");
+    assert!(stored.recorded_by_application);
+    assert_eq!(stored.payload_json.as_deref(), Some(r#"{"rule":"amount-limit"}"#));
+    assert_eq!(stored.attributes, attributes(&[("note", "a=b"), ("policy", "refunds")]));
+    assert_eq!(stored.actor.map(|actor| actor.id), Some("agent".to_string()));
+
+    let forged = gavel(&["capability.completed"]);
+    assert_eq!(forged.status.code(), Some(3), "a refusal: {forged:?}");
+    assert!(String::from_utf8_lossy(&forged.stderr).contains("INVALID_ARGUMENT"), "{forged:?}");
+    let bad_attribute = gavel(&["policy.denied", "--attribute", "no-equals-sign"]);
+    assert_eq!(bad_attribute.status.code(), Some(2), "a usage error: {bad_attribute:?}");
+    let leader = cluster.wait_for_leader().await;
+    let after = cluster
+        .audit(leader)
+        .list_events(pb::ListEventsRequest { after_cursor: cursor, limit: 10, execution_id: None })
+        .await
+        .expect("list events")
+        .into_inner();
+    assert!(after.events.iter().all(|event| !event.recorded_by_application), "refusals appended nothing: {after:?}");
 }

@@ -68,6 +68,25 @@ fn secured_with_app() -> (Script, Caller) {
     (script, Caller::of(app))
 }
 
+/// A script whose clock has moved (the first command moves it), so that a
+/// refusal after it must leave the state hash as it is; and that hash.
+fn settled_script() -> (Script, String) {
+    let mut script = Script::new();
+    script.tick();
+    let hash = script.state.state_hash();
+    (script, hash)
+}
+
+/// Checks that the edge's precheck and the state machine refuse `command`
+/// alike, with `code`, and returns the refusal.
+fn refused_alike(script: &mut Script, command: Command, code: ErrorCode) -> gavel_core::DomainError {
+    let precheck = gavel_core::precheck::precheck(&command).expect_err("the edge refuses it");
+    assert_eq!(precheck.code, code, "{command:?}: {precheck:?}");
+    let refusal = refused(script.apply(command), code);
+    assert_eq!(refusal, precheck, "the edge and the state machine refuse alike");
+    refusal
+}
+
 fn grant(script: &mut Script, to: &Principal, name: GrantName) {
     let command = Command::Grant { principal: to.clone(), grant: Grant::of(name) };
     let reply = script.apply_by(&Caller::of(principal(PrincipalKind::User, "root")), command);
@@ -123,17 +142,11 @@ fn attributes_over_their_limits_are_refused_as_invalid_argument_and_change_nothi
     let empty_key = attributes(&[("", "v")]);
     let control_key = attributes(&[("a\nb", "v")]);
     for bad in [too_many, long_key, long_value, empty_key, control_key] {
-        let mut script = Script::new();
-        script.register(capability("search", SideEffect::Read));
-        let before = script.state.state_hash();
+        let (mut script, before) = settled_script();
         let mut submit = submission("e1", "search", "{}");
         submit.actor = Actor { attributes: bad.clone(), ..alice() };
-        let command = Command::Submit(submit);
-        let precheck = gavel_core::precheck::precheck(&command).expect_err("the edge refuses it");
-        assert_eq!(precheck.code, ErrorCode::InvalidArgument, "{precheck:?}");
-        assert!(precheck.message.contains("actor has invalid attributes"), "{}", precheck.message);
-        let refusal = refused(script.apply(command), ErrorCode::InvalidArgument);
-        assert_eq!(refusal, precheck, "the edge and the state machine refuse alike");
+        let refusal = refused_alike(&mut script, Command::Submit(submit), ErrorCode::InvalidArgument);
+        assert!(refusal.message.contains("actor has invalid attributes"), "{}", refusal.message);
         assert_eq!(script.state.state_hash(), before, "nothing changed for {bad:?}");
     }
 }
@@ -328,17 +341,12 @@ fn recording_needs_the_submitter_grant_and_act_for_to_name_another_actor() {
 
 #[test]
 fn gavel_event_types_and_ill_formed_types_are_refused() {
-    let mut script = Script::new();
-    script.tick(); // The clock moves on the first command; the refusals below must not move anything.
-    let before = script.state.state_hash();
+    let (mut script, before) = settled_script();
     let too_long = format!("a{}", "b".repeat(APP_EVENT_TYPE_BYTES_MAX));
     let mut bad: Vec<&str> = GAVEL_EVENT_TYPES.to_vec();
     bad.extend(["", "Policy.denied", "1policy", ".policy", "policy denied", "policy/denied", "políticа", &too_long]);
     for event_type in bad {
-        let command = Command::RecordEvent(record(event_type));
-        let precheck = gavel_core::precheck::precheck(&command).expect_err("the edge refuses it");
-        assert_eq!(precheck.code, ErrorCode::InvalidArgument, "{event_type:?}: {precheck:?}");
-        assert_eq!(refused(script.apply(command), ErrorCode::InvalidArgument), precheck);
+        refused_alike(&mut script, Command::RecordEvent(record(event_type)), ErrorCode::InvalidArgument);
     }
     assert_eq!(script.state.state_hash(), before);
     let longest = "a".repeat(APP_EVENT_TYPE_BYTES_MAX);
@@ -376,9 +384,7 @@ fn every_event_type_gavel_writes_is_reserved() {
 
 #[test]
 fn bad_payloads_ids_and_attributes_of_an_event_are_refused() {
-    let mut script = Script::new();
-    script.tick(); // The clock moves on the first command; the refusals below must not move anything.
-    let before = script.state.state_hash();
+    let (mut script, before) = settled_script();
     let oversized = format!("\"{}\"", "x".repeat(APP_EVENT_PAYLOAD_BYTES_MAX));
     let too_many: BTreeMap<String, String> =
         (0..=ATTRIBUTES_MAX).map(|index| (format!("k{index}"), String::new())).collect();
@@ -395,10 +401,7 @@ fn bad_payloads_ids_and_attributes_of_an_event_are_refused() {
         },
     ];
     for case in cases {
-        let command = Command::RecordEvent(case.clone());
-        let precheck = gavel_core::precheck::precheck(&command).expect_err("the edge refuses it");
-        assert_eq!(precheck.code, ErrorCode::InvalidArgument, "{case:?}: {precheck:?}");
-        assert_eq!(refused(script.apply(command), ErrorCode::InvalidArgument), precheck);
+        refused_alike(&mut script, Command::RecordEvent(case), ErrorCode::InvalidArgument);
     }
     let no_actor = RecordEvent { actor: Actor { id: String::new(), ..alice() }, ..record("policy.denied") };
     refused(script.apply(Command::RecordEvent(no_actor)), ErrorCode::Unauthenticated);
