@@ -1,6 +1,7 @@
 //! The SDK's error type.
 
 use gavel_proto::error_detail::read_error_detail;
+use gavel_proto::v1 as pb;
 
 /// Why a call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -17,6 +18,10 @@ pub enum Error {
         problems: Vec<String>,
         /// The gRPC status code it arrived with.
         status: tonic::Code,
+        /// For a decide, cancel or consume refused because of the
+        /// approval's state: that state (boxed: rare, and it keeps the
+        /// error small).
+        approval: Option<Box<ApprovalRefusal>>,
     },
     /// No node could serve the call within the retry budget (no leader,
     /// every node unreachable). The call may or may not have taken effect;
@@ -28,6 +33,16 @@ pub enum Error {
     Config(String),
 }
 
+/// The approval's state that a refused decide, cancel or consume reported,
+/// so the caller can say why without reading the approval again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRefusal {
+    /// Its status when refused (`APPROVED`, `CONSUMED`, lazily `EXPIRED`, ...).
+    pub status: pb::ApprovalStatus,
+    /// The execution that consumed it, when `status` is `CONSUMED`.
+    pub consumed_by_execution_id: Option<String>,
+}
+
 impl Error {
     /// The stable domain code, or `UNAVAILABLE` / `CONFIG` for the other kinds.
     pub fn code(&self) -> &str {
@@ -35,6 +50,25 @@ impl Error {
             Error::Domain { code, .. } => code,
             Error::Unavailable(_) => "UNAVAILABLE",
             Error::Config(_) => "CONFIG",
+        }
+    }
+
+    /// The approval's status a refused decide, cancel or consume reported
+    /// (why it was refused), if any.
+    pub fn approval_status(&self) -> Option<pb::ApprovalStatus> {
+        self.approval_refusal().map(|approval| approval.status)
+    }
+
+    /// The execution that consumed the approval, when a refusal says it was consumed.
+    pub fn consumed_by_execution_id(&self) -> Option<&str> {
+        self.approval_refusal().and_then(|approval| approval.consumed_by_execution_id.as_deref())
+    }
+
+    /// The approval's state a refused decide, cancel or consume reported.
+    pub fn approval_refusal(&self) -> Option<&ApprovalRefusal> {
+        match self {
+            Error::Domain { approval: Some(approval), .. } => Some(approval),
+            _ => None,
         }
     }
 
@@ -58,6 +92,7 @@ impl Error {
                 message: format!("TLS with {endpoint} failed: {failure}"),
                 problems: Vec::new(),
                 status: tonic::Code::Unauthenticated,
+                approval: None,
             },
             None => Error::from_status(status),
         }
@@ -66,6 +101,14 @@ impl Error {
     pub(crate) fn from_status(status: &tonic::Status) -> Error {
         match read_error_detail(status) {
             Some(detail) => Error::Domain {
+                // An unknown status number (a newer server) reads as none.
+                approval: detail
+                    .approval_status
+                    .and_then(|value| pb::ApprovalStatus::try_from(value).ok())
+                    .filter(|status| *status != pb::ApprovalStatus::Unspecified)
+                    .map(|status| {
+                        Box::new(ApprovalRefusal { status, consumed_by_execution_id: detail.consumed_by_execution_id })
+                    }),
                 code: detail.code,
                 message: detail.message,
                 problems: detail.problems,
@@ -76,6 +119,7 @@ impl Error {
                 message: status.message().to_string(),
                 problems: Vec::new(),
                 status: status.code(),
+                approval: None,
             },
         }
     }
@@ -88,5 +132,39 @@ fn fallback_code(code: tonic::Code) -> String {
         tonic::Code::Unauthenticated => "UNAUTHENTICATED".to_string(),
         tonic::Code::PermissionDenied => "PERMISSION_DENIED".to_string(),
         other => format!("{other:?}").to_uppercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gavel_proto::error_detail::detail_status;
+
+    fn refusal(approval_status: Option<i32>, consumed_by: Option<&str>) -> Error {
+        let detail = pb::ErrorDetail {
+            code: "FAILED_PRECONDITION".to_string(),
+            message: "approval a1 cannot be consumed".to_string(),
+            approval_status,
+            consumed_by_execution_id: consumed_by.map(str::to_string),
+            ..pb::ErrorDetail::default()
+        };
+        Error::from_status(&detail_status(tonic::Code::FailedPrecondition, detail))
+    }
+
+    #[test]
+    fn the_approval_state_of_a_refusal_is_exposed() {
+        let error = refusal(Some(pb::ApprovalStatus::Consumed as i32), Some("e1"));
+        assert_eq!(error.code(), "FAILED_PRECONDITION");
+        assert_eq!(error.approval_status(), Some(pb::ApprovalStatus::Consumed));
+        assert_eq!(error.consumed_by_execution_id(), Some("e1"));
+    }
+
+    #[test]
+    fn a_refusal_without_a_known_approval_status_has_no_approval_state() {
+        for status in [None, Some(0), Some(99)] {
+            let error = refusal(status, Some("e1"));
+            assert_eq!(error.approval_refusal(), None, "{status:?}");
+            assert_eq!(error.consumed_by_execution_id(), None);
+        }
     }
 }

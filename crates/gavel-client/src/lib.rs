@@ -31,7 +31,7 @@ mod worker;
 
 pub use client::{Client, ClientConfig};
 pub use credentials::{env, ClientTls, Credentials};
-pub use error::Error;
+pub use error::{ApprovalRefusal, Error};
 pub use gavel_proto::v1 as pb;
 pub use reach::Reachability;
 pub use tokio_util::sync::CancellationToken;
