@@ -32,3 +32,4 @@ export * from "./gen/gavel/v1/common_pb.js";
 export * from "./gen/gavel/v1/error_pb.js";
 export * from "./gen/gavel/v1/execution_pb.js";
 export * from "./gen/gavel/v1/worker_pb.js";
+export type { MessageInitShape } from "@bufbuild/protobuf";

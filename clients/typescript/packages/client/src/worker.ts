@@ -284,8 +284,12 @@ export function createWorker(options: WorkerOptions): Worker {
     while (!stopPolling.signal.aborted) {
       while (running.size >= concurrency && !stopPolling.signal.aborted) {
         await new Promise<void>((resolve) => {
-          freed = resolve;
-          stopPolling.signal.addEventListener("abort", () => resolve(), { once: true });
+          const onStop = () => resolve();
+          freed = () => {
+            stopPolling.signal.removeEventListener("abort", onStop);
+            resolve();
+          };
+          stopPolling.signal.addEventListener("abort", onStop, { once: true });
         });
         freed = undefined;
       }
