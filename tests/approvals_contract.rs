@@ -28,7 +28,7 @@ fn request_id(prefix: &str) -> String {
 }
 
 fn actor(id: &str, kind: pb::ActorKind) -> pb::Actor {
-    pb::Actor { id: id.to_string(), kind: kind as i32, display_name: None }
+    pb::Actor { id: id.to_string(), kind: kind as i32, ..pb::Actor::default() }
 }
 
 fn user(id: &str) -> pb::Actor {
@@ -181,6 +181,7 @@ async fn create_stores_every_field_and_refuses_a_duplicate_id(cluster: &Cluster,
             id: "alice".to_string(),
             kind: pb::ActorKind::Automation as i32,
             display_name: Some("Alice's agent".to_string()),
+            ..pb::Actor::default()
         }),
         input_json: INPUT_JSON.to_string(),
         input_hash: Some(INPUT_HASH.to_string()),

@@ -36,6 +36,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
     fs::write(out_dir.join("gavel_descriptor.bin"), descriptor_set.encode_to_vec())?;
 
-    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(descriptor_set)?;
+    // Maps (attributes) are BTreeMaps: ordered like the core's, so converting
+    // is a copy and an encoded message has one byte form.
+    tonic_prost_build::configure().build_server(true).build_client(true).btree_map(".").compile_fds(descriptor_set)?;
     Ok(())
 }

@@ -216,7 +216,7 @@ pub fn domain_code(status: &tonic::Status) -> String {
 }
 
 pub fn user(id: &str) -> pb::Actor {
-    pb::Actor { id: id.to_string(), kind: pb::ActorKind::User as i32, display_name: None }
+    pb::Actor { id: id.to_string(), kind: pb::ActorKind::User as i32, ..pb::Actor::default() }
 }
 
 /// A create of approval `id` for `orders.refund` requested by alice, with

@@ -210,7 +210,7 @@ fn summary(spread: &Spread) -> String {
 }
 
 fn user(id: &str) -> pb::Actor {
-    pb::Actor { id: id.to_string(), kind: pb::ActorKind::User as i32, display_name: None }
+    pb::Actor { id: id.to_string(), kind: pb::ActorKind::User as i32, ..pb::Actor::default() }
 }
 
 fn is_retryable(status: &tonic::Status) -> bool {
@@ -509,7 +509,7 @@ async fn cancel_latencies(
                     actor: Some(pb::Actor {
                         id: "bench".to_string(),
                         kind: pb::ActorKind::Service as i32,
-                        display_name: None,
+                        ..pb::Actor::default()
                     }),
                     surface: "bench".to_string(),
                     ..Default::default()

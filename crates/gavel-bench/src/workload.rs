@@ -33,11 +33,11 @@ pub(crate) fn client_capability(index: usize) -> (String, String) {
 }
 
 pub(crate) fn agent(index: usize) -> pb::Actor {
-    pb::Actor { id: format!("bench-agent-{index}"), kind: pb::ActorKind::Automation as i32, display_name: None }
+    pb::Actor { id: format!("bench-agent-{index}"), kind: pb::ActorKind::Automation as i32, ..pb::Actor::default() }
 }
 
 fn approver() -> pb::Actor {
-    pb::Actor { id: "bench-approver".to_string(), kind: pb::ActorKind::User as i32, display_name: None }
+    pb::Actor { id: "bench-approver".to_string(), kind: pb::ActorKind::User as i32, ..pb::Actor::default() }
 }
 
 /// Registers a READ capability with a long attempt deadline.

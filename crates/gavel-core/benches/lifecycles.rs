@@ -57,11 +57,11 @@ const WORKER: &str = "worker-7f3a";
 const START_MS: u64 = 1_760_000_000_000;
 
 fn requester() -> Actor {
-    Actor { id: "user-4821".to_string(), kind: ActorKind::User, display_name: None }
+    Actor::new("user-4821", ActorKind::User)
 }
 
 fn approver() -> Actor {
-    Actor { id: "user-1093".to_string(), kind: ActorKind::User, display_name: None }
+    Actor::new("user-1093", ActorKind::User)
 }
 
 /// Who sends each command: nobody (`--insecure`), or in a secured run the

@@ -121,7 +121,7 @@ impl Principal {
     /// user, a worker is automation, a service or node is a service; the id
     /// is the principal's id.
     pub fn as_actor(&self) -> Actor {
-        Actor { id: self.id.clone(), kind: self.actor_kind(), display_name: None }
+        Actor::new(&self.id, self.actor_kind())
     }
 
     /// The kind of [`Principal::as_actor`].

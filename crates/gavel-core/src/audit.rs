@@ -251,7 +251,8 @@ impl AuditLog {
             cursor,
             kind,
             timestamp_ms: now_ms,
-            actor: actor.clone(),
+            // Events name who acted, not the application's attributes of them.
+            actor: actor.without_attributes(),
             execution_id: subject.execution_id.map(str::to_string),
             capability_id: subject.capability_id.map(str::to_string),
             approval_id: subject.approval_id.map(str::to_string),

@@ -267,6 +267,8 @@ pub struct Task {
     pub correlation_id: Option<String>,
     /// Approval consumed.
     pub approval_id: Option<String>,
+    /// Where the execution was submitted from (its surface).
+    pub surface: String,
 }
 
 /// What a command produced.

@@ -26,6 +26,30 @@ pub const TEXT_BYTES_MAX: usize = 4 * 1024;
 /// non-retryable codes). Lists are copied into records and scanned on apply.
 pub const LIST_ITEMS_MAX: usize = 64;
 
+/// Most entries in an attributes map (an actor's, or an application event's).
+/// Attributes are copied into every record that names the actor and into
+/// every snapshot; 32 fits a tenant, a role, a session and the like with room
+/// to spare, while keeping the worst case (32 × ([`ATTRIBUTE_KEY_BYTES_MAX`] +
+/// [`ATTRIBUTE_VALUE_BYTES_MAX`]), about 36 KiB) below one input.
+pub const ATTRIBUTES_MAX: usize = 32;
+
+/// Longest attribute key, in bytes. Keys are names, like ids.
+pub const ATTRIBUTE_KEY_BYTES_MAX: usize = 128;
+
+/// Longest attribute value, in bytes. Values are short labels or ids, not
+/// documents; a document belongs in the input.
+pub const ATTRIBUTE_VALUE_BYTES_MAX: usize = 1024;
+
+/// Longest type of an application event (`RecordEvent`), in bytes. Types are
+/// dotted names such as `policy.denied`, like Gavel's own.
+pub const APP_EVENT_TYPE_BYTES_MAX: usize = 64;
+
+/// Largest JSON payload of an application event, in bytes. Events live in
+/// the replicated trail until retention drops them and are streamed to every
+/// watcher; 16 KiB fits a policy decision or a capability description, and
+/// keeps the trail's per-event cost a quarter of an input's.
+pub const APP_EVENT_PAYLOAD_BYTES_MAX: usize = 16 * 1024;
+
 /// Most tasks one poll may lease. Bounds the size of one replicated command's reply.
 pub const POLL_TASKS_MAX: u32 = 64;
 

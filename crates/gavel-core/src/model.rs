@@ -1,5 +1,7 @@
 //! Domain records: actors, capabilities, approvals, executions, leases and results (SPEC §2).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Who asked, decided or cancelled.
@@ -11,17 +13,41 @@ pub struct Actor {
     pub kind: ActorKind,
     /// Optional human-readable name.
     pub display_name: Option<String>,
+    /// The application's attributes of the actor (orpc-agent's
+    /// `actor.attributes`): stored with the record that names the actor and
+    /// returned on it, never compared or interpreted. Ordered, so the state
+    /// hash does not depend on insertion order; bounded by
+    /// [`crate::limits::ATTRIBUTES_MAX`] and its key and value limits. An
+    /// actor written without them reads as having none.
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
 }
 
 impl Actor {
+    /// An actor of `kind` named `id`, with no display name and no attributes.
+    pub fn new(id: &str, kind: ActorKind) -> Actor {
+        Actor { id: id.to_string(), kind, display_name: None, attributes: BTreeMap::new() }
+    }
+
     /// A user actor with no display name (handy in tests and examples).
     pub fn user(id: &str) -> Actor {
-        Actor { id: id.to_string(), kind: ActorKind::User, display_name: None }
+        Actor::new(id, ActorKind::User)
     }
 
     /// The system actor that stamps cluster-initiated events (expiry, retries).
     pub fn system() -> Actor {
-        Actor { id: "gavel".to_string(), kind: ActorKind::Automation, display_name: None }
+        Actor::new("gavel", ActorKind::Automation)
+    }
+
+    /// This actor without its attributes: who it is, as an audit event names
+    /// it (events carry ids and codes, not the application's data).
+    pub fn without_attributes(&self) -> Actor {
+        Actor {
+            id: self.id.clone(),
+            kind: self.kind,
+            display_name: self.display_name.clone(),
+            attributes: BTreeMap::new(),
+        }
     }
 }
 

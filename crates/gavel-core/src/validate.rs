@@ -6,7 +6,12 @@
 
 use crate::canonical_json;
 use crate::error::{DomainError, ErrorCode};
-use crate::limits::{ID_BYTES_MAX, LIST_ITEMS_MAX, TEXT_BYTES_MAX, TIMESTAMP_MS_MAX};
+use std::collections::BTreeMap;
+
+use crate::limits::{
+    ATTRIBUTES_MAX, ATTRIBUTE_KEY_BYTES_MAX, ATTRIBUTE_VALUE_BYTES_MAX, ID_BYTES_MAX, LIST_ITEMS_MAX, TEXT_BYTES_MAX,
+    TIMESTAMP_MS_MAX,
+};
 use crate::model::Actor;
 
 /// Collects every problem found, so a caller learns them all at once.
@@ -47,6 +52,34 @@ impl Problems {
         }
         if values.iter().any(|value| value.len() > TEXT_BYTES_MAX) {
             self.push(format!("{field} has an item over {TEXT_BYTES_MAX} bytes"));
+        }
+    }
+
+    /// Checks an attributes map: at most [`ATTRIBUTES_MAX`] entries, keys of 1
+    /// to [`ATTRIBUTE_KEY_BYTES_MAX`] bytes without control characters, values
+    /// of at most [`ATTRIBUTE_VALUE_BYTES_MAX`] bytes. Each bad key is named
+    /// once, so a map of many bad entries yields a bounded list.
+    pub fn attributes(&mut self, field: &str, attributes: &BTreeMap<String, String>) {
+        if attributes.len() > ATTRIBUTES_MAX {
+            self.push(format!("{field} has {} entries, over the limit of {ATTRIBUTES_MAX}", attributes.len()));
+            return;
+        }
+        for (key, value) in attributes {
+            if key.is_empty() {
+                self.push(format!("{field} has an empty key"));
+            } else if key.len() > ATTRIBUTE_KEY_BYTES_MAX {
+                self.push(format!(
+                    "{field} has a key of {} bytes, over the limit of {ATTRIBUTE_KEY_BYTES_MAX}",
+                    key.len()
+                ));
+            } else if key.chars().any(char::is_control) {
+                self.push(format!("{field} key {key:?} contains control characters"));
+            } else if value.len() > ATTRIBUTE_VALUE_BYTES_MAX {
+                self.push(format!(
+                    "{field}[{key:?}] is {} bytes, over the limit of {ATTRIBUTE_VALUE_BYTES_MAX}",
+                    value.len()
+                ));
+            }
         }
     }
 
@@ -92,18 +125,25 @@ pub fn check_id(field: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks an actor (SPEC §2): a missing or ill-formed actor is `UNAUTHENTICATED`.
+/// Checks an actor (SPEC §2): a missing or ill-formed identity (id, display
+/// name) is `UNAUTHENTICATED`; a well-formed actor whose attributes break
+/// their limits is `INVALID_ARGUMENT`.
 pub fn check_actor(field: &str, actor: &Actor) -> Result<(), DomainError> {
     // A well-formed actor (every command carries one) is accepted without
     // formatting field names; they are only needed to describe problems.
     let display_name_ok = actor.display_name.as_deref().is_none_or(|name| name.len() <= TEXT_BYTES_MAX);
-    if check_id(field, &actor.id).is_ok() && display_name_ok {
+    if check_id(field, &actor.id).is_err() || !display_name_ok {
+        let mut problems = Problems::new();
+        problems.id(&format!("{field}.id"), &actor.id);
+        problems.text(&format!("{field}.displayName"), actor.display_name.as_deref());
+        return problems.into_result(ErrorCode::Unauthenticated, &format!("{field} is not a well-formed actor"));
+    }
+    if actor.attributes.is_empty() {
         return Ok(());
     }
     let mut problems = Problems::new();
-    problems.id(&format!("{field}.id"), &actor.id);
-    problems.text(&format!("{field}.displayName"), actor.display_name.as_deref());
-    problems.into_result(ErrorCode::Unauthenticated, &format!("{field} is not a well-formed actor"))
+    problems.attributes(&format!("{field}.attributes"), &actor.attributes);
+    invalid_if_any(problems, &format!("{field} has invalid attributes"))
 }
 
 /// Canonicalizes JSON text under a size limit, returning (canonical, sha256 hex).

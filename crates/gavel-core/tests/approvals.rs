@@ -17,7 +17,7 @@ fn create_stores_every_field_of_the_request_and_returns_it() {
     let mut script = Script::new();
     let request = gavel_core::CreateApproval {
         surface: "http".to_string(),
-        actor: Actor { id: "svc-7".to_string(), kind: ActorKind::Service, display_name: Some("Billing".to_string()) },
+        actor: Actor { display_name: Some("Billing".to_string()), ..Actor::new("svc-7", ActorKind::Service) },
         input_json: r#"{ "order": "o-9", "amount": 12.50 }"#.to_string(),
         reasons: vec!["high value".to_string(), "new customer".to_string()],
         types: vec!["finance".to_string()],

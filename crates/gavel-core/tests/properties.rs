@@ -66,7 +66,7 @@ fn approval_ids() -> Vec<String> {
 
 fn actor(index: usize) -> Actor {
     let kind = if index == 2 { ActorKind::Service } else { ActorKind::User };
-    Actor { id: ACTORS[index % ACTORS.len()].to_string(), kind, display_name: None }
+    Actor::new(ACTORS[index % ACTORS.len()], kind)
 }
 
 /// Capability declarations. 0–2 are registered first; 3 and 4 are new
@@ -1659,7 +1659,7 @@ fn garbage_actor() -> impl Strategy<Value = Actor> {
         prop::sample::select(vec![ActorKind::User, ActorKind::Service, ActorKind::Automation, ActorKind::Anonymous]),
         prop::option::of(garbage_string()),
     )
-        .prop_map(|(id, kind, display_name)| Actor { id, kind, display_name })
+        .prop_map(|(id, kind, display_name)| Actor { display_name, ..Actor::new(&id, kind) })
 }
 
 fn garbage_list() -> impl Strategy<Value = Vec<String>> {

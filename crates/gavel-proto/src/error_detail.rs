@@ -76,19 +76,27 @@ pub fn domain_status(
         problems,
         retry_after_ms,
         leader_hint,
+        ..ErrorDetail::default()
     };
+    detail_status(code, detail)
+}
+
+/// Builds an error status from a whole [`ErrorDetail`], for refusals that
+/// carry more than [`domain_status`] takes (the approval status of a refused
+/// decide or consume). The status message is `detail.message`.
+pub fn detail_status(code: Code, detail: ErrorDetail) -> Status {
     let envelope = RpcStatus {
         code: i32::from(code),
-        message: message.to_owned(),
+        message: detail.message.clone(),
         details: vec![prost_types::Any { type_url: ERROR_DETAIL_TYPE_URL.to_owned(), value: detail.encode_to_vec() }],
     };
     let mut metadata = MetadataMap::new();
     // Domain codes are upper snake case ASCII and always make a valid header
     // value; should one ever not, it still travels in the details.
-    if let Ok(value) = MetadataValue::try_from(domain_code) {
+    if let Ok(value) = MetadataValue::try_from(detail.code.as_str()) {
         metadata.insert(ERROR_CODE_METADATA_KEY, value);
     }
-    Status::with_details_and_metadata(code, message, Bytes::from(envelope.encode_to_vec()), metadata)
+    Status::with_details_and_metadata(code, detail.message, Bytes::from(envelope.encode_to_vec()), metadata)
 }
 
 /// Reads the [`ErrorDetail`] from a status's details; `None` when the status
@@ -145,8 +153,32 @@ mod tests {
                 problems: vec!["first problem".to_owned(), "second problem".to_owned()],
                 retry_after_ms: Some(150),
                 leader_hint: Some("10.0.0.2:7000".to_owned()),
+                ..ErrorDetail::default()
             })
         );
+    }
+
+    #[test]
+    fn the_approval_status_and_consumer_of_a_refusal_survive_the_trailer_encoding() {
+        let sent = detail_status(
+            Code::FailedPrecondition,
+            ErrorDetail {
+                code: "FAILED_PRECONDITION".to_owned(),
+                message: "approval a1 cannot be consumed (status: consumed, consumed by e1)".to_owned(),
+                approval_status: Some(crate::v1::ApprovalStatus::Consumed as i32),
+                consumed_by_execution_id: Some("e1".to_owned()),
+                ..ErrorDetail::default()
+            },
+        );
+
+        let received = over_the_wire(sent);
+
+        assert_eq!(received.code(), Code::FailedPrecondition);
+        assert_eq!(received.message(), "approval a1 cannot be consumed (status: consumed, consumed by e1)");
+        let detail = read_error_detail(&received).expect("details hold an ErrorDetail");
+        assert_eq!(detail.approval_status(), crate::v1::ApprovalStatus::Consumed);
+        assert_eq!(detail.consumed_by_execution_id.as_deref(), Some("e1"));
+        assert_eq!(read_domain_code(&received).as_deref(), Some("FAILED_PRECONDITION"));
     }
 
     #[test]

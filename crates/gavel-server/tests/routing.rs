@@ -102,7 +102,7 @@ fn submit(request_id: &str) -> pb::SubmitRequest {
         request_id: request_id.to_string(),
         capability_id: "docs.read".to_string(),
         input_json: "{}".to_string(),
-        actor: Some(pb::Actor { id: "alice".to_string(), kind: pb::ActorKind::User as i32, display_name: None }),
+        actor: Some(pb::Actor { id: "alice".to_string(), kind: pb::ActorKind::User as i32, ..pb::Actor::default() }),
         surface: "routing-test".to_string(),
         ..pb::SubmitRequest::default()
     }

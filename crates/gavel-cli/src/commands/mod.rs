@@ -142,7 +142,7 @@ impl GlobalArgs {
             return None;
         }
         let id = std::env::var("USER").ok().filter(|user| !user.is_empty()).unwrap_or_else(|| "cli".to_string());
-        Some(pb::Actor { id, kind: pb::ActorKind::User as i32, display_name: None })
+        Some(pb::Actor { id, kind: pb::ActorKind::User as i32, ..pb::Actor::default() })
     }
 }
 
@@ -168,7 +168,7 @@ pub fn parse_actor(text: &str) -> Result<pb::Actor, String> {
     if id.trim().is_empty() {
         return Err("the actor id is empty; write kind:id, as in user:alice".to_string());
     }
-    Ok(pb::Actor { id: id.to_string(), kind: kind as i32, display_name: None })
+    Ok(pb::Actor { id: id.to_string(), kind: kind as i32, ..pb::Actor::default() })
 }
 
 /// Why a command failed; each kind has its own exit code.

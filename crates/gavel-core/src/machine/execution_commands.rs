@@ -53,6 +53,7 @@ fn task(execution: &Execution, capability: &Capability, lease: Lease) -> Task {
         approver: execution.approver.clone(),
         correlation_id: execution.correlation_id.clone(),
         approval_id: execution.approval_id.clone(),
+        surface: execution.surface.clone(),
     }
 }
 

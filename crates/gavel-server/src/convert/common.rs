@@ -36,7 +36,12 @@ pub fn actor_in(field: &str, actor: Option<&pb::Actor>) -> Result<Actor, DomainE
             ))
         }
     };
-    Ok(Actor { id: actor.id.clone(), kind, display_name: actor.display_name.clone() })
+    Ok(Actor {
+        id: actor.id.clone(),
+        kind,
+        display_name: actor.display_name.clone(),
+        attributes: actor.attributes.clone(),
+    })
 }
 
 /// Decodes an actor that defaults to the authenticated caller: a missing
@@ -67,7 +72,12 @@ pub fn actor_out(actor: &Actor) -> pb::Actor {
         ActorKind::Automation => pb::ActorKind::Automation,
         ActorKind::Anonymous => pb::ActorKind::Anonymous,
     };
-    pb::Actor { id: actor.id.clone(), kind: kind as i32, display_name: actor.display_name.clone() }
+    pb::Actor {
+        id: actor.id.clone(),
+        kind: kind as i32,
+        display_name: actor.display_name.clone(),
+        attributes: actor.attributes.clone(),
+    }
 }
 
 /// Decodes a side effect; `None` for unspecified.

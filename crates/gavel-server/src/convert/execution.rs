@@ -195,6 +195,7 @@ pub fn task_out(task: &Task) -> pb::Task {
         approver: task.approver.as_ref().map(actor_out),
         correlation_id: task.correlation_id.clone(),
         approval_id: task.approval_id.clone(),
+        surface: task.surface.clone(),
     }
 }
 

@@ -231,6 +231,13 @@ impl AuditService for Audit {
             .await?;
         Ok(Response::new(pb::GetEventResponse { event }))
     }
+
+    async fn record_event(
+        &self,
+        _request: Request<pb::RecordEventRequest>,
+    ) -> Result<Response<pb::RecordEventResponse>, Status> {
+        Err(Status::unimplemented("AuditService.RecordEvent is not implemented yet"))
+    }
 }
 
 #[cfg(test)]
