@@ -28,8 +28,8 @@ let coordinators: GavelApprovalCoordinator[];
 let coordinator: GavelApprovalCoordinator;
 const run = randomUUID().slice(0, 8);
 
-const alice = { id: "user:alice", kind: "user" as const, displayName: "Alice" };
-const bob = { id: "user:bob", kind: "user" as const };
+const alice = { id: "user:alice", kind: "user" as const, displayName: "Alice", attributes: { tenant: "acme", role: "agent" } };
+const bob = { id: "user:bob", kind: "user" as const, attributes: { team: "finance" } };
 const carol = { id: "user:carol", kind: "user" as const, displayName: "Carol" };
 
 let serial = 0;
@@ -81,6 +81,13 @@ describe("ApprovalCoordinator contract on Gavel", () => {
     const created = await coordinator.create(sent);
     assert.deepEqual(created, { ...sent, status: "pending" });
     assert.deepEqual(await coordinator.get(sent.id), created);
+  });
+
+  test("actor attributes must be strings, refused before anything is stored", async () => {
+    const sent = request({ actor: { ...alice, attributes: { roles: ["admin"] } } });
+    const error = await rejection(coordinator.create(sent));
+    assert.match(error.message, /actor\.attributes\.roles must be a string/);
+    assert.equal(await coordinator.get(sent.id), null);
   });
 
   test("records are detached copies", async () => {

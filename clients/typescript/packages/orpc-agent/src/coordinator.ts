@@ -106,21 +106,43 @@ export function isWellFormedActor(value: unknown): value is Actor {
   );
 }
 
+/**
+ * Problems with an actor's attributes: Gavel stores them as a string map, so
+ * every value must be a string (orpc-agent allows any value; a non-string is
+ * refused here, before anything is sent, rather than silently changed).
+ */
+export function attributeProblems(actor: Actor, name: string): string[] {
+  if (actor.attributes === undefined) {
+    return [];
+  }
+  return Object.entries(actor.attributes)
+    .filter(([, value]) => typeof value !== "string")
+    .map(([key]) => `${name}.attributes.${key} must be a string (Gavel stores actor attributes as strings)`);
+}
+
 /** The proto actor of an orpc-agent actor. */
 export function toPbActor(actor: Actor): PbActor {
+  const attributes: Record<string, string> = {};
+  for (const [key, value] of Object.entries(actor.attributes ?? {})) {
+    attributes[key] = typeof value === "string" ? value : JSON.stringify(value);
+  }
   return {
     $typeName: "gavel.v1.Actor",
     id: actor.id,
     kind: ACTOR_KINDS[actor.kind] ?? PbActorKind.UNSPECIFIED,
     displayName: actor.displayName,
+    attributes,
   };
 }
 
-/** The orpc-agent actor of a proto actor. */
+/** The orpc-agent actor of a proto actor (attributes only when there are some). */
 export function fromPbActor(actor: PbActor | undefined): Actor {
   const out: Actor = { id: actor?.id ?? "", kind: ACTOR_KIND_NAMES.get(actor?.kind ?? 0) ?? "anonymous" };
   if (actor?.displayName !== undefined) {
     out.displayName = actor.displayName;
+  }
+  if (actor !== undefined && Object.keys(actor.attributes).length > 0) {
+    out.attributes = { ...actor.attributes };
   }
   return out;
 }
@@ -171,12 +193,13 @@ function refusal(message: string, cause?: unknown): Error {
  * `... (status: <s>[, consumed by <exe>])`.
  */
 function refusedState(error: GavelError): { status: string; consumedBy?: string } | undefined {
-  const detail = error.detail as (GavelError["detail"] & { currentStatus?: unknown; consumedByExecutionId?: unknown }) | undefined;
-  if (detail !== undefined && typeof detail.currentStatus === "number" && detail.currentStatus !== 0) {
-    const status = STATUS_NAMES.get(detail.currentStatus as PbStatus);
+  const detail = error.detail;
+  if (detail?.approvalStatus !== undefined && detail.approvalStatus !== PbStatus.UNSPECIFIED) {
+    const status = STATUS_NAMES.get(detail.approvalStatus);
     if (status !== undefined) {
-      const consumedBy = typeof detail.consumedByExecutionId === "string" ? detail.consumedByExecutionId : undefined;
-      return consumedBy ? { status, consumedBy } : { status };
+      return detail.consumedByExecutionId !== undefined
+        ? { status, consumedBy: detail.consumedByExecutionId }
+        : { status };
     }
   }
   const match = (detail?.message ?? error.message).match(/\(status: ([a-z]+)(?:, consumed by (.+))?\)\s*$/);
@@ -198,6 +221,7 @@ function requestProblems(request: ApprovalRequest): string[] {
     problems.push("capabilityId must be a non-empty string");
   if (typeof request.surface !== "string") problems.push("surface must be a string");
   if (!isWellFormedActor(request.actor)) problems.push("actor must be a well-formed actor");
+  else problems.push(...attributeProblems(request.actor, "actor"));
   if (typeof request.inputHash !== "string" || !/^[0-9a-f]{64}$/.test(request.inputHash))
     problems.push("inputHash must be 64 lower-case hex digits");
   if (!Array.isArray(request.reasons) || !request.reasons.every((reason) => typeof reason === "string"))
@@ -277,6 +301,10 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
       }
       if (!isWellFormedActor(decision.approver)) {
         throw refusal("Decision approver must be a well-formed actor");
+      }
+      const approverProblems = attributeProblems(decision.approver, "approver");
+      if (approverProblems.length > 0) {
+        throw refusal(`Invalid decision: ${approverProblems.join("; ")}`);
       }
       if (decision.comment !== undefined && typeof decision.comment !== "string") {
         throw refusal("Decision comment must be a string");

@@ -7,9 +7,13 @@ export {
   type GavelApprovalCoordinator,
   type GavelApprovalCoordinatorOptions,
   createGavelApprovalCoordinator,
+  attributeProblems,
   fromPbActor,
   isWellFormedActor,
   toPbActor,
   toRecord,
 } from "./coordinator.js";
 export { inputHash, canonicalJson } from "@gavel/client";
+export { type GavelAuditSinkOptions, MAX_PAYLOAD_BYTES, createGavelAuditSink } from "./audit.js";
+export { type SyncOptions, type SyncReport, type UnmappedField, syncCapabilities, toCapabilitySpec } from "./capabilities.js";
+export { type GavelAgentContext, type GavelWorkerOptions, createGavelWorker, toHandlerError } from "./worker.js";

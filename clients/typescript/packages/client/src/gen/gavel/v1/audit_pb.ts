@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/audit.proto.
  */
 export const file_gavel_v1_audit: GenFile = /*@__PURE__*/
-  fileDesc("ChRnYXZlbC92MS9hdWRpdC5wcm90bxIIZ2F2ZWwudjEiygYKBUV2ZW50Eg4KBmN1cnNvchgBIAEoBBIMCgR0eXBlGAIgASgJEhQKDHRpbWVzdGFtcF9tcxgDIAEoAxIeCgVhY3RvchgEIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhkKDGV4ZWN1dGlvbl9pZBgFIAEoCUgAiAEBEhoKDWNhcGFiaWxpdHlfaWQYBiABKAlIAYgBARIYCgthcHByb3ZhbF9pZBgHIAEoCUgCiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAggASgJSAOIAQESFwoKaW5wdXRfaGFzaBgJIAEoCUgEiAEBEhQKB2F0dGVtcHQYCiABKA1IBYgBARIVCghsZWFzZV9pZBgLIAEoBEgGiAEBEhYKCXdvcmtlcl9pZBgMIAEoCUgHiAEBEhEKBGNvZGUYDSABKAlICIgBARIWCglyZXRyeWFibGUYDiABKAhICYgBARIYCgtkdXJhdGlvbl9tcxgPIAEoBEgKiAEBEhUKCGF0dGVtcHRzGBAgASgNSAuIAQESIAoTcHJldmlvdXNfZXJyb3JfY29kZRgRIAEoCUgMiAEBEkUKF2V4ZWN1dGVkX2JlZm9yZV9mYWlsdXJlGBIgASgOMh8uZ2F2ZWwudjEuRXhlY3V0ZWRCZWZvcmVGYWlsdXJlSA2IAQESFgoJcHJpbmNpcGFsGBMgASgJSA6IAQESHgoRc3ViamVjdF9wcmluY2lwYWwYFCABKAlID4gBARISCgVncmFudBgVIAEoCUgQiAEBQg8KDV9leGVjdXRpb25faWRCEAoOX2NhcGFiaWxpdHlfaWRCDgoMX2FwcHJvdmFsX2lkQhEKD19jb3JyZWxhdGlvbl9pZEINCgtfaW5wdXRfaGFzaEIKCghfYXR0ZW1wdEILCglfbGVhc2VfaWRCDAoKX3dvcmtlcl9pZEIHCgVfY29kZUIMCgpfcmV0cnlhYmxlQg4KDF9kdXJhdGlvbl9tc0ILCglfYXR0ZW1wdHNCFgoUX3ByZXZpb3VzX2Vycm9yX2NvZGVCGgoYX2V4ZWN1dGVkX2JlZm9yZV9mYWlsdXJlQgwKCl9wcmluY2lwYWxCFAoSX3N1YmplY3RfcHJpbmNpcGFsQggKBl9ncmFudCJWChJXYXRjaEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEhkKDGV4ZWN1dGlvbl9pZBgCIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiZAoRTGlzdEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEg0KBWxpbWl0GAIgASgNEhkKDGV4ZWN1dGlvbl9pZBgDIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiSgoSTGlzdEV2ZW50c1Jlc3BvbnNlEh8KBmV2ZW50cxgBIAMoCzIPLmdhdmVsLnYxLkV2ZW50EhMKC2xhc3RfY3Vyc29yGAIgASgEIiEKD0dldEV2ZW50UmVxdWVzdBIOCgZjdXJzb3IYASABKAQiMgoQR2V0RXZlbnRSZXNwb25zZRIeCgVldmVudBgBIAEoCzIPLmdhdmVsLnYxLkV2ZW50MtoBCgxBdWRpdFNlcnZpY2USPgoLV2F0Y2hFdmVudHMSHC5nYXZlbC52MS5XYXRjaEV2ZW50c1JlcXVlc3QaDy5nYXZlbC52MS5FdmVudDABEkcKCkxpc3RFdmVudHMSGy5nYXZlbC52MS5MaXN0RXZlbnRzUmVxdWVzdBocLmdhdmVsLnYxLkxpc3RFdmVudHNSZXNwb25zZRJBCghHZXRFdmVudBIZLmdhdmVsLnYxLkdldEV2ZW50UmVxdWVzdBoaLmdhdmVsLnYxLkdldEV2ZW50UmVzcG9uc2ViBnByb3RvMw", [file_gavel_v1_common]);
+  fileDesc("ChRnYXZlbC92MS9hdWRpdC5wcm90bxIIZ2F2ZWwudjEi/wcKBUV2ZW50Eg4KBmN1cnNvchgBIAEoBBIMCgR0eXBlGAIgASgJEhQKDHRpbWVzdGFtcF9tcxgDIAEoAxIeCgVhY3RvchgEIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhkKDGV4ZWN1dGlvbl9pZBgFIAEoCUgAiAEBEhoKDWNhcGFiaWxpdHlfaWQYBiABKAlIAYgBARIYCgthcHByb3ZhbF9pZBgHIAEoCUgCiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAggASgJSAOIAQESFwoKaW5wdXRfaGFzaBgJIAEoCUgEiAEBEhQKB2F0dGVtcHQYCiABKA1IBYgBARIVCghsZWFzZV9pZBgLIAEoBEgGiAEBEhYKCXdvcmtlcl9pZBgMIAEoCUgHiAEBEhEKBGNvZGUYDSABKAlICIgBARIWCglyZXRyeWFibGUYDiABKAhICYgBARIYCgtkdXJhdGlvbl9tcxgPIAEoBEgKiAEBEhUKCGF0dGVtcHRzGBAgASgNSAuIAQESIAoTcHJldmlvdXNfZXJyb3JfY29kZRgRIAEoCUgMiAEBEkUKF2V4ZWN1dGVkX2JlZm9yZV9mYWlsdXJlGBIgASgOMh8uZ2F2ZWwudjEuRXhlY3V0ZWRCZWZvcmVGYWlsdXJlSA2IAQESFgoJcHJpbmNpcGFsGBMgASgJSA6IAQESHgoRc3ViamVjdF9wcmluY2lwYWwYFCABKAlID4gBARISCgVncmFudBgVIAEoCUgQiAEBEh8KF3JlY29yZGVkX2J5X2FwcGxpY2F0aW9uGBYgASgIEhkKDHBheWxvYWRfanNvbhgXIAEoCUgRiAEBEjMKCmF0dHJpYnV0ZXMYGCADKAsyHy5nYXZlbC52MS5FdmVudC5BdHRyaWJ1dGVzRW50cnkaMQoPQXR0cmlidXRlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX2V4ZWN1dGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIOCgxfYXBwcm92YWxfaWRCEQoPX2NvcnJlbGF0aW9uX2lkQg0KC19pbnB1dF9oYXNoQgoKCF9hdHRlbXB0QgsKCV9sZWFzZV9pZEIMCgpfd29ya2VyX2lkQgcKBV9jb2RlQgwKCl9yZXRyeWFibGVCDgoMX2R1cmF0aW9uX21zQgsKCV9hdHRlbXB0c0IWChRfcHJldmlvdXNfZXJyb3JfY29kZUIaChhfZXhlY3V0ZWRfYmVmb3JlX2ZhaWx1cmVCDAoKX3ByaW5jaXBhbEIUChJfc3ViamVjdF9wcmluY2lwYWxCCAoGX2dyYW50Qg8KDV9wYXlsb2FkX2pzb24iqwMKElJlY29yZEV2ZW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSHgoFYWN0b3IYAyABKAsyDy5nYXZlbC52MS5BY3RvchIZCgxleGVjdXRpb25faWQYBCABKAlIAIgBARIYCgthcHByb3ZhbF9pZBgFIAEoCUgBiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAYgASgJSAKIAQESGgoNY2FwYWJpbGl0eV9pZBgHIAEoCUgDiAEBEhkKDHBheWxvYWRfanNvbhgIIAEoCUgEiAEBEkAKCmF0dHJpYnV0ZXMYCSADKAsyLC5nYXZlbC52MS5SZWNvcmRFdmVudFJlcXVlc3QuQXR0cmlidXRlc0VudHJ5GjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg8KDV9leGVjdXRpb25faWRCDgoMX2FwcHJvdmFsX2lkQhEKD19jb3JyZWxhdGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIPCg1fcGF5bG9hZF9qc29uIjUKE1JlY29yZEV2ZW50UmVzcG9uc2USHgoFZXZlbnQYASABKAsyDy5nYXZlbC52MS5FdmVudCJWChJXYXRjaEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEhkKDGV4ZWN1dGlvbl9pZBgCIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiZAoRTGlzdEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEg0KBWxpbWl0GAIgASgNEhkKDGV4ZWN1dGlvbl9pZBgDIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiSgoSTGlzdEV2ZW50c1Jlc3BvbnNlEh8KBmV2ZW50cxgBIAMoCzIPLmdhdmVsLnYxLkV2ZW50EhMKC2xhc3RfY3Vyc29yGAIgASgEIiEKD0dldEV2ZW50UmVxdWVzdBIOCgZjdXJzb3IYASABKAQiMgoQR2V0RXZlbnRSZXNwb25zZRIeCgVldmVudBgBIAEoCzIPLmdhdmVsLnYxLkV2ZW50MqYCCgxBdWRpdFNlcnZpY2USPgoLV2F0Y2hFdmVudHMSHC5nYXZlbC52MS5XYXRjaEV2ZW50c1JlcXVlc3QaDy5nYXZlbC52MS5FdmVudDABEkcKCkxpc3RFdmVudHMSGy5nYXZlbC52MS5MaXN0RXZlbnRzUmVxdWVzdBocLmdhdmVsLnYxLkxpc3RFdmVudHNSZXNwb25zZRJBCghHZXRFdmVudBIZLmdhdmVsLnYxLkdldEV2ZW50UmVxdWVzdBoaLmdhdmVsLnYxLkdldEV2ZW50UmVzcG9uc2USSgoLUmVjb3JkRXZlbnQSHC5nYXZlbC52MS5SZWNvcmRFdmVudFJlcXVlc3QaHS5nYXZlbC52MS5SZWNvcmRFdmVudFJlc3BvbnNlYgZwcm90bzM", [file_gavel_v1_common]);
 
 /**
  * One audit event. Events carry hashes, ids and codes, never raw inputs or
@@ -37,8 +37,9 @@ export type Event = Message<"gavel.v1.Event"> & {
    * capability.approved, capability.rejected, approval.consumed,
    * capability.started, capability.retried, lease.expired,
    * capability.completed, capability.failed, capability.cancelled,
-   * lease.late_report_rejected, access.granted or access.revoked. Clients
-   * should ignore types they do not know.
+   * lease.late_report_rejected, access.granted or access.revoked; or, when
+   * recorded_by_application is true, the type an application chose with
+   * RecordEvent. Clients should ignore types they do not know.
    *
    * @generated from field: string type = 2;
    */
@@ -183,6 +184,30 @@ export type Event = Message<"gavel.v1.Event"> & {
    * @generated from field: optional string grant = 21;
    */
   grant?: string | undefined;
+
+  /**
+   * True for an event an application appended with RecordEvent; its type,
+   * payload and attributes are the application's, and principal names who
+   * recorded it. False for every event Gavel writes itself.
+   *
+   * @generated from field: bool recorded_by_application = 22;
+   */
+  recordedByApplication: boolean;
+
+  /**
+   * Payload of an application event, as canonical JSON text; Gavel's own
+   * events never carry one.
+   *
+   * @generated from field: optional string payload_json = 23;
+   */
+  payloadJson?: string | undefined;
+
+  /**
+   * Attributes of an application event; empty for Gavel's own events.
+   *
+   * @generated from field: map<string, string> attributes = 24;
+   */
+  attributes: { [key: string]: string };
 };
 
 /**
@@ -191,6 +216,110 @@ export type Event = Message<"gavel.v1.Event"> & {
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
   messageDesc(file_gavel_v1_audit, 0);
+
+/**
+ * Request of AuditService.RecordEvent.
+ *
+ * @generated from message gavel.v1.RecordEventRequest
+ */
+export type RecordEventRequest = Message<"gavel.v1.RecordEventRequest"> & {
+  /**
+   * Optional idempotency token; empty means none. A retry with the same
+   * request_id gets the first event back instead of appending a second.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * The event type: 1 to 64 bytes of lower-case ASCII letters, digits and
+   * . _ -, starting with a letter, such as "policy.denied". The types Gavel
+   * writes itself (see Event.type) are refused.
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * Who caused the event; defaults to the authenticated caller. Naming
+   * another actor needs the act-for grant. Its attributes are not stored.
+   *
+   * @generated from field: gavel.v1.Actor actor = 3;
+   */
+  actor?: Actor | undefined;
+
+  /**
+   * Execution the event is about; the event is then also listed by
+   * ListExecutionEvents and WatchEvents filtered on it. It need not exist.
+   *
+   * @generated from field: optional string execution_id = 4;
+   */
+  executionId?: string | undefined;
+
+  /**
+   * Approval the event is about.
+   *
+   * @generated from field: optional string approval_id = 5;
+   */
+  approvalId?: string | undefined;
+
+  /**
+   * Application correlation id.
+   *
+   * @generated from field: optional string correlation_id = 6;
+   */
+  correlationId?: string | undefined;
+
+  /**
+   * Capability the event is about.
+   *
+   * @generated from field: optional string capability_id = 7;
+   */
+  capabilityId?: string | undefined;
+
+  /**
+   * Application payload, as JSON text of at most 16384 bytes; stored as
+   * canonical JSON.
+   *
+   * @generated from field: optional string payload_json = 8;
+   */
+  payloadJson?: string | undefined;
+
+  /**
+   * Application attributes, with the same bounds as Actor.attributes.
+   *
+   * @generated from field: map<string, string> attributes = 9;
+   */
+  attributes: { [key: string]: string };
+};
+
+/**
+ * Describes the message gavel.v1.RecordEventRequest.
+ * Use `create(RecordEventRequestSchema)` to create a new message.
+ */
+export const RecordEventRequestSchema: GenMessage<RecordEventRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 1);
+
+/**
+ * Response of AuditService.RecordEvent.
+ *
+ * @generated from message gavel.v1.RecordEventResponse
+ */
+export type RecordEventResponse = Message<"gavel.v1.RecordEventResponse"> & {
+  /**
+   * The event as recorded, with its cursor.
+   *
+   * @generated from field: gavel.v1.Event event = 1;
+   */
+  event?: Event | undefined;
+};
+
+/**
+ * Describes the message gavel.v1.RecordEventResponse.
+ * Use `create(RecordEventResponseSchema)` to create a new message.
+ */
+export const RecordEventResponseSchema: GenMessage<RecordEventResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 2);
 
 /**
  * Request of AuditService.WatchEvents.
@@ -218,7 +347,7 @@ export type WatchEventsRequest = Message<"gavel.v1.WatchEventsRequest"> & {
  * Use `create(WatchEventsRequestSchema)` to create a new message.
  */
 export const WatchEventsRequestSchema: GenMessage<WatchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_audit, 1);
+  messageDesc(file_gavel_v1_audit, 3);
 
 /**
  * Request of AuditService.ListEvents.
@@ -254,7 +383,7 @@ export type ListEventsRequest = Message<"gavel.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_audit, 2);
+  messageDesc(file_gavel_v1_audit, 4);
 
 /**
  * Response of AuditService.ListEvents.
@@ -283,7 +412,7 @@ export type ListEventsResponse = Message<"gavel.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_audit, 3);
+  messageDesc(file_gavel_v1_audit, 5);
 
 /**
  * Request of AuditService.GetEvent.
@@ -304,7 +433,7 @@ export type GetEventRequest = Message<"gavel.v1.GetEventRequest"> & {
  * Use `create(GetEventRequestSchema)` to create a new message.
  */
 export const GetEventRequestSchema: GenMessage<GetEventRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_audit, 4);
+  messageDesc(file_gavel_v1_audit, 6);
 
 /**
  * Response of AuditService.GetEvent.
@@ -325,10 +454,11 @@ export type GetEventResponse = Message<"gavel.v1.GetEventResponse"> & {
  * Use `create(GetEventResponseSchema)` to create a new message.
  */
 export const GetEventResponseSchema: GenMessage<GetEventResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_audit, 5);
+  messageDesc(file_gavel_v1_audit, 7);
 
 /**
- * Reads and follows the audit trail.
+ * Reads and follows the audit trail, and lets applications append their own
+ * events to it.
  *
  * @generated from service gavel.v1.AuditService
  */
@@ -367,6 +497,22 @@ export const AuditService: GenService<{
     methodKind: "unary";
     input: typeof GetEventRequestSchema;
     output: typeof GetEventResponseSchema;
+  },
+  /**
+   * Appends an application event (for example a policy denial or a discovered
+   * capability) to the replicated trail, through the log like every other
+   * event; it then appears in WatchEvents, ListEvents and GetEvent with
+   * recorded_by_application set and principal naming the caller. Needs the
+   * submitter grant (naming an actor other than the caller also needs
+   * act-for). Bad input is INVALID_ARGUMENT; a type Gavel writes itself is
+   * refused.
+   *
+   * @generated from rpc gavel.v1.AuditService.RecordEvent
+   */
+  recordEvent: {
+    methodKind: "unary";
+    input: typeof RecordEventRequestSchema;
+    output: typeof RecordEventResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_gavel_v1_audit, 0);

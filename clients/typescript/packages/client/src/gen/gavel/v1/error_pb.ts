@@ -6,13 +6,15 @@
 
 import type { GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
+import type { ApprovalStatus } from "./approval_pb.js";
+import { file_gavel_v1_approval } from "./approval_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file gavel/v1/error.proto.
  */
 export const file_gavel_v1_error: GenFile = /*@__PURE__*/
-  fileDesc("ChRnYXZlbC92MS9lcnJvci5wcm90bxIIZ2F2ZWwudjEimAEKC0Vycm9yRGV0YWlsEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIQCghwcm9ibGVtcxgDIAMoCRIbCg5yZXRyeV9hZnRlcl9tcxgEIAEoBEgAiAEBEhgKC2xlYWRlcl9oaW50GAUgASgJSAGIAQFCEQoPX3JldHJ5X2FmdGVyX21zQg4KDF9sZWFkZXJfaGludGIGcHJvdG8z");
+  fileDesc("ChRnYXZlbC92MS9lcnJvci5wcm90bxIIZ2F2ZWwudjEiqAIKC0Vycm9yRGV0YWlsEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIQCghwcm9ibGVtcxgDIAMoCRIbCg5yZXRyeV9hZnRlcl9tcxgEIAEoBEgAiAEBEhgKC2xlYWRlcl9oaW50GAUgASgJSAGIAQESNgoPYXBwcm92YWxfc3RhdHVzGAYgASgOMhguZ2F2ZWwudjEuQXBwcm92YWxTdGF0dXNIAogBARIlChhjb25zdW1lZF9ieV9leGVjdXRpb25faWQYByABKAlIA4gBAUIRCg9fcmV0cnlfYWZ0ZXJfbXNCDgoMX2xlYWRlcl9oaW50QhIKEF9hcHByb3ZhbF9zdGF0dXNCGwoZX2NvbnN1bWVkX2J5X2V4ZWN1dGlvbl9pZGIGcHJvdG8z", [file_gavel_v1_approval]);
 
 /**
  * Machine-readable description of a failed call. A client finds it in two
@@ -72,6 +74,22 @@ export type ErrorDetail = Message<"gavel.v1.ErrorDetail"> & {
    * @generated from field: optional string leader_hint = 5;
    */
   leaderHint?: string | undefined;
+
+  /**
+   * For a decide, cancel or consume refused because of the approval's state
+   * (FAILED_PRECONDITION): the approval's status when it was refused, expiry
+   * included, so a client can say why without reading the record again.
+   *
+   * @generated from field: optional gavel.v1.ApprovalStatus approval_status = 6;
+   */
+  approvalStatus?: ApprovalStatus | undefined;
+
+  /**
+   * With approval_status CONSUMED: the execution that consumed the approval.
+   *
+   * @generated from field: optional string consumed_by_execution_id = 7;
+   */
+  consumedByExecutionId?: string | undefined;
 };
 
 /**
