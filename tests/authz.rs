@@ -85,6 +85,7 @@ enum Rpc {
     WatchEvents,
     ListEvents,
     GetEvent,
+    RecordEvent,
     Status,
     AddLearner,
     Promote,
@@ -145,6 +146,7 @@ const TABLE: &[Row] = &[
     row(Rpc::WatchEvents, Allowed::AnyOf(&[Auditor]), false, false),
     row(Rpc::ListEvents, Allowed::AnyOf(&[Auditor]), false, true),
     row(Rpc::GetEvent, Allowed::AnyOf(&[Auditor]), false, false),
+    row(Rpc::RecordEvent, Allowed::AnyOf(&[Submitter]), true, true),
     row(Rpc::Status, Allowed::Anyone, false, true),
     row(Rpc::AddLearner, Allowed::AnyOf(&[Admin]), true, false),
     row(Rpc::Promote, Allowed::AnyOf(&[Admin]), true, false),
@@ -655,6 +657,14 @@ impl World {
             Rpc::GetEvent => {
                 let answer = AuditServiceClient::new(channel).get_event(pb::GetEventRequest { cursor: 1 }).await?;
                 found(answer.into_inner().event, "audit event 1")
+            }
+            Rpc::RecordEvent => {
+                let request = pb::RecordEventRequest {
+                    request_id,
+                    r#type: "authz.recorded".into(),
+                    ..pb::RecordEventRequest::default()
+                };
+                done(AuditServiceClient::new(channel).record_event(request).await)
             }
             Rpc::Status => {
                 let request = pb::StatusRequest { without_state_hash: true };

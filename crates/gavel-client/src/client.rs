@@ -385,6 +385,8 @@ impl Client {
         read list_events, AuditServiceClient, pb::ListEventsRequest, pb::ListEventsResponse);
     rpc!(/// Reads the audit event at one cursor.
         read get_event, AuditServiceClient, pb::GetEventRequest, pb::GetEventResponse);
+    rpc!(/// Appends an application event (`policy.denied`, ...) to the audit trail (submitter).
+        mutating record_event, AuditServiceClient, pb::RecordEventRequest, pb::RecordEventResponse);
     rpc!(/// One node's view of the cluster (the preferred node's).
         read status, ClusterServiceClient, pb::StatusRequest, pb::StatusResponse);
     rpc!(/// Adds a learner.

@@ -1,6 +1,7 @@
 //! The SDK's error type.
 
 use gavel_proto::error_detail::read_error_detail;
+use gavel_proto::v1 as pb;
 
 /// Why a call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -17,6 +18,11 @@ pub enum Error {
         problems: Vec<String>,
         /// The gRPC status code it arrived with.
         status: tonic::Code,
+        /// For a decide, cancel or consume refused because of the
+        /// approval's state: its status then (expiry included).
+        approval_status: Option<pb::ApprovalStatus>,
+        /// With `approval_status` consumed: the execution that consumed it.
+        consumed_by_execution_id: Option<String>,
     },
     /// No node could serve the call within the retry budget (no leader,
     /// every node unreachable). The call may or may not have taken effect;
@@ -35,6 +41,23 @@ impl Error {
             Error::Domain { code, .. } => code,
             Error::Unavailable(_) => "UNAVAILABLE",
             Error::Config(_) => "CONFIG",
+        }
+    }
+
+    /// The approval's status a refused decide, cancel or consume reported
+    /// (why it was refused), if any.
+    pub fn approval_status(&self) -> Option<pb::ApprovalStatus> {
+        match self {
+            Error::Domain { approval_status, .. } => *approval_status,
+            _ => None,
+        }
+    }
+
+    /// The execution that consumed the approval, when a refusal says it was consumed.
+    pub fn consumed_by_execution_id(&self) -> Option<&str> {
+        match self {
+            Error::Domain { consumed_by_execution_id, .. } => consumed_by_execution_id.as_deref(),
+            _ => None,
         }
     }
 
@@ -58,6 +81,8 @@ impl Error {
                 message: format!("TLS with {endpoint} failed: {failure}"),
                 problems: Vec::new(),
                 status: tonic::Code::Unauthenticated,
+                approval_status: None,
+                consumed_by_execution_id: None,
             },
             None => Error::from_status(status),
         }
@@ -66,6 +91,12 @@ impl Error {
     pub(crate) fn from_status(status: &tonic::Status) -> Error {
         match read_error_detail(status) {
             Some(detail) => Error::Domain {
+                // An unknown status number (a newer server) reads as none.
+                approval_status: detail
+                    .approval_status
+                    .and_then(|value| pb::ApprovalStatus::try_from(value).ok())
+                    .filter(|status| *status != pb::ApprovalStatus::Unspecified),
+                consumed_by_execution_id: detail.consumed_by_execution_id,
                 code: detail.code,
                 message: detail.message,
                 problems: detail.problems,
@@ -76,6 +107,8 @@ impl Error {
                 message: status.message().to_string(),
                 problems: Vec::new(),
                 status: status.code(),
+                approval_status: None,
+                consumed_by_execution_id: None,
             },
         }
     }

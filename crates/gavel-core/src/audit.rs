@@ -132,10 +132,58 @@ pub enum EventKind {
         /// Which grant.
         grant: GrantName,
     },
+    /// An application's own event, appended with `RecordEvent`: its type,
+    /// payload and attributes are the application's; the event's principal
+    /// says who recorded it.
+    Recorded {
+        /// The type the application chose, e.g. `policy.denied`; never one of
+        /// [`GAVEL_EVENT_TYPES`].
+        event_type: String,
+        /// Canonical JSON payload, if any.
+        payload_json: Option<String>,
+        /// The application's attributes of the event.
+        attributes: BTreeMap<String, String>,
+    },
 }
 
+/// The type name of every event Gavel writes itself: an application may not
+/// record an event of one of these types, so a reader can trust them.
+pub const GAVEL_EVENT_TYPES: [&str; 16] = [
+    "capability.registered",
+    "capability.requested",
+    "capability.approval_requested",
+    "capability.approved",
+    "capability.rejected",
+    "approval.cancelled",
+    "approval.consumed",
+    "capability.started",
+    "capability.retried",
+    "lease.expired",
+    "capability.completed",
+    "capability.failed",
+    "capability.cancelled",
+    "lease.late_report_rejected",
+    "access.granted",
+    "access.revoked",
+];
+
+/// What [`EventKind::type_name`] names an application event by; its own
+/// type is [`EventKind::event_type`].
+pub const APPLICATION_EVENT_TYPE_NAME: &str = "application.recorded";
+
 impl EventKind {
-    /// The dotted type name of SPEC §5 (`capability.started`, ...).
+    /// The type a reader sees (`Event.type` on the wire): [`EventKind::type_name`]
+    /// for Gavel's events, the application's chosen type for a recorded one.
+    pub fn event_type(&self) -> &str {
+        match self {
+            EventKind::Recorded { event_type, .. } => event_type,
+            other => other.type_name(),
+        }
+    }
+
+    /// The dotted type name of SPEC §5 (`capability.started`, ...); one of
+    /// [`GAVEL_EVENT_TYPES`], or [`APPLICATION_EVENT_TYPE_NAME`] for an
+    /// application's event.
     pub fn type_name(&self) -> &'static str {
         match self {
             EventKind::CapabilityRegistered { .. } => "capability.registered",
@@ -154,6 +202,7 @@ impl EventKind {
             EventKind::LateReportRejected { .. } => "lease.late_report_rejected",
             EventKind::AccessGranted { .. } => "access.granted",
             EventKind::AccessRevoked { .. } => "access.revoked",
+            EventKind::Recorded { .. } => APPLICATION_EVENT_TYPE_NAME,
         }
     }
 }

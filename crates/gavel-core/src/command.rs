@@ -1,8 +1,11 @@
 //! Commands the leader proposes, and the replies the state machine returns.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Caller, Grant, GrantName, Principal};
+use crate::audit::Event;
 use crate::error::DomainError;
 use crate::model::{Actor, Approval, ApprovalStatus, Capability, Execution, Lease, ReportOutcome, Risk, SideEffect};
 
@@ -116,6 +119,9 @@ pub enum Command {
         /// Which grant.
         name: GrantName,
     },
+    /// Append an application's own event to the audit trail
+    /// (`AuditService.RecordEvent`).
+    RecordEvent(RecordEvent),
     /// Name the first admin of a secured cluster, like etcd's root user.
     /// Proposed by the bootstrapping node; accepted only while no admin
     /// exists, and a repeat naming the same admin changes nothing.
@@ -248,6 +254,28 @@ pub struct Submit {
     pub correlation_id: Option<String>,
 }
 
+/// An application event to append to the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordEvent {
+    /// The application's event type (`policy.denied`), bounded by
+    /// [`crate::limits::APP_EVENT_TYPE_BYTES_MAX`]; not one of Gavel's own.
+    pub event_type: String,
+    /// Who caused it (the caller, unless it may act for another).
+    pub actor: Actor,
+    /// Execution it is about; it need not exist.
+    pub execution_id: Option<String>,
+    /// Approval it is about.
+    pub approval_id: Option<String>,
+    /// Application correlation id.
+    pub correlation_id: Option<String>,
+    /// Capability it is about.
+    pub capability_id: Option<String>,
+    /// JSON payload, bounded by [`crate::limits::APP_EVENT_PAYLOAD_BYTES_MAX`].
+    pub payload_json: Option<String>,
+    /// The application's attributes of the event.
+    pub attributes: BTreeMap<String, String>,
+}
+
 /// A leased unit of work handed to a worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
@@ -322,6 +350,8 @@ pub enum Reply {
         /// Records dropped by retention.
         records_compacted: u32,
     },
+    /// The event a `RecordEvent` appended.
+    Event(Event),
     /// A principal's grants after a `Grant`, `Revoke` or `BootstrapAdmin`.
     Grants {
         /// Whose grants.

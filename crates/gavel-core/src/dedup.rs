@@ -166,6 +166,7 @@ pub(crate) enum RememberedReply {
     Reported { execution_id: String, retry_scheduled: bool },
     Ticked { leases_expired: u32, backoffs_ended: u32, records_compacted: u32 },
     Grants { principal: Principal },
+    Event { cursor: u64 },
 }
 
 impl RememberedReply {
@@ -195,6 +196,7 @@ impl RememberedReply {
                 records_compacted: *records_compacted,
             },
             Reply::Grants { principal, .. } => RememberedReply::Grants { principal: principal.clone() },
+            Reply::Event(event) => RememberedReply::Event { cursor: event.cursor },
         }
     }
 }

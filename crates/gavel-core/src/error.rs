@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::ApprovalStatus;
+
 /// A stable, documented reason for refusing a request. The string form
 /// ([`ErrorCode::as_str`]) is the wire contract; never rename a variant's string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -130,17 +132,34 @@ pub struct DomainError {
     pub message: String,
     /// Every validation problem, when there were several.
     pub problems: Vec<String>,
+    /// For a decide, cancel or consume refused because of the approval's
+    /// state: that state, so a client can say why without a second read.
+    pub approval: Option<RefusedApproval>,
+}
+
+/// The state of the approval a refusal was about, when it was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedApproval {
+    /// Its status at the command's time, lazy expiry included.
+    pub status: ApprovalStatus,
+    /// The execution that consumed it, once consumed.
+    pub consumed_by_execution_id: Option<String>,
 }
 
 impl DomainError {
     /// A refusal with one message and no problem list.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        DomainError { code, message: message.into(), problems: Vec::new() }
+        DomainError { code, message: message.into(), problems: Vec::new(), approval: None }
     }
 
     /// A validation refusal listing every problem found.
     pub fn with_problems(code: ErrorCode, message: impl Into<String>, problems: Vec<String>) -> Self {
-        DomainError { code, message: message.into(), problems }
+        DomainError { code, message: message.into(), problems, approval: None }
+    }
+
+    /// This refusal, saying which state the approval it is about was in.
+    pub fn with_approval(self, approval: RefusedApproval) -> Self {
+        DomainError { approval: Some(approval), ..self }
     }
 
     /// `INVALID_ARGUMENT` with a message.

@@ -55,8 +55,9 @@ pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 pub use approvals::ApprovalFilter;
 pub use audit::{Event, EventKind};
 pub use command::{
-    ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, Reply, Retention, RetrySpec, Submit, Task,
+    ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, RecordEvent, Reply, Retention, RetrySpec,
+    Submit, Task,
 };
-pub use error::{DomainError, ErrorClass, ErrorCode};
+pub use error::{DomainError, ErrorClass, ErrorCode, RefusedApproval};
 pub use machine::{SnapshotError, State, StateCounts};
 pub use model::*;

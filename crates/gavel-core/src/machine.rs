@@ -26,7 +26,7 @@ use crate::access::{Caller, Grant, Principal};
 use crate::approvals::{ApprovalFilter, Approvals};
 use crate::audit::{AuditLog, Event, EventKind, EventSubject};
 use crate::canonical_json::sha256_hex;
-use crate::command::{CapabilitySpec, Command, Envelope, Reply, Retention};
+use crate::command::{CapabilitySpec, Command, Envelope, RecordEvent, Reply, Retention};
 use crate::dedup::{DedupTable, RememberedReply};
 use crate::error::{DomainError, ErrorCode};
 use crate::executions::Executions;
@@ -202,6 +202,7 @@ impl State {
             Command::Grant { principal: subject, grant } => self.grant(subject, grant, principal),
             Command::Revoke { principal: subject, name } => self.revoke(subject, *name, principal),
             Command::BootstrapAdmin { admin } => self.bootstrap_admin(admin, principal),
+            Command::RecordEvent(event) => self.record_event(event, principal),
         };
         result.unwrap_or_else(Reply::Error)
     }
@@ -218,6 +219,31 @@ impl State {
                 Ok(capability.clone())
             }
         }
+    }
+
+    /// Appends an application's event, stamped with the recording principal
+    /// here already (as `apply` does for every event) so the reply shows it.
+    fn record_event(&mut self, event: &RecordEvent, principal: Option<&Principal>) -> Result<Reply, DomainError> {
+        let payload_json = crate::precheck::record_event(event)?;
+        let subject = EventSubject {
+            execution_id: event.execution_id.as_deref(),
+            capability_id: event.capability_id.as_deref(),
+            approval_id: event.approval_id.as_deref(),
+            correlation_id: event.correlation_id.as_deref(),
+            input_hash: None,
+        };
+        let kind = EventKind::Recorded {
+            event_type: event.event_type.clone(),
+            payload_json,
+            attributes: event.attributes.clone(),
+        };
+        let cursor = self.audit.next_cursor();
+        self.audit.record(kind, &event.actor, subject, self.clock_ms);
+        if let Some(principal) = principal {
+            self.audit.stamp_principal(cursor, principal);
+        }
+        let recorded = self.audit.event(cursor).expect("the event was just recorded");
+        Ok(Reply::Event(recorded.clone()))
     }
 
     /// Expires due leases, ends due backoffs and, on its cadence, compacts.

@@ -11,11 +11,12 @@
 //! clock, are left to `apply`.
 
 use crate::access::{Grant, GrantName, Principal, PrincipalKind};
-use crate::command::{CapabilitySpec, Command, CreateApproval, Submit};
+use crate::audit::GAVEL_EVENT_TYPES;
+use crate::command::{CapabilitySpec, Command, CreateApproval, RecordEvent, Submit};
 use crate::error::{DomainError, ErrorCode};
 use crate::limits::{
-    APPROVAL_EXPIRES_IN_MS_MAX, CLOCK_SKEW_MS_MAX, GRANT_SCOPE_ITEMS_MAX, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX,
-    POLL_TASKS_MAX,
+    APPROVAL_EXPIRES_IN_MS_MAX, APP_EVENT_PAYLOAD_BYTES_MAX, APP_EVENT_TYPE_BYTES_MAX, CLOCK_SKEW_MS_MAX,
+    GRANT_SCOPE_ITEMS_MAX, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX, POLL_TASKS_MAX,
 };
 use crate::model::{ApprovalStatus, ReportOutcome};
 use crate::registry::{resolve_capability, DEFAULT_APPROVAL_EXPIRES_IN_MS};
@@ -93,7 +94,48 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
                 None => Ok(()),
             }
         }
+        Command::RecordEvent(event) => record_event(event).map(drop),
         Command::Tick { .. } => Ok(()),
+    }
+}
+
+/// Checks an application event; returns its canonical payload. The type is
+/// 1 to [`APP_EVENT_TYPE_BYTES_MAX`] bytes of `[a-z0-9._-]` starting with a
+/// letter and not one of Gavel's own ([`GAVEL_EVENT_TYPES`]); the ids are
+/// checked like ids, the attributes like an actor's, the payload is JSON of
+/// at most [`APP_EVENT_PAYLOAD_BYTES_MAX`] bytes. All `INVALID_ARGUMENT`,
+/// except an ill-formed actor (`UNAUTHENTICATED`, as everywhere).
+pub(crate) fn record_event(event: &RecordEvent) -> Result<Option<String>, DomainError> {
+    let mut problems = Problems::new();
+    let event_type = &event.event_type;
+    let well_formed = event_type.starts_with(|c: char| c.is_ascii_lowercase())
+        && event_type.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'));
+    if event_type.len() > APP_EVENT_TYPE_BYTES_MAX {
+        problems.push(format!("type is {} bytes, over the limit of {APP_EVENT_TYPE_BYTES_MAX}", event_type.len()));
+    } else if !well_formed {
+        problems.push(format!(
+            "type {event_type:?} must start with a lower-case letter and hold only lower-case letters, digits and . _ -"
+        ));
+    } else if GAVEL_EVENT_TYPES.contains(&event_type.as_str()) {
+        problems.push(format!("type {event_type:?} is one of Gavel's own event types; choose another"));
+    }
+    for (field, id) in [
+        ("executionId", &event.execution_id),
+        ("approvalId", &event.approval_id),
+        ("correlationId", &event.correlation_id),
+        ("capabilityId", &event.capability_id),
+    ] {
+        if let Some(id) = id {
+            problems.id(field, id);
+        }
+    }
+    problems.attributes("attributes", &event.attributes);
+    invalid_if_any(problems, "invalid event")?;
+    check_actor("actor", &event.actor)?;
+    match &event.payload_json {
+        Some(text) => check_json("payload", text, APP_EVENT_PAYLOAD_BYTES_MAX, ErrorCode::InvalidArgument)
+            .map(|(json, _)| Some(json)),
+        None => Ok(None),
     }
 }
 

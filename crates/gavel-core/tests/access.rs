@@ -232,6 +232,22 @@ fn table(approval_types: &[String]) -> Vec<(&'static str, Operation<'_>, Allowed
             Operation::Command(|_| Command::Revoke { principal: user("newcomer"), name: GrantName::Auditor }),
             Allowed::OneOf(&[GrantName::Admin]),
         ),
+        (
+            "RecordEvent",
+            Operation::Command(|principal| {
+                Command::RecordEvent(gavel_core::RecordEvent {
+                    event_type: "policy.denied".to_string(),
+                    actor: principal.as_actor(),
+                    execution_id: None,
+                    approval_id: None,
+                    correlation_id: None,
+                    capability_id: None,
+                    payload_json: None,
+                    attributes: Default::default(),
+                })
+            }),
+            Allowed::OneOf(&[GrantName::Submitter]),
+        ),
         ("BootstrapAdmin", Operation::Command(|_| Command::BootstrapAdmin { admin: user("root") }), Allowed::Node),
         ("Tick", Operation::Command(|_| Command::Tick { retention: Retention::default() }), Allowed::Node),
         ("GetApproval", Operation::Read(Action::ReadApproval { types: approval_types }), Allowed::OneOf(READERS)),
@@ -242,7 +258,11 @@ fn table(approval_types: &[String]) -> Vec<(&'static str, Operation<'_>, Allowed
             Allowed::OneOf(&[GrantName::Submitter, GrantName::Auditor]),
         ),
         ("GetCapability/ListCapabilities", Operation::Read(Action::ReadCapability), Allowed::Anyone),
-        ("AuditService", Operation::Read(Action::ReadAudit), Allowed::OneOf(&[GrantName::Auditor])),
+        (
+            "AuditService.WatchEvents/ListEvents/GetEvent",
+            Operation::Read(Action::ReadAudit),
+            Allowed::OneOf(&[GrantName::Auditor]),
+        ),
         ("AccessService.List", Operation::Read(Action::ReadAccess), Allowed::OneOf(&[GrantName::Admin])),
         ("AccessService.WhoAmI", Operation::Read(Action::ReadOwnAccess), Allowed::Anyone),
         ("ClusterService.Status", Operation::Read(Action::ReadClusterStatus), Allowed::Anyone),
@@ -279,6 +299,7 @@ fn row_name(command: &Command) -> &'static str {
         Command::Revoke { .. } => "Revoke",
         Command::BootstrapAdmin { .. } => "BootstrapAdmin",
         Command::Tick { .. } => "Tick",
+        Command::RecordEvent(_) => "RecordEvent",
     }
 }
 

@@ -254,7 +254,7 @@ pub fn domain_status(error: DomainError) -> Status {
         ErrorClass::PermissionDenied => Code::PermissionDenied,
         ErrorClass::FailedPrecondition => Code::FailedPrecondition,
     };
-    gavel_proto::error_detail::domain_status(code, error.code.as_str(), &error.message, error.problems, None, None)
+    gavel_proto::error_detail::detail_status(code, crate::convert::common::error_detail_out(error))
 }
 
 /// A reply of another shape than its command's: a bug, reported as `INTERNAL`.

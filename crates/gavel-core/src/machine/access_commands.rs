@@ -187,6 +187,12 @@ impl State {
                 self.check_acting_as(caller, &submit.actor, "submit executions")
             }
             Command::Resume { .. } => self.require(caller, GrantName::Submitter, "resume executions").map(drop),
+            // An app records its own events with the grant it submits with;
+            // the auditor grant stays read-only.
+            Command::RecordEvent(event) => {
+                self.require(caller, GrantName::Submitter, "record audit events")?;
+                self.check_acting_as(caller, &event.actor, "record audit events")
+            }
             Command::CancelExecution { actor, .. } => {
                 self.require(caller, GrantName::Submitter, "cancel executions")?;
                 match actor {

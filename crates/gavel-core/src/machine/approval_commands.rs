@@ -5,7 +5,7 @@
 use crate::access::Principal;
 use crate::audit::{EventKind, EventSubject};
 use crate::command::{CreateApproval, Reply};
-use crate::error::{DomainError, ErrorCode};
+use crate::error::{DomainError, ErrorCode, RefusedApproval};
 use crate::machine::State;
 use crate::model::{Actor, Approval, ApprovalStatus, StoredApprovalStatus};
 use crate::validate::{check_actor, invalid_if_any, Problems};
@@ -16,6 +16,21 @@ fn approval_reply(approval: &Approval, now_ms: u64) -> Reply {
 }
 
 impl State {
+    /// `refusal` of a transition on approval `id`, with the approval's state
+    /// at `now_ms` attached when it was refused for that state
+    /// (`FAILED_PRECONDITION`): what a client needs to say "not pending
+    /// (status: …)" or "cannot be consumed (…, consumed by …)" without
+    /// reading the record again, when it may have changed.
+    fn with_approval_state(&self, refusal: DomainError, id: &str, now_ms: u64) -> DomainError {
+        match self.approvals.get(id) {
+            Some(approval) if refusal.code == ErrorCode::FailedPrecondition => refusal.with_approval(RefusedApproval {
+                status: approval.status_at(now_ms),
+                consumed_by_execution_id: approval.consumed_by_execution_id.clone(),
+            }),
+            _ => refusal,
+        }
+    }
+
     /// The time an approval command compares against: the caller's clock when
     /// given (orpc-agent injects a clock into its coordinators), else the cluster's.
     fn approval_now(&self, caller_now_ms: Option<u64>) -> u64 {
@@ -106,7 +121,10 @@ impl State {
         // it, whatever actor it named then; one deciding on another's behalf
         // is a backend that logs its own users in, and the actors compare.
         let decider = principal.filter(|principal| principal.is_actor(approver));
-        let approval = self.approvals.decide(id, status, approver, comment, now_ms, decider)?;
+        let approval = match self.approvals.decide(id, status, approver, comment, now_ms, decider) {
+            Ok(approval) => approval,
+            Err(refusal) => return Err(self.with_approval_state(refusal, id, now_ms)),
+        };
         let kind = if status == ApprovalStatus::Approved { EventKind::Approved } else { EventKind::Rejected };
         self.audit.record(kind, approver, EventSubject::of_approval(approval), self.clock_ms);
         Ok(approval_reply(approval, now_ms))
@@ -137,7 +155,11 @@ impl State {
         now_ms: u64,
         principal: Option<&Principal>,
     ) -> Result<&Approval, DomainError> {
-        let approval = self.approvals.consume(id, execution_id, now_ms)?;
+        // The refusal is built after the consume's borrow ends: it reads the record.
+        if let Err(refusal) = self.approvals.consume(id, execution_id, now_ms).map(drop) {
+            return Err(self.with_approval_state(refusal, id, now_ms));
+        }
+        let approval = self.approvals.get(id).expect("the approval was just consumed");
         let actor = match principal {
             Some(principal) => principal.as_actor(),
             None => approval.decision.as_ref().map_or(&approval.actor, |decision| &decision.approver).clone(),
@@ -158,7 +180,10 @@ impl State {
         problems.timestamp("now", caller_now_ms);
         invalid_if_any(problems, "invalid cancel request")?;
         let now_ms = self.approval_now(caller_now_ms);
-        let approval = self.approvals.cancel(id, now_ms)?;
+        let approval = match self.approvals.cancel(id, now_ms) {
+            Ok(approval) => approval,
+            Err(refusal) => return Err(self.with_approval_state(refusal, id, now_ms)),
+        };
         let actor = principal.map_or_else(|| approval.actor.clone(), Principal::as_actor);
         self.audit.record(EventKind::ApprovalCancelled, &actor, EventSubject::of_approval(approval), self.clock_ms);
         Ok(approval_reply(approval, now_ms))

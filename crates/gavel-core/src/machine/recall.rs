@@ -53,6 +53,10 @@ impl State {
                 records_compacted: *records_compacted,
             },
             RememberedReply::Grants { principal } => self.grants_reply(principal),
+            RememberedReply::Event { cursor } => match self.event(*cursor) {
+                Some(event) => Reply::Event(event.clone()),
+                None => gone("event", &cursor.to_string()),
+            },
         }
     }
 }

@@ -2,6 +2,8 @@
 
 use gavel_core::limits::TIMESTAMP_MS_MAX;
 use gavel_core::{Actor, ActorKind, Caller, DomainError, ErrorCode, Risk, SideEffect};
+
+use super::approval::status_out;
 use gavel_proto::v1 as pb;
 
 /// Decodes an optional caller timestamp (Unix ms).
@@ -77,6 +79,23 @@ pub fn actor_out(actor: &Actor) -> pb::Actor {
         kind: kind as i32,
         display_name: actor.display_name.clone(),
         attributes: actor.attributes.clone(),
+    }
+}
+
+/// The error detail of a domain refusal: its code, message and problems,
+/// and, for a refusal by an approval's state, that status and its consumer.
+pub fn error_detail_out(error: DomainError) -> pb::ErrorDetail {
+    let (approval_status, consumed_by_execution_id) = match error.approval {
+        Some(approval) => (Some(status_out(approval.status)), approval.consumed_by_execution_id),
+        None => (None, None),
+    };
+    pb::ErrorDetail {
+        code: error.code.as_str().to_string(),
+        message: error.message,
+        problems: error.problems,
+        approval_status,
+        consumed_by_execution_id,
+        ..pb::ErrorDetail::default()
     }
 }
 

@@ -199,11 +199,13 @@ pub fn task_out(task: &Task) -> pb::Task {
     }
 }
 
-/// Encodes an audit event (ids, hashes and codes only; no payloads exist to leak).
+/// Encodes an audit event: ids, hashes and codes for Gavel's own events (no
+/// input or output exists in them to leak); an application's event also
+/// carries the payload and attributes the application recorded.
 pub fn event_out(event: &Event) -> pb::Event {
     let mut out = pb::Event {
         cursor: event.cursor,
-        r#type: event.kind.type_name().to_string(),
+        r#type: event.kind.event_type().to_string(),
         timestamp_ms: timestamp_out(event.timestamp_ms),
         actor: Some(actor_out(&event.actor)),
         execution_id: event.execution_id.clone(),
@@ -255,6 +257,11 @@ pub fn event_out(event: &Event) -> pb::Event {
         EventKind::AccessGranted { principal, grant } | EventKind::AccessRevoked { principal, grant } => {
             out.subject_principal = Some(principal.to_string());
             out.grant = Some(grant.as_str().to_string());
+        }
+        EventKind::Recorded { payload_json, attributes, .. } => {
+            out.recorded_by_application = true;
+            out.payload_json = payload_json.clone();
+            out.attributes = attributes.clone();
         }
         EventKind::Requested
         | EventKind::ApprovalRequested

@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod approval;
+pub mod audit;
 pub mod capability;
 pub mod common;
 pub mod execution;

@@ -1,4 +1,5 @@
-//! `AuditService`: the ordered, resumable audit trail.
+//! `AuditService`: the ordered, resumable audit trail, and the applications'
+//! own events appended to it (`RecordEvent`, a command like any other).
 //!
 //! A cursor names the last event a reader has seen. Any cursor up to the
 //! head (the last event written) is valid, and so is one past it, the cursor
@@ -15,11 +16,12 @@ use std::time::Duration;
 
 use futures::Stream;
 use gavel_core::limits::EVENTS_PAGE_MAX;
-use gavel_core::{Action, State};
+use gavel_core::{Action, Event, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::audit_service_server::AuditService;
 use tonic::{Code, Request, Response, Status};
 
+use crate::convert::audit::record_event_in;
 use crate::convert::execution::event_out;
 use crate::node::{domain_status, Node};
 
@@ -232,11 +234,17 @@ impl AuditService for Audit {
         Ok(Response::new(pb::GetEventResponse { event }))
     }
 
+    /// Appends an application event through the log, like any command: checked
+    /// and authorized before it is proposed, and again where it is applied.
     async fn record_event(
         &self,
-        _request: Request<pb::RecordEventRequest>,
+        request: Request<pb::RecordEventRequest>,
     ) -> Result<Response<pb::RecordEventResponse>, Status> {
-        Err(Status::unimplemented("AuditService.RecordEvent is not implemented yet"))
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (super::caller(&extensions)?, super::request_id(&metadata, &message.request_id)?);
+        let command = record_event_in(&message, caller.as_ref()).map_err(domain_status)?;
+        let event: Event = self.node.call(caller.as_ref(), &request_id, command).await?;
+        Ok(Response::new(pb::RecordEventResponse { event: Some(event_out(&event)) }))
     }
 }
 
