@@ -4,7 +4,7 @@
 // the end. Principals for the tests get credentials with `gavel cert
 // create-client` / `gavel token issue` and grants through the TS client.
 import { type ChildProcess, execFile, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, openSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -58,6 +58,7 @@ export class TestCluster {
     private readonly dev: ChildProcess,
     readonly nodePids: number[],
     private readonly clients: GavelClient[] = [],
+    private readonly ownNodes: ChildProcess[] = [],
   ) {}
 
   /** Starts `gavel dev` and waits for its export line. */
@@ -200,29 +201,78 @@ export class TestCluster {
     return client;
   }
 
-  /** Stops the cluster by PID (SIGTERM to `gavel dev`, SIGKILL after the grace) and removes its data. */
+  /**
+   * Replaces `gavel dev` by three `gavel node` processes of our own, with the
+   * same command lines, data and certificates, so one node can be killed
+   * without `gavel dev` stopping the others. Waits for a leader.
+   */
+  async takeOver(): Promise<void> {
+    const commands = this.nodePids.map((pid) => ({
+      argv: readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter((arg) => arg.length > 0),
+      cwd: readlinkSync(`/proc/${pid}/cwd`),
+    }));
+    await stopProcess(this.dev);
+    this.nodePids.length = 0;
+    for (const [index, { argv, cwd }] of commands.entries()) {
+      const log = openSync(join(this.dataDir, `own-n${index + 1}.log`), "a");
+      const node = spawn(argv[0]!, argv.slice(1), { cwd, stdio: ["ignore", log, log], env: process.env });
+      this.ownNodes.push(node);
+      this.nodePids.push(node.pid!);
+    }
+    const admin = this.adminClient({ retryBudgetMs: 2000 });
+    await eventually(
+      "a leader among our own nodes",
+      async () => {
+        try {
+          const status = await admin.cluster.status({ withoutStateHash: true });
+          return status.leaderAddr !== undefined && status.leaderAddr !== "" ? true : undefined;
+        } catch {
+          return undefined;
+        }
+      },
+      START_TIMEOUT_MS,
+      200,
+    );
+  }
+
+  /** Stops the cluster by PID (SIGTERM, SIGKILL after the grace) and removes its data. */
   async stop(): Promise<void> {
     for (const client of this.clients) {
       client.close();
     }
-    const pid = this.dev.pid;
-    if (pid !== undefined && this.dev.exitCode === null) {
-      const exited = new Promise<void>((resolveExit) => this.dev.once("exit", () => resolveExit()));
-      process.kill(pid, "SIGTERM");
-      let timer: NodeJS.Timeout | undefined;
-      const timedOut = new Promise<"timeout">((resolveTimeout) => {
-        timer = setTimeout(() => resolveTimeout("timeout"), STOP_GRACE_MS);
-      });
-      if ((await Promise.race([exited, timedOut])) === "timeout") {
-        killQuietly(pid, "SIGKILL");
+    const devClean = await stopProcess(this.dev);
+    const ownClean = await Promise.all(this.ownNodes.map(stopProcess));
+    if (!devClean && this.ownNodes.length === 0) {
+      // gavel dev did not stop its nodes in time: stop them by their PIDs.
+      for (const nodePid of this.nodePids) {
+        killQuietly(nodePid, "SIGKILL");
       }
-      clearTimeout(timer);
     }
-    for (const nodePid of this.nodePids) {
-      killQuietly(nodePid, "SIGKILL");
-    }
+    void ownClean;
     rmSync(this.dataDir, { recursive: true, force: true });
   }
+}
+
+/** SIGTERM, then SIGKILL after the grace; true when it exited within the grace. */
+async function stopProcess(child: ChildProcess): Promise<boolean> {
+  const pid = child.pid;
+  if (pid === undefined || child.exitCode !== null || child.signalCode !== null) {
+    return true;
+  }
+  const exited = new Promise<"exited">((resolveExit) => child.once("exit", () => resolveExit("exited")));
+  killQuietly(pid, "SIGTERM");
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<"timeout">((resolveTimeout) => {
+    timer = setTimeout(() => resolveTimeout("timeout"), STOP_GRACE_MS);
+  });
+  const outcome = await Promise.race([exited, timedOut]);
+  clearTimeout(timer);
+  if (outcome === "timeout") {
+    killQuietly(pid, "SIGKILL");
+    await exited;
+    return false;
+  }
+  return true;
 }
 
 function killQuietly(pid: number, signal: NodeJS.Signals): void {

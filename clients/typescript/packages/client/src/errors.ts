@@ -106,6 +106,7 @@ export function retryableAttempt(error: unknown): boolean {
     case Code.Unavailable:
       return true;
     case Code.Unknown:
+    case Code.Aborted: // connect-node's code for a reset connection (ECONNRESET)
     case Code.Canceled:
     case Code.DeadlineExceeded:
     case Code.Internal:

@@ -12,6 +12,7 @@ export {
   optionsFromEnv,
 } from "./client.js";
 export { GavelError, readErrorDetail } from "./errors.js";
+export { Code } from "@connectrpc/connect";
 export { Reachability } from "./reach.js";
 export { UnserializableInputError, canonicalJson, inputHash } from "./hash.js";
 export {
