@@ -4,7 +4,7 @@ import { createGavelClient, optionsFromEnv } from "@gavel/client";
 import { createGavelWorker } from "@gavel/orpc-agent";
 import { Payments, refundMeta, refundOrder } from "./refund.js";
 
-const ledger = process.env.REFUND_LEDGER ?? "refund-ledger.jsonl";
+const ledger = process.env.REFUND_LEDGER ?? "orpc-refund-ledger.jsonl";
 const payments = new Payments(ledger);
 const client = createGavelClient(optionsFromEnv());
 const worker = createGavelWorker({

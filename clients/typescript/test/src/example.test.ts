@@ -102,7 +102,7 @@ test("the orpc-refund example: submit, approve from the CLI as another principal
     agent.output(),
     /result: \{"orderId":"o-42","reference":"ch_0001","refunded":true\} \(attempts 1, approver user:bob-finance\)/,
   );
-  const ledger = readFileSync(join(scratch, "refund-ledger.jsonl"), "utf8").trim().split("\n");
+  const ledger = readFileSync(join(scratch, "orpc-refund-ledger.jsonl"), "utf8").trim().split("\n");
   assert.equal(ledger.length, 1, "one charge");
 
   process.kill(worker.pid!, "SIGTERM");
