@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { createHash, randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import canonicalize from "canonicalize";
-import { ActorKind, type GavelClient, GavelError, Risk, SideEffect, canonicalJson, inputHash } from "@gavel/client";
+import { ActorKind, type GavelClient, Risk, SideEffect, canonicalJson, inputHash } from "@gavel/client";
 import { TestCluster } from "./cluster.js";
 
 const VALUES = 10_000;

@@ -201,6 +201,12 @@ function buildClient(
     return client as unknown as Client<S>;
   };
 
+  /** The generated client's function for `method` on `node`. */
+  const methodOf = <R>(node: Node, service: DescService, method: DescMethod) => {
+    const client = serviceOf(node, service) as unknown as Record<string, (request: unknown, options: CallOptions) => R>;
+    return client[method.localName]!;
+  };
+
   const headersFor = (given: CallOptions["headers"]): Headers => {
     const headers = new Headers(given);
     if (authorization !== undefined) {
@@ -237,15 +243,12 @@ function buildClient(
     for (;;) {
       const index = state.preferred % nodes.length;
       const node = nodes[index]!;
-      const client = serviceOf(node, service) as unknown as Record<
-        string,
-        (request: unknown, options: CallOptions) => Promise<unknown>
-      >;
+      const call = methodOf<Promise<unknown>>(node, service, method);
       state.attempts += 1;
       let leader: string | null = null;
       let failure: string;
       try {
-        const response = await client[method.localName]!(message, {
+        const response = await call(message, {
           ...callOptions,
           timeoutMs: deadlineMs,
           headers: headersFor(callOptions?.headers),
@@ -294,12 +297,9 @@ function buildClient(
   ): AsyncIterable<unknown> => {
     const index = state.preferred % nodes.length;
     const node = nodes[index]!;
-    const client = serviceOf(node, service) as unknown as Record<
-      string,
-      (request: unknown, options: CallOptions) => AsyncIterable<unknown>
-    >;
+    const call = methodOf<AsyncIterable<unknown>>(node, service, method);
     state.attempts += 1;
-    const stream = client[method.localName]!(request, {
+    const stream = call(request, {
       ...callOptions,
       headers: headersFor(callOptions?.headers),
     });

@@ -8,16 +8,8 @@ import {
   SideEffect as PbSideEffect,
   type CapabilitySpecSchema,
 } from "@gavel/client";
-import type { AgentMeta, ApprovalMeta, Risk, SideEffect } from "./types.js";
-
-const SIDE_EFFECTS: Record<SideEffect, PbSideEffect> = {
-  none: PbSideEffect.NONE,
-  read: PbSideEffect.READ,
-  write: PbSideEffect.WRITE,
-  destructive: PbSideEffect.DESTRUCTIVE,
-  external: PbSideEffect.EXTERNAL,
-};
-const RISKS: Record<Risk, PbRisk> = { low: PbRisk.LOW, medium: PbRisk.MEDIUM, high: PbRisk.HIGH, critical: PbRisk.CRITICAL };
+import { RISKS, SIDE_EFFECTS } from "./mapping.js";
+import type { AgentMeta, ApprovalMeta } from "./types.js";
 
 /** orpc-agent's default execution timeout when `timeoutMs` is absent. */
 const ORPC_AGENT_DEFAULT_TIMEOUT_MS = 30_000;

@@ -13,22 +13,19 @@ import {
   ActorKind as PbActorKind,
   type Approval,
   ApprovalStatus as PbStatus,
+  Code,
   type GavelClient,
   GavelError,
-  Risk as PbRisk,
-  SideEffect as PbSideEffect,
 } from "@gavel/client";
+import { ACTOR_KINDS, RISKS, SIDE_EFFECTS } from "./mapping.js";
 import type {
   Actor,
-  ActorKind,
   ApprovalCoordinator,
   ApprovalDecision,
   ApprovalListFilter,
   ApprovalRecord,
   ApprovalRequest,
   ApprovalStatus,
-  Risk,
-  SideEffect,
   Surface,
 } from "./types.js";
 
@@ -54,25 +51,6 @@ export interface GavelApprovalCoordinatorOptions {
 /** A GavelApprovalCoordinator is an orpc-agent ApprovalCoordinator whose `list` is always there. */
 export type GavelApprovalCoordinator = ApprovalCoordinator & Required<Pick<ApprovalCoordinator, "list">>;
 
-const ACTOR_KINDS: Record<ActorKind, PbActorKind> = {
-  user: PbActorKind.USER,
-  service: PbActorKind.SERVICE,
-  automation: PbActorKind.AUTOMATION,
-  anonymous: PbActorKind.ANONYMOUS,
-};
-const RISKS: Record<Risk, PbRisk> = {
-  low: PbRisk.LOW,
-  medium: PbRisk.MEDIUM,
-  high: PbRisk.HIGH,
-  critical: PbRisk.CRITICAL,
-};
-const SIDE_EFFECTS: Record<SideEffect, PbSideEffect> = {
-  none: PbSideEffect.NONE,
-  read: PbSideEffect.READ,
-  write: PbSideEffect.WRITE,
-  destructive: PbSideEffect.DESTRUCTIVE,
-  external: PbSideEffect.EXTERNAL,
-};
 const STATUSES: Record<ApprovalStatus, PbStatus> = {
   pending: PbStatus.PENDING,
   approved: PbStatus.APPROVED,
@@ -209,6 +187,24 @@ function refusedState(error: GavelError): { status: string; consumedBy?: string 
   return match[2] !== undefined ? { status: match[1], consumedBy: match[2] } : { status: match[1] };
 }
 
+/**
+ * A refused act (decide, consume) on approval `id`: NOT_FOUND throws
+ * orpc-agent's "was not found"; a refusal by the record's state returns that
+ * state; anything else returns undefined.
+ */
+function refusalOfAct(error: unknown, id: string): { status: string; consumedBy?: string } | undefined {
+  if (!(error instanceof GavelError)) {
+    return undefined;
+  }
+  if (error.code === "NOT_FOUND") {
+    throw refusal(`Approval "${id}" was not found`, error);
+  }
+  if (error.grpcCode !== Code.FailedPrecondition) {
+    return undefined;
+  }
+  return refusedState(error) ?? { status: "unknown" };
+}
+
 function asDate(value: unknown): Date | undefined {
   return value instanceof Date && !Number.isNaN(value.getTime()) ? value : undefined;
 }
@@ -319,14 +315,11 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
         });
         return toRecord(response.approval!);
       } catch (error) {
+        const state = refusalOfAct(error, id);
+        if (state !== undefined) {
+          throw refusal(`Approval "${id}" is not pending (status: ${state.status})`, error);
+        }
         if (error instanceof GavelError) {
-          if (error.code === "NOT_FOUND") {
-            throw refusal(`Approval "${id}" was not found`, error);
-          }
-          if (error.grpcCode === 9 /* FAILED_PRECONDITION */) {
-            const state = refusedState(error);
-            throw refusal(`Approval "${id}" is not pending (status: ${state?.status ?? "unknown"})`, error);
-          }
           if (error.code === "APPROVAL_SELF_APPROVAL") {
             throw refusal(
               `Approval "${id}" cannot be decided by its requester "${decision.approver.id}" (self-approval is refused)`,
@@ -346,25 +339,20 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
         const response = await client.approvals.consumeApproval({ callerNowMs: nowMs(), id, executionId });
         return toRecord(response.approval!);
       } catch (error) {
-        if (error instanceof GavelError) {
-          if (error.code === "NOT_FOUND") {
-            throw refusal(`Approval "${id}" was not found`, error);
-          }
-          if (error.grpcCode === 9 /* FAILED_PRECONDITION */) {
-            const state = refusedState(error);
-            if (state?.status === "consumed" && state.consumedBy === executionId) {
-              // Our own earlier consume (a retry after an ambiguous failure,
-              // from this process or another): the approval is ours.
-              const current = await client.approvals.getApproval({ id, callerNowMs: nowMs() });
-              if (current.approval?.consumedByExecutionId === executionId) {
-                return toRecord(current.approval);
-              }
-            }
-            const by = state?.consumedBy !== undefined ? `, consumed by ${state.consumedBy}` : "";
-            throw refusal(`Approval "${id}" cannot be consumed (status: ${state?.status ?? "unknown"}${by})`, error);
+        const state = refusalOfAct(error, id);
+        if (state === undefined) {
+          throw error;
+        }
+        if (state.status === "consumed" && state.consumedBy === executionId) {
+          // Our own earlier consume (a retry after an ambiguous failure,
+          // from this process or another): the approval is ours.
+          const current = await client.approvals.getApproval({ id, callerNowMs: nowMs() });
+          if (current.approval?.consumedByExecutionId === executionId) {
+            return toRecord(current.approval);
           }
         }
-        throw error;
+        const by = state.consumedBy !== undefined ? `, consumed by ${state.consumedBy}` : "";
+        throw refusal(`Approval "${id}" cannot be consumed (status: ${state.status}${by})`, error);
       }
     },
 
