@@ -1,5 +1,8 @@
 //! `gavel audit tail`: read or follow the audit trail from a cursor;
-//! `gavel audit get`: one event by its cursor.
+//! `gavel audit get`: one event by its cursor; `gavel audit record`: append
+//! an application event (`AuditService.RecordEvent`).
+
+use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
 use gavel_client::{pb, Client};
@@ -45,6 +48,40 @@ pub enum AuditCommand {
         #[arg(value_name = "CURSOR")]
         cursor: u64,
     },
+    /// Append an application event to the audit trail as the `--as` actor
+    /// (needs the submitter grant) and print it with its cursor.
+    Record {
+        /// The event type, e.g. policy.denied: lower-case letters, digits and
+        /// . _ -, starting with a letter; Gavel's own types are refused.
+        #[arg(value_name = "TYPE")]
+        event_type: String,
+        /// The execution the event is about.
+        #[arg(long = "execution", value_name = "ID")]
+        execution_id: Option<String>,
+        /// The approval the event is about.
+        #[arg(long = "approval", value_name = "ID")]
+        approval_id: Option<String>,
+        /// The capability the event is about.
+        #[arg(long = "capability", value_name = "ID")]
+        capability_id: Option<String>,
+        /// An application correlation id.
+        #[arg(long = "correlation", value_name = "ID")]
+        correlation_id: Option<String>,
+        /// A JSON payload.
+        #[arg(long = "payload", value_name = "JSON")]
+        payload_json: Option<String>,
+        /// An attribute of the event, KEY=VALUE; repeatable.
+        #[arg(long = "attribute", value_name = "KEY=VALUE", value_parser = parse_attribute)]
+        attributes: Vec<(String, String)>,
+    },
+}
+
+/// Parses `KEY=VALUE`; the value may be empty and may contain `=`.
+fn parse_attribute(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("attribute {text:?} is not KEY=VALUE")),
+    }
 }
 
 /// Runs one `gavel audit` command.
@@ -55,7 +92,42 @@ pub async fn run(args: AuditArgs) -> Result<(), CommandError> {
         AuditCommand::Tail { after, execution_id, follow: false } => tail(&client, after, execution_id, json).await,
         AuditCommand::Tail { after, execution_id, follow: true } => follow(&client, after, execution_id, json).await,
         AuditCommand::Get { cursor } => get(&client, cursor, json).await,
+        AuditCommand::Record {
+            event_type,
+            execution_id,
+            approval_id,
+            capability_id,
+            correlation_id,
+            payload_json,
+            attributes,
+        } => {
+            let request = pb::RecordEventRequest {
+                r#type: event_type,
+                actor: args.global.actor(),
+                execution_id,
+                approval_id,
+                correlation_id,
+                capability_id,
+                payload_json,
+                attributes: attributes.into_iter().collect::<BTreeMap<_, _>>(),
+                ..pb::RecordEventRequest::default()
+            };
+            let event = client.record_event(request).await?.event.ok_or_else(|| {
+                CommandError::refused("INTERNAL", "the cluster recorded the event but returned none".to_string())
+            })?;
+            print_event(&event, json)
+        }
     }
+}
+
+/// Prints one event: a JSON line, or a one-row table.
+fn print_event(event: &pb::Event, json: bool) -> Result<(), CommandError> {
+    if json {
+        return output::print_json_line(&output::event_json(event));
+    }
+    let mut table = Table::new(&output::EVENT_HEADERS);
+    table.row(output::event_row(event));
+    output::print(&table.render())
 }
 
 /// Prints one event, or refuses with `NOT_FOUND` when no retained event has the cursor.
@@ -64,12 +136,7 @@ async fn get(client: &Client, cursor: u64, json: bool) -> Result<(), CommandErro
     let event = response
         .event
         .ok_or_else(|| CommandError::refused("NOT_FOUND", format!("no retained event has cursor {cursor}")))?;
-    if json {
-        return output::print_json_line(&output::event_json(&event));
-    }
-    let mut table = Table::new(&output::EVENT_HEADERS);
-    table.row(output::event_row(&event));
-    output::print(&table.render())
+    print_event(&event, json)
 }
 
 /// Prints the events that exist after `after`, then the last cursor: as a
