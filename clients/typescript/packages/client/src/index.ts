@@ -1,0 +1,36 @@
+// @gavel/client: a typed client for every gavel.v1 service (generated from
+// proto/ by protoc-gen-es, in ./gen), with TLS, bearer tokens, leader
+// following and safe retries (client.ts); the worker runtime (worker.ts); and
+// the canonical input hash (hash.ts).
+export {
+  type ClientOptions,
+  type GavelClient,
+  type TlsOptions,
+  LEADER_HEADER,
+  createGavelClient,
+  newRequestId,
+  optionsFromEnv,
+} from "./client.js";
+export { GavelError, readErrorDetail } from "./errors.js";
+export { Code } from "@connectrpc/connect";
+export { Reachability } from "./reach.js";
+export { UnserializableInputError, canonicalJson, inputHash } from "./hash.js";
+export {
+  type AbortReason,
+  type Handler,
+  type TaskContext,
+  type Worker,
+  type WorkerOptions,
+  HandlerError,
+  createWorker,
+} from "./worker.js";
+export * from "./gen/gavel/v1/access_pb.js";
+export * from "./gen/gavel/v1/approval_pb.js";
+export * from "./gen/gavel/v1/audit_pb.js";
+export * from "./gen/gavel/v1/capability_pb.js";
+export * from "./gen/gavel/v1/cluster_pb.js";
+export * from "./gen/gavel/v1/common_pb.js";
+export * from "./gen/gavel/v1/error_pb.js";
+export * from "./gen/gavel/v1/execution_pb.js";
+export * from "./gen/gavel/v1/worker_pb.js";
+export type { MessageInitShape } from "@bufbuild/protobuf";

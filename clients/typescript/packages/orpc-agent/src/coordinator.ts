@@ -1,0 +1,383 @@
+// createGavelApprovalCoordinator: orpc-agent's ApprovalCoordinator on a Gavel
+// cluster, so "approval executes at most once" holds across every process of
+// the fleet, not only within one coordinator.
+//
+// - Every call carries the injected clock as caller_now_ms (the `clock`
+//   grant), so expiry is computed lazily on that clock, in `list` too.
+// - The requester (`act-for`) and the approver (`delegate-decide`) are the
+//   actors orpc-agent passes, not the app's service principal.
+// - Input is validated here before anything is sent, and errors are plain
+//   Errors with orpc-agent's wording; the underlying GavelError is `cause`.
+import {
+  type Actor as PbActor,
+  ActorKind as PbActorKind,
+  type Approval,
+  ApprovalStatus as PbStatus,
+  Code,
+  type GavelClient,
+  GavelError,
+} from "@gavel/client";
+import { ACTOR_KINDS, RISKS, SIDE_EFFECTS } from "./mapping.js";
+import type {
+  Actor,
+  ApprovalCoordinator,
+  ApprovalDecision,
+  ApprovalListFilter,
+  ApprovalRecord,
+  ApprovalRequest,
+  ApprovalStatus,
+  Surface,
+} from "./types.js";
+
+/** Options of createGavelApprovalCoordinator. */
+export interface GavelApprovalCoordinatorOptions {
+  /** A client connected as the app's service principal. */
+  client: GavelClient;
+  /** The clock orpc-agent injects; default the system clock. */
+  now?: () => Date | number;
+  /**
+   * Let the requester approve its own request: the runtime's
+   * `rejectSelfApproval: false`. Gavel enforces self-approval at decide, so
+   * this maps onto each created approval's allow_self_approval (it needs the
+   * `self-approval` grant). Default false.
+   */
+  allowSelfApproval?: boolean;
+  /** Page size of `list`. Default 500. */
+  pageSize?: number;
+  /** Upper bound on the records `list` returns, so a listing is bounded. Default 100000. */
+  maxListed?: number;
+}
+
+/** A GavelApprovalCoordinator is an orpc-agent ApprovalCoordinator whose `list` is always there. */
+export type GavelApprovalCoordinator = ApprovalCoordinator & Required<Pick<ApprovalCoordinator, "list">>;
+
+const STATUSES: Record<ApprovalStatus, PbStatus> = {
+  pending: PbStatus.PENDING,
+  approved: PbStatus.APPROVED,
+  rejected: PbStatus.REJECTED,
+  expired: PbStatus.EXPIRED,
+  cancelled: PbStatus.CANCELLED,
+  consumed: PbStatus.CONSUMED,
+};
+
+function invert<K extends string, V extends number>(map: Record<K, V>): Map<V, K> {
+  return new Map(Object.entries(map).map(([key, value]) => [value as V, key as K]));
+}
+const ACTOR_KIND_NAMES = invert(ACTOR_KINDS);
+const RISK_NAMES = invert(RISKS);
+const SIDE_EFFECT_NAMES = invert(SIDE_EFFECTS);
+const STATUS_NAMES = invert(STATUSES);
+
+/** Whether `value` is a well-formed actor: a non-empty id and a known kind. */
+export function isWellFormedActor(value: unknown): value is Actor {
+  if (value === null || typeof value !== "object") {
+    return false;
+  }
+  const actor = value as Record<string, unknown>;
+  return (
+    typeof actor.id === "string" &&
+    actor.id.length > 0 &&
+    typeof actor.kind === "string" &&
+    Object.hasOwn(ACTOR_KINDS, actor.kind) &&
+    (actor.displayName === undefined || typeof actor.displayName === "string") &&
+    (actor.attributes === undefined || (actor.attributes !== null && typeof actor.attributes === "object"))
+  );
+}
+
+/**
+ * Problems with an actor's attributes: Gavel stores them as a string map, so
+ * every value must be a string (orpc-agent allows any value; a non-string is
+ * refused here, before anything is sent, rather than silently changed).
+ */
+export function attributeProblems(actor: Actor, name: string): string[] {
+  if (actor.attributes === undefined) {
+    return [];
+  }
+  return Object.entries(actor.attributes)
+    .filter(([, value]) => typeof value !== "string")
+    .map(([key]) => `${name}.attributes.${key} must be a string (Gavel stores actor attributes as strings)`);
+}
+
+/** The proto actor of an orpc-agent actor. */
+export function toPbActor(actor: Actor): PbActor {
+  const attributes: Record<string, string> = {};
+  for (const [key, value] of Object.entries(actor.attributes ?? {})) {
+    attributes[key] = typeof value === "string" ? value : JSON.stringify(value);
+  }
+  return {
+    $typeName: "gavel.v1.Actor",
+    id: actor.id,
+    kind: ACTOR_KINDS[actor.kind] ?? PbActorKind.UNSPECIFIED,
+    displayName: actor.displayName,
+    attributes,
+  };
+}
+
+/** The orpc-agent actor of a proto actor (attributes only when there are some). */
+export function fromPbActor(actor: PbActor | undefined): Actor {
+  const out: Actor = { id: actor?.id ?? "", kind: ACTOR_KIND_NAMES.get(actor?.kind ?? 0) ?? "anonymous" };
+  if (actor?.displayName !== undefined) {
+    out.displayName = actor.displayName;
+  }
+  if (actor !== undefined && Object.keys(actor.attributes).length > 0) {
+    out.attributes = { ...actor.attributes };
+  }
+  return out;
+}
+
+/** The orpc-agent record of a Gavel approval. */
+export function toRecord(approval: Approval): ApprovalRecord {
+  const record: ApprovalRecord = {
+    id: approval.id,
+    capabilityId: approval.capabilityId,
+    surface: approval.surface as Surface,
+    actor: fromPbActor(approval.actor),
+    input: JSON.parse(approval.inputJson) as unknown,
+    inputHash: approval.inputHash,
+    reasons: [...approval.reasons],
+    types: [...approval.types],
+    risk: RISK_NAMES.get(approval.risk) ?? "low",
+    sideEffect: SIDE_EFFECT_NAMES.get(approval.sideEffect) ?? "none",
+    requestedAt: new Date(Number(approval.requestedAtMs)),
+    expiresAt: new Date(Number(approval.expiresAtMs)),
+    status: STATUS_NAMES.get(approval.status) ?? "pending",
+  };
+  if (approval.decision !== undefined) {
+    const decision = approval.decision;
+    record.decision = {
+      status: decision.status === PbStatus.APPROVED ? "approved" : "rejected",
+      approver: fromPbActor(decision.approver),
+      decidedAt: new Date(Number(decision.decidedAtMs)),
+    };
+    if (decision.comment !== undefined) {
+      record.decision.comment = decision.comment;
+    }
+  }
+  if (approval.consumedByExecutionId !== undefined) {
+    record.consumedByExecutionId = approval.consumedByExecutionId;
+  }
+  return record;
+}
+
+/** A plain Error with orpc-agent's wording, keeping Gavel's error as its cause. */
+function refusal(message: string, cause?: unknown): Error {
+  return cause === undefined ? new Error(message) : new Error(message, { cause });
+}
+
+/**
+ * The current status (and consumer) of a refused decide or consume. It is
+ * read from the error itself, never by a second (racy) read: the structured
+ * error detail when the server sends it, otherwise the server's message
+ * `... (status: <s>[, consumed by <exe>])`.
+ */
+function refusedState(error: GavelError): { status: string; consumedBy?: string } | undefined {
+  const detail = error.detail;
+  if (detail?.approvalStatus !== undefined && detail.approvalStatus !== PbStatus.UNSPECIFIED) {
+    const status = STATUS_NAMES.get(detail.approvalStatus);
+    if (status !== undefined) {
+      return detail.consumedByExecutionId !== undefined
+        ? { status, consumedBy: detail.consumedByExecutionId }
+        : { status };
+    }
+  }
+  const match = (detail?.message ?? error.message).match(/\(status: ([a-z]+)(?:, consumed by (.+))?\)\s*$/);
+  if (match?.[1] === undefined) {
+    return undefined;
+  }
+  return match[2] !== undefined ? { status: match[1], consumedBy: match[2] } : { status: match[1] };
+}
+
+/**
+ * A refused act (decide, consume) on approval `id`: NOT_FOUND throws
+ * orpc-agent's "was not found"; a refusal by the record's state returns that
+ * state; anything else returns undefined.
+ */
+function refusalOfAct(error: unknown, id: string): { status: string; consumedBy?: string } | undefined {
+  if (!(error instanceof GavelError)) {
+    return undefined;
+  }
+  if (error.code === "NOT_FOUND") {
+    throw refusal(`Approval "${id}" was not found`, error);
+  }
+  if (error.grpcCode !== Code.FailedPrecondition) {
+    return undefined;
+  }
+  return refusedState(error) ?? { status: "unknown" };
+}
+
+function asDate(value: unknown): Date | undefined {
+  return value instanceof Date && !Number.isNaN(value.getTime()) ? value : undefined;
+}
+
+/** Every problem of an approval request, before anything is sent. */
+function requestProblems(request: ApprovalRequest): string[] {
+  const problems: string[] = [];
+  if (typeof request.id !== "string" || request.id.length === 0) problems.push("id must be a non-empty string");
+  if (typeof request.capabilityId !== "string" || request.capabilityId.length === 0)
+    problems.push("capabilityId must be a non-empty string");
+  if (typeof request.surface !== "string") problems.push("surface must be a string");
+  if (!isWellFormedActor(request.actor)) problems.push("actor must be a well-formed actor");
+  else problems.push(...attributeProblems(request.actor, "actor"));
+  if (typeof request.inputHash !== "string" || !/^[0-9a-f]{64}$/.test(request.inputHash))
+    problems.push("inputHash must be 64 lower-case hex digits");
+  if (!Array.isArray(request.reasons) || !request.reasons.every((reason) => typeof reason === "string"))
+    problems.push("reasons must be strings");
+  if (!Array.isArray(request.types) || !request.types.every((type) => typeof type === "string"))
+    problems.push("types must be strings");
+  if (!Object.hasOwn(RISKS, request.risk)) problems.push(`risk "${String(request.risk)}" is not one of ${Object.keys(RISKS).join(", ")}`);
+  if (!Object.hasOwn(SIDE_EFFECTS, request.sideEffect))
+    problems.push(`sideEffect "${String(request.sideEffect)}" is not one of ${Object.keys(SIDE_EFFECTS).join(", ")}`);
+  if (asDate(request.requestedAt) === undefined) problems.push("requestedAt must be a valid Date");
+  if (asDate(request.expiresAt) === undefined) problems.push("expiresAt must be a valid Date");
+  return problems;
+}
+
+/** Creates an orpc-agent ApprovalCoordinator backed by a Gavel cluster. */
+export function createGavelApprovalCoordinator(options: GavelApprovalCoordinatorOptions): GavelApprovalCoordinator {
+  const { client } = options;
+  const clock = options.now ?? (() => Date.now());
+  const nowMs = (): bigint => {
+    const now = clock();
+    return BigInt(Math.trunc(typeof now === "number" ? now : now.getTime()));
+  };
+  const allowSelfApproval = options.allowSelfApproval ?? false;
+  const pageSize = options.pageSize ?? 500;
+  const maxListed = options.maxListed ?? 100_000;
+
+  return {
+    async create(request: ApprovalRequest): Promise<ApprovalRecord> {
+      const problems = requestProblems(request);
+      if (problems.length > 0) {
+        throw refusal(`Invalid approval request "${String(request?.id)}": ${problems.join("; ")}`);
+      }
+      let inputJson: string | undefined;
+      try {
+        inputJson = JSON.stringify(request.input);
+      } catch (error) {
+        throw refusal(`Approval "${request.id}" input is not serializable: ${String(error)}`, error);
+      }
+      if (inputJson === undefined) {
+        throw refusal(`Approval "${request.id}" input is not serializable: undefined`);
+      }
+      try {
+        const response = await client.approvals.createApproval({
+          callerNowMs: nowMs(),
+          id: request.id,
+          capabilityId: request.capabilityId,
+          surface: request.surface,
+          actor: toPbActor(request.actor),
+          inputJson,
+          inputHash: request.inputHash,
+          reasons: request.reasons,
+          types: request.types,
+          risk: RISKS[request.risk],
+          sideEffect: SIDE_EFFECTS[request.sideEffect],
+          requestedAtMs: BigInt(request.requestedAt.getTime()),
+          expiresAtMs: BigInt(request.expiresAt.getTime()),
+          allowSelfApproval,
+        });
+        return toRecord(response.approval!);
+      } catch (error) {
+        if (error instanceof GavelError && error.code === "ALREADY_EXISTS") {
+          throw refusal(`Approval "${request.id}" already exists`, error);
+        }
+        throw error;
+      }
+    },
+
+    async get(id: string): Promise<ApprovalRecord | null> {
+      const response = await client.approvals.getApproval({ id, callerNowMs: nowMs() });
+      return response.approval === undefined ? null : toRecord(response.approval);
+    },
+
+    async decide(id: string, decision: ApprovalDecision): Promise<ApprovalRecord> {
+      const status = (decision as { status?: unknown } | null)?.status;
+      if (status !== "approved" && status !== "rejected") {
+        throw refusal(`Invalid decision status "${String(status)}"`);
+      }
+      if (!isWellFormedActor(decision.approver)) {
+        throw refusal("Decision approver must be a well-formed actor");
+      }
+      const approverProblems = attributeProblems(decision.approver, "approver");
+      if (approverProblems.length > 0) {
+        throw refusal(`Invalid decision: ${approverProblems.join("; ")}`);
+      }
+      if (decision.comment !== undefined && typeof decision.comment !== "string") {
+        throw refusal("Decision comment must be a string");
+      }
+      try {
+        const response = await client.approvals.decideApproval({
+          callerNowMs: nowMs(),
+          id,
+          status: status === "approved" ? PbStatus.APPROVED : PbStatus.REJECTED,
+          approver: toPbActor(decision.approver),
+          comment: decision.comment,
+        });
+        return toRecord(response.approval!);
+      } catch (error) {
+        const state = refusalOfAct(error, id);
+        if (state !== undefined) {
+          throw refusal(`Approval "${id}" is not pending (status: ${state.status})`, error);
+        }
+        if (error instanceof GavelError) {
+          if (error.code === "APPROVAL_SELF_APPROVAL") {
+            throw refusal(
+              `Approval "${id}" cannot be decided by its requester "${decision.approver.id}" (self-approval is refused)`,
+              error,
+            );
+          }
+        }
+        throw error;
+      }
+    },
+
+    async markConsumed(id: string, executionId: string): Promise<ApprovalRecord> {
+      if (typeof executionId !== "string" || executionId.length === 0) {
+        throw refusal(`Approval "${id}" cannot be consumed without an execution id`);
+      }
+      try {
+        const response = await client.approvals.consumeApproval({ callerNowMs: nowMs(), id, executionId });
+        return toRecord(response.approval!);
+      } catch (error) {
+        const state = refusalOfAct(error, id);
+        if (state === undefined) {
+          throw error;
+        }
+        if (state.status === "consumed" && state.consumedBy === executionId) {
+          // Our own earlier consume (a retry after an ambiguous failure,
+          // from this process or another): the approval is ours.
+          const current = await client.approvals.getApproval({ id, callerNowMs: nowMs() });
+          if (current.approval?.consumedByExecutionId === executionId) {
+            return toRecord(current.approval);
+          }
+        }
+        const by = state.consumedBy !== undefined ? `, consumed by ${state.consumedBy}` : "";
+        throw refusal(`Approval "${id}" cannot be consumed (status: ${state.status}${by})`, error);
+      }
+    },
+
+    async list(filter: ApprovalListFilter = {}): Promise<ApprovalRecord[]> {
+      if (filter.status !== undefined && !Object.hasOwn(STATUSES, filter.status)) {
+        throw refusal(`Invalid approval status filter "${String(filter.status)}"`);
+      }
+      const callerNowMs = nowMs();
+      const records: ApprovalRecord[] = [];
+      let pageToken = "";
+      do {
+        const response = await client.approvals.listApprovals({
+          status: filter.status !== undefined ? STATUSES[filter.status] : undefined,
+          capabilityId: filter.capabilityId,
+          actorId: filter.actorId,
+          callerNowMs,
+          limit: pageSize,
+          pageToken,
+        });
+        for (const approval of response.approvals) {
+          records.push(toRecord(approval));
+        }
+        pageToken = response.nextPageToken;
+      } while (pageToken !== "" && records.length < maxListed);
+      return records.slice(0, maxListed);
+    },
+  };
+}

@@ -1,0 +1,140 @@
+// @gavel/client against a real secured three-node cluster: leader following
+// via the gavel-leader header, domain codes on errors, request ids that
+// deduplicate, retries through a leader SIGKILL, TLS and configuration
+// failures that fail fast, and an unreachable cluster described by quorum.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import { ActorKind, Code, GavelError, Risk, SideEffect, createGavelClient } from "@gavel/client";
+import { TestCluster, eventually } from "./cluster.js";
+
+const run = randomUUID().slice(0, 8);
+let cluster: TestCluster;
+
+async function failure(promise: Promise<unknown>): Promise<GavelError> {
+  const outcome = await promise.then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+  assert.ok(outcome instanceof GavelError, `expected a GavelError, got ${String(outcome)}`);
+  return outcome;
+}
+
+const approval = (id: string) => ({
+  id,
+  capabilityId: "client.test",
+  surface: "test",
+  actor: { id: "agent", kind: ActorKind.AUTOMATION },
+  inputJson: '{"a":1}',
+  risk: Risk.LOW,
+  sideEffect: SideEffect.READ,
+});
+
+before(async () => {
+  cluster = await TestCluster.start();
+});
+
+after(async () => {
+  await cluster?.stop();
+});
+
+describe("@gavel/client", () => {
+  test("follows the leader a follower names in the gavel-leader header", async () => {
+    const status = await cluster.adminClient().cluster.status({ withoutStateHash: true });
+    const leader = status.leaderAddr!;
+    const follower = cluster.endpoints.find((endpoint) => endpoint !== leader)!;
+    const client = cluster.adminClient({ endpoints: [follower, ...cluster.endpoints.filter((e) => e !== follower)] });
+    assert.equal(client.preferredEndpoint(), follower);
+    await client.approvals.createApproval(approval(`follow_${run}`));
+    assert.equal(client.preferredEndpoint(), leader, "the next call goes to the leader directly");
+    const pinned = cluster.adminClient({ endpoints: [follower, leader], followLeader: false });
+    await pinned.approvals.createApproval(approval(`pinned_${run}`));
+    assert.equal(pinned.preferredEndpoint(), follower);
+  });
+
+  test("errors carry the stable domain code; reads of unknown records are absent", async () => {
+    const client = cluster.adminClient();
+    assert.equal((await client.approvals.getApproval({ id: `nope_${run}` })).approval, undefined);
+    const notFound = await failure(client.approvals.consumeApproval({ id: `nope_${run}`, executionId: "exe" }));
+    assert.equal(notFound.code, "NOT_FOUND");
+    assert.equal(notFound.grpcCode, Code.NotFound);
+    const invalid = await failure(client.approvals.createApproval({ ...approval(""), inputJson: "{not json" }));
+    assert.equal(invalid.grpcCode, Code.InvalidArgument);
+    assert.ok(invalid.problems.length >= 1, invalid.message);
+    const stranger = await cluster.tokenClient(`user:stranger-${run}`);
+    const denied = await failure(stranger.approvals.createApproval(approval(`denied_${run}`)));
+    assert.equal(denied.code, "PERMISSION_DENIED");
+    assert.ok(denied.accessRefused);
+    assert.match(denied.message, /needs the submitter grant/);
+  });
+
+  test("a request id makes a retried write return the first answer", async () => {
+    const client = cluster.adminClient();
+    const requestId = `req_${run}`;
+    const first = await client.approvals.createApproval({ ...approval(`dedup_${run}`), requestId });
+    const again = await client.approvals.createApproval({ ...approval(`dedup_${run}`), requestId });
+    assert.deepEqual(again.approval, first.approval);
+    const fresh = await failure(client.approvals.createApproval(approval(`dedup_${run}`)));
+    assert.equal(fresh.code, "ALREADY_EXISTS");
+  });
+
+  test("a bad CA fails at once as UNAUTHENTICATED, not after the retry budget", async () => {
+    const other = await TestCluster.start();
+    try {
+      const client = createGavelClient({ endpoints: cluster.endpoints, tls: { ca: other.ca }, retryBudgetMs: 20_000 });
+      const started = Date.now();
+      const error = await failure(client.cluster.status({}));
+      assert.equal(error.code, "UNAUTHENTICATED");
+      assert.match(error.message, /TLS/);
+      assert.ok(Date.now() - started < 5000, `failed after ${Date.now() - started} ms`);
+      client.close();
+    } finally {
+      await other.stop();
+    }
+  });
+
+  test("bad configuration is refused at construction", () => {
+    for (const endpoints of [[], ["garbage"], ["127.0.0.1"], ["host:0"], ["ftp://h:1"]]) {
+      assert.throws(() => createGavelClient({ endpoints }), { code: "CONFIG" });
+    }
+    assert.throws(() => createGavelClient({ endpoints: ["http://127.0.0.1:1"], tls: { ca: cluster.ca } }), {
+      code: "CONFIG",
+    });
+    assert.throws(() => createGavelClient({ endpoints: ["127.0.0.1:1"], token: "a\nb" }), { code: "CONFIG" });
+  });
+
+  test("calls keep working through a leader SIGKILL, retried with the same request id", async () => {
+    await cluster.takeOver();
+    const client = cluster.adminClient({ retryBudgetMs: 20_000 });
+    const status = await client.cluster.status({ withoutStateHash: true });
+    const leaderIndex = cluster.endpoints.indexOf(status.leaderAddr!);
+    assert.ok(leaderIndex >= 0);
+    await client.approvals.createApproval(approval(`before_${run}`));
+    process.kill(cluster.nodePids[leaderIndex]!, "SIGKILL");
+    const started = Date.now();
+    const created = await client.approvals.createApproval(approval(`after_${run}`));
+    assert.equal(created.approval?.id, `after_${run}`);
+    assert.notEqual(client.preferredEndpoint(), status.leaderAddr, "it moved off the dead node");
+    const survivors = cluster.endpoints.filter((_, index) => index !== leaderIndex);
+    for (const endpoint of survivors) {
+      const reader = cluster.adminClient({ endpoints: [endpoint] });
+      await eventually(`the write on ${endpoint}`, async () =>
+        (await reader.approvals.getApproval({ id: `after_${run}` })).approval ? true : undefined,
+      );
+    }
+    console.log(`write after the leader SIGKILL took ${Date.now() - started} ms`);
+    const reach = await client.reachability();
+    assert.equal(reach.describe(), "2 of 3 nodes reachable");
+  });
+
+  test("an unreachable cluster is described, after the retry budget", async () => {
+    const dead = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"];
+    const client = createGavelClient({ endpoints: dead, tls: { ca: cluster.ca }, retryBudgetMs: 1000, callTimeoutMs: 300 });
+    const started = Date.now();
+    const error = await failure(client.cluster.status({}));
+    assert.equal(error.code, "UNAVAILABLE");
+    assert.match(error.message, /no node reachable \(0 of 3 nodes\)/);
+    assert.ok(Date.now() - started < 5000);
+    client.close();
+  });
+});

@@ -1,0 +1,182 @@
+// @gavel/orpc-agent end to end on a real secured three-node cluster:
+// syncCapabilities, an agent-side submit that needs approval, a decision
+// through the coordinator on behalf of another user, the worker adapter
+// running an oRPC procedure with context.agent set from the lease, cancel
+// reaching the procedure's signal, and the audit sink.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import { os } from "@orpc/server";
+import { ActorKind, ExecutionState, type GavelClient } from "@gavel/client";
+import {
+  type AgentMeta,
+  type GavelAgentContext,
+  createGavelApprovalCoordinator,
+  createGavelAuditSink,
+  createGavelWorker,
+  syncCapabilities,
+  toCapabilitySpec,
+} from "@gavel/orpc-agent";
+import { TestCluster, eventually } from "./cluster.js";
+
+const run = randomUUID().slice(0, 8);
+let cluster: TestCluster;
+let app: GavelClient;
+let workerClient: GavelClient;
+
+const refundMeta: AgentMeta = {
+  id: `orders.refund.${run}`,
+  sideEffect: "write",
+  risk: "high",
+  idempotent: true,
+  retry: { maxAttempts: 1, backoffMs: 50, retryOn: () => true },
+  timeoutMs: 20_000,
+  approval: { required: true, type: "finance", expiresInMs: 600_000 },
+};
+const slowMeta: AgentMeta = { id: `reports.slow.${run}`, sideEffect: "read", timeoutMs: 60_000 };
+
+const base = os.$context<{ agent: GavelAgentContext; ledger: Map<string, unknown> }>();
+const calls: { idempotencyKey: string; executionId: string; signalIsLeases: boolean; actor: string }[] = [];
+const refundOrder = base.handler(async ({ input, context, signal }) => {
+  const { orderId, amountCents } = input as { orderId: string; amountCents: number };
+  calls.push({
+    idempotencyKey: context.agent.idempotencyKey,
+    executionId: context.agent.executionId,
+    signalIsLeases: signal === context.agent.signal || signal?.aborted === context.agent.signal.aborted,
+    actor: context.agent.actor.id,
+  });
+  const existing = context.ledger.get(context.agent.idempotencyKey);
+  if (existing) return existing;
+  const result = { orderId, refunded: amountCents, approver: context.agent.approver?.id ?? null };
+  context.ledger.set(context.agent.idempotencyKey, result);
+  return result;
+});
+let slowAbortReason: unknown;
+const slowReport = base.handler(
+  ({ signal }) =>
+    new Promise((_, reject) => {
+      signal?.addEventListener("abort", () => {
+        slowAbortReason = signal.reason;
+        reject(new Error("aborted"));
+      });
+    }),
+);
+
+before(async () => {
+  cluster = await TestCluster.start();
+  await cluster.grant("service:refund-app", ["admin", "submitter", "approver", "act-for", "delegate-decide", "clock"]);
+  app = await cluster.tokenClient("service:refund-app");
+  await cluster.grant("worker:refunds", ["worker"]);
+  workerClient = await cluster.certClient("worker:refunds");
+});
+
+after(async () => {
+  await cluster?.stop();
+});
+
+describe("@gavel/orpc-agent", () => {
+  test("syncCapabilities registers AgentMeta and reports what it cannot map", async () => {
+    const report = await syncCapabilities(app, [refundMeta, slowMeta]);
+    assert.deepEqual(report.registered.map((entry) => entry.id), [refundMeta.id, slowMeta.id]);
+    assert.deepEqual(
+      report.unmapped.map((entry) => `${entry.capabilityId}:${entry.field}`),
+      [`${refundMeta.id}:retry.retryOn`, `${slowMeta.id}:risk`],
+    );
+    const { capability } = await app.capabilities.getCapability({ id: refundMeta.id });
+    assert.equal(capability?.spec?.idempotent, true);
+    assert.equal(capability?.spec?.retry?.maxAttempts, 1);
+    assert.equal(capability?.spec?.approval?.required, true);
+    assert.equal(capability?.spec?.approval?.type, "finance");
+    assert.equal(capability?.spec?.timeoutMs, 20_000n);
+    const unknown = toCapabilitySpec({ ...slowMeta, risk: "low", owner: "team-a" });
+    assert.deepEqual(unknown.unmapped.map((entry) => entry.field), ["owner"]);
+  });
+
+  test("submit, approve through the coordinator, resume: the worker adapter runs the procedure once", async () => {
+    const ledger = new Map<string, unknown>();
+    const worker = createGavelWorker({
+      client: workerClient,
+      procedures: { [refundMeta.id]: refundOrder, [slowMeta.id]: slowReport },
+      createContext: () => ({ ledger }),
+      pollWaitMs: 1000,
+      heartbeatIntervalMs: 100,
+    });
+    try {
+      const agent = { id: "user:agent-alice", kind: ActorKind.USER, attributes: { tenant: "acme" } };
+      const submitted = await app.executions.submit({
+        executionId: `refund-${run}`,
+        capabilityId: refundMeta.id,
+        inputJson: JSON.stringify({ orderId: "o-42", amountCents: 1250 }),
+        actor: agent,
+        surface: "aiSdk",
+      });
+      assert.equal(submitted.outcome.case, "approvalRequired");
+      const approvalId = submitted.outcome.case === "approvalRequired" ? submitted.outcome.value.id : "";
+      const coordinator = createGavelApprovalCoordinator({ client: app });
+      const pending = await coordinator.get(approvalId);
+      assert.equal(pending?.status, "pending");
+      assert.deepEqual(pending?.actor, { id: "user:agent-alice", kind: "user", attributes: { tenant: "acme" } });
+      await coordinator.decide(approvalId, {
+        status: "approved",
+        approver: { id: "user:bob-finance", kind: "user" },
+        comment: "customer verified",
+      });
+      const resumed = await app.executions.resume({ approvalId });
+      const done = await app.executions.waitExecution({ executionId: resumed.execution!.executionId, timeoutMs: 20_000n });
+      assert.equal(done.execution?.state, ExecutionState.COMPLETED);
+      const output = done.execution?.result?.outcome.case === "completed" ? done.execution.result.outcome.value.outputJson : "";
+      assert.deepEqual(JSON.parse(output), { orderId: "o-42", refunded: 1250, approver: "user:bob-finance" });
+      const ours = calls.filter((call) => call.executionId === resumed.execution!.executionId);
+      assert.equal(ours.length, 1);
+      assert.equal(ours[0]!.idempotencyKey, done.execution!.idempotencyKey);
+      assert.equal(ours[0]!.actor, "user:agent-alice");
+      assert.ok(ours[0]!.signalIsLeases);
+      const again = await app.executions.resume({ approvalId }).then(
+        () => undefined,
+        (error: unknown) => error as { code?: string },
+      );
+      assert.equal(again?.code, "APPROVAL_CONSUMED");
+
+      // Cancel reaches the procedure's signal.
+      const slow = await app.executions.submit({ capabilityId: slowMeta.id, inputJson: "{}", surface: "direct" });
+      const slowId = slow.outcome.case === "execution" ? slow.outcome.value.executionId : "";
+      await eventually("the slow procedure to start", async () => (worker.running() > 0 ? true : undefined), 10_000, 10);
+      await app.executions.cancelExecution({ executionId: slowId });
+      await eventually("the procedure's signal to abort", async () => slowAbortReason, 5000, 10);
+      assert.equal(slowAbortReason, "cancelled");
+    } finally {
+      await worker.shutdown();
+    }
+  });
+
+  test("the audit sink appends orpc-agent events to Gavel's trail as the app", async () => {
+    const sink = createGavelAuditSink({ client: app });
+    const executionId = `exe_audit_${run}`;
+    await sink({
+      type: "capability.denied",
+      timestamp: new Date(),
+      surface: "mcp",
+      actor: { id: "user:mallory", kind: "user" },
+      executionId,
+      capabilityId: refundMeta.id,
+      reason: "policy: refunds over 1000 need a manager",
+      policyDecisions: [{ policy: "refund-limit", effect: "deny" }],
+    });
+    const events = await app.executions.listExecutionEvents({ executionId });
+    const recorded = events.events.filter((event) => event.type === "orpc.capability.denied");
+    assert.equal(recorded.length, 1);
+    const event = recorded[0]!;
+    assert.equal(event.recordedByApplication, true);
+    assert.equal(event.actor?.id, "user:mallory");
+    assert.equal(event.principal, "service:refund-app");
+    assert.equal(event.attributes.surface, "mcp");
+    const payload = JSON.parse(event.payloadJson ?? "{}") as Record<string, unknown>;
+    assert.equal(payload.reason, "policy: refunds over 1000 need a manager");
+    assert.deepEqual(payload.policyDecisions, [{ effect: "deny", policy: "refund-limit" }]);
+
+    const swallowed: unknown[] = [];
+    const lenient = createGavelAuditSink({ client: app, onError: (error) => swallowed.push(error) });
+    await lenient({ type: "capability.completed", timestamp: new Date(), surface: "direct", actor: { id: "", kind: "user" }, big: "x".repeat(20_000) });
+    assert.equal(swallowed.length, 1, "an event over the payload limit is reported, not thrown");
+  });
+});
