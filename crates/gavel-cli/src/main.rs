@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         TopCommand::Exec(args) => finish(runtime.block_on(commands::exec::run(args))),
         TopCommand::Audit(args) => finish(runtime.block_on(commands::audit::run(args))),
         TopCommand::Cluster(args) => finish(runtime.block_on(commands::cluster::run(args))),
+        TopCommand::Backup(args) => finish(runtime.block_on(commands::backup::run(args))),
         TopCommand::Access(args) => finish(runtime.block_on(commands::access::run(args))),
         TopCommand::Cert(args) => finish(commands::cert::run(args)),
         TopCommand::Token(args) => finish(commands::token::run(args)),
