@@ -27,8 +27,11 @@ const WAIT: Duration = Duration::from_secs(60);
 const LIFECYCLES_MAX: u64 = 400;
 /// ...and at most this long.
 const WRITER_TIME_MAX: Duration = Duration::from_secs(90);
-/// Lifecycles finished before the save starts.
-const LIFECYCLES_BEFORE_SAVE: usize = 15;
+/// Lifecycles finished before the save starts: enough, with
+/// [`PAD_BYTES`] of input each, for a body of several stream chunks.
+const LIFECYCLES_BEFORE_SAVE: usize = 25;
+/// Padding in each execution's input.
+const PAD_BYTES: usize = 60 * 1024;
 /// The queue of the test's capability.
 const QUEUE: &str = "backup-q";
 
@@ -80,7 +83,7 @@ async fn lifecycle(client: &Client, n: u64, acknowledged: &Mutex<Acknowledged>) 
         .submit(pb::SubmitRequest {
             execution_id: Some(execution_id.clone()),
             capability_id: "backup.read".to_string(),
-            input_json: format!("{{\"n\":{n}}}"),
+            input_json: format!("{{\"n\":{n},\"pad\":\"{}\"}}", "x".repeat(PAD_BYTES)),
             surface: "backup-test".to_string(),
             ..pb::SubmitRequest::default()
         })
@@ -171,6 +174,8 @@ async fn a_backup_saved_under_load_restores_a_new_cluster_with_the_saved_state_a
     assert!(total > before_save.submitted.len(), "writes went on during and after the save ({total} in all)");
 
     let applied_index = saved["appliedIndex"].as_u64().expect("appliedIndex");
+    let body_bytes = saved["bodyBytes"].as_u64().expect("bodyBytes");
+    assert!(body_bytes > gavel_raft::limits::SNAPSHOT_CHUNK_BYTES as u64, "the body took several chunks: {saved}");
     let state_hash = saved["stateHash"].as_str().expect("stateHash").to_string();
     assert_eq!(state_hash.len(), 64, "a SHA-256 state hash: {saved}");
     let inspected = gavel(vec!["backup".into(), "inspect".into(), file.clone().into(), "--json".into()]).await.json();
