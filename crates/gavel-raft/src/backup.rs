@@ -275,3 +275,110 @@ fn parent_of(path: &Path) -> &Path {
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{NodeConfig, RaftNode, RaftTimings, Role};
+
+    const WAIT: Duration = Duration::from_secs(20);
+
+    /// Keeps every applied command; its snapshot is their concatenation,
+    /// and it refuses to restore bytes starting with `!`.
+    #[derive(Default)]
+    struct Journal(Mutex<Vec<u8>>);
+
+    impl Application for Journal {
+        fn apply(&self, _: u64, command: &[u8]) -> Vec<u8> {
+            self.0.lock().expect("lock").extend_from_slice(command);
+            Vec::new()
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            self.0.lock().expect("lock").clone()
+        }
+        fn restore(&self, bytes: &[u8]) -> Result<(), String> {
+            if bytes.first() == Some(&b'!') {
+                return Err("not a journal".into());
+            }
+            *self.0.lock().expect("lock") = bytes.to_vec();
+            Ok(())
+        }
+    }
+
+    async fn single_node(node_id: u64, dir: &Path, app: Arc<Journal>) -> RaftNode {
+        let config = NodeConfig {
+            node_id,
+            addr: format!("127.0.0.1:{}", 20_000 + node_id),
+            data_dir: dir.to_path_buf(),
+            timings: RaftTimings::default(),
+            plant_early_ack: false,
+            peer_tls: None,
+        };
+        RaftNode::start(config, app).await.expect("start")
+    }
+
+    async fn lead(node: &RaftNode) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while node.status().role != Role::Leader {
+            assert!(tokio::time::Instant::now() < deadline, "no leader: {:?}", node.status());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_backup_seeds_a_node_of_a_new_membership_that_starts_at_the_backup_and_takes_writes() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let old_app = Arc::new(Journal::default());
+        let old = single_node(1, &root.path().join("old"), old_app.clone()).await;
+        old.initialize(BTreeMap::from([(1, "127.0.0.1:20001".to_string())])).await.expect("initialize");
+        lead(&old).await;
+        for command in [b"a".as_slice(), b"b", b"c"] {
+            old.write(command.to_vec()).await.expect("write");
+        }
+        let backup = old.backup().await.expect("a backup");
+        assert_eq!(old.backup().await.map(|_| ()), Err(BackupError::Busy), "one backup at a time");
+        assert_eq!(backup.bytes, b"abc");
+        assert_eq!(Some(backup.position.index), old.status().last_applied_index);
+        assert_eq!(backup.members.keys().copied().collect::<Vec<_>>(), vec![1]);
+        let (position, bytes) = (backup.position, backup.bytes.clone());
+        drop(backup);
+        old.shutdown().await.expect("shutdown");
+
+        // Refusals leave nothing behind.
+        let occupied = root.path().join("occupied");
+        std::fs::create_dir_all(occupied.join("x")).expect("mkdir");
+        let members = BTreeMap::from([(5, "127.0.0.1:20005".to_string())]);
+        let seed = |dir: PathBuf, bytes: Vec<u8>| {
+            let members = members.clone();
+            async move { seed_from_snapshot(&dir, 5, &members, position, Arc::new(Journal::default()), bytes).await }
+        };
+        let refused = seed(occupied.clone(), bytes.clone()).await;
+        assert!(matches!(refused, Err(BackupError::DataDirNotEmpty(_))), "{refused:?}");
+        let unreadable = root.path().join("unreadable");
+        let refused = seed(unreadable.clone(), b"!bad".to_vec()).await;
+        assert!(matches!(refused, Err(BackupError::Refused(_))), "{refused:?}");
+        assert!(!unreadable.exists(), "nothing written for refused bytes");
+        let wrong_id = seed_from_snapshot(&root.path().join("w"), 6, &members, position, old_app, bytes.clone()).await;
+        assert!(matches!(wrong_id, Err(BackupError::Members(_))), "{wrong_id:?}");
+
+        // Node 5, alone in its new membership, starts at the backup.
+        let new_dir = root.path().join("new");
+        seed(new_dir.clone(), bytes).await.expect("seed");
+        assert!(!root.path().join(".new.restoring").exists(), "the staging directory was renamed");
+        let new_app = Arc::new(Journal::default());
+        let new = single_node(5, &new_dir, new_app.clone()).await;
+        assert_eq!(new_app.snapshot(), b"abc", "restored before anything is applied");
+        new.initialize(members.clone()).await.expect("an initialized node ignores initialize");
+        lead(&new).await;
+        let status = new.status();
+        assert!(status.term > position.term, "the new cluster's term is later: {status:?}");
+        assert_eq!(status.members.iter().map(|member| member.node_id).collect::<Vec<_>>(), vec![5]);
+        assert!(status.last_applied_index >= Some(position.index));
+        new.write(b"d".to_vec()).await.expect("a write after the restore");
+        assert_eq!(new_app.snapshot(), b"abcd");
+        new.shutdown().await.expect("shutdown");
+    }
+}
