@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use admin_cli::{gavel, gavel_as, principal, Run};
+use admin_cli::{gavel, gavel_as, gavel_via, principal, Run};
 use gavel_client::{pb, Client};
 use gavel_testkit::{Cluster, ClusterSpec, Security, HARNESS_GRANTS};
 use serde_json::Value;
@@ -182,6 +182,17 @@ async fn a_backup_saved_under_load_restores_a_new_cluster_with_the_saved_state_a
     assert_eq!(inspected["appliedIndex"], saved["appliedIndex"]);
     assert_eq!(inspected["stateHash"], saved["stateHash"]);
     assert_eq!(inspected["members"].as_array().map(Vec::len), Some(3), "{inspected}");
+
+    // Through a follower alone, the stream is forwarded from the leader.
+    let leader = cluster.leader().await.expect("a leader");
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).expect("a follower");
+    let via = dir.path().join("via-follower.gavelbak");
+    let follower_addr = vec![cluster.addr(follower).expect("an address").to_string()];
+    let forwarded =
+        gavel_via(&cluster, &follower_addr, &principal(ADMIN), &["backup", "save", file_arg(&via), "--json"]).await;
+    let forwarded = forwarded.json();
+    assert!(forwarded["appliedIndex"].as_u64() >= Some(applied_index), "{forwarded}");
+    assert_eq!(forwarded["takenByNodeId"].as_u64(), Some(leader), "the leader took it: {forwarded}");
 
     // Destroy the cluster: SIGKILL every node and delete its data.
     for id in cluster.ids() {

@@ -71,10 +71,15 @@ pub async fn gavel(args: Vec<OsString>) -> Run {
 /// Runs `gavel ARGS...` against `cluster` (every node as an endpoint) as
 /// `principal`, authenticated by a client certificate the kit issues.
 pub async fn gavel_as(cluster: &Cluster, principal: &Principal, args: &[&str]) -> Run {
+    gavel_via(cluster, &cluster.addrs(), principal, args).await
+}
+
+/// [`gavel_as`] with only `endpoints` as the endpoints.
+pub async fn gavel_via(cluster: &Cluster, endpoints: &[String], principal: &Principal, args: &[&str]) -> Run {
     cluster.credentials(principal).expect("a secure cluster issues client certificates");
     let certs = cluster.certs().expect("a secure cluster");
     let mut all: Vec<OsString> = args.iter().map(OsString::from).collect();
-    all.push(format!("--endpoints={}", cluster.addrs().join(",")).into());
+    all.push(format!("--endpoints={}", endpoints.join(",")).into());
     for (flag, path) in [("--ca", certs.ca_cert()), ("--cert", certs.cert(principal)), ("--key", certs.key(principal))]
     {
         all.push(flag.into());
