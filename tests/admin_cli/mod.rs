@@ -43,24 +43,30 @@ impl Run {
     }
 }
 
+/// Every variable the CLI reads, removed so the caller's environment cannot change a run.
+const CLI_VARIABLES: [&str; 10] = [
+    "GAVEL_ENDPOINTS",
+    "GAVEL_ACTOR",
+    "GAVEL_RETRY_BUDGET_MS",
+    "GAVEL_LOG",
+    "GAVEL_CA",
+    "GAVEL_CERT",
+    "GAVEL_KEY",
+    "GAVEL_TOKEN",
+    "GAVEL_TOKEN_FILE",
+    "GAVEL_INSECURE",
+];
+
 /// Runs `gavel ARGS...` with nothing from the caller's environment that the
 /// CLI reads.
 pub async fn gavel(args: Vec<OsString>) -> Run {
-    let output = tokio::process::Command::new(gavel_testkit::resolve_gavel_binary(None).expect("the gavel binary"))
-        .args(args)
-        .env_remove("GAVEL_ENDPOINTS")
-        .env_remove("GAVEL_ACTOR")
-        .env_remove("GAVEL_RETRY_BUDGET_MS")
-        .env_remove("GAVEL_LOG")
-        .env_remove("GAVEL_CA")
-        .env_remove("GAVEL_CERT")
-        .env_remove("GAVEL_KEY")
-        .env_remove("GAVEL_TOKEN")
-        .env_remove("GAVEL_TOKEN_FILE")
-        .env_remove("GAVEL_INSECURE")
-        .output()
-        .await
-        .expect("run the gavel binary");
+    let mut command =
+        tokio::process::Command::new(gavel_testkit::resolve_gavel_binary(None).expect("the gavel binary"));
+    command.args(args);
+    for variable in CLI_VARIABLES {
+        command.env_remove(variable);
+    }
+    let output = command.output().await.expect("run the gavel binary");
     Run {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

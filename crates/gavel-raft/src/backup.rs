@@ -189,7 +189,19 @@ pub async fn seed_from_snapshot(
         // Left by an interrupted restore: it was never renamed into place.
         std::fs::remove_dir_all(&staging).map_err(|e| io(&format!("removing {}", staging.display()), &e))?;
     }
-    let seeded = seed_storage(&staging, node_id, members, position, app, bytes).await;
+    let log_id = LogId::new(CommittedLeaderId::new(position.term, position.leader_id), position.index);
+    let voters: BTreeSet<u64> = members.keys().copied().collect();
+    let nodes: BTreeMap<u64, BasicNode> =
+        members.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
+    let meta = SnapshotMeta {
+        last_log_id: Some(log_id),
+        last_membership: StoredMembership::new(Some(log_id), Membership::new(vec![voters], nodes)),
+        snapshot_id: format!("restored-{}-{}", position.term, position.index),
+    };
+    // A vote at the backup's term: the new cluster's first election is at a
+    // later term than the entries it holds, as Raft requires.
+    let vote = Vote::new(position.term, node_id);
+    let seeded = seed_storage(&staging, &meta, vote, app, bytes).await;
     let placed = seeded.and_then(|()| {
         // rename(2) replaces an empty directory, and fsyncing the parent makes the new name durable.
         std::fs::rename(&staging, data_dir)
@@ -203,12 +215,12 @@ pub async fn seed_from_snapshot(
 }
 
 /// Writes the storage into `dir` (new) through the storage's own openraft
-/// interfaces, then closes it.
+/// interfaces: `bytes` as the snapshot `meta` describes, `vote`, and the
+/// committed pointer at the snapshot; then closes it.
 async fn seed_storage(
     dir: &Path,
-    node_id: u64,
-    members: &BTreeMap<u64, String>,
-    position: BackupPosition,
+    meta: &SnapshotMeta,
+    vote: Vote,
     app: Arc<dyn Application>,
     bytes: Vec<u8>,
 ) -> Result<(), BackupError> {
@@ -218,22 +230,11 @@ async fn seed_storage(
         .await
         .map_err(|e| storage_error(&e))??;
     let storage::OpenedStorage { mut log_store, mut state_machine, closed } = opened;
-    let log_id = LogId::new(CommittedLeaderId::new(position.term, position.leader_id), position.index);
-    let voters: BTreeSet<u64> = members.keys().copied().collect();
-    let nodes: BTreeMap<u64, BasicNode> =
-        members.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
-    let meta = SnapshotMeta {
-        last_log_id: Some(log_id),
-        last_membership: StoredMembership::new(Some(log_id), Membership::new(vec![voters], nodes)),
-        snapshot_id: format!("restored-{}-{}", position.term, position.index),
-    };
     // Installing restores the application again (cheap next to the write)
     // and stores the snapshot durably, as a snapshot from a leader would be.
-    state_machine.install_snapshot(&meta, Box::new(bytes)).await.map_err(|e| storage_error(&e))?;
-    // A vote at the backup's term: the new cluster's first election is at a
-    // later term than the entries it holds, as Raft requires.
-    log_store.save_vote(&Vote::new(position.term, node_id)).await.map_err(|e| storage_error(&e))?;
-    log_store.save_committed(Some(log_id)).await.map_err(|e| storage_error(&e))?;
+    state_machine.install_snapshot(meta, Box::new(bytes)).await.map_err(|e| storage_error(&e))?;
+    log_store.save_vote(&vote).await.map_err(|e| storage_error(&e))?;
+    log_store.save_committed(meta.last_log_id).await.map_err(|e| storage_error(&e))?;
     drop(log_store);
     drop(state_machine);
     let _ = closed.await;
