@@ -393,3 +393,62 @@ async fn restore(file: &Path, data_dir: &Path, id: u64, members: Option<&str>, j
         &[("restored", format!("node {id} into {}", data_dir.display())), ("new members", peers.join(","))],
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(body: &[u8]) -> FileHeader {
+        let sha = hex::encode(Sha256::digest(body));
+        FileHeader {
+            applied_index: 42,
+            applied_term: 3,
+            applied_leader_id: 2,
+            state_hash: sha.clone(),
+            body_bytes: body.len() as u64,
+            body_sha256: sha,
+            taken_by_node_id: 2,
+            taken_at_ms: 1,
+            members: vec![FileMember { node_id: 1, addr: "127.0.0.1:7401".into(), voter: true }],
+            gavel_version: "test".into(),
+        }
+    }
+
+    fn written(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).expect("write");
+        path
+    }
+
+    fn refusal(result: Result<(FileHeader, Vec<u8>), CommandError>) -> String {
+        match result {
+            Err(CommandError::Refused { code, message, .. }) if code == CORRUPT => message,
+            other => panic!("expected {CORRUPT}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_written_file_reads_back_and_each_kind_of_damage_is_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let body = b"the state".to_vec();
+        let mut file = header(&body).encode().expect("encode");
+        file.extend_from_slice(&body);
+        let good = written(dir.path(), "good", &file);
+        let (read, read_body) = read_backup(&good).expect("an intact file reads");
+        assert_eq!((read, read_body), (header(&body), body.clone()));
+
+        let mut longer = file.clone();
+        longer.push(0);
+        assert!(refusal(read_backup(&written(dir.path(), "longer", &longer))).contains("longer than its header says"));
+        let mut magic = file.clone();
+        magic[0] = b'X';
+        assert!(refusal(read_backup(&written(dir.path(), "magic", &magic))).contains("GAVELBAK"));
+        let mut version = file.clone();
+        version[8] = 2;
+        assert!(refusal(read_backup(&written(dir.path(), "version", &version))).contains("format version 2"));
+        let mut huge_header = file.clone();
+        huge_header[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(refusal(read_backup(&written(dir.path(), "huge", &huge_header))).contains("header length"));
+        assert!(refusal(read_backup(&written(dir.path(), "short", &file[..10]))).contains("shorter"));
+    }
+}
