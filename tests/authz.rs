@@ -671,7 +671,12 @@ impl World {
                 done(ClusterServiceClient::new(channel).status(request).await)
             }
             Rpc::AddLearner => {
-                let request = pb::AddLearnerRequest { request_id, node_id: target.node, addr: target.addr.clone() };
+                let request = pb::AddLearnerRequest {
+                    request_id,
+                    node_id: target.node,
+                    addr: target.addr.clone(),
+                    wait_caught_up: false,
+                };
                 done(ClusterServiceClient::new(channel).add_learner(request).await)
             }
             Rpc::Promote => {

@@ -517,7 +517,12 @@ async fn lagging_node_catches_up_through_a_snapshot_and_serves_linearizable_read
         let new_addr = cluster.addr(new_node);
         retry(|| {
             let mut client = cluster.cluster(leader);
-            let request = pb::AddLearnerRequest { request_id: String::new(), node_id: new_node, addr: new_addr.clone() };
+            let request = pb::AddLearnerRequest {
+                request_id: String::new(),
+                node_id: new_node,
+                addr: new_addr.clone(),
+                wait_caught_up: false,
+            };
             async move { client.add_learner(request).await }
         })
         .await

@@ -388,7 +388,12 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
         let removed = client.remove_node(pb::RemoveNodeRequest { request_id: String::new(), node_id: 3 }).await;
         assert_refused(removed, code, &format!("{who}: RemoveNode 3"));
         let added = client
-            .add_learner(pb::AddLearnerRequest { request_id: String::new(), node_id: 9, addr: trap_addr.clone() })
+            .add_learner(pb::AddLearnerRequest {
+                request_id: String::new(),
+                node_id: 9,
+                addr: trap_addr.clone(),
+                wait_caught_up: false,
+            })
             .await;
         assert_refused(added, code, &format!("{who}: AddLearner 9 at {trap_addr}"));
     }

@@ -10,6 +10,7 @@ use gavel_raft::RaftTimings;
 use crate::commands::access::AccessArgs;
 use crate::commands::approval::ApprovalArgs;
 use crate::commands::audit::AuditArgs;
+use crate::commands::backup::BackupArgs;
 use crate::commands::capability::CapabilityArgs;
 use crate::commands::cert::CertArgs;
 use crate::commands::cluster::ClusterArgs;
@@ -48,8 +49,10 @@ pub enum TopCommand {
     Exec(ExecArgs),
     /// The audit trail: tail (and follow) from a cursor.
     Audit(AuditArgs),
-    /// Cluster nodes and membership: status, add-learner, promote, remove.
+    /// Cluster nodes and membership: status, add-node, promote, remove-node.
     Cluster(ClusterArgs),
+    /// Backups: save (through the leader), restore (seed a new node), inspect.
+    Backup(BackupArgs),
     /// Who may do what: grant, revoke, list, whoami.
     Access(AccessArgs),
     /// Certificates: create-ca, create-node, create-client.

@@ -1,9 +1,10 @@
 //! The `gavel` binary: `gavel node` runs one cluster node (TLS and
 //! authentication from its security flags, or `--insecure`); `gavel dev`
 //! runs a secure local three-node cluster as three processes; `gavel
-//! approval|capability|exec|audit|cluster|access` are the operator commands
-//! (see `docs/cli.md`), which take their credentials from `--ca --cert --key
-//! --token --token-file --insecure` or the `GAVEL_*` variables; `gavel cert`
+//! approval|capability|exec|audit|cluster|access|backup` are the operator
+//! commands (see `docs/cli.md`), which take their credentials from `--ca
+//! --cert --key --token --token-file --insecure` or the `GAVEL_*` variables
+//! (`gavel backup restore|inspect` work on files only); `gavel cert`
 //! and `gavel token` make certificates and tokens; `gavel chaos` and `gavel
 //! bench` run the chaos harness and the benchmark.
 
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
         TopCommand::Exec(args) => finish(runtime.block_on(commands::exec::run(args))),
         TopCommand::Audit(args) => finish(runtime.block_on(commands::audit::run(args))),
         TopCommand::Cluster(args) => finish(runtime.block_on(commands::cluster::run(args))),
+        TopCommand::Backup(args) => finish(runtime.block_on(commands::backup::run(args))),
         TopCommand::Access(args) => finish(runtime.block_on(commands::access::run(args))),
         TopCommand::Cert(args) => finish(commands::cert::run(args)),
         TopCommand::Token(args) => finish(commands::token::run(args)),

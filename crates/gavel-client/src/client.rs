@@ -185,7 +185,7 @@ impl Client {
     /// Runs one logical call: attempts on the preferred endpoint, follows a
     /// leader hint or rotates on retryable failures, and gives up after the
     /// retry budget. `extra` extends each attempt's deadline (long-polls).
-    async fn call<T, F, Fut>(&self, extra: Duration, mut attempt: F) -> Result<T, Error>
+    pub(crate) async fn call<T, F, Fut>(&self, extra: Duration, mut attempt: F) -> Result<T, Error>
     where
         F: FnMut(Transport, Duration) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,

@@ -8,6 +8,9 @@
 //!   a [`TaskContext`] with a cancellation token (caller cancel, lease loss,
 //!   or the local deadline, which fires even when the cluster is unreachable),
 //!   and reports the outcome with retries.
+//! - Administration ([`Client::backup`], [`BackupDownload`],
+//!   [`Client::add_node`]): a streamed backup from the leader, and adding a
+//!   node that answers once it has caught up.
 //! - [`Reachability`]: how many voters answer; a call that gives up says why
 //!   (`no leader: quorum lost (1 of 3 nodes reachable)`) and names the
 //!   endpoints it tried.
@@ -23,12 +26,14 @@
 //! It depends on `gavel-proto` only: never on openraft, sled or the core's
 //! state machine.
 
+mod admin;
 mod client;
 mod credentials;
 mod error;
 mod reach;
 mod worker;
 
+pub use admin::{BackupDownload, ADD_NODE_WAIT, BACKUP_CHUNK_TIMEOUT, BACKUP_TAKE_WAIT};
 pub use client::{Client, ClientConfig};
 pub use credentials::{env, ClientTls, Credentials};
 pub use error::{ApprovalRefusal, Error};

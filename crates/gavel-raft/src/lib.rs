@@ -7,7 +7,8 @@
 //! nothing about what the bytes mean.
 //!
 //! Key types: [`RaftNode`] (start, write, linearizable-read barrier,
-//! membership, status, shutdown), [`NodeConfig`], [`RaftTimings`] and
+//! membership, status, backup, shutdown), [`seed_from_snapshot`] (a new
+//! node's data directory from a [`Backup`]'s bytes, see `backup`), [`NodeConfig`], [`RaftTimings`] and
 //! [`PeerTls`] (mutual TLS towards peers),
 //! [`RaftStatus`], and the errors [`RaftError`] and [`WriteError`]. The
 //! node's peer-to-peer gRPC service ([`RaftNode::service`]) is mounted by the
@@ -44,6 +45,7 @@
 //! [`WriteError::ForwardToLeader`] with the leader's id and address.
 
 mod application;
+mod backup;
 mod batch;
 mod config;
 mod error;
@@ -63,9 +65,10 @@ pub mod pb {
 }
 
 pub use application::Application;
+pub use backup::{seed_from_snapshot, Backup, BackupError, BackupPosition};
 pub use config::{NodeConfig, PeerTls, RaftTimings};
 pub use error::{RaftError, WriteError};
-pub use node::RaftNode;
+pub use node::{CatchUp, RaftNode};
 pub use pb::raft_service_server::RaftServiceServer;
 pub use service::RaftGrpcService;
 pub use status::{LeaderProgress, LeaderRoute, Member, RaftStatus, Role};

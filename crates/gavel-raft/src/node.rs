@@ -22,6 +22,15 @@ use crate::storage::{self, ThreadExited};
 use crate::typ::{Node, NodeId, Raft, RaftMetrics};
 use crate::{LeaderRoute, Member, NodeConfig, RaftError, RaftStatus, RaftTimings, Role, WriteError};
 
+/// How far a member was when [`RaftNode::wait_caught_up`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUp {
+    /// A learner within [`PROMOTE_LAG_ENTRIES_MAX`] entries of the leader.
+    Learner,
+    /// Already a voter.
+    Voter,
+}
+
 /// One running Raft member. Cheap to clone: clones drive the same node.
 #[derive(Clone)]
 pub struct RaftNode {
@@ -45,6 +54,8 @@ struct Inner {
     incoming_dir: std::path::PathBuf,
     /// Taken by the first `shutdown`; resolves when the storage is closed.
     storage_closed: tokio::sync::Mutex<Option<ThreadExited>>,
+    /// One backup at a time ([`crate::backup`]).
+    backups: Arc<tokio::sync::Semaphore>,
 }
 
 impl RaftNode {
@@ -85,6 +96,7 @@ impl RaftNode {
                 status,
                 incoming_dir,
                 storage_closed: tokio::sync::Mutex::new(Some(storage.closed)),
+                backups: crate::backup::permits(),
             }),
         })
     }
@@ -159,6 +171,23 @@ impl RaftNode {
     /// of the leader's, waiting at most `catch_up_timeout` for that. Succeeds
     /// at once if the node already votes.
     pub async fn promote(&self, node_id: u64, catch_up_timeout: Duration) -> Result<(), WriteError> {
+        if self.wait_caught_up(node_id, catch_up_timeout).await? == CatchUp::Voter {
+            return Ok(());
+        }
+        let voters = BTreeSet::from([node_id]);
+        self.inner
+            .raft
+            .change_membership(ChangeMembers::AddVoterIds(voters), false)
+            .await
+            .map(|_| ())
+            .map_err(client_write_error)
+    }
+
+    /// Waits (on the leader) until member `node_id` has replicated the log
+    /// to within [`PROMOTE_LAG_ENTRIES_MAX`] entries of the leader's last
+    /// one, at most `catch_up_timeout`; at once if it already votes. Fails
+    /// if `node_id` is not a member.
+    pub async fn wait_caught_up(&self, node_id: u64, catch_up_timeout: Duration) -> Result<CatchUp, WriteError> {
         let deadline = Instant::now() + catch_up_timeout;
         let mut metrics = self.inner.raft.metrics();
         loop {
@@ -169,7 +198,7 @@ impl RaftNode {
                 }
                 let membership = m.membership_config.membership();
                 if membership.voter_ids().any(|voter| voter == node_id) {
-                    return Ok(());
+                    return Ok(CatchUp::Voter);
                 }
                 if membership.get_node(&node_id).is_none() {
                     return Err(WriteError::Invalid(format!(
@@ -188,7 +217,7 @@ impl RaftNode {
                 }
             };
             match caught_up {
-                Ok(()) => break,
+                Ok(()) => return Ok(CatchUp::Learner),
                 Err((matched, leader_last)) => {
                     if tokio::time::timeout_at(deadline, metrics.changed()).await.is_err() {
                         return Err(WriteError::Unavailable(format!(
@@ -199,13 +228,6 @@ impl RaftNode {
                 }
             }
         }
-        let voters = BTreeSet::from([node_id]);
-        self.inner
-            .raft
-            .change_membership(ChangeMembers::AddVoterIds(voters), false)
-            .await
-            .map(|_| ())
-            .map_err(client_write_error)
     }
 
     /// Removes `node_id` from the cluster, whether voter or learner. Succeeds
@@ -328,6 +350,14 @@ impl RaftNode {
                 return Err(RaftError::Timeout(format!("no snapshot up to index {applied} within {timeout:?}")));
             }
         }
+    }
+
+    /// A consistent export of the application's state at the current
+    /// applied index, for a backup (see [`crate::backup`]). Call it on the
+    /// leader after [`RaftNode::ensure_linearizable`]: every write
+    /// acknowledged before then is in it.
+    pub async fn backup(&self) -> Result<crate::Backup, crate::BackupError> {
+        crate::backup::take(&self.inner.raft, &self.inner.backups, || self.trigger_snapshot()).await
     }
 
     /// Stops Raft and closes the storage. Later calls return at once; the

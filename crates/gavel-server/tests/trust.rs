@@ -484,7 +484,12 @@ async fn the_bootstrap_admin_grants_through_a_follower_and_nobody_else_changes_a
     let mut cluster_client =
         ClusterServiceClient::new(cluster.channel(follower, Some(&mallory)).await.expect("connect"));
     let status = cluster_client
-        .add_learner(pb::AddLearnerRequest { request_id: String::new(), node_id: 9, addr: "127.0.0.1:1".into() })
+        .add_learner(pb::AddLearnerRequest {
+            request_id: String::new(),
+            node_id: 9,
+            addr: "127.0.0.1:1".into(),
+            wait_caught_up: false,
+        })
         .await
         .expect_err("mallory may not add a learner");
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
@@ -541,7 +546,12 @@ async fn an_admin_adds_a_fresh_secured_node_which_catches_up_over_mutual_tls() {
     let started = Instant::now();
     loop {
         match admin
-            .add_learner(pb::AddLearnerRequest { request_id: String::new(), node_id: 2, addr: addr.clone() })
+            .add_learner(pb::AddLearnerRequest {
+                request_id: String::new(),
+                node_id: 2,
+                addr: addr.clone(),
+                wait_caught_up: false,
+            })
             .await
         {
             Ok(_) => break,

@@ -1,5 +1,7 @@
-//! `gavel cluster status|add-learner|promote|remove`: the nodes and the
-//! membership.
+//! `gavel cluster status|add-node|promote|remove-node`: the nodes and the
+//! membership (admin for the changes). `add-learner NODE_ID ADDR` and
+//! `remove NODE_ID` are the older spellings: `add-learner` answers once the
+//! learner is added, `add-node` once it has caught up.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -33,16 +35,35 @@ pub struct ClusterArgs {
 pub enum ClusterCommand {
     /// Ask every endpoint (and every member they know of) for its status; one row per node.
     Status,
-    /// Add a node as a learner (it replicates without voting).
+    /// Add a node as a learner and wait until it has caught up with the leader.
+    AddNode {
+        /// Id of the new node.
+        #[arg(long = "id")]
+        node_id: u64,
+        /// Its gRPC address, host:port (where the cluster reaches it).
+        #[arg(long)]
+        addr: String,
+    },
+    /// Add a node as a learner (it replicates without voting); answers at once.
     AddLearner {
         /// Id of the new node.
         node_id: u64,
         /// Its gRPC address, host:port.
         addr: String,
     },
-    /// Turn a caught-up learner into a voter.
+    /// Turn a caught-up learner into a voter (waits for it to catch up).
     Promote {
+        /// Id of the learner (or give --id).
+        #[arg(value_name = "NODE_ID", required_unless_present = "id")]
+        node_id: Option<u64>,
         /// Id of the learner.
+        #[arg(long, conflicts_with = "node_id")]
+        id: Option<u64>,
+    },
+    /// Remove a node, voter or learner, from the membership.
+    RemoveNode {
+        /// Id of the node.
+        #[arg(long = "id")]
         node_id: u64,
     },
     /// Remove a node, voter or learner, from the membership.
@@ -57,13 +78,32 @@ pub async fn run(args: ClusterArgs) -> Result<(), CommandError> {
     let json = args.global.json;
     let status = match args.command {
         ClusterCommand::Status => return status(&args.global).await,
+        ClusterCommand::AddNode { node_id, addr } => {
+            let client = args.global.client()?;
+            client.add_node(node_id, &addr).await?
+        }
         ClusterCommand::AddLearner { node_id, addr } => {
             let client = args.global.client()?;
             client.add_learner(pb::AddLearnerRequest { node_id, addr, ..pb::AddLearnerRequest::default() }).await?
         }
-        ClusterCommand::Promote { node_id } => {
+        ClusterCommand::Promote { node_id, id } => {
+            let node_id = node_id.or(id).ok_or_else(|| CommandError::Usage("give the node id".to_string()))?;
             let client = args.global.client()?;
             client.promote(pb::PromoteRequest { node_id, ..pb::PromoteRequest::default() }).await?
+        }
+        ClusterCommand::RemoveNode { node_id } => {
+            let client = args.global.client()?;
+            // Removing is idempotent in the API; the command says plainly
+            // when there was nothing to remove.
+            let before = client.status(pb::StatusRequest { without_state_hash: true }).await?;
+            if !before.members.iter().any(|member| member.node_id == node_id) {
+                let ids: Vec<String> = before.members.iter().map(|member| member.node_id.to_string()).collect();
+                return Err(CommandError::refused(
+                    "NOT_A_MEMBER",
+                    format!("node {node_id} is not a member of the cluster (members: {})", ids.join(", ")),
+                ));
+            }
+            client.remove_node(pb::RemoveNodeRequest { node_id, ..pb::RemoveNodeRequest::default() }).await?
         }
         ClusterCommand::Remove { node_id } => {
             let client = args.global.client()?;

@@ -1,6 +1,7 @@
 //! The operator and approver commands of the `gavel` binary, noun then verb:
-//! `gavel approval|capability|exec|audit|cluster|access <verb>`, and the
-//! offline credential commands `gavel cert|token <verb>`.
+//! `gavel approval|capability|exec|audit|cluster|access|backup <verb>`, and the
+//! offline credential commands `gavel cert|token <verb>` (and `gavel backup
+//! restore|inspect`, which work on files only).
 //!
 //! Each command is a thin shell over the `gavel-client` SDK: it builds one
 //! request, prints the answer as an aligned table or, with `--json`, as a
@@ -10,6 +11,7 @@
 pub mod access;
 pub mod approval;
 pub mod audit;
+pub mod backup;
 pub mod capability;
 pub mod cert;
 pub mod cluster;

@@ -1,12 +1,16 @@
-//! `ClusterService`: status and online membership changes.
+//! `ClusterService`: status, online membership changes and backups.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures::Stream;
 use gavel_core::Action;
+use gavel_proto::error_detail::domain_status;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::cluster_service_server::ClusterService;
-use gavel_raft::{Role, WriteError};
-use tonic::{Request, Response, Status};
+use gavel_raft::limits::SNAPSHOT_CHUNK_BYTES;
+use gavel_raft::{Backup, BackupError, Role, WriteError};
+use tonic::{Code, Request, Response, Status};
 
 use crate::node::{unavailable, write_error_status, Node};
 use crate::routing::MEMBERSHIP_CHANGE_WAIT;
@@ -68,8 +72,100 @@ async fn authorize_membership(node: &Node, extensions: &tonic::Extensions) -> Re
     node.read(caller.as_ref(), Action::ChangeMembership, |_| ()).await
 }
 
+/// A refused membership change for a reason the leader sees before asking
+/// Raft: removing the last voter would leave a cluster that can never
+/// elect a leader again.
+fn refuse_removing_last_voter(node: &Node, node_id: u64) -> Result<(), Status> {
+    let members = node.raft.status().members;
+    let voters: Vec<u64> = members.iter().filter(|member| member.voter).map(|member| member.node_id).collect();
+    if voters == [node_id] {
+        return Err(domain_status(
+            Code::FailedPrecondition,
+            "LAST_VOTER",
+            &format!("node {node_id} is the last voter; add and promote another node before removing it"),
+            Vec::new(),
+            None,
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// The stream of a backup: the header, then the data chunks.
+type BackupStream = Pin<Box<dyn Stream<Item = Result<pb::BackupChunk, Status>> + Send>>;
+
+/// How far a backup stream is.
+enum BackupProgress {
+    /// Nothing sent yet: the snapshot is taken when the first message is asked for.
+    Start(Arc<Node>),
+    /// The header is sent; `offset` bytes of the body too.
+    Body { backup: Backup, offset: usize },
+    /// Everything (or an error) is sent.
+    Done,
+}
+
+/// A refused or failed backup as a status.
+fn backup_status(error: BackupError) -> Status {
+    let (code, domain_code, retry_after_ms) = match &error {
+        BackupError::Busy => (Code::ResourceExhausted, "BACKUP_RUNNING", Some(1000)),
+        BackupError::TooLarge { .. } => (Code::FailedPrecondition, "SNAPSHOT_TOO_LARGE", None),
+        BackupError::Empty => (Code::FailedPrecondition, "FAILED_PRECONDITION", None),
+        _ => (Code::Unavailable, "UNAVAILABLE", Some(crate::node::RETRY_AFTER_MS)),
+    };
+    domain_status(code, domain_code, &format!("backup: {error}"), Vec::new(), retry_after_ms, None)
+}
+
+/// The header of `backup`, taken by `node`.
+fn backup_header(node: &Node, backup: &Backup) -> pb::BackupHeader {
+    let body_sha256 = gavel_core::canonical_json::sha256_hex(&backup.bytes);
+    pb::BackupHeader {
+        applied_index: backup.position.index,
+        applied_term: backup.position.term,
+        applied_leader_id: backup.position.leader_id,
+        // The state hash is the SHA-256 of the state's serialization, which
+        // is what the snapshot bytes are (`gavel_core::State::state_hash`).
+        state_hash: body_sha256.clone(),
+        body_bytes: backup.bytes.len() as u64,
+        body_sha256,
+        taken_by_node_id: node.id,
+        taken_at_ms: crate::node::wall_clock_ms(),
+        members: backup
+            .members
+            .iter()
+            .map(|(node_id, (addr, voter))| pb::Member { node_id: *node_id, addr: addr.clone(), voter: *voter })
+            .collect(),
+    }
+}
+
+/// The next message of a backup stream. The snapshot is taken lazily, so
+/// the call's headers go out at once (a forwarding follower's deadline
+/// covers only them); the body is sent from the one copy of the bytes in
+/// chunks of at most [`SNAPSHOT_CHUNK_BYTES`], each made when the
+/// transport asks for it.
+async fn next_backup_message(progress: BackupProgress) -> Option<(Result<pb::BackupChunk, Status>, BackupProgress)> {
+    match progress {
+        BackupProgress::Start(node) => match node.raft.backup().await {
+            Ok(backup) => {
+                let header = backup_header(&node, &backup);
+                let chunk = pb::BackupChunk { part: Some(pb::backup_chunk::Part::Header(header)) };
+                Some((Ok(chunk), BackupProgress::Body { backup, offset: 0 }))
+            }
+            Err(error) => Some((Err(backup_status(error)), BackupProgress::Done)),
+        },
+        BackupProgress::Body { backup, offset } if offset < backup.bytes.len() => {
+            let end = backup.bytes.len().min(offset + SNAPSHOT_CHUNK_BYTES);
+            let data = backup.bytes[offset..end].to_vec();
+            let chunk = pb::BackupChunk { part: Some(pb::backup_chunk::Part::Data(data)) };
+            Some((Ok(chunk), BackupProgress::Body { backup, offset: end }))
+        }
+        BackupProgress::Body { .. } | BackupProgress::Done => None,
+    }
+}
+
 #[tonic::async_trait]
 impl ClusterService for Cluster {
+    type BackupStream = BackupStream;
+
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         // This node's own view, served by every node: authorized against
         // its own replica's grants, without a barrier.
@@ -91,7 +187,11 @@ impl ClusterService for Cluster {
         if message.node_id == 0 || message.addr.is_empty() {
             return Err(Status::invalid_argument("nodeId and addr are required"));
         }
-        self.node.raft.add_learner(message.node_id, message.addr).await.map_err(membership_error)?;
+        let node_id = message.node_id;
+        self.node.raft.add_learner(node_id, message.addr).await.map_err(membership_error)?;
+        if message.wait_caught_up {
+            self.node.raft.wait_caught_up(node_id, MEMBERSHIP_CHANGE_WAIT).await.map_err(membership_error)?;
+        }
         Ok(Response::new(status_of(&self.node)))
     }
 
@@ -110,7 +210,18 @@ impl ClusterService for Cluster {
         let (_, extensions, message) = request.into_parts();
         authorize_membership(&self.node, &extensions).await?;
         let node_id = message.node_id;
+        refuse_removing_last_voter(&self.node, node_id)?;
         self.node.raft.remove_node(node_id).await.map_err(membership_error)?;
         Ok(Response::new(status_of(&self.node)))
+    }
+
+    async fn backup(&self, request: Request<pb::BackupRequest>) -> Result<Response<BackupStream>, Status> {
+        let (_, extensions, _) = request.into_parts();
+        // Admin only, decided on the leader after a read barrier: the
+        // snapshot taken next holds every write acknowledged before it.
+        let caller = super::caller(&extensions)?;
+        self.node.read(caller.as_ref(), Action::Backup, |_| ()).await?;
+        let stream = futures::stream::unfold(BackupProgress::Start(self.node.clone()), next_backup_message);
+        Ok(Response::new(Box::pin(stream)))
     }
 }
