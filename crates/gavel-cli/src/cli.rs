@@ -146,6 +146,16 @@ pub struct NodeArgs {
     /// 127.0.0.1:7501. Off unless given. Metrics carry counts, never ids.
     #[arg(long, env = "GAVEL_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// Calls that propose a command this node takes at once; past it a call
+    /// is refused RESOURCE_EXHAUSTED with a retry hint (docs/limits.md).
+    #[arg(long, env = "GAVEL_PROPOSALS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::PROPOSALS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub proposals_in_flight_max: u64,
+    /// Long-polls (Poll, WaitExecution) waiting on this node at once.
+    #[arg(long, env = "GAVEL_LONG_POLLS_MAX", default_value_t = gavel_server::limits::LONG_POLLS_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub long_polls_max: u64,
+    /// Linearizable reads (Get*, List*, WhoAmI) this node takes at once.
+    #[arg(long, env = "GAVEL_READS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::READS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub reads_in_flight_max: u64,
     /// Raft timings.
     #[command(flatten)]
     pub timings: TimingArgs,

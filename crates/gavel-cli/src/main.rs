@@ -123,6 +123,11 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         settings: ServerSettings {
             retention: gavel_core::Retention { records_ms: args.retention_ms, events_ms: args.event_retention_ms },
             planted_bug: planted_bug_from_env(),
+            overload: gavel_server::overload::OverloadLimits {
+                proposals_in_flight_max: usize::try_from(args.proposals_in_flight_max).unwrap_or(usize::MAX),
+                long_polls_max: usize::try_from(args.long_polls_max).unwrap_or(usize::MAX),
+                reads_in_flight_max: usize::try_from(args.reads_in_flight_max).unwrap_or(usize::MAX),
+            },
             ..ServerSettings::default()
         },
         security,

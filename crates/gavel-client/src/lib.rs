@@ -1,7 +1,8 @@
 //! `gavel-client`: the SDK users meet instead of the proto.
 //!
 //! - [`Client`]: typed calls to any list of nodes. It follows the leader,
-//!   retries `UNAVAILABLE` and broken connections with the same request id (so
+//!   retries `UNAVAILABLE`, overload refusals (`RESOURCE_EXHAUSTED` with
+//!   `retry_after_ms`, after that delay plus jitter) and broken connections with the same request id (so
 //!   a retry never applies twice), puts a deadline on every call, and surfaces
 //!   refusals as [`Error::Domain`] carrying the stable code.
 //! - [`Worker`]: polls a queue, heartbeats in the background, hands each task
@@ -23,6 +24,7 @@
 //! It depends on `gavel-proto` only: never on openraft, sled or the core's
 //! state machine.
 
+mod backoff;
 mod client;
 mod credentials;
 mod error;

@@ -6,6 +6,7 @@
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
 //! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`],
 //! [`metrics`] (Prometheus metrics and their `GET /metrics` listener),
+//! [`overload`] (bounds on calls taken at once, [`limits`]),
 //! [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
 //! and request ids, in front of every service), [`security`] (TLS material,
 //! token verification, who a call is made by), [`tls`] (the TLS acceptor: bounded
@@ -23,8 +24,10 @@
 pub mod app;
 pub mod convert;
 pub mod health;
+pub mod limits;
 pub mod metrics;
 pub mod node;
+pub mod overload;
 pub mod replies;
 pub mod routing;
 pub mod security;

@@ -38,11 +38,18 @@ pub struct ServerSettings {
     /// effect only in a build with the `mutants` feature). The shell passes
     /// it in; nothing below the shell reads the environment for it.
     pub planted_bug: Option<gavel_core::mutants::Mutant>,
+    /// How many calls of each kind this node takes at once ([`crate::overload`]).
+    pub overload: crate::overload::OverloadLimits,
 }
 
 impl Default for ServerSettings {
     fn default() -> Self {
-        ServerSettings { retention: Retention::default(), forward_timeout: Duration::from_secs(10), planted_bug: None }
+        ServerSettings {
+            retention: Retention::default(),
+            forward_timeout: Duration::from_secs(10),
+            planted_bug: None,
+            overload: crate::overload::OverloadLimits::default(),
+        }
     }
 }
 
@@ -60,6 +67,8 @@ pub struct Node {
     pub secured: Option<Arc<Secured>>,
     /// What this node counts for Prometheus ([`crate::metrics`]).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The bounds on calls taken at once, enforced by the routing layer.
+    pub admission: crate::overload::Admission,
     channels: Mutex<BTreeMap<String, Channel>>,
 }
 
@@ -86,7 +95,8 @@ impl Node {
         secured: Option<Arc<Secured>>,
     ) -> Arc<Node> {
         let metrics = Arc::new(crate::metrics::Metrics::new());
-        Arc::new(Node { id, raft, app, settings, secured, metrics, channels: Mutex::new(BTreeMap::new()) })
+        let admission = crate::overload::Admission::new(settings.overload);
+        Arc::new(Node { id, raft, app, settings, secured, metrics, admission, channels: Mutex::new(BTreeMap::new()) })
     }
 
     /// Refuses a command `caller` may not send, before it is proposed (or,

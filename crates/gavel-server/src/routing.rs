@@ -30,6 +30,11 @@
 //!   A forwarded request is never forwarded again, and with no known leader
 //!   the caller gets `UNAVAILABLE` with a retry hint.
 //!
+//! - Before any of that, a call counts against its node's bound for its
+//!   kind ([`crate::overload`]); past it, it is refused `RESOURCE_EXHAUSTED`
+//!   with a retry hint at once. A follower that just had a forward refused
+//!   so by the leader refuses calls of that kind itself for a while.
+//!
 //! The layer also gives a domain code to the two refusals tonic makes before
 //! any handler runs: an undecodable message (invalid UTF-8 in a string, say),
 //! which tonic reports as `INTERNAL`, and a message over
@@ -54,6 +59,7 @@ use tonic::codegen::Service;
 use tonic::{Code, Status};
 
 use crate::node::{unavailable, Node};
+use crate::overload::CallKind;
 use crate::security::{forwarded_for, parse_forwarded_for, permission_denied, unauthenticated, Peer};
 
 /// Largest request message a node decodes: tonic's default, set explicitly
@@ -179,6 +185,17 @@ where
             Err(never) => match never {},
         };
     }
+    // Shed load before anything costs: the permit is held until the call
+    // has answered here or at the leader.
+    let kind = CallKind::of(path);
+    let _admitted = match kind.map(|kind| (kind, node.admission.admit(kind))) {
+        Some((kind, Err(refusal))) => {
+            node.metrics.count_overload_refusal(kind);
+            return refusal.into_http();
+        }
+        Some((_, Ok(permit))) => Some(permit),
+        None => None,
+    };
     let caller = match authenticate(node, &mut request) {
         Ok(caller) => caller,
         Err(refusal) => return refusal.into_http(),
@@ -211,7 +228,17 @@ where
         };
         request.headers_mut().remove(metadata::AUTHORIZATION);
     }
-    forward(node, &leader_addr, request).await
+    if let Some(kind) = kind {
+        if let Err(refusal) = node.admission.leader_pushback(kind) {
+            node.metrics.count_overload_refusal(kind);
+            return refusal.into_http();
+        }
+    }
+    let response = forward(node, &leader_addr, request).await;
+    if let Some(kind) = kind {
+        node.admission.learn_from_leader(kind, response.headers());
+    }
+    response
 }
 
 /// Admits a Raft call only from a member node's certificate (or any node
