@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use gavel_raft::RaftTimings;
 
 use crate::commands::access::AccessArgs;
@@ -156,6 +156,14 @@ pub struct NodeArgs {
     /// Linearizable reads (Get*, List*, WhoAmI) this node takes at once.
     #[arg(long, env = "GAVEL_READS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::READS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub reads_in_flight_max: u64,
+    /// How log lines are written to standard error: `text` for people,
+    /// `json` (one object per line, with the span fields such as `trace_id`) for collectors.
+    #[arg(long, env = "GAVEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Export trace spans over OTLP/gRPC to this collector, e.g.
+    /// http://127.0.0.1:4317. Off unless given.
+    #[arg(long, env = "GAVEL_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Raft timings.
     #[command(flatten)]
     pub timings: TimingArgs,
@@ -210,9 +218,21 @@ pub struct DevArgs {
     /// Data directory (default: a new directory under the system temp dir, printed at start).
     #[arg(long, env = "GAVEL_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// How `gavel dev` and its nodes write log lines: `text` or `json`.
+    #[arg(long, env = "GAVEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Raft timings for the three nodes.
     #[command(flatten)]
     pub timings: TimingArgs,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Parses `id=host:port,...`.

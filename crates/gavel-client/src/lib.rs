@@ -21,7 +21,12 @@
 //!   same way for every binary. `UNAUTHENTICATED` and `PERMISSION_DENIED`
 //!   (and a failed TLS handshake) are never retried.
 //!
-//! It depends on `gavel-proto` only: never on openraft, sled or the core's
+//! - Tracing: every call carries a W3C `traceparent`, from the current
+//!   span's OpenTelemetry context, else the current OpenTelemetry context,
+//!   else a fresh trace; the nodes continue it through forwarding to the
+//!   leader's proposal.
+//!
+//! It depends on `gavel-proto` (and the OpenTelemetry API, for the trace context) only: never on openraft, sled or the core's
 //! state machine.
 
 mod backoff;
@@ -29,6 +34,7 @@ mod client;
 mod credentials;
 mod error;
 mod reach;
+mod trace_context;
 mod worker;
 
 pub use client::{Client, ClientConfig};

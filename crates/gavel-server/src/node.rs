@@ -13,6 +13,7 @@ use gavel_core::{Action, Caller, Command, DomainError, Envelope, ErrorClass, Rep
 use gavel_raft::{LeaderRoute, RaftNode, WriteError};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
+use tracing::Instrument;
 
 use crate::app::CoreApp;
 use crate::replies::FromReply;
@@ -136,7 +137,15 @@ impl Node {
             caller: caller.cloned(),
             command,
         };
-        match tokio::time::timeout(RAFT_WAIT, self.raft.write(CoreApp::encode_command(&envelope))).await {
+        // The span joins the call's trace (the routing layer's `gavel.rpc`
+        // span is the current one); the trace context stays out of the log.
+        let span = tracing::info_span!("gavel.propose", request_id = %request_id);
+        let written = self.raft.write(CoreApp::encode_command(&envelope));
+        let outcome = tokio::time::timeout(RAFT_WAIT, written).instrument(span.clone()).await;
+        if let Ok(Ok(_)) = &outcome {
+            tracing::debug!(parent: &span, "proposal committed and applied");
+        }
+        match outcome {
             Ok(Ok(bytes)) => Ok(CoreApp::decode_reply(&bytes)),
             Ok(Err(error)) => Err(write_error_status(error)),
             Err(_) => Err(unavailable("the write was not committed in time; retry with the same request id", None)),

@@ -27,7 +27,8 @@
 //!   [`metadata::FORWARDED`] and, on a secured node, with the caller in
 //!   [`metadata::FORWARDED_FOR`] (over mutual TLS with the node's
 //!   certificate), and marks the answer with [`metadata::LEADER`].
-//!   A forwarded request is never forwarded again, and with no known leader
+//!   The request carries the follower's `gavel.rpc` span as its
+//!   `traceparent` ([`crate::trace`]). A forwarded request is never forwarded again, and with no known leader
 //!   the caller gets `UNAVAILABLE` with a retry hint.
 //!
 //! - Before any of that, a call counts against its node's bound for its
@@ -57,6 +58,7 @@ use tonic::body::Body;
 use tonic::codegen::http::{HeaderValue, Request, Response};
 use tonic::codegen::Service;
 use tonic::{Code, Status};
+use tracing::Instrument;
 
 use crate::node::{unavailable, Node};
 use crate::overload::CallKind;
@@ -160,7 +162,8 @@ where
     }
     let started = std::time::Instant::now();
     let path = request.uri().path().to_string();
-    let response = route_call(node, inner, request).await;
+    let span = crate::trace::rpc_span(&path, request.headers(), node.id);
+    let response = route_call(node, inner, request).instrument(span).await;
     node.metrics.observe(&path, started, response)
 }
 
@@ -304,6 +307,7 @@ where
 async fn forward(node: &Node, addr: &str, mut request: Request<Body>) -> Response<Body> {
     let deadline = node.settings.forward_timeout + extra_wait(request.uri().path());
     request.headers_mut().insert(metadata::FORWARDED, HeaderValue::from_static("1"));
+    crate::trace::inject_current(request.headers_mut());
     let mut channel = match node.channel(addr) {
         Ok(channel) => channel,
         Err(status) => return status.into_http(),
