@@ -36,11 +36,15 @@ pub const READS_IN_FLIGHT_MAX: usize = 512;
 /// the SDK adds jitter and backs off further on repeated refusals.
 pub const OVERLOAD_RETRY_AFTER_MS_MIN: u64 = 50;
 
-/// The longest `retry_after_ms` an overload refusal carries: however many
-/// callers wait, each is asked to try again within a few seconds (well
-/// inside the SDK's default 20 s retry budget), and a long-poll's hold time
-/// (its whole wait) is no measure of when a slot frees.
-pub const OVERLOAD_RETRY_AFTER_MS_MAX: u64 = 5_000;
+/// The longest `retry_after_ms` an overload refusal carries. The hint grows
+/// with the refusals per admission, so it reaches this only when some
+/// thirty callers wait for every slot (2,000 callers against 64 slots):
+/// then each waiting caller must come back rarely, or their retries cost
+/// more CPU than the calls admitted (`tests/overload.rs`). 10 s keeps a
+/// refused SDK call within its default 20 s retry budget for one more try,
+/// and a long-poll's hold time (its whole wait) is no measure of when a
+/// slot frees.
+pub const OVERLOAD_RETRY_AFTER_MS_MAX: u64 = 10_000;
 
 /// How long, at most, a follower refuses calls of one kind itself after the
 /// leader refused one it forwarded (`crate::overload`): half the leader's
