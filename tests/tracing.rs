@@ -152,18 +152,27 @@ async fn a_traceparent_sent_to_a_follower_reaches_the_leaders_proposal_and_logs_
         let all = receiver.spans.lock().expect("receiver lock").clone();
         panic!("the spans of trace {TRACE_ID} did not all arrive; the receiver got {all:#?}")
     });
-    let rpc = |node: &str| {
+    // The call may have been sent more than once (the eventually above), so
+    // the chain is followed from the proposal up.
+    let propose = spans.iter().find(|span| span.node == leader_name && span.name == "gavel.propose").expect("propose");
+    let parent_of = |child: &Received, node: &str| {
         spans
             .iter()
-            .find(|span| span.node == node && span.name.ends_with("RegisterCapability"))
-            .expect("an rpc span")
+            .find(|span| span.node == node && span.span_id == child.parent_span_id)
+            .unwrap_or_else(|| panic!("the parent of {child:?} on node {node} in {spans:#?}"))
             .clone()
     };
-    let (follower_rpc, leader_rpc) = (rpc(&follower_name), rpc(&leader_name));
+    let leader_rpc = parent_of(propose, &leader_name);
+    assert!(
+        leader_rpc.name.ends_with("RegisterCapability"),
+        "the proposal runs in the leader's rpc span: {leader_rpc:?}"
+    );
+    let follower_rpc = parent_of(&leader_rpc, &follower_name);
+    assert!(
+        follower_rpc.name.ends_with("RegisterCapability"),
+        "the leader's span is the child of the follower's: {follower_rpc:?}"
+    );
     assert_eq!(follower_rpc.parent_span_id, CALLER_SPAN_ID, "the follower's span continues the caller's");
-    assert_eq!(leader_rpc.parent_span_id, follower_rpc.span_id, "the leader's span is the child of the follower's");
-    let propose = spans.iter().find(|span| span.node == leader_name && span.name == "gavel.propose").expect("propose");
-    assert_eq!(propose.parent_span_id, leader_rpc.span_id, "the proposal runs in the leader's rpc span");
     eprintln!("tracing test: trace {TRACE_ID}: {spans:#?}");
 
     // Every log line of every node is JSON; the leader's has the trace id.

@@ -139,7 +139,13 @@ impl Node {
         };
         // The span joins the call's trace (the routing layer's `gavel.rpc`
         // span is the current one); the trace context stays out of the log.
-        let span = tracing::info_span!("gavel.propose", request_id = %request_id);
+        // The leader's own proposals (ticks) run in no call and get no span,
+        // so that they do not start a trace every tick.
+        let span = if tracing::Span::current().is_none() {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!("gavel.propose", request_id = %request_id)
+        };
         let written = self.raft.write(CoreApp::encode_command(&envelope));
         let outcome = tokio::time::timeout(RAFT_WAIT, written).instrument(span.clone()).await;
         if let Ok(Ok(_)) = &outcome {
