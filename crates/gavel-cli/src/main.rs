@@ -5,7 +5,9 @@
 //! (see `docs/cli.md`), which take their credentials from `--ca --cert --key
 //! --token --token-file --insecure` or the `GAVEL_*` variables; `gavel cert`
 //! and `gavel token` make certificates and tokens; `gavel chaos` and `gavel
-//! bench` run the chaos harness and the benchmark.
+//! bench` run the chaos harness and the benchmark. Logs are `tracing`
+//! events as text or JSON lines (`--log-format`); `gavel node
+//! --otlp-endpoint` also exports spans over OTLP ([`logging`]).
 
 mod cli;
 mod commands;
