@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use gavel_raft::RaftTimings;
 
 use crate::commands::access::AccessArgs;
@@ -149,6 +149,24 @@ pub struct NodeArgs {
     /// 127.0.0.1:7501. Off unless given. Metrics carry counts, never ids.
     #[arg(long, env = "GAVEL_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// Calls that propose a command this node takes at once; past it a call
+    /// is refused RESOURCE_EXHAUSTED with a retry hint (docs/limits.md).
+    #[arg(long, env = "GAVEL_PROPOSALS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::PROPOSALS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub proposals_in_flight_max: u64,
+    /// Long-polls (Poll, WaitExecution) waiting on this node at once.
+    #[arg(long, env = "GAVEL_LONG_POLLS_MAX", default_value_t = gavel_server::limits::LONG_POLLS_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub long_polls_max: u64,
+    /// Linearizable reads (Get*, List*, WhoAmI) this node takes at once.
+    #[arg(long, env = "GAVEL_READS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::READS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub reads_in_flight_max: u64,
+    /// How log lines are written to standard error: `text` for people,
+    /// `json` (one object per line, with the span fields such as `trace_id`) for collectors.
+    #[arg(long, env = "GAVEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Export trace spans over OTLP/gRPC to this collector, e.g.
+    /// http://127.0.0.1:4317. Off unless given.
+    #[arg(long, env = "GAVEL_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Raft timings.
     #[command(flatten)]
     pub timings: TimingArgs,
@@ -203,9 +221,21 @@ pub struct DevArgs {
     /// Data directory (default: a new directory under the system temp dir, printed at start).
     #[arg(long, env = "GAVEL_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// How `gavel dev` and its nodes write log lines: `text` or `json`.
+    #[arg(long, env = "GAVEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Raft timings for the three nodes.
     #[command(flatten)]
     pub timings: TimingArgs,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Parses `id=host:port,...`.

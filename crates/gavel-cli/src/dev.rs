@@ -58,6 +58,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let admin = Principal::new(PrincipalKind::User, ADMIN_ID).map_err(anyhow::Error::msg)?;
     let mut spec = ClusterSpec::new(resolve_gavel_binary(None)?, &data_dir);
     spec.args = args.timings.to_flags();
+    if args.log_format == crate::cli::LogFormat::Json {
+        spec.args.push("--log-format=json".to_string());
+    }
     for (id, port) in (1u64..).zip(&ports) {
         spec.node_args.insert(id, vec![format!("--metrics-listen=127.0.0.1:{}", metrics_port(*port))]);
     }

@@ -6,18 +6,21 @@
 //! --cert --key --token --token-file --insecure` or the `GAVEL_*` variables
 //! (`gavel backup restore|inspect` work on files only); `gavel cert`
 //! and `gavel token` make certificates and tokens; `gavel chaos` and `gavel
-//! bench` run the chaos harness and the benchmark.
+//! bench` run the chaos harness and the benchmark. Logs are `tracing`
+//! events as text or JSON lines (`--log-format`); `gavel node
+//! --otlp-endpoint` also exports spans over OTLP ([`logging`]).
 
 mod cli;
 mod commands;
 mod dev;
+mod logging;
 mod node_security;
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use cli::{parse_peers, Cli, NodeArgs, TopCommand};
+use cli::{parse_peers, Cli, LogFormat, NodeArgs, TopCommand};
 use commands::{finish, CommandError};
 use gavel_server::node::ServerSettings;
 use gavel_server::server::{start, NodeOptions};
@@ -27,17 +30,38 @@ fn main() -> ExitCode {
     let serving = matches!(cli.command, TopCommand::Node(_) | TopCommand::Dev(_) | TopCommand::Chaos(_));
     // Operator commands keep standard error for their own messages.
     let default_filter = if serving { "info,openraft=warn" } else { "warn" };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GAVEL_LOG").unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => return finish(Err(CommandError::Other(error.into()))),
     };
+    let (log_format, otlp) = match &cli.command {
+        TopCommand::Node(args) => (
+            args.log_format,
+            args.otlp_endpoint.as_deref().map(|endpoint| logging::Otlp { endpoint, node_id: args.id }),
+        ),
+        TopCommand::Dev(args) => (args.log_format, None),
+        _ => (LogFormat::Text, None),
+    };
+    let tracer = {
+        let _on_the_runtime = runtime.enter();
+        match logging::init(default_filter, log_format, otlp) {
+            Ok(tracer) => tracer,
+            Err(error) => return served(Err(error)),
+        }
+    };
+    let exit = run(cli, &runtime);
+    if let Some(tracer) = tracer {
+        // Flush the batched spans; the exporter runs on the runtime.
+        let _on_the_runtime = runtime.enter();
+        if let Err(error) = tracer.shutdown() {
+            eprintln!("gavel: flushing trace spans: {error}");
+        }
+    }
+    exit
+}
+
+/// Runs the parsed command on `runtime`.
+fn run(cli: Cli, runtime: &tokio::runtime::Runtime) -> ExitCode {
     match cli.command {
         TopCommand::Node(args) => served(runtime.block_on(run_node(args))),
         TopCommand::Dev(args) => served(runtime.block_on(dev::run(args))),
@@ -125,6 +149,11 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         settings: ServerSettings {
             retention: gavel_core::Retention { records_ms: args.retention_ms, events_ms: args.event_retention_ms },
             planted_bug: planted_bug_from_env(),
+            overload: gavel_server::overload::OverloadLimits {
+                proposals_in_flight_max: usize::try_from(args.proposals_in_flight_max).unwrap_or(usize::MAX),
+                long_polls_max: usize::try_from(args.long_polls_max).unwrap_or(usize::MAX),
+                reads_in_flight_max: usize::try_from(args.reads_in_flight_max).unwrap_or(usize::MAX),
+            },
             ..ServerSettings::default()
         },
         security,

@@ -104,7 +104,8 @@ fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
 }
 
 /// Whether a failed attempt may be retried with the same request id: the
-/// cluster said `UNAVAILABLE`, or the transport broke before a Gavel answer.
+/// cluster said `UNAVAILABLE` or shed load (`RESOURCE_EXHAUSTED` with a
+/// retry hint, [`crate::backoff`]), or the transport broke before a Gavel answer.
 /// A failed TLS handshake is not retried: a certificate does not become
 /// valid by asking again.
 fn retryable(status: &Status) -> bool {
@@ -113,6 +114,7 @@ fn retryable(status: &Status) -> bool {
     }
     match status.code() {
         Code::Unavailable => true,
+        Code::ResourceExhausted => crate::backoff::is_overload(status),
         Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal => {
             read_error_detail(status).is_none()
         }
@@ -239,7 +241,7 @@ impl Client {
             if started.elapsed() + pause > self.inner.config.retry_budget {
                 return Err(self.gave_up(&failure).await);
             }
-            tokio::time::sleep(pause).await;
+            tokio::time::sleep(crate::backoff::jittered(pause)).await;
             pause = (pause * 2).min(Duration::from_secs(1));
         }
     }

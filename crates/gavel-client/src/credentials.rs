@@ -152,7 +152,8 @@ fn read(path: &Path, what: &str) -> Result<String, Error> {
 }
 
 /// Stamps `authorization: Bearer <token>` on every request, when a token is
-/// configured.
+/// configured, and a W3C `traceparent` ([`crate::trace_context`]) unless the
+/// request has one.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Authorization(Option<MetadataValue<Ascii>>);
 
@@ -172,6 +173,9 @@ impl Interceptor for Authorization {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         if let Some(value) = &self.0 {
             request.metadata_mut().insert(gavel_proto::metadata::AUTHORIZATION, value.clone());
+        }
+        if !request.metadata().contains_key(crate::trace_context::TRACEPARENT) {
+            request.metadata_mut().insert(crate::trace_context::TRACEPARENT, crate::trace_context::traceparent());
         }
         Ok(request)
     }
@@ -286,6 +290,7 @@ mod tests {
         let request = authorization.call(Request::new(())).expect("stamped");
         let value = request.metadata().get(gavel_proto::metadata::AUTHORIZATION).expect("present");
         assert_eq!(value.to_str().ok(), Some("Bearer abc"));
+        assert!(request.metadata().contains_key("traceparent"), "every call carries a trace context");
         let mut none = Authorization::bearer(None).expect("no header");
         assert!(none.call(Request::new(())).expect("passed").metadata().get("authorization").is_none());
     }

@@ -1,7 +1,8 @@
 //! `gavel-client`: the SDK users meet instead of the proto.
 //!
 //! - [`Client`]: typed calls to any list of nodes. It follows the leader,
-//!   retries `UNAVAILABLE` and broken connections with the same request id (so
+//!   retries `UNAVAILABLE`, overload refusals (`RESOURCE_EXHAUSTED` with
+//!   `retry_after_ms`, after that delay plus jitter) and broken connections with the same request id (so
 //!   a retry never applies twice), puts a deadline on every call, and surfaces
 //!   refusals as [`Error::Domain`] carrying the stable code.
 //! - [`Worker`]: polls a queue, heartbeats in the background, hands each task
@@ -23,14 +24,21 @@
 //!   same way for every binary. `UNAUTHENTICATED` and `PERMISSION_DENIED`
 //!   (and a failed TLS handshake) are never retried.
 //!
-//! It depends on `gavel-proto` only: never on openraft, sled or the core's
+//! - Tracing: every call carries a W3C `traceparent`, from the current
+//!   span's OpenTelemetry context, else the current OpenTelemetry context,
+//!   else a fresh trace; the nodes continue it through forwarding to the
+//!   leader's proposal.
+//!
+//! It depends on `gavel-proto` (and the OpenTelemetry API, for the trace context) only: never on openraft, sled or the core's
 //! state machine.
 
 mod admin;
+mod backoff;
 mod client;
 mod credentials;
 mod error;
 mod reach;
+mod trace_context;
 mod worker;
 
 pub use admin::{BackupDownload, ADD_NODE_WAIT, BACKUP_CHUNK_TIMEOUT, BACKUP_TAKE_WAIT};

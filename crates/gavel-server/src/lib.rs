@@ -6,6 +6,8 @@
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
 //! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`],
 //! [`metrics`] (Prometheus metrics and their `GET /metrics` listener),
+//! [`overload`] (bounds on calls taken at once, [`limits`]), [`trace`]
+//! (W3C `traceparent` in, through forwarding, to the leader's proposal),
 //! [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
 //! and request ids, in front of every service), [`security`] (TLS material,
 //! token verification, who a call is made by), [`tls`] (the TLS acceptor: bounded
@@ -23,8 +25,10 @@
 pub mod app;
 pub mod convert;
 pub mod health;
+pub mod limits;
 pub mod metrics;
 pub mod node;
+pub mod overload;
 pub mod replies;
 pub mod routing;
 pub mod security;
@@ -32,3 +36,4 @@ pub mod server;
 pub mod services;
 pub mod ticker;
 pub mod tls;
+pub mod trace;

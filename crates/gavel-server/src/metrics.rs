@@ -5,6 +5,8 @@
 //! - **Counted as calls happen**: every public gRPC call, by method, gRPC
 //!   status and domain code, and its latency, recorded by the routing layer
 //!   ([`crate::routing`]) through [`Metrics::observe`].
+//! - **Counted as calls are refused for overload**:
+//!   `gavel_overload_refused_total{kind}` ([`Metrics::count_overload_refusal`]).
 //! - **Read at scrape time**: the Raft status (term, leader, indexes, role)
 //!   and the domain state's counts ([`gavel_core::State::counts`]), so they
 //!   are never stale and cost nothing between scrapes.
@@ -136,6 +138,12 @@ struct NodeLabels {
     node: String,
 }
 
+/// A `kind` label: [`crate::overload::CallKind::as_str`] (three values).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
 /// A `queue` label (capped).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct QueueLabels {
@@ -169,6 +177,8 @@ pub struct Metrics {
     executions: Family<StateLabels, Gauge>,
     queue_ready: Family<QueueLabels, Gauge>,
     leases_current: Gauge,
+    /// `gavel_overload_refused_total`: calls refused `RESOURCE_EXHAUSTED`.
+    overload_refused: Family<KindLabels, Counter>,
     /// The caps of the labels a caller or a registrant chooses.
     methods: LabelCap,
     domain_codes: LabelCap,
@@ -238,6 +248,11 @@ impl Metrics {
                 "Executions waiting ready for a worker, by queue (queues past the cap as other)",
             ),
             leases_current: registered(r, "gavel_leases_current", "Leases currently granted to workers"),
+            overload_refused: registered(
+                r,
+                "gavel_overload_refused",
+                "Public calls this node refused RESOURCE_EXHAUSTED because its bound for their kind was reached",
+            ),
             methods: LabelCap::new(METHOD_LABELS_MAX),
             domain_codes: LabelCap::new(DOMAIN_CODE_LABELS_MAX),
             queues: LabelCap::new(QUEUE_LABELS_MAX),
@@ -254,6 +269,11 @@ impl Metrics {
         let labels = CallLabels { method: method.clone(), code: code_name(code).to_string(), domain_code };
         self.calls.get_or_create(&labels).inc();
         self.call_seconds.get_or_create(&MethodLabels { method }).observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one call refused for overload ([`crate::overload`]).
+    pub fn count_overload_refusal(&self, kind: crate::overload::CallKind) {
+        self.overload_refused.get_or_create(&KindLabels { kind: kind.as_str().to_string() }).inc();
     }
 
     /// Wraps the response of a call of `path` started at `started` so that
@@ -544,6 +564,18 @@ mod tests {
         assert_eq!(cap.label("b"), "b");
         assert_eq!(cap.label("c"), OTHER);
         assert_eq!(cap.label("a"), "a");
+    }
+
+    #[test]
+    fn overload_refusals_are_counted_by_kind() {
+        let metrics = Metrics::new();
+        metrics.count_overload_refusal(crate::overload::CallKind::Proposal);
+        metrics.count_overload_refusal(crate::overload::CallKind::Proposal);
+        metrics.count_overload_refusal(crate::overload::CallKind::LongPoll);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
+        assert!(text.contains(r#"gavel_overload_refused_total{kind="proposal"} 2"#), "{text}");
+        assert!(text.contains(r#"gavel_overload_refused_total{kind="long_poll"} 1"#), "{text}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use gavel_core::{Action, Caller, Command, DomainError, Envelope, ErrorClass, Rep
 use gavel_raft::{LeaderRoute, RaftNode, WriteError};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
+use tracing::Instrument;
 
 use crate::app::CoreApp;
 use crate::replies::FromReply;
@@ -38,11 +39,18 @@ pub struct ServerSettings {
     /// effect only in a build with the `mutants` feature). The shell passes
     /// it in; nothing below the shell reads the environment for it.
     pub planted_bug: Option<gavel_core::mutants::Mutant>,
+    /// How many calls of each kind this node takes at once ([`crate::overload`]).
+    pub overload: crate::overload::OverloadLimits,
 }
 
 impl Default for ServerSettings {
     fn default() -> Self {
-        ServerSettings { retention: Retention::default(), forward_timeout: Duration::from_secs(10), planted_bug: None }
+        ServerSettings {
+            retention: Retention::default(),
+            forward_timeout: Duration::from_secs(10),
+            planted_bug: None,
+            overload: crate::overload::OverloadLimits::default(),
+        }
     }
 }
 
@@ -60,6 +68,8 @@ pub struct Node {
     pub secured: Option<Arc<Secured>>,
     /// What this node counts for Prometheus ([`crate::metrics`]).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The bounds on calls taken at once, enforced by the routing layer.
+    pub admission: crate::overload::Admission,
     channels: Mutex<BTreeMap<String, Channel>>,
 }
 
@@ -86,7 +96,8 @@ impl Node {
         secured: Option<Arc<Secured>>,
     ) -> Arc<Node> {
         let metrics = Arc::new(crate::metrics::Metrics::new());
-        Arc::new(Node { id, raft, app, settings, secured, metrics, channels: Mutex::new(BTreeMap::new()) })
+        let admission = crate::overload::Admission::new(settings.overload);
+        Arc::new(Node { id, raft, app, settings, secured, metrics, admission, channels: Mutex::new(BTreeMap::new()) })
     }
 
     /// Refuses a command `caller` may not send, before it is proposed (or,
@@ -126,7 +137,21 @@ impl Node {
             caller: caller.cloned(),
             command,
         };
-        match tokio::time::timeout(RAFT_WAIT, self.raft.write(CoreApp::encode_command(&envelope))).await {
+        // The span joins the call's trace (the routing layer's `gavel.rpc`
+        // span is the current one); the trace context stays out of the log.
+        // The leader's own proposals (ticks) run in no call and get no span,
+        // so that they do not start a trace every tick.
+        let span = if tracing::Span::current().is_none() {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!("gavel.propose", request_id = %request_id)
+        };
+        let written = self.raft.write(CoreApp::encode_command(&envelope));
+        let outcome = tokio::time::timeout(RAFT_WAIT, written).instrument(span.clone()).await;
+        if let Ok(Ok(_)) = &outcome {
+            tracing::debug!(parent: &span, "proposal committed and applied");
+        }
+        match outcome {
             Ok(Ok(bytes)) => Ok(CoreApp::decode_reply(&bytes)),
             Ok(Err(error)) => Err(write_error_status(error)),
             Err(_) => Err(unavailable("the write was not committed in time; retry with the same request id", None)),

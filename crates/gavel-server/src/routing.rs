@@ -27,8 +27,14 @@
 //!   [`metadata::FORWARDED`] and, on a secured node, with the caller in
 //!   [`metadata::FORWARDED_FOR`] (over mutual TLS with the node's
 //!   certificate), and marks the answer with [`metadata::LEADER`].
-//!   A forwarded request is never forwarded again, and with no known leader
+//!   The request carries the follower's `gavel.rpc` span as its
+//!   `traceparent` ([`crate::trace`]). A forwarded request is never forwarded again, and with no known leader
 //!   the caller gets `UNAVAILABLE` with a retry hint.
+//!
+//! - Before any of that, a call counts against its node's bound for its
+//!   kind ([`crate::overload`]); past it, it is refused `RESOURCE_EXHAUSTED`
+//!   with a retry hint at once. A follower that just had a forward refused
+//!   so by the leader refuses calls of that kind itself for a while.
 //!
 //! The layer also gives a domain code to the two refusals tonic makes before
 //! any handler runs: an undecodable message (invalid UTF-8 in a string, say),
@@ -52,8 +58,10 @@ use tonic::body::Body;
 use tonic::codegen::http::{HeaderValue, Request, Response};
 use tonic::codegen::Service;
 use tonic::{Code, Status};
+use tracing::Instrument;
 
 use crate::node::{unavailable, Node};
+use crate::overload::CallKind;
 use crate::security::{forwarded_for, parse_forwarded_for, permission_denied, unauthenticated, Peer};
 
 /// Largest request message a node decodes: tonic's default, set explicitly
@@ -154,7 +162,8 @@ where
     }
     let started = std::time::Instant::now();
     let path = request.uri().path().to_string();
-    let response = route_call(node, inner, request).await;
+    let span = crate::trace::rpc_span(&path, request.headers(), node.id);
+    let response = route_call(node, inner, request).instrument(span).await;
     node.metrics.observe(&path, started, response)
 }
 
@@ -179,6 +188,17 @@ where
             Err(never) => match never {},
         };
     }
+    // Shed load before anything costs: the permit is held until the call
+    // has answered here or at the leader.
+    let kind = CallKind::of(path);
+    let _admitted = match kind.map(|kind| (kind, node.admission.admit(kind))) {
+        Some((kind, Err(refusal))) => {
+            node.metrics.count_overload_refusal(kind);
+            return refusal.into_http();
+        }
+        Some((_, Ok(permit))) => Some(permit),
+        None => None,
+    };
     let caller = match authenticate(node, &mut request) {
         Ok(caller) => caller,
         Err(refusal) => return refusal.into_http(),
@@ -211,7 +231,17 @@ where
         };
         request.headers_mut().remove(metadata::AUTHORIZATION);
     }
-    forward(node, &leader_addr, request).await
+    if let Some(kind) = kind {
+        if let Err(refusal) = node.admission.leader_pushback(kind) {
+            node.metrics.count_overload_refusal(kind);
+            return refusal.into_http();
+        }
+    }
+    let response = forward(node, &leader_addr, request).await;
+    if let Some(kind) = kind {
+        node.admission.learn_from_leader(kind, response.headers());
+    }
+    response
 }
 
 /// Admits a Raft call only from a member node's certificate (or any node
@@ -277,6 +307,7 @@ where
 async fn forward(node: &Node, addr: &str, mut request: Request<Body>) -> Response<Body> {
     let deadline = node.settings.forward_timeout + extra_wait(request.uri().path());
     request.headers_mut().insert(metadata::FORWARDED, HeaderValue::from_static("1"));
+    crate::trace::inject_current(request.headers_mut());
     let mut channel = match node.channel(addr) {
         Ok(channel) => channel,
         Err(status) => return status.into_http(),

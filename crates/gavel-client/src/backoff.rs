@@ -1,0 +1,62 @@
+//! When the client retries a refused attempt, and how long it waits first.
+//!
+//! A node sheds load with `RESOURCE_EXHAUSTED` and a `retry_after_ms` in
+//! the error detail (the server's overload protection). The client treats
+//! that like `UNAVAILABLE`: it retries the same call with the same request id
+//! after at least the hinted delay, within the call's retry budget. Every
+//! pause gets random jitter, so that two thousand clients refused at the same
+//! moment do not all come back at the same moment.
+
+use std::time::Duration;
+
+use gavel_proto::error_detail::read_error_detail;
+use tonic::{Code, Status};
+
+/// Whether `status` is a node's overload refusal, which a retry after its
+/// hinted delay may get past: `RESOURCE_EXHAUSTED` with a `retry_after_ms`.
+/// Any other `RESOURCE_EXHAUSTED` (a message over a size limit, say) stays
+/// refused however often it is sent.
+pub(crate) fn is_overload(status: &Status) -> bool {
+    status.code() == Code::ResourceExhausted
+        && read_error_detail(status).is_some_and(|detail| detail.retry_after_ms.is_some())
+}
+
+/// `pause` plus a random extra of up to half of it: a retry never comes
+/// earlier than the pause (which already honours the node's
+/// `retry_after_ms`), and the retries of many clients spread out.
+pub(crate) fn jittered(pause: Duration) -> Duration {
+    // A v4 uuid is 122 random bits from the OS; the low 32 are plenty here,
+    // and the SDK needs no random-number crate for them.
+    let random = uuid::Uuid::new_v4().as_u128() as u32;
+    let extra = pause.mul_f64(f64::from(random) / f64::from(u32::MAX) / 2.0);
+    pause + extra
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_with_a_retry_hint_is_an_overload() {
+        let hinted = gavel_proto::error_detail::domain_status(
+            Code::ResourceExhausted,
+            "RESOURCE_EXHAUSTED",
+            "this node is overloaded",
+            Vec::new(),
+            Some(50),
+            None,
+        );
+        assert!(is_overload(&hinted));
+        assert!(!is_overload(&Status::resource_exhausted("message too large")));
+        assert!(!is_overload(&Status::unavailable("no leader")));
+    }
+
+    #[test]
+    fn jitter_never_shortens_a_pause_and_adds_at_most_half() {
+        let pause = Duration::from_millis(100);
+        let pauses: Vec<Duration> = (0..200).map(|_| jittered(pause)).collect();
+        assert!(pauses.iter().all(|jittered| *jittered >= pause && *jittered <= pause * 3 / 2), "{pauses:?}");
+        let distinct: std::collections::BTreeSet<Duration> = pauses.into_iter().collect();
+        assert!(distinct.len() > 100, "jitter varies: {} distinct pauses", distinct.len());
+    }
+}
