@@ -90,6 +90,7 @@ enum Rpc {
     AddLearner,
     Promote,
     RemoveNode,
+    Backup,
     Grant,
     Revoke,
     ListGrants,
@@ -151,6 +152,7 @@ const TABLE: &[Row] = &[
     row(Rpc::AddLearner, Allowed::AnyOf(&[Admin]), true, false),
     row(Rpc::Promote, Allowed::AnyOf(&[Admin]), true, false),
     row(Rpc::RemoveNode, Allowed::AnyOf(&[Admin]), true, false),
+    row(Rpc::Backup, Allowed::AnyOf(&[Admin]), false, true),
     row(Rpc::Grant, Allowed::AnyOf(&[Admin]), true, true),
     row(Rpc::Revoke, Allowed::AnyOf(&[Admin]), true, false),
     row(Rpc::ListGrants, Allowed::AnyOf(&[Admin]), false, true),
@@ -686,6 +688,15 @@ impl World {
             Rpc::RemoveNode => {
                 let request = pb::RemoveNodeRequest { request_id, node_id: target.node };
                 done(ClusterServiceClient::new(channel).remove_node(request).await)
+            }
+            Rpc::Backup => {
+                let mut stream = ClusterServiceClient::new(channel).backup(pb::BackupRequest {}).await?.into_inner();
+                match tokio::time::timeout(Duration::from_secs(30), stream.message()).await {
+                    Ok(Ok(Some(_))) => Ok(()),
+                    Ok(Ok(None)) => Err(Status::internal("the backup stream ended before its header")),
+                    Ok(Err(status)) => Err(status),
+                    Err(_) => Err(Status::deadline_exceeded("no backup header within 30 s")),
+                }
             }
             Rpc::Grant => {
                 let grant = pb::AccessGrant {
