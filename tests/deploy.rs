@@ -341,7 +341,15 @@ async fn check_cluster(
     };
     assert!(leader.is_ok(), "no leader: {leader:?}\n{}", logs());
     for (addr, id) in addrs.iter().zip(ids) {
-        let status = gavel_testkit::status_with(addr, CALL, Some(&ops)).await.expect("status as user:ops");
+        // A follower learns the membership from the leader's first entries.
+        let started = Instant::now();
+        let status = loop {
+            let status = gavel_testkit::status_with(addr, CALL, Some(&ops)).await.expect("status as user:ops");
+            if (status.leader_id.is_some() && status.members.len() == 3) || started.elapsed() > WAIT {
+                break status;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         assert_eq!(status.node_id, *id, "{addr} is node {id}");
         assert_eq!(status.members.len(), 3, "three voters: {status:?}");
         let members: Vec<(u64, &str)> = status.members.iter().map(|m| (m.node_id, m.addr.as_str())).collect();
