@@ -412,13 +412,26 @@ async fn the_statefulset_runs_a_secure_three_node_cluster() {
             .args(["--principal", "user:ops"]),
     );
 
+    // The files as the Secret volume presents them: with its defaultMode.
+    let volumes = sts["spec"]["template"]["spec"]["volumes"].as_array().expect("volumes");
+    let secret = volumes.iter().find(|volume| volume["secret"].is_object()).expect("a Secret volume");
+    let mode = secret["secret"]["defaultMode"].as_u64().expect("defaultMode") as u32;
+    for entry in std::fs::read_dir(&certs).expect("certs") {
+        use std::os::unix::fs::PermissionsExt;
+        let path = entry.expect("entry").path();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
     let addrs: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let metrics: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let mut nodes = Vec::new();
-    for ordinal in 0..3usize {
-        let mut substitutions: Vec<(String, String)> =
-            (0..3).map(|other| (format!("{name}-{other}.{service}:7401"), addrs[other].clone())).collect();
-        substitutions.push(("0.0.0.0:7501".to_string(), metrics[ordinal].clone()));
+    for (ordinal, metrics_addr) in metrics.iter().enumerate() {
+        let mut substitutions: Vec<(String, String)> = addrs
+            .iter()
+            .enumerate()
+            .map(|(other, addr)| (format!("{name}-{other}.{service}:7401"), addr.clone()))
+            .collect();
+        substitutions.push(("0.0.0.0:7501".to_string(), metrics_addr.clone()));
         substitutions
             .push(("/var/lib/gavel".to_string(), dir.path().join(format!("n{ordinal}")).display().to_string()));
         substitutions.push(("/etc/gavel/certs".to_string(), certs.display().to_string()));
@@ -570,11 +583,14 @@ async fn the_systemd_unit_runs_nodes_from_its_environment_file() {
     let addrs: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let metrics: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let mut nodes = Vec::new();
-    for index in 0..3usize {
+    for (index, metrics_addr) in metrics.iter().enumerate() {
         let id = index + 1;
-        let mut substitutions: Vec<(String, String)> =
-            (0..3).map(|other| (format!("10.0.0.{}:7401", other + 1), addrs[other].clone())).collect();
-        substitutions.push(("10.0.0.1:7501".to_string(), metrics[index].clone()));
+        let mut substitutions: Vec<(String, String)> = addrs
+            .iter()
+            .enumerate()
+            .map(|(other, addr)| (format!("10.0.0.{}:7401", other + 1), addr.clone()))
+            .collect();
+        substitutions.push(("10.0.0.1:7501".to_string(), metrics_addr.clone()));
         substitutions.push(("/var/lib/gavel".to_string(), dir.path().join(format!("n{id}")).display().to_string()));
         substitutions.push(("/etc/gavel/certs".to_string(), certs.display().to_string()));
         let env: Vec<(String, String)> = example
