@@ -588,6 +588,23 @@ mod tests {
     }
 
     #[test]
+    fn fault_and_rolling_restart_flags() {
+        let cli = Cli::try_parse_from(["bench", "--fault", "kill-leader", "--fault-hold", "2s"]).expect("parses");
+        assert_eq!((cli.bench.fault, cli.bench.fault_hold), (Some(Fault::KillLeader), Duration::from_secs(2)));
+        let cli = Cli::try_parse_from(["bench", "--fault", "partition-follower"]).expect("parses");
+        assert_eq!(cli.bench.fault_hold, Duration::from_secs(3), "held 3 s by default");
+        assert!(Cli::try_parse_from(["bench", "--fault", "kill-everyone"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--fault-hold", "2s"]).is_err(), "--fault-hold needs --fault");
+        assert!(Cli::try_parse_from(["bench", "--fault", "kill-leader", "--endpoints", "a:1"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--fault", "kill-leader", "--scale", "10"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--rolling-restart"]).expect("parses").bench.rolling_restart);
+        assert!(Cli::try_parse_from(["bench", "--rolling-restart", "--fault", "kill-leader"]).is_err());
+        let parse = |args: &[&str]| Cli::try_parse_from(args).expect("parses").bench;
+        assert!(validate(&parse(&["bench", "--fault", "kill-follower", "--fault-hold", "0s"])).is_err());
+        assert!(validate(&parse(&["bench", "--fault", "kill-follower"])).is_ok());
+    }
+
+    #[test]
     fn validation() {
         let parse = |args: &[&str]| Cli::try_parse_from(args).expect("parses").bench;
         assert!(validate(&parse(&["bench", "--clients", "0"])).is_err());
