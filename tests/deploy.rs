@@ -54,11 +54,17 @@ fn deploy_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy")
 }
 
-/// Runs `command` to completion; panics with its output unless it succeeds.
-fn run_ok(command: &mut Command) -> String {
+/// Runs `command` to completion: whether it succeeded, and its output.
+fn run_capture(command: &mut Command) -> (bool, String) {
     let output = command.output().unwrap_or_else(|error| panic!("running {command:?}: {error}"));
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "{command:?} failed ({}):\n{text}", output.status);
+    (output.status.success(), text)
+}
+
+/// Runs `command` to completion; panics with its output unless it succeeds.
+fn run_ok(command: &mut Command) -> String {
+    let (succeeded, text) = run_capture(command);
+    assert!(succeeded, "{command:?} failed:\n{text}");
     text
 }
 
@@ -101,13 +107,7 @@ fn k8s_manifests() -> Vec<PathBuf> {
 
 /// Runs `kubernetes-validate --strict` on `path` for `version`: (passed, output).
 fn kubernetes_validate(path: &Path, version: &str) -> (bool, String) {
-    let output = Command::new(venv().join("bin/kubernetes-validate"))
-        .args(["--strict", "-k", version])
-        .arg(path)
-        .output()
-        .expect("run kubernetes-validate");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+    run_capture(Command::new(venv().join("bin/kubernetes-validate")).args(["--strict", "-k", version]).arg(path))
 }
 
 #[test]
@@ -136,13 +136,9 @@ fn kubernetes_manifests_validate_strictly_against_the_schemas() {
 }
 
 fn check_compose(path: &Path) -> (bool, String) {
-    let output = Command::new(venv().join("bin/check-jsonschema"))
-        .args(["--builtin-schema", "vendor.compose-spec"])
-        .arg(path)
-        .output()
-        .expect("run check-jsonschema");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+    run_capture(
+        Command::new(venv().join("bin/check-jsonschema")).args(["--builtin-schema", "vendor.compose-spec"]).arg(path),
+    )
 }
 
 #[test]
@@ -375,6 +371,18 @@ async fn check_cluster(
     }
 }
 
+/// What deploy/README.md makes with `gavel cert`: the CA, node `i + 1`'s
+/// certificate naming `hosts[i]`, and the operator's (`user:ops`).
+fn make_certs(certs: &Path, hosts: &[String]) {
+    let gavel = support::gavel_binary();
+    let cert = |args: &[&str]| run_ok(Command::new(&gavel).arg("cert").args(args).arg("--certs-dir").arg(certs));
+    cert(&["create-ca"]);
+    for (index, host) in hosts.iter().enumerate() {
+        cert(&["create-node", "--id", &(index + 1).to_string(), "--host", host]);
+    }
+    cert(&["create-client", "--principal", "user:ops"]);
+}
+
 fn free_addr() -> String {
     format!("127.0.0.1:{}", support::free_port())
 }
@@ -395,32 +403,8 @@ async fn the_statefulset_runs_a_secure_three_node_cluster() {
     let dir = tempfile::tempdir().expect("temp dir");
     let certs = dir.path().join("certs");
     // The certificates deploy/README.md makes for Kubernetes (then stored in the Secret).
-    let gavel = support::gavel_binary();
-    run_ok(Command::new(&gavel).args(["cert", "create-ca", "--certs-dir"]).arg(&certs));
-    for ordinal in 0..3u64 {
-        run_ok(Command::new(&gavel).args(["cert", "create-node", "--certs-dir"]).arg(&certs).args([
-            "--id",
-            &(ordinal + 1).to_string(),
-            "--host",
-            &format!("{name}-{ordinal}.{service}"),
-        ]));
-    }
-    run_ok(
-        Command::new(&gavel)
-            .args(["cert", "create-client", "--certs-dir"])
-            .arg(&certs)
-            .args(["--principal", "user:ops"]),
-    );
-
-    // The files as the Secret volume presents them: with its defaultMode.
-    let volumes = sts["spec"]["template"]["spec"]["volumes"].as_array().expect("volumes");
-    let secret = volumes.iter().find(|volume| volume["secret"].is_object()).expect("a Secret volume");
-    let mode = secret["secret"]["defaultMode"].as_u64().expect("defaultMode") as u32;
-    for entry in std::fs::read_dir(&certs).expect("certs") {
-        use std::os::unix::fs::PermissionsExt;
-        let path = entry.expect("entry").path();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
-    }
+    let hosts: Vec<String> = (0..3).map(|ordinal| format!("{name}-{ordinal}.{service}")).collect();
+    make_certs(&certs, &hosts);
 
     let addrs: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let metrics: Vec<String> = (0..3).map(|_| free_addr()).collect();
@@ -564,22 +548,7 @@ async fn the_systemd_unit_runs_nodes_from_its_environment_file() {
     // Node 1's environment file; nodes 2 and 3 differ in GAVEL_ID and GAVEL_LISTEN, as the file says.
     let example = env_file(&std::fs::read_to_string(deploy_dir().join("node.env.example")).expect("node.env.example"));
     let certs = dir.path().join("certs");
-    let gavel = support::gavel_binary();
-    run_ok(Command::new(&gavel).args(["cert", "create-ca", "--certs-dir"]).arg(&certs));
-    for id in 1..=3 {
-        run_ok(Command::new(&gavel).args(["cert", "create-node", "--certs-dir"]).arg(&certs).args([
-            "--id",
-            &id.to_string(),
-            "--host",
-            &format!("10.0.0.{id}"),
-        ]));
-    }
-    run_ok(
-        Command::new(&gavel)
-            .args(["cert", "create-client", "--certs-dir"])
-            .arg(&certs)
-            .args(["--principal", "user:ops"]),
-    );
+    make_certs(&certs, &["10.0.0.1", "10.0.0.2", "10.0.0.3"].map(str::to_string));
     let addrs: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let metrics: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let mut nodes = Vec::new();

@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::cluster::{Dial, LocalCluster, WAIT};
-use crate::workload::{self, ConfigReport, ConfigSpec};
-use crate::{BenchError, Printer, Workload};
+use crate::workload::{self, ConfigReport, LoadSpec};
+use crate::{BenchError, Printer};
 
 /// Share of the steady rate the targets hold the throughput to.
 pub const TARGET_SHARE: f64 = 0.8;
@@ -88,12 +88,8 @@ impl Fault {
 #[derive(Debug, Clone)]
 pub(crate) struct FaultSpec {
     pub fault: Fault,
-    pub workload: Workload,
-    pub clients: usize,
-    pub warmup: Duration,
-    pub duration: Duration,
+    pub load: LoadSpec,
     pub hold: Duration,
-    pub verify_samples: usize,
 }
 
 /// What was done to the cluster, with offsets from the measured window's start.
@@ -159,37 +155,25 @@ pub(crate) async fn run(
     tag: &str,
     printer: &mut Printer<'_>,
 ) -> Result<FaultReport, BenchError> {
-    if spec.duration < MIN_WINDOW {
+    let load = &spec.load;
+    if load.duration < MIN_WINDOW {
         return Err(BenchError::Invalid(format!(
             "--fault needs a --duration of at least {MIN_WINDOW:?} (steady seconds before the fault and after it)"
         )));
     }
     let endpoints = local.cluster.addrs();
-    let leader = dial.find_leader(&endpoints).await?;
-    if spec.workload != Workload::Approvals {
-        workload::register_capabilities(&dial.client(&endpoints, leader)?, spec.clients).await?;
-    }
+    let inject_at = inject_second(load.duration);
     printer.human(&format!(
         "fault mode: {} clients ({}), {:.1} s warmup, {:.1} s measured, {} at {:.1} s held {:.1} s",
-        spec.clients,
-        spec.workload.name(),
-        spec.warmup.as_secs_f64(),
-        spec.duration.as_secs_f64(),
+        load.clients,
+        load.workload.name(),
+        load.warmup.as_secs_f64(),
+        load.duration.as_secs_f64(),
         spec.fault.name(),
-        inject_second(spec.duration).as_secs_f64(),
+        inject_at.as_secs_f64(),
         spec.hold.as_secs_f64()
     ))?;
-    let config = ConfigSpec {
-        workload: spec.workload,
-        clients: spec.clients,
-        warmup: spec.warmup,
-        duration: spec.duration,
-        leader_only: false,
-        verify_samples: spec.verify_samples,
-        retained: None,
-    };
-    let inject_at = inject_second(spec.duration);
-    let measured = workload::run_config_during(dial, &endpoints, leader, &[], &config, tag, |window_start| {
+    let measured = workload::run_disrupted(dial, &endpoints, load, tag, |window_start| {
         inject(local, spec.fault, spec.hold, window_start, window_start + inject_at)
     })
     .await?;
@@ -324,7 +308,7 @@ fn judge(
     config: ConfigReport,
     converged_index: Option<u64>,
 ) -> FaultReport {
-    let seconds = spec.duration.as_secs();
+    let seconds = spec.load.duration.as_secs();
     let bins = bins(finished, seconds);
     let fault_at = Duration::from_secs_f64(injection.at_s);
     let fault_bin = (fault_at.as_secs() as usize).min(bins.len());

@@ -447,20 +447,19 @@ async fn measure(
         let report = figures::run(&spec, local, tag, printer).await?;
         return Ok(Measured { figures: Some(report), ..Measured::default() });
     }
-    let load_clients = args.clients.iter().copied().max().unwrap_or(1);
+    // The fault and rolling-restart modes' load: the largest --clients count.
+    let load = || workload::LoadSpec {
+        workload: args.workload,
+        clients: args.clients.iter().copied().max().unwrap_or(1),
+        warmup: args.warmup,
+        duration: args.duration,
+        verify_samples: args.verify_samples,
+    };
     if let Some(fault) = args.fault {
         let Some(local) = local else {
             return Err(BenchError::Invalid("--fault needs the local cluster (no --endpoints)".to_string()));
         };
-        let spec = fault::FaultSpec {
-            fault,
-            workload: args.workload,
-            clients: load_clients,
-            warmup: args.warmup,
-            duration: args.duration,
-            hold: args.fault_hold,
-            verify_samples: args.verify_samples,
-        };
+        let spec = fault::FaultSpec { fault, load: load(), hold: args.fault_hold };
         let report = fault::run(&spec, local, dial, tag, printer).await?;
         printer.json_line(&serde_json::to_value(&report)?)?;
         return Ok(Measured { fault: Some(report), ..Measured::default() });
@@ -469,14 +468,7 @@ async fn measure(
         let Some(local) = local else {
             return Err(BenchError::Invalid("--rolling-restart needs the local cluster (no --endpoints)".to_string()));
         };
-        let spec = rolling::RollingSpec {
-            workload: args.workload,
-            clients: load_clients,
-            warmup: args.warmup,
-            duration: args.duration,
-            verify_samples: args.verify_samples,
-        };
-        let report = rolling::run(&spec, local, dial, tag, printer).await?;
+        let report = rolling::run(&load(), local, dial, tag, printer).await?;
         printer.json_line(&serde_json::to_value(&report)?)?;
         return Ok(Measured { rolling: Some(report), ..Measured::default() });
     }

@@ -18,8 +18,8 @@ use serde::Serialize;
 
 use crate::cluster::{Dial, LocalCluster};
 use crate::fault;
-use crate::workload::{self, ConfigReport, ConfigSpec};
-use crate::{BenchError, Printer, Workload};
+use crate::workload::{self, ConfigReport, LoadSpec};
+use crate::{BenchError, Printer};
 
 /// How long a stopped node stays down before it is started again.
 pub const DOWN: Duration = Duration::from_secs(1);
@@ -35,16 +35,6 @@ const STATUS_CALL: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(50);
 /// Calm time before the first restart.
 const STEADY: Duration = Duration::from_secs(1);
-
-/// One rolling restart.
-#[derive(Debug, Clone)]
-pub(crate) struct RollingSpec {
-    pub workload: Workload,
-    pub clients: usize,
-    pub warmup: Duration,
-    pub duration: Duration,
-    pub verify_samples: usize,
-}
 
 /// One node's restart, in seconds.
 #[derive(Debug, Clone, Serialize)]
@@ -84,17 +74,13 @@ pub struct RollingReport {
 
 /// Runs a rolling restart of `local` under load.
 pub(crate) async fn run(
-    spec: &RollingSpec,
+    spec: &LoadSpec,
     local: &LocalCluster,
     dial: &Dial,
     tag: &str,
     printer: &mut Printer<'_>,
 ) -> Result<RollingReport, BenchError> {
     let endpoints = local.cluster.addrs();
-    let leader = dial.find_leader(&endpoints).await?;
-    if spec.workload != Workload::Approvals {
-        workload::register_capabilities(&dial.client(&endpoints, leader)?, spec.clients).await?;
-    }
     printer.human(&format!(
         "rolling restart: {} clients ({}), {:.1} s measured; each node SIGTERM, {:.1} s down, start, catch up, \
          {:.1} s calm",
@@ -104,19 +90,9 @@ pub(crate) async fn run(
         DOWN.as_secs_f64(),
         SETTLE.as_secs_f64()
     ))?;
-    let config = ConfigSpec {
-        workload: spec.workload,
-        clients: spec.clients,
-        warmup: spec.warmup,
-        duration: spec.duration,
-        leader_only: false,
-        verify_samples: spec.verify_samples,
-        retained: None,
-    };
-    let measured = workload::run_config_during(dial, &endpoints, leader, &[], &config, tag, |window_start| {
-        restart_all(local, dial, window_start)
-    })
-    .await?;
+    let measured =
+        workload::run_disrupted(dial, &endpoints, spec, tag, |window_start| restart_all(local, dial, window_start))
+            .await?;
     let nodes = measured.disruption;
     let bins = fault::bins(&measured.finished, spec.duration.as_secs());
     let window_end = spec.duration.as_secs_f64();

@@ -510,6 +510,47 @@ pub(crate) async fn run_config(
     Ok(measured.report)
 }
 
+/// The load the fault and rolling-restart modes run while they disrupt the
+/// cluster: `clients` closed-loop clients spread round-robin over the nodes.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadSpec {
+    pub workload: Workload,
+    pub clients: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub verify_samples: usize,
+}
+
+/// Runs `load` against `endpoints` (registering the executions workload's
+/// capabilities first) while `disrupt(window_start)` runs; see
+/// [`run_config_during`].
+pub(crate) async fn run_disrupted<T, F, Fut>(
+    dial: &Dial,
+    endpoints: &[String],
+    load: &LoadSpec,
+    prefix: &str,
+    disrupt: F,
+) -> Result<DuringReport<T>, BenchError>
+where
+    F: FnOnce(Instant) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let leader = dial.find_leader(endpoints).await?;
+    if load.workload != Workload::Approvals {
+        register_capabilities(&dial.client(endpoints, leader)?, load.clients).await?;
+    }
+    let config = ConfigSpec {
+        workload: load.workload,
+        clients: load.clients,
+        warmup: load.warmup,
+        duration: load.duration,
+        leader_only: false,
+        verify_samples: load.verify_samples,
+        retained: None,
+    };
+    run_config_during(dial, endpoints, leader, &[], &config, prefix, disrupt).await
+}
+
 /// What [`run_config_during`] measured: the configuration's report, when
 /// each ok lifecycle finished (offsets from the window's start, in order),
 /// and what the disruption returned.
