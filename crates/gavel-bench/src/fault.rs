@@ -18,7 +18,9 @@
 //! window, the steady rate (mean of the full bins before the fault), the
 //! lowest bin from the fault on as a percentage of it and, for a leader
 //! kill, how long after the kill the rate is back at ≥ 80 % of the steady
-//! rate for good ([`recovery`]). The fault is injected at a whole second of
+//! rate and stays there until the heal ([`recovery`]); the lowest bin from
+//! the heal on is reported apart (a restarted node's catch-up, an election
+//! a returning node forces). The fault is injected at a whole second of
 //! the window (the middle, rounded down), so the bins after it are the
 //! first, second, ... second after the fault. The targets (issue 14): through a
 //! follower fault every bin stays at ≥ 80 %; through a leader kill the rate
@@ -130,9 +132,14 @@ pub struct FaultReport {
     /// `min_bin` as a percentage of `steady_per_s`.
     pub min_bin_pct: f64,
     /// Seconds from the fault to the start of the first bin from which every
-    /// bin to the end holds ≥ 80 % of the steady rate (see [`recovery`]);
-    /// `None` when none does.
+    /// bin until the heal's bin holds ≥ 80 % of the steady rate (see
+    /// [`recovery`]); `None` when none does.
     pub recovery_s: Option<f64>,
+    /// Lowest bin from the heal's bin to the end, as a percentage of
+    /// `steady_per_s` (the heal's own cost: a restart's catch-up, an
+    /// election a returning node forces); `None` when the heal came in the
+    /// last bin or later.
+    pub after_heal_min_pct: Option<f64>,
     /// Longest time after the fault with no ok lifecycle finishing.
     pub longest_gap_s: f64,
     /// The target this fault is held to, in words.
@@ -277,16 +284,18 @@ pub fn bins(finished: &[Duration], seconds: u64) -> Vec<u64> {
 }
 
 /// How long after the fault (at `fault_s` into the window) the rate is back
-/// for good: from the start of the first bin at or after the fault's bin
-/// from which every bin to the end of the window holds at least `share ×
-/// steady`, to that bin's start (0 when the rate never fell below it);
-/// `None` when not even the last bin does. One-second resolution: "within
-/// 2 s" means the bins from the third second after the fault on are all at
+/// while the fault lasts: from the fault to the start of the first bin at or
+/// after the fault's bin from which every bin before `until_bin` (the heal's
+/// bin, which a restarting node disturbs on its own) holds at least `share
+/// × steady` (0 when the rate never fell below it); `None` when no bin
+/// before `until_bin` does. One-second resolution: "within 2 s" means the
+/// bins from the third second after the fault until the heal are all at
 /// the share.
-pub fn recovery(bins: &[u64], fault_s: f64, steady: f64, share: f64) -> Option<f64> {
+pub fn recovery(bins: &[u64], fault_s: f64, until_bin: usize, steady: f64, share: f64) -> Option<f64> {
     let needed = share * steady;
     let fault_bin = fault_s.max(0.0) as usize;
-    let back = (fault_bin..bins.len()).find(|bin| bins[*bin..].iter().all(|count| *count as f64 >= needed))?;
+    let until = until_bin.min(bins.len());
+    let back = (fault_bin..until).find(|bin| bins[*bin..until].iter().all(|count| *count as f64 >= needed))?;
     Some((back as f64 - fault_s).max(0.0))
 }
 
@@ -317,7 +326,9 @@ fn judge(
     let min_bin = bins[fault_bin..].iter().copied().min().unwrap_or(0);
     let pct = |value: f64| if steady > 0.0 { 100.0 * value / steady } else { 0.0 };
     let end = Duration::from_secs(seconds);
-    let recovery_s = recovery(&bins, injection.at_s, steady, TARGET_SHARE);
+    let healed_bin = (injection.healed_s.max(0.0) as usize).min(bins.len());
+    let recovery_s = recovery(&bins, injection.at_s, healed_bin, steady, TARGET_SHARE);
+    let after_heal_min = bins[healed_bin..].iter().copied().min();
     let (target, meets_target) = if spec.fault.hits_leader() {
         (
             format!("back to >= {:.0}% within {:?}", TARGET_SHARE * 100.0, LEADER_RECOVERY_TARGET),
@@ -335,6 +346,7 @@ fn judge(
         steady_per_s: steady,
         min_bin,
         min_bin_pct: pct(min_bin as f64),
+        after_heal_min_pct: after_heal_min.map(|min| pct(min as f64)),
         recovery_s,
         bins,
         target,
@@ -386,13 +398,14 @@ pub(crate) fn fault_table(report: &FaultReport) -> String {
     }
     let recovery = match (report.fault.hits_leader(), report.recovery_s) {
         (false, _) => String::new(),
-        (true, Some(recovery)) => format!("; back to >= 80% for good {recovery:.2} s after the kill"),
-        (true, None) => "; never back to >= 80% in the window".to_string(),
+        (true, Some(recovery)) => format!("; back to >= 80% {recovery:.2} s after the kill"),
+        (true, None) => "; not back to >= 80% before the heal".to_string(),
     };
+    let after_heal = report.after_heal_min_pct.map_or(String::new(), |pct| format!("; after the heal min {pct:.0}%"));
     let _ = write!(
         out,
-        "fault summary: {} steady {:.1} lifecycles/s before the fault; min bin {} = {:.0}% of steady{recovery}; \
-         longest gap {:.2} s; target {}: {}",
+        "fault summary: {} steady {:.1} lifecycles/s before the fault; min bin {} = {:.0}% of steady{recovery}\
+         {after_heal}; longest gap {:.2} s; target {}: {}",
         report.fault.name(),
         report.steady_per_s,
         report.min_bin,
@@ -419,15 +432,15 @@ mod tests {
     }
 
     #[test]
-    fn recovery_is_the_first_bin_from_which_the_rate_holds() {
-        // Steady 10/s; the fault at 4.0 s; 0, 5, then back at 9 and 10.
-        let bins = [10, 10, 10, 10, 0, 5, 9, 10];
-        assert_eq!(recovery(&bins, 4.0, 10.0, 0.8), Some(2.0));
+    fn recovery_is_the_first_bin_from_which_the_rate_holds_until_the_heal() {
+        // Steady 10/s; the fault at 4.0 s, healed at 8.0 s; 0, 5, then back.
+        let bins = [10, 10, 10, 10, 0, 5, 9, 10, 3, 10];
+        assert_eq!(recovery(&bins, 4.0, 8, 10.0, 0.8), Some(2.0), "the heal's own dip at 8 does not count");
         // A bin at the share followed by one below it does not count.
-        assert_eq!(recovery(&[10, 10, 0, 9, 3, 9], 2.0, 10.0, 0.8), Some(3.0));
-        // Never below: 0; never back: None.
-        assert_eq!(recovery(&[10, 10, 9, 10], 2.01, 10.0, 0.8), Some(0.0));
-        assert_eq!(recovery(&[10, 10, 0, 0], 2.0, 10.0, 0.8), None);
+        assert_eq!(recovery(&[10, 10, 0, 9, 3, 9, 9], 2.0, 6, 10.0, 0.8), Some(3.0));
+        // Never below: 0; not back before the heal: None.
+        assert_eq!(recovery(&[10, 10, 9, 10], 2.01, 4, 10.0, 0.8), Some(0.0));
+        assert_eq!(recovery(&[10, 10, 0, 0, 10], 2.0, 4, 10.0, 0.8), None);
     }
 
     #[test]
