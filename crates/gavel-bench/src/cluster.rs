@@ -98,6 +98,9 @@ pub(crate) const RESTORED_LINE: &str = "restored the application from the stored
 pub(crate) struct LocalCluster {
     /// The node processes; ids 1, 2, 3 are the endpoints' positions 0, 1, 2.
     pub cluster: Cluster,
+    /// The network namespaces the nodes run in (partition faults), if any.
+    /// Declared after `cluster`, so the nodes are killed before it is torn down.
+    pub net: Option<gavel_chaos::net::Net>,
     dir: Option<tempfile::TempDir>,
 }
 
@@ -111,6 +114,20 @@ impl LocalCluster {
         parent: Option<&Path>,
         flags: &[String],
         insecure: bool,
+    ) -> Result<LocalCluster, BenchError> {
+        LocalCluster::start_in(binary, parent, flags, insecure, false).await
+    }
+
+    /// [`LocalCluster::start`], with `namespaces`: each node in its own
+    /// network namespace of a `gavel_chaos` [`gavel_chaos::net::Net`] (as
+    /// `gavel chaos` runs them), so that iptables can partition it; the bench
+    /// reaches every node through the bridge.
+    pub async fn start_in(
+        binary: PathBuf,
+        parent: Option<&Path>,
+        flags: &[String],
+        insecure: bool,
+        namespaces: bool,
     ) -> Result<LocalCluster, BenchError> {
         let dir = match parent {
             Some(parent) => {
@@ -127,11 +144,18 @@ impl LocalCluster {
         if !insecure {
             spec.security = Security::secure(bench_principal());
         }
-        let cluster = Cluster::start(spec).await?;
+        let (cluster, net) = if namespaces {
+            let net = start_net().await?;
+            let launcher =
+                gavel_chaos::net::Namespaces { topology: net.topology(), port: gavel_chaos::cluster::NAMESPACE_PORT };
+            (Cluster::start_with(spec, launcher).await?, Some(net))
+        } else {
+            (Cluster::start(spec).await?, None)
+        };
         if !insecure {
             cluster.grant(&bench_principal(), &BENCH_GRANTS, WAIT).await?;
         }
-        Ok(LocalCluster { cluster, dir: Some(dir) })
+        Ok(LocalCluster { cluster, net, dir: Some(dir) })
     }
 
     /// How the bench reaches this cluster: as the bench principal over TLS,
@@ -159,6 +183,25 @@ impl LocalCluster {
         let text = std::fs::read_to_string(log).map_err(BenchError::io(format!("reading {}", log.display())))?;
         Ok(parse_snapshot_lines(&text))
     }
+}
+
+/// Sets up three network namespaces under a fresh prefix (after removing
+/// those of dead runs), or says why they are not available here.
+async fn start_net() -> Result<gavel_chaos::net::Net, BenchError> {
+    use gavel_chaos::net::{self, Net};
+    let setup = tokio::task::spawn_blocking(|| {
+        let availability = Net::available();
+        if !availability.available {
+            return Err(BenchError::Invalid(format!(
+                "a partition needs network namespaces and iptables (root): {}",
+                availability.reason.unwrap_or_default()
+            )));
+        }
+        net::cleanup_stale(net::FAMILY);
+        let prefix = net::fresh_prefix()?;
+        Ok(Net::setup(3, &prefix)?)
+    });
+    setup.await?
 }
 
 /// What a node log says about snapshots.

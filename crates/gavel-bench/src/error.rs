@@ -55,6 +55,9 @@ pub enum BenchError {
     /// `/proc` could not be read or parsed.
     #[error("{0}")]
     Procfs(#[from] crate::procfs::ProcfsError),
+    /// The network namespaces of a partition fault could not be set up or driven.
+    #[error("network: {0}")]
+    Network(#[from] gavel_chaos::net::NetError),
     /// Ctrl-C arrived during the run.
     #[error("interrupted")]
     Interrupted,

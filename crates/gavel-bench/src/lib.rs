@@ -26,6 +26,14 @@
 //! cancellation latency, an idle worker's load and a follower's restart with
 //! many executions, each the median and spread of `--figure-runs` runs.
 //!
+//! `--fault kill-follower|partition-follower|pause-follower|kill-leader`
+//! runs fault mode instead (see [`fault`]): the workload with the largest
+//! `--clients` count while one fault is injected in the middle of the
+//! measured window; it prints ok lifecycles per one-second bin and how far
+//! and how long the rate fell. `--rolling-restart` (see [`rolling`])
+//! restarts the nodes one at a time under the same load and reports each
+//! node's downtime and every failed lifecycle.
+//!
 //! The local cluster is a [`gavel_testkit::Cluster`], secure by default:
 //! its nodes serve mutual TLS and the bench authenticates as one principal,
 //! `service:bench` (the cluster's first admin, granting itself what the
@@ -49,15 +57,19 @@ use serde::Serialize;
 
 mod cluster;
 mod error;
+pub mod fault;
 pub mod figures;
 pub mod procfs;
 mod report;
+pub mod rolling;
 mod scale;
 mod stats;
 mod workload;
 
 pub use error::BenchError;
+pub use fault::{Fault, FaultReport, Injection};
 pub use figures::{Figure, FiguresReport};
+pub use rolling::{NodeRestart, RollingReport};
 pub use scale::{Checkpoint, FillReport, NodeFootprint, RestartReport, ScaleReport};
 pub use stats::Latency;
 pub use workload::{ConfigReport, CpuReport};
@@ -182,6 +194,17 @@ pub struct BenchArgs {
     /// compare with the default, TLS.
     #[arg(long, conflicts_with = "endpoints")]
     pub insecure: bool,
+    /// Fault mode: inject this fault into one node in the middle of the measured window (on the local cluster,
+    /// with the largest --clients count) and report ok lifecycles per second.
+    #[arg(long, value_enum, conflicts_with_all = ["endpoints", "scale", "figures"])]
+    pub fault: Option<Fault>,
+    /// Fault mode: how long the fault is held before the node is started again, resumed or reconnected.
+    #[arg(long, value_parser = parse_duration, default_value = "3s", requires = "fault")]
+    pub fault_hold: Duration,
+    /// Rolling-restart mode: restart the local cluster's nodes one at a time (SIGTERM, start, catch up) under
+    /// the load of the largest --clients count; report each node's downtime and every failed lifecycle.
+    #[arg(long, conflicts_with_all = ["endpoints", "scale", "figures", "fault"])]
+    pub rolling_restart: bool,
 }
 
 /// What a run produced. The caller exits non-zero unless `ok`.
@@ -195,6 +218,10 @@ pub struct BenchOutcome {
     pub scale: Option<ScaleReport>,
     /// Figures mode's figures.
     pub figures: Option<FiguresReport>,
+    /// Fault mode's figures.
+    pub fault: Option<FaultReport>,
+    /// Rolling-restart mode's figures.
+    pub rolling: Option<RollingReport>,
     /// The summary object printed last with `--json` (without the `summary` wrapper).
     pub summary: serde_json::Value,
 }
@@ -264,6 +291,9 @@ pub async fn run_to(args: BenchArgs, out: &mut (dyn Write + Send)) -> Result<Ben
 fn validate(args: &BenchArgs) -> Result<(), BenchError> {
     let invalid = |message: &str| Err(BenchError::Invalid(message.to_string()));
     let measures_workloads = args.scale.is_none() && args.figures.is_empty();
+    if args.fault.is_some() && args.fault_hold.is_zero() {
+        return invalid("--fault-hold must be positive");
+    }
     if measures_workloads && (args.clients.is_empty() || args.clients.contains(&0)) {
         return invalid("--clients needs one or more counts, each at least 1");
     }
@@ -301,9 +331,15 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
             if args.insecure { "--insecure: plaintext" } else { "TLS, as service:bench" }
         ))?;
         let started = std::time::Instant::now();
-        let cluster =
-            cluster::LocalCluster::start(binary.clone(), args.data_dir.as_deref(), &args.node_flag, args.insecure)
-                .await?;
+        let namespaces = args.fault.is_some_and(Fault::needs_namespaces);
+        let cluster = cluster::LocalCluster::start_in(
+            binary.clone(),
+            args.data_dir.as_deref(),
+            &args.node_flag,
+            args.insecure,
+            namespaces,
+        )
+        .await?;
         printer.human(&format!(
             "cluster {} elected a leader after {:.1} s; data and logs in {}",
             cluster.cluster.addrs().join(","),
@@ -329,8 +365,10 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
         }
         drop(cluster);
     }
-    let Measured { configs, scale, figures } = result?;
+    let Measured { configs, scale, figures, fault, rolling } = result?;
     let errors: u64 = configs.iter().map(|config| config.errors).sum::<u64>()
+        + fault.iter().map(|fault| fault.config.errors).sum::<u64>()
+        + rolling.iter().map(|rolling| rolling.config.errors).sum::<u64>()
         + scale
             .iter()
             .flat_map(|scale| &scale.checkpoints)
@@ -338,7 +376,9 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
             .sum::<u64>();
     let ok = configs.iter().all(|config| config.ok)
         && scale.as_ref().is_none_or(|scale| scale.ok)
-        && figures.as_ref().is_none_or(|figures| figures.ok);
+        && figures.as_ref().is_none_or(|figures| figures.ok)
+        && fault.as_ref().is_none_or(|fault| fault.ok)
+        && rolling.as_ref().is_none_or(|rolling| rolling.ok);
     if !configs.is_empty() {
         printer.human(&format!("summary:\n{}", report::summary_table(&configs)))?;
     }
@@ -355,11 +395,13 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
         "configs": configs,
         "scale": scale,
         "figures": figures,
+        "fault": fault,
+        "rolling_restart": rolling,
         "errors": errors,
         "ok": ok,
     });
     printer.json_line(&serde_json::json!({ "summary": summary }))?;
-    Ok(BenchOutcome { ok, configs, scale, figures, summary })
+    Ok(BenchOutcome { ok, configs, scale, figures, fault, rolling, summary })
 }
 
 /// What one mode measured.
@@ -368,6 +410,8 @@ struct Measured {
     configs: Vec<ConfigReport>,
     scale: Option<ScaleReport>,
     figures: Option<FiguresReport>,
+    fault: Option<FaultReport>,
+    rolling: Option<RollingReport>,
 }
 
 async fn measure(
@@ -402,6 +446,31 @@ async fn measure(
         };
         let report = figures::run(&spec, local, tag, printer).await?;
         return Ok(Measured { figures: Some(report), ..Measured::default() });
+    }
+    // The fault and rolling-restart modes' load: the largest --clients count.
+    let load = || workload::LoadSpec {
+        workload: args.workload,
+        clients: args.clients.iter().copied().max().unwrap_or(1),
+        warmup: args.warmup,
+        duration: args.duration,
+        verify_samples: args.verify_samples,
+    };
+    if let Some(fault) = args.fault {
+        let Some(local) = local else {
+            return Err(BenchError::Invalid("--fault needs the local cluster (no --endpoints)".to_string()));
+        };
+        let spec = fault::FaultSpec { fault, load: load(), hold: args.fault_hold };
+        let report = fault::run(&spec, local, dial, tag, printer).await?;
+        printer.json_line(&serde_json::to_value(&report)?)?;
+        return Ok(Measured { fault: Some(report), ..Measured::default() });
+    }
+    if args.rolling_restart {
+        let Some(local) = local else {
+            return Err(BenchError::Invalid("--rolling-restart needs the local cluster (no --endpoints)".to_string()));
+        };
+        let report = rolling::run(&load(), local, dial, tag, printer).await?;
+        printer.json_line(&serde_json::to_value(&report)?)?;
+        return Ok(Measured { rolling: Some(report), ..Measured::default() });
     }
     if let Some(target) = args.scale {
         let spec = scale::ScaleSpec {
@@ -508,6 +577,23 @@ mod tests {
         assert!(!Cli::try_parse_from(["bench"]).expect("defaults parse").bench.insecure, "TLS by default");
         assert!(Cli::try_parse_from(["bench", "--insecure"]).expect("--insecure parses").bench.insecure);
         assert!(Cli::try_parse_from(["bench", "--endpoints", "a:1", "--insecure"]).is_err());
+    }
+
+    #[test]
+    fn fault_and_rolling_restart_flags() {
+        let cli = Cli::try_parse_from(["bench", "--fault", "kill-leader", "--fault-hold", "2s"]).expect("parses");
+        assert_eq!((cli.bench.fault, cli.bench.fault_hold), (Some(Fault::KillLeader), Duration::from_secs(2)));
+        let cli = Cli::try_parse_from(["bench", "--fault", "partition-follower"]).expect("parses");
+        assert_eq!(cli.bench.fault_hold, Duration::from_secs(3), "held 3 s by default");
+        assert!(Cli::try_parse_from(["bench", "--fault", "kill-everyone"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--fault-hold", "2s"]).is_err(), "--fault-hold needs --fault");
+        assert!(Cli::try_parse_from(["bench", "--fault", "kill-leader", "--endpoints", "a:1"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--fault", "kill-leader", "--scale", "10"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--rolling-restart"]).expect("parses").bench.rolling_restart);
+        assert!(Cli::try_parse_from(["bench", "--rolling-restart", "--fault", "kill-leader"]).is_err());
+        let parse = |args: &[&str]| Cli::try_parse_from(args).expect("parses").bench;
+        assert!(validate(&parse(&["bench", "--fault", "kill-follower", "--fault-hold", "0s"])).is_err());
+        assert!(validate(&parse(&["bench", "--fault", "kill-follower"])).is_ok());
     }
 
     #[test]

@@ -66,6 +66,9 @@ pub struct ClientStats {
     pub empty_polls: u64,
     /// Logical calls made (each may be several RPC attempts).
     pub calls: u64,
+    /// When each lifecycle measured in the window finished, as offsets from
+    /// the window's start (the fault mode bins them per second).
+    pub finished: Vec<Duration>,
 }
 
 impl ClientStats {
@@ -80,6 +83,7 @@ impl ClientStats {
             error_samples: Vec::new(),
             empty_polls: 0,
             calls: 0,
+            finished: Vec::new(),
         }
     }
 
@@ -101,6 +105,7 @@ impl ClientStats {
         self.completed += 1;
         if self.in_window(finished) {
             record(self.lifecycles.entry(kind).or_insert_with(new_histogram), finished - started);
+            self.finished.push(finished - self.window.0);
         }
     }
 
@@ -130,6 +135,7 @@ impl ClientStats {
         }
         self.empty_polls += other.empty_polls;
         self.calls += other.calls;
+        self.finished.extend_from_slice(&other.finished);
     }
 
     /// Operations measured in the window.

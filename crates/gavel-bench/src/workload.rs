@@ -506,6 +506,77 @@ pub(crate) async fn run_config(
     spec: &ConfigSpec,
     prefix: &str,
 ) -> Result<ConfigReport, BenchError> {
+    let measured = run_config_during(dial, endpoints, leader, pids, spec, prefix, |_| async {}).await?;
+    Ok(measured.report)
+}
+
+/// The load the fault and rolling-restart modes run while they disrupt the
+/// cluster: `clients` closed-loop clients spread round-robin over the nodes.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadSpec {
+    pub workload: Workload,
+    pub clients: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub verify_samples: usize,
+}
+
+/// Runs `load` against `endpoints` (registering the executions workload's
+/// capabilities first) while `disrupt(window_start)` runs; see
+/// [`run_config_during`].
+pub(crate) async fn run_disrupted<T, F, Fut>(
+    dial: &Dial,
+    endpoints: &[String],
+    load: &LoadSpec,
+    prefix: &str,
+    disrupt: F,
+) -> Result<DuringReport<T>, BenchError>
+where
+    F: FnOnce(Instant) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let leader = dial.find_leader(endpoints).await?;
+    if load.workload != Workload::Approvals {
+        register_capabilities(&dial.client(endpoints, leader)?, load.clients).await?;
+    }
+    let config = ConfigSpec {
+        workload: load.workload,
+        clients: load.clients,
+        warmup: load.warmup,
+        duration: load.duration,
+        leader_only: false,
+        verify_samples: load.verify_samples,
+        retained: None,
+    };
+    run_config_during(dial, endpoints, leader, &[], &config, prefix, disrupt).await
+}
+
+/// What [`run_config_during`] measured: the configuration's report, when
+/// each ok lifecycle finished (offsets from the window's start, in order),
+/// and what the disruption returned.
+pub(crate) struct DuringReport<T> {
+    pub report: ConfigReport,
+    pub finished: Vec<Duration>,
+    pub disruption: T,
+}
+
+/// [`run_config`] while `disrupt(window_start)` runs next to the clients
+/// (from their start until it returns; the clients stop at the window's end
+/// regardless). Used by the fault and rolling-restart modes, with no `pids`
+/// (nodes restart, so their CPU time is not comparable).
+pub(crate) async fn run_config_during<T, F, Fut>(
+    dial: &Dial,
+    endpoints: &[String],
+    leader: usize,
+    pids: &[u32],
+    spec: &ConfigSpec,
+    prefix: &str,
+    disrupt: F,
+) -> Result<DuringReport<T>, BenchError>
+where
+    F: FnOnce(Instant) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
     let started = Instant::now();
     let window_start = started + spec.warmup;
     let end = window_start + spec.duration;
@@ -526,10 +597,13 @@ pub(crate) async fn run_config(
     }
 
     let ticks = procfs::clock_ticks_per_second();
-    tokio::time::sleep_until(tokio::time::Instant::from_std(window_start)).await;
-    let before = cpu_snapshot(pids);
-    tokio::time::sleep_until(tokio::time::Instant::from_std(end)).await;
-    let after = cpu_snapshot(pids);
+    let window = async {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(window_start)).await;
+        let before = cpu_snapshot(pids);
+        tokio::time::sleep_until(tokio::time::Instant::from_std(end)).await;
+        (before, cpu_snapshot(pids))
+    };
+    let ((before, after), disruption) = tokio::join!(window, disrupt(window_start));
 
     let mut total = ClientStats::new(window_start, end);
     let mut samples = Vec::new();
@@ -594,7 +668,7 @@ pub(crate) async fn run_config(
         bench_cpu_s_per_op: per(bench_cpu_s, operations),
         bench_cores: bench_cpu_s / measured_s,
     };
-    Ok(ConfigReport {
+    let report = ConfigReport {
         workload: spec.workload.name().to_string(),
         clients: spec.clients,
         nodes: if spec.leader_only { 1 } else { endpoints.len().min(spec.clients) },
@@ -620,7 +694,10 @@ pub(crate) async fn run_config(
         errors: total.errors,
         ok: total.errors == 0,
         error_samples: total.error_samples,
-    })
+    };
+    let mut finished = total.finished;
+    finished.sort_unstable();
+    Ok(DuringReport { report, finished, disruption })
 }
 
 #[cfg(test)]
