@@ -35,6 +35,7 @@ pub mod access;
 mod approvals;
 pub mod audit;
 pub mod canonical_json;
+pub mod cold;
 pub mod command;
 mod dedup;
 pub mod error;
@@ -54,6 +55,7 @@ pub mod validate;
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 pub use approvals::ApprovalFilter;
 pub use audit::{Event, EventKind};
+pub use cold::{ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore};
 pub use command::{
     ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, Reply, Retention, RetrySpec, Submit, Task,
 };

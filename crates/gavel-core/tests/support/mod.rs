@@ -178,7 +178,7 @@ impl Script {
 
     /// The stored execution.
     pub fn execution(&self, execution_id: &str) -> Execution {
-        self.state.execution(execution_id).unwrap_or_else(|| panic!("no execution {execution_id}")).clone()
+        self.state.execution(execution_id).unwrap_or_else(|| panic!("no execution {execution_id}")).into_owned()
     }
 
     /// The stored approval.
