@@ -21,6 +21,7 @@
 //! with `caller = None`, exactly as before authentication existed.
 
 pub mod app;
+pub mod cold_store;
 pub mod convert;
 pub mod health;
 pub mod metrics;
