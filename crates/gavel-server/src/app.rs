@@ -24,6 +24,9 @@ use tokio::sync::watch;
 
 use crate::cold_store::RedbColdStore;
 
+/// The cold store's file in a node's data directory.
+pub const COLD_STORE_FILE: &str = "cold.redb";
+
 /// The replicated application: the core state machine plus change notification.
 pub struct CoreApp {
     state: Mutex<State>,
@@ -51,6 +54,19 @@ impl CoreApp {
             applied,
             hash_cache: Mutex::new(None),
         })
+    }
+
+    /// An empty application whose cold records go to `<data_dir>/cold.redb`
+    /// (created, with `data_dir`, if missing; cleared, see
+    /// [`CoreApp::with_cold_store`]).
+    pub fn open(
+        planted_bug: Option<Mutant>,
+        data_dir: &std::path::Path,
+    ) -> Result<Arc<CoreApp>, gavel_core::ColdStoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|error| {
+            gavel_core::ColdStoreError::Write(format!("cannot create {}: {error}", data_dir.display()))
+        })?;
+        CoreApp::with_cold_store(planted_bug, RedbColdStore::open(&data_dir.join(COLD_STORE_FILE))?)
     }
 
     /// An empty application whose cold records go to `store`, which it
