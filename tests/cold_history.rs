@@ -96,6 +96,20 @@ async fn assert_completed(cluster: &Cluster, via: u64, execution_id: &str) {
     assert!(execution.result.is_some(), "{execution_id} carries its result");
 }
 
+/// The audit trail of `execution_id`, read through `via`.
+async fn execution_events(cluster: &Cluster, via: u64, execution_id: &str) -> Vec<pb::Event> {
+    retry(|| {
+        let mut client = cluster.executions(via);
+        let request =
+            pb::ListExecutionEventsRequest { execution_id: execution_id.to_string(), after_cursor: 0, limit: 0 };
+        async move { client.list_execution_events(request).await }
+    })
+    .await
+    .expect("list execution events")
+    .into_inner()
+    .events
+}
+
 /// Whether node `id` has its cold store file (a redb file preallocates, so
 /// its size says little about what it holds; the unit tests of
 /// `gavel-server`'s `cold_store` and `app` check the contents).
@@ -157,6 +171,13 @@ async fn finalized_executions_are_served_from_disk_by_old_restarted_and_joining_
         assert!(has_cold_store(&cluster, new_node), "the new node keeps its cold store");
         for execution_id in ["ex-0", "ex-1", "ex-30", "ex-59"] {
             assert_completed(&cluster, new_node, execution_id).await;
+            let through_leader = execution_events(&cluster, leader, execution_id).await;
+            assert!(through_leader.len() >= 3, "{execution_id}: requested, started, completed: {through_leader:?}");
+            assert_eq!(
+                execution_events(&cluster, new_node, execution_id).await,
+                through_leader,
+                "{execution_id}'s audit trail came with the snapshot"
+            );
         }
 
         // A follower SIGKILLed after more history, and restarted, comes back

@@ -1,5 +1,6 @@
 //! Cold records: the part of the replicated state that no decision needs
-//! often (finalized executions and the lease records of their attempts),
+//! often (finalized executions, the lease records of their attempts and the
+//! audit trail),
 //! kept behind the synchronous [`ColdStore`] interface so that a node can hold
 //! it on disk while the hot set stays in memory.
 //!
@@ -37,11 +38,16 @@ pub enum ColdTable {
     Finalized = 2,
     /// Lease records of finalized executions, by lease id (big-endian).
     Leases = 3,
+    /// Audit events by cursor (big-endian).
+    Events = 4,
+    /// The per-execution event index: id length, id, cursor; no value.
+    ExecutionEvents = 5,
 }
 
 impl ColdTable {
     /// Every table, in tag order.
-    pub const ALL: [ColdTable; 3] = [ColdTable::Executions, ColdTable::Finalized, ColdTable::Leases];
+    pub const ALL: [ColdTable; 5] =
+        [ColdTable::Executions, ColdTable::Finalized, ColdTable::Leases, ColdTable::Events, ColdTable::ExecutionEvents];
 
     /// The table's stable tag.
     pub fn tag(self) -> u8 {

@@ -386,7 +386,7 @@ impl State {
 
     /// Events after `after_cursor`, oldest first, at most `limit` (capped at
     /// [`crate::limits::EVENTS_PAGE_MAX`]).
-    pub fn events_after(&self, after_cursor: u64, limit: u32) -> Vec<&Event> {
+    pub fn events_after(&self, after_cursor: u64, limit: u32) -> Vec<Event> {
         self.audit.events_after(after_cursor, limit)
     }
 
@@ -396,12 +396,12 @@ impl State {
     }
 
     /// One execution's events after `after_cursor`, oldest first.
-    pub fn execution_events(&self, execution_id: &str, after_cursor: u64, limit: u32) -> Vec<&Event> {
+    pub fn execution_events(&self, execution_id: &str, after_cursor: u64, limit: u32) -> Vec<Event> {
         self.audit.execution_events(execution_id, after_cursor, limit)
     }
 
     /// The event at a cursor, if retained.
-    pub fn event(&self, cursor: u64) -> Option<&Event> {
+    pub fn event(&self, cursor: u64) -> Option<Event> {
         self.audit.event(cursor)
     }
 
@@ -519,13 +519,15 @@ impl State {
         sha256_hex(&self.hot_snapshot())
     }
 
-    fn cold_records(&self) -> [&ColdRecords; 3] {
+    fn cold_records(&self) -> [&ColdRecords; 5] {
         let [executions, finalized] = self.executions.cold();
-        [executions, finalized, self.leases.cold()]
+        let [events, by_execution] = self.audit.cold();
+        [executions, finalized, self.leases.cold(), events, by_execution]
     }
 
-    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 3] {
+    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 5] {
         let [executions, finalized] = self.executions.cold_mut();
-        [executions, finalized, self.leases.cold_mut()]
+        let [events, by_execution] = self.audit.cold_mut();
+        [executions, finalized, self.leases.cold_mut(), events, by_execution]
     }
 }

@@ -1053,7 +1053,7 @@ impl Run {
 
         let post = &self.state;
         let first_cursor = pre.next_cursor();
-        let new_events: Vec<Event> = post.events_after(first_cursor - 1, u32::MAX).into_iter().cloned().collect();
+        let new_events: Vec<Event> = post.events_after(first_cursor - 1, u32::MAX);
         ensure!(
             context,
             new_events.len() as u64 == post.next_cursor() - first_cursor,

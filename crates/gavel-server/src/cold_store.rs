@@ -1,5 +1,6 @@
 //! The on-disk [`ColdStore`]: the state machine's cold records (finalized
-//! executions, their finalized index and their lease records) in a redb file,
+//! executions, their finalized index, their lease records, the audit events
+//! and their per-execution index) in a redb file,
 //! one redb table per [`ColdTable`].
 //!
 //! redb gives MVCC read transactions (a reader sees one committed version
@@ -19,6 +20,8 @@ fn definition(table: ColdTable) -> TableDefinition<'static, &'static [u8], &'sta
         ColdTable::Executions => TableDefinition::new("executions"),
         ColdTable::Finalized => TableDefinition::new("finalized"),
         ColdTable::Leases => TableDefinition::new("leases"),
+        ColdTable::Events => TableDefinition::new("events"),
+        ColdTable::ExecutionEvents => TableDefinition::new("execution_events"),
     }
 }
 

@@ -188,7 +188,7 @@ impl Script {
 
     /// Every retained event, oldest first.
     pub fn events(&self) -> Vec<Event> {
-        self.state.events_after(0, 1000).into_iter().cloned().collect()
+        self.state.events_after(0, 1000)
     }
 
     /// The type names of every retained event about one execution, oldest first.
