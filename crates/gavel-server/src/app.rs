@@ -16,6 +16,7 @@
 //! when it starts and rewrites it from every snapshot it restores, so after a
 //! crash it never holds records the restored state does not know.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gavel_core::mutants::Mutant;
@@ -23,6 +24,14 @@ use gavel_core::{ColdStore, DomainError, Envelope, Reply, State};
 use tokio::sync::watch;
 
 use crate::cold_store::RedbColdStore;
+
+/// How many unflushed cold writes the application lets the overlay hold
+/// before it flushes them into the cold store without waiting for a snapshot.
+/// One entry carries up to 512 commands, so a snapshot policy that counts
+/// entries would otherwise let the overlay (memory) grow with the load; at
+/// about 8 cold writes per lifecycle this is a few thousand lifecycles, a few
+/// MB, and one flush is one non-durable redb transaction.
+pub const COLD_PENDING_MAX: usize = 20_000;
 
 /// The cold store's file in a node's data directory.
 pub const COLD_STORE_FILE: &str = "cold.redb";
@@ -32,6 +41,9 @@ pub struct CoreApp {
     state: Mutex<State>,
     /// Where cold records are flushed to; `None` keeps them in memory.
     cold_store: Option<Arc<RedbColdStore>>,
+    /// Unflushed cold writes that trigger a flush between entries
+    /// ([`COLD_PENDING_MAX`] unless set).
+    cold_pending_max: AtomicUsize,
     /// The planted bug, set again on every restored state.
     planted_bug: Option<Mutant>,
     applied: watch::Sender<u64>,
@@ -50,6 +62,7 @@ impl CoreApp {
         Arc::new(CoreApp {
             state: Mutex::new(state),
             cold_store: None,
+            cold_pending_max: AtomicUsize::new(COLD_PENDING_MAX),
             planted_bug,
             applied,
             hash_cache: Mutex::new(None),
@@ -84,10 +97,17 @@ impl CoreApp {
         Ok(Arc::new(CoreApp {
             state: Mutex::new(state),
             cold_store: Some(store),
+            cold_pending_max: AtomicUsize::new(COLD_PENDING_MAX),
             planted_bug,
             applied,
             hash_cache: Mutex::new(None),
         }))
+    }
+
+    /// Sets how many unflushed cold writes trigger a flush between entries
+    /// (tests use small values to flush often).
+    pub fn set_cold_pending_max(&self, writes: usize) {
+        self.cold_pending_max.store(writes, Ordering::Relaxed);
     }
 
     /// Locks the state for a read. Hold it briefly: apply waits on it.
@@ -116,6 +136,19 @@ impl CoreApp {
         hash
     }
 
+    /// Flushes the cold overlay, without waiting for the disk, once it holds
+    /// [`COLD_PENDING_MAX`] writes. Safe at any point: the store is rebuilt
+    /// from the snapshot on every start. A failed flush keeps the overlay.
+    fn flush_if_full(&self, state: &mut State) {
+        let Some(store) = &self.cold_store else { return };
+        if state.cold_pending_count() < self.cold_pending_max.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(error) = state.flush_cold(|mutations| store.write_eventually(mutations)) {
+            tracing::error!(%error, "cannot flush cold records; they stay in memory");
+        }
+    }
+
     /// Encodes a command for the log.
     pub fn encode_command(envelope: &Envelope) -> Vec<u8> {
         bincode::serialize(envelope).expect("envelopes serialize: plain data")
@@ -142,17 +175,25 @@ fn apply_one(state: &mut State, command: &[u8]) -> Vec<u8> {
 
 impl gavel_raft::Application for CoreApp {
     fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8> {
-        let reply = apply_one(&mut self.state(), command);
+        let reply = {
+            let mut state = self.state();
+            let reply = apply_one(&mut state, command);
+            self.flush_if_full(&mut state);
+            reply
+        };
         self.applied.send_replace(log_index);
         reply
     }
 
     /// One lock and one wake-up of the long-polls per log entry: readers see
-    /// the whole entry applied or none of it.
+    /// the whole entry applied or none of it. With a cold store, an overlay
+    /// past [`COLD_PENDING_MAX`] writes is flushed here, between entries.
     fn apply_batch(&self, log_index: u64, commands: &[&[u8]]) -> Vec<Vec<u8>> {
         let replies = {
             let mut state = self.state();
-            commands.iter().map(|command| apply_one(&mut state, command)).collect()
+            let replies = commands.iter().map(|command| apply_one(&mut state, command)).collect();
+            self.flush_if_full(&mut state);
+            replies
         };
         self.applied.send_replace(log_index);
         replies
@@ -220,6 +261,8 @@ mod tests {
         let store = |name: &str| RedbColdStore::open(&directory.path().join(name)).expect("open the cold store");
         let memory = CoreApp::new(None);
         let mut disk = CoreApp::with_cold_store(None, store("first.redb")).expect("a cold store app");
+        // Flushes between entries too, not only at snapshots.
+        disk.set_cold_pending_max(25);
         let mut now_ms = 1_000;
         let mut log_index = 0;
         let mut apply = |memory: &CoreApp, disk: &CoreApp, now_ms: u64, command: Command| {
@@ -275,11 +318,14 @@ mod tests {
                 if round == 34 {
                     // A restart: a new application on a new store, from the snapshot.
                     disk = CoreApp::with_cold_store(None, store("second.redb")).expect("a cold store app");
+                    disk.set_cold_pending_max(25);
                     disk.restore(&bytes).expect("the snapshot restores");
                 }
             }
         }
         assert_eq!(disk.state_hash(), memory.state_hash(), "the same state hash");
+        assert!(disk.state().cold_pending_count() < 25 + 20, "the overlay stays bounded between snapshots");
+        assert_eq!(disk.state().events_after(0, 1_000), memory.state().events_after(0, 1_000), "the same events");
         let retained = memory.state().execution_count();
         assert!(retained > 10 && retained < 60, "retention dropped the oldest: {retained} retained");
         assert_eq!(disk.state().execution_count(), retained);

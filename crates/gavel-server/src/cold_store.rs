@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gavel_core::{ColdMutation, ColdStore, ColdStoreError, ColdTable};
-use redb::{Database, ReadableTableMetadata, TableDefinition, TableError};
+use redb::{Database, Durability, ReadableTableMetadata, TableDefinition, TableError};
 
 /// The redb table that holds `table`.
 fn definition(table: ColdTable) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
@@ -110,7 +110,22 @@ impl ColdStore for RedbColdStore {
     }
 
     fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
-        let transaction = self.database.begin_write().map_err(write_error)?;
+        self.write_with(mutations, Durability::Immediate)
+    }
+}
+
+impl RedbColdStore {
+    /// Writes the mutations in one transaction without waiting for the disk:
+    /// a crash may lose them (the file stays consistent), which the
+    /// application tolerates because it rebuilds the store from a snapshot on
+    /// every start. Pages they free are reclaimed at the next durable write.
+    pub fn write_eventually(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
+        self.write_with(mutations, Durability::None)
+    }
+
+    fn write_with(&self, mutations: &[ColdMutation], durability: Durability) -> Result<(), ColdStoreError> {
+        let mut transaction = self.database.begin_write().map_err(write_error)?;
+        transaction.set_durability(durability);
         {
             let mut tables = Vec::new();
             for table in ColdTable::ALL {
