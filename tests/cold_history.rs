@@ -196,3 +196,52 @@ async fn finalized_executions_are_served_from_disk_by_old_restarted_and_joining_
     })
     .await;
 }
+
+/// Crash recovery with history on disk: with a snapshot every three entries,
+/// followers and then the leader are SIGKILLed right after a burst of
+/// lifecycles (while they apply it and build snapshots of it, flushing their
+/// cold stores) and restarted; every node comes back to the same state hash
+/// at the same applied index and serves the old executions and their events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_sigkilled_while_building_snapshots_come_back_to_the_same_state_hash() {
+    bounded(async {
+        let mut cluster = Cluster::start_with(3, &["--snapshot-logs-since-last=3", "--logs-to-keep=2"]).await;
+        let leader = cluster.wait_for_leader().await;
+        register(&cluster, leader, support::capability("docs.read", pb::SideEffect::Read)).await;
+        let mut next = 0;
+        for _ in 0..2 {
+            let victim = cluster.follower().await;
+            for _ in 0..8 {
+                run_lifecycle(&cluster, leader, &format!("ex-{next}")).await;
+                next += 1;
+            }
+            cluster.kill(victim);
+            for _ in 0..8 {
+                run_lifecycle(&cluster, leader, &format!("ex-{next}")).await;
+                next += 1;
+            }
+            cluster.spawn(victim);
+        }
+        for _ in 0..8 {
+            run_lifecycle(&cluster, leader, &format!("ex-{next}")).await;
+            next += 1;
+        }
+        cluster.kill(leader);
+        let successor = cluster.wait_for_leader().await;
+        for _ in 0..8 {
+            run_lifecycle(&cluster, successor, &format!("ex-{next}")).await;
+            next += 1;
+        }
+        cluster.spawn(leader);
+        cluster.wait_converged().await;
+        let reference = execution_events(&cluster, successor, "ex-0").await;
+        assert!(reference.len() >= 3, "ex-0's trail is retained: {reference:?}");
+        for id in cluster.running() {
+            for execution_id in ["ex-0".to_string(), format!("ex-{}", next / 2), format!("ex-{}", next - 1)] {
+                assert_completed(&cluster, id, &execution_id).await;
+            }
+            assert_eq!(execution_events(&cluster, id, "ex-0").await, reference, "node {id} has ex-0's trail");
+        }
+    })
+    .await;
+}
