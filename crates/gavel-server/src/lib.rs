@@ -4,7 +4,8 @@
 //!
 //! It depends on `gavel-core` (the state machine), `gavel-proto` (the API) and
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
-//! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`],
+//! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`]
+//! (with [`cold_store::RedbColdStore`], the cold records in `<data-dir>/cold.redb`),
 //! [`metrics`] (Prometheus metrics and their `GET /metrics` listener),
 //! [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
 //! and request ids, in front of every service), [`security`] (TLS material,
