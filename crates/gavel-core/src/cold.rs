@@ -5,7 +5,7 @@
 //! it on disk while the hot set stays in memory.
 //!
 //! The core never does IO of its own. `apply` writes cold records into an
-//! in-memory overlay ([`ColdRecords`]), which is part of the state until the
+//! in-memory overlay (`ColdRecords`), which is part of the state until the
 //! shell flushes it into its store at a checkpoint ([`crate::State::flush_cold`]);
 //! reads look in the overlay first, then in the store. The store is only read
 //! during apply, never written, so a replica may flush whenever it likes.
