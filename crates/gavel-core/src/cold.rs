@@ -91,7 +91,24 @@ pub trait ColdStore: Send + Sync + 'static {
     fn seek(&self, table: ColdTable, from: &[u8]) -> Option<(Vec<u8>, Vec<u8>)>;
     /// Applies the mutations atomically, in order.
     fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError>;
+    /// Up to `limit` entries in key order from `from` on. The default seeks
+    /// entry by entry; a store with cursors reads them in one go (a
+    /// whole-state export reads every record through it).
+    fn range(&self, table: ColdTable, from: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut entries = Vec::new();
+        let mut cursor = from.to_vec();
+        while entries.len() < limit {
+            let Some((key, value)) = self.seek(table, &cursor) else { break };
+            cursor = key.clone();
+            cursor.push(0);
+            entries.push((key, value));
+        }
+        entries
+    }
 }
+
+/// Entries per [`ColdStore::range`] call of a whole-state export.
+const EXPORT_BATCH: usize = 4_096;
 
 /// Every entry of a memory store, by table then key.
 type MemoryTables = BTreeMap<(ColdTable, Vec<u8>), Vec<u8>>;
@@ -168,6 +185,12 @@ pub(crate) struct ColdRecords {
     overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     #[serde(skip)]
     store: StoreHandle,
+    /// Whether the store may hold records of this table (one was attached,
+    /// or the overlay was flushed): only then does a deletion need a
+    /// tombstone. A fresh state's own store is empty, so a state that is
+    /// never flushed keeps no tombstones.
+    #[serde(skip)]
+    store_may_hold: bool,
 }
 
 impl std::fmt::Debug for ColdRecords {
@@ -193,7 +216,13 @@ impl Eq for ColdRecords {}
 impl ColdRecords {
     /// No records yet, in `table`.
     pub(crate) fn new(table: ColdTable) -> ColdRecords {
-        ColdRecords { table, digest: [0; 32], overlay: BTreeMap::new(), store: StoreHandle::default() }
+        ColdRecords {
+            table,
+            digest: [0; 32],
+            overlay: BTreeMap::new(),
+            store: StoreHandle::default(),
+            store_may_hold: false,
+        }
     }
 
     /// The table these records are in.
@@ -230,10 +259,12 @@ impl ColdRecords {
         self.overlay.insert(key, Some(bytes));
     }
 
-    /// Deletes `key` (present or not: the digest records the deletion either way).
+    /// Deletes `key` (present or not: the digest records the deletion either
+    /// way). It reads nothing: with a store that may hold the key the
+    /// deletion is a tombstone (deleting a missing key at flush is harmless).
     pub(crate) fn delete(&mut self, key: &[u8]) {
         self.mix(key, None);
-        if self.store.0.get(self.table, key).is_some() {
+        if self.store_may_hold {
             self.overlay.insert(key.to_vec(), None);
         } else {
             self.overlay.remove(key);
@@ -266,16 +297,25 @@ impl ColdRecords {
         }
     }
 
-    /// Every present entry, in key order (for a whole-state export).
+    /// Every present entry, in key order (for a whole-state export): the
+    /// store read in batches, overridden by the overlay.
     pub(crate) fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut entries = Vec::new();
+        let mut merged = BTreeMap::new();
         let mut from = Vec::new();
-        while let Some((key, value)) = self.seek(&from) {
-            entries.push((key.clone(), value.into_owned()));
-            from = key;
-            from.push(0);
+        loop {
+            let batch = self.store.0.range(self.table, &from, EXPORT_BATCH);
+            let full = batch.len() == EXPORT_BATCH;
+            if let Some((last, _)) = batch.last() {
+                from = last.clone();
+                from.push(0);
+            }
+            merged.extend(batch.into_iter().filter(|(key, _)| !self.overlay.contains_key(key)));
+            if !full {
+                break;
+            }
         }
-        entries
+        merged.extend(self.overlay.iter().filter_map(|(key, value)| value.clone().map(|value| (key.clone(), value))));
+        merged.into_iter().collect()
     }
 
     /// Loads an exported entry without touching the digest (the digest came
@@ -301,11 +341,13 @@ impl ColdRecords {
     /// Forgets the unflushed writes once the store holds them.
     pub(crate) fn clear_pending(&mut self) {
         self.overlay.clear();
+        self.store_may_hold = true;
     }
 
     /// Reads flushed records from `store` from now on.
     pub(crate) fn attach(&mut self, store: Arc<dyn ColdStore>) {
         self.store = StoreHandle(store);
+        self.store_may_hold = true;
     }
 
     fn mix(&mut self, key: &[u8], value: Option<&[u8]>) {
@@ -349,12 +391,17 @@ mod tests {
         records.delete(&[2]);
         records.put(vec![4], &4u32);
         records.delete(&[9]);
-        assert_eq!(records.pending_count(), 2, "a deletion of an unstored key leaves no tombstone");
+        assert_eq!(records.pending_count(), 3, "with a store attached, deletions are tombstones");
+        let mut unattached = ColdRecords::new(ColdTable::Leases);
+        unattached.put(vec![1], &1u32);
+        unattached.delete(&[1]);
+        assert_eq!(unattached.pending_count(), 0, "a never flushed state keeps no tombstones");
         let keys: Vec<u8> = records.entries().into_iter().map(|(key, _)| key[0]).collect();
         assert_eq!(keys, vec![1, 3, 4]);
         assert_eq!(records.get::<u32>(&[3]), Some(3));
         assert!(!records.contains(&[2]));
         assert_eq!(records.seek(&[2]).map(|(key, _)| key), Some(vec![3]));
+        assert_eq!(store.range(ColdTable::Leases, &[2], 5).len(), 2, "keys 2 and 3 are stored");
     }
 
     #[test]

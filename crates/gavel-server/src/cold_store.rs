@@ -112,6 +112,24 @@ impl ColdStore for RedbColdStore {
     fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
         self.write_with(mutations, Durability::Immediate)
     }
+
+    /// One read transaction for the whole batch.
+    fn range(&self, table: ColdTable, from: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let transaction = self.database.begin_read().expect("the cold store can begin a read transaction");
+        let opened = match transaction.open_table(definition(table)) {
+            Ok(opened) => opened,
+            Err(TableError::TableDoesNotExist(_)) => return Vec::new(),
+            Err(error) => panic!("the cold store cannot open table {table:?}: {error}"),
+        };
+        let range = opened.range(from..).expect("the cold store ranges over its records");
+        range
+            .take(limit)
+            .map(|entry| {
+                let (key, value) = entry.expect("the cold store reads its records");
+                (key.value().to_vec(), value.value().to_vec())
+            })
+            .collect()
+    }
 }
 
 impl RedbColdStore {
@@ -182,6 +200,7 @@ mod tests {
             for key in [&b""[..], b"a", b"b", b"c"] {
                 assert_eq!(disk.get(table, key), memory.get(table, key), "{table:?} {key:?}");
                 assert_eq!(disk.seek(table, key), memory.seek(table, key), "seek {table:?} {key:?}");
+                assert_eq!(disk.range(table, key, 2), memory.range(table, key, 2), "range {table:?} {key:?}");
             }
         }
         assert_eq!(disk.len(), 2);
