@@ -1,11 +1,12 @@
 //! Audit events (SPEC §5): written by the same command as the transition they
 //! record, ordered by a monotonic cursor, and never carrying raw inputs or outputs.
 //! `AuditLog`, a part of [`crate::State`], holds the retained events and
-//! their per-execution index.
-
-use std::collections::{BTreeMap, VecDeque};
+//! their per-execution index, both in cold records ([`crate::cold`]): only
+//! the cursors are hot.
 
 use serde::{Deserialize, Serialize};
+
+use crate::cold::{ColdRecords, ColdTable};
 
 use crate::access::{GrantName, Principal};
 use crate::limits::EVENTS_PAGE_MAX;
@@ -263,23 +264,49 @@ impl<'a> EventSubject<'a> {
 
 /// The retained audit trail.
 ///
-/// Invariants: events are in strictly increasing cursor order without gaps,
-/// the last one's cursor is `next_cursor - 1`, and every cursor in
-/// `by_execution` that is at or after the first retained event names a
-/// retained event about that execution.
+/// Invariants: the retained events are exactly the cursors
+/// `first_cursor..next_cursor`, without gaps, in `events` (cold); every entry
+/// `(execution id, cursor)` in `by_execution` (cold) names a retained event
+/// about that execution. Events are recorded with the cluster clock, which
+/// never goes back, so timestamps grow with cursors.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct AuditLog {
-    events: VecDeque<Event>,
-    /// Cursors of each retained execution's events.
-    by_execution: BTreeMap<String, Vec<u64>>,
+    /// Events by cursor (big-endian).
+    events: ColdRecords,
+    /// Each execution's events: [`index_key`] entries, no value.
+    by_execution: ColdRecords,
+    /// The cursor of the oldest retained event (`next_cursor` when none is).
+    first_cursor: u64,
     /// The cursor the next event gets; cursors start at 1.
     next_cursor: u64,
 }
 
 impl Default for AuditLog {
     fn default() -> Self {
-        AuditLog { events: VecDeque::new(), by_execution: BTreeMap::new(), next_cursor: 1 }
+        AuditLog {
+            events: ColdRecords::new(ColdTable::Events),
+            by_execution: ColdRecords::new(ColdTable::ExecutionEvents),
+            first_cursor: 1,
+            next_cursor: 1,
+        }
     }
+}
+
+/// The prefix of an execution's index entries: the id's length (so no id
+/// is a prefix of another's entries), then the id.
+fn index_prefix(execution_id: &str) -> Vec<u8> {
+    let length = u16::try_from(execution_id.len()).expect("ids are bounded far below 64 KiB");
+    let mut prefix = Vec::with_capacity(2 + execution_id.len() + 8);
+    prefix.extend_from_slice(&length.to_be_bytes());
+    prefix.extend_from_slice(execution_id.as_bytes());
+    prefix
+}
+
+/// An index entry: the execution's prefix, then the cursor big-endian.
+fn index_key(execution_id: &str, cursor: u64) -> Vec<u8> {
+    let mut key = index_prefix(execution_id);
+    key.extend_from_slice(&cursor.to_be_bytes());
+    key
 }
 
 impl AuditLog {
@@ -288,15 +315,9 @@ impl AuditLog {
         let cursor = self.next_cursor;
         self.next_cursor += 1;
         if let Some(execution_id) = subject.execution_id {
-            // Look up before inserting: the id is only copied for an execution's first event.
-            match self.by_execution.get_mut(execution_id) {
-                Some(cursors) => cursors.push(cursor),
-                None => {
-                    self.by_execution.insert(execution_id.to_string(), vec![cursor]);
-                }
-            }
+            self.by_execution.put(index_key(execution_id, cursor), &());
         }
-        self.events.push_back(Event {
+        let event = Event {
             cursor,
             kind,
             timestamp_ms: now_ms,
@@ -308,14 +329,19 @@ impl AuditLog {
             correlation_id: subject.correlation_id.map(str::to_string),
             input_hash: subject.input_hash.map(str::to_string),
             principal: None,
-        });
+        };
+        self.events.put(cursor.to_be_bytes().to_vec(), &event);
     }
 
     /// Stamps `principal` on every event from cursor `first` on: the events
-    /// the command being applied recorded.
+    /// the command being applied recorded (still in the overlay: nothing is
+    /// flushed during an apply).
     pub(crate) fn stamp_principal(&mut self, first: u64, principal: &Principal) {
-        for event in self.events.iter_mut().rev().take_while(|event| event.cursor >= first) {
+        for cursor in first.max(self.first_cursor)..self.next_cursor {
+            let key = cursor.to_be_bytes();
+            let mut event: Event = self.events.get(&key).expect("retained cursors have events");
             event.principal = Some(principal.clone());
+            self.events.put(key.to_vec(), &event);
         }
     }
 
@@ -326,64 +352,103 @@ impl AuditLog {
 
     /// True when no event is retained.
     pub(crate) fn is_empty(&self) -> bool {
-        self.events.is_empty()
+        self.first_cursor == self.next_cursor
+    }
+
+    /// The cold record sets of this part, for flushing and export.
+    pub(crate) fn cold_mut(&mut self) -> [&mut ColdRecords; 2] {
+        [&mut self.events, &mut self.by_execution]
+    }
+
+    /// The cold record sets of this part, for export.
+    pub(crate) fn cold(&self) -> [&ColdRecords; 2] {
+        [&self.events, &self.by_execution]
     }
 
     /// The event at a cursor, if retained.
-    pub(crate) fn event(&self, cursor: u64) -> Option<&Event> {
-        let first = self.events.front()?.cursor;
-        let index = usize::try_from(cursor.checked_sub(first)?).ok()?;
-        self.events.get(index)
+    pub(crate) fn event(&self, cursor: u64) -> Option<Event> {
+        if cursor < self.first_cursor || cursor >= self.next_cursor {
+            return None;
+        }
+        self.events.get(&cursor.to_be_bytes())
     }
 
     /// Events after `after_cursor`, oldest first, at most `limit` (capped at [`EVENTS_PAGE_MAX`]).
-    pub(crate) fn events_after(&self, after_cursor: u64, limit: u32) -> Vec<&Event> {
-        let limit = limit.clamp(1, EVENTS_PAGE_MAX) as usize;
-        let Some(first) = self.events.front().map(|event| event.cursor) else { return Vec::new() };
-        let skip = after_cursor.saturating_add(1).saturating_sub(first);
-        let skip = usize::try_from(skip).unwrap_or(usize::MAX);
-        self.events.iter().skip(skip).take(limit).collect()
+    pub(crate) fn events_after(&self, after_cursor: u64, limit: u32) -> Vec<Event> {
+        let limit = u64::from(limit.clamp(1, EVENTS_PAGE_MAX));
+        let start = after_cursor.saturating_add(1).max(self.first_cursor);
+        let end = start.saturating_add(limit).min(self.next_cursor);
+        (start..end).filter_map(|cursor| self.event(cursor)).collect()
     }
 
     /// One execution's events after `after_cursor`, oldest first.
-    pub(crate) fn execution_events(&self, execution_id: &str, after_cursor: u64, limit: u32) -> Vec<&Event> {
+    pub(crate) fn execution_events(&self, execution_id: &str, after_cursor: u64, limit: u32) -> Vec<Event> {
         let limit = limit.clamp(1, EVENTS_PAGE_MAX) as usize;
-        let Some(cursors) = self.by_execution.get(execution_id) else { return Vec::new() };
-        cursors
-            .iter()
-            .filter(|cursor| **cursor > after_cursor)
-            .filter_map(|cursor| self.event(*cursor))
-            .take(limit)
-            .collect()
+        let prefix = index_prefix(execution_id);
+        let mut from = index_key(execution_id, after_cursor.saturating_add(1));
+        let mut events = Vec::new();
+        while events.len() < limit {
+            let Some((key, _)) = self.by_execution.seek(&from) else { break };
+            let Some(cursor_bytes) = key.strip_prefix(prefix.as_slice()) else { break };
+            let cursor = u64::from_be_bytes(cursor_bytes.try_into().expect("index keys end in a cursor"));
+            events.extend(self.event(cursor));
+            from = index_key(execution_id, cursor.saturating_add(1));
+        }
+        events
     }
 
-    /// How many execution ids the per-execution index holds.
+    /// How many execution ids the per-execution index holds. It scans the
+    /// index (one seek per id): for tests and diagnostics.
     pub(crate) fn indexed_execution_count(&self) -> usize {
-        self.by_execution.len()
+        let mut count = 0;
+        let mut from = Vec::new();
+        while let Some((key, _)) = self.by_execution.seek(&from) {
+            count += 1;
+            let length = usize::from(u16::from_be_bytes([key[0], key[1]]));
+            // Past every entry of this id: its prefix, then cursor u64::MAX, then more.
+            from = key[..2 + length].to_vec();
+            from.extend_from_slice(&[0xFF; 9]);
+        }
+        count
     }
 
     /// Drops the index of an execution that retention dropped. Its events
     /// stay until they are old enough themselves.
     pub(crate) fn forget_execution(&mut self, execution_id: &str) {
-        self.by_execution.remove(execution_id);
+        let prefix = index_prefix(execution_id);
+        let mut from = prefix.clone();
+        while let Some((key, _)) = self.by_execution.seek(&from) {
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            self.by_execution.delete(&key);
+            from = key;
+            from.push(0);
+        }
     }
 
     /// Drops events stamped at or before `horizon` (`None`: nothing is old
-    /// enough yet), and the index entries of ids that `retained` says are
-    /// gone once every event they point at has been dropped. Returns how many
-    /// events were dropped.
-    pub(crate) fn compact(&mut self, horizon: Option<u64>, retained: impl Fn(&str) -> bool) -> u32 {
+    /// enough yet) with their index entries, so an execution's entries go
+    /// with the last of its events (or earlier, with [`AuditLog::forget_execution`]).
+    /// Returns how many events were dropped. Reads only ever return retained
+    /// events, so `_retained` (which executions are still retained) decides
+    /// nothing here any more; it is kept for the orchestrator's call.
+    pub(crate) fn compact(&mut self, horizon: Option<u64>, _retained: impl Fn(&str) -> bool) -> u32 {
+        let Some(horizon) = horizon else { return 0 };
         let mut dropped = 0;
-        while self.events.front().is_some_and(|event| horizon.is_some_and(|horizon| event.timestamp_ms <= horizon)) {
-            self.events.pop_front();
+        while self.first_cursor < self.next_cursor {
+            let key = self.first_cursor.to_be_bytes();
+            let event: Event = self.events.get(&key).expect("retained cursors have events");
+            if event.timestamp_ms > horizon {
+                break;
+            }
+            if let Some(execution_id) = &event.execution_id {
+                self.by_execution.delete(&index_key(execution_id, event.cursor));
+            }
+            self.events.delete(&key);
+            self.first_cursor += 1;
             dropped += 1;
         }
-        // Events can name an execution that never came to exist (a standalone
-        // consume, an approval from submit that was rejected or expired). Their
-        // index entries go once every event they point at has been dropped.
-        let first_retained = self.events.front().map_or(self.next_cursor, |event| event.cursor);
-        self.by_execution
-            .retain(|id, cursors| retained(id) || cursors.last().is_some_and(|last| *last >= first_retained));
         dropped
     }
 }

@@ -3,11 +3,17 @@
 //! each record's lifecycle state. The flows that also touch leases, the
 //! registry and the audit log (submit, poll, report, expiry, cancel) are the
 //! orchestrator's (`machine/execution_commands.rs`).
+//!
+//! Non-final executions are hot (in memory); a finalized one moves to the
+//! cold records ([`crate::cold`]) with its entry in the finalized index, and
+//! is read back from there.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cold::{ColdRecords, ColdTable};
 use crate::model::{AcceptedReport, Execution, ExecutionState, Lease, ResultEnvelope};
 
 /// Every retained execution, and where each non-final one waits.
@@ -16,29 +22,76 @@ use crate::model::{AcceptedReport, Execution, ExecutionState, Lease, ResultEnvel
 /// - `Queued`: exactly one entry `queue_position → id` in one ready queue;
 /// - `Backoff`: exactly one entry `(backoff_until_ms, id)` in `backoffs`;
 /// - `Leased`: a current `lease`, in no queue and no backoff;
-/// - final: a `result`, no lease, and exactly one entry
-///   `(finalized_at_ms, id)` in `finalized`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// - non-final: in `records` (hot), not in `finalized_records`;
+/// - final: a `result`, no lease, in `finalized_records` (cold) and not in
+///   `records`, exactly one entry `(finalized_at_ms, id)` in
+///   `finalized_index`, and counted once in `finalized_counts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Executions {
     records: BTreeMap<String, Execution>,
     /// Ready executions per queue, by FIFO position.
     queues: BTreeMap<String, BTreeMap<u64, String>>,
     /// Executions waiting out a backoff, by (end, id).
     backoffs: BTreeSet<(u64, String)>,
-    /// Finalized executions by (finalized_at, id), for retention.
-    finalized: BTreeSet<(u64, String)>,
     next_queue_position: u64,
+    /// Finalized executions by id (cold).
+    finalized_records: ColdRecords,
+    /// Finalized executions by (finalized_at, id), for retention (cold; the
+    /// key is [`finalized_key`], the value empty).
+    finalized_index: ColdRecords,
+    /// How many retained finalized executions are in each final state.
+    finalized_counts: BTreeMap<ExecutionState, u64>,
+}
+
+impl Default for Executions {
+    fn default() -> Self {
+        Executions {
+            records: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            backoffs: BTreeSet::new(),
+            next_queue_position: 0,
+            finalized_records: ColdRecords::new(ColdTable::Executions),
+            finalized_index: ColdRecords::new(ColdTable::Finalized),
+            finalized_counts: BTreeMap::new(),
+        }
+    }
+}
+
+/// The finalized index key: finalized-at big-endian (so keys sort by time), then the id.
+fn finalized_key(finalized_at_ms: u64, id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(8 + id.len());
+    key.extend_from_slice(&finalized_at_ms.to_be_bytes());
+    key.extend_from_slice(id.as_bytes());
+    key
 }
 
 impl Executions {
-    /// An execution record.
-    pub(crate) fn get(&self, id: &str) -> Option<&Execution> {
-        self.records.get(id)
+    /// An execution record: a hot one borrowed, a finalized one read back.
+    pub(crate) fn get(&self, id: &str) -> Option<Cow<'_, Execution>> {
+        match self.records.get(id) {
+            Some(execution) => Some(Cow::Borrowed(execution)),
+            None => self.finalized_records.get(id.as_bytes()).map(Cow::Owned),
+        }
     }
 
-    /// Every retained execution, by id.
-    pub(crate) fn all(&self) -> impl Iterator<Item = &Execution> {
+    /// Every non-final execution, by id.
+    pub(crate) fn hot(&self) -> impl Iterator<Item = &Execution> {
         self.records.values()
+    }
+
+    /// How many retained finalized executions are in each final state.
+    pub(crate) fn finalized_counts(&self) -> impl Iterator<Item = (ExecutionState, u64)> + '_ {
+        self.finalized_counts.iter().map(|(state, count)| (*state, *count))
+    }
+
+    /// The cold record sets of this part, for flushing and export.
+    pub(crate) fn cold_mut(&mut self) -> [&mut ColdRecords; 2] {
+        [&mut self.finalized_records, &mut self.finalized_index]
+    }
+
+    /// The cold record sets of this part, for export.
+    pub(crate) fn cold(&self) -> [&ColdRecords; 2] {
+        [&self.finalized_records, &self.finalized_index]
     }
 
     /// How many executions wait ready in each queue (queues never used are absent).
@@ -48,12 +101,13 @@ impl Executions {
 
     /// Number of retained executions.
     pub(crate) fn len(&self) -> usize {
-        self.records.len()
+        let finalized: u64 = self.finalized_counts.values().sum();
+        self.records.len() + usize::try_from(finalized).expect("retained executions fit in memory's index")
     }
 
     /// Whether an execution is retained.
     pub(crate) fn contains(&self, id: &str) -> bool {
-        self.records.contains_key(id)
+        self.records.contains_key(id) || self.finalized_records.contains(id.as_bytes())
     }
 
     fn record_mut(&mut self, id: &str) -> &mut Execution {
@@ -63,7 +117,7 @@ impl Executions {
     /// Stores a new execution (its id must be new: callers check first) and
     /// puts it at the back of `queue`.
     pub(crate) fn insert(&mut self, execution: Execution, queue: &str) -> &Execution {
-        assert!(!self.records.contains_key(&execution.execution_id), "execution ids are checked before create");
+        assert!(!self.contains(&execution.execution_id), "execution ids are checked before create");
         assert_eq!(execution.state, ExecutionState::Queued, "a new execution starts queued");
         let id = execution.execution_id.clone();
         self.records.insert(id.clone(), execution);
@@ -144,11 +198,20 @@ impl Executions {
         self.record_mut(id).lease.take().expect("callers checked the lease is current")
     }
 
-    /// Records the report accepted under a lease, for repeated reports.
-    pub(crate) fn accept_report(&mut self, id: &str, report: AcceptedReport) -> &Execution {
-        let execution = self.record_mut(id);
+    /// Records the report accepted under a lease, for repeated reports. The
+    /// report that finalized an execution is recorded after it moved to the
+    /// cold records, so those are rewritten.
+    pub(crate) fn accept_report(&mut self, id: &str, report: AcceptedReport) -> Cow<'_, Execution> {
+        if self.records.contains_key(id) {
+            let execution = self.record_mut(id);
+            execution.accepted_report = Some(report);
+            return Cow::Borrowed(execution);
+        }
+        let mut execution: Execution =
+            self.finalized_records.get(id.as_bytes()).expect("callers pass the id of a retained execution");
         execution.accepted_report = Some(report);
-        execution
+        self.finalized_records.put(id.as_bytes().to_vec(), &execution);
+        Cow::Owned(execution)
     }
 
     /// Withdraws a non-final execution for a caller cancel: out of its queue
@@ -185,10 +248,11 @@ impl Executions {
         }
     }
 
-    /// Records the one final result. Asserts it is the first and that the
-    /// execution waits nowhere any more.
-    pub(crate) fn finalize(&mut self, id: &str, result: ResultEnvelope, now_ms: u64) -> &Execution {
-        let execution = self.records.get_mut(id).expect("callers pass the id of a retained execution");
+    /// Records the one final result and moves the execution to the cold
+    /// records. Asserts it is the first and that the execution waits nowhere
+    /// any more.
+    pub(crate) fn finalize(&mut self, id: &str, result: ResultEnvelope, now_ms: u64) -> Execution {
+        let mut execution = self.records.remove(id).expect("callers pass the id of a non-final execution");
         assert!(execution.result.is_none() && !execution.state.is_final(), "an execution is finalized at most once");
         assert!(execution.lease.is_none(), "the lease is revoked before finalizing");
         execution.state = match &result {
@@ -199,7 +263,9 @@ impl Executions {
         execution.finalized_at_ms = Some(now_ms);
         execution.backoff_until_ms = None;
         execution.result = Some(result);
-        self.finalized.insert((now_ms, id.to_string()));
+        self.finalized_records.put(id.as_bytes().to_vec(), &execution);
+        self.finalized_index.put(finalized_key(now_ms, id), &());
+        *self.finalized_counts.entry(execution.state).or_default() += 1;
         execution
     }
 
@@ -217,7 +283,7 @@ impl Executions {
 
     /// True when some finalized execution waits for retention.
     pub(crate) fn has_finalized(&self) -> bool {
-        !self.finalized.is_empty()
+        self.finalized_counts.values().any(|count| *count > 0)
     }
 
     /// Drops executions finalized at or before `horizon` (`None`: nothing is
@@ -226,14 +292,27 @@ impl Executions {
     pub(crate) fn compact(&mut self, horizon: Option<u64>) -> Vec<Execution> {
         let mut dropped = Vec::new();
         let Some(horizon) = horizon else { return dropped };
-        while let Some((finalized_at, _)) = self.finalized.first() {
-            if *finalized_at > horizon {
+        // Deleted keys are behind the cursor, so each seek skips none of them.
+        let mut cursor = Vec::new();
+        while let Some((key, _)) = self.finalized_index.seek(&cursor) {
+            let (time, id) = key.split_at(8);
+            let finalized_at = u64::from_be_bytes(time.try_into().expect("the key starts with 8 bytes of time"));
+            if finalized_at > horizon {
                 break;
             }
-            let (_, id) = self.finalized.pop_first().expect("the first entry was just read");
-            let execution = self.records.remove(&id).expect("finalized index points at retained executions");
+            let execution: Execution =
+                self.finalized_records.get(id).expect("finalized index points at retained executions");
             assert!(execution.state.is_final(), "compaction never drops a non-final execution");
+            self.finalized_records.delete(id);
+            self.finalized_index.delete(&key);
+            let count = self.finalized_counts.get_mut(&execution.state).expect("finalized executions are counted");
+            *count -= 1;
+            if *count == 0 {
+                self.finalized_counts.remove(&execution.state);
+            }
             dropped.push(execution);
+            cursor = key;
+            cursor.push(0);
         }
         dropped
     }

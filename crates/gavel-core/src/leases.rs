@@ -6,12 +6,18 @@
 //! a late report can be recognised and recorded. The execution's own record
 //! (`Execution::lease`) says which lease is current; this part keeps the
 //! deadline index that `Tick` expires from.
+//!
+//! Records of a non-final execution's leases are hot; when the execution is
+//! finalized they move to the cold records ([`crate::cold`]) with it
+//! ([`Leases::retire`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::access::Principal;
+use crate::cold::{ColdRecords, ColdTable};
 use crate::model::ReportOutcome;
 
 /// Which attempt a lease ran, kept for every lease of a retained execution.
@@ -44,11 +50,18 @@ pub(crate) struct Leases {
     deadlines: BTreeSet<(u64, u64)>,
     /// The id the next lease gets: fencing tokens start at 1 and only grow.
     next_id: u64,
+    /// Records of the leases of finalized executions, by lease id big-endian (cold).
+    retired: ColdRecords,
 }
 
 impl Default for Leases {
     fn default() -> Self {
-        Leases { records: BTreeMap::new(), deadlines: BTreeSet::new(), next_id: 1 }
+        Leases {
+            records: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            next_id: 1,
+            retired: ColdRecords::new(ColdTable::Leases),
+        }
     }
 }
 
@@ -82,8 +95,32 @@ impl Leases {
     }
 
     /// The record of a lease of a retained execution.
-    pub(crate) fn get(&self, lease_id: u64) -> Option<&LeaseRecord> {
-        self.records.get(&lease_id)
+    pub(crate) fn get(&self, lease_id: u64) -> Option<Cow<'_, LeaseRecord>> {
+        match self.records.get(&lease_id) {
+            Some(record) => Some(Cow::Borrowed(record)),
+            None => self.retired.get(&lease_id.to_be_bytes()).map(Cow::Owned),
+        }
+    }
+
+    /// The cold record set of this part, for flushing and export.
+    pub(crate) fn cold_mut(&mut self) -> &mut ColdRecords {
+        &mut self.retired
+    }
+
+    /// The cold record set of this part, for export.
+    pub(crate) fn cold(&self) -> &ColdRecords {
+        &self.retired
+    }
+
+    /// Moves the records of a just finalized execution's leases to the cold
+    /// records. None of them is current any more.
+    pub(crate) fn retire(&mut self, lease_ids: &[u64]) {
+        for lease_id in lease_ids {
+            if let Some(record) = self.records.remove(lease_id) {
+                assert!(record.deadline_ms.is_none(), "a finalized execution holds no current lease");
+                self.retired.put(lease_id.to_be_bytes().to_vec(), &record);
+            }
+        }
     }
 
     /// The effective deadline of a current lease.
@@ -109,9 +146,17 @@ impl Leases {
     }
 
     /// Remembers the failure accepted under a lease, for repeated reports.
+    /// The failure that finalized an execution is recorded after its leases
+    /// were retired, so a retired record is rewritten.
     pub(crate) fn record_accepted_failure(&mut self, lease_id: u64, outcome: ReportOutcome, retry_scheduled: bool) {
-        let record = self.records.get_mut(&lease_id).expect("only recorded leases accept reports");
+        if let Some(record) = self.records.get_mut(&lease_id) {
+            record.accepted_failure = Some((outcome, retry_scheduled));
+            return;
+        }
+        let key = lease_id.to_be_bytes();
+        let mut record: LeaseRecord = self.retired.get(&key).expect("only recorded leases accept reports");
         record.accepted_failure = Some((outcome, retry_scheduled));
+        self.retired.put(key.to_vec(), &record);
     }
 
     /// The current lease with the earliest deadline, if that deadline plus
@@ -133,6 +178,7 @@ impl Leases {
             if let Some(record) = self.records.remove(lease_id) {
                 assert!(record.deadline_ms.is_none(), "a dropped execution holds no current lease");
             }
+            self.retired.delete(&lease_id.to_be_bytes());
         }
     }
 }

@@ -28,13 +28,20 @@
 //! across the parts; the SI-11 retry rule is the pure function
 //! [`retry::retry_after_ms`].
 //!
+//! History is cold ([`cold`]): finalized executions, their lease records
+//! and the audit trail are read through the synchronous [`ColdStore`] trait
+//! and written into an overlay that the shell flushes
+//! ([`State::flush_cold`]); the state hash covers the hot state and a
+//! rolling digest of cold mutations, whichever store runs.
+//!
 //! Key types: [`State`], [`Envelope`], [`Command`], [`Reply`], [`Event`],
-//! and the records in [`model`].
+//! [`ColdStore`], and the records in [`model`].
 
 pub mod access;
 mod approvals;
 pub mod audit;
 pub mod canonical_json;
+pub mod cold;
 pub mod command;
 mod dedup;
 pub mod error;
@@ -54,6 +61,7 @@ pub mod validate;
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 pub use approvals::ApprovalFilter;
 pub use audit::{Event, EventKind};
+pub use cold::{ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore};
 pub use command::{
     ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, RecordEvent, Reply, Retention, RetrySpec,
     Submit, Task,

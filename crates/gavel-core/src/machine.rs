@@ -18,7 +18,9 @@ mod approval_commands;
 mod execution_commands;
 mod recall;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +28,7 @@ use crate::access::{Caller, Grant, Principal};
 use crate::approvals::{ApprovalFilter, Approvals};
 use crate::audit::{AuditLog, Event, EventKind, EventSubject};
 use crate::canonical_json::sha256_hex;
+use crate::cold::{ColdMutation, ColdRecords, ColdStore, ColdTable};
 use crate::command::{CapabilitySpec, Command, Envelope, RecordEvent, Reply, Retention};
 use crate::dedup::{DedupTable, RememberedReply};
 use crate::error::{DomainError, ErrorCode};
@@ -374,8 +377,9 @@ impl State {
         self.registry.latest_versions()
     }
 
-    /// An execution record.
-    pub fn execution(&self, id: &str) -> Option<&Execution> {
+    /// An execution record: a non-final one borrowed from memory, a
+    /// finalized one read back from the cold records.
+    pub fn execution(&self, id: &str) -> Option<Cow<'_, Execution>> {
         self.executions.get(id)
     }
 
@@ -388,8 +392,12 @@ impl State {
         for approval in self.approvals.all() {
             *counts.approvals_by_status.entry(approval.status_at(now_ms).as_str()).or_default() += 1;
         }
-        for execution in self.executions.all() {
+        for execution in self.executions.hot() {
             *counts.executions_by_state.entry(execution.state.as_str()).or_default() += 1;
+        }
+        for (state, count) in self.executions.finalized_counts() {
+            let count = usize::try_from(count).expect("retained executions fit in memory's index");
+            *counts.executions_by_state.entry(state.as_str()).or_default() += count;
         }
         counts.ready_by_queue =
             self.executions.ready_depths().map(|(queue, depth)| (queue.to_string(), depth)).collect();
@@ -404,7 +412,7 @@ impl State {
 
     /// Events after `after_cursor`, oldest first, at most `limit` (capped at
     /// [`crate::limits::EVENTS_PAGE_MAX`]).
-    pub fn events_after(&self, after_cursor: u64, limit: u32) -> Vec<&Event> {
+    pub fn events_after(&self, after_cursor: u64, limit: u32) -> Vec<Event> {
         self.audit.events_after(after_cursor, limit)
     }
 
@@ -414,12 +422,12 @@ impl State {
     }
 
     /// One execution's events after `after_cursor`, oldest first.
-    pub fn execution_events(&self, execution_id: &str, after_cursor: u64, limit: u32) -> Vec<&Event> {
+    pub fn execution_events(&self, execution_id: &str, after_cursor: u64, limit: u32) -> Vec<Event> {
         self.audit.execution_events(execution_id, after_cursor, limit)
     }
 
     /// The event at a cursor, if retained.
-    pub fn event(&self, cursor: u64) -> Option<&Event> {
+    pub fn event(&self, cursor: u64) -> Option<Event> {
         self.audit.event(cursor)
     }
 
@@ -453,21 +461,99 @@ impl State {
         [lease, backoff, compaction].into_iter().flatten().min()
     }
 
-    // ----- snapshots -----
+    // ----- snapshots and cold records -----
 
-    /// Serializes the whole replicated state (not the planted bug).
-    pub fn snapshot(&self) -> Vec<u8> {
+    /// Reads flushed cold records from `store` from now on. Call it on a new
+    /// or just restored state, before anything is flushed: the store must
+    /// hold exactly the records this state flushed (or none, for a state whose
+    /// cold records are all still unflushed, as after [`State::restore`]).
+    pub fn attach_cold_store(&mut self, store: Arc<dyn ColdStore>) {
+        for records in self.cold_records_mut() {
+            records.attach(store.clone());
+        }
+    }
+
+    /// Hands every unflushed cold write to `write`, which must make them
+    /// durable in the attached store atomically (with whatever the shell
+    /// keeps alongside, such as [`State::hot_snapshot`] and its applied log
+    /// position), and forgets them once it succeeded. On an error nothing is
+    /// forgotten. Returns how many writes were flushed.
+    pub fn flush_cold<E>(&mut self, write: impl FnOnce(&[ColdMutation]) -> Result<(), E>) -> Result<usize, E> {
+        let pending: Vec<ColdMutation> = self.cold_records().iter().flat_map(|records| records.pending()).collect();
+        write(&pending)?;
+        for records in self.cold_records_mut() {
+            records.clear_pending();
+        }
+        Ok(pending.len())
+    }
+
+    /// How many cold writes wait for [`State::flush_cold`].
+    pub fn cold_pending_count(&self) -> usize {
+        self.cold_records().iter().map(|records| records.pending_count()).sum()
+    }
+
+    /// Serializes the hot state alone (with the cold digests, without any
+    /// cold record): what a shell that keeps the cold records in its own
+    /// store checkpoints next to them. [`State::from_hot_snapshot`] reads it.
+    pub fn hot_snapshot(&self) -> Vec<u8> {
         bincode::serialize(self).expect("state serializes: every field is plain data")
     }
 
-    /// Restores a state from [`State::snapshot`] bytes, with no planted bug.
-    pub fn restore(bytes: &[u8]) -> Result<State, SnapshotError> {
-        bincode::deserialize(bytes).map_err(|error| SnapshotError::Decode(error.to_string()))
+    /// A state from [`State::hot_snapshot`] bytes whose cold records are in
+    /// `store` (the store the snapshot was flushed with), with no planted bug.
+    pub fn from_hot_snapshot(bytes: &[u8], store: Arc<dyn ColdStore>) -> Result<State, SnapshotError> {
+        let mut state: State = bincode::deserialize(bytes).map_err(|error| SnapshotError::Decode(error.to_string()))?;
+        state.attach_cold_store(store);
+        Ok(state)
     }
 
-    /// SHA-256 over the serialized state, lower-case hex: equal on replicas that
-    /// applied the same commands.
+    /// Serializes the whole replicated state (not the planted bug): the hot
+    /// state and every cold record, flushed or not.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut cold: Vec<(u8, Vec<u8>, Vec<u8>)> = Vec::new();
+        for records in self.cold_records() {
+            let table = records.table().tag();
+            cold.extend(records.entries().into_iter().map(|(key, value)| (table, key, value)));
+        }
+        bincode::serialize(&(self, cold)).expect("state serializes: every field is plain data")
+    }
+
+    /// Restores a state from [`State::snapshot`] bytes, with no planted bug.
+    /// Its cold records are all unflushed, over a fresh in-memory store.
+    pub fn restore(bytes: &[u8]) -> Result<State, SnapshotError> {
+        type Whole = (State, Vec<(u8, Vec<u8>, Vec<u8>)>);
+        let (mut state, cold): Whole =
+            bincode::deserialize(bytes).map_err(|error| SnapshotError::Decode(error.to_string()))?;
+        for (tag, key, value) in cold {
+            let table = ColdTable::from_tag(tag)
+                .ok_or_else(|| SnapshotError::Decode(format!("unknown cold table tag {tag}")))?;
+            state
+                .cold_records_mut()
+                .into_iter()
+                .find(|records| records.table() == table)
+                .expect("every table has a part")
+                .load(key, value);
+        }
+        Ok(state)
+    }
+
+    /// SHA-256 over the serialized hot state, lower-case hex: equal on
+    /// replicas that applied the same commands. The cold records are in it
+    /// through their digests, so where they are kept and when they were
+    /// flushed does not change it.
     pub fn state_hash(&self) -> String {
-        sha256_hex(&self.snapshot())
+        sha256_hex(&self.hot_snapshot())
+    }
+
+    fn cold_records(&self) -> [&ColdRecords; 5] {
+        let [executions, finalized] = self.executions.cold();
+        let [events, by_execution] = self.audit.cold();
+        [executions, finalized, self.leases.cold(), events, by_execution]
+    }
+
+    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 5] {
+        let [executions, finalized] = self.executions.cold_mut();
+        let [events, by_execution] = self.audit.cold_mut();
+        [executions, finalized, self.leases.cold_mut(), events, by_execution]
     }
 }

@@ -465,7 +465,7 @@ impl Before {
             next_cursor: state.next_cursor(),
             executions: EXECUTION_IDS
                 .iter()
-                .filter_map(|id| state.execution(id).map(|execution| (*id, execution.clone())))
+                .filter_map(|id| state.execution(id).map(|execution| (*id, execution.into_owned())))
                 .collect(),
             approvals: approval_ids
                 .iter()
@@ -535,6 +535,10 @@ struct RememberedRequest {
 /// Snapshot → restore is checked every this many steps (and at the end of
 /// every sequence); every third such check continues on the restored copy.
 const SNAPSHOT_EVERY_STEPS: usize = 5;
+/// How often the tiered replay flushes its cold records and checkpoints.
+const CHECKPOINT_EVERY_STEPS: usize = 7;
+/// How often the tiered replay crashes back to its last checkpoint (once per index).
+const CRASH_EVERY_STEPS: usize = 11;
 
 /// One sequence: the state, everything applied so far, and what the checks track.
 struct Run {
@@ -696,7 +700,8 @@ impl Run {
         if let (Some(envelope), Some(reply)) = (run.envelopes.last().cloned(), run.replies.last().cloned()) {
             run.check_snapshot(last, &envelope, &reply)?;
         }
-        run.check_replay()
+        run.check_replay()?;
+        run.check_tiered_replay()
     }
 
     fn request_id(&mut self, choice: RequestChoice, racing: bool) -> Option<String> {
@@ -948,11 +953,57 @@ impl Run {
         Ok(())
     }
 
+    /// The same envelopes on a state whose cold records go into a store at
+    /// checkpoints, and which crashes now and then (losing everything since
+    /// its last checkpoint and applying the suffix again, as a node replays
+    /// its log), give the same replies, records and state hash as the run
+    /// that never flushed.
+    fn check_tiered_replay(&self) -> Result<(), TestCaseError> {
+        let store = gavel_core::MemoryColdStore::new();
+        let mut tiered = State::new();
+        tiered.attach_cold_store(store.clone());
+        let mut checkpoint = (0, tiered.hot_snapshot());
+        let mut crashed_at = BTreeSet::new();
+        let mut index = 0;
+        while index < self.envelopes.len() {
+            let (envelope, reply) = (&self.envelopes[index], &self.replies[index]);
+            let again = tiered.apply(envelope);
+            let context = Context { index, envelope, reply };
+            ensure!(context, again == *reply, "the tiered state gives the same reply, got {again:?}");
+            index += 1;
+            if index % CHECKPOINT_EVERY_STEPS == 3 {
+                tiered
+                    .flush_cold(|mutations| gavel_core::ColdStore::write(&*store, mutations))
+                    .map_err(|error| TestCaseError::fail(error.to_string()))?;
+                ensure!(context, tiered.cold_pending_count() == 0, "a flush leaves nothing pending");
+                checkpoint = (index, tiered.hot_snapshot());
+            }
+            if index % CRASH_EVERY_STEPS == 5 && crashed_at.insert(index) {
+                tiered = State::from_hot_snapshot(&checkpoint.1, store.clone())
+                    .map_err(|error| TestCaseError::fail(error.to_string()))?;
+                index = checkpoint.0;
+            }
+        }
+        let context = format!("after {} envelopes, {} crashes", self.envelopes.len(), crashed_at.len());
+        for id in EXECUTION_IDS {
+            ensure!(context, tiered.execution(id) == self.state.execution(id), "execution {id} reads the same");
+        }
+        ensure!(context, tiered.execution_count() == self.state.execution_count(), "the same number retained");
+        ensure!(context, tiered.state_hash() == self.state.state_hash(), "the tiered state has the same state hash");
+        let whole = State::restore(&tiered.snapshot()).map_err(|error| TestCaseError::fail(error.to_string()))?;
+        ensure!(
+            context,
+            whole.state_hash() == self.state.state_hash(),
+            "its whole-state export restores the same hash"
+        );
+        Ok(())
+    }
+
     fn records_unchanged(&self, pre: &Before, context: &Context<'_>) -> Result<(), TestCaseError> {
         let post = &self.state;
         ensure!(context, post.next_cursor() == pre.next_cursor(), "no event without an effect");
         for id in EXECUTION_IDS {
-            ensure!(context, pre.execution(id) == post.execution(id), "execution {id} unchanged");
+            ensure!(context, pre.execution(id) == post.execution(id).as_deref(), "execution {id} unchanged");
         }
         for id in &self.approval_ids {
             ensure!(context, pre.approval(id) == post.approval(id), "approval {id} unchanged");
@@ -1002,7 +1053,7 @@ impl Run {
 
         let post = &self.state;
         let first_cursor = pre.next_cursor();
-        let new_events: Vec<Event> = post.events_after(first_cursor - 1, u32::MAX).into_iter().cloned().collect();
+        let new_events: Vec<Event> = post.events_after(first_cursor - 1, u32::MAX);
         ensure!(
             context,
             new_events.len() as u64 == post.next_cursor() - first_cursor,
@@ -1138,7 +1189,7 @@ impl Run {
                     }
                     ensure!(
                         context,
-                        post.execution(&execution_id) == Some(execution),
+                        post.execution(&execution_id).as_deref() == Some(execution),
                         "the report's reply shows the execution"
                     );
                 }
@@ -1195,7 +1246,8 @@ impl Run {
         };
         for id in EXECUTION_IDS {
             let before = pre.execution(id);
-            let after = post.execution(id);
+            let after_record = post.execution(id);
+            let after = after_record.as_deref();
             let events_of = |wanted: fn(&EventKind) -> bool| {
                 new_events
                     .iter()
@@ -1530,7 +1582,7 @@ impl Run {
         if let (Command::Submit(submit), Reply::ApprovalRequired { approval, .. }) = (command, reply) {
             ensure!(
                 context,
-                post.execution(&submit.execution_id) == pre.execution(&submit.execution_id),
+                post.execution(&submit.execution_id).as_deref() == pre.execution(&submit.execution_id),
                 "submit of a gated capability creates no execution"
             );
             ensure!(

@@ -6,16 +6,44 @@
 //! long-polls never sleep in loops. The planted bug the node runs with (chaos
 //! harness only) is set on every [`State`] the application creates or
 //! restores, since it is configuration, not replicated state.
+//!
+//! With a cold store ([`CoreApp::with_cold_store`]) the state's cold records
+//! (finalized executions and their lease records) live on disk: every
+//! snapshot the Raft layer builds first flushes the overlay of cold writes
+//! applied since the last one into the store, so memory holds the hot set
+//! plus at most one snapshot interval of cold writes. The store is a cache of
+//! the last snapshot plus what was flushed since: the application clears it
+//! when it starts and rewrites it from every snapshot it restores, so after a
+//! crash it never holds records the restored state does not know.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gavel_core::mutants::Mutant;
-use gavel_core::{DomainError, Envelope, Reply, State};
+use gavel_core::{ColdStore, DomainError, Envelope, Reply, State};
 use tokio::sync::watch;
+
+use crate::cold_store::RedbColdStore;
+
+/// How many unflushed cold writes the application lets the overlay hold
+/// before it flushes them into the cold store without waiting for a snapshot.
+/// One entry carries up to 512 commands, so a snapshot policy that counts
+/// entries would otherwise let the overlay (memory) grow with the load; at
+/// about 8 cold writes per lifecycle this is a few thousand lifecycles, a few
+/// MB, and one flush is one non-durable redb transaction.
+pub const COLD_PENDING_MAX: usize = 20_000;
+
+/// The cold store's file in a node's data directory.
+pub const COLD_STORE_FILE: &str = "cold.redb";
 
 /// The replicated application: the core state machine plus change notification.
 pub struct CoreApp {
     state: Mutex<State>,
+    /// Where cold records are flushed to; `None` keeps them in memory.
+    cold_store: Option<Arc<RedbColdStore>>,
+    /// Unflushed cold writes that trigger a flush between entries
+    /// ([`COLD_PENDING_MAX`] unless set).
+    cold_pending_max: AtomicUsize,
     /// The planted bug, set again on every restored state.
     planted_bug: Option<Mutant>,
     applied: watch::Sender<u64>,
@@ -31,7 +59,55 @@ impl CoreApp {
         let (applied, _) = watch::channel(0);
         let mut state = State::new();
         state.set_planted_bug(planted_bug);
-        Arc::new(CoreApp { state: Mutex::new(state), planted_bug, applied, hash_cache: Mutex::new(None) })
+        Arc::new(CoreApp {
+            state: Mutex::new(state),
+            cold_store: None,
+            cold_pending_max: AtomicUsize::new(COLD_PENDING_MAX),
+            planted_bug,
+            applied,
+            hash_cache: Mutex::new(None),
+        })
+    }
+
+    /// An empty application whose cold records go to `<data_dir>/cold.redb`
+    /// (created, with `data_dir`, if missing; cleared, see
+    /// [`CoreApp::with_cold_store`]).
+    pub fn open(
+        planted_bug: Option<Mutant>,
+        data_dir: &std::path::Path,
+    ) -> Result<Arc<CoreApp>, gavel_core::ColdStoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|error| {
+            gavel_core::ColdStoreError::Write(format!("cannot create {}: {error}", data_dir.display()))
+        })?;
+        CoreApp::with_cold_store(planted_bug, RedbColdStore::open(&data_dir.join(COLD_STORE_FILE))?)
+    }
+
+    /// An empty application whose cold records go to `store`, which it
+    /// clears first: the state is empty until a snapshot is restored or the
+    /// log replayed, and the store must hold nothing the state does not know.
+    pub fn with_cold_store(
+        planted_bug: Option<Mutant>,
+        store: Arc<RedbColdStore>,
+    ) -> Result<Arc<CoreApp>, gavel_core::ColdStoreError> {
+        store.clear()?;
+        let (applied, _) = watch::channel(0);
+        let mut state = State::new();
+        state.set_planted_bug(planted_bug);
+        state.attach_cold_store(store.clone());
+        Ok(Arc::new(CoreApp {
+            state: Mutex::new(state),
+            cold_store: Some(store),
+            cold_pending_max: AtomicUsize::new(COLD_PENDING_MAX),
+            planted_bug,
+            applied,
+            hash_cache: Mutex::new(None),
+        }))
+    }
+
+    /// Sets how many unflushed cold writes trigger a flush between entries
+    /// (tests use small values to flush often).
+    pub fn set_cold_pending_max(&self, writes: usize) {
+        self.cold_pending_max.store(writes, Ordering::Relaxed);
     }
 
     /// Locks the state for a read. Hold it briefly: apply waits on it.
@@ -60,6 +136,19 @@ impl CoreApp {
         hash
     }
 
+    /// Flushes the cold overlay, without waiting for the disk, once it holds
+    /// [`COLD_PENDING_MAX`] writes. Safe at any point: the store is rebuilt
+    /// from the snapshot on every start. A failed flush keeps the overlay.
+    fn flush_if_full(&self, state: &mut State) {
+        let Some(store) = &self.cold_store else { return };
+        if state.cold_pending_count() < self.cold_pending_max.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(error) = state.flush_cold(|mutations| store.write_eventually(mutations)) {
+            tracing::error!(%error, "cannot flush cold records; they stay in memory");
+        }
+    }
+
     /// Encodes a command for the log.
     pub fn encode_command(envelope: &Envelope) -> Vec<u8> {
         bincode::serialize(envelope).expect("envelopes serialize: plain data")
@@ -86,30 +175,57 @@ fn apply_one(state: &mut State, command: &[u8]) -> Vec<u8> {
 
 impl gavel_raft::Application for CoreApp {
     fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8> {
-        let reply = apply_one(&mut self.state(), command);
+        let reply = {
+            let mut state = self.state();
+            let reply = apply_one(&mut state, command);
+            self.flush_if_full(&mut state);
+            reply
+        };
         self.applied.send_replace(log_index);
         reply
     }
 
     /// One lock and one wake-up of the long-polls per log entry: readers see
-    /// the whole entry applied or none of it.
+    /// the whole entry applied or none of it. With a cold store, an overlay
+    /// past [`COLD_PENDING_MAX`] writes is flushed here, between entries.
     fn apply_batch(&self, log_index: u64, commands: &[&[u8]]) -> Vec<Vec<u8>> {
         let replies = {
             let mut state = self.state();
-            commands.iter().map(|command| apply_one(&mut state, command)).collect()
+            let replies = commands.iter().map(|command| apply_one(&mut state, command)).collect();
+            self.flush_if_full(&mut state);
+            replies
         };
         self.applied.send_replace(log_index);
         replies
     }
 
+    /// Flushes the cold overlay into the cold store first (one durable
+    /// transaction of the cold writes since the last snapshot), then exports
+    /// the whole state. A failed flush keeps the overlay: nothing is lost and
+    /// the next snapshot tries again.
     fn snapshot(&self) -> Vec<u8> {
-        self.state().snapshot()
+        let mut state = self.state();
+        if let Some(store) = &self.cold_store {
+            if let Err(error) = state.flush_cold(|mutations| store.write(mutations)) {
+                tracing::error!(%error, "cannot flush cold records; they stay in memory");
+            }
+        }
+        state.snapshot()
     }
 
+    /// With a cold store, the store is rewritten from the snapshot's cold
+    /// records before the restored state replaces the current one.
     fn restore(&self, bytes: &[u8]) -> Result<(), String> {
         let mut restored = State::restore(bytes).map_err(|error| error.to_string())?;
         restored.set_planted_bug(self.planted_bug);
-        *self.state() = restored;
+        let mut state = self.state();
+        if let Some(store) = &self.cold_store {
+            store.clear().map_err(|error| error.to_string())?;
+            restored.attach_cold_store(store.clone());
+            restored.flush_cold(|mutations| store.write(mutations)).map_err(|error| error.to_string())?;
+        }
+        *state = restored;
+        drop(state);
         *self.hash_cache.lock().expect("hash cache lock poisoned") = None;
         self.applied.send_modify(|_| {});
         Ok(())
@@ -130,5 +246,97 @@ mod tests {
         app.restore(&snapshot).expect("a snapshot of this state machine restores");
         assert_eq!(app.state().planted_bug(), Some(Mutant::NoFencing));
         assert_eq!(CoreApp::new(None).state().planted_bug(), None);
+    }
+
+    /// Two applications fed the same commands, one keeping its cold records
+    /// in memory and one flushing them into redb at every snapshot and
+    /// restarting from a snapshot on a fresh store, give the same replies
+    /// (reads of finalized executions, late reports, repeated submits,
+    /// retention included) and the same state hash.
+    #[test]
+    fn an_application_with_a_redb_cold_store_answers_and_hashes_like_one_in_memory() {
+        use gavel_core::{Command, Retention, SideEffect};
+
+        let directory = tempfile::tempdir().expect("temp dir");
+        let store = |name: &str| RedbColdStore::open(&directory.path().join(name)).expect("open the cold store");
+        let memory = CoreApp::new(None);
+        let mut disk = CoreApp::with_cold_store(None, store("first.redb")).expect("a cold store app");
+        // Flushes between entries too, not only at snapshots.
+        disk.set_cold_pending_max(25);
+        let mut now_ms = 1_000;
+        let mut log_index = 0;
+        let mut apply = |memory: &CoreApp, disk: &CoreApp, now_ms: u64, command: Command| {
+            log_index += 1;
+            let envelope = Envelope { request_id: None, now_ms, caller: None, command };
+            let bytes = CoreApp::encode_command(&envelope);
+            let (in_memory, on_disk) = (memory.apply(log_index, &bytes), disk.apply(log_index, &bytes));
+            assert_eq!(in_memory, on_disk, "same reply to {:?}", envelope.command);
+            CoreApp::decode_reply(&in_memory)
+        };
+        let capability = gavel_core::CapabilitySpec {
+            id: "cap".to_string(),
+            side_effect: Some(SideEffect::Read),
+            risk: Some(gavel_core::Risk::Low),
+            ..Default::default()
+        };
+        let registered = apply(&memory, &disk, now_ms, Command::RegisterCapability(capability));
+        assert!(matches!(registered, Reply::Capability(_)), "registered: {registered:?}");
+        let mut leases = Vec::new();
+        for round in 0..60u32 {
+            now_ms += 3_000;
+            let submit = gavel_core::Submit {
+                execution_id: format!("exec-{round}"),
+                capability_id: "cap".to_string(),
+                input_json: format!("{{\"round\":{round}}}"),
+                actor: gavel_core::Actor::system(),
+                surface: "test".to_string(),
+                correlation_id: None,
+            };
+            let submitted = apply(&memory, &disk, now_ms, Command::Submit(submit.clone()));
+            assert!(matches!(submitted, Reply::Execution { created: true, .. }), "submitted: {submitted:?}");
+            let poll = Command::Poll { worker_id: "w".to_string(), queues: vec!["cap".to_string()], tasks_max: 4 };
+            let Reply::Tasks(tasks) = apply(&memory, &disk, now_ms, poll) else { panic!("a poll leases") };
+            assert_eq!(tasks.len(), 1, "the one queued execution is leased");
+            for task in tasks {
+                let outcome = gavel_core::ReportOutcome::Completed { output_json: "{}".to_string() };
+                let report = Command::Report { lease_id: task.lease.lease_id, worker_id: "w".to_string(), outcome };
+                apply(&memory, &disk, now_ms, report.clone());
+                leases.push(report);
+            }
+            // A repeated submit and a late report on finalized executions read them back.
+            apply(&memory, &disk, now_ms, Command::Submit(submit));
+            if let Some(late) = leases.get(leases.len().saturating_sub(5)) {
+                apply(&memory, &disk, now_ms, late.clone());
+            }
+            if round % 10 == 9 {
+                let retention = Retention { records_ms: 40_000, events_ms: 40_000 };
+                apply(&memory, &disk, now_ms, Command::Tick { retention });
+            }
+            if round % 7 == 6 {
+                let bytes = disk.snapshot();
+                assert_eq!(disk.state().cold_pending_count(), 0, "a snapshot flushes the cold overlay");
+                if round == 34 {
+                    // A restart: a new application on a new store, from the snapshot.
+                    disk = CoreApp::with_cold_store(None, store("second.redb")).expect("a cold store app");
+                    disk.set_cold_pending_max(25);
+                    disk.restore(&bytes).expect("the snapshot restores");
+                }
+            }
+        }
+        assert_eq!(disk.state_hash(), memory.state_hash(), "the same state hash");
+        assert!(disk.state().cold_pending_count() < 25 + 20, "the overlay stays bounded between snapshots");
+        assert_eq!(disk.state().events_after(0, 1_000), memory.state().events_after(0, 1_000), "the same events");
+        let retained = memory.state().execution_count();
+        assert!(retained > 10 && retained < 60, "retention dropped the oldest: {retained} retained");
+        assert_eq!(disk.state().execution_count(), retained);
+        for round in 0..60u32 {
+            let id = format!("exec-{round}");
+            let in_memory = memory.state().execution(&id).map(std::borrow::Cow::into_owned);
+            assert_eq!(disk.state().execution(&id).map(std::borrow::Cow::into_owned), in_memory, "{id} reads the same");
+        }
+        disk.snapshot();
+        let store = disk.cold_store.clone().expect("a cold store");
+        assert!(store.len() > retained, "the finalized executions and their leases are on disk");
+        assert_eq!(disk.state().cold_pending_count(), 0, "and none is in memory");
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! It depends on `gavel-core` (the state machine), `gavel-proto` (the API) and
 //! `gavel-raft` (consensus and storage); openraft's types stay inside
-//! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`],
+//! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`]
+//! (with [`cold_store::RedbColdStore`], the cold records in `<data-dir>/cold.redb`),
 //! [`metrics`] (Prometheus metrics and their `GET /metrics` listener),
 //! [`overload`] (bounds on calls taken at once, [`limits`]), [`trace`]
 //! (W3C `traceparent` in, through forwarding, to the leader's proposal),
@@ -23,6 +24,7 @@
 //! with `caller = None`, exactly as before authentication existed.
 
 pub mod app;
+pub mod cold_store;
 pub mod convert;
 pub mod health;
 pub mod limits;

@@ -39,6 +39,9 @@ pub enum ServerError {
     /// The Raft layer did not start (its storage could not be opened, say).
     #[error("starting raft: {0}")]
     Raft(#[source] RaftError),
+    /// The cold store file cannot be opened or cleared.
+    #[error("opening the cold store: {0}")]
+    ColdStore(#[source] gavel_core::ColdStoreError),
     /// The reflection service could not be built from the descriptors.
     #[error("building the reflection service: {0}")]
     Reflection(#[source] tonic_reflection::server::Error),
@@ -162,7 +165,7 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         secured.as_ref().map(|secured| secured.server_config()).transpose().map_err(ServerError::Security)?;
     let builder = tonic::transport::Server::builder();
     let planted_bug = options.settings.planted_bug;
-    let app = CoreApp::new(planted_bug);
+    let app = CoreApp::open(planted_bug, &options.data_dir).map_err(ServerError::ColdStore)?;
     let config = NodeConfig {
         node_id: options.id,
         addr: options.advertise.clone(),

@@ -113,7 +113,7 @@ impl State {
             )));
         }
         let Some(execution) = self.executions.get(&record.execution_id) else { return Ok(()) };
-        let queue = &self.registry.of_execution(execution).queue;
+        let queue = &self.registry.of_execution(&execution).queue;
         if !worker.covers_all([queue]) {
             return Err(denied(format!(
                 "{} may not use lease {lease_id}: its worker grant does not cover queue {queue}",

@@ -75,7 +75,7 @@ impl State {
     fn record_execution_event(&mut self, id: &str, kind: EventKind, actor: Option<&Actor>) {
         let execution = self.executions.get(id).expect("events are recorded for stored executions");
         let actor = actor.unwrap_or(&execution.actor);
-        self.audit.record(kind, actor, EventSubject::of_execution(execution), self.clock_ms);
+        self.audit.record(kind, actor, EventSubject::of_execution(&execution), self.clock_ms);
     }
 
     /// Submits an execution for `principal` (recorded on the approval when
@@ -90,7 +90,7 @@ impl State {
         })?;
         if let Some(existing) = self.executions.get(&submit.execution_id) {
             return if existing.input_hash == input_hash && existing.capability_id == submit.capability_id {
-                Ok(Reply::Execution { execution: existing.clone(), created: false })
+                Ok(Reply::Execution { execution: existing.into_owned(), created: false })
             } else {
                 Err(already_exists(&submit.execution_id))
             };
@@ -311,7 +311,7 @@ impl State {
         let mut released = 0;
         while let Some(id) = self.executions.pop_due_backoff(self.clock_ms) {
             let execution = self.executions.get(&id).expect("backoffs point at retained executions");
-            let queue = &self.registry.of_execution(execution).queue;
+            let queue = &self.registry.of_execution(&execution).queue;
             self.executions.enqueue(&id, queue);
             released += 1;
         }
@@ -348,7 +348,7 @@ impl State {
     fn grant_lease(&mut self, id: &str, worker_id: &str, principal: Option<&Principal>) -> Task {
         let now_ms = self.clock_ms;
         let execution = self.executions.get(id).expect("queued executions are retained");
-        let capability = self.registry.of_execution(execution);
+        let capability = self.registry.of_execution(&execution);
         let attempt = execution.attempts + 1;
         let deadline_ms = now_ms.saturating_add(capability.timeout_ms);
         let lease_id = self.leases.grant(id, attempt, effective_deadline(capability, deadline_ms, now_ms), principal);
@@ -379,7 +379,7 @@ impl State {
         if !current || self.leases.deadline_ms(lease.lease_id) <= self.clock_ms {
             return None;
         }
-        Some(task(execution, self.registry.of_execution(execution), lease.clone()))
+        Some(task(&execution, self.registry.of_execution(&execution), lease.clone()))
     }
 
     /// The current lease with this id, if it is still valid at the cluster clock.
@@ -448,7 +448,7 @@ impl State {
             .or(record.accepted_failure.as_ref().map(|(outcome, retry_scheduled)| (outcome, *retry_scheduled)));
         if let Some((accepted_outcome, retry_scheduled)) = accepted {
             if *accepted_outcome == outcome {
-                return Ok(Reply::Reported { execution: execution.clone(), retry_scheduled });
+                return Ok(Reply::Reported { execution: execution.into_owned(), retry_scheduled });
             }
         }
         let attempt = record.attempt;
@@ -484,7 +484,7 @@ impl State {
             self.leases.record_accepted_failure(lease_id, outcome.clone(), retry_scheduled);
         }
         let execution = self.executions.accept_report(&id, AcceptedReport { lease_id, outcome, retry_scheduled });
-        Ok(Reply::Reported { execution: execution.clone(), retry_scheduled })
+        Ok(Reply::Reported { execution: execution.into_owned(), retry_scheduled })
     }
 
     /// Revokes a lease whose deadline passed and applies the retry rule.
@@ -507,7 +507,7 @@ impl State {
     /// Returns true when a retry was scheduled; otherwise the execution is finalized.
     fn after_failed_attempt(&mut self, id: &str, failure: AttemptFailure) -> bool {
         let execution = self.executions.get(id).expect("failed attempts belong to retained executions");
-        let capability = self.registry.of_execution(execution);
+        let capability = self.registry.of_execution(&execution);
         let attempts = execution.attempts;
         let planted = self.planted(Mutant::RetryNonIdempotent);
         if let Some(wait_ms) = retry_after_ms(capability, attempts, &failure, planted) {
@@ -516,7 +516,7 @@ impl State {
                 previous_error_code: failure.code().to_string(),
                 backoff_ms: wait_ms,
             };
-            self.audit.record(kind, &Actor::system(), EventSubject::of_execution(execution), self.clock_ms);
+            self.audit.record(kind, &Actor::system(), EventSubject::of_execution(&execution), self.clock_ms);
             if wait_ms == 0 {
                 self.executions.enqueue(id, &capability.queue);
             } else {
@@ -546,8 +546,9 @@ impl State {
     fn finalize(&mut self, id: &str, result: ResultEnvelope, actor: Option<&Actor>) {
         let kind = EventKind::finalized(&result);
         let execution = self.executions.finalize(id, result, self.clock_ms);
+        self.leases.retire(&execution.lease_ids);
         let actor = actor.unwrap_or(&execution.actor);
-        self.audit.record(kind, actor, EventSubject::of_execution(execution), self.clock_ms);
+        self.audit.record(kind, actor, EventSubject::of_execution(&execution), self.clock_ms);
     }
 
     /// Cancels an execution, recorded as `actor` when named, else as the
@@ -571,14 +572,14 @@ impl State {
             attempts: execution.attempts,
             duration_ms: self.clock_ms.saturating_sub(execution.submitted_at_ms),
         };
-        let queue = &self.registry.of_execution(execution).queue;
+        let queue = &self.registry.of_execution(&execution).queue;
         if let Some(revoked_lease_id) = self.executions.withdraw(id, queue) {
             self.leases.release(revoked_lease_id);
         }
         let principal_actor = principal.map(Principal::as_actor);
         self.finalize(id, result, actor.or(principal_actor.as_ref()));
         let execution = self.executions.get(id).expect("a finalized execution is retained");
-        Ok(Reply::Execution { execution: execution.clone(), created: false })
+        Ok(Reply::Execution { execution: execution.into_owned(), created: false })
     }
 }
 

@@ -34,7 +34,7 @@ impl State {
                 None => gone("approval", id),
             },
             RememberedReply::Execution { id, created } => match self.execution(id) {
-                Some(execution) => Reply::Execution { execution: execution.clone(), created: *created },
+                Some(execution) => Reply::Execution { execution: execution.into_owned(), created: *created },
                 None => gone("execution", id),
             },
             RememberedReply::Tasks(leases) => {
@@ -44,7 +44,9 @@ impl State {
                 Reply::Heartbeat { cancel_requested: *cancel_requested, deadline_ms: *deadline_ms }
             }
             RememberedReply::Reported { execution_id, retry_scheduled } => match self.execution(execution_id) {
-                Some(execution) => Reply::Reported { execution: execution.clone(), retry_scheduled: *retry_scheduled },
+                Some(execution) => {
+                    Reply::Reported { execution: execution.into_owned(), retry_scheduled: *retry_scheduled }
+                }
                 None => gone("execution", execution_id),
             },
             RememberedReply::Ticked { leases_expired, backoffs_ended, records_compacted } => Reply::Ticked {

@@ -178,7 +178,7 @@ impl Script {
 
     /// The stored execution.
     pub fn execution(&self, execution_id: &str) -> Execution {
-        self.state.execution(execution_id).unwrap_or_else(|| panic!("no execution {execution_id}")).clone()
+        self.state.execution(execution_id).unwrap_or_else(|| panic!("no execution {execution_id}")).into_owned()
     }
 
     /// The stored approval.
@@ -188,7 +188,7 @@ impl Script {
 
     /// Every retained event, oldest first.
     pub fn events(&self) -> Vec<Event> {
-        self.state.events_after(0, 1000).into_iter().cloned().collect()
+        self.state.events_after(0, 1000)
     }
 
     /// The type names of every retained event about one execution, oldest first.

@@ -93,7 +93,7 @@ pub(crate) fn page(
         None => state.events_after(start, limit),
     };
     let last_cursor = events.last().map_or(start, |event| event.cursor);
-    Ok((events.into_iter().map(event_out).collect(), last_cursor))
+    Ok((events.iter().map(event_out).collect(), last_cursor))
 }
 
 /// Where a stream after `after_cursor` starts on this replica. The leader
@@ -229,7 +229,7 @@ impl AuditService for Audit {
         let caller = super::caller(&extensions)?;
         let event = self
             .node
-            .read(caller.as_ref(), Action::ReadAudit, |state| state.event(message.cursor).map(event_out))
+            .read(caller.as_ref(), Action::ReadAudit, |state| state.event(message.cursor).as_ref().map(event_out))
             .await?;
         Ok(Response::new(pb::GetEventResponse { event }))
     }

@@ -50,7 +50,7 @@ impl ExecutionService for Executions {
         let execution = self
             .node
             .read(caller.as_ref(), Action::ReadExecution, |state| {
-                state.execution(&message.execution_id).map(execution_out)
+                state.execution(&message.execution_id).as_deref().map(execution_out)
             })
             .await?;
         Ok(Response::new(pb::GetExecutionResponse { execution }))
@@ -112,7 +112,7 @@ async fn wait_final(
     node.read(caller, Action::ReadExecution, |_| ()).await?;
     loop {
         applied.borrow_and_update();
-        let execution = node.app.state().execution(execution_id).cloned();
+        let execution = node.app.state().execution(execution_id).map(std::borrow::Cow::into_owned);
         let Some(execution) = execution else {
             let message = format!("execution {execution_id} was not found");
             return Err(domain_status(DomainError::new(ErrorCode::NotFound, message)));

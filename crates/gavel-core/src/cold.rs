@@ -1,0 +1,428 @@
+//! Cold records: the part of the replicated state that no decision needs
+//! often (finalized executions, the lease records of their attempts and the
+//! audit trail),
+//! kept behind the synchronous [`ColdStore`] interface so that a node can hold
+//! it on disk while the hot set stays in memory.
+//!
+//! The core never does IO of its own. `apply` writes cold records into an
+//! in-memory overlay (`ColdRecords`), which is part of the state until the
+//! shell flushes it into its store at a checkpoint ([`crate::State::flush_cold`]);
+//! reads look in the overlay first, then in the store. The store is only read
+//! during apply, never written, so a replica may flush whenever it likes.
+//!
+//! **Determinism.** Replicas flush at different points, so neither the overlay
+//! nor the store is hashed. Instead every part carries a rolling SHA-256
+//! digest of every cold mutation it made, in apply order (table, key, value or
+//! deletion): two replicas that applied the same commands have the same
+//! digests, whichever store they run and whenever they flushed, and the digest
+//! is in the hot state, hence in the state hash and in snapshots.
+//!
+//! [`MemoryColdStore`] is the implementation for tests and for a state that is
+//! never flushed; the server implements the trait over an embedded store.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The tables of the cold store. The discriminant is the table's stable tag
+/// on disk and in the digest: never renumber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ColdTable {
+    /// Finalized executions by id.
+    Executions = 1,
+    /// The finalized index: finalized-at (big-endian) then id, no value.
+    Finalized = 2,
+    /// Lease records of finalized executions, by lease id (big-endian).
+    Leases = 3,
+    /// Audit events by cursor (big-endian).
+    Events = 4,
+    /// The per-execution event index: id length, id, cursor; no value.
+    ExecutionEvents = 5,
+}
+
+impl ColdTable {
+    /// Every table, in tag order.
+    pub const ALL: [ColdTable; 5] =
+        [ColdTable::Executions, ColdTable::Finalized, ColdTable::Leases, ColdTable::Events, ColdTable::ExecutionEvents];
+
+    /// The table's stable tag.
+    pub fn tag(self) -> u8 {
+        self as u8
+    }
+
+    /// The table with this tag.
+    pub fn from_tag(tag: u8) -> Option<ColdTable> {
+        ColdTable::ALL.into_iter().find(|table| table.tag() == tag)
+    }
+}
+
+/// One write to a cold table: `value: None` deletes the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColdMutation {
+    /// The table written.
+    pub table: ColdTable,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The new value, or `None` for a deletion.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Why a cold store could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ColdStoreError {
+    /// The store's backend failed.
+    #[error("cold store write failed: {0}")]
+    Write(String),
+}
+
+/// What the state machine sees of a cold store: point reads, ordered seeks and
+/// atomic batch writes. Reads are infallible for the core: a store that cannot
+/// read its own data is a broken invariant and the implementation panics
+/// (the node crashes and recovers from its last checkpoint), since apply
+/// cannot make a deterministic decision without the record.
+pub trait ColdStore: Send + Sync + 'static {
+    /// The value at `key`.
+    fn get(&self, table: ColdTable, key: &[u8]) -> Option<Vec<u8>>;
+    /// The first entry whose key is at or after `from`.
+    fn seek(&self, table: ColdTable, from: &[u8]) -> Option<(Vec<u8>, Vec<u8>)>;
+    /// Applies the mutations atomically, in order.
+    fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError>;
+    /// Up to `limit` entries in key order from `from` on. The default seeks
+    /// entry by entry; a store with cursors reads them in one go (a
+    /// whole-state export reads every record through it).
+    fn range(&self, table: ColdTable, from: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut entries = Vec::new();
+        let mut cursor = from.to_vec();
+        while entries.len() < limit {
+            let Some((key, value)) = self.seek(table, &cursor) else { break };
+            cursor = key.clone();
+            cursor.push(0);
+            entries.push((key, value));
+        }
+        entries
+    }
+}
+
+/// Entries per [`ColdStore::range`] call of a whole-state export.
+const EXPORT_BATCH: usize = 4_096;
+
+/// Every entry of a memory store, by table then key.
+type MemoryTables = BTreeMap<(ColdTable, Vec<u8>), Vec<u8>>;
+
+/// A cold store in memory: ordered maps behind a lock.
+#[derive(Debug, Default)]
+pub struct MemoryColdStore {
+    tables: RwLock<MemoryTables>,
+}
+
+impl MemoryColdStore {
+    /// An empty store.
+    pub fn new() -> Arc<MemoryColdStore> {
+        Arc::new(MemoryColdStore::default())
+    }
+
+    /// How many entries the store holds, over all tables.
+    pub fn len(&self) -> usize {
+        self.tables.read().expect("memory cold store lock").len()
+    }
+
+    /// Whether the store holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ColdStore for MemoryColdStore {
+    fn get(&self, table: ColdTable, key: &[u8]) -> Option<Vec<u8>> {
+        self.tables.read().expect("memory cold store lock").get(&(table, key.to_vec())).cloned()
+    }
+
+    fn seek(&self, table: ColdTable, from: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+        let tables = self.tables.read().expect("memory cold store lock");
+        let ((found, key), value) = tables.range((table, from.to_vec())..).next()?;
+        (*found == table).then(|| (key.clone(), value.clone()))
+    }
+
+    fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
+        let mut tables = self.tables.write().expect("memory cold store lock");
+        for mutation in mutations {
+            let key = (mutation.table, mutation.key.clone());
+            match &mutation.value {
+                Some(value) => tables.insert(key, value.clone()),
+                None => tables.remove(&key),
+            };
+        }
+        Ok(())
+    }
+}
+
+/// The store a state part reads its flushed cold records from.
+#[derive(Clone)]
+pub(crate) struct StoreHandle(Arc<dyn ColdStore>);
+
+impl Default for StoreHandle {
+    /// A fresh, empty in-memory store.
+    fn default() -> Self {
+        StoreHandle(MemoryColdStore::new())
+    }
+}
+
+/// The cold records of one table of one state part: the rolling digest (hot,
+/// serialized, hashed), the unflushed overlay and the store behind it (both
+/// skipped by serde: a snapshot exports them explicitly, see
+/// [`crate::State::snapshot`]).
+#[derive(Clone, Serialize, Deserialize)]
+pub(crate) struct ColdRecords {
+    table: ColdTable,
+    digest: [u8; 32],
+    /// Written since the last flush: `None` marks a deletion of a key the
+    /// store holds (a deletion of a key only the overlay held just drops it).
+    #[serde(skip)]
+    overlay: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    #[serde(skip)]
+    store: StoreHandle,
+    /// Whether the store may hold records of this table (one was attached,
+    /// or the overlay was flushed): only then does a deletion need a
+    /// tombstone. A fresh state's own store is empty, so a state that is
+    /// never flushed keeps no tombstones.
+    #[serde(skip)]
+    store_may_hold: bool,
+}
+
+impl std::fmt::Debug for ColdRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColdRecords")
+            .field("table", &self.table)
+            .field("digest", &hex::encode(self.digest))
+            .field("unflushed", &self.overlay.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Equal digests mean the same mutations in the same order, hence the same
+/// records, wherever they are kept.
+impl PartialEq for ColdRecords {
+    fn eq(&self, other: &Self) -> bool {
+        self.table == other.table && self.digest == other.digest
+    }
+}
+
+impl Eq for ColdRecords {}
+
+impl ColdRecords {
+    /// No records yet, in `table`.
+    pub(crate) fn new(table: ColdTable) -> ColdRecords {
+        ColdRecords {
+            table,
+            digest: [0; 32],
+            overlay: BTreeMap::new(),
+            store: StoreHandle::default(),
+            store_may_hold: false,
+        }
+    }
+
+    /// The table these records are in.
+    pub(crate) fn table(&self) -> ColdTable {
+        self.table
+    }
+
+    /// The encoded value at `key`.
+    pub(crate) fn get_raw(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        match self.overlay.get(key) {
+            Some(Some(value)) => Some(Cow::Borrowed(value)),
+            Some(None) => None,
+            None => self.store.0.get(self.table, key).map(Cow::Owned),
+        }
+    }
+
+    /// The decoded value at `key`.
+    pub(crate) fn get<T: DeserializeOwned>(&self, key: &[u8]) -> Option<T> {
+        self.get_raw(key).map(|bytes| decode(&bytes))
+    }
+
+    /// Whether `key` is present.
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        match self.overlay.get(key) {
+            Some(value) => value.is_some(),
+            None => self.store.0.get(self.table, key).is_some(),
+        }
+    }
+
+    /// Stores `value` at `key`.
+    pub(crate) fn put<T: Serialize>(&mut self, key: Vec<u8>, value: &T) {
+        let bytes = bincode::serialize(value).expect("cold records serialize: plain data");
+        self.mix(&key, Some(&bytes));
+        self.overlay.insert(key, Some(bytes));
+    }
+
+    /// Deletes `key` (present or not: the digest records the deletion either
+    /// way). It reads nothing: with a store that may hold the key the
+    /// deletion is a tombstone (deleting a missing key at flush is harmless).
+    pub(crate) fn delete(&mut self, key: &[u8]) {
+        self.mix(key, None);
+        if self.store_may_hold {
+            self.overlay.insert(key.to_vec(), None);
+        } else {
+            self.overlay.remove(key);
+        }
+    }
+
+    /// The first present entry whose key is at or after `from`.
+    pub(crate) fn seek(&self, from: &[u8]) -> Option<(Vec<u8>, Cow<'_, [u8]>)> {
+        let mut cursor = from.to_vec();
+        let stored = loop {
+            match self.store.0.seek(self.table, &cursor) {
+                None => break None,
+                Some((key, value)) if !self.overlay.contains_key(&key) => break Some((key, value)),
+                // The overlay decides this key: look past it in the store.
+                Some((mut key, _)) => {
+                    key.push(0);
+                    cursor = key;
+                }
+            }
+        };
+        let overlaid =
+            self.overlay.range(from.to_vec()..).find_map(|(key, value)| value.as_ref().map(|value| (key, value)));
+        match (stored, overlaid) {
+            (Some((stored_key, _)), Some((key, value))) if *key <= stored_key => {
+                Some((key.clone(), Cow::Borrowed(value.as_slice())))
+            }
+            (Some((key, value)), _) => Some((key, Cow::Owned(value))),
+            (None, Some((key, value))) => Some((key.clone(), Cow::Borrowed(value.as_slice()))),
+            (None, None) => None,
+        }
+    }
+
+    /// Every present entry, in key order (for a whole-state export): the
+    /// store read in batches, overridden by the overlay.
+    pub(crate) fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut merged = BTreeMap::new();
+        let mut from = Vec::new();
+        loop {
+            let batch = self.store.0.range(self.table, &from, EXPORT_BATCH);
+            let full = batch.len() == EXPORT_BATCH;
+            if let Some((last, _)) = batch.last() {
+                from = last.clone();
+                from.push(0);
+            }
+            merged.extend(batch.into_iter().filter(|(key, _)| !self.overlay.contains_key(key)));
+            if !full {
+                break;
+            }
+        }
+        merged.extend(self.overlay.iter().filter_map(|(key, value)| value.clone().map(|value| (key.clone(), value))));
+        merged.into_iter().collect()
+    }
+
+    /// Loads an exported entry without touching the digest (the digest came
+    /// with the export).
+    pub(crate) fn load(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.overlay.insert(key, Some(value));
+    }
+
+    /// The unflushed writes, in key order.
+    pub(crate) fn pending(&self) -> impl Iterator<Item = ColdMutation> + '_ {
+        self.overlay.iter().map(|(key, value)| ColdMutation {
+            table: self.table,
+            key: key.clone(),
+            value: value.clone(),
+        })
+    }
+
+    /// How many writes are unflushed.
+    pub(crate) fn pending_count(&self) -> usize {
+        self.overlay.len()
+    }
+
+    /// Forgets the unflushed writes once the store holds them.
+    pub(crate) fn clear_pending(&mut self) {
+        self.overlay.clear();
+        self.store_may_hold = true;
+    }
+
+    /// Reads flushed records from `store` from now on.
+    pub(crate) fn attach(&mut self, store: Arc<dyn ColdStore>) {
+        self.store = StoreHandle(store);
+        self.store_may_hold = true;
+    }
+
+    fn mix(&mut self, key: &[u8], value: Option<&[u8]>) {
+        let mut hasher = Sha256::new();
+        hasher.update(self.digest);
+        hasher.update([self.table.tag()]);
+        hasher.update((key.len() as u64).to_be_bytes());
+        hasher.update(key);
+        match value {
+            Some(value) => {
+                hasher.update([1]);
+                hasher.update(value);
+            }
+            None => hasher.update([0]),
+        }
+        self.digest = hasher.finalize().into();
+    }
+}
+
+/// Decodes a cold record this state machine wrote; anything else is a corrupt
+/// store, a broken invariant.
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> T {
+    bincode::deserialize(bytes).expect("cold records decode: the state machine wrote them")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_merge_the_overlay_over_the_store_and_deletions_hide_stored_keys() {
+        let store = MemoryColdStore::new();
+        let mut records = ColdRecords::new(ColdTable::Leases);
+        records.attach(store.clone());
+        for key in [1u8, 2, 3] {
+            records.put(vec![key], &u32::from(key));
+        }
+        let flushed: Vec<ColdMutation> = records.pending().collect();
+        store.write(&flushed).expect("memory write");
+        records.clear_pending();
+        records.delete(&[2]);
+        records.put(vec![4], &4u32);
+        records.delete(&[9]);
+        assert_eq!(records.pending_count(), 3, "with a store attached, deletions are tombstones");
+        let mut unattached = ColdRecords::new(ColdTable::Leases);
+        unattached.put(vec![1], &1u32);
+        unattached.delete(&[1]);
+        assert_eq!(unattached.pending_count(), 0, "a never flushed state keeps no tombstones");
+        let keys: Vec<u8> = records.entries().into_iter().map(|(key, _)| key[0]).collect();
+        assert_eq!(keys, vec![1, 3, 4]);
+        assert_eq!(records.get::<u32>(&[3]), Some(3));
+        assert!(!records.contains(&[2]));
+        assert_eq!(records.seek(&[2]).map(|(key, _)| key), Some(vec![3]));
+        assert_eq!(store.range(ColdTable::Leases, &[2], 5).len(), 2, "keys 2 and 3 are stored");
+    }
+
+    #[test]
+    fn the_digest_depends_on_the_mutations_not_on_when_they_were_flushed() {
+        let mut flushed = ColdRecords::new(ColdTable::Executions);
+        let store = MemoryColdStore::new();
+        flushed.attach(store.clone());
+        let mut unflushed = ColdRecords::new(ColdTable::Executions);
+        for key in 0u8..5 {
+            flushed.put(vec![key], &"x");
+            unflushed.put(vec![key], &"x");
+            if key == 2 {
+                store.write(&flushed.pending().collect::<Vec<_>>()).expect("memory write");
+                flushed.clear_pending();
+            }
+        }
+        flushed.delete(&[1]);
+        unflushed.delete(&[1]);
+        assert_eq!(flushed, unflushed);
+        assert_eq!(flushed.entries(), unflushed.entries());
+        unflushed.put(vec![7], &"y");
+        assert_ne!(flushed, unflushed);
+    }
+}

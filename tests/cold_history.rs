@@ -1,0 +1,247 @@
+//! Retained history on disk, through real node processes: finalized
+//! executions go to each node's cold store (`<data-dir>/cold.redb`) at every
+//! snapshot; a cluster filled past the snapshot threshold several times
+//! serves them from there, a fourth node that joins by snapshot serves them
+//! too, and a node SIGKILLed and restarted comes back to the same state hash.
+
+mod support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use gavel_proto::v1 as pb;
+use support::{register, retry, user, Cluster};
+
+/// The whole test, bounded.
+const TEST_BOUND: Duration = Duration::from_secs(240);
+/// Lifecycles run: each is three commands (submit, poll, report), so at 20
+/// entries per snapshot the cluster snapshots several times.
+const LIFECYCLES: usize = 60;
+
+async fn bounded<F: Future<Output = ()>>(body: F) {
+    tokio::time::timeout(TEST_BOUND, body).await.expect("the test did not finish within its bound");
+}
+
+fn request_id(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4())
+}
+
+/// Submits, leases and completes `execution_id` through `via`.
+async fn run_lifecycle(cluster: &Cluster, via: u64, execution_id: &str) {
+    let submit = pb::SubmitRequest {
+        request_id: request_id("submit"),
+        execution_id: Some(execution_id.to_string()),
+        capability_id: "docs.read".to_string(),
+        input_json: format!("{{\"id\":\"{execution_id}\"}}"),
+        actor: Some(user("alice")),
+        surface: "cold-history-test".to_string(),
+        correlation_id: None,
+    };
+    retry(|| {
+        let mut client = cluster.executions(via);
+        let request = submit.clone();
+        async move { client.submit(request).await }
+    })
+    .await
+    .expect("submit");
+    let poll = pb::PollRequest {
+        request_id: request_id("poll"),
+        worker_id: "worker-1".to_string(),
+        queues: vec!["docs.read".to_string()],
+        max_tasks: 1,
+        wait_ms: 5_000,
+    };
+    let tasks = retry(|| {
+        let mut client = cluster.workers(via);
+        let request = poll.clone();
+        async move { client.poll(request).await }
+    })
+    .await
+    .expect("poll")
+    .into_inner()
+    .tasks;
+    assert_eq!(tasks.len(), 1, "the one queued execution is leased: {tasks:?}");
+    let lease = tasks[0].lease.clone().expect("a task carries its lease");
+    let report = pb::ReportRequest {
+        request_id: request_id("report"),
+        lease_id: lease.lease_id,
+        worker_id: lease.worker_id,
+        outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: "{}".to_string() })),
+    };
+    retry(|| {
+        let mut client = cluster.workers(via);
+        let request = report.clone();
+        async move { client.report(request).await }
+    })
+    .await
+    .expect("report");
+}
+
+async fn get_execution(cluster: &Cluster, via: u64, execution_id: &str) -> Option<pb::Execution> {
+    retry(|| {
+        let mut client = cluster.executions(via);
+        let request = pb::GetExecutionRequest { execution_id: execution_id.to_string() };
+        async move { client.get_execution(request).await }
+    })
+    .await
+    .expect("get execution")
+    .into_inner()
+    .execution
+}
+
+async fn assert_completed(cluster: &Cluster, via: u64, execution_id: &str) {
+    let execution =
+        get_execution(cluster, via, execution_id).await.unwrap_or_else(|| panic!("node {via} serves {execution_id}"));
+    assert_eq!(execution.state, pb::ExecutionState::Completed as i32, "{execution_id} through node {via}");
+    assert!(execution.result.is_some(), "{execution_id} carries its result");
+}
+
+/// The audit trail of `execution_id`, read through `via`.
+async fn execution_events(cluster: &Cluster, via: u64, execution_id: &str) -> Vec<pb::Event> {
+    retry(|| {
+        let mut client = cluster.executions(via);
+        let request =
+            pb::ListExecutionEventsRequest { execution_id: execution_id.to_string(), after_cursor: 0, limit: 0 };
+        async move { client.list_execution_events(request).await }
+    })
+    .await
+    .expect("list execution events")
+    .into_inner()
+    .events
+}
+
+/// Whether node `id` has its cold store file (a redb file preallocates, so
+/// its size says little about what it holds; the unit tests of
+/// `gavel-server`'s `cold_store` and `app` check the contents).
+fn has_cold_store(cluster: &Cluster, id: u64) -> bool {
+    let node = cluster.nodes.iter().find(|node| node.id == id).expect("a placed node");
+    let path = node.data_dir.join("cold.redb");
+    path.is_file()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn finalized_executions_are_served_from_disk_by_old_restarted_and_joining_nodes() {
+    bounded(async {
+        let flags = ["--snapshot-logs-since-last=20", "--logs-to-keep=5"];
+        let mut cluster = Cluster::start_with(3, &flags).await;
+        let leader = cluster.wait_for_leader().await;
+        register(&cluster, leader, support::capability("docs.read", pb::SideEffect::Read)).await;
+        for index in 0..LIFECYCLES {
+            run_lifecycle(&cluster, leader, &format!("ex-{index}")).await;
+        }
+        let hash = cluster.wait_converged().await;
+        let leader_status = cluster.status(leader).await.expect("leader status");
+        let snapshot_index = leader_status.snapshot_index.expect("the leader built snapshots");
+        assert!(
+            snapshot_index >= 100,
+            "several snapshots were built (each flushes the cold overlay): last at {snapshot_index}"
+        );
+        for id in 1..=3 {
+            assert!(has_cold_store(&cluster, id), "node {id} keeps its cold store");
+            for execution_id in ["ex-0", "ex-1", "ex-30"] {
+                assert_completed(&cluster, id, execution_id).await;
+            }
+        }
+
+        // A fourth node joins: the log before the snapshot is purged, so it
+        // gets a snapshot, and writes its cold records to its own store.
+        let new_node = cluster.add_joining_node();
+        cluster.nodes.iter_mut().find(|node| node.id == new_node).expect("new node").extra_flags =
+            vec!["--snapshot-logs-since-last=100000".to_string(), "--logs-to-keep=5".to_string()];
+        cluster.spawn(new_node);
+        let new_addr = cluster.addr(new_node);
+        retry(|| {
+            let mut client = cluster.cluster(leader);
+            let request =
+                pb::AddLearnerRequest { request_id: String::new(), node_id: new_node, addr: new_addr.clone() };
+            async move { client.add_learner(request).await }
+        })
+        .await
+        .expect("add learner");
+        retry(|| {
+            let mut client = cluster.cluster(leader);
+            let request = pb::PromoteRequest { request_id: String::new(), node_id: new_node };
+            async move { client.promote(request).await }
+        })
+        .await
+        .expect("promote");
+        cluster.wait_converged().await;
+        let installed = cluster.status(new_node).await.expect("new node status").snapshot_index;
+        assert!(installed >= Some(snapshot_index), "the new node installed a snapshot: {installed:?}");
+        assert!(has_cold_store(&cluster, new_node), "the new node keeps its cold store");
+        for execution_id in ["ex-0", "ex-1", "ex-30", "ex-59"] {
+            assert_completed(&cluster, new_node, execution_id).await;
+            let through_leader = execution_events(&cluster, leader, execution_id).await;
+            assert!(through_leader.len() >= 3, "{execution_id}: requested, started, completed: {through_leader:?}");
+            assert_eq!(
+                execution_events(&cluster, new_node, execution_id).await,
+                through_leader,
+                "{execution_id}'s audit trail came with the snapshot"
+            );
+        }
+
+        // A follower SIGKILLed after more history, and restarted, comes back
+        // to the leader's state hash and still serves the old executions.
+        let follower = cluster.follower().await;
+        cluster.kill(follower);
+        for index in LIFECYCLES..LIFECYCLES + 20 {
+            run_lifecycle(&cluster, leader, &format!("ex-{index}")).await;
+        }
+        cluster.spawn(follower);
+        let hash_after = cluster.wait_converged().await;
+        assert_ne!(hash_after, hash, "the state moved on");
+        for execution_id in ["ex-0", "ex-59", "ex-79"] {
+            assert_completed(&cluster, follower, execution_id).await;
+        }
+    })
+    .await;
+}
+
+/// Crash recovery with history on disk: with a snapshot every three entries,
+/// followers and then the leader are SIGKILLed right after a burst of
+/// lifecycles (while they apply it and build snapshots of it, flushing their
+/// cold stores) and restarted; every node comes back to the same state hash
+/// at the same applied index and serves the old executions and their events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_sigkilled_while_building_snapshots_come_back_to_the_same_state_hash() {
+    bounded(async {
+        let mut cluster = Cluster::start_with(3, &["--snapshot-logs-since-last=3", "--logs-to-keep=2"]).await;
+        let leader = cluster.wait_for_leader().await;
+        register(&cluster, leader, support::capability("docs.read", pb::SideEffect::Read)).await;
+        let mut next = 0;
+        for _ in 0..2 {
+            let victim = cluster.follower().await;
+            for _ in 0..8 {
+                run_lifecycle(&cluster, leader, &format!("ex-{next}")).await;
+                next += 1;
+            }
+            cluster.kill(victim);
+            for _ in 0..8 {
+                run_lifecycle(&cluster, leader, &format!("ex-{next}")).await;
+                next += 1;
+            }
+            cluster.spawn(victim);
+        }
+        for _ in 0..8 {
+            run_lifecycle(&cluster, leader, &format!("ex-{next}")).await;
+            next += 1;
+        }
+        cluster.kill(leader);
+        let successor = cluster.wait_for_leader().await;
+        for _ in 0..8 {
+            run_lifecycle(&cluster, successor, &format!("ex-{next}")).await;
+            next += 1;
+        }
+        cluster.spawn(leader);
+        cluster.wait_converged().await;
+        let reference = execution_events(&cluster, successor, "ex-0").await;
+        assert!(reference.len() >= 3, "ex-0's trail is retained: {reference:?}");
+        for id in cluster.running() {
+            for execution_id in ["ex-0".to_string(), format!("ex-{}", next / 2), format!("ex-{}", next - 1)] {
+                assert_completed(&cluster, id, &execution_id).await;
+            }
+            assert_eq!(execution_events(&cluster, id, "ex-0").await, reference, "node {id} has ex-0's trail");
+        }
+    })
+    .await;
+}
