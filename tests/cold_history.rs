@@ -152,8 +152,12 @@ async fn finalized_executions_are_served_from_disk_by_old_restarted_and_joining_
         let new_addr = cluster.addr(new_node);
         retry(|| {
             let mut client = cluster.cluster(leader);
-            let request =
-                pb::AddLearnerRequest { request_id: String::new(), node_id: new_node, addr: new_addr.clone() };
+            let request = pb::AddLearnerRequest {
+                request_id: String::new(),
+                node_id: new_node,
+                addr: new_addr.clone(),
+                wait_caught_up: false,
+            };
             async move { client.add_learner(request).await }
         })
         .await

@@ -4,6 +4,8 @@
 //! their per-execution index, both in cold records ([`crate::cold`]): only
 //! the cursors are hot.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::cold::{ColdRecords, ColdTable};

@@ -301,9 +301,9 @@ fn a_recorded_event_is_appended_with_its_fields_and_the_recording_principal() {
     assert_eq!(event.capability_id.as_deref(), Some("orders.refund"));
     assert_eq!(event.input_hash, None);
     // The trail holds the same event, found by cursor, in order, and by execution.
-    assert_eq!(script.state.event(cursor), Some(&event));
-    assert_eq!(script.state.events_after(cursor - 1, 10), vec![&event]);
-    assert_eq!(script.state.execution_events("e-77", 0, 10), vec![&event]);
+    assert_eq!(script.state.event(cursor), Some(event.clone()));
+    assert_eq!(script.state.events_after(cursor - 1, 10), vec![event.clone()]);
+    assert_eq!(script.state.execution_events("e-77", 0, 10), vec![event.clone()]);
 }
 
 #[test]
