@@ -116,15 +116,19 @@ fn backup_status(error: BackupError) -> Status {
 }
 
 /// The header of `backup`, taken by `node`.
-fn backup_header(node: &Node, backup: &Backup) -> pb::BackupHeader {
+fn backup_header(node: &Node, backup: &Backup) -> Result<pb::BackupHeader, Status> {
     let body_sha256 = gavel_core::canonical_json::sha256_hex(&backup.bytes);
-    pb::BackupHeader {
+    // The state hash covers the hot state (and the cold records through
+    // their running digest), not the snapshot's bytes: decode the body once
+    // to take it, as `gavel backup restore` does to check it.
+    let state_hash = gavel_core::State::restore(&backup.bytes)
+        .map_err(|error| Status::internal(format!("backup: the snapshot taken does not decode: {error}")))?
+        .state_hash();
+    Ok(pb::BackupHeader {
         applied_index: backup.position.index,
         applied_term: backup.position.term,
         applied_leader_id: backup.position.leader_id,
-        // The state hash is the SHA-256 of the state's serialization, which
-        // is what the snapshot bytes are (`gavel_core::State::state_hash`).
-        state_hash: body_sha256.clone(),
+        state_hash,
         body_bytes: backup.bytes.len() as u64,
         body_sha256,
         taken_by_node_id: node.id,
@@ -134,7 +138,7 @@ fn backup_header(node: &Node, backup: &Backup) -> pb::BackupHeader {
             .iter()
             .map(|(node_id, (addr, voter))| pb::Member { node_id: *node_id, addr: addr.clone(), voter: *voter })
             .collect(),
-    }
+    })
 }
 
 /// The next message of a backup stream. The snapshot is taken lazily, so
@@ -145,11 +149,13 @@ fn backup_header(node: &Node, backup: &Backup) -> pb::BackupHeader {
 async fn next_backup_message(progress: BackupProgress) -> Option<(Result<pb::BackupChunk, Status>, BackupProgress)> {
     match progress {
         BackupProgress::Start(node) => match node.raft.backup().await {
-            Ok(backup) => {
-                let header = backup_header(&node, &backup);
-                let chunk = pb::BackupChunk { part: Some(pb::backup_chunk::Part::Header(header)) };
-                Some((Ok(chunk), BackupProgress::Body { backup, offset: 0 }))
-            }
+            Ok(backup) => match backup_header(&node, &backup) {
+                Ok(header) => {
+                    let chunk = pb::BackupChunk { part: Some(pb::backup_chunk::Part::Header(header)) };
+                    Some((Ok(chunk), BackupProgress::Body { backup, offset: 0 }))
+                }
+                Err(status) => Some((Err(status), BackupProgress::Done)),
+            },
             Err(error) => Some((Err(backup_status(error)), BackupProgress::Done)),
         },
         BackupProgress::Body { backup, offset } if offset < backup.bytes.len() => {

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/cluster.proto.
  */
 export const file_gavel_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("ChZnYXZlbC92MS9jbHVzdGVyLnByb3RvEghnYXZlbC52MSI2CgZNZW1iZXISDwoHbm9kZV9pZBgBIAEoBBIMCgRhZGRyGAIgASgJEg0KBXZvdGVyGAMgASgIIisKDVN0YXR1c1JlcXVlc3QSGgoSd2l0aG91dF9zdGF0ZV9oYXNoGAEgASgIIqgCCg5TdGF0dXNSZXNwb25zZRIPCgdub2RlX2lkGAEgASgEEhYKCWxlYWRlcl9pZBgCIAEoBEgAiAEBEhgKC2xlYWRlcl9hZGRyGAMgASgJSAGIAQESDAoEdGVybRgEIAEoBBIaChJsYXN0X2FwcGxpZWRfaW5kZXgYBSABKAQSFgoObGFzdF9sb2dfaW5kZXgYBiABKAQSGwoOc25hcHNob3RfaW5kZXgYByABKARIAogBARISCgpzdGF0ZV9oYXNoGAggASgJEgwKBHJvbGUYCSABKAkSIQoHbWVtYmVycxgKIAMoCzIQLmdhdmVsLnYxLk1lbWJlckIMCgpfbGVhZGVyX2lkQg4KDF9sZWFkZXJfYWRkckIRCg9fc25hcHNob3RfaW5kZXgiRgoRQWRkTGVhcm5lclJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgEEgwKBGFkZHIYAyABKAkiNQoOUHJvbW90ZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgEIjgKEVJlbW92ZU5vZGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoBDKWAgoOQ2x1c3RlclNlcnZpY2USOwoGU3RhdHVzEhcuZ2F2ZWwudjEuU3RhdHVzUmVxdWVzdBoYLmdhdmVsLnYxLlN0YXR1c1Jlc3BvbnNlEkMKCkFkZExlYXJuZXISGy5nYXZlbC52MS5BZGRMZWFybmVyUmVxdWVzdBoYLmdhdmVsLnYxLlN0YXR1c1Jlc3BvbnNlEj0KB1Byb21vdGUSGC5nYXZlbC52MS5Qcm9tb3RlUmVxdWVzdBoYLmdhdmVsLnYxLlN0YXR1c1Jlc3BvbnNlEkMKClJlbW92ZU5vZGUSGy5nYXZlbC52MS5SZW1vdmVOb2RlUmVxdWVzdBoYLmdhdmVsLnYxLlN0YXR1c1Jlc3BvbnNlYgZwcm90bzM");
+  fileDesc("ChZnYXZlbC92MS9jbHVzdGVyLnByb3RvEghnYXZlbC52MSI2CgZNZW1iZXISDwoHbm9kZV9pZBgBIAEoBBIMCgRhZGRyGAIgASgJEg0KBXZvdGVyGAMgASgIIisKDVN0YXR1c1JlcXVlc3QSGgoSd2l0aG91dF9zdGF0ZV9oYXNoGAEgASgIIqgCCg5TdGF0dXNSZXNwb25zZRIPCgdub2RlX2lkGAEgASgEEhYKCWxlYWRlcl9pZBgCIAEoBEgAiAEBEhgKC2xlYWRlcl9hZGRyGAMgASgJSAGIAQESDAoEdGVybRgEIAEoBBIaChJsYXN0X2FwcGxpZWRfaW5kZXgYBSABKAQSFgoObGFzdF9sb2dfaW5kZXgYBiABKAQSGwoOc25hcHNob3RfaW5kZXgYByABKARIAogBARISCgpzdGF0ZV9oYXNoGAggASgJEgwKBHJvbGUYCSABKAkSIQoHbWVtYmVycxgKIAMoCzIQLmdhdmVsLnYxLk1lbWJlckIMCgpfbGVhZGVyX2lkQg4KDF9sZWFkZXJfYWRkckIRCg9fc25hcHNob3RfaW5kZXgiXgoRQWRkTGVhcm5lclJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgEEgwKBGFkZHIYAyABKAkSFgoOd2FpdF9jYXVnaHRfdXAYBCABKAgiNQoOUHJvbW90ZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdub2RlX2lkGAIgASgEIjgKEVJlbW92ZU5vZGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHbm9kZV9pZBgCIAEoBCIPCg1CYWNrdXBSZXF1ZXN0IuUBCgxCYWNrdXBIZWFkZXISFQoNYXBwbGllZF9pbmRleBgBIAEoBBIUCgxhcHBsaWVkX3Rlcm0YAiABKAQSGQoRYXBwbGllZF9sZWFkZXJfaWQYAyABKAQSEgoKc3RhdGVfaGFzaBgEIAEoCRISCgpib2R5X2J5dGVzGAUgASgEEhMKC2JvZHlfc2hhMjU2GAYgASgJEhgKEHRha2VuX2J5X25vZGVfaWQYByABKAQSEwoLdGFrZW5fYXRfbXMYCCABKAQSIQoHbWVtYmVycxgJIAMoCzIQLmdhdmVsLnYxLk1lbWJlciJPCgtCYWNrdXBDaHVuaxIoCgZoZWFkZXIYASABKAsyFi5nYXZlbC52MS5CYWNrdXBIZWFkZXJIABIOCgRkYXRhGAIgASgMSABCBgoEcGFydDLSAgoOQ2x1c3RlclNlcnZpY2USOwoGU3RhdHVzEhcuZ2F2ZWwudjEuU3RhdHVzUmVxdWVzdBoYLmdhdmVsLnYxLlN0YXR1c1Jlc3BvbnNlEkMKCkFkZExlYXJuZXISGy5nYXZlbC52MS5BZGRMZWFybmVyUmVxdWVzdBoYLmdhdmVsLnYxLlN0YXR1c1Jlc3BvbnNlEj0KB1Byb21vdGUSGC5nYXZlbC52MS5Qcm9tb3RlUmVxdWVzdBoYLmdhdmVsLnYxLlN0YXR1c1Jlc3BvbnNlEkMKClJlbW92ZU5vZGUSGy5nYXZlbC52MS5SZW1vdmVOb2RlUmVxdWVzdBoYLmdhdmVsLnYxLlN0YXR1c1Jlc3BvbnNlEjoKBkJhY2t1cBIXLmdhdmVsLnYxLkJhY2t1cFJlcXVlc3QaFS5nYXZlbC52MS5CYWNrdXBDaHVuazABYgZwcm90bzM");
 
 /**
  * One node of the cluster membership.
@@ -185,6 +185,15 @@ export type AddLearnerRequest = Message<"gavel.v1.AddLearnerRequest"> & {
    * @generated from field: string addr = 3;
    */
   addr: string;
+
+  /**
+   * Answer only once the learner's log is within a few dozen entries of the
+   * leader's (as Promote waits), up to a minute; UNAVAILABLE if it does not
+   * catch up by then (it stays a learner). False answers once it is added.
+   *
+   * @generated from field: bool wait_caught_up = 4;
+   */
+  waitCaughtUp: boolean;
 };
 
 /**
@@ -253,6 +262,136 @@ export const RemoveNodeRequestSchema: GenMessage<RemoveNodeRequest> = /*@__PURE_
   messageDesc(file_gavel_v1_cluster, 5);
 
 /**
+ * Request of ClusterService.Backup.
+ *
+ * @generated from message gavel.v1.BackupRequest
+ */
+export type BackupRequest = Message<"gavel.v1.BackupRequest"> & {
+};
+
+/**
+ * Describes the message gavel.v1.BackupRequest.
+ * Use `create(BackupRequestSchema)` to create a new message.
+ */
+export const BackupRequestSchema: GenMessage<BackupRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_cluster, 6);
+
+/**
+ * What a backup stands for, sent first.
+ *
+ * @generated from message gavel.v1.BackupHeader
+ */
+export type BackupHeader = Message<"gavel.v1.BackupHeader"> & {
+  /**
+   * Index of the last log entry applied into the backup.
+   *
+   * @generated from field: uint64 applied_index = 1;
+   */
+  appliedIndex: bigint;
+
+  /**
+   * Term of that entry.
+   *
+   * @generated from field: uint64 applied_term = 2;
+   */
+  appliedTerm: bigint;
+
+  /**
+   * Id of the leader that wrote that entry.
+   *
+   * @generated from field: uint64 applied_leader_id = 3;
+   */
+  appliedLeaderId: bigint;
+
+  /**
+   * The state hash at applied_index (as StatusResponse.state_hash reports
+   * it on every node that applied that index).
+   *
+   * @generated from field: string state_hash = 4;
+   */
+  stateHash: string;
+
+  /**
+   * Length of the state's bytes that follow.
+   *
+   * @generated from field: uint64 body_bytes = 5;
+   */
+  bodyBytes: bigint;
+
+  /**
+   * SHA-256 of those bytes, lower-case hex.
+   *
+   * @generated from field: string body_sha256 = 6;
+   */
+  bodySha256: string;
+
+  /**
+   * Id of the node (the leader) that took the backup.
+   *
+   * @generated from field: uint64 taken_by_node_id = 7;
+   */
+  takenByNodeId: bigint;
+
+  /**
+   * Milliseconds since the Unix epoch on that node's clock, when taken.
+   *
+   * @generated from field: uint64 taken_at_ms = 8;
+   */
+  takenAtMs: bigint;
+
+  /**
+   * The membership at applied_index.
+   *
+   * @generated from field: repeated gavel.v1.Member members = 9;
+   */
+  members: Member[];
+};
+
+/**
+ * Describes the message gavel.v1.BackupHeader.
+ * Use `create(BackupHeaderSchema)` to create a new message.
+ */
+export const BackupHeaderSchema: GenMessage<BackupHeader> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_cluster, 7);
+
+/**
+ * One message of a ClusterService.Backup stream.
+ *
+ * @generated from message gavel.v1.BackupChunk
+ */
+export type BackupChunk = Message<"gavel.v1.BackupChunk"> & {
+  /**
+   * The header first, then the data.
+   *
+   * @generated from oneof gavel.v1.BackupChunk.part
+   */
+  part: {
+    /**
+     * What the backup stands for (the first message only).
+     *
+     * @generated from field: gavel.v1.BackupHeader header = 1;
+     */
+    value: BackupHeader;
+    case: "header";
+  } | {
+    /**
+     * The next bytes of the state (at most 1 MiB).
+     *
+     * @generated from field: bytes data = 2;
+     */
+    value: Uint8Array;
+    case: "data";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message gavel.v1.BackupChunk.
+ * Use `create(BackupChunkSchema)` to create a new message.
+ */
+export const BackupChunkSchema: GenMessage<BackupChunk> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_cluster, 8);
+
+/**
  * Reports and changes the cluster membership. Membership changes are made by
  * the leader; a follower forwards them. Each change is idempotent: repeating
  * one that already took effect changes nothing.
@@ -301,6 +440,21 @@ export const ClusterService: GenService<{
     methodKind: "unary";
     input: typeof RemoveNodeRequestSchema;
     output: typeof StatusResponseSchema;
+  },
+  /**
+   * Streams a consistent backup of the whole state (admin only), taken on
+   * the leader after a read barrier, so every write acknowledged before the
+   * call is in it: first one BackupChunk holding the header, then the
+   * state's bytes in data chunks of at most 1 MiB (SNAPSHOT_CHUNK_BYTES),
+   * header.body_bytes in all. One backup runs per node at a time; another is
+   * refused with RESOURCE_EXHAUSTED.
+   *
+   * @generated from rpc gavel.v1.ClusterService.Backup
+   */
+  backup: {
+    methodKind: "server_streaming";
+    input: typeof BackupRequestSchema;
+    output: typeof BackupChunkSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_gavel_v1_cluster, 0);
