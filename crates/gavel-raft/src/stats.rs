@@ -20,8 +20,8 @@ pub const BUCKETS: usize = 18;
 pub struct Histogram {
     /// Upper bound of the first bucket, in observation units.
     first: u64,
-    /// Seconds (or items) per observation unit, for reporting.
-    scale: f64,
+    /// Observation units per second (or per item), for reporting.
+    units: f64,
     /// Observations per bucket (not cumulative); the last is `+Inf`.
     buckets: [AtomicU64; BUCKETS + 1],
     sum: AtomicU64,
@@ -43,19 +43,19 @@ pub struct HistogramSnapshot {
 impl Histogram {
     /// Durations in microseconds, first bucket 25 µs (the last finite one
     /// is about 3.3 s).
-    const fn seconds() -> Histogram {
-        Histogram::new(25, 1e-6)
+    pub const fn seconds() -> Histogram {
+        Histogram::new(25, 1e6)
     }
 
     /// Counts of items, buckets 1, 2, 4, … 131,072.
-    const fn items() -> Histogram {
+    pub const fn items() -> Histogram {
         Histogram::new(1, 1.0)
     }
 
-    const fn new(first: u64, scale: f64) -> Histogram {
+    const fn new(first: u64, units: f64) -> Histogram {
         Histogram {
             first,
-            scale,
+            units,
             buckets: [const { AtomicU64::new(0) }; BUCKETS + 1],
             sum: AtomicU64::new(0),
             count: AtomicU64::new(0),
@@ -85,13 +85,13 @@ impl Histogram {
         let mut bound = self.first;
         let mut buckets = Vec::with_capacity(BUCKETS + 1);
         for (bucket, count) in self.buckets.iter().enumerate() {
-            let upper = if bucket == BUCKETS { f64::MAX } else { bound as f64 * self.scale };
+            let upper = if bucket == BUCKETS { f64::MAX } else { bound as f64 / self.units };
             buckets.push((upper, count.load(Ordering::Relaxed)));
             bound = bound.saturating_mul(2);
         }
         HistogramSnapshot {
             buckets,
-            sum: self.sum.load(Ordering::Relaxed) as f64 * self.scale,
+            sum: self.sum.load(Ordering::Relaxed) as f64 / self.units,
             count: self.count.load(Ordering::Relaxed),
         }
     }
@@ -116,6 +116,8 @@ pub struct Stages {
 /// The process's Raft and storage figures.
 #[derive(Debug)]
 pub struct RaftStats {
+    /// The last commit index openraft reported to the log store.
+    pub committed_index: AtomicU64,
     /// One WAL group's `write` of all its records (before the fdatasync).
     pub wal_append: Histogram,
     /// One WAL group's fdatasync.
@@ -137,6 +139,7 @@ pub struct RaftStats {
 impl RaftStats {
     const fn new() -> RaftStats {
         RaftStats {
+            committed_index: AtomicU64::new(0),
             wal_append: Histogram::seconds(),
             wal_fsync: Histogram::seconds(),
             wal_group_entries: Histogram::items(),
@@ -151,6 +154,11 @@ impl RaftStats {
                 reply: Histogram::seconds(),
             },
         }
+    }
+
+    /// Records the commit index openraft saved.
+    pub(crate) fn set_committed(&self, index: u64) {
+        self.committed_index.store(index, Ordering::Relaxed);
     }
 
     /// Counts one snapshot of `bytes` stored.
