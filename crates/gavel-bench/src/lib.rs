@@ -63,6 +63,7 @@ pub mod procfs;
 mod report;
 pub mod rolling;
 mod scale;
+mod stages;
 mod stats;
 mod workload;
 
@@ -507,9 +508,15 @@ async fn measure(
             verify_samples: args.verify_samples,
             retained: None,
         };
+        let metrics_addrs = local.map(|local| local.metrics_addrs.clone()).unwrap_or_default();
+        let stages_before = stages::scrape_all(&metrics_addrs).await?;
         let report =
             workload::run_config(dial, endpoints, leader, &pids(local), &spec, &format!("{tag}-{position}")).await?;
         printer.config(&report)?;
+        if !metrics_addrs.is_empty() {
+            let breakdown = stages::scrape_all(&metrics_addrs).await?.since(&stages_before);
+            printer.human(&stages::table(&breakdown))?;
+        }
         configs.push(report);
     }
     Ok(Measured { configs, ..Measured::default() })
