@@ -7,7 +7,9 @@
 //! lifecycles and operations per second, per-operation latency (HDR
 //! histograms, microsecond precision) and CPU seconds per operation of the
 //! nodes and of the load generator, read from `/proc`. Every answer is
-//! checked; any unexpected error makes the outcome not ok.
+//! checked; any unexpected error makes the outcome not ok. On the local
+//! cluster (each node started with `--metrics-listen`) it also prints where
+//! one command's time went, per stage (see `stages`).
 //!
 //! Workloads:
 //! - `approvals`: CreateApproval (actor A), DecideApproval approve (actor B),
