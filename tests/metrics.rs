@@ -13,6 +13,7 @@ use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
 use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
+use gavel_proto::v1::worker_service_client::WorkerServiceClient;
 use gavel_testkit::ClusterSpec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -205,5 +206,122 @@ async fn metrics_count_calls_refusals_raft_indexes_and_approvals_without_ids() {
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await.expect("read");
     assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 404"), "{answer:?}");
+    cluster.stop_all(Duration::from_secs(10)).expect("stop the cluster");
+}
+
+/// The value of `name` on `after` minus on `before` (labels as in [`value`]).
+fn grew(before: &[Sample], after: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    value(after, name, labels) - value(before, name, labels)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hot_path_histograms_snapshots_stages_and_late_reports_move_when_their_events_happen() {
+    const PROPOSALS: usize = 30;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
+    let metrics_addrs: BTreeMap<u64, String> =
+        (1..=3).map(|id| (id, format!("127.0.0.1:{}", support::free_port()))).collect();
+    spec.node_args = metrics_addrs.iter().map(|(id, addr)| (*id, vec![format!("--metrics-listen={addr}")])).collect();
+    // A low threshold, so that the proposals below make every node snapshot.
+    spec.args = vec!["--snapshot-logs-since-last=20".to_string()];
+    spec.start_timeout = support::WAIT;
+    let cluster = gavel_testkit::Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
+    let leader = cluster.wait_for_leader(support::WAIT).await.unwrap_or_else(|error| panic!("{error}"));
+    let channel = cluster.channel(leader, Duration::from_secs(10)).expect("a channel");
+    let before = scrape(&metrics_addrs[&leader]).await;
+    for name in [
+        "gavel_raft_committed_index",
+        "gavel_raft_wal_append_seconds_count",
+        "gavel_raft_wal_fsync_seconds_count",
+        "gavel_raft_wal_group_entries_count",
+        "gavel_raft_entry_commands_count",
+        "gavel_raft_snapshots_total",
+        "gavel_raft_snapshot_bytes",
+        "gavel_raft_snapshot_build_seconds_count",
+        "gavel_late_reports_total",
+        "gavel_tick_lag_seconds_count",
+    ] {
+        assert!(before.iter().any(|sample| sample.name == name), "{name} is exported: {before:#?}");
+    }
+
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let mut approvals = ApprovalServiceClient::new(channel.clone());
+    for n in 0..PROPOSALS {
+        let request = support::approval_request(&format!("apr-hot-{run}-{n}"), "metrics-test");
+        approvals.create_approval(request).await.expect("create approval");
+    }
+
+    // A report after the lease ended: the task completes, then a second,
+    // different report for the same lease is refused LEASE_LOST.
+    let capability = pb::CapabilitySpec {
+        queue: Some("late-queue".to_string()),
+        ..support::capability("late.read", pb::SideEffect::Read)
+    };
+    let registered = pb::RegisterCapabilityRequest { request_id: format!("reg-{run}"), spec: Some(capability) };
+    CapabilityServiceClient::new(channel.clone()).register_capability(registered).await.expect("register");
+    let submit = pb::SubmitRequest {
+        request_id: format!("submit-{run}"),
+        execution_id: Some(format!("ex-late-{run}")),
+        capability_id: "late.read".to_string(),
+        input_json: "{}".to_string(),
+        actor: Some(support::user("alice")),
+        surface: "metrics-test".to_string(),
+        correlation_id: None,
+    };
+    ExecutionServiceClient::new(channel.clone()).submit(submit).await.expect("submit");
+    let mut workers = WorkerServiceClient::new(channel.clone());
+    let poll = pb::PollRequest {
+        request_id: format!("poll-{run}"),
+        worker_id: "worker-late".to_string(),
+        queues: vec!["late-queue".to_string()],
+        max_tasks: 1,
+        wait_ms: 5_000,
+    };
+    let tasks = workers.poll(poll).await.expect("poll").into_inner().tasks;
+    let lease = tasks.first().and_then(|task| task.lease.clone()).unwrap_or_else(|| panic!("a leased task: {tasks:?}"));
+    let report = |n: u32| pb::ReportRequest {
+        request_id: format!("report-{run}-{n}"),
+        lease_id: lease.lease_id,
+        worker_id: lease.worker_id.clone(),
+        outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: format!("{n}") })),
+    };
+    workers.report(report(1)).await.expect("the first report");
+    let late = workers.report(report(2)).await.expect_err("a report after the lease ended is refused");
+    assert_eq!(support::domain_code(&late), "LEASE_LOST", "{late:?}");
+
+    // Every node snapshots past the threshold; wait for the leader's.
+    let mut after = Vec::new();
+    let deadline = tokio::time::Instant::now() + support::WAIT;
+    while tokio::time::Instant::now() < deadline {
+        after = scrape(&metrics_addrs[&leader]).await;
+        if value(&after, "gavel_raft_snapshots_total", &[]) >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(grew(&before, &after, "gavel_raft_snapshots_total", &[]) >= 1.0, "a snapshot is counted: {after:#?}");
+    assert!(value(&after, "gavel_raft_snapshot_bytes", &[]) > 0.0);
+    assert!(grew(&before, &after, "gavel_raft_snapshot_build_seconds_count", &[]) >= 1.0);
+
+    let proposals = PROPOSALS as f64;
+    assert_eq!(grew(&before, &after, "gavel_late_reports_total", &[]), 1.0, "the late report is counted once");
+    assert!(grew(&before, &after, "gavel_raft_committed_index", &[]) >= proposals);
+    assert!(value(&after, "gavel_raft_committed_index", &[]) >= value(&after, "gavel_raft_applied_index", &[]));
+    // Each create is one command in some entry, each entry one WAL record in some fsync group.
+    assert!(grew(&before, &after, "gavel_raft_entry_commands_sum", &[]) >= proposals);
+    let entries = grew(&before, &after, "gavel_raft_entry_commands_count", &[]);
+    assert!(entries >= 1.0 && entries <= grew(&before, &after, "gavel_raft_wal_group_entries_sum", &[]));
+    let fsyncs = grew(&before, &after, "gavel_raft_wal_fsync_seconds_count", &[]);
+    assert!(fsyncs >= 1.0, "the WAL fsynced");
+    // Both are recorded per group (a group may land between the two reads).
+    assert!((fsyncs - grew(&before, &after, "gavel_raft_wal_append_seconds_count", &[])).abs() <= 1.0);
+    assert!(grew(&before, &after, "gavel_raft_wal_fsync_seconds_sum", &[]) > 0.0);
+    for stage in ["edge", "batcher", "commit", "reply"] {
+        let counted = grew(&before, &after, "gavel_command_stage_seconds_count", &[("stage", stage)]);
+        assert!(counted >= proposals, "stage {stage}: {counted} observations for {PROPOSALS} creates");
+        let inf = grew(&before, &after, "gavel_command_stage_seconds_bucket", &[("stage", stage), ("le", "+Inf")]);
+        assert_eq!(inf, counted, "stage {stage}: the +Inf bucket holds every observation");
+    }
+    assert!(grew(&before, &after, "gavel_command_stage_seconds_count", &[("stage", "apply")]) >= 1.0);
     cluster.stop_all(Duration::from_secs(10)).expect("stop the cluster");
 }

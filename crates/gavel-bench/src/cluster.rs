@@ -101,6 +101,9 @@ pub(crate) struct LocalCluster {
     /// The network namespaces the nodes run in (partition faults), if any.
     /// Declared after `cluster`, so the nodes are killed before it is torn down.
     pub net: Option<gavel_chaos::net::Net>,
+    /// Each node's `--metrics-listen` address (none in network namespaces,
+    /// where loopback is the node's own).
+    pub metrics_addrs: Vec<String>,
     dir: Option<tempfile::TempDir>,
 }
 
@@ -139,6 +142,14 @@ impl LocalCluster {
         .map_err(BenchError::io("creating the cluster's directory"))?;
         let mut spec = ClusterSpec::new(binary, dir.path());
         spec.args = flags.to_vec();
+        let mut metrics_addrs = Vec::new();
+        if !namespaces {
+            for id in 1..=3 {
+                let addr = format!("127.0.0.1:{}", gavel_testkit::free_port()?);
+                spec.node_args.entry(id).or_default().push(format!("--metrics-listen={addr}"));
+                metrics_addrs.push(addr);
+            }
+        }
         spec.start_timeout = WAIT;
         spec.status_timeout = STATUS_TIMEOUT;
         if !insecure {
@@ -155,7 +166,7 @@ impl LocalCluster {
         if !insecure {
             cluster.grant(&bench_principal(), &BENCH_GRANTS, WAIT).await?;
         }
-        Ok(LocalCluster { cluster, net, dir: Some(dir) })
+        Ok(LocalCluster { cluster, net, metrics_addrs, dir: Some(dir) })
     }
 
     /// How the bench reaches this cluster: as the bench principal over TLS,

@@ -7,7 +7,9 @@
 //! lifecycles and operations per second, per-operation latency (HDR
 //! histograms, microsecond precision) and CPU seconds per operation of the
 //! nodes and of the load generator, read from `/proc`. Every answer is
-//! checked; any unexpected error makes the outcome not ok.
+//! checked; any unexpected error makes the outcome not ok. On the local
+//! cluster (each node started with `--metrics-listen`) it also prints where
+//! one command's time went, per stage (see `stages`).
 //!
 //! Workloads:
 //! - `approvals`: CreateApproval (actor A), DecideApproval approve (actor B),
@@ -63,6 +65,7 @@ pub mod procfs;
 mod report;
 pub mod rolling;
 mod scale;
+mod stages;
 mod stats;
 mod workload;
 
@@ -507,9 +510,15 @@ async fn measure(
             verify_samples: args.verify_samples,
             retained: None,
         };
+        let metrics_addrs = local.map(|local| local.metrics_addrs.clone()).unwrap_or_default();
+        let stages_before = stages::scrape_all(&metrics_addrs).await?;
         let report =
             workload::run_config(dial, endpoints, leader, &pids(local), &spec, &format!("{tag}-{position}")).await?;
         printer.config(&report)?;
+        if !metrics_addrs.is_empty() {
+            let breakdown = stages::scrape_all(&metrics_addrs).await?.since(&stages_before);
+            printer.human(&stages::table(&breakdown))?;
+        }
         configs.push(report);
     }
     Ok(Measured { configs, ..Measured::default() })

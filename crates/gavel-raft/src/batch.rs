@@ -17,6 +17,7 @@
 //! entry in order, so the application still sees one command at a time.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -94,10 +95,14 @@ fn take_u32(rest: &mut &[u8]) -> Result<u32, String> {
     Ok(u32::from_le_bytes([head[0], head[1], head[2], head[3]]))
 }
 
+/// A command's answer, and when it was sent (for the `reply` stage).
+type Answer = (Result<Vec<u8>, WriteError>, Instant);
+
 /// One command waiting for its reply.
 struct Pending {
     command: Vec<u8>,
-    reply: oneshot::Sender<Result<Vec<u8>, WriteError>>,
+    queued: Instant,
+    reply: oneshot::Sender<Answer>,
 }
 
 /// The handle `RaftNode::write` uses; the batcher task stops when it is dropped.
@@ -117,10 +122,13 @@ impl Batcher {
     pub(crate) async fn write(&self, command: Vec<u8>) -> Result<Vec<u8>, WriteError> {
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send(Pending { command, reply })
+            .send(Pending { command, queued: Instant::now(), reply })
             .await
             .map_err(|_| WriteError::Unavailable("the node is shutting down".to_string()))?;
-        answer.await.map_err(|_| WriteError::Unavailable("the node stopped before answering".to_string()))?
+        let (result, sent) =
+            answer.await.map_err(|_| WriteError::Unavailable("the node stopped before answering".to_string()))?;
+        crate::stats::stats().stages.reply.observe_duration(sent.elapsed());
+        result
     }
 }
 
@@ -151,18 +159,25 @@ async fn run(raft: Raft, mut receiver: mpsc::Receiver<Pending>) {
 
 /// Proposes one batch and hands each command its reply (or the shared error).
 async fn propose(raft: &Raft, batch: Vec<Pending>) {
+    let stats = crate::stats::stats();
+    stats.entry_commands.observe(batch.len() as u64);
+    for pending in &batch {
+        stats.stages.batcher.observe_duration(pending.queued.elapsed());
+    }
     let (commands, replies): (Vec<Vec<u8>>, Vec<_>) =
         batch.into_iter().map(|pending| (pending.command, pending.reply)).unzip();
     // The encoded entry is all that travels on; free the separate copies first.
     let payload = encode(&commands);
     drop(commands);
+    let proposed = Instant::now();
     let outcome = raft.client_write(Command(payload)).await;
+    stats.stages.commit.observe_duration(proposed.elapsed());
     match outcome {
         Ok(response) => match decode(&response.data.0) {
             Ok(answers) if answers.len() == replies.len() => {
                 for (reply, answer) in replies.into_iter().zip(answers) {
                     // The caller may have given up waiting; the command is applied either way.
-                    let _ = reply.send(Ok(answer.to_vec()));
+                    let _ = reply.send((Ok(answer.to_vec()), Instant::now()));
                 }
             }
             Ok(answers) => {
@@ -178,9 +193,9 @@ async fn propose(raft: &Raft, batch: Vec<Pending>) {
     }
 }
 
-fn fail_all(replies: Vec<oneshot::Sender<Result<Vec<u8>, WriteError>>>, error: WriteError) {
+fn fail_all(replies: Vec<oneshot::Sender<Answer>>, error: WriteError) {
     for reply in replies {
-        let _ = reply.send(Err(error.clone()));
+        let _ = reply.send((Err(error.clone()), Instant::now()));
     }
 }
 

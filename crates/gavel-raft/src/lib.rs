@@ -10,7 +10,8 @@
 //! membership, status, backup, shutdown), [`seed_from_snapshot`] (a new
 //! node's data directory from a [`Backup`]'s bytes, see `backup`), [`NodeConfig`], [`RaftTimings`] and
 //! [`PeerTls`] (mutual TLS towards peers),
-//! [`RaftStatus`], and the errors [`RaftError`] and [`WriteError`]. The
+//! [`RaftStatus`], [`stats`] (lock-free hot-path histograms the server's
+//! metrics read at scrape time), and the errors [`RaftError`] and [`WriteError`]. The
 //! node's peer-to-peer gRPC service ([`RaftNode::service`]) is mounted by the
 //! server next to its public services.
 //!
@@ -53,6 +54,7 @@ pub mod limits;
 mod network;
 mod node;
 mod service;
+pub mod stats;
 mod status;
 mod storage;
 mod typ;

@@ -11,6 +11,15 @@
 //!   and the domain state's counts ([`gavel_core::State::counts`]), so they
 //!   are never stale and cost nothing between scrapes.
 //!
+//! - **Recorded on the hot path without locks**: the WAL's append and
+//!   fdatasync latency, entries per fsync group, commands per log entry,
+//!   snapshots, and the per-stage time of one command
+//!   (`gavel_command_stage_seconds{stage}`), read at scrape time from
+//!   [`gavel_raft::stats`] by [`HotPath`]; the `edge` stage and the tick lag
+//!   are recorded here ([`Metrics::observe_edge`], [`Metrics::observe_tick_lag`]).
+//! - **Counted from replies**: late reports (`Report`/`Heartbeat` refused
+//!   `LEASE_LOST`), in [`Metrics::record_call`].
+//!
 //! Labels are bounded: no label ever carries an approval, execution or
 //! request id. Method and domain-code labels come from the call path and the
 //! `gavel-error-code` header, which a caller can choose freely, so each is
@@ -33,11 +42,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::Frame;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -179,6 +192,10 @@ pub struct Metrics {
     leases_current: Gauge,
     /// `gavel_overload_refused_total`: calls refused `RESOURCE_EXHAUSTED`.
     overload_refused: Family<KindLabels, Counter>,
+    /// `gavel_late_reports_total`: reports and heartbeats refused `LEASE_LOST`.
+    late_reports: Counter,
+    /// The edge stage and the tick lag (shared with the [`HotPath`] collector).
+    edge: Arc<EdgeStats>,
     /// The caps of the labels a caller or a registrant chooses.
     methods: LabelCap,
     domain_codes: LabelCap,
@@ -222,8 +239,16 @@ impl Metrics {
             "On the leader, time since a quorum last acknowledged it (0 elsewhere)",
             raft_quorum_ack_age.clone(),
         );
+        let edge = Arc::new(EdgeStats::default());
+        registry.register_collector(Box::new(HotPath { edge: edge.clone() }));
         let r = &mut registry;
         Metrics {
+            edge,
+            late_reports: registered(
+                r,
+                "gavel_late_reports",
+                "Worker reports and heartbeats refused LEASE_LOST: they came after the lease had ended",
+            ),
             calls,
             call_seconds,
             raft_quorum_ack_age,
@@ -266,6 +291,10 @@ impl Metrics {
     pub fn record_call(&self, path: &str, code: tonic::Code, domain_code: &str, elapsed: Duration) {
         let method = self.methods.label(method_of(path));
         let domain_code = if domain_code.is_empty() { String::new() } else { self.domain_codes.label(domain_code) };
+        if domain_code == "LEASE_LOST" && matches!(method.as_str(), "WorkerService/Report" | "WorkerService/Heartbeat")
+        {
+            self.late_reports.inc();
+        }
         let labels = CallLabels { method: method.clone(), code: code_name(code).to_string(), domain_code };
         self.calls.get_or_create(&labels).inc();
         self.call_seconds.get_or_create(&MethodLabels { method }).observe(elapsed.as_secs_f64());
@@ -274,6 +303,17 @@ impl Metrics {
     /// Counts one call refused for overload ([`crate::overload`]).
     pub fn count_overload_refusal(&self, kind: crate::overload::CallKind) {
         self.overload_refused.get_or_create(&KindLabels { kind: kind.as_str().to_string() }).inc();
+    }
+
+    /// Records the `edge` stage of one proposed command: from its request
+    /// reaching this node to the proposal being handed to Raft.
+    pub fn observe_edge(&self, elapsed: Duration) {
+        self.edge.edge.observe_duration(elapsed);
+    }
+
+    /// Records how late the leader proposed a tick after its deadline.
+    pub fn observe_tick_lag(&self, lag: Duration) {
+        self.edge.tick_lag.observe_duration(lag);
     }
 
     /// Wraps the response of a call of `path` started at `started` so that
@@ -346,6 +386,113 @@ impl Metrics {
         }
         text
     }
+}
+
+/// The figures recorded here that the [`HotPath`] collector encodes with
+/// the Raft crate's, in the same buckets.
+#[derive(Debug)]
+struct EdgeStats {
+    edge: gavel_raft::stats::Histogram,
+    tick_lag: gavel_raft::stats::Histogram,
+}
+
+impl Default for EdgeStats {
+    fn default() -> Self {
+        EdgeStats { edge: gavel_raft::stats::Histogram::seconds(), tick_lag: gavel_raft::stats::Histogram::seconds() }
+    }
+}
+
+/// A `stage` label of `gavel_command_stage_seconds` (five fixed values).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StageLabels {
+    stage: String,
+}
+
+/// Encodes the lock-free hot-path figures ([`gavel_raft::stats`] and
+/// [`EdgeStats`]) at scrape time.
+#[derive(Debug)]
+struct HotPath {
+    edge: Arc<EdgeStats>,
+}
+
+impl Collector for HotPath {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let raft = gavel_raft::stats::stats();
+        let gauge = |encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64| {
+            ConstGauge::new(clamp(value)).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
+        };
+        gauge(&mut encoder, "gavel_raft_committed_index", "Last log index known committed here.", {
+            raft.committed_index.load(Relaxed)
+        })?;
+        let histograms: [(&str, &str, &gavel_raft::stats::Histogram); 6] = [
+            ("gavel_raft_wal_append_seconds", "Time to write one WAL group (before its fdatasync).", &raft.wal_append),
+            ("gavel_raft_wal_fsync_seconds", "Time of one WAL group's fdatasync.", &raft.wal_fsync),
+            (
+                "gavel_raft_wal_group_entries",
+                "Log entries per WAL group (one fdatasync each).",
+                &raft.wal_group_entries,
+            ),
+            ("gavel_raft_entry_commands", "Commands per log entry proposed by this node.", &raft.entry_commands),
+            ("gavel_raft_snapshot_build_seconds", "Time to store one snapshot built here.", &raft.snapshot_build),
+            ("gavel_tick_lag_seconds", "How late the leader proposed a tick after its deadline.", &self.edge.tick_lag),
+        ];
+        for (name, help, histogram) in histograms {
+            encode_histogram(encoder.encode_descriptor(name, help, None, MetricType::Histogram)?, histogram)?;
+        }
+        let snapshots = ConstCounter::new(raft.snapshots.load(Relaxed));
+        snapshots.encode(encoder.encode_descriptor(
+            "gavel_raft_snapshots",
+            "Snapshots built or installed and stored on this node.",
+            None,
+            MetricType::Counter,
+        )?)?;
+        gauge(&mut encoder, "gavel_raft_snapshot_bytes", "Size of the last snapshot stored.", {
+            raft.snapshot_bytes.load(Relaxed)
+        })?;
+        let mut stages = encoder.encode_descriptor(
+            "gavel_command_stage_seconds",
+            "Where one proposed command's time goes on the node that proposed it, by stage.",
+            None,
+            MetricType::Histogram,
+        )?;
+        let stage_histograms = [
+            ("edge", &self.edge.edge),
+            ("batcher", &raft.stages.batcher),
+            ("commit", &raft.stages.commit),
+            ("apply", &raft.stages.apply),
+            ("reply", &raft.stages.reply),
+        ];
+        for (stage, histogram) in stage_histograms {
+            encode_histogram(stages.encode_family(&StageLabels { stage: stage.to_string() })?, histogram)?;
+        }
+        Ok(())
+    }
+}
+
+/// Encodes one lock-free histogram.
+fn encode_histogram(
+    mut encoder: prometheus_client::encoding::MetricEncoder<'_>,
+    histogram: &gavel_raft::stats::Histogram,
+) -> Result<(), std::fmt::Error> {
+    let snapshot = histogram.snapshot();
+    encoder.encode_histogram::<NoLabelSet>(snapshot.sum, snapshot.count, &snapshot.buckets, None)
+}
+
+tokio::task_local! {
+    /// When the public call being served reached this node (set by the
+    /// routing layer for the call's future; read for the `edge` stage).
+    static CALL_STARTED: Instant;
+}
+
+/// Runs `call` with its start time known to [`call_started`].
+pub async fn with_call_started<F: std::future::Future>(started: Instant, call: F) -> F::Output {
+    CALL_STARTED.scope(started, call).await
+}
+
+/// When the public call being served reached this node, if in one.
+pub fn call_started() -> Option<Instant> {
+    CALL_STARTED.try_with(|started| *started).ok()
 }
 
 /// A new metric of type `M`, registered under `name`.
@@ -612,6 +759,44 @@ mod tests {
         assert_eq!(series, METHOD_LABELS_MAX + 1);
         assert!(!is_domain_code("approval-123"));
         assert!(is_domain_code("APPROVAL_CONSUMED"));
+    }
+
+    #[test]
+    fn hot_path_figures_late_reports_and_stages_are_exported() {
+        let metrics = Metrics::new();
+        metrics.observe_edge(Duration::from_micros(40));
+        metrics.observe_tick_lag(Duration::from_millis(3));
+        metrics.record_call(
+            "/gavel.v1.WorkerService/Report",
+            tonic::Code::FailedPrecondition,
+            "LEASE_LOST",
+            Duration::ZERO,
+        );
+        metrics.record_call(
+            "/gavel.v1.WorkerService/Poll",
+            tonic::Code::FailedPrecondition,
+            "LEASE_LOST",
+            Duration::ZERO,
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
+        assert!(text.contains(r#"gavel_command_stage_seconds_count{stage="edge"} 1"#), "{text}");
+        assert!(text.contains(r#"gavel_command_stage_seconds_bucket{le="0.00005",stage="edge"} 1"#), "{text}");
+        assert!(text.contains("gavel_tick_lag_seconds_count 1"), "{text}");
+        assert!(text.contains("gavel_late_reports_total 1"), "{text}");
+        for name in [
+            "gavel_raft_committed_index ",
+            "gavel_raft_wal_fsync_seconds_count ",
+            "gavel_raft_wal_append_seconds_count ",
+            "gavel_raft_wal_group_entries_count ",
+            "gavel_raft_entry_commands_count ",
+            "gavel_raft_snapshot_build_seconds_count ",
+            "gavel_raft_snapshots_total ",
+            "gavel_raft_snapshot_bytes ",
+            r#"gavel_command_stage_seconds_count{stage="reply"} "#,
+        ] {
+            assert!(text.contains(name), "{name} missing from {text}");
+        }
     }
 
     #[test]

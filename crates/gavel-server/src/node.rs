@@ -146,7 +146,11 @@ impl Node {
         } else {
             tracing::info_span!("gavel.propose", request_id = %request_id)
         };
-        let written = self.raft.write(CoreApp::encode_command(&envelope));
+        let command = CoreApp::encode_command(&envelope);
+        if let Some(started) = crate::metrics::call_started() {
+            self.metrics.observe_edge(started.elapsed());
+        }
+        let written = self.raft.write(command);
         let outcome = tokio::time::timeout(RAFT_WAIT, written).instrument(span.clone()).await;
         if let Ok(Ok(_)) = &outcome {
             tracing::debug!(parent: &span, "proposal committed and applied");

@@ -163,7 +163,8 @@ where
     let started = std::time::Instant::now();
     let path = request.uri().path().to_string();
     let span = crate::trace::rpc_span(&path, request.headers(), node.id);
-    let response = route_call(node, inner, request).instrument(span).await;
+    let call = crate::metrics::with_call_started(started, route_call(node, inner, request));
+    let response = call.instrument(span).await;
     node.metrics.observe(&path, started, response)
 }
 

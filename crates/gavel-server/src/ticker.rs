@@ -32,6 +32,7 @@ pub async fn run(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
             let now_ms = wall_clock_ms();
             match next {
                 Some(deadline) if deadline <= now_ms => {
+                    node.metrics.observe_tick_lag(Duration::from_millis(now_ms - deadline));
                     let tick = Command::Tick { retention: node.settings.retention };
                     match node.call::<Reply>(None, "", tick).await {
                         Ok(_) => continue,

@@ -101,6 +101,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         let bytes = encode(&committed).map_err(|e| StorageIOError::write(AnyError::error(e)))?;
+        crate::stats::stats().set_committed(committed.map_or(0, |log_id| log_id.index));
         // No fsync: the committed pointer only lets a restarted node re-apply
         // the committed suffix at once instead of waiting for the leader. If
         // it is lost, the node learns the commit index again from the leader.

@@ -50,7 +50,9 @@ pub(crate) struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let started = std::time::Instant::now();
         persist_snapshot(&self.shared, &self.meta, &self.data, WriteMode::OnlyIfNewer).await?;
+        crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
         // openraft calls this once per builder: hand the bytes over instead of
         // copying them (at a million executions that copy is over a gigabyte).
         Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(std::mem::take(&mut self.data)) })
@@ -94,6 +96,7 @@ async fn persist_snapshot(
     shared.snapshot.apply_batch(batch).map_err(|e| write_error(&e))?;
     shared.durability.wait_durable().await.map_err(|e| write_error(&e))?;
     tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot stored");
+    crate::stats::stats().count_snapshot(data.len());
     Ok(())
 }
 
@@ -126,7 +129,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut replies = Vec::new();
+        let (mut replies, started) = (Vec::new(), std::time::Instant::now());
         for entry in entries {
             self.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
@@ -139,6 +142,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             };
             replies.push(reply);
         }
+        crate::stats::stats().stages.apply.observe_duration(started.elapsed());
         Ok(replies)
     }
 

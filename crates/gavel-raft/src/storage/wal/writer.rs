@@ -202,8 +202,14 @@ impl Writer {
                 }
             }
         }
+        let stats = crate::stats::stats();
+        let started = std::time::Instant::now();
         self.write_out(&mut buffer)?;
+        let written_at = std::time::Instant::now();
         self.file.sync_data().map_err(|e| WalError::io("fdatasync of the raft log failed", &e))?;
+        stats.wal_append.observe_duration(written_at - started);
+        stats.wal_fsync.observe_duration(written_at.elapsed());
+        stats.wal_group_entries.observe(written.len() as u64);
         self.prepare_next_when_due();
         Ok(written)
     }

@@ -1,0 +1,202 @@
+//! Where one command's time went: the nodes' `gavel_command_stage_seconds`
+//! histograms, scraped from each local node's `/metrics` before and after a
+//! measurement, and the p50 and p99 of each stage from the bucket deltas.
+//!
+//! The stages, in order: `edge` (request reached the node → proposal handed
+//! to Raft), `batcher` (queued → its entry handed to openraft), `commit`
+//! (entry handed to openraft → applied and answered: the leader's append and
+//! fdatasync, replication, commit and apply), `apply` (one apply call, which
+//! `commit` includes), `reply` (answer sent by the batcher → received by the
+//! proposing call). A quantile is interpolated within its bucket, as
+//! Prometheus' `histogram_quantile` does, so it is as coarse as the buckets
+//! (doubling from 25 µs).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::error::BenchError;
+
+/// The stage histogram's name in the text format.
+const STAGE_BUCKET: &str = "gavel_command_stage_seconds_bucket";
+
+/// The stages in the order a command passes them.
+pub(crate) const STAGES: [&str; 5] = ["edge", "batcher", "commit", "apply", "reply"];
+
+/// How long one scrape may take.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Cumulative bucket counts per stage: `stage → [(upper bound, count ≤ bound)]`,
+/// summed over the nodes scraped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct StageBuckets(BTreeMap<String, Vec<(f64, f64)>>);
+
+/// One stage's figures over a window.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StageFigures {
+    pub stage: String,
+    pub count: u64,
+    pub p50: Option<Duration>,
+    pub p99: Option<Duration>,
+}
+
+/// Scrapes every address in `addrs` and sums their stage buckets.
+pub(crate) async fn scrape_all(addrs: &[String]) -> Result<StageBuckets, BenchError> {
+    let mut total = StageBuckets::default();
+    for addr in addrs {
+        let text = tokio::time::timeout(SCRAPE_TIMEOUT, scrape(addr))
+            .await
+            .map_err(|_| BenchError::Invalid(format!("scraping {addr}/metrics timed out")))??;
+        total.add(&parse(&text));
+    }
+    Ok(total)
+}
+
+/// `GET /metrics` at `addr`: the body.
+async fn scrape(addr: &str) -> Result<String, BenchError> {
+    let mut stream =
+        tokio::net::TcpStream::connect(addr).await.map_err(BenchError::io(format!("connecting to {addr}")))?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: gavel\r\n\r\n")
+        .await
+        .map_err(BenchError::io(format!("asking {addr} for /metrics")))?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.map_err(BenchError::io(format!("reading {addr}/metrics")))?;
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(BenchError::Invalid(format!("{addr}/metrics answered {}", head.lines().next().unwrap_or(""))));
+    }
+    Ok(body.to_string())
+}
+
+/// The stage buckets in one scrape's text.
+pub(crate) fn parse(text: &str) -> StageBuckets {
+    let mut stages: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for line in text.lines().filter(|line| line.starts_with(STAGE_BUCKET)) {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let Ok(value) = value.parse::<f64>() else { continue };
+        let labels = series.trim_start_matches(STAGE_BUCKET).trim_start_matches('{').trim_end_matches('}');
+        let (mut stage, mut bound) = (None, None);
+        for pair in labels.split(',') {
+            match pair.split_once('=').map(|(key, value)| (key, value.trim_matches('"'))) {
+                Some(("stage", value)) => stage = Some(value.to_string()),
+                Some(("le", "+Inf")) => bound = Some(f64::INFINITY),
+                Some(("le", value)) => bound = value.parse::<f64>().ok(),
+                _ => {}
+            }
+        }
+        if let (Some(stage), Some(bound)) = (stage, bound) {
+            stages.entry(stage).or_default().push((bound, value));
+        }
+    }
+    for buckets in stages.values_mut() {
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    StageBuckets(stages)
+}
+
+impl StageBuckets {
+    /// Adds another node's buckets (same bounds) to these.
+    fn add(&mut self, other: &StageBuckets) {
+        for (stage, buckets) in &other.0 {
+            let mine = self.0.entry(stage.clone()).or_insert_with(|| buckets.iter().map(|(b, _)| (*b, 0.0)).collect());
+            for ((_, count), (_, more)) in mine.iter_mut().zip(buckets) {
+                *count += more;
+            }
+        }
+    }
+
+    /// The figures of each stage over the window from `before` to `self`.
+    pub(crate) fn since(&self, before: &StageBuckets) -> Vec<StageFigures> {
+        STAGES
+            .iter()
+            .map(|stage| {
+                let after = self.0.get(*stage).cloned().unwrap_or_default();
+                let earlier = before.0.get(*stage);
+                let delta: Vec<(f64, f64)> = after
+                    .iter()
+                    .enumerate()
+                    .map(|(n, (bound, count))| {
+                        let was = earlier.and_then(|buckets| buckets.get(n)).map_or(0.0, |(_, count)| *count);
+                        (*bound, (count - was).max(0.0))
+                    })
+                    .collect();
+                let count = delta.last().map_or(0.0, |(_, count)| *count);
+                StageFigures {
+                    stage: stage.to_string(),
+                    count: count as u64,
+                    p50: quantile(&delta, 0.5),
+                    p99: quantile(&delta, 0.99),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The `q` quantile of cumulative `buckets`, interpolated linearly within
+/// its bucket (`None` without observations; the last finite bound when it
+/// falls in `+Inf`).
+fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<Duration> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for (bound, count) in buckets {
+        if *count >= rank {
+            if bound.is_infinite() {
+                return Some(Duration::from_secs_f64(lower));
+            }
+            let within = if *count > below { (rank - below) / (count - below) } else { 1.0 };
+            return Some(Duration::from_secs_f64(lower + (bound - lower) * within));
+        }
+        (lower, below) = (*bound, *count);
+    }
+    None
+}
+
+/// The breakdown as a table.
+pub(crate) fn table(figures: &[StageFigures]) -> String {
+    let mut out = String::from("stage breakdown (all nodes' gavel_command_stage_seconds over the run):\n");
+    out.push_str(&format!("  {:<8} {:>9} {:>10} {:>10}\n", "stage", "count", "p50 ms", "p99 ms"));
+    let ms = |value: Option<Duration>| value.map_or("-".to_string(), |d| format!("{:.3}", d.as_secs_f64() * 1000.0));
+    for stage in figures {
+        out.push_str(&format!("  {:<8} {:>9} {:>10} {:>10}\n", stage.stage, stage.count, ms(stage.p50), ms(stage.p99)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRAPE: &str = "\
+# TYPE gavel_command_stage_seconds histogram
+gavel_command_stage_seconds_count{stage=\"edge\"} 4
+gavel_command_stage_seconds_bucket{le=\"0.001\",stage=\"edge\"} 2
+gavel_command_stage_seconds_bucket{le=\"0.002\",stage=\"edge\"} 4
+gavel_command_stage_seconds_bucket{le=\"+Inf\",stage=\"edge\"} 4
+";
+
+    #[test]
+    fn quantiles_come_from_bucket_deltas_interpolated() {
+        let before = StageBuckets::default();
+        let after = parse(SCRAPE);
+        let figures = after.since(&before);
+        let edge = &figures[0];
+        assert_eq!((edge.stage.as_str(), edge.count), ("edge", 4));
+        assert_eq!(edge.p50, Some(Duration::from_millis(1)));
+        let p99 = edge.p99.expect("a p99").as_secs_f64();
+        assert!((p99 - 0.00198).abs() < 1e-9, "{p99}");
+        assert_eq!(figures[1].p50, None, "no batcher observations");
+        // The same scrape before and after: nothing happened in between.
+        assert_eq!(after.since(&after)[0].count, 0);
+        let mut two_nodes = after.clone();
+        two_nodes.add(&after);
+        assert_eq!(two_nodes.since(&after)[0].count, 4);
+        assert!(table(&figures).contains("edge"));
+    }
+}
