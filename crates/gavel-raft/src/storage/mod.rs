@@ -50,7 +50,7 @@ use serde::Serialize;
 
 pub(crate) use durability::ThreadExited;
 pub(crate) use log_store::LogStore;
-pub(crate) use state_machine::StateMachineStore;
+pub(crate) use state_machine::{request_snapshots, StateMachineStore};
 
 use crate::application::Application;
 use crate::limits::{SLED_CACHE_BYTES, SLED_SEGMENT_BYTES};

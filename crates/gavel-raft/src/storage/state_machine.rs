@@ -5,11 +5,14 @@ use std::sync::Arc;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use tokio::sync::mpsc;
 
 use super::{encode, Shared, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY};
 use crate::application::Application;
 use crate::batch;
-use crate::typ::{Command, Entry, LogId, Reply, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::typ::{
+    Command, Entry, LogId, Raft, Reply, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
 use crate::RaftError;
 
 /// The state machine: the application plus the last applied log id and
@@ -19,6 +22,45 @@ pub(crate) struct StateMachineStore {
     app: Arc<dyn Application>,
     last_applied: Option<LogId>,
     membership: StoredMembership,
+    commands: CommandCount,
+}
+
+/// The command-count snapshot policy: counts the commands applied since the
+/// last snapshot (built or installed) and, once they reach the threshold,
+/// asks for a snapshot after every entry until one is built. openraft's own
+/// policy (`LogsSinceLast`) counts entries, and one entry carries up to 512
+/// commands.
+#[derive(Default)]
+struct CommandCount {
+    since_last: u64,
+    /// The threshold and where to ask; `None` until
+    /// [`StateMachineStore::snapshot_after_commands`] (a store opened without
+    /// a running Raft, by backup for example, never asks).
+    trigger: Option<(u64, mpsc::Sender<()>)>,
+}
+
+impl CommandCount {
+    fn applied(&mut self, commands: usize) {
+        self.since_last = self.since_last.saturating_add(commands as u64);
+        if let Some((threshold, due)) = &self.trigger {
+            if self.since_last >= *threshold {
+                // Full: a request is already pending, which is enough.
+                let _ = due.try_send(());
+            }
+        }
+    }
+}
+
+/// Asks Raft for a snapshot whenever the state machine reports one due;
+/// returns when the state machine is dropped or Raft stops.
+pub(crate) async fn request_snapshots(mut due: mpsc::Receiver<()>, raft: Raft) {
+    while due.recv().await.is_some() {
+        // openraft ignores the trigger while a snapshot is being built; the
+        // state machine asks again after the next entry.
+        if raft.trigger().snapshot().await.is_err() {
+            return;
+        }
+    }
 }
 
 impl StateMachineStore {
@@ -26,7 +68,13 @@ impl StateMachineStore {
     pub(super) fn restore(shared: Arc<Shared>, app: Arc<dyn Application>) -> Result<Self, RaftError> {
         let snapshot =
             shared.read_snapshot().map_err(|e| RaftError::Storage(format!("cannot read the snapshot: {e}")))?;
-        let mut store = Self { shared, app, last_applied: None, membership: StoredMembership::default() };
+        let mut store = Self {
+            shared,
+            app,
+            last_applied: None,
+            membership: StoredMembership::default(),
+            commands: CommandCount::default(),
+        };
         if let Some((meta, data)) = snapshot {
             store
                 .app
@@ -37,6 +85,15 @@ impl StateMachineStore {
             store.membership = meta.last_membership;
         }
         Ok(store)
+    }
+
+    /// Turns on the command-count policy: a snapshot is asked for once
+    /// `threshold` commands were applied since the last one. Run
+    /// [`request_snapshots`] on the returned receiver with the Raft handle.
+    pub(crate) fn snapshot_after_commands(&mut self, threshold: u64) -> mpsc::Receiver<()> {
+        let (due, requests) = mpsc::channel(1);
+        self.commands.trigger = Some((threshold, due));
+        requests
     }
 }
 
@@ -101,15 +158,16 @@ async fn persist_snapshot(
 /// replies. An entry that is not a well-formed batch (written by an
 /// incompatible version) is applied as no command on every replica alike, and
 /// answered with an empty batch, which the proposer reports as an error.
-fn apply_batch(app: &dyn Application, log_index: u64, payload: &[u8]) -> Vec<u8> {
+/// Also returns how many commands it applied.
+fn apply_batch(app: &dyn Application, log_index: u64, payload: &[u8]) -> (Vec<u8>, usize) {
     match batch::decode(payload) {
         Ok(commands) => {
             let replies = app.apply_batch(log_index, &commands);
-            batch::encode(&replies)
+            (batch::encode(&replies), commands.len())
         }
         Err(error) => {
             tracing::error!(log_index, %error, "skipping an undecodable log entry");
-            batch::encode::<Vec<u8>>(&[])
+            (batch::encode::<Vec<u8>>(&[]), 0)
         }
     }
 }
@@ -131,7 +189,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             self.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
                 EntryPayload::Blank => Reply::default(),
-                EntryPayload::Normal(Command(payload)) => Reply(apply_batch(&*self.app, entry.log_id.index, &payload)),
+                EntryPayload::Normal(Command(payload)) => {
+                    let (reply, commands) = apply_batch(&*self.app, entry.log_id.index, &payload);
+                    self.commands.applied(commands);
+                    Reply(reply)
+                }
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
                     Reply::default()
@@ -148,6 +210,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // exactly. openraft runs `build_snapshot` in a separate task that
         // would otherwise race with later applies.
         let data = self.app.snapshot();
+        self.commands.since_last = 0;
         let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match &self.last_applied {
             Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.index, seq),
@@ -175,6 +238,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         persist_snapshot(&self.shared, meta, &snapshot, WriteMode::Replace).await?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
+        self.commands.since_last = 0;
         Ok(())
     }
 
