@@ -64,10 +64,13 @@ pub(crate) async fn request_snapshots(mut due: mpsc::Receiver<()>, raft: Raft) {
 }
 
 impl StateMachineStore {
-    /// Loads the stored snapshot (if any) into the application.
+    /// Loads the stored snapshot (if any) into the application, unless the
+    /// application resumes from its own checkpoint at the same position
+    /// ([`Application::resume`]): then the snapshot's bytes are not read.
     pub(super) fn restore(shared: Arc<Shared>, app: Arc<dyn Application>) -> Result<Self, RaftError> {
-        let snapshot =
-            shared.read_snapshot().map_err(|e| RaftError::Storage(format!("cannot read the snapshot: {e}")))?;
+        let read_error = |e: &dyn std::fmt::Display| RaftError::Storage(format!("cannot read the snapshot: {e}"));
+        let refused = |e: String| RaftError::Storage(format!("the application refused the stored snapshot: {e}"));
+        let stored = shared.read_snapshot_meta().map_err(|e| read_error(&e))?;
         let mut store = Self {
             shared,
             app,
@@ -75,15 +78,22 @@ impl StateMachineStore {
             membership: StoredMembership::default(),
             commands: CommandCount::default(),
         };
-        if let Some((meta, data)) = snapshot {
-            store
-                .app
-                .restore(&data)
-                .map_err(|e| RaftError::Storage(format!("the application refused the stored snapshot: {e}")))?;
+        let Some(meta) = stored else {
+            store.app.resume(None).map_err(refused)?;
+            return Ok(store);
+        };
+        let at = position(&meta.last_log_id, &meta.last_membership);
+        if store.app.resume(Some(&at)).map_err(refused)? {
+            tracing::info!(snapshot = %meta, "the application resumed from its own checkpoint at the stored snapshot");
+        } else {
+            let (meta, data) = store.shared.read_snapshot().map_err(|e| read_error(&e))?.ok_or_else(|| {
+                RaftError::Storage("the stored snapshot disappeared while the node was starting".into())
+            })?;
+            store.app.restore_at(&position(&meta.last_log_id, &meta.last_membership), &data).map_err(refused)?;
             tracing::info!(snapshot = %meta, "restored the application from the stored snapshot");
-            store.last_applied = meta.last_log_id;
-            store.membership = meta.last_membership;
         }
+        store.last_applied = meta.last_log_id;
+        store.membership = meta.last_membership;
         Ok(store)
     }
 
@@ -95,6 +105,14 @@ impl StateMachineStore {
         self.commands.trigger = Some((threshold, due));
         requests
     }
+}
+
+/// The position [`Application::snapshot_at`], `restore_at` and `resume`
+/// name a snapshot by: its last log id and membership, bincode-encoded (the
+/// snapshot id is left out: it differs between nodes and rebuilds of the
+/// same state).
+fn position(last_applied: &Option<LogId>, membership: &StoredMembership) -> Vec<u8> {
+    encode(&(last_applied, membership)).expect("log ids and memberships serialize: plain data")
 }
 
 /// Captures the application state at one point of the log; `build_snapshot`
@@ -209,7 +227,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // between two `apply` calls, so the bytes match `last_applied`
         // exactly. openraft runs `build_snapshot` in a separate task that
         // would otherwise race with later applies.
-        let data = self.app.snapshot();
+        let data = self.app.snapshot_at(&position(&self.last_applied, &self.membership));
         self.commands.since_last = 0;
         let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match &self.last_applied {
@@ -233,7 +251,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Vec<u8>>) -> Result<(), StorageError> {
         self.app
-            .restore(&snapshot)
+            .restore_at(&position(&meta.last_log_id, &meta.last_membership), &snapshot)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e)))?;
         persist_snapshot(&self.shared, meta, &snapshot, WriteMode::Replace).await?;
         self.last_applied = meta.last_log_id;
