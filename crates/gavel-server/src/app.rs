@@ -468,6 +468,8 @@ mod tests {
         let memory = CoreApp::new(None);
         memory.restore(&whole).expect("the whole-state snapshot restores");
         assert_eq!(memory.state_hash(), hash);
+        let from_bytes = State::snapshot_state_hash(&whole).expect("the snapshot decodes");
+        assert_eq!(from_bytes, hash, "the hash read from the snapshot's hot part");
         drop((app, store));
 
         let (app, store) = open();

@@ -7,6 +7,12 @@
 //! while writes go on) and atomic, fsynced write transactions. The state
 //! machine reads it during apply and writes it only when the application
 //! flushes its overlay ([`gavel_core::State::flush_cold`]).
+//!
+//! A `checkpoint` table holds, next to the cold tables, the hot state and the
+//! snapshot position they were flushed at, written in the same durable
+//! transaction ([`RedbColdStore::write_checkpoint`]); a flush between
+//! snapshots marks it stale in its own transaction, so a checkpoint that
+//! [`RedbColdStore::checkpoint`] returns always matches the tables.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -122,9 +122,8 @@ fn backup_header(node: &Node, backup: &Backup) -> pb::BackupHeader {
         applied_index: backup.position.index,
         applied_term: backup.position.term,
         applied_leader_id: backup.position.leader_id,
-        // The state hash is the SHA-256 of the state's serialization, which
-        // is what the snapshot bytes are (`gavel_core::State::state_hash`).
-        state_hash: body_sha256.clone(),
+        // The snapshot bytes start with the hot state, which the state hash covers.
+        state_hash: gavel_core::State::snapshot_state_hash(&backup.bytes).unwrap_or_default(),
         body_bytes: backup.bytes.len() as u64,
         body_sha256,
         taken_by_node_id: node.id,
