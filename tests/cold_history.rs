@@ -249,3 +249,71 @@ async fn nodes_sigkilled_while_building_snapshots_come_back_to_the_same_state_ha
     })
     .await;
 }
+
+/// What node `id` logged, over all its starts.
+fn node_log(cluster: &Cluster, id: u64) -> String {
+    std::fs::read_to_string(cluster.dir.path().join(format!("n{id}.log"))).unwrap_or_default()
+}
+
+/// Logged when a node resumes from the checkpoint in its cold store.
+const RESUMED: &str = "the application resumed from its own checkpoint at the stored snapshot";
+/// Logged when a node rebuilds its state (and cold store) from the snapshot.
+const RESTORED: &str = "restored the application from the stored snapshot";
+
+/// The command-count policy snapshots a cluster whose entry threshold is never
+/// reached, and a follower SIGKILLed and restarted with many finalized
+/// executions resumes from the checkpoint in its cold store (hot state and
+/// position, written with the last snapshot's cold flush) instead of
+/// rewriting them from the snapshot, and comes back to the leader's hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_node_resumes_from_its_cold_store_checkpoint_without_rewriting_history() {
+    bounded(async {
+        let flags = ["--snapshot-logs-since-last=100000", "--snapshot-commands-since-last=30", "--logs-to-keep=5"];
+        let mut cluster = Cluster::start_with(3, &flags).await;
+        let leader = cluster.wait_for_leader().await;
+        register(&cluster, leader, support::capability("docs.read", pb::SideEffect::Read)).await;
+        for index in 0..40 {
+            run_lifecycle(&cluster, leader, &format!("ex-{index}")).await;
+        }
+        let hash = cluster.wait_converged().await;
+        let leader_status = cluster.status(leader).await.expect("leader status");
+        let snapshot_index = leader_status.snapshot_index.expect("snapshots by command count");
+        assert!(snapshot_index >= 60, "120 commands at 30 per snapshot: last snapshot at {snapshot_index}");
+
+        // Quiet: the follower's last snapshot is built and stored.
+        let follower = cluster.follower().await;
+        let mut settled = cluster.status(follower).await.expect("follower status").snapshot_index;
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = cluster.status(follower).await.expect("follower status").snapshot_index;
+            if now == settled {
+                break;
+            }
+            settled = now;
+        }
+        assert!(settled.is_some(), "the follower snapshotted by command count");
+        assert!(!node_log(&cluster, follower).contains(RESUMED), "the first start had nothing to resume from");
+
+        cluster.kill(follower);
+        cluster.spawn(follower);
+        assert_eq!(cluster.wait_converged().await, hash, "the restarted follower has the leader's state hash");
+        let log = node_log(&cluster, follower);
+        assert_eq!(log.matches(RESUMED).count(), 1, "the restart resumed from the checkpoint");
+        assert!(!log.contains(RESTORED), "the restart did not rewrite the cold records from the snapshot");
+        for execution_id in ["ex-0", "ex-20", "ex-39"] {
+            assert_completed(&cluster, follower, execution_id).await;
+            assert_eq!(
+                execution_events(&cluster, follower, execution_id).await,
+                execution_events(&cluster, leader, execution_id).await,
+                "{execution_id}'s audit trail on the resumed follower"
+            );
+        }
+        // It goes on applying with the others.
+        for index in 40..50 {
+            run_lifecycle(&cluster, leader, &format!("ex-{index}")).await;
+        }
+        assert_ne!(cluster.wait_converged().await, hash);
+        assert_completed(&cluster, follower, "ex-49").await;
+    })
+    .await;
+}

@@ -88,6 +88,9 @@ pub struct TimingArgs {
     /// Build a snapshot after this many log entries.
     #[arg(long, env = "GAVEL_SNAPSHOT_LOGS_SINCE_LAST", default_value_t = RaftTimings::default().snapshot_logs_since_last)]
     pub snapshot_logs_since_last: u64,
+    /// Build a snapshot after this many applied commands (an entry carries up to 512).
+    #[arg(long, env = "GAVEL_SNAPSHOT_COMMANDS_SINCE_LAST", default_value_t = RaftTimings::default().snapshot_commands_since_last)]
+    pub snapshot_commands_since_last: u64,
     /// Log entries kept behind a snapshot.
     #[arg(long, env = "GAVEL_LOGS_TO_KEEP", default_value_t = RaftTimings::default().logs_to_keep)]
     pub logs_to_keep: u64,
@@ -103,6 +106,7 @@ impl TimingArgs {
             rpc_timeout_ms: self.rpc_timeout_ms,
             snapshot_timeout_ms: self.snapshot_timeout_ms,
             snapshot_logs_since_last: self.snapshot_logs_since_last,
+            snapshot_commands_since_last: self.snapshot_commands_since_last,
             logs_to_keep: self.logs_to_keep,
         }
     }
@@ -116,6 +120,7 @@ impl TimingArgs {
             format!("--rpc-timeout-ms={}", self.rpc_timeout_ms),
             format!("--snapshot-timeout-ms={}", self.snapshot_timeout_ms),
             format!("--snapshot-logs-since-last={}", self.snapshot_logs_since_last),
+            format!("--snapshot-commands-since-last={}", self.snapshot_commands_since_last),
             format!("--logs-to-keep={}", self.logs_to_keep),
         ]
     }

@@ -537,6 +537,14 @@ impl State {
         Ok(state)
     }
 
+    /// The [`State::state_hash`] of the state [`State::snapshot`] bytes
+    /// hold, decoding only their hot part (the bytes start with it).
+    pub fn snapshot_state_hash(bytes: &[u8]) -> Result<String, SnapshotError> {
+        // bincode 1's `deserialize` allows trailing bytes: the cold records.
+        let state: State = bincode::deserialize(bytes).map_err(|error| SnapshotError::Decode(error.to_string()))?;
+        Ok(state.state_hash())
+    }
+
     /// SHA-256 over the serialized hot state, lower-case hex: equal on
     /// replicas that applied the same commands. The cold records are in it
     /// through their digests, so where they are kept and when they were

@@ -24,4 +24,34 @@ pub trait Application: Send + Sync + 'static {
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the whole application state with a snapshot's bytes.
     fn restore(&self, bytes: &[u8]) -> Result<(), String>;
+
+    /// [`Application::snapshot`] for the snapshot the Raft layer builds at
+    /// `position` (opaque bytes naming the applied log id and membership).
+    /// An application that keeps its state in its own store may checkpoint
+    /// it there with `position`, durably, before returning, so that
+    /// [`Application::resume`] finds it after a restart. The default ignores
+    /// `position`.
+    fn snapshot_at(&self, position: &[u8]) -> Vec<u8> {
+        let _ = position;
+        self.snapshot()
+    }
+
+    /// [`Application::restore`] of a snapshot at `position` (installed from
+    /// the leader or read back on start); an application that checkpoints
+    /// records `position` with the restored state. The default ignores it.
+    fn restore_at(&self, position: &[u8], bytes: &[u8]) -> Result<(), String> {
+        let _ = position;
+        self.restore(bytes)
+    }
+
+    /// Called once on start, before anything else, with the position of the
+    /// stored snapshot (`None`: there is none and the application starts
+    /// empty, having forgotten anything its own store held). Returns whether
+    /// the application loaded the state at exactly that position from its
+    /// own checkpoint; the Raft layer then neither reads nor restores the
+    /// stored snapshot. The default loads nothing.
+    fn resume(&self, position: Option<&[u8]>) -> Result<bool, String> {
+        let _ = position;
+        Ok(false)
+    }
 }

@@ -25,8 +25,14 @@ pub struct RaftTimings {
     pub rpc_timeout_ms: u64,
     /// Deadline for sending and installing a whole snapshot on a peer.
     pub snapshot_timeout_ms: u64,
-    /// Build a snapshot once this many entries were applied since the last one.
+    /// Build a snapshot once this many entries were applied since the last
+    /// one: the backstop that bounds the log's length (an entry carries from
+    /// one to 512 commands, the batcher's `BATCH_COMMANDS_MAX`).
     pub snapshot_logs_since_last: u64,
+    /// Build a snapshot once this many commands were applied since the last
+    /// one, however few entries carried them: what bounds the state a
+    /// snapshot and a restart catch up on.
+    pub snapshot_commands_since_last: u64,
     /// How many already-snapshotted entries to keep in the log after a snapshot
     /// (lets a slightly lagging follower catch up without a snapshot).
     pub logs_to_keep: u64,
@@ -46,6 +52,7 @@ impl Default for RaftTimings {
             rpc_timeout_ms: 1000,
             snapshot_timeout_ms: 30_000,
             snapshot_logs_since_last: 5000,
+            snapshot_commands_since_last: 10_000,
             logs_to_keep: 1000,
         }
     }
@@ -73,8 +80,8 @@ impl RaftTimings {
         if self.rpc_timeout_ms == 0 || self.snapshot_timeout_ms == 0 {
             return invalid("rpc_timeout_ms and snapshot_timeout_ms must be positive".into());
         }
-        if self.snapshot_logs_since_last == 0 {
-            return invalid("snapshot_logs_since_last must be positive".into());
+        if self.snapshot_logs_since_last == 0 || self.snapshot_commands_since_last == 0 {
+            return invalid("snapshot_logs_since_last and snapshot_commands_since_last must be positive".into());
         }
         Ok(())
     }

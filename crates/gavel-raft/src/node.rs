@@ -70,7 +70,7 @@ impl RaftNode {
         let incoming_dir = crate::service::incoming_dir(&config.data_dir);
         let spool_dir = incoming_dir.clone();
         // Opening the storage replays the WAL's segments and opens sled: blocking work.
-        let storage = tokio::task::spawn_blocking(move || {
+        let mut storage = tokio::task::spawn_blocking(move || {
             crate::service::clear_incoming(&spool_dir).map_err(|e| {
                 RaftError::Storage(format!("cannot prepare the snapshot spool {}: {e}", spool_dir.display()))
             })?;
@@ -80,9 +80,11 @@ impl RaftNode {
         .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;
         let peer_tls = config.peer_tls.as_ref().map(crate::PeerTls::client_config);
         let network = NetworkFactory::new(config.node_id, config.timings.clone(), peer_tls);
+        let snapshots_due = storage.state_machine.snapshot_after_commands(config.timings.snapshot_commands_since_last);
         let raft = Raft::new(config.node_id, raft_config, network, storage.log_store, storage.state_machine)
             .await
             .map_err(|e| RaftError::Storage(e.to_string()))?;
+        tokio::spawn(storage::request_snapshots(snapshots_due, raft.clone()));
         let metrics = raft.metrics();
         let (status_tx, status) = watch::channel(status_from_metrics(&metrics.borrow()));
         tokio::spawn(publish_status(metrics, status_tx));

@@ -8,13 +8,18 @@
 //! restores, since it is configuration, not replicated state.
 //!
 //! With a cold store ([`CoreApp::with_cold_store`]) the state's cold records
-//! (finalized executions and their lease records) live on disk: every
-//! snapshot the Raft layer builds first flushes the overlay of cold writes
-//! applied since the last one into the store, so memory holds the hot set
-//! plus at most one snapshot interval of cold writes. The store is a cache of
-//! the last snapshot plus what was flushed since: the application clears it
-//! when it starts and rewrites it from every snapshot it restores, so after a
-//! crash it never holds records the restored state does not know.
+//! (finalized executions, their lease records, the audit trail) live on
+//! disk: every snapshot the Raft layer builds first flushes the overlay of
+//! cold writes applied since the last one into the store, in one durable
+//! transaction that also writes the *checkpoint* (the hot state and the
+//! snapshot's position), so memory holds the hot set plus at most one
+//! snapshot interval of cold writes. On start, if the checkpoint is at the
+//! stored snapshot's position and no cold write was committed after it, the
+//! application resumes from it: it reads the hot state alone and keeps the
+//! cold tables ([`gavel_raft::Application::resume`]). Otherwise (no
+//! checkpoint, an older or newer one, writes flushed past it between
+//! snapshots) it clears the store and rewrites it from the snapshot, so the
+//! store never holds records the restored state does not know.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,8 +75,8 @@ impl CoreApp {
     }
 
     /// An empty application whose cold records go to `<data_dir>/cold.redb`
-    /// (created, with `data_dir`, if missing; cleared, see
-    /// [`CoreApp::with_cold_store`]).
+    /// (created, with `data_dir`, if missing; resumed from or cleared on
+    /// start, see [`CoreApp::with_cold_store`]).
     pub fn open(
         planted_bug: Option<Mutant>,
         data_dir: &std::path::Path,
@@ -82,14 +87,15 @@ impl CoreApp {
         CoreApp::with_cold_store(planted_bug, RedbColdStore::open(&data_dir.join(COLD_STORE_FILE))?)
     }
 
-    /// An empty application whose cold records go to `store`, which it
-    /// clears first: the state is empty until a snapshot is restored or the
-    /// log replayed, and the store must hold nothing the state does not know.
+    /// An empty application whose cold records go to `store`. The store is
+    /// left as it is until the Raft layer calls
+    /// [`gavel_raft::Application::resume`] on start, which resumes from its
+    /// checkpoint or clears it; an application used without Raft calls it
+    /// (with `None` to start empty).
     pub fn with_cold_store(
         planted_bug: Option<Mutant>,
         store: Arc<RedbColdStore>,
     ) -> Result<Arc<CoreApp>, gavel_core::ColdStoreError> {
-        store.clear()?;
         let (applied, _) = watch::channel(0);
         let mut state = State::new();
         state.set_planted_bug(planted_bug);
@@ -200,35 +206,100 @@ impl gavel_raft::Application for CoreApp {
     }
 
     /// Flushes the cold overlay into the cold store first (one durable
-    /// transaction of the cold writes since the last snapshot), then exports
-    /// the whole state. A failed flush keeps the overlay: nothing is lost and
-    /// the next snapshot tries again.
+    /// transaction of the cold writes since the last snapshot, without a
+    /// checkpoint), then exports the whole state. A failed flush keeps the
+    /// overlay: nothing is lost and the next snapshot tries again.
     fn snapshot(&self) -> Vec<u8> {
+        self.flush_and_export(None)
+    }
+
+    /// [`CoreApp::snapshot`], and the flush writes the checkpoint at `position`.
+    fn snapshot_at(&self, position: &[u8]) -> Vec<u8> {
+        self.flush_and_export(Some(position))
+    }
+
+    /// With a cold store, the store is rewritten from the snapshot's cold
+    /// records before the restored state replaces the current one.
+    fn restore(&self, bytes: &[u8]) -> Result<(), String> {
+        self.restore_whole(bytes, None)
+    }
+
+    /// [`CoreApp::restore`], and the rewrite writes the checkpoint at `position`.
+    fn restore_at(&self, position: &[u8], bytes: &[u8]) -> Result<(), String> {
+        self.restore_whole(bytes, Some(position))
+    }
+
+    /// Resumes from the cold store's checkpoint if it is at `position`
+    /// (reading only the hot state; the cold tables stay); otherwise clears
+    /// the store, which a restore then rewrites.
+    fn resume(&self, position: Option<&[u8]>) -> Result<bool, String> {
+        let Some(store) = &self.cold_store else { return Ok(false) };
+        let checkpoint = store.checkpoint().map_err(|error| error.to_string())?;
+        match (position, checkpoint) {
+            (Some(position), Some(checkpoint)) if checkpoint.position == position => {
+                let mut resumed =
+                    State::from_hot_snapshot(&checkpoint.hot, store.clone()).map_err(|error| error.to_string())?;
+                resumed.set_planted_bug(self.planted_bug);
+                *self.state() = resumed;
+                self.state_replaced();
+                Ok(true)
+            }
+            _ => {
+                store.clear().map_err(|error| error.to_string())?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+impl CoreApp {
+    /// Flushes the cold overlay (with the checkpoint at `position`, if
+    /// given) and exports the whole state.
+    fn flush_and_export(&self, position: Option<&[u8]>) -> Vec<u8> {
         let mut state = self.state();
         if let Some(store) = &self.cold_store {
-            if let Err(error) = state.flush_cold(|mutations| store.write(mutations)) {
+            let flushed = match position {
+                Some(position) => {
+                    let hot = state.hot_snapshot();
+                    state.flush_cold(|mutations| store.write_checkpoint(mutations, position, &hot))
+                }
+                None => state.flush_cold(|mutations| store.write(mutations)),
+            };
+            if let Err(error) = flushed {
                 tracing::error!(%error, "cannot flush cold records; they stay in memory");
             }
         }
         state.snapshot()
     }
 
-    /// With a cold store, the store is rewritten from the snapshot's cold
-    /// records before the restored state replaces the current one.
-    fn restore(&self, bytes: &[u8]) -> Result<(), String> {
+    /// Restores a whole-state snapshot; with a cold store, clears the store
+    /// and rewrites it (with the checkpoint at `position`, if given).
+    fn restore_whole(&self, bytes: &[u8], position: Option<&[u8]>) -> Result<(), String> {
         let mut restored = State::restore(bytes).map_err(|error| error.to_string())?;
         restored.set_planted_bug(self.planted_bug);
+        // Under the state lock: no read sees the store half rewritten.
         let mut state = self.state();
         if let Some(store) = &self.cold_store {
             store.clear().map_err(|error| error.to_string())?;
             restored.attach_cold_store(store.clone());
-            restored.flush_cold(|mutations| store.write(mutations)).map_err(|error| error.to_string())?;
+            let hot = restored.hot_snapshot();
+            restored
+                .flush_cold(|mutations| match position {
+                    Some(position) => store.write_checkpoint(mutations, position, &hot),
+                    None => store.write(mutations),
+                })
+                .map_err(|error| error.to_string())?;
         }
         *state = restored;
         drop(state);
+        self.state_replaced();
+        Ok(())
+    }
+
+    /// After the state was replaced: forgets the cached hash and wakes the readers.
+    fn state_replaced(&self) {
         *self.hash_cache.lock().expect("hash cache lock poisoned") = None;
         self.applied.send_modify(|_| {});
-        Ok(())
     }
 }
 
@@ -338,5 +409,102 @@ mod tests {
         let store = disk.cold_store.clone().expect("a cold store");
         assert!(store.len() > retained, "the finalized executions and their leases are on disk");
         assert_eq!(disk.state().cold_pending_count(), 0, "and none is in memory");
+    }
+
+    /// Applies `rounds` lifecycles (submit, lease, complete) of a registered
+    /// capability to `app`, from log index `*log_index + 1`.
+    fn lifecycles(app: &CoreApp, log_index: &mut u64, rounds: std::ops::Range<u32>) {
+        use gavel_core::{Command, SideEffect};
+        let mut apply = |command: Command| {
+            *log_index += 1;
+            let now_ms = 1_000 + *log_index;
+            let envelope = Envelope { request_id: None, now_ms, caller: None, command };
+            CoreApp::decode_reply(&app.apply(*log_index, &CoreApp::encode_command(&envelope)))
+        };
+        let capability = gavel_core::CapabilitySpec {
+            id: "cap".to_string(),
+            side_effect: Some(SideEffect::Read),
+            risk: Some(gavel_core::Risk::Low),
+            ..Default::default()
+        };
+        apply(Command::RegisterCapability(capability));
+        for round in rounds {
+            let submit = gavel_core::Submit {
+                execution_id: format!("exec-{round}"),
+                capability_id: "cap".to_string(),
+                input_json: "{}".to_string(),
+                actor: gavel_core::Actor::system(),
+                surface: "test".to_string(),
+                correlation_id: None,
+            };
+            apply(Command::Submit(submit));
+            let poll = Command::Poll { worker_id: "w".to_string(), queues: vec!["cap".to_string()], tasks_max: 1 };
+            let Reply::Tasks(tasks) = apply(poll) else { panic!("a poll leases") };
+            for task in tasks {
+                let outcome = gavel_core::ReportOutcome::Completed { output_json: "{}".to_string() };
+                apply(Command::Report { lease_id: task.lease.lease_id, worker_id: "w".to_string(), outcome });
+            }
+        }
+    }
+
+    /// A restart at the checkpoint's position reads the hot state alone and
+    /// writes no cold record; at any other position, or after cold writes
+    /// were flushed past the checkpoint, the store is cleared and rewritten.
+    #[test]
+    fn a_restart_at_the_checkpoint_resumes_without_rewriting_the_cold_records() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let path = directory.path().join(COLD_STORE_FILE);
+        let open = || {
+            let store = RedbColdStore::open(&path).expect("open the cold store");
+            (CoreApp::with_cold_store(None, store.clone()).expect("a cold store app"), store)
+        };
+        let (app, store) = open();
+        assert!(!app.resume(None).expect("resume"), "nothing to resume from");
+        let mut log_index = 0;
+        lifecycles(&app, &mut log_index, 0..200);
+        let whole = app.snapshot_at(b"position-1");
+        let (hash, records) = (app.state_hash(), store.len());
+        assert!(records >= 200 * 8, "the finalized lifecycles are on disk: {records} records");
+        let memory = CoreApp::new(None);
+        memory.restore(&whole).expect("the whole-state snapshot restores");
+        assert_eq!(memory.state_hash(), hash);
+        let from_bytes = State::snapshot_state_hash(&whole).expect("the snapshot decodes");
+        assert_eq!(from_bytes, hash, "the hash read from the snapshot's hot part");
+        drop((app, store));
+
+        let (app, store) = open();
+        assert!(app.resume(Some(b"position-1")).expect("resume"), "resumed from the checkpoint");
+        assert_eq!(store.writes(), 0, "resuming writes no cold record");
+        assert_eq!(store.len(), records);
+        assert_eq!(app.state_hash(), hash, "the state hash of the snapshot");
+        for id in ["exec-0", "exec-199"] {
+            let expected = memory.state().execution(id).map(std::borrow::Cow::into_owned);
+            assert!(expected.is_some());
+            assert_eq!(app.state().execution(id).map(std::borrow::Cow::into_owned), expected, "{id} reads the same");
+        }
+        // Both go on alike from there.
+        let mut memory_index = log_index;
+        lifecycles(&app, &mut log_index, 200..210);
+        lifecycles(&memory, &mut memory_index, 200..210);
+        assert_eq!(app.state_hash(), memory.state_hash());
+        app.snapshot_at(b"position-2");
+        drop((app, store));
+
+        // The stored snapshot is older than the checkpoint: clear and rewrite.
+        let (app, store) = open();
+        assert!(!app.resume(Some(b"position-1")).expect("resume"), "the checkpoint is at another position");
+        assert!(store.is_empty(), "cleared");
+        app.restore_at(b"position-1", &whole).expect("restore");
+        assert_eq!(app.state_hash(), hash);
+        assert_eq!(store.len(), records, "rewritten");
+        assert_eq!(store.writes(), records as u64);
+        // Cold writes flushed between snapshots move the tables past the checkpoint.
+        app.set_cold_pending_max(1);
+        lifecycles(&app, &mut log_index, 300..302);
+        drop((app, store));
+        let (app, store) = open();
+        assert_eq!(store.checkpoint().expect("read the checkpoint"), None, "the checkpoint is stale");
+        assert!(!app.resume(Some(b"position-1")).expect("resume"));
+        assert!(store.is_empty());
     }
 }

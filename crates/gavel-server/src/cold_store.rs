@@ -7,8 +7,15 @@
 //! while writes go on) and atomic, fsynced write transactions. The state
 //! machine reads it during apply and writes it only when the application
 //! flushes its overlay ([`gavel_core::State::flush_cold`]).
+//!
+//! A `checkpoint` table holds, next to the cold tables, the hot state and the
+//! snapshot position they were flushed at, written in the same durable
+//! transaction ([`RedbColdStore::write_checkpoint`]); a flush between
+//! snapshots marks it stale in its own transaction, so a checkpoint that
+//! [`RedbColdStore::checkpoint`] returns always matches the tables.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use gavel_core::{ColdMutation, ColdStore, ColdStoreError, ColdTable};
@@ -25,10 +32,35 @@ fn definition(table: ColdTable) -> TableDefinition<'static, &'static [u8], &'sta
     }
 }
 
-/// Cold records in a redb file.
+/// The checkpoint table: the hot state and the snapshot position the cold
+/// tables are at ([`RedbColdStore::write_checkpoint`]).
+const CHECKPOINT: TableDefinition<'static, &'static str, &'static [u8]> = TableDefinition::new("checkpoint");
+/// Checkpoint key: the snapshot position (opaque, from the Raft layer).
+const POSITION_KEY: &str = "position";
+/// Checkpoint key: `State::hot_snapshot` bytes at that position.
+const HOT_KEY: &str = "hot";
+/// Checkpoint key, present once cold writes past the checkpoint were
+/// committed ([`RedbColdStore::write_eventually`]): the tables are no longer
+/// at the checkpoint's position.
+const DIRTY_KEY: &str = "dirty";
+
+/// A checkpoint: the snapshot position and the hot state the cold tables
+/// complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The snapshot position (opaque bytes from the Raft layer).
+    pub position: Vec<u8>,
+    /// `State::hot_snapshot` bytes at that position.
+    pub hot: Vec<u8>,
+}
+
+/// Cold records in a redb file, with the checkpoint of the hot state they
+/// belong to.
 pub struct RedbColdStore {
     database: Database,
     path: PathBuf,
+    /// Records written (inserted or removed) since the store was opened.
+    writes: AtomicU64,
 }
 
 impl std::fmt::Debug for RedbColdStore {
@@ -45,7 +77,7 @@ impl RedbColdStore {
     /// Opens (or creates) the store file at `path`.
     pub fn open(path: &Path) -> Result<Arc<RedbColdStore>, ColdStoreError> {
         let database = Database::create(path).map_err(write_error)?;
-        Ok(Arc::new(RedbColdStore { database, path: path.to_path_buf() }))
+        Ok(Arc::new(RedbColdStore { database, path: path.to_path_buf(), writes: AtomicU64::new(0) }))
     }
 
     /// The store file.
@@ -53,16 +85,57 @@ impl RedbColdStore {
         &self.path
     }
 
-    /// Deletes every record, in one durable transaction.
+    /// How many records were written (inserted or removed) through this
+    /// handle since it was opened.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Deletes every record and the checkpoint, in one durable transaction.
     pub fn clear(&self) -> Result<(), ColdStoreError> {
         let transaction = self.database.begin_write().map_err(write_error)?;
         for table in ColdTable::ALL {
-            match transaction.delete_table(definition(table)) {
-                Ok(_) => {}
-                Err(error) => return Err(write_error(error)),
-            }
+            transaction.delete_table(definition(table)).map_err(write_error)?;
         }
+        transaction.delete_table(CHECKPOINT).map_err(write_error)?;
         transaction.commit().map_err(write_error)
+    }
+
+    /// The checkpoint the cold tables are at: the snapshot position and the
+    /// hot state written with them by [`RedbColdStore::write_checkpoint`].
+    /// `None` if there is none, or if cold writes were committed after it.
+    pub fn checkpoint(&self) -> Result<Option<Checkpoint>, ColdStoreError> {
+        let transaction = self.database.begin_read().map_err(write_error)?;
+        let opened = match transaction.open_table(CHECKPOINT) {
+            Ok(opened) => opened,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(error) => return Err(write_error(error)),
+        };
+        let read = |key: &str| opened.get(key).map(|value| value.map(|value| value.value().to_vec()));
+        if read(DIRTY_KEY).map_err(write_error)?.is_some() {
+            return Ok(None);
+        }
+        match (read(POSITION_KEY).map_err(write_error)?, read(HOT_KEY).map_err(write_error)?) {
+            (Some(position), Some(hot)) => Ok(Some(Checkpoint { position, hot })),
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes the mutations, the snapshot `position` and the `hot` state
+    /// they complete in one durable transaction: afterwards the file holds
+    /// the whole state at `position` ([`RedbColdStore::checkpoint`]).
+    pub fn write_checkpoint(
+        &self,
+        mutations: &[ColdMutation],
+        position: &[u8],
+        hot: &[u8],
+    ) -> Result<(), ColdStoreError> {
+        self.write_with(mutations, Durability::Immediate, |checkpoint| {
+            checkpoint.insert(POSITION_KEY, position)?;
+            checkpoint.insert(HOT_KEY, hot)?;
+            checkpoint.remove(DIRTY_KEY)?;
+            Ok(())
+        })
     }
 
     /// How many records the store holds, over all tables.
@@ -109,8 +182,9 @@ impl ColdStore for RedbColdStore {
         Some((key.value().to_vec(), value.value().to_vec()))
     }
 
+    /// Durable; the tables move past any checkpoint, which is dropped.
     fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
-        self.write_with(mutations, Durability::Immediate)
+        self.write_with(mutations, Durability::Immediate, drop_checkpoint)
     }
 
     /// One read transaction for the whole batch.
@@ -134,16 +208,30 @@ impl ColdStore for RedbColdStore {
 
 impl RedbColdStore {
     /// Writes the mutations in one transaction without waiting for the disk:
-    /// a crash may lose them (the file stays consistent), which the
-    /// application tolerates because it rebuilds the store from a snapshot on
-    /// every start. Pages they free are reclaimed at the next durable write.
+    /// a crash may lose them (the file stays consistent). The same
+    /// transaction marks the checkpoint stale, so if they survive a crash the
+    /// application does not resume from it but rebuilds the store from the
+    /// snapshot. Pages they free are reclaimed at the next durable write.
     pub fn write_eventually(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
-        self.write_with(mutations, Durability::None)
+        self.write_with(mutations, Durability::None, |checkpoint| {
+            checkpoint.insert(DIRTY_KEY, &[][..])?;
+            Ok(())
+        })
     }
 
-    fn write_with(&self, mutations: &[ColdMutation], durability: Durability) -> Result<(), ColdStoreError> {
+    /// One transaction: the mutations, then `checkpoint` on the checkpoint table.
+    fn write_with(
+        &self,
+        mutations: &[ColdMutation],
+        durability: Durability,
+        checkpoint: impl FnOnce(&mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError>,
+    ) -> Result<(), ColdStoreError> {
         let mut transaction = self.database.begin_write().map_err(write_error)?;
         transaction.set_durability(durability);
+        {
+            let mut opened = transaction.open_table(CHECKPOINT).map_err(write_error)?;
+            checkpoint(&mut opened).map_err(write_error)?;
+        }
         {
             let mut tables = Vec::new();
             for table in ColdTable::ALL {
@@ -162,8 +250,17 @@ impl RedbColdStore {
                 }
             }
         }
-        transaction.commit().map_err(write_error)
+        transaction.commit().map_err(write_error)?;
+        self.writes.fetch_add(mutations.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
+}
+
+/// A plain write moves the tables past the checkpoint: forget it.
+fn drop_checkpoint(checkpoint: &mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError> {
+    checkpoint.remove(POSITION_KEY)?;
+    checkpoint.remove(HOT_KEY)?;
+    Ok(())
 }
 
 #[cfg(test)]

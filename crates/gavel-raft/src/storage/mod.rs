@@ -14,7 +14,17 @@
 //! The application state itself is persisted only through snapshots: on
 //! start the last snapshot is restored into the application and openraft
 //! re-applies the committed log suffix. Restart cost is therefore the
-//! snapshot plus the suffix, never the whole history.
+//! snapshot plus the suffix, never the whole history. An application that
+//! checkpoints its own state at every snapshot (`Application::snapshot_at`)
+//! and finds that checkpoint at the stored snapshot's position on start
+//! (`Application::resume`) skips even the snapshot: the stored bytes are
+//! then not read.
+//!
+//! Snapshot policy: openraft's `LogsSinceLast` (entries, the backstop that
+//! bounds the log) and the state machine's own command count
+//! (`RaftTimings::snapshot_commands_since_last`, `state_machine`), which asks
+//! Raft for a snapshot once enough commands were applied, however few
+//! entries carried them.
 //!
 //! Durability rules (enforced where noted):
 //! - a log append is acknowledged to openraft (`LogFlushed`) only after the
@@ -50,7 +60,7 @@ use serde::Serialize;
 
 pub(crate) use durability::ThreadExited;
 pub(crate) use log_store::LogStore;
-pub(crate) use state_machine::StateMachineStore;
+pub(crate) use state_machine::{request_snapshots, StateMachineStore};
 
 use crate::application::Application;
 use crate::limits::{SLED_CACHE_BYTES, SLED_SEGMENT_BYTES};

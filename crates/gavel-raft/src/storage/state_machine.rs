@@ -5,11 +5,14 @@ use std::sync::Arc;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use tokio::sync::mpsc;
 
 use super::{encode, Shared, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY};
 use crate::application::Application;
 use crate::batch;
-use crate::typ::{Command, Entry, LogId, Reply, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::typ::{
+    Command, Entry, LogId, Raft, Reply, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
 use crate::RaftError;
 
 /// The state machine: the application plus the last applied log id and
@@ -19,25 +22,97 @@ pub(crate) struct StateMachineStore {
     app: Arc<dyn Application>,
     last_applied: Option<LogId>,
     membership: StoredMembership,
+    commands: CommandCount,
+}
+
+/// The command-count snapshot policy: counts the commands applied since the
+/// last snapshot (built or installed) and, once they reach the threshold,
+/// asks for a snapshot after every entry until one is built. openraft's own
+/// policy (`LogsSinceLast`) counts entries, and one entry carries up to 512
+/// commands.
+#[derive(Default)]
+struct CommandCount {
+    since_last: u64,
+    /// The threshold and where to ask; `None` until
+    /// [`StateMachineStore::snapshot_after_commands`] (a store opened without
+    /// a running Raft, by backup for example, never asks).
+    trigger: Option<(u64, mpsc::Sender<()>)>,
+}
+
+impl CommandCount {
+    fn applied(&mut self, commands: usize) {
+        self.since_last = self.since_last.saturating_add(commands as u64);
+        if let Some((threshold, due)) = &self.trigger {
+            if self.since_last >= *threshold {
+                // Full: a request is already pending, which is enough.
+                let _ = due.try_send(());
+            }
+        }
+    }
+}
+
+/// Asks Raft for a snapshot whenever the state machine reports one due;
+/// returns when the state machine is dropped or Raft stops.
+pub(crate) async fn request_snapshots(mut due: mpsc::Receiver<()>, raft: Raft) {
+    while due.recv().await.is_some() {
+        // openraft ignores the trigger while a snapshot is being built; the
+        // state machine asks again after the next entry.
+        if raft.trigger().snapshot().await.is_err() {
+            return;
+        }
+    }
 }
 
 impl StateMachineStore {
-    /// Loads the stored snapshot (if any) into the application.
+    /// Loads the stored snapshot (if any) into the application, unless the
+    /// application resumes from its own checkpoint at the same position
+    /// ([`Application::resume`]): then the snapshot's bytes are not read.
     pub(super) fn restore(shared: Arc<Shared>, app: Arc<dyn Application>) -> Result<Self, RaftError> {
-        let snapshot =
-            shared.read_snapshot().map_err(|e| RaftError::Storage(format!("cannot read the snapshot: {e}")))?;
-        let mut store = Self { shared, app, last_applied: None, membership: StoredMembership::default() };
-        if let Some((meta, data)) = snapshot {
-            store
-                .app
-                .restore(&data)
-                .map_err(|e| RaftError::Storage(format!("the application refused the stored snapshot: {e}")))?;
+        let read_error = |e: &dyn std::fmt::Display| RaftError::Storage(format!("cannot read the snapshot: {e}"));
+        let refused = |e: String| RaftError::Storage(format!("the application refused the stored snapshot: {e}"));
+        let stored = shared.read_snapshot_meta().map_err(|e| read_error(&e))?;
+        let mut store = Self {
+            shared,
+            app,
+            last_applied: None,
+            membership: StoredMembership::default(),
+            commands: CommandCount::default(),
+        };
+        let Some(meta) = stored else {
+            store.app.resume(None).map_err(refused)?;
+            return Ok(store);
+        };
+        let at = position(&meta.last_log_id, &meta.last_membership);
+        if store.app.resume(Some(&at)).map_err(refused)? {
+            tracing::info!(snapshot = %meta, "the application resumed from its own checkpoint at the stored snapshot");
+        } else {
+            let (meta, data) = store.shared.read_snapshot().map_err(|e| read_error(&e))?.ok_or_else(|| {
+                RaftError::Storage("the stored snapshot disappeared while the node was starting".into())
+            })?;
+            store.app.restore_at(&position(&meta.last_log_id, &meta.last_membership), &data).map_err(refused)?;
             tracing::info!(snapshot = %meta, "restored the application from the stored snapshot");
-            store.last_applied = meta.last_log_id;
-            store.membership = meta.last_membership;
         }
+        store.last_applied = meta.last_log_id;
+        store.membership = meta.last_membership;
         Ok(store)
     }
+
+    /// Turns on the command-count policy: a snapshot is asked for once
+    /// `threshold` commands were applied since the last one. Run
+    /// [`request_snapshots`] on the returned receiver with the Raft handle.
+    pub(crate) fn snapshot_after_commands(&mut self, threshold: u64) -> mpsc::Receiver<()> {
+        let (due, requests) = mpsc::channel(1);
+        self.commands.trigger = Some((threshold, due));
+        requests
+    }
+}
+
+/// The position [`Application::snapshot_at`], `restore_at` and `resume`
+/// name a snapshot by: its last log id and membership, bincode-encoded (the
+/// snapshot id is left out: it differs between nodes and rebuilds of the
+/// same state).
+fn position(last_applied: &Option<LogId>, membership: &StoredMembership) -> Vec<u8> {
+    encode(&(last_applied, membership)).expect("log ids and memberships serialize: plain data")
 }
 
 /// Captures the application state at one point of the log; `build_snapshot`
@@ -104,15 +179,16 @@ async fn persist_snapshot(
 /// replies. An entry that is not a well-formed batch (written by an
 /// incompatible version) is applied as no command on every replica alike, and
 /// answered with an empty batch, which the proposer reports as an error.
-fn apply_batch(app: &dyn Application, log_index: u64, payload: &[u8]) -> Vec<u8> {
+/// Also returns how many commands it applied.
+fn apply_batch(app: &dyn Application, log_index: u64, payload: &[u8]) -> (Vec<u8>, usize) {
     match batch::decode(payload) {
         Ok(commands) => {
             let replies = app.apply_batch(log_index, &commands);
-            batch::encode(&replies)
+            (batch::encode(&replies), commands.len())
         }
         Err(error) => {
             tracing::error!(log_index, %error, "skipping an undecodable log entry");
-            batch::encode::<Vec<u8>>(&[])
+            (batch::encode::<Vec<u8>>(&[]), 0)
         }
     }
 }
@@ -134,7 +210,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             self.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
                 EntryPayload::Blank => Reply::default(),
-                EntryPayload::Normal(Command(payload)) => Reply(apply_batch(&*self.app, entry.log_id.index, &payload)),
+                EntryPayload::Normal(Command(payload)) => {
+                    let (reply, commands) = apply_batch(&*self.app, entry.log_id.index, &payload);
+                    self.commands.applied(commands);
+                    Reply(reply)
+                }
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);
                     Reply::default()
@@ -151,7 +231,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // between two `apply` calls, so the bytes match `last_applied`
         // exactly. openraft runs `build_snapshot` in a separate task that
         // would otherwise race with later applies.
-        let data = self.app.snapshot();
+        let data = self.app.snapshot_at(&position(&self.last_applied, &self.membership));
+        self.commands.since_last = 0;
         let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match &self.last_applied {
             Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.index, seq),
@@ -174,11 +255,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Vec<u8>>) -> Result<(), StorageError> {
         self.app
-            .restore(&snapshot)
+            .restore_at(&position(&meta.last_log_id, &meta.last_membership), &snapshot)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e)))?;
         persist_snapshot(&self.shared, meta, &snapshot, WriteMode::Replace).await?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
+        self.commands.since_last = 0;
         Ok(())
     }
 

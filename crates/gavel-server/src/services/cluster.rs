@@ -119,11 +119,10 @@ fn backup_status(error: BackupError) -> Status {
 fn backup_header(node: &Node, backup: &Backup) -> Result<pb::BackupHeader, Status> {
     let body_sha256 = gavel_core::canonical_json::sha256_hex(&backup.bytes);
     // The state hash covers the hot state (and the cold records through
-    // their running digest), not the snapshot's bytes: decode the body once
-    // to take it, as `gavel backup restore` does to check it.
-    let state_hash = gavel_core::State::restore(&backup.bytes)
-        .map_err(|error| Status::internal(format!("backup: the snapshot taken does not decode: {error}")))?
-        .state_hash();
+    // their running digest), not the snapshot's bytes; the bytes start with
+    // the hot state, so only that part is decoded.
+    let state_hash = gavel_core::State::snapshot_state_hash(&backup.bytes)
+        .map_err(|error| Status::internal(format!("backup: the snapshot taken does not decode: {error}")))?;
     Ok(pb::BackupHeader {
         applied_index: backup.position.index,
         applied_term: backup.position.term,
