@@ -239,6 +239,7 @@ async fn hot_path_histograms_snapshots_stages_and_late_reports_move_when_their_e
         "gavel_raft_snapshot_bytes",
         "gavel_raft_snapshot_build_seconds_count",
         "gavel_late_reports_total",
+        "gavel_dedup_replays_total",
         "gavel_tick_lag_seconds_count",
     ] {
         assert!(before.iter().any(|sample| sample.name == name), "{name} is exported: {before:#?}");
@@ -277,7 +278,10 @@ async fn hot_path_histograms_snapshots_stages_and_late_reports_move_when_their_e
         max_tasks: 1,
         wait_ms: 5_000,
     };
-    let tasks = workers.poll(poll).await.expect("poll").into_inner().tasks;
+    let tasks = workers.poll(poll.clone()).await.expect("poll").into_inner().tasks;
+    // The same poll again (a retry): answered at the edge with the same grant.
+    let again = workers.poll(poll).await.expect("the retried poll").into_inner().tasks;
+    assert_eq!(again, tasks, "a retried poll gets the tasks its first attempt was granted");
     let lease = tasks.first().and_then(|task| task.lease.clone()).unwrap_or_else(|| panic!("a leased task: {tasks:?}"));
     let report = |n: u32| pb::ReportRequest {
         request_id: format!("report-{run}-{n}"),
@@ -286,6 +290,8 @@ async fn hot_path_histograms_snapshots_stages_and_late_reports_move_when_their_e
         outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: format!("{n}") })),
     };
     workers.report(report(1)).await.expect("the first report");
+    // The same report again (a retry): applied again, answered from the dedup table.
+    workers.report(report(1)).await.expect("the retried report gets the first answer");
     let late = workers.report(report(2)).await.expect_err("a report after the lease ended is refused");
     assert_eq!(support::domain_code(&late), "LEASE_LOST", "{late:?}");
 
@@ -305,6 +311,8 @@ async fn hot_path_histograms_snapshots_stages_and_late_reports_move_when_their_e
 
     let proposals = PROPOSALS as f64;
     assert_eq!(grew(&before, &after, "gavel_late_reports_total", &[]), 1.0, "the late report is counted once");
+    assert_eq!(grew(&before, &after, "gavel_dedup_replays_total", &[("at", "poll")]), 1.0, "the retried poll");
+    assert_eq!(grew(&before, &after, "gavel_dedup_replays_total", &[("at", "apply")]), 1.0, "the retried report");
     assert!(grew(&before, &after, "gavel_raft_committed_index", &[]) >= proposals);
     assert!(value(&after, "gavel_raft_committed_index", &[]) >= value(&after, "gavel_raft_applied_index", &[]));
     // Each create is one command in some entry, each entry one WAL record in some fsync group.

@@ -130,26 +130,35 @@ impl State {
     /// and nothing changes. Every event the command records carries its
     /// caller's principal.
     pub fn apply(&mut self, envelope: &Envelope) -> Reply {
+        self.apply_noting_replay(envelope).0
+    }
+
+    /// [`State::apply`], also saying whether the reply is the remembered
+    /// reply of an earlier command with the same request id (a retry the
+    /// dedup table answered, changing nothing). The flag is an observation
+    /// for the node's metrics, not replicated state.
+    pub fn apply_noting_replay(&mut self, envelope: &Envelope) -> (Reply, bool) {
         self.clock_ms = self.clock_ms.max(envelope.now_ms);
         let caller = envelope.caller.as_ref();
         if let Err(refusal) = self.authorize_command(caller, &envelope.command, envelope.now_ms) {
-            return refusal.into();
+            return (refusal.into(), false);
         }
         let first_cursor = self.audit.next_cursor();
-        let reply = self.apply_authorized(envelope, caller);
+        let (reply, replayed) = self.apply_authorized(envelope, caller);
         if let Some(caller) = caller {
             self.audit.stamp_principal(first_cursor, &caller.principal);
         }
-        reply
+        (reply, replayed)
     }
 
-    /// `apply` after authorization: deduplication, then the command.
-    fn apply_authorized(&mut self, envelope: &Envelope, caller: Option<&Caller>) -> Reply {
+    /// `apply` after authorization: deduplication, then the command; true
+    /// when the dedup table answered.
+    fn apply_authorized(&mut self, envelope: &Envelope, caller: Option<&Caller>) -> (Reply, bool) {
         let Some(request_id) = envelope.request_id.as_deref().filter(|id| !id.is_empty()) else {
-            return self.dispatch(&envelope.command, caller);
+            return (self.dispatch(&envelope.command, caller), false);
         };
         if let Err(problem) = crate::validate::check_id("requestId", request_id) {
-            return DomainError::invalid(problem).into();
+            return (DomainError::invalid(problem).into(), false);
         }
         let fingerprint = crate::dedup::fingerprint(&envelope.command, caller.map(|caller| &caller.principal));
         let wrong_key = self.planted(Mutant::DedupWrongKey);
@@ -162,17 +171,17 @@ impl State {
         self.dedup.forget_expired(self.clock_ms);
         if let Some(remembered) = self.dedup.recall(key) {
             if remembered.fingerprint != fingerprint && !wrong_key {
-                return DomainError::new(
+                let reused = DomainError::new(
                     ErrorCode::RequestIdReused,
                     format!("request id \"{request_id}\" was already used for a different request"),
-                )
-                .into();
+                );
+                return (reused.into(), false);
             }
-            return self.rebuild_reply(&remembered.reply, &envelope.command);
+            return (self.rebuild_reply(&remembered.reply, &envelope.command), true);
         }
         let reply = self.dispatch(&envelope.command, caller);
         self.dedup.remember(key, fingerprint, RememberedReply::from_reply(&reply), self.clock_ms);
-        reply
+        (reply, false)
     }
 
     /// Runs an authorized command. `caller` is who authenticated it: the

@@ -21,7 +21,7 @@
 //! snapshots) it clears the store and rewrites it from the snapshot, so the
 //! store never holds records the restored state does not know.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gavel_core::mutants::Mutant;
@@ -55,6 +55,9 @@ pub struct CoreApp {
     /// The state hash at an applied index: hashing serializes the whole state,
     /// so status calls reuse it until the next apply.
     hash_cache: Mutex<Option<(u64, String)>>,
+    /// Commands the dedup table answered with a remembered reply (retries
+    /// whose first attempt had committed), counted for the metrics.
+    dedup_replays: AtomicU64,
 }
 
 impl CoreApp {
@@ -71,6 +74,7 @@ impl CoreApp {
             planted_bug,
             applied,
             hash_cache: Mutex::new(None),
+            dedup_replays: AtomicU64::new(0),
         })
     }
 
@@ -107,7 +111,13 @@ impl CoreApp {
             planted_bug,
             applied,
             hash_cache: Mutex::new(None),
+            dedup_replays: AtomicU64::new(0),
         }))
+    }
+
+    /// Commands this node applied whose reply came from the dedup table.
+    pub fn dedup_replays(&self) -> u64 {
+        self.dedup_replays.load(Ordering::Relaxed)
     }
 
     /// Sets how many unflushed cold writes trigger a flush between entries
@@ -169,9 +179,15 @@ impl CoreApp {
 }
 
 /// Applies one encoded command to the locked state and encodes its reply.
-fn apply_one(state: &mut State, command: &[u8]) -> Vec<u8> {
+fn apply_one(state: &mut State, command: &[u8], replays: &AtomicU64) -> Vec<u8> {
     let reply = match bincode::deserialize::<Envelope>(command) {
-        Ok(envelope) => state.apply(&envelope),
+        Ok(envelope) => {
+            let (reply, replayed) = state.apply_noting_replay(&envelope);
+            if replayed {
+                replays.fetch_add(1, Ordering::Relaxed);
+            }
+            reply
+        }
         // Only nodes of this cluster propose; an undecodable entry comes from an
         // incompatible version. Every replica answers it alike and changes nothing.
         Err(error) => Reply::Error(DomainError::invalid(format!("undecodable command: {error}"))),
@@ -183,7 +199,7 @@ impl gavel_raft::Application for CoreApp {
     fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8> {
         let reply = {
             let mut state = self.state();
-            let reply = apply_one(&mut state, command);
+            let reply = apply_one(&mut state, command, &self.dedup_replays);
             self.flush_if_full(&mut state);
             reply
         };
@@ -197,7 +213,7 @@ impl gavel_raft::Application for CoreApp {
     fn apply_batch(&self, log_index: u64, commands: &[&[u8]]) -> Vec<Vec<u8>> {
         let replies = {
             let mut state = self.state();
-            let replies = commands.iter().map(|command| apply_one(&mut state, command)).collect();
+            let replies = commands.iter().map(|command| apply_one(&mut state, command, &self.dedup_replays)).collect();
             self.flush_if_full(&mut state);
             replies
         };

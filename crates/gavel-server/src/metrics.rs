@@ -7,6 +7,9 @@
 //!   ([`crate::routing`]) through [`Metrics::observe`].
 //! - **Counted as calls are refused for overload**:
 //!   `gavel_overload_refused_total{kind}` ([`Metrics::count_overload_refusal`]).
+//! - `gavel_dedup_replays_total{at}`: retries answered from the dedup table,
+//!   at apply (read from `CoreApp::dedup_replays` at scrape time) or at a
+//!   long-poll's edge ([`Metrics::count_poll_replay`]).
 //! - **Read at scrape time**: the Raft status (term, leader, indexes, role)
 //!   and the domain state's counts ([`gavel_core::State::counts`]), so they
 //!   are never stale and cost nothing between scrapes.
@@ -157,6 +160,13 @@ struct KindLabels {
     kind: String,
 }
 
+/// An `at` label: where a retry was answered from the dedup table
+/// (`apply`: a command applied again, `poll`: a long-poll retried at the edge).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct AtLabels {
+    at: &'static str,
+}
+
 /// A `queue` label (capped).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct QueueLabels {
@@ -194,6 +204,9 @@ pub struct Metrics {
     overload_refused: Family<KindLabels, Counter>,
     /// `gavel_late_reports_total`: reports and heartbeats refused `LEASE_LOST`.
     late_reports: Counter,
+    /// `gavel_dedup_replays_total{at}`: retries answered with the reply their
+    /// first attempt got (the dedup table), so nothing happened twice.
+    dedup_replays: Family<AtLabels, Counter>,
     /// The edge stage and the tick lag (shared with the [`HotPath`] collector).
     edge: Arc<EdgeStats>,
     /// The caps of the labels a caller or a registrant chooses.
@@ -248,6 +261,11 @@ impl Metrics {
                 r,
                 "gavel_late_reports",
                 "Worker reports and heartbeats refused LEASE_LOST: they came after the lease had ended",
+            ),
+            dedup_replays: registered(
+                r,
+                "gavel_dedup_replays",
+                "Retried requests answered with the reply their first attempt got (at: apply or poll)",
             ),
             calls,
             call_seconds,
@@ -305,6 +323,12 @@ impl Metrics {
         self.overload_refused.get_or_create(&KindLabels { kind: kind.as_str().to_string() }).inc();
     }
 
+    /// Counts one long-poll retry answered at the edge with the tasks its
+    /// first attempt was granted.
+    pub fn count_poll_replay(&self) {
+        self.dedup_replays.get_or_create(&AtLabels { at: "poll" }).inc();
+    }
+
     /// Records the `edge` stage of one proposed command: from its request
     /// reaching this node to the proposal being handed to Raft.
     pub fn observe_edge(&self, elapsed: Duration) {
@@ -334,6 +358,9 @@ impl Metrics {
     pub fn render(&self, node: &Node) -> String {
         let _one_scrape = self.scrape.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let status = node.raft.status();
+        let applied_replays = self.dedup_replays.get_or_create(&AtLabels { at: "apply" });
+        applied_replays.inc_by(node.app.dedup_replays().saturating_sub(applied_replays.get()));
+        drop(applied_replays);
         self.raft_term.set(clamp(status.term));
         self.raft_leader_id.set(clamp(status.leader_id.unwrap_or(0)));
         self.raft_is_leader.set(i64::from(status.is_leader()));

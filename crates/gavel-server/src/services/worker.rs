@@ -84,6 +84,7 @@ async fn long_poll(
     let deadline = tokio::time::Instant::now() + wait;
     let mut applied = node.app.subscribe();
     if let Some(tasks) = node.app.state().replayed_grants_for(request_id, caller, &poll) {
+        node.metrics.count_poll_replay();
         return Ok(tasks);
     }
     let mut attempt = 0u32;
