@@ -96,20 +96,6 @@ async fn assert_completed(cluster: &Cluster, via: u64, execution_id: &str) {
     assert!(execution.result.is_some(), "{execution_id} carries its result");
 }
 
-/// The audit trail of `execution_id`, read through `via`.
-async fn execution_events(cluster: &Cluster, via: u64, execution_id: &str) -> Vec<pb::Event> {
-    retry(|| {
-        let mut client = cluster.executions(via);
-        let request =
-            pb::ListExecutionEventsRequest { execution_id: execution_id.to_string(), after_cursor: 0, limit: 0 };
-        async move { client.list_execution_events(request).await }
-    })
-    .await
-    .expect("list execution events")
-    .into_inner()
-    .events
-}
-
 /// Whether node `id` has its cold store file (a redb file preallocates, so
 /// its size says little about what it holds; the unit tests of
 /// `gavel-server`'s `cold_store` and `app` check the contents).
@@ -145,23 +131,7 @@ async fn finalized_executions_are_served_from_disk_by_old_restarted_and_joining_
 
         // A fourth node joins: the log before the snapshot is purged, so it
         // gets a snapshot, and writes its cold records to its own store.
-        let new_node = cluster.add_joining_node();
-        cluster.nodes.iter_mut().find(|node| node.id == new_node).expect("new node").extra_flags =
-            vec!["--snapshot-logs-since-last=100000".to_string(), "--logs-to-keep=5".to_string()];
-        cluster.spawn(new_node);
-        let new_addr = cluster.addr(new_node);
-        retry(|| {
-            let mut client = cluster.cluster(leader);
-            let request = pb::AddLearnerRequest {
-                request_id: String::new(),
-                node_id: new_node,
-                addr: new_addr.clone(),
-                wait_caught_up: false,
-            };
-            async move { client.add_learner(request).await }
-        })
-        .await
-        .expect("add learner");
+        let new_node = cluster.join_learner_by_snapshot(leader).await;
         retry(|| {
             let mut client = cluster.cluster(leader);
             let request = pb::PromoteRequest { request_id: String::new(), node_id: new_node };
@@ -175,10 +145,10 @@ async fn finalized_executions_are_served_from_disk_by_old_restarted_and_joining_
         assert!(has_cold_store(&cluster, new_node), "the new node keeps its cold store");
         for execution_id in ["ex-0", "ex-1", "ex-30", "ex-59"] {
             assert_completed(&cluster, new_node, execution_id).await;
-            let through_leader = execution_events(&cluster, leader, execution_id).await;
+            let through_leader = cluster.execution_events(leader, execution_id).await;
             assert!(through_leader.len() >= 3, "{execution_id}: requested, started, completed: {through_leader:?}");
             assert_eq!(
-                execution_events(&cluster, new_node, execution_id).await,
+                cluster.execution_events(new_node, execution_id).await,
                 through_leader,
                 "{execution_id}'s audit trail came with the snapshot"
             );
@@ -238,13 +208,13 @@ async fn nodes_sigkilled_while_building_snapshots_come_back_to_the_same_state_ha
         }
         cluster.spawn(leader);
         cluster.wait_converged().await;
-        let reference = execution_events(&cluster, successor, "ex-0").await;
+        let reference = cluster.execution_events(successor, "ex-0").await;
         assert!(reference.len() >= 3, "ex-0's trail is retained: {reference:?}");
         for id in cluster.running() {
             for execution_id in ["ex-0".to_string(), format!("ex-{}", next / 2), format!("ex-{}", next - 1)] {
                 assert_completed(&cluster, id, &execution_id).await;
             }
-            assert_eq!(execution_events(&cluster, id, "ex-0").await, reference, "node {id} has ex-0's trail");
+            assert_eq!(cluster.execution_events(id, "ex-0").await, reference, "node {id} has ex-0's trail");
         }
     })
     .await;
@@ -303,8 +273,8 @@ async fn a_restarted_node_resumes_from_its_cold_store_checkpoint_without_rewriti
         for execution_id in ["ex-0", "ex-20", "ex-39"] {
             assert_completed(&cluster, follower, execution_id).await;
             assert_eq!(
-                execution_events(&cluster, follower, execution_id).await,
-                execution_events(&cluster, leader, execution_id).await,
+                cluster.execution_events(follower, execution_id).await,
+                cluster.execution_events(leader, execution_id).await,
                 "{execution_id}'s audit trail on the resumed follower"
             );
         }

@@ -223,19 +223,6 @@ fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).expect("valid JSON")
 }
 
-async fn execution_events(cluster: &Cluster, via: u64, execution_id: &str) -> Vec<pb::Event> {
-    retry(|| {
-        let mut client = cluster.executions(via);
-        let request =
-            pb::ListExecutionEventsRequest { execution_id: execution_id.to_string(), after_cursor: 0, limit: 0 };
-        async move { client.list_execution_events(request).await }
-    })
-    .await
-    .expect("list execution events")
-    .into_inner()
-    .events
-}
-
 async fn list_events(cluster: &Cluster, via: u64, after_cursor: u64, execution_id: Option<&str>) -> Vec<pb::Event> {
     let mut events = Vec::new();
     let mut after_cursor = after_cursor;
@@ -581,7 +568,7 @@ async fn a_late_report_is_refused_and_the_attempt_is_retried(cluster: &Cluster, 
     assert_eq!(json(&completed.output_json), json(r#"{"hits":1}"#), "the late output was never used");
 
     // The audit trail tells the whole story, in order, without the raw input.
-    let events = execution_events(cluster, nodes.follower, "ex-flaky").await;
+    let events = cluster.execution_events(nodes.follower, "ex-flaky").await;
     assert_eq!(
         types(&events),
         [
@@ -657,7 +644,7 @@ async fn cancellation_revokes_the_lease_and_reaches_the_worker(cluster: &Cluster
     expect_refusal(again, Code::FailedPrecondition, "EXECUTION_FINAL");
     expect_refusal(cancel_execution(cluster, nodes.follower, "ex-absent").await, Code::NotFound, "NOT_FOUND");
 
-    let events = execution_events(cluster, nodes.leader, "ex-cancel").await;
+    let events = cluster.execution_events(nodes.leader, "ex-cancel").await;
     let cancelled_event = events.iter().find(|event| event.r#type == "capability.cancelled").expect("cancel event");
     assert_eq!(cancelled_event.code.as_deref(), Some("CANCELLED"));
     assert_eq!(cancelled_event.actor, Some(user("carol")), "the canceller is recorded");
@@ -723,7 +710,7 @@ async fn watch_resumes_from_a_cursor_without_gaps_or_duplicates(cluster: &Cluste
     assert_eq!(live[0].execution_id.as_deref(), Some(submitted.execution_id.as_str()));
 
     // A filtered watch from the middle of one execution's trail continues from there.
-    let flaky = execution_events(cluster, nodes.leader, "ex-flaky").await;
+    let flaky = cluster.execution_events(nodes.leader, "ex-flaky").await;
     let mut filtered = watch(cluster, nodes.leader, flaky[2].cursor, Some("ex-flaky")).await;
     let rest = next_events(&mut filtered, flaky.len() - 3).await;
     assert_eq!(rest, flaky[3..], "a filtered watch resumes after its cursor");

@@ -510,23 +510,7 @@ async fn lagging_node_catches_up_through_a_snapshot_and_serves_linearizable_read
 
         // The new node would build its first snapshot only after 100000
         // entries: if it reports a snapshot, the leader sent it.
-        let new_node = cluster.add_joining_node();
-        cluster.nodes.iter_mut().find(|node| node.id == new_node).expect("new node").extra_flags =
-            vec!["--snapshot-logs-since-last=100000".to_string(), "--logs-to-keep=5".to_string()];
-        cluster.spawn(new_node);
-        let new_addr = cluster.addr(new_node);
-        retry(|| {
-            let mut client = cluster.cluster(leader);
-            let request = pb::AddLearnerRequest {
-                request_id: String::new(),
-                node_id: new_node,
-                addr: new_addr.clone(),
-                wait_caught_up: false,
-            };
-            async move { client.add_learner(request).await }
-        })
-        .await
-        .expect("add learner");
+        let new_node = cluster.join_learner_by_snapshot(leader).await;
         let promoted = retry(|| {
             let mut client = cluster.cluster(leader);
             let request = pb::PromoteRequest { request_id: String::new(), node_id: new_node };

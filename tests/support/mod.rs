@@ -179,6 +179,45 @@ impl Cluster {
         self.running().into_iter().find(|id| *id != leader).expect("a follower is running")
     }
 
+    /// Starts a fourth node that builds no snapshot of its own (100,000
+    /// entries) and keeps 5 log entries, and adds it as a learner through
+    /// `leader` without waiting: whatever snapshot it reports, the leader
+    /// sent. Returns its id.
+    pub async fn join_learner_by_snapshot(&mut self, leader: u64) -> u64 {
+        let new_node = self.add_joining_node();
+        self.nodes.iter_mut().find(|node| node.id == new_node).expect("new node").extra_flags =
+            vec!["--snapshot-logs-since-last=100000".to_string(), "--logs-to-keep=5".to_string()];
+        self.spawn(new_node);
+        let new_addr = self.addr(new_node);
+        retry(|| {
+            let mut client = self.cluster(leader);
+            let request = pb::AddLearnerRequest {
+                request_id: String::new(),
+                node_id: new_node,
+                addr: new_addr.clone(),
+                wait_caught_up: false,
+            };
+            async move { client.add_learner(request).await }
+        })
+        .await
+        .expect("add learner");
+        new_node
+    }
+
+    /// The audit trail of `execution_id`, read through `via`.
+    pub async fn execution_events(&self, via: u64, execution_id: &str) -> Vec<pb::Event> {
+        retry(|| {
+            let mut client = self.executions(via);
+            let request =
+                pb::ListExecutionEventsRequest { execution_id: execution_id.to_string(), after_cursor: 0, limit: 0 };
+            async move { client.list_execution_events(request).await }
+        })
+        .await
+        .expect("list execution events")
+        .into_inner()
+        .events
+    }
+
     /// Waits until every running node has applied the same index and reports
     /// the same state hash; returns that hash.
     pub async fn wait_converged(&self) -> String {
