@@ -77,21 +77,9 @@ async fn run_lifecycle(cluster: &Cluster, via: u64, execution_id: &str) {
     .expect("report");
 }
 
-async fn get_execution(cluster: &Cluster, via: u64, execution_id: &str) -> Option<pb::Execution> {
-    retry(|| {
-        let mut client = cluster.executions(via);
-        let request = pb::GetExecutionRequest { execution_id: execution_id.to_string() };
-        async move { client.get_execution(request).await }
-    })
-    .await
-    .expect("get execution")
-    .into_inner()
-    .execution
-}
-
 async fn assert_completed(cluster: &Cluster, via: u64, execution_id: &str) {
     let execution =
-        get_execution(cluster, via, execution_id).await.unwrap_or_else(|| panic!("node {via} serves {execution_id}"));
+        cluster.get_execution(via, execution_id).await.unwrap_or_else(|| panic!("node {via} serves {execution_id}"));
     assert_eq!(execution.state, pb::ExecutionState::Completed as i32, "{execution_id} through node {via}");
     assert!(execution.result.is_some(), "{execution_id} carries its result");
 }

@@ -82,18 +82,6 @@ async fn resume(
     .map(|response| response.into_inner().execution.expect("resume answers with the execution"))
 }
 
-async fn get_execution(cluster: &Cluster, via: u64, execution_id: &str) -> Option<pb::Execution> {
-    retry(|| {
-        let mut client = cluster.executions(via);
-        let request = pb::GetExecutionRequest { execution_id: execution_id.to_string() };
-        async move { client.get_execution(request).await }
-    })
-    .await
-    .expect("get execution")
-    .into_inner()
-    .execution
-}
-
 async fn wait_execution(
     cluster: &Cluster,
     via: u64,
@@ -330,12 +318,12 @@ async fn submit_is_idempotent_by_execution_id(cluster: &Cluster, nodes: &Nodes) 
         let anonymous = pb::SubmitRequest { actor: None, ..submit_request("ex-anonymous", "docs.read", "{}") };
         expect_refusal(submit(cluster, via, anonymous).await, Code::Unauthenticated, "UNAUTHENTICATED");
     }
-    assert_eq!(get_execution(cluster, nodes.leader, "ex-unknown-1").await, None);
-    assert_eq!(get_execution(cluster, nodes.follower, "ex-anonymous").await, None);
+    assert_eq!(cluster.get_execution(nodes.leader, "ex-unknown-1").await, None);
+    assert_eq!(cluster.get_execution(nodes.follower, "ex-anonymous").await, None);
 }
 
 async fn a_leased_task_carries_everything_a_worker_needs(cluster: &Cluster, nodes: &Nodes) {
-    let execution = get_execution(cluster, nodes.leader, "ex-docs").await.expect("ex-docs exists");
+    let execution = cluster.get_execution(nodes.leader, "ex-docs").await.expect("ex-docs exists");
     let task = lease_one(cluster, nodes.follower, "worker-docs", "docs.read").await;
     let lease = task.lease.clone().expect("lease");
     assert!(lease.lease_id > 0);
@@ -354,7 +342,7 @@ async fn a_leased_task_carries_everything_a_worker_needs(cluster: &Cluster, node
     assert_eq!(task.approver, None);
     assert_eq!(task.correlation_id.as_deref(), Some("corr-42"));
 
-    let leased = get_execution(cluster, nodes.follower, "ex-docs").await.expect("execution");
+    let leased = cluster.get_execution(nodes.follower, "ex-docs").await.expect("execution");
     assert_eq!(state_of(&leased), pb::ExecutionState::Leased);
     assert_eq!(leased.current_lease, Some(lease.clone()));
 
@@ -412,7 +400,7 @@ async fn a_leased_task_carries_everything_a_worker_needs(cluster: &Cluster, node
     assert_eq!(again.execution.as_ref().map(state_of), Some(pb::ExecutionState::Completed));
     let other_outcome = completed_report(&task, r#"{"hits":4}"#);
     expect_refusal(report(cluster, nodes.leader, other_outcome).await, Code::FailedPrecondition, "LEASE_LOST");
-    let stored = get_execution(cluster, nodes.leader, "ex-docs").await.expect("execution");
+    let stored = cluster.get_execution(nodes.leader, "ex-docs").await.expect("execution");
     assert_eq!(stored.result, final_execution.result, "the final result never changes");
 }
 
@@ -434,7 +422,7 @@ async fn approval_required_submit_then_resume(cluster: &Cluster, nodes: &Nodes) 
     assert_eq!(approval.risk, pb::Risk::High as i32);
     assert_eq!(approval.side_effect, pb::SideEffect::External as i32);
     assert_eq!(json(&approval.input_json), json(input));
-    assert_eq!(get_execution(cluster, nodes.leader, "ex-refund").await, None, "no execution before approval");
+    assert_eq!(cluster.get_execution(nodes.leader, "ex-refund").await, None, "no execution before approval");
 
     expect_refusal(
         resume(cluster, nodes.leader, &approval.id, None).await,
@@ -477,7 +465,7 @@ async fn approval_required_submit_then_resume(cluster: &Cluster, nodes: &Nodes) 
     decide(cluster, nodes.leader, &rejected.id, pb::ApprovalStatus::Rejected, "bob").await;
     let refused = resume(cluster, nodes.follower, &rejected.id, None).await;
     expect_refusal(refused, Code::FailedPrecondition, "APPROVAL_REJECTED");
-    assert_eq!(get_execution(cluster, nodes.follower, "ex-refund-2").await, None);
+    assert_eq!(cluster.get_execution(nodes.follower, "ex-refund-2").await, None);
 }
 
 async fn poll_waits_for_work_and_wakes_when_it_arrives(cluster: &Cluster, nodes: &Nodes) {
@@ -534,7 +522,7 @@ async fn a_late_report_is_refused_and_the_attempt_is_retried(cluster: &Cluster, 
 
     // The worker never reports in time: the leader's ticker expires the lease and schedules a retry.
     let after_expiry = eventually("the lease of attempt 1 to expire", || async {
-        let execution = get_execution(cluster, nodes.follower, "ex-flaky").await.expect("execution");
+        let execution = cluster.get_execution(nodes.follower, "ex-flaky").await.expect("execution");
         (state_of(&execution) != pb::ExecutionState::Leased).then_some(execution)
     })
     .await;
@@ -636,7 +624,7 @@ async fn cancellation_revokes_the_lease_and_reaches_the_worker(cluster: &Cluster
 
     let beat = heartbeat(cluster, nodes.leader, &task).await.expect("the holder's next heartbeat");
     assert!(beat.cancel_requested, "the worker learns of the cancellation from its heartbeat");
-    let stored = get_execution(cluster, nodes.leader, "ex-cancel").await.expect("execution");
+    let stored = cluster.get_execution(nodes.leader, "ex-cancel").await.expect("execution");
     assert_eq!(state_of(&stored), pb::ExecutionState::Cancelled);
     let late = report(cluster, nodes.follower, completed_report(&task, r#"{"done":true}"#)).await;
     expect_refusal(late, Code::FailedPrecondition, "LEASE_LOST");

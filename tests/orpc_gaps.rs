@@ -23,7 +23,7 @@ use std::time::Duration;
 use gavel_client::{pb, Client, ClientConfig, Error};
 use gavel_core::GrantName;
 use gavel_pki::Principal;
-use gavel_testkit::{Cluster, ClusterSpec, Security};
+use gavel_testkit::Cluster;
 use tonic::Code;
 
 use support::WAIT;
@@ -57,10 +57,7 @@ struct Deployment {
 impl Deployment {
     async fn start() -> Deployment {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
-        spec.security = Security::secure(principal("user:admin"));
-        spec.start_timeout = WAIT;
-        let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("the secure cluster starts: {error}"));
+        let cluster = support::start_secure(dir.path()).await;
         let grants: [(&str, &[GrantName]); 4] = [
             ("user:admin", &[GrantName::Auditor]),
             ("service:agent", &[GrantName::Submitter, GrantName::ActFor]),

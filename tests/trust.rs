@@ -29,7 +29,7 @@ use gavel_core::{Caller, Command, Envelope, Grant, GrantName};
 use gavel_pki::{node_hosts, Authority, Principal, TokenClaims, TokenKey, Validity, DEFAULT_AUDIENCE};
 use gavel_raft::pb::raft_service_client::RaftServiceClient;
 use gavel_raft::pb::{snapshot_chunk, RaftBytes, SnapshotChunk, SnapshotHeader};
-use gavel_testkit::{Cluster, ClusterSpec, Security};
+use gavel_testkit::Cluster;
 use openraft::{BasicNode, CommittedLeaderId, EntryPayload, LogId, SnapshotMeta, Vote};
 use tonic::Code;
 
@@ -73,10 +73,7 @@ impl Secure {
     /// auditor, to read the trail.
     async fn start() -> Secure {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
-        spec.security = Security::secure(principal("user:admin"));
-        spec.start_timeout = WAIT;
-        let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("the secure cluster starts: {error}"));
+        let cluster = support::start_secure(dir.path()).await;
         let admin = Client::with_config(&cluster.addrs(), cluster.client_config()).expect("a client");
         gavel_testkit::eventually(WAIT, Duration::from_millis(100), || async {
             let answer = admin.who_am_i(pb::WhoAmIRequest {}).await.ok()?;

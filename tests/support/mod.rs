@@ -204,6 +204,19 @@ impl Cluster {
         new_node
     }
 
+    /// The execution `execution_id` (`None` when unknown), read through `via`.
+    pub async fn get_execution(&self, via: u64, execution_id: &str) -> Option<pb::Execution> {
+        retry(|| {
+            let mut client = self.executions(via);
+            let request = pb::GetExecutionRequest { execution_id: execution_id.to_string() };
+            async move { client.get_execution(request).await }
+        })
+        .await
+        .expect("get execution")
+        .into_inner()
+        .execution
+    }
+
     /// The audit trail of `execution_id`, read through `via`.
     pub async fn execution_events(&self, via: u64, execution_id: &str) -> Vec<pb::Event> {
         retry(|| {
@@ -223,6 +236,16 @@ impl Cluster {
     pub async fn wait_converged(&self) -> String {
         self.processes.converge(WAIT).await.unwrap_or_else(|error| panic!("{error}")).state_hash
     }
+}
+
+/// Starts three secure voters under `dir` with `user:admin` as the
+/// bootstrap admin (TLS, certificates from the testkit's CA).
+pub async fn start_secure(dir: &std::path::Path) -> gavel_testkit::Cluster {
+    let mut spec = ClusterSpec::new(gavel_binary(), dir);
+    let admin = gavel_pki::Principal::parse("user:admin").expect("a principal");
+    spec.security = gavel_testkit::Security::secure(admin);
+    spec.start_timeout = WAIT;
+    gavel_testkit::Cluster::start(spec).await.unwrap_or_else(|error| panic!("the secure cluster starts: {error}"))
 }
 
 /// Retries a call while the cluster answers UNAVAILABLE (elections) or the
