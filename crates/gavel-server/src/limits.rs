@@ -30,15 +30,17 @@ pub const LONG_POLLS_MAX: usize = 1024;
 pub const READS_IN_FLIGHT_MAX: usize = 512;
 
 /// The shortest `retry_after_ms` an overload refusal carries. The hint is
-/// the recent time a call of that kind held its slot (a slot frees when one
-/// batch commits, so that is about when a retry can get in) times the
-/// recent refusals per admission (`crate::overload`), never less than this;
-/// the SDK adds jitter and backs off further on repeated refusals.
+/// steered towards one refusal per admission (`crate::overload`), never
+/// below the recent time a call of that kind held its slot (a slot frees
+/// when one batch commits, so that is about when a retry can get in) nor
+/// below this; the SDK adds jitter and backs off further on repeated
+/// refusals.
 pub const OVERLOAD_RETRY_AFTER_MS_MIN: u64 = 50;
 
 /// The longest `retry_after_ms` an overload refusal carries. The hint grows
-/// with the refusals per admission, so it reaches this only when some
-/// thirty callers wait for every slot (2,000 callers against 64 slots):
+/// while more attempts are refused than admitted, so it reaches this only
+/// when some hundred callers wait for every slot held 100 ms (2,000
+/// callers against 64 slots are about thirty, asked back after about 3 s):
 /// then each waiting caller must come back rarely, or their retries cost
 /// more CPU than the calls admitted (`tests/overload.rs`). 10 s keeps a
 /// refused SDK call within its default 20 s retry budget for one more try,
