@@ -50,7 +50,7 @@ pub struct Cluster {
     pub flags: Vec<String>,
 }
 
-/// A free loopback port (bound, then released for the child to take).
+/// A free loopback port below the ephemeral range ([`gavel_testkit::free_port`]).
 pub fn free_port() -> u16 {
     gavel_testkit::free_port().expect("a free port")
 }

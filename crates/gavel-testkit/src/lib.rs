@@ -65,13 +65,41 @@ pub fn wall_clock_ms() -> i64 {
         .map_or(0, |elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// A free loopback port: bound to `127.0.0.1:0`, then released for a node to
-/// take. Another process may grab it in between; that race is accepted.
+/// Where [`free_port`] looks for ports: below Linux's default ephemeral
+/// range (`net.ipv4.ip_local_port_range`, 32768–60999), so that no
+/// outgoing connection of this or another process is handed the port
+/// between the check and the node's bind. A port the kernel hands out for
+/// `bind(0)` is from that range, and with thousands of client connections
+/// open in parallel tests, one of them took a node's port now and then.
+const FREE_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free loopback port for a node to take: the next port of
+/// [`FREE_PORTS`] (from a start that differs between processes, each
+/// port handed out once per process) that can be bound on `127.0.0.1` now.
+/// Another process may bind it in between; outgoing connections cannot.
 pub fn free_port() -> Result<u16, Error> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(|source| Error::io("binding a free port", source))?;
-    let addr = listener.local_addr().map_err(|source| Error::io("reading a free port", source))?;
-    Ok(addr.port())
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(FREE_PORTS.end - FREE_PORTS.start);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7_919) % span,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    let mut last_error = None;
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let port = FREE_PORTS.start + u16::try_from(offset).unwrap_or(0);
+        match std::net::TcpListener::bind(("127.0.0.1", port)) {
+            Ok(_) => return Ok(port),
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(Error::io(
+        "finding a free port below the ephemeral range",
+        last_error.unwrap_or_else(|| std::io::Error::other("no port tried")),
+    ))
 }
 
 /// Calls `check` every `interval` until it yields a value, for at most
