@@ -16,7 +16,7 @@ fn gavel() -> Command {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("an address").port()
+    gavel_testkit::free_port().expect("a free port")
 }
 
 fn der(pem: &str) -> Vec<u8> {
