@@ -138,11 +138,17 @@ where
         .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?
         .ok_or(BackupError::Empty)?;
     let log_id = snapshot.meta.last_log_id.ok_or(BackupError::Empty)?;
-    let bytes = *snapshot.snapshot;
-    let size = bytes.len() as u64;
+    let size = snapshot.snapshot.bytes();
     if size > SNAPSHOT_BYTES_MAX {
         return Err(BackupError::TooLarge { bytes: size, limit: SNAPSHOT_BYTES_MAX });
     }
+    // The stored snapshot's file, read whole: a backup is the one place the
+    // snapshot's bytes are held in memory (one backup per node at a time).
+    let file = snapshot.snapshot;
+    let bytes = tokio::task::spawn_blocking(move || file.read_all())
+        .await
+        .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?
+        .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?;
     let membership = snapshot.meta.last_membership.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
     let members =
@@ -232,7 +238,12 @@ async fn seed_storage(
     let storage::OpenedStorage { mut log_store, mut state_machine, closed } = opened;
     // Installing restores the application again (cheap next to the write)
     // and stores the snapshot durably, as a snapshot from a leader would be.
-    state_machine.install_snapshot(meta, Box::new(bytes)).await.map_err(|e| storage_error(&e))?;
+    let path = storage::snapshot_file::temporary_path(&storage::snapshot_dir(dir), "seed");
+    let file = tokio::task::spawn_blocking(move || storage::snapshot_file::write_bytes(path, bytes))
+        .await
+        .map_err(|e| storage_error(&e))?
+        .map_err(|e| storage_error(&e))?;
+    state_machine.install_snapshot(meta, Box::new(file)).await.map_err(|e| storage_error(&e))?;
     log_store.save_vote(&vote).await.map_err(|e| storage_error(&e))?;
     log_store.save_committed(meta.last_log_id).await.map_err(|e| storage_error(&e))?;
     drop(log_store);

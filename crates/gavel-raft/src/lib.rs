@@ -66,7 +66,7 @@ pub mod pb {
     tonic::include_proto!("gavel.internal.v1");
 }
 
-pub use application::Application;
+pub use application::{Application, SnapshotSource};
 pub use backup::{seed_from_snapshot, Backup, BackupError, BackupPosition};
 pub use config::{NodeConfig, PeerTls, RaftTimings};
 pub use error::{RaftError, WriteError};

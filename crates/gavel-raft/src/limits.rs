@@ -72,3 +72,12 @@ pub const SLED_SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 /// zero fill (one sequential write, off the writer thread) is the price of
 /// fdatasyncs that have no file metadata to commit.
 pub const WAL_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Buffer of a snapshot stream: the writer that builds a snapshot file from
+/// the application's [`crate::SnapshotSource`], and the reader that an
+/// install or a restart decodes it through. With [`SNAPSHOT_CHUNK_BYTES`]
+/// per message in flight on the network side, this is the Raft layer's
+/// whole memory for one snapshot, whatever its size: the bytes go from the
+/// application's store to a file, from the file to the network in chunks,
+/// and from the network to a file on the receiver, never whole in memory.
+pub const SNAPSHOT_STREAM_BUFFER_BYTES: usize = 1024 * 1024;
