@@ -24,12 +24,12 @@ pub const APPEND_ENTRIES_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Largest snapshot a node accepts from a peer. The receiver checks the
 /// stream header's `total_bytes` against it before it creates anything, so a
-/// forged header (2^62 bytes) costs nothing. The whole state machine is held
-/// in memory and a snapshot is read back into memory to be installed, so a
-/// snapshot beyond this could not be installed anyway. 4 GiB is above the
-/// largest snapshot measured (about 1.25 GB at a million retained
-/// executions, `gavel bench --scale`), so a legitimate follower is never
-/// refused its catch-up.
+/// forged header (2^62 bytes) costs nothing. A snapshot is streamed to disk
+/// and installed from there, so this bounds the disk a transfer may take
+/// (and, for a backup, which is held in memory, that memory), not the
+/// memory of an install. 4 GiB is above the largest snapshot measured
+/// (about 1.25 GB at a million retained executions, `gavel bench --scale`),
+/// so a legitimate follower is never refused its catch-up.
 pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
 
 /// How far (in log entries) a learner may trail the leader's last log index

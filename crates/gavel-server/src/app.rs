@@ -63,9 +63,10 @@ pub const COLD_RESTORE_BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// redb's page cache for the cold store. redb's default (1 GiB) would let a
 /// snapshot build or install, which reads or writes every cold record once,
 /// fill a gigabyte of cache per node; the state machine reads a cold record
-/// rarely (a late report, a repeated submit, a read of history), so a small
-/// cache costs little.
-pub const COLD_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// rarely (a late report, a repeated submit, a read of history), and the
+/// operating system's page cache still holds the file, so a small cache
+/// costs little.
+pub const COLD_CACHE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The cold store's file in a node's data directory.
 pub const COLD_STORE_FILE: &str = "cold.redb";
