@@ -175,3 +175,35 @@ pub(crate) fn write_bytes(path: PathBuf, bytes: Vec<u8>) -> std::io::Result<Snap
 pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    #[test]
+    fn an_owned_file_is_removed_on_drop_unless_adopted_and_reads_are_positional() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(3 * 1000 + 7).collect();
+        let written = SnapshotFile::write(dir.path().join("a.tmp"), Box::new(bytes.clone())).expect("write");
+        assert_eq!(written.bytes(), bytes.len() as u64);
+        // Two readers at once do not share an offset.
+        let (mut first, mut second) = (written.reader(), written.reader());
+        let mut head = [0u8; 10];
+        first.read_exact(&mut head).expect("read");
+        let mut whole = Vec::new();
+        second.read_to_end(&mut whole).expect("read");
+        assert_eq!((&head[..], whole.as_slice()), (&bytes[..10], bytes.as_slice()));
+        assert_eq!(written.read_chunk(3000, 1000).expect("chunk"), bytes[3000..]);
+        let copy = written.copy_to(dir.path().join("b.tmp")).expect("copy");
+        assert_eq!(copy.read_all().expect("read"), bytes);
+        drop((written, copy));
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0, "owned files are removed on drop");
+
+        let mut kept = write_bytes(dir.path().join("c.tmp"), bytes.clone()).expect("write");
+        let path = kept.adopt().expect("owned");
+        drop(kept);
+        assert_eq!(std::fs::read(&path).expect("still there"), bytes, "an adopted file stays");
+    }
+}
