@@ -9,7 +9,8 @@
 //! caller's linearizable-read barrier. It asks openraft to build a snapshot
 //! of everything applied so far (the application is serialized on the state
 //! machine's task, between two applies, as for any snapshot) and reads that
-//! stored snapshot back: a [`Backup`] holds the application's bytes, the log
+//! stored snapshot's file back whole (the one place a snapshot is held in
+//! memory): a [`Backup`] holds the application's bytes, the log
 //! position (index, term, leader) they stand for, and the membership at that
 //! position. Every write acknowledged before the call is in it. One backup
 //! runs per node at a time (a second is refused with

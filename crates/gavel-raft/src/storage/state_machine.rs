@@ -149,9 +149,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .await
             .map_err(|e| write_error(&e))?
             .map_err(|e| write_error(&e))?;
-        persist_snapshot(&self.shared, &self.meta, &mut file, WriteMode::OnlyIfNewer).await?;
+        let stored = persist_snapshot(&self.shared, &self.meta, &mut file, WriteMode::OnlyIfNewer).await?;
         crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
-        tracing::info!(snapshot = %self.meta, bytes = file.bytes(), took = ?started.elapsed(), "snapshot built");
+        if stored {
+            tracing::info!(snapshot = %self.meta, bytes = file.bytes(), took = ?started.elapsed(), "snapshot built");
+        }
         Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(file) })
     }
 }
@@ -168,8 +170,9 @@ enum WriteMode {
 /// Stores `file` (a complete file this process owns) as the snapshot
 /// `meta`: fsyncs it, renames it into `raft-snapshot/`, fsyncs the
 /// directory, writes its meta and name in one sled batch and waits until
-/// that is durable, then removes the previous snapshot's file. A skipped
-/// (older) snapshot stays owned by `file` and is removed with it.
+/// that is durable, then removes the previous snapshot's file. Returns
+/// whether it stored it: a skipped (older) snapshot stays owned by `file`
+/// and is removed with it.
 ///
 /// Durability rule: openraft purges the log behind a snapshot as soon as it
 /// learns about it, so the snapshot must be on stable storage first.
@@ -178,7 +181,7 @@ async fn persist_snapshot(
     meta: &SnapshotMeta,
     file: &mut SnapshotFile,
     mode: WriteMode,
-) -> Result<(), StorageError> {
+) -> Result<bool, StorageError> {
     let write_error =
         |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::error(e));
     let _serialized = shared.snapshot_write.lock().await;
@@ -186,7 +189,7 @@ async fn persist_snapshot(
         if let Some(stored) = shared.read_snapshot_meta()? {
             if stored.last_log_id >= meta.last_log_id {
                 tracing::debug!(stored = %stored, built = %meta, "a newer snapshot is stored already; keeping it");
-                return Ok(());
+                return Ok(false);
             }
         }
     }
@@ -228,7 +231,7 @@ async fn persist_snapshot(
     }
     tracing::info!(snapshot = %meta, bytes = file.bytes(), "snapshot stored");
     crate::stats::stats().count_snapshot(usize::try_from(file.bytes()).unwrap_or(usize::MAX));
-    Ok(())
+    Ok(true)
 }
 
 /// Applies every command of a batch entry in order and returns the batch of
