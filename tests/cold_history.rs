@@ -10,7 +10,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use gavel_proto::v1 as pb;
-use support::{register, retry, user, Cluster};
+use support::{register, retry, Cluster};
 
 /// The whole test, bounded.
 const TEST_BOUND: Duration = Duration::from_secs(240);
@@ -22,59 +22,10 @@ async fn bounded<F: Future<Output = ()>>(body: F) {
     tokio::time::timeout(TEST_BOUND, body).await.expect("the test did not finish within its bound");
 }
 
-fn request_id(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4())
-}
-
 /// Submits, leases and completes `execution_id` through `via`.
 async fn run_lifecycle(cluster: &Cluster, via: u64, execution_id: &str) {
-    let submit = pb::SubmitRequest {
-        request_id: request_id("submit"),
-        execution_id: Some(execution_id.to_string()),
-        capability_id: "docs.read".to_string(),
-        input_json: format!("{{\"id\":\"{execution_id}\"}}"),
-        actor: Some(user("alice")),
-        surface: "cold-history-test".to_string(),
-        correlation_id: None,
-    };
-    retry(|| {
-        let mut client = cluster.executions(via);
-        let request = submit.clone();
-        async move { client.submit(request).await }
-    })
-    .await
-    .expect("submit");
-    let poll = pb::PollRequest {
-        request_id: request_id("poll"),
-        worker_id: "worker-1".to_string(),
-        queues: vec!["docs.read".to_string()],
-        max_tasks: 1,
-        wait_ms: 5_000,
-    };
-    let tasks = retry(|| {
-        let mut client = cluster.workers(via);
-        let request = poll.clone();
-        async move { client.poll(request).await }
-    })
-    .await
-    .expect("poll")
-    .into_inner()
-    .tasks;
-    assert_eq!(tasks.len(), 1, "the one queued execution is leased: {tasks:?}");
-    let lease = tasks[0].lease.clone().expect("a task carries its lease");
-    let report = pb::ReportRequest {
-        request_id: request_id("report"),
-        lease_id: lease.lease_id,
-        worker_id: lease.worker_id,
-        outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: "{}".to_string() })),
-    };
-    retry(|| {
-        let mut client = cluster.workers(via);
-        let request = report.clone();
-        async move { client.report(request).await }
-    })
-    .await
-    .expect("report");
+    let input_json = format!("{{\"id\":\"{execution_id}\"}}");
+    support::run_lifecycle(cluster, via, execution_id, input_json, "{}".to_string()).await;
 }
 
 async fn assert_completed(cluster: &Cluster, via: u64, execution_id: &str) {

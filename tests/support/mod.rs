@@ -63,6 +63,12 @@ impl Cluster {
 
     /// Starts `count` voters with extra `gavel node` flags and waits for a leader.
     pub async fn start_with(count: u64, flags: &[&str]) -> Cluster {
+        Cluster::start_with_env(count, flags, &[]).await
+    }
+
+    /// [`Cluster::start_with`], with extra environment variables for every
+    /// node process (nodes added later get them too).
+    pub async fn start_with_env(count: u64, flags: &[&str], env: &[(&str, &str)]) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let flags: Vec<String> = flags.iter().map(|flag| flag.to_string()).collect();
         let mut spec = ClusterSpec::new(gavel_binary(), dir.path());
@@ -71,6 +77,7 @@ impl Cluster {
         spec.node_args = (1..=count).map(|id| (id, flags.clone())).collect();
         spec.start_timeout = WAIT;
         spec.status_timeout = CALL_TIMEOUT;
+        spec.env = env.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
         let processes = gavel_testkit::Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
         let nodes = processes
             .ids()
@@ -127,6 +134,11 @@ impl Cluster {
     /// SIGCONTs a paused node `id`.
     pub fn resume(&mut self, id: u64) {
         self.processes.resume(id).unwrap_or_else(|error| panic!("resume node {id}: {error}"));
+    }
+
+    /// The process id of node `id`, while it runs.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.processes.pid(id)
     }
 
     /// Ids of running nodes.
@@ -356,4 +368,60 @@ where
 {
     let found = gavel_testkit::eventually(WAIT, Duration::from_millis(50), check).await;
     found.unwrap_or_else(|| panic!("timed out after {WAIT:?} waiting for {what}"))
+}
+
+/// Submits `execution_id` of capability `docs.read` (registered by the
+/// caller) with `input_json` through `via`, then leases one queued execution
+/// of that queue and completes it with `output_json`. With several
+/// lifecycles at once the lease may be another's; every submitted execution
+/// is leased once, since each poll follows its own submit.
+pub async fn run_lifecycle(cluster: &Cluster, via: u64, execution_id: &str, input_json: String, output_json: String) {
+    let request_id = |prefix: &str| format!("{prefix}-{}", uuid::Uuid::new_v4());
+    let submit = pb::SubmitRequest {
+        request_id: request_id("submit"),
+        execution_id: Some(execution_id.to_string()),
+        capability_id: "docs.read".to_string(),
+        input_json,
+        actor: Some(user("alice")),
+        surface: "lifecycle-test".to_string(),
+        correlation_id: None,
+    };
+    retry(|| {
+        let mut client = cluster.executions(via);
+        let request = submit.clone();
+        async move { client.submit(request).await }
+    })
+    .await
+    .expect("submit");
+    let poll = pb::PollRequest {
+        request_id: request_id("poll"),
+        worker_id: format!("worker-{execution_id}"),
+        queues: vec!["docs.read".to_string()],
+        max_tasks: 1,
+        wait_ms: 10_000,
+    };
+    let tasks = retry(|| {
+        let mut client = cluster.workers(via);
+        let request = poll.clone();
+        async move { client.poll(request).await }
+    })
+    .await
+    .expect("poll")
+    .into_inner()
+    .tasks;
+    assert_eq!(tasks.len(), 1, "a queued execution is leased: {tasks:?}");
+    let lease = tasks[0].lease.clone().expect("a task carries its lease");
+    let report = pb::ReportRequest {
+        request_id: request_id("report"),
+        lease_id: lease.lease_id,
+        worker_id: lease.worker_id,
+        outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json })),
+    };
+    retry(|| {
+        let mut client = cluster.workers(via);
+        let request = report.clone();
+        async move { client.report(request).await }
+    })
+    .await
+    .expect("report");
 }

@@ -22,6 +22,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::sync::{Arc, RwLock};
 
 use serde::de::DeserializeOwned;
@@ -365,6 +366,122 @@ impl ColdRecords {
         }
         self.digest = hasher.finalize().into();
     }
+}
+
+/// Writes the whole-state snapshot format ([`crate::State::snapshot`]) to
+/// `out` record by record, so a shell can stream the cold records out of
+/// its store (a point-in-time view) without holding them in memory.
+///
+/// The format is bincode 1's encoding of `(State, Vec<(u8, Vec<u8>,
+/// Vec<u8>)>)`: the hot state ([`crate::State::hot_snapshot`]), the record
+/// count (u64, little-endian), then per record its table tag, its key and
+/// its value, each byte string prefixed by its length (u64, little-endian).
+/// The count comes first, so the writer is told it up front and
+/// [`SnapshotWriter::finish`] checks that exactly that many were written.
+pub struct SnapshotWriter<W: std::io::Write> {
+    out: W,
+    records_left: u64,
+}
+
+impl<W: std::io::Write> SnapshotWriter<W> {
+    /// Writes the hot state and the count of the `records` that follow.
+    pub fn start(mut out: W, hot: &[u8], records: u64) -> std::io::Result<SnapshotWriter<W>> {
+        out.write_all(hot)?;
+        out.write_all(&records.to_le_bytes())?;
+        Ok(SnapshotWriter { out, records_left: records })
+    }
+
+    /// Writes one cold record (present: cold snapshots hold no deletions).
+    pub fn record(&mut self, table: ColdTable, key: &[u8], value: &[u8]) -> std::io::Result<()> {
+        self.records_left = self.records_left.checked_sub(1).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "more cold records than the snapshot announced")
+        })?;
+        self.out.write_all(&[table.tag()])?;
+        for bytes in [key, value] {
+            self.out.write_all(&(bytes.len() as u64).to_le_bytes())?;
+            self.out.write_all(bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that every announced record was written and hands `out` back.
+    pub fn finish(self) -> std::io::Result<W> {
+        if self.records_left != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} announced cold records were not written", self.records_left),
+            ));
+        }
+        Ok(self.out)
+    }
+}
+
+/// Reads the cold records of a [`SnapshotWriter`] stream one by one, after
+/// [`crate::State::read_snapshot_hot`] decoded its hot state. Every length
+/// is checked against the bytes the stream has left before anything is
+/// allocated, so a corrupt snapshot is an error, never a huge allocation.
+pub struct SnapshotRecords<R: std::io::Read> {
+    reader: std::io::Take<R>,
+    records_left: u64,
+}
+
+/// The smallest encoded record: a tag and two empty byte strings.
+const RECORD_BYTES_MIN: u64 = 1 + 8 + 8;
+
+impl<R: std::io::Read> SnapshotRecords<R> {
+    /// Reads the record count; `reader` is positioned after the hot state
+    /// and limited to the bytes the snapshot has left.
+    pub(crate) fn start(mut reader: std::io::Take<R>) -> Result<SnapshotRecords<R>, crate::SnapshotError> {
+        let records_left = read_u64(&mut reader)?;
+        if records_left.saturating_mul(RECORD_BYTES_MIN) > reader.limit() {
+            return Err(truncated(format!("{records_left} cold records cannot fit in {} bytes", reader.limit())));
+        }
+        Ok(SnapshotRecords { reader, records_left })
+    }
+
+    /// How many records are still to be read.
+    pub fn remaining(&self) -> u64 {
+        self.records_left
+    }
+
+    /// The next record (always with a value), or `None` after the last.
+    pub fn next_record(&mut self) -> Result<Option<ColdMutation>, crate::SnapshotError> {
+        if self.records_left == 0 {
+            return Ok(None);
+        }
+        self.records_left -= 1;
+        let mut tag = [0u8];
+        read_exact(&mut self.reader, &mut tag)?;
+        let table = ColdTable::from_tag(tag[0])
+            .ok_or_else(|| crate::SnapshotError::Decode(format!("unknown cold table tag {}", tag[0])))?;
+        let key = read_bytes(&mut self.reader)?;
+        let value = read_bytes(&mut self.reader)?;
+        Ok(Some(ColdMutation { table, key, value: Some(value) }))
+    }
+}
+
+fn truncated(what: String) -> crate::SnapshotError {
+    crate::SnapshotError::Decode(format!("snapshot is truncated or corrupt: {what}"))
+}
+
+fn read_exact<R: std::io::Read>(reader: &mut std::io::Take<R>, buffer: &mut [u8]) -> Result<(), crate::SnapshotError> {
+    reader.read_exact(buffer).map_err(|error| truncated(error.to_string()))
+}
+
+fn read_u64<R: std::io::Read>(reader: &mut std::io::Take<R>) -> Result<u64, crate::SnapshotError> {
+    let mut bytes = [0u8; 8];
+    read_exact(reader, &mut bytes)?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+fn read_bytes<R: std::io::Read>(reader: &mut std::io::Take<R>) -> Result<Vec<u8>, crate::SnapshotError> {
+    let length = read_u64(reader)?;
+    if length > reader.limit() {
+        return Err(truncated(format!("a record of {length} bytes with {} bytes left", reader.limit())));
+    }
+    let mut bytes = vec![0u8; length as usize];
+    read_exact(reader, &mut bytes)?;
+    Ok(bytes)
 }
 
 /// Decodes a cold record this state machine wrote; anything else is a corrupt

@@ -28,7 +28,7 @@ use crate::access::{Caller, Grant, Principal};
 use crate::approvals::{ApprovalFilter, Approvals};
 use crate::audit::{AuditLog, Event, EventKind, EventSubject};
 use crate::canonical_json::sha256_hex;
-use crate::cold::{ColdMutation, ColdRecords, ColdStore, ColdTable};
+use crate::cold::{ColdMutation, ColdRecords, ColdStore, ColdTable, SnapshotRecords, SnapshotWriter};
 use crate::command::{CapabilitySpec, Command, Envelope, RecordEvent, Reply, Retention};
 use crate::dedup::{DedupTable, RememberedReply};
 use crate::error::{DomainError, ErrorCode};
@@ -517,33 +517,66 @@ impl State {
     }
 
     /// Serializes the whole replicated state (not the planted bug): the hot
-    /// state and every cold record, flushed or not.
+    /// state and every cold record, flushed or not, in the format of
+    /// [`SnapshotWriter`].
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut cold: Vec<(u8, Vec<u8>, Vec<u8>)> = Vec::new();
-        for records in self.cold_records() {
-            let table = records.table().tag();
-            cold.extend(records.entries().into_iter().map(|(key, value)| (table, key, value)));
-        }
-        bincode::serialize(&(self, cold)).expect("state serializes: every field is plain data")
+        type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+        let cold: Vec<(ColdTable, Entries)> =
+            self.cold_records().iter().map(|records| (records.table(), records.entries())).collect();
+        let count = cold.iter().map(|(_, entries)| entries.len() as u64).sum();
+        let write = || -> std::io::Result<Vec<u8>> {
+            let mut writer = SnapshotWriter::start(Vec::new(), &self.hot_snapshot(), count)?;
+            for (table, entries) in &cold {
+                for (key, value) in entries {
+                    writer.record(*table, key, value)?;
+                }
+            }
+            writer.finish()
+        };
+        write().expect("a snapshot writes into memory: the count is exact")
     }
 
     /// Restores a state from [`State::snapshot`] bytes, with no planted bug.
     /// Its cold records are all unflushed, over a fresh in-memory store.
     pub fn restore(bytes: &[u8]) -> Result<State, SnapshotError> {
-        type Whole = (State, Vec<(u8, Vec<u8>, Vec<u8>)>);
-        let (mut state, cold): Whole =
-            bincode::deserialize(bytes).map_err(|error| SnapshotError::Decode(error.to_string()))?;
-        for (tag, key, value) in cold {
-            let table = ColdTable::from_tag(tag)
-                .ok_or_else(|| SnapshotError::Decode(format!("unknown cold table tag {tag}")))?;
+        State::restore_from(bytes, bytes.len() as u64)
+    }
+
+    /// [`State::restore`] from a reader of a snapshot of `bytes` bytes.
+    pub fn restore_from(reader: impl std::io::Read, bytes: u64) -> Result<State, SnapshotError> {
+        let (mut state, mut records) = State::read_snapshot_hot(reader, bytes)?;
+        while let Some(record) = records.next_record()? {
+            let value = record.value.expect("snapshot records carry values");
             state
                 .cold_records_mut()
                 .into_iter()
-                .find(|records| records.table() == table)
+                .find(|records| records.table() == record.table)
                 .expect("every table has a part")
-                .load(key, value);
+                .load(record.key, value);
         }
         Ok(state)
+    }
+
+    /// Decodes the hot state at the start of a [`State::snapshot`] stream of
+    /// `bytes` bytes and returns it (with no cold record and no store, no
+    /// planted bug) with the reader of the cold records that follow, for a
+    /// shell that writes them into its own store as they come
+    /// ([`State::attach_cold_store`] then attaches it).
+    pub fn read_snapshot_hot<R: std::io::Read>(
+        reader: R,
+        bytes: u64,
+    ) -> Result<(State, SnapshotRecords<R>), SnapshotError> {
+        use bincode::Options;
+        let mut limited = std::io::Read::take(reader, bytes);
+        // The limit makes bincode check every length against the bytes left
+        // before it allocates: a corrupt length is an error, not an abort.
+        let state: State = bincode::DefaultOptions::new()
+            .with_fixint_encoding()
+            .allow_trailing_bytes()
+            .with_limit(bytes)
+            .deserialize_from(&mut limited)
+            .map_err(|error| SnapshotError::Decode(error.to_string()))?;
+        Ok((state, SnapshotRecords::start(limited)?))
     }
 
     /// The [`State::state_hash`] of the state [`State::snapshot`] bytes

@@ -7,10 +7,16 @@
 /// its state behind interior mutability (a `Mutex`, for example).
 ///
 /// The application's state is made durable only through snapshots: after a
-/// restart the node calls [`Application::restore`] with the last snapshot and
+/// restart the node calls [`Application::restore_at`] with the last snapshot and
 /// then re-applies the committed log suffix with [`Application::apply`].
 /// `apply` runs on the Raft state-machine task, so it should be fast (no I/O,
 /// no waiting).
+///
+/// Snapshots are files, never whole in memory on the Raft side: a build
+/// takes a [`SnapshotSource`] on the state machine's task
+/// ([`Application::snapshot_at`]) and writes it to a file on a blocking
+/// thread while apply goes on; an install or a restart reads the file back
+/// through [`Application::restore_at`].
 pub trait Application: Send + Sync + 'static {
     /// Applies one committed command at `log_index` and returns the encoded reply. Must be deterministic.
     fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8>;
@@ -20,28 +26,41 @@ pub trait Application: Send + Sync + 'static {
     fn apply_batch(&self, log_index: u64, commands: &[&[u8]]) -> Vec<Vec<u8>> {
         commands.iter().map(|command| self.apply(log_index, command)).collect()
     }
-    /// Serializes the whole application state (called when building a snapshot).
+    /// Serializes the whole application state into memory (a backup seed
+    /// and the defaults below use it).
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the whole application state with a snapshot's bytes.
     fn restore(&self, bytes: &[u8]) -> Result<(), String>;
 
-    /// [`Application::snapshot`] for the snapshot the Raft layer builds at
-    /// `position` (opaque bytes naming the applied log id and membership).
-    /// An application that keeps its state in its own store may checkpoint
-    /// it there with `position`, durably, before returning, so that
-    /// [`Application::resume`] finds it after a restart. The default ignores
-    /// `position`.
-    fn snapshot_at(&self, position: &[u8]) -> Vec<u8> {
+    /// The snapshot the Raft layer builds at `position` (opaque bytes naming
+    /// the applied log id and membership), taken on the state machine's
+    /// task between two applies. What it returns must stand for the state
+    /// at exactly this point, however long its [`SnapshotSource::write_to`]
+    /// runs afterwards, on another thread, while later commands apply (a
+    /// point-in-time view of the application's own store, for example). An
+    /// application that keeps its state in its own store may checkpoint it
+    /// there with `position`, durably, before returning, so that
+    /// [`Application::resume`] finds it after a restart. The default
+    /// serializes the whole state with [`Application::snapshot`].
+    fn snapshot_at(&self, position: &[u8]) -> Box<dyn SnapshotSource> {
         let _ = position;
-        self.snapshot()
+        Box::new(self.snapshot())
     }
 
-    /// [`Application::restore`] of a snapshot at `position` (installed from
-    /// the leader or read back on start); an application that checkpoints
-    /// records `position` with the restored state. The default ignores it.
-    fn restore_at(&self, position: &[u8], bytes: &[u8]) -> Result<(), String> {
+    /// Replaces the whole state with the snapshot at `position` (installed
+    /// from the leader or read back on start) that `snapshot` reads, `bytes`
+    /// long; an application that checkpoints records `position` with the
+    /// restored state. The default reads it into memory and calls
+    /// [`Application::restore`]; an application with large state decodes it
+    /// as it reads.
+    fn restore_at(&self, position: &[u8], snapshot: &mut dyn std::io::Read, bytes: u64) -> Result<(), String> {
         let _ = position;
-        self.restore(bytes)
+        let mut whole = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0).min(1 << 20));
+        snapshot.read_to_end(&mut whole).map_err(|error| format!("cannot read the snapshot: {error}"))?;
+        if whole.len() as u64 != bytes {
+            return Err(format!("the snapshot holds {} bytes, {bytes} expected", whole.len()));
+        }
+        self.restore(&whole)
     }
 
     /// Called once on start, before anything else, with the position of the
@@ -53,5 +72,20 @@ pub trait Application: Send + Sync + 'static {
     fn resume(&self, position: Option<&[u8]>) -> Result<bool, String> {
         let _ = position;
         Ok(false)
+    }
+}
+
+/// A snapshot taken at one point of the log, written out later
+/// ([`Application::snapshot_at`]).
+pub trait SnapshotSource: Send + 'static {
+    /// Writes the snapshot's bytes to `out`, in order. Called at most once,
+    /// on a blocking thread, while the state machine goes on applying.
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()>;
+}
+
+/// Bytes already in memory are their own source.
+impl SnapshotSource for Vec<u8> {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(&self)
     }
 }

@@ -9,7 +9,8 @@
 //! caller's linearizable-read barrier. It asks openraft to build a snapshot
 //! of everything applied so far (the application is serialized on the state
 //! machine's task, between two applies, as for any snapshot) and reads that
-//! stored snapshot back: a [`Backup`] holds the application's bytes, the log
+//! stored snapshot's file back whole (the one place a snapshot is held in
+//! memory): a [`Backup`] holds the application's bytes, the log
 //! position (index, term, leader) they stand for, and the membership at that
 //! position. Every write acknowledged before the call is in it. One backup
 //! runs per node at a time (a second is refused with
@@ -138,11 +139,17 @@ where
         .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?
         .ok_or(BackupError::Empty)?;
     let log_id = snapshot.meta.last_log_id.ok_or(BackupError::Empty)?;
-    let bytes = *snapshot.snapshot;
-    let size = bytes.len() as u64;
+    let size = snapshot.snapshot.bytes();
     if size > SNAPSHOT_BYTES_MAX {
         return Err(BackupError::TooLarge { bytes: size, limit: SNAPSHOT_BYTES_MAX });
     }
+    // The stored snapshot's file, read whole: a backup is the one place the
+    // snapshot's bytes are held in memory (one backup per node at a time).
+    let file = snapshot.snapshot;
+    let bytes = tokio::task::spawn_blocking(move || file.read_all())
+        .await
+        .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?
+        .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?;
     let membership = snapshot.meta.last_membership.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
     let members =
@@ -232,7 +239,12 @@ async fn seed_storage(
     let storage::OpenedStorage { mut log_store, mut state_machine, closed } = opened;
     // Installing restores the application again (cheap next to the write)
     // and stores the snapshot durably, as a snapshot from a leader would be.
-    state_machine.install_snapshot(meta, Box::new(bytes)).await.map_err(|e| storage_error(&e))?;
+    let path = storage::snapshot_file::temporary_path(&storage::snapshot_dir(dir), "seed");
+    let file = tokio::task::spawn_blocking(move || storage::snapshot_file::write_bytes(path, bytes))
+        .await
+        .map_err(|e| storage_error(&e))?
+        .map_err(|e| storage_error(&e))?;
+    state_machine.install_snapshot(meta, Box::new(file)).await.map_err(|e| storage_error(&e))?;
     log_store.save_vote(&vote).await.map_err(|e| storage_error(&e))?;
     log_store.save_committed(meta.last_log_id).await.map_err(|e| storage_error(&e))?;
     drop(log_store);

@@ -2,8 +2,9 @@
 //! cluster of nodes.
 //!
 //! The application plugs in through [`Application`]: it applies committed
-//! commands (byte strings) and returns replies (byte strings), and it can
-//! serialize and restore its whole state for snapshots. This crate knows
+//! commands (byte strings) and returns replies (byte strings), and it
+//! writes its state at one point of the log as a [`SnapshotSource`] (while
+//! later commands apply) and restores it from a reader. This crate knows
 //! nothing about what the bytes mean.
 //!
 //! Key types: [`RaftNode`] (start, write, linearizable-read barrier,
@@ -16,9 +17,13 @@
 //! server next to its public services.
 //!
 //! Inside, it is openraft 0.9 (storage-v2, `generic-snapshot-data`) with
-//! its own write-ahead log for the Raft log and vote (`storage/wal/`), sled
-//! for the snapshot and the committed pointer, and a tonic transport whose messages are bincode in
-//! `bytes` fields (`proto/gavel/internal/raft.proto`).
+//! its own write-ahead log for the Raft log and vote (`storage/wal/`), the
+//! snapshot as a file (`raft-snapshot/`, named in sled), sled for the
+//! committed pointer, and a tonic transport whose messages are bincode in
+//! `bytes` fields (`proto/gavel/internal/raft.proto`). A snapshot is never
+//! whole in memory: it is built into a file, sent from it in chunks,
+//! spooled to a file on the receiver and decoded from there
+//! (`SNAPSHOT_STREAM_BUFFER_BYTES`, `SNAPSHOT_CHUNK_BYTES`).
 //!
 //! **Dependency rule:** this crate must not depend on `gavel-core` or
 //! `gavel-server`; they depend on it. No openraft type appears in its public
@@ -66,7 +71,7 @@ pub mod pb {
     tonic::include_proto!("gavel.internal.v1");
 }
 
-pub use application::Application;
+pub use application::{Application, SnapshotSource};
 pub use backup::{seed_from_snapshot, Backup, BackupError, BackupPosition};
 pub use config::{NodeConfig, PeerTls, RaftTimings};
 pub use error::{RaftError, WriteError};

@@ -24,12 +24,12 @@ pub const APPEND_ENTRIES_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Largest snapshot a node accepts from a peer. The receiver checks the
 /// stream header's `total_bytes` against it before it creates anything, so a
-/// forged header (2^62 bytes) costs nothing. The whole state machine is held
-/// in memory and a snapshot is read back into memory to be installed, so a
-/// snapshot beyond this could not be installed anyway. 4 GiB is above the
-/// largest snapshot measured (about 1.25 GB at a million retained
-/// executions, `gavel bench --scale`), so a legitimate follower is never
-/// refused its catch-up.
+/// forged header (2^62 bytes) costs nothing. A snapshot is streamed to disk
+/// and installed from there, so this bounds the disk a transfer may take
+/// (and, for a backup, which is held in memory, that memory), not the
+/// memory of an install. 4 GiB is above the largest snapshot measured
+/// (about 1.25 GB at a million retained executions, `gavel bench --scale`),
+/// so a legitimate follower is never refused its catch-up.
 pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
 
 /// How far (in log entries) a learner may trail the leader's last log index
@@ -72,3 +72,12 @@ pub const SLED_SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 /// zero fill (one sequential write, off the writer thread) is the price of
 /// fdatasyncs that have no file metadata to commit.
 pub const WAL_SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Buffer of a snapshot stream: the writer that builds a snapshot file from
+/// the application's [`crate::SnapshotSource`], and the reader that an
+/// install or a restart decodes it through. With [`SNAPSHOT_CHUNK_BYTES`]
+/// per message in flight on the network side, this is the Raft layer's
+/// whole memory for one snapshot, whatever its size: the bytes go from the
+/// application's store to a file, from the file to the network in chunks,
+/// and from the network to a file on the receiver, never whole in memory.
+pub const SNAPSHOT_STREAM_BUFFER_BYTES: usize = 1024 * 1024;

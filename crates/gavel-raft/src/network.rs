@@ -21,7 +21,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::stream;
+use futures::{stream, StreamExt};
 use openraft::error::{
     Fatal, NetworkError, PayloadTooLarge, RPCError, RaftError, ReplicationClosed, StreamingError, Timeout, Unreachable,
 };
@@ -37,6 +37,7 @@ use crate::limits::{
 };
 use crate::pb::raft_service_client::RaftServiceClient;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk, SnapshotHeader};
+use crate::storage::SnapshotFile;
 use crate::typ::{Node, NodeId, Snapshot, SnapshotMeta, TypeConfig, Vote};
 use crate::RaftTimings;
 
@@ -236,23 +237,37 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let network = |m: String| StreamingError::Network(NetworkError::new(&TransportError(m)));
 
         let mut client = self.client().map_err(|_| unreachable(format!("no client for node {}", self.target)))?;
-        let data: Arc<Vec<u8>> = Arc::new(*snapshot.snapshot);
+        let file: Arc<SnapshotFile> = Arc::new(*snapshot.snapshot);
         let header_body: SnapshotHeaderBody = (vote, snapshot.meta);
         let header = SnapshotChunk {
             kind: Some(snapshot_chunk::Kind::Header(SnapshotHeader {
                 vote_and_meta: bincode::serialize(&header_body)
                     .map_err(|e| network(format!("cannot encode the snapshot header: {e}")))?,
-                total_bytes: data.len() as u64,
+                total_bytes: file.bytes(),
             })),
         };
-        // A finite stream: the header, then each chunk exactly once. Chunks
-        // are cut lazily so only one extra chunk is in memory at a time.
-        let chunk_count = data.len().div_ceil(SNAPSHOT_CHUNK_BYTES);
-        let chunks = (0..chunk_count).map(move |i| {
-            let end = ((i + 1) * SNAPSHOT_CHUNK_BYTES).min(data.len());
-            SnapshotChunk { kind: Some(snapshot_chunk::Kind::Data(data[i * SNAPSHOT_CHUNK_BYTES..end].to_vec())) }
+        // A finite stream: the header, then each chunk exactly once, read
+        // from the file when the transport asks for it, so one chunk is in
+        // memory at a time whatever the snapshot's size. A read error ends
+        // the stream early; the receiver refuses a short stream.
+        let chunks = stream::unfold((file, 0u64), |(file, offset)| async move {
+            if offset >= file.bytes() {
+                return None;
+            }
+            let reading = file.clone();
+            let read = tokio::task::spawn_blocking(move || reading.read_chunk(offset, SNAPSHOT_CHUNK_BYTES)).await;
+            match read {
+                Ok(Ok(chunk)) if !chunk.is_empty() => {
+                    let next = offset + chunk.len() as u64;
+                    Some((SnapshotChunk { kind: Some(snapshot_chunk::Kind::Data(chunk)) }, (file, next)))
+                }
+                failed => {
+                    tracing::error!(?failed, offset, "cannot read the snapshot file being sent; ending the transfer");
+                    None
+                }
+            }
         });
-        let messages = stream::iter(std::iter::once(header).chain(chunks));
+        let messages = stream::once(std::future::ready(header)).chain(chunks);
         let mut request = tonic::Request::new(messages);
         request.set_timeout(deadline);
 

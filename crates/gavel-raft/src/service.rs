@@ -4,8 +4,10 @@
 //! limit ([`crate::limits::APPEND_ENTRIES_BYTES_MAX`]) refuses an oversized message from its
 //! length prefix, and a snapshot stream's announced size is checked against
 //! [`SNAPSHOT_BYTES_MAX`] before anything is created. Snapshot chunks are
-//! spooled to a file in the node's data directory as they arrive, and read
-//! back only once the whole announced size arrived.
+//! spooled to a file in the node's data directory as they arrive; once the
+//! whole announced size arrived, that file itself is handed to openraft
+//! and installed (decoded through a reader, then renamed into the store),
+//! so a snapshot is never whole in memory on the receiving side.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +23,7 @@ use crate::limits::SNAPSHOT_BYTES_MAX;
 use crate::network::SnapshotHeaderBody;
 use crate::pb::raft_service_server::RaftService;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk};
+use crate::storage::SnapshotFile;
 use crate::typ::{NodeId, Raft, Snapshot, TypeConfig};
 
 /// The internal Raft gRPC service of one node. Obtain it with
@@ -60,10 +63,10 @@ pub(crate) fn clear_incoming(dir: &Path) -> std::io::Result<()> {
 static SPOOL_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
 /// One incoming snapshot spooled to disk; the file is removed when this is
-/// dropped, whether the transfer succeeded or not.
+/// dropped, unless it was complete and handed on ([`Spool::finish`]).
 struct Spool {
     path: PathBuf,
-    file: tokio::fs::File,
+    file: Option<tokio::fs::File>,
     written: u64,
 }
 
@@ -74,20 +77,29 @@ impl Spool {
         let file = tokio::fs::File::create(&path)
             .await
             .map_err(|e| Status::internal(format!("cannot create the snapshot spool file {}: {e}", path.display())))?;
-        Ok(Spool { path, file, written: 0 })
+        Ok(Spool { path, file: Some(file), written: 0 })
     }
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), Status> {
-        self.file.write_all(bytes).await.map_err(|e| self.failed("write", &e))?;
+        let Some(file) = self.file.as_mut() else { return Err(Status::internal("the snapshot spool is closed")) };
+        let written = file.write_all(bytes).await;
+        written.map_err(|e| self.failed("write", &e))?;
         self.written += bytes.len() as u64;
         Ok(())
     }
 
-    /// The spooled bytes, for `install_full_snapshot`, which takes the whole
-    /// snapshot in memory (streaming it into the application is not done yet).
-    async fn read_back(&mut self) -> Result<Vec<u8>, Status> {
-        self.file.flush().await.map_err(|e| self.failed("flush", &e))?;
-        tokio::fs::read(&self.path).await.map_err(|e| self.failed("read back", &e))
+    /// The complete spool file as a snapshot for `install_full_snapshot`,
+    /// which owns it from here on (and removes it unless it is stored).
+    async fn finish(mut self) -> Result<SnapshotFile, Status> {
+        if let Some(mut file) = self.file.take() {
+            file.flush().await.map_err(|e| self.failed("flush", &e))?;
+            file.sync_all().await.map_err(|e| self.failed("fsync", &e))?;
+        }
+        let path = std::mem::take(&mut self.path);
+        SnapshotFile::owning(path.clone()).map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            Status::internal(format!("cannot reopen the snapshot spool file {}: {e}", path.display()))
+        })
     }
 
     fn failed(&self, what: &str, e: &std::io::Error) -> Status {
@@ -98,7 +110,9 @@ impl Spool {
 impl Drop for Spool {
     fn drop(&mut self) {
         // Best effort: a leftover file is removed on the next start.
-        let _ = std::fs::remove_file(&self.path);
+        if !self.path.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -175,9 +189,7 @@ impl RaftService for RaftGrpcService {
                 spool.written, total_bytes
             )));
         }
-        let data = spool.read_back().await?;
-        drop(spool);
-        let snapshot = Snapshot { meta, snapshot: Box::new(data) };
+        let snapshot = Snapshot { meta, snapshot: Box::new(spool.finish().await?) };
         let response = self.raft.install_full_snapshot(vote, snapshot).await.map_err(stopped)?;
         encode(&response)
     }

@@ -19,7 +19,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Vec<u8>,
+        SnapshotData = crate::storage::SnapshotFile,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
@@ -39,7 +39,7 @@ pub(crate) type Vote = openraft::Vote<NodeId>;
 pub(crate) type StoredMembership = openraft::StoredMembership<NodeId, Node>;
 /// Snapshot metadata: last included log id, membership, id.
 pub(crate) type SnapshotMeta = openraft::SnapshotMeta<NodeId, Node>;
-/// A snapshot: metadata plus the application's bytes.
+/// A snapshot: metadata plus a handle to the file of the application's bytes.
 pub(crate) type Snapshot = openraft::Snapshot<TypeConfig>;
 /// Storage failure reported to openraft.
 pub(crate) type StorageError = openraft::StorageError<NodeId>;

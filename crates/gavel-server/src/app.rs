@@ -20,7 +20,22 @@
 //! checkpoint, an older or newer one, writes flushed past it between
 //! snapshots) it clears the store and rewrites it from the snapshot, so the
 //! store never holds records the restored state does not know.
+//!
+//! **Snapshots that do not stop apply.** The snapshot the Raft layer builds
+//! ([`gavel_raft::Application::snapshot_at`]) is taken under the state lock
+//! in three steps: the overlay is flushed with the checkpoint, the hot state
+//! is serialized, and a redb read transaction is opened. The read
+//! transaction is a point-in-time view of the cold tables at exactly that
+//! state (redb is MVCC), so the Raft layer streams the cold records out of
+//! it into a file on another thread while later commands apply and flush
+//! (`cold_store::ColdSnapshot`). An install decodes the received file as it
+//! reads it ([`gavel_raft::Application::restore_at`]): the hot state first,
+//! then the cold records written into the store in transactions of at most
+//! [`COLD_RESTORE_BATCH_BYTES`]. Memory for a snapshot is the hot state plus
+//! fixed buffers, whatever the number of retained records; redb's own cache
+//! is bounded by [`COLD_CACHE_BYTES`].
 
+use std::io::Read;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -37,6 +52,21 @@ use crate::cold_store::RedbColdStore;
 /// about 8 cold writes per lifecycle this is a few thousand lifecycles, a few
 /// MB, and one flush is one non-durable redb transaction.
 pub const COLD_PENDING_MAX: usize = 20_000;
+
+/// Cold records written into the cold store per transaction while a
+/// snapshot is restored: the records of one batch are in memory together
+/// (and in redb's dirty pages until the transaction commits), so this
+/// bounds an install's memory whatever the snapshot's size, while batches
+/// large enough keep the per-transaction cost small next to the data.
+pub const COLD_RESTORE_BATCH_BYTES: usize = 8 * 1024 * 1024;
+
+/// redb's page cache for the cold store. redb's default (1 GiB) would let a
+/// snapshot build or install, which reads or writes every cold record once,
+/// fill a gigabyte of cache per node; the state machine reads a cold record
+/// rarely (a late report, a repeated submit, a read of history), and the
+/// operating system's page cache still holds the file, so a small cache
+/// costs little.
+pub const COLD_CACHE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The cold store's file in a node's data directory.
 pub const COLD_STORE_FILE: &str = "cold.redb";
@@ -226,23 +256,40 @@ impl gavel_raft::Application for CoreApp {
     /// checkpoint), then exports the whole state. A failed flush keeps the
     /// overlay: nothing is lost and the next snapshot tries again.
     fn snapshot(&self) -> Vec<u8> {
-        self.flush_and_export(None)
+        self.flush_and_export()
     }
 
-    /// [`CoreApp::snapshot`], and the flush writes the checkpoint at `position`.
-    fn snapshot_at(&self, position: &[u8]) -> Vec<u8> {
-        self.flush_and_export(Some(position))
+    /// With a cold store: flushes the overlay with the checkpoint at
+    /// `position`, serializes the hot state and opens a read transaction,
+    /// all under the state lock, and returns them as the source that writes
+    /// the snapshot later (see the module doc). Without one, or if the
+    /// flush fails, the whole state in memory.
+    fn snapshot_at(&self, position: &[u8]) -> Box<dyn gavel_raft::SnapshotSource> {
+        let mut state = self.state();
+        let Some(store) = &self.cold_store else { return Box::new(state.snapshot()) };
+        let hot = state.hot_snapshot();
+        let viewed = state
+            .flush_cold(|mutations| store.write_checkpoint(mutations, position, &hot))
+            .and_then(|_| store.snapshot_view(hot));
+        match viewed {
+            Ok(view) => Box::new(view),
+            Err(error) => {
+                tracing::error!(%error, "cannot flush cold records for a snapshot; it is taken whole in memory");
+                Box::new(state.snapshot())
+            }
+        }
     }
 
     /// With a cold store, the store is rewritten from the snapshot's cold
     /// records before the restored state replaces the current one.
     fn restore(&self, bytes: &[u8]) -> Result<(), String> {
-        self.restore_whole(bytes, None)
+        self.restore_stream(&mut &bytes[..], bytes.len() as u64, None)
     }
 
-    /// [`CoreApp::restore`], and the rewrite writes the checkpoint at `position`.
-    fn restore_at(&self, position: &[u8], bytes: &[u8]) -> Result<(), String> {
-        self.restore_whole(bytes, Some(position))
+    /// [`CoreApp::restore`] as the snapshot is read, and the rewrite writes
+    /// the checkpoint at `position`.
+    fn restore_at(&self, position: &[u8], snapshot: &mut dyn Read, bytes: u64) -> Result<(), String> {
+        self.restore_stream(snapshot, bytes, Some(position))
     }
 
     /// Resumes from the cold store's checkpoint if it is at `position`
@@ -269,42 +316,71 @@ impl gavel_raft::Application for CoreApp {
 }
 
 impl CoreApp {
-    /// Flushes the cold overlay (with the checkpoint at `position`, if
-    /// given) and exports the whole state.
-    fn flush_and_export(&self, position: Option<&[u8]>) -> Vec<u8> {
+    /// Flushes the cold overlay (durably, dropping any checkpoint) and
+    /// exports the whole state into memory.
+    fn flush_and_export(&self) -> Vec<u8> {
         let mut state = self.state();
         if let Some(store) = &self.cold_store {
-            let flushed = match position {
-                Some(position) => {
-                    let hot = state.hot_snapshot();
-                    state.flush_cold(|mutations| store.write_checkpoint(mutations, position, &hot))
-                }
-                None => state.flush_cold(|mutations| store.write(mutations)),
-            };
-            if let Err(error) = flushed {
+            if let Err(error) = state.flush_cold(|mutations| store.write(mutations)) {
                 tracing::error!(%error, "cannot flush cold records; they stay in memory");
             }
         }
         state.snapshot()
     }
 
-    /// Restores a whole-state snapshot; with a cold store, clears the store
-    /// and rewrites it (with the checkpoint at `position`, if given).
-    fn restore_whole(&self, bytes: &[u8], position: Option<&[u8]>) -> Result<(), String> {
-        let mut restored = State::restore(bytes).map_err(|error| error.to_string())?;
+    /// Restores a snapshot of `bytes` bytes as `snapshot` reads it. With a
+    /// cold store: decodes the hot state first (a snapshot that is not one
+    /// is refused before anything changes), then clears the store and
+    /// writes the cold records into it in transactions of at most
+    /// [`COLD_RESTORE_BATCH_BYTES`], the last one durable and with the
+    /// checkpoint at `position`, if given. All under the state lock: no
+    /// read sees the store half rewritten. A snapshot found corrupt after
+    /// the store was cleared leaves an empty state over an empty store and
+    /// an error; the Raft layer then stops, and on restart rebuilds the
+    /// store from the snapshot it has stored.
+    fn restore_stream(&self, snapshot: &mut dyn Read, bytes: u64, position: Option<&[u8]>) -> Result<(), String> {
+        let Some(store) = &self.cold_store else {
+            let mut restored = State::restore_from(snapshot, bytes).map_err(|error| error.to_string())?;
+            restored.set_planted_bug(self.planted_bug);
+            *self.state() = restored;
+            self.state_replaced();
+            return Ok(());
+        };
+        let (mut restored, mut records) =
+            State::read_snapshot_hot(snapshot, bytes).map_err(|error| error.to_string())?;
         restored.set_planted_bug(self.planted_bug);
-        // Under the state lock: no read sees the store half rewritten.
         let mut state = self.state();
-        if let Some(store) = &self.cold_store {
-            store.clear().map_err(|error| error.to_string())?;
+        store.clear().map_err(|error| error.to_string())?;
+        let rewritten = (|| -> Result<(), String> {
+            let (mut batch, mut batch_bytes) = (Vec::new(), 0usize);
+            while let Some(record) = records.next_record().map_err(|error| error.to_string())? {
+                batch_bytes += record.key.len() + record.value.as_ref().map_or(0, Vec::len);
+                batch.push(record);
+                if batch_bytes >= COLD_RESTORE_BATCH_BYTES {
+                    store.write_eventually(&batch).map_err(|error| error.to_string())?;
+                    (batch, batch_bytes) = (Vec::new(), 0);
+                }
+            }
             restored.attach_cold_store(store.clone());
             let hot = restored.hot_snapshot();
-            restored
-                .flush_cold(|mutations| match position {
-                    Some(position) => store.write_checkpoint(mutations, position, &hot),
-                    None => store.write(mutations),
-                })
-                .map_err(|error| error.to_string())?;
+            match position {
+                Some(position) => store.write_checkpoint(&batch, position, &hot),
+                None => store.write(&batch),
+            }
+            .map_err(|error| error.to_string())
+        })();
+        if let Err(error) = rewritten {
+            let cleared = store.clear();
+            let mut empty = State::new();
+            empty.set_planted_bug(self.planted_bug);
+            empty.attach_cold_store(store.clone());
+            *state = empty;
+            drop(state);
+            self.state_replaced();
+            return Err(match cleared {
+                Ok(()) => error,
+                Err(clear_error) => format!("{error}; clearing the cold store failed too: {clear_error}"),
+            });
         }
         *state = restored;
         drop(state);
@@ -427,6 +503,38 @@ mod tests {
         assert_eq!(disk.state().cold_pending_count(), 0, "and none is in memory");
     }
 
+    /// The bytes a snapshot source writes.
+    fn written(source: Box<dyn gavel_raft::SnapshotSource>) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        source.write_to(&mut bytes).expect("a snapshot writes into memory");
+        bytes
+    }
+
+    /// A corrupt snapshot is refused: before anything changes if its hot
+    /// state does not decode, and with an empty state over an emptied store
+    /// (never a mix) if its cold records are cut short.
+    #[test]
+    fn a_corrupt_snapshot_is_refused_and_never_leaves_a_mixed_state() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let store = RedbColdStore::open(&directory.path().join(COLD_STORE_FILE)).expect("open");
+        let app = CoreApp::with_cold_store(None, store.clone()).expect("a cold store app");
+        app.resume(None).expect("start empty");
+        let mut log_index = 0;
+        lifecycles(&app, &mut log_index, 0..20);
+        let whole = written(app.snapshot_at(b"p"));
+        let (hash, records) = (app.state_hash(), store.len());
+        let garbage = [0xff; 64];
+        assert!(app.restore_at(b"q", &mut &garbage[..], 64).is_err());
+        assert_eq!((app.state_hash(), store.len()), (hash.clone(), records), "nothing changed");
+        let cut = &whole[..whole.len() - 10];
+        let error = app.restore_at(b"q", &mut &cut[..], cut.len() as u64).expect_err("truncated");
+        assert!(error.contains("truncated"), "{error}");
+        assert_eq!(app.state_hash(), State::new().state_hash(), "an empty state");
+        assert!(store.is_empty(), "over an empty store");
+        app.restore_at(b"p", &mut &whole[..], whole.len() as u64).expect("the intact snapshot restores");
+        assert_eq!((app.state_hash(), store.len()), (hash, records));
+    }
+
     /// Applies `rounds` lifecycles (submit, lease, complete) of a registered
     /// capability to `app`, from log index `*log_index + 1`.
     fn lifecycles(app: &CoreApp, log_index: &mut u64, rounds: std::ops::Range<u32>) {
@@ -478,8 +586,24 @@ mod tests {
         assert!(!app.resume(None).expect("resume"), "nothing to resume from");
         let mut log_index = 0;
         lifecycles(&app, &mut log_index, 0..200);
-        let whole = app.snapshot_at(b"position-1");
+        let source = app.snapshot_at(b"position-1");
         let (hash, records) = (app.state_hash(), store.len());
+        // The source is a point-in-time view: commands applied and flushed
+        // after it was taken are not in what it writes.
+        app.set_cold_pending_max(1);
+        lifecycles(&app, &mut log_index, 200..205);
+        assert_ne!(app.state_hash(), hash);
+        let whole = written(source);
+        assert_eq!(State::snapshot_state_hash(&whole).expect("decodes"), hash, "the snapshot is at position-1");
+        assert_eq!(State::restore(&whole).expect("restores").execution("exec-200"), None);
+        drop((app, store));
+        let (app, store) = open();
+        app.resume(None).expect("start empty");
+        app.restore_at(b"position-1", &mut &whole[..], whole.len() as u64).expect("restore");
+        assert_eq!(store.len(), records, "the store holds the records at position-1");
+        // A snapshot at a position holds every cold record once.
+        let again = written(app.snapshot_at(b"position-1"));
+        assert_eq!(again, whole, "a snapshot of the restored state is the same bytes");
         assert!(records >= 200 * 8, "the finalized lifecycles are on disk: {records} records");
         let memory = CoreApp::new(None);
         memory.restore(&whole).expect("the whole-state snapshot restores");
@@ -503,14 +627,14 @@ mod tests {
         lifecycles(&app, &mut log_index, 200..210);
         lifecycles(&memory, &mut memory_index, 200..210);
         assert_eq!(app.state_hash(), memory.state_hash());
-        app.snapshot_at(b"position-2");
+        drop(app.snapshot_at(b"position-2"));
         drop((app, store));
 
         // The stored snapshot is older than the checkpoint: clear and rewrite.
         let (app, store) = open();
         assert!(!app.resume(Some(b"position-1")).expect("resume"), "the checkpoint is at another position");
         assert!(store.is_empty(), "cleared");
-        app.restore_at(b"position-1", &whole).expect("restore");
+        app.restore_at(b"position-1", &mut &whole[..], whole.len() as u64).expect("restore");
         assert_eq!(app.state_hash(), hash);
         assert_eq!(store.len(), records, "rewritten");
         assert_eq!(store.writes(), records as u64);

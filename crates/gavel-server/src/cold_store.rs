@@ -13,13 +13,18 @@
 //! transaction ([`RedbColdStore::write_checkpoint`]); a flush between
 //! snapshots marks it stale in its own transaction, so a checkpoint that
 //! [`RedbColdStore::checkpoint`] returns always matches the tables.
+//!
+//! [`RedbColdStore::snapshot_view`] opens a read transaction as a
+//! [`ColdSnapshot`]: the cold tables as they were when it was opened, which
+//! a snapshot build streams out record by record on another thread while
+//! writes go on.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use gavel_core::{ColdMutation, ColdStore, ColdStoreError, ColdTable};
-use redb::{Database, Durability, ReadableTableMetadata, TableDefinition, TableError};
+use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition, TableError};
 
 /// The redb table that holds `table`.
 fn definition(table: ColdTable) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
@@ -76,7 +81,8 @@ fn write_error(error: impl std::fmt::Display) -> ColdStoreError {
 impl RedbColdStore {
     /// Opens (or creates) the store file at `path`.
     pub fn open(path: &Path) -> Result<Arc<RedbColdStore>, ColdStoreError> {
-        let database = Database::create(path).map_err(write_error)?;
+        let database =
+            Database::builder().set_cache_size(crate::app::COLD_CACHE_BYTES).create(path).map_err(write_error)?;
         Ok(Arc::new(RedbColdStore { database, path: path.to_path_buf(), writes: AtomicU64::new(0) }))
     }
 
@@ -149,6 +155,13 @@ impl RedbColdStore {
                 Err(error) => panic!("the cold store cannot open table {table:?}: {error}"),
             })
             .sum()
+    }
+
+    /// A point-in-time view of the cold tables with `hot` (the hot state
+    /// they complete): the source of a snapshot that the Raft layer writes
+    /// out later, on another thread, while this store is written.
+    pub fn snapshot_view(&self, hot: Vec<u8>) -> Result<ColdSnapshot, ColdStoreError> {
+        Ok(ColdSnapshot { hot, transaction: self.database.begin_read().map_err(write_error)? })
     }
 
     /// Whether the store holds no record.
@@ -253,6 +266,46 @@ impl RedbColdStore {
         transaction.commit().map_err(write_error)?;
         self.writes.fetch_add(mutations.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// A snapshot taken from the store ([`RedbColdStore::snapshot_view`]): the
+/// hot state and a redb read transaction. It writes the whole-state format
+/// of [`gavel_core::SnapshotWriter`], reading each table in key order
+/// straight from the view into the writer, so it holds one record at a time
+/// whatever the number of records. While it is alive redb keeps the pages
+/// it sees, so the file may grow by the writes made meanwhile.
+pub struct ColdSnapshot {
+    hot: Vec<u8>,
+    transaction: redb::ReadTransaction,
+}
+
+impl gavel_raft::SnapshotSource for ColdSnapshot {
+    fn write_to(self: Box<Self>, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let read_error = |error: redb::Error| match error {
+            redb::Error::Io(error) => error,
+            other => std::io::Error::other(format!("cannot read the cold store for a snapshot: {other}")),
+        };
+        let mut tables = Vec::new();
+        for table in ColdTable::ALL {
+            match self.transaction.open_table(definition(table)) {
+                Ok(opened) => tables.push((table, opened)),
+                Err(TableError::TableDoesNotExist(_)) => {}
+                Err(error) => return Err(read_error(error.into())),
+            }
+        }
+        let mut count = 0;
+        for (_, opened) in &tables {
+            count += opened.len().map_err(|error| read_error(error.into()))?;
+        }
+        let mut writer = gavel_core::SnapshotWriter::start(out, &self.hot, count)?;
+        for (table, opened) in &tables {
+            for entry in opened.iter().map_err(|error| read_error(error.into()))? {
+                let (key, value) = entry.map_err(|error| read_error(error.into()))?;
+                writer.record(*table, key.value(), value.value())?;
+            }
+        }
+        writer.finish().map(drop)
     }
 }
 

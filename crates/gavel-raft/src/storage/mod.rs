@@ -8,7 +8,9 @@
 //! | `raft-log/<seq:016x>.wal`     | log segments: entries, truncate and purge markers |
 //! | `raft-log/vote`               | the vote, replaced atomically                     |
 //! | `raft/` sled tree `meta`      | `committed`: bincode `Option<LogId>`              |
-//! | `raft/` sled tree `snapshot`  | `meta`: bincode `SnapshotMeta`; `data`: the application's snapshot bytes |
+//! | `raft/` sled tree `snapshot`  | `meta`: bincode `SnapshotMeta`; `file`: the name of its file in `raft-snapshot/` |
+//! | `raft-snapshot/<name>.snap`   | the stored snapshot: the application's snapshot bytes |
+//! | `raft-snapshot/<n>.<what>.tmp`| a snapshot being built or seeded; removed on start |
 //! | `raft-incoming/<n>.part`      | a snapshot being received from the leader (`service`); emptied on start |
 //!
 //! The application state itself is persisted only through snapshots: on
@@ -34,7 +36,16 @@
 //! - a failed write or fdatasync of the log stops it for good, and openraft
 //!   stops the node (`wal::writer`);
 //! - a snapshot is fsynced before openraft learns it exists, so the log can be
-//!   purged behind it (`state_machine::persist_snapshot`, [`durability`]).
+//!   purged behind it (`state_machine::persist_snapshot`, [`durability`]):
+//!   its file is fsynced and renamed into `raft-snapshot/`, the directory
+//!   fsynced, then its meta and file name written to sled and waited for;
+//!   only then is the previous snapshot's file removed.
+//!
+//! Snapshots never pass through memory whole: a build writes the
+//! application's [`crate::SnapshotSource`] to a file on a blocking thread
+//! while apply goes on, an install decodes the received file through a
+//! reader, and what openraft moves around is a [`SnapshotFile`] handle
+//! ([`snapshot_file`]).
 
 // openraft's storage traits fix `StorageError` (a large type) as the error
 // of every method; the helpers here return the same type.
@@ -44,6 +55,7 @@ mod durability;
 #[cfg(feature = "mutants")]
 mod early_ack;
 mod log_store;
+pub(crate) mod snapshot_file;
 mod state_machine;
 pub(crate) mod wal;
 
@@ -60,6 +72,7 @@ use serde::Serialize;
 
 pub(crate) use durability::ThreadExited;
 pub(crate) use log_store::LogStore;
+pub(crate) use snapshot_file::SnapshotFile;
 pub(crate) use state_machine::{request_snapshots, StateMachineStore};
 
 use crate::application::Application;
@@ -71,7 +84,11 @@ use wal::Wal;
 
 const COMMITTED_KEY: &[u8] = b"committed";
 const SNAPSHOT_META_KEY: &[u8] = b"meta";
-const SNAPSHOT_DATA_KEY: &[u8] = b"data";
+/// The stored snapshot's file name in `raft-snapshot/`.
+const SNAPSHOT_FILE_KEY: &[u8] = b"file";
+/// Where a version before snapshot files kept the snapshot's bytes; moved
+/// into a file on open.
+const SNAPSHOT_LEGACY_DATA_KEY: &[u8] = b"data";
 
 /// State shared by the log store, its readers, the state machine and the
 /// snapshot builders. When the last holder drops it, the log's writer and
@@ -80,6 +97,8 @@ pub(crate) struct Shared {
     wal: Wal,
     meta: sled::Tree,
     snapshot: sled::Tree,
+    /// `raft-snapshot/`: the stored snapshot's file and temporary ones.
+    snapshot_dir: PathBuf,
     durability: Durability,
     /// Serializes snapshot writes so an older snapshot finishing late never
     /// replaces a newer one (openraft builds snapshots in a spawned task that
@@ -104,6 +123,11 @@ pub(crate) struct OpenedStorage {
 /// Where the Raft layer keeps its sled database inside `data_dir`.
 pub(crate) fn sled_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("raft")
+}
+
+/// Where the stored snapshot's file lives inside `data_dir`.
+pub(crate) fn snapshot_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("raft-snapshot")
 }
 
 /// Where the Raft log (the WAL) and the vote live inside `data_dir`.
@@ -142,6 +166,8 @@ pub(crate) fn open(
     let open_tree = |name: &str| db.open_tree(name).map_err(|e| storage_error("cannot open a sled tree", &e));
     let meta = open_tree("meta")?;
     let snapshot = open_tree("snapshot")?;
+    let snapshot_dir = snapshot_dir(data_dir);
+    std::fs::create_dir_all(&snapshot_dir).map_err(|e| storage_error("cannot create the snapshot directory", &e))?;
     // sled's lock on its `db` file, taken above, also keeps a second process
     // from opening this log.
     let (wal, wal_writer) = Wal::open(&wal_dir(data_dir)).map_err(|e| RaftError::Storage(e.to_string()))?;
@@ -153,33 +179,29 @@ pub(crate) fn open(
         wal,
         meta,
         snapshot,
+        snapshot_dir,
         durability,
         snapshot_write: tokio::sync::Mutex::new(()),
         snapshot_seq: AtomicU64::new(0),
         #[cfg(feature = "mutants")]
         early_ack: plant_early_ack.then(Arc::default),
     });
+    shared.tidy_snapshot_dir().map_err(|e| storage_error("cannot prepare the snapshot directory", &e))?;
     let state_machine = StateMachineStore::restore(shared.clone(), app)?;
     Ok(OpenedStorage { log_store: LogStore::new(shared), state_machine, closed })
 }
 
 impl Shared {
-    /// Reads the stored snapshot, if any.
-    fn read_snapshot(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>, StorageError> {
+    /// Opens the stored snapshot, if any: its meta and a handle to its file.
+    fn read_snapshot(&self) -> Result<Option<(SnapshotMeta, SnapshotFile)>, StorageError> {
         let read = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, AnyError::error(e));
-        let meta = self.snapshot.get(SNAPSHOT_META_KEY).map_err(|e| read(&e))?;
-        let data = self.snapshot.get(SNAPSHOT_DATA_KEY).map_err(|e| read(&e))?;
-        match (meta, data) {
-            (Some(meta), Some(data)) => {
-                let meta: SnapshotMeta = decode(&meta).map_err(|e| read(&*e))?;
-                Ok(Some((meta, data.to_vec())))
-            }
-            (None, None) => Ok(None),
-            _ => {
-                Err(StorageIOError::read_snapshot(None, AnyError::error("snapshot meta and data are not both present"))
-                    .into())
-            }
-        }
+        let Some(meta) = self.read_snapshot_meta()? else { return Ok(None) };
+        let Some(name) = self.snapshot.get(SNAPSHOT_FILE_KEY).map_err(|e| read(&e))? else {
+            return Err(StorageIOError::read_snapshot(None, AnyError::error("the snapshot's meta has no file")).into());
+        };
+        let path = self.snapshot_dir.join(String::from_utf8_lossy(&name).as_ref());
+        let file = SnapshotFile::open(&path).map_err(|e| read(&e))?;
+        Ok(Some((meta, file)))
     }
 
     fn read_snapshot_meta(&self) -> Result<Option<SnapshotMeta>, StorageError> {
@@ -188,6 +210,32 @@ impl Shared {
             Some(bytes) => Ok(Some(decode(&bytes).map_err(|e| read(&*e))?)),
             None => Ok(None),
         }
+    }
+
+    /// On open: moves a snapshot stored in sled by an older version into a
+    /// file, and removes every file of `raft-snapshot/` but the stored
+    /// snapshot's (builds, seeds and replaced snapshots a crash left).
+    fn tidy_snapshot_dir(&self) -> Result<(), Box<dyn std::error::Error>> {
+        if let Some(data) = self.snapshot.get(SNAPSHOT_LEGACY_DATA_KEY)? {
+            let name = "legacy.snap";
+            let path = self.snapshot_dir.join(name);
+            let mut file = snapshot_file::write_bytes(path, data.to_vec())?;
+            file.adopt();
+            snapshot_file::sync_dir(&self.snapshot_dir)?;
+            let mut batch = sled::Batch::default();
+            batch.insert(SNAPSHOT_FILE_KEY, name.as_bytes());
+            batch.remove(SNAPSHOT_LEGACY_DATA_KEY);
+            self.snapshot.apply_batch(batch)?;
+            self.snapshot.flush()?;
+        }
+        let stored = self.snapshot.get(SNAPSHOT_FILE_KEY)?;
+        for entry in std::fs::read_dir(&self.snapshot_dir)? {
+            let entry = entry?;
+            if stored.as_deref() != Some(entry.file_name().as_encoded_bytes()) {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,5 +1,7 @@
-//! The application behind openraft's `RaftStateMachine`, with snapshots in sled.
+//! The application behind openraft's `RaftStateMachine`, with snapshots as
+//! files (`raft-snapshot/`) named in sled.
 
+use std::io::BufReader;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -7,9 +9,11 @@ use openraft::storage::RaftStateMachine;
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 use tokio::sync::mpsc;
 
-use super::{encode, Shared, SNAPSHOT_DATA_KEY, SNAPSHOT_META_KEY};
-use crate::application::Application;
+use super::snapshot_file::{self, SnapshotFile};
+use super::{encode, Shared, SNAPSHOT_FILE_KEY, SNAPSHOT_LEGACY_DATA_KEY, SNAPSHOT_META_KEY};
+use crate::application::{Application, SnapshotSource};
 use crate::batch;
+use crate::limits::SNAPSHOT_STREAM_BUFFER_BYTES;
 use crate::typ::{
     Command, Entry, LogId, Raft, Reply, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
@@ -86,10 +90,10 @@ impl StateMachineStore {
         if store.app.resume(Some(&at)).map_err(refused)? {
             tracing::info!(snapshot = %meta, "the application resumed from its own checkpoint at the stored snapshot");
         } else {
-            let (meta, data) = store.shared.read_snapshot().map_err(|e| read_error(&e))?.ok_or_else(|| {
+            let (meta, file) = store.shared.read_snapshot().map_err(|e| read_error(&e))?.ok_or_else(|| {
                 RaftError::Storage("the stored snapshot disappeared while the node was starting".into())
             })?;
-            store.app.restore_at(&position(&meta.last_log_id, &meta.last_membership), &data).map_err(refused)?;
+            restore_from_file(&*store.app, &meta, &file).map_err(refused)?;
             tracing::info!(snapshot = %meta, "restored the application from the stored snapshot");
         }
         store.last_applied = meta.last_log_id;
@@ -115,22 +119,42 @@ fn position(last_applied: &Option<LogId>, membership: &StoredMembership) -> Vec<
     encode(&(last_applied, membership)).expect("log ids and memberships serialize: plain data")
 }
 
-/// Captures the application state at one point of the log; `build_snapshot`
-/// then persists it off the state machine's task.
+/// Restores the application from a snapshot file, read through a buffer of
+/// [`SNAPSHOT_STREAM_BUFFER_BYTES`]. Blocking.
+fn restore_from_file(app: &dyn Application, meta: &SnapshotMeta, file: &SnapshotFile) -> Result<(), String> {
+    let mut reader = BufReader::with_capacity(SNAPSHOT_STREAM_BUFFER_BYTES, file.reader());
+    app.restore_at(&position(&meta.last_log_id, &meta.last_membership), &mut reader, file.bytes())
+}
+
+/// Captures the application state at one point of the log (a
+/// [`SnapshotSource`]); `build_snapshot` then writes it to a file and
+/// stores it off the state machine's task, while apply goes on.
 pub(crate) struct SnapshotBuilder {
     shared: Arc<Shared>,
     meta: SnapshotMeta,
-    data: Vec<u8>,
+    /// Taken once by `build_snapshot`; behind a mutex only because openraft
+    /// wants the builder `Sync`.
+    source: std::sync::Mutex<Option<Box<dyn SnapshotSource>>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let started = std::time::Instant::now();
-        persist_snapshot(&self.shared, &self.meta, &self.data, WriteMode::OnlyIfNewer).await?;
+        let write_error =
+            |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(Some(self.meta.signature()), AnyError::error(e));
+        let source = self.source.get_mut().ok().and_then(Option::take);
+        let source = source.ok_or_else(|| write_error(&"this snapshot was built already"))?;
+        let path = snapshot_file::temporary_path(&self.shared.snapshot_dir, "build");
+        let mut file = tokio::task::spawn_blocking(move || SnapshotFile::write(path, source))
+            .await
+            .map_err(|e| write_error(&e))?
+            .map_err(|e| write_error(&e))?;
+        let stored = persist_snapshot(&self.shared, &self.meta, &mut file, WriteMode::OnlyIfNewer).await?;
         crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
-        // openraft calls this once per builder: hand the bytes over instead of
-        // copying them (at a million executions that copy is over a gigabyte).
-        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(std::mem::take(&mut self.data)) })
+        if stored {
+            tracing::info!(snapshot = %self.meta, bytes = file.bytes(), took = ?started.elapsed(), "snapshot built");
+        }
+        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(file) })
     }
 }
 
@@ -143,16 +167,21 @@ enum WriteMode {
     Replace,
 }
 
-/// Writes a snapshot's metadata and data in one atomic sled batch and fsyncs.
+/// Stores `file` (a complete file this process owns) as the snapshot
+/// `meta`: fsyncs it, renames it into `raft-snapshot/`, fsyncs the
+/// directory, writes its meta and name in one sled batch and waits until
+/// that is durable, then removes the previous snapshot's file. Returns
+/// whether it stored it: a skipped (older) snapshot stays owned by `file`
+/// and is removed with it.
 ///
 /// Durability rule: openraft purges the log behind a snapshot as soon as it
 /// learns about it, so the snapshot must be on stable storage first.
 async fn persist_snapshot(
     shared: &Shared,
     meta: &SnapshotMeta,
-    data: &[u8],
+    file: &mut SnapshotFile,
     mode: WriteMode,
-) -> Result<(), StorageError> {
+) -> Result<bool, StorageError> {
     let write_error =
         |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::error(e));
     let _serialized = shared.snapshot_write.lock().await;
@@ -160,19 +189,49 @@ async fn persist_snapshot(
         if let Some(stored) = shared.read_snapshot_meta()? {
             if stored.last_log_id >= meta.last_log_id {
                 tracing::debug!(stored = %stored, built = %meta, "a newer snapshot is stored already; keeping it");
-                return Ok(());
+                return Ok(false);
             }
         }
     }
+    let previous = shared.snapshot.get(SNAPSHOT_FILE_KEY).map_err(|e| write_error(&e))?;
+    let sequence = shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
+    let index = meta.last_log_id.map_or(0, |log_id| log_id.index);
+    let name = format!("{index:020}-{}-{sequence:016x}.snap", std::process::id());
+    let owned = file.adopt();
+    // A file this node does not own (another store's, in openraft's
+    // conformance suite) is copied first: the store renames only its own.
+    let other = if owned.is_none() { Some(file.duplicate().map_err(|e| write_error(&e))?) } else { None };
+    let temporary = snapshot_file::temporary_path(&shared.snapshot_dir, "copy");
+    let target = shared.snapshot_dir.join(&name);
+    let dir = shared.snapshot_dir.clone();
+    let placed = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let source = match (owned, other) {
+            (Some(owned), _) => owned,
+            (None, Some(other)) => other.copy_to(temporary)?.adopt().expect("a copy is owned"),
+            (None, None) => unreachable!("a file is owned or duplicated"),
+        };
+        std::fs::File::open(&source)?.sync_all()?;
+        std::fs::rename(&source, &target).inspect_err(|_| {
+            let _ = std::fs::remove_file(&source);
+        })?;
+        snapshot_file::sync_dir(&dir)
+    });
+    placed.await.map_err(|e| write_error(&e))?.map_err(|e| write_error(&e))?;
     let meta_bytes = encode(meta).map_err(|e| write_error(&e))?;
     let mut batch = sled::Batch::default();
     batch.insert(SNAPSHOT_META_KEY, meta_bytes);
-    batch.insert(SNAPSHOT_DATA_KEY, data);
+    batch.insert(SNAPSHOT_FILE_KEY, name.as_bytes());
+    batch.remove(SNAPSHOT_LEGACY_DATA_KEY);
     shared.snapshot.apply_batch(batch).map_err(|e| write_error(&e))?;
     shared.durability.wait_durable().await.map_err(|e| write_error(&e))?;
-    tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot stored");
-    crate::stats::stats().count_snapshot(data.len());
-    Ok(())
+    if let Some(previous) = previous {
+        // A reader holding the old file (a transfer to a follower, a
+        // backup) keeps reading it: unlinking does not close handles.
+        let _ = std::fs::remove_file(shared.snapshot_dir.join(String::from_utf8_lossy(&previous).as_ref()));
+    }
+    tracing::info!(snapshot = %meta, bytes = file.bytes(), "snapshot stored");
+    crate::stats::stats().count_snapshot(usize::try_from(file.bytes()).unwrap_or(usize::MAX));
+    Ok(true)
 }
 
 /// Applies every command of a batch entry in order and returns the batch of
@@ -227,11 +286,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        // The application is serialized here, on the state machine's task and
-        // between two `apply` calls, so the bytes match `last_applied`
-        // exactly. openraft runs `build_snapshot` in a separate task that
-        // would otherwise race with later applies.
-        let data = self.app.snapshot_at(&position(&self.last_applied, &self.membership));
+        // The application's source is taken here, on the state machine's
+        // task and between two `apply` calls, so it stands for
+        // `last_applied` exactly; openraft runs `build_snapshot` in a
+        // separate task, which writes it out while later entries apply.
+        let source = self.app.snapshot_at(&position(&self.last_applied, &self.membership));
         self.commands.since_last = 0;
         let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match &self.last_applied {
@@ -245,19 +304,41 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 last_membership: self.membership.clone(),
                 snapshot_id,
             },
-            data,
+            source: std::sync::Mutex::new(Some(source)),
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Vec<u8>>, StorageError> {
-        Ok(Box::default())
+    /// An empty owned file in `raft-snapshot/`. Not used by the node: with
+    /// `generic-snapshot-data` the leader sends whole files
+    /// (`network::PeerClient::full_snapshot`) and the service spools them
+    /// itself (`service`); openraft's conformance suite calls it.
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+        let write_error = |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(None, AnyError::error(e));
+        let path = snapshot_file::temporary_path(&self.shared.snapshot_dir, "receive");
+        let file = tokio::task::spawn_blocking(move || SnapshotFile::write(path, Box::new(Vec::new())))
+            .await
+            .map_err(|e| write_error(&e))?
+            .map_err(|e| write_error(&e))?;
+        Ok(Box::new(file))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Vec<u8>>) -> Result<(), StorageError> {
-        self.app
-            .restore_at(&position(&meta.last_log_id, &meta.last_membership), &snapshot)
-            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e)))?;
-        persist_snapshot(&self.shared, meta, &snapshot, WriteMode::Replace).await?;
+    /// Decodes the received file into the application on a blocking thread
+    /// (the state machine waits: nothing applies during an install), then
+    /// stores the file itself as the snapshot.
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotFile>) -> Result<(), StorageError> {
+        let refused =
+            |e: &dyn std::fmt::Display| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e));
+        let (app, owned_meta) = (self.app.clone(), meta.clone());
+        let started = std::time::Instant::now();
+        let (restored, mut file) = tokio::task::spawn_blocking(move || {
+            let restored = restore_from_file(&*app, &owned_meta, &snapshot);
+            (restored, snapshot)
+        })
+        .await
+        .map_err(|e| refused(&e))?;
+        restored.map_err(|e| refused(&e))?;
+        tracing::info!(snapshot = %meta, bytes = file.bytes(), took = ?started.elapsed(), "snapshot installed");
+        persist_snapshot(&self.shared, meta, &mut file, WriteMode::Replace).await?;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.commands.since_last = 0;
@@ -265,6 +346,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        Ok(self.shared.read_snapshot()?.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(data) }))
+        // Under the write lock: the file named in sled is not replaced
+        // between reading its name and opening it.
+        let _serialized = self.shared.snapshot_write.lock().await;
+        Ok(self.shared.read_snapshot()?.map(|(meta, file)| Snapshot { meta, snapshot: Box::new(file) }))
     }
 }

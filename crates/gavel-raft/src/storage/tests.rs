@@ -300,3 +300,61 @@ async fn a_data_directory_with_a_log_in_the_old_sled_format_is_refused() {
         Ok(_) => panic!("a log in the old format was ignored"),
     }
 }
+
+/// A snapshot a version before snapshot files kept in sled (`data`) is moved
+/// into a file on open and restored from it; files a crash left in
+/// `raft-snapshot/` (a build in progress) are removed.
+#[tokio::test]
+async fn a_snapshot_stored_in_sled_is_moved_into_a_file_and_leftovers_are_removed_on_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let entries: Vec<Entry> =
+        std::iter::once(membership_entry(1, 1)).chain((2..=10).map(|index| command_entry(1, index))).collect();
+    let built = {
+        let app = Arc::new(RecordingApp::default());
+        let OpenedStorage { log_store, mut state_machine, closed } = open_with(dir.path(), app);
+        state_machine.apply(entries.clone()).await.expect("apply");
+        let built = state_machine.get_snapshot_builder().await.build_snapshot().await.expect("build");
+        close(log_store, state_machine, closed).await;
+        built.meta
+    };
+    let snapshot_dir = super::snapshot_dir(dir.path());
+    let stored: Vec<_> =
+        std::fs::read_dir(&snapshot_dir).expect("snapshot dir").map(|e| e.expect("entry").path()).collect();
+    assert_eq!(stored.len(), 1, "one stored snapshot file: {stored:?}");
+    let bytes = std::fs::read(&stored[0]).expect("read the snapshot file");
+    // What an older version left: the bytes in sled, no file; and a partial build.
+    {
+        let config =
+            sled::Config::new().path(super::sled_dir(dir.path())).segment_size(crate::limits::SLED_SEGMENT_BYTES);
+        // sled releases its file lock from its own threads, shortly after
+        // the last handle is dropped.
+        let mut db = config.open();
+        for _ in 0..100 {
+            if db.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            db = config.open();
+        }
+        let db = db.expect("open sled");
+        let tree = db.open_tree("snapshot").expect("snapshot tree");
+        tree.remove(super::SNAPSHOT_FILE_KEY).expect("remove file key");
+        tree.insert(super::SNAPSHOT_LEGACY_DATA_KEY, bytes.as_slice()).expect("insert data");
+        db.flush().expect("flush");
+    }
+    std::fs::remove_file(&stored[0]).expect("remove the file");
+    std::fs::write(snapshot_dir.join("0000000000000007.build.tmp"), b"partial").expect("a leftover");
+
+    let app = Arc::new(RecordingApp::default());
+    let OpenedStorage { mut state_machine, .. } = open_with(dir.path(), app.clone());
+    let expected: Vec<u64> = (2..=10).collect();
+    assert_eq!(app.applied().iter().map(|(index, _)| *index).collect::<Vec<_>>(), expected, "restored from it");
+    let names: Vec<String> = std::fs::read_dir(&snapshot_dir)
+        .expect("snapshot dir")
+        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["legacy.snap".to_string()], "the leftover is gone, the bytes are a file");
+    let current = state_machine.get_current_snapshot().await.expect("read").expect("a snapshot is stored");
+    assert_eq!(current.meta, built);
+    assert_eq!(current.snapshot.read_all().expect("read the file"), bytes);
+}
