@@ -247,7 +247,10 @@ impl Drop for Turn {
         let Some(shared) = self.shared.take() else { return };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(drain(shared, batch));
+                // The drain task holds the turn from here on, polled or not:
+                // dropped unpolled (the runtime is shutting down), it hands on again.
+                let turn = Turn { shared: Some(shared) };
+                runtime.spawn(drain(turn, batch));
             }
             Err(_) => {
                 // No runtime left to propose on: answer everyone queued.
@@ -264,8 +267,8 @@ impl Drop for Turn {
 }
 
 /// Proposes queued batches one after another until the queue is empty.
-async fn drain(shared: Arc<Shared>, first: Vec<Pending>) {
-    let mut turn = Turn { shared: Some(shared.clone()) };
+async fn drain(mut turn: Turn, first: Vec<Pending>) {
+    let Some(shared) = turn.shared.clone() else { return };
     let mut batch = first;
     loop {
         propose_batch(&shared.raft, batch).await;
