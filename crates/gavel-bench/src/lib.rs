@@ -156,7 +156,7 @@ pub struct BenchArgs {
     /// Parent directory of the local cluster's data (default: the system temp dir).
     #[arg(long, conflicts_with = "endpoints")]
     pub data_dir: Option<PathBuf>,
-    /// Keep the local cluster's data directories and node logs after the run.
+    /// Keep the local cluster's data directories and node logs after the run (a failed run keeps them anyway).
     #[arg(long, conflicts_with = "endpoints")]
     pub keep_data: bool,
     /// Print one JSON object per configuration and a final summary line on stdout (tables go to stderr).
@@ -361,7 +361,8 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
     };
     let result = measure(args, printer, &dial, &endpoints, local.as_ref(), binary.as_ref(), &tag).await;
     if let Some(mut cluster) = local {
-        if args.keep_data {
+        // A failed run keeps its nodes' data and logs: the error names them.
+        if args.keep_data || result.is_err() {
             if let Some(dir) = cluster.keep_data() {
                 printer.human(&format!("kept node data and logs in {}", dir.display()))?;
             }

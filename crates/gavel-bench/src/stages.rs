@@ -3,12 +3,17 @@
 //! measurement, and the p50 and p99 of each stage from the bucket deltas.
 //!
 //! The stages, in order: `edge` (request reached the node → proposal handed
-//! to Raft), `batcher` (queued → its entry handed to openraft), `commit`
+//! to Raft), `batcher` (queued → its entry handed to openraft; about zero
+//! for a write that found nothing in flight and proposed alone), `commit`
 //! (entry handed to openraft → applied and answered: the leader's append and
 //! fdatasync, replication, commit and apply), `apply` (one apply call, which
 //! `commit` includes), `reply` (answer sent by the batcher → received by the
-//! proposing call). A quantile is interpolated within its bucket, as
-//! Prometheus' `histogram_quantile` does, so it is as coarse as the buckets
+//! proposing call; no hand-off for a write that proposed alone), and
+//! `fsync`, not a stage of its own but every WAL group's fdatasync on any
+//! node (`gavel_raft_wal_fsync_seconds`), which `commit` contains twice in
+//! series: the leader's, then a follower's. A quantile is interpolated
+//! within its bucket, as Prometheus' `histogram_quantile` does, so it is as
+//! coarse as the buckets
 //! (doubling from 25 µs).
 
 use std::collections::BTreeMap;
@@ -21,8 +26,11 @@ use crate::error::BenchError;
 /// The stage histogram's name in the text format.
 const STAGE_BUCKET: &str = "gavel_command_stage_seconds_bucket";
 
-/// The stages in the order a command passes them.
-pub(crate) const STAGES: [&str; 5] = ["edge", "batcher", "commit", "apply", "reply"];
+/// The WAL's fdatasync histogram in the text format, shown as `fsync`.
+const FSYNC_BUCKET: &str = "gavel_raft_wal_fsync_seconds_bucket";
+
+/// The stages in the order a command passes them, then `fsync`.
+pub(crate) const STAGES: [&str; 6] = ["edge", "batcher", "commit", "apply", "reply", "fsync"];
 
 /// How long one scrape may take.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,11 +82,18 @@ async fn scrape(addr: &str) -> Result<String, BenchError> {
 /// The stage buckets in one scrape's text.
 pub(crate) fn parse(text: &str) -> StageBuckets {
     let mut stages: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    for line in text.lines().filter(|line| line.starts_with(STAGE_BUCKET)) {
-        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+    for line in text.lines() {
+        let (labels, mut stage) = if let Some(labels) = line.strip_prefix(STAGE_BUCKET) {
+            (labels, None)
+        } else if let Some(labels) = line.strip_prefix(FSYNC_BUCKET) {
+            (labels, Some("fsync".to_string()))
+        } else {
+            continue;
+        };
+        let Some((labels, value)) = labels.rsplit_once(' ') else { continue };
         let Ok(value) = value.parse::<f64>() else { continue };
-        let labels = series.trim_start_matches(STAGE_BUCKET).trim_start_matches('{').trim_end_matches('}');
-        let (mut stage, mut bound) = (None, None);
+        let labels = labels.trim_start_matches('{').trim_end_matches('}');
+        let mut bound = None;
         for pair in labels.split(',') {
             match pair.split_once('=').map(|(key, value)| (key, value.trim_matches('"'))) {
                 Some(("stage", value)) => stage = Some(value.to_string()),
@@ -160,7 +175,9 @@ fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<Duration> {
 
 /// The breakdown as a table.
 pub(crate) fn table(figures: &[StageFigures]) -> String {
-    let mut out = String::from("stage breakdown (all nodes' gavel_command_stage_seconds over the run):\n");
+    let mut out = String::from(
+        "stage breakdown (all nodes' gavel_command_stage_seconds over the run; fsync: every WAL fdatasync):\n",
+    );
     out.push_str(&format!("  {:<8} {:>9} {:>10} {:>10}\n", "stage", "count", "p50 ms", "p99 ms"));
     let ms = |value: Option<Duration>| value.map_or("-".to_string(), |d| format!("{:.3}", d.as_secs_f64() * 1000.0));
     for stage in figures {
@@ -179,6 +196,8 @@ gavel_command_stage_seconds_count{stage=\"edge\"} 4
 gavel_command_stage_seconds_bucket{le=\"0.001\",stage=\"edge\"} 2
 gavel_command_stage_seconds_bucket{le=\"0.002\",stage=\"edge\"} 4
 gavel_command_stage_seconds_bucket{le=\"+Inf\",stage=\"edge\"} 4
+gavel_raft_wal_fsync_seconds_bucket{le=\"0.001\"} 3
+gavel_raft_wal_fsync_seconds_bucket{le=\"+Inf\"} 3
 ";
 
     #[test]
@@ -198,5 +217,7 @@ gavel_command_stage_seconds_bucket{le=\"+Inf\",stage=\"edge\"} 4
         two_nodes.add(&after);
         assert_eq!(two_nodes.since(&after)[0].count, 4);
         assert!(table(&figures).contains("edge"));
+        let fsync = figures.iter().find(|figures| figures.stage == "fsync").expect("an fsync row");
+        assert_eq!(fsync.count, 3, "the WAL's fdatasyncs are read as the fsync row");
     }
 }

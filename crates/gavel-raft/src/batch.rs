@@ -1,12 +1,25 @@
 //! Group commit of proposals: many concurrent writes travel as one log entry.
 //!
-//! Every [`crate::RaftNode::write`] hands its command to one batcher task.
-//! The batcher keeps at most [`BATCHES_IN_FLIGHT_MAX`] log entry in flight
-//! through openraft; while it is, new commands queue up, and the next
-//! entry carries all of them (up to [`BATCH_COMMANDS_MAX`] commands or
-//! [`BATCH_BYTES_MAX`] bytes). An idle node therefore proposes a command
-//! alone and at once (no added latency), and a loaded node pays one append,
-//! one replication round and one fsync for a whole group.
+//! At most one log entry from [`crate::RaftNode::write`] is in flight
+//! through openraft at a time. While it is, new commands queue up, and the
+//! next entry carries all of them (up to [`BATCH_COMMANDS_MAX`] commands or
+//! [`BATCH_BYTES_MAX`] bytes). One in flight is classic group commit:
+//! measured with `gavel bench` at 64 clients (approvals, 2 cores), 1 in
+//! flight gave about 2,100 lifecycles/s at 0.19 ms of node CPU per
+//! operation, 2 gave 1,500–1,900 and 8 gave 1,350–1,430 (smaller batches
+//! cost more CPU per operation).
+//!
+//! # No hand-off when idle
+//!
+//! A write that finds nothing in flight proposes its own command from its
+//! own task and takes openraft's answer directly: no queue, no batcher task,
+//! no reply channel (one client never waits for a wake-up of another task).
+//! Only a write that finds an entry in flight queues. Whoever holds the
+//! turn ([`Turn`]) when its entry is answered hands the queued commands to
+//! a drain task, which proposes them as one entry and then the next group,
+//! until the queue is empty; then the turn is free again. A cancelled
+//! caller (its future dropped mid-proposal) hands the queue on just the
+//! same, so queued commands never depend on another caller staying around.
 //!
 //! # Entry format
 //!
@@ -16,10 +29,11 @@
 //! command, in order. Every replica decodes and applies the commands of an
 //! entry in order, so the application still sees one command at a time.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::typ::{Command, Raft};
 use crate::WriteError;
@@ -28,13 +42,6 @@ use crate::WriteError;
 /// written by an incompatible version; every replica refuses it alike.
 pub(crate) const BATCH_FORMAT_V1: u8 = 1;
 
-/// Log entries proposed and not yet answered at one time. One is classic
-/// group commit: while an entry replicates, the next one fills. Measured with
-/// `gavel bench` at 64 clients (approvals, 2 cores): 1 in flight gave about
-/// 2,100 lifecycles/s at 0.19 ms of node CPU per operation, 2 gave 1,500–1,900
-/// and 8 gave 1,350–1,430 (smaller batches cost more CPU per operation).
-pub(crate) const BATCHES_IN_FLIGHT_MAX: usize = 1;
-
 /// Most commands in one log entry.
 pub(crate) const BATCH_COMMANDS_MAX: usize = 512;
 
@@ -42,7 +49,8 @@ pub(crate) const BATCH_COMMANDS_MAX: usize = 512;
 /// alone). Keeps one entry, and the append-entries RPC carrying it, small.
 pub(crate) const BATCH_BYTES_MAX: usize = 1024 * 1024;
 
-/// Commands waiting for the batcher. Beyond this, `write` waits (backpressure).
+/// Commands queued behind the entry in flight. Beyond this, `write` waits
+/// (backpressure).
 const QUEUE_COMMANDS_MAX: usize = 16 * 1024;
 
 /// Encodes commands (or replies) as one batch payload.
@@ -98,67 +106,181 @@ fn take_u32(rest: &mut &[u8]) -> Result<u32, String> {
 /// A command's answer, and when it was sent (for the `reply` stage).
 type Answer = (Result<Vec<u8>, WriteError>, Instant);
 
-/// One command waiting for its reply.
+/// One queued command waiting for its reply.
 struct Pending {
     command: Vec<u8>,
     queued: Instant,
     reply: oneshot::Sender<Answer>,
+    /// Its place in the queue, given back when a batch takes it.
+    _room: OwnedSemaphorePermit,
 }
 
-/// The handle `RaftNode::write` uses; the batcher task stops when it is dropped.
+struct State {
+    /// An entry is in flight (someone holds the [`Turn`]).
+    proposing: bool,
+    /// Commands for the next entry; non-empty only while `proposing`.
+    queue: VecDeque<Pending>,
+}
+
+impl State {
+    /// The next batch from the front of the queue, within the entry limits.
+    fn take_batch(&mut self) -> Vec<Pending> {
+        let mut bytes = 0;
+        let mut batch = Vec::new();
+        while batch.len() < BATCH_COMMANDS_MAX && (batch.is_empty() || bytes < BATCH_BYTES_MAX) {
+            let Some(next) = self.queue.pop_front() else { break };
+            bytes += next.command.len();
+            batch.push(next);
+        }
+        batch
+    }
+}
+
+struct Shared {
+    raft: Raft,
+    state: Mutex<State>,
+    room: Arc<Semaphore>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section is a few infallible steps: a poisoned lock
+        // still holds a consistent state.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The handle `RaftNode::write` uses.
 pub(crate) struct Batcher {
-    queue: mpsc::Sender<Pending>,
+    shared: Arc<Shared>,
 }
 
 impl Batcher {
-    /// Starts the batcher task proposing through `raft`.
-    pub(crate) fn start(raft: Raft) -> Batcher {
-        let (queue, receiver) = mpsc::channel(QUEUE_COMMANDS_MAX);
-        tokio::spawn(run(raft, receiver));
-        Batcher { queue }
+    /// A batcher proposing through `raft`.
+    pub(crate) fn new(raft: Raft) -> Batcher {
+        let state = State { proposing: false, queue: VecDeque::new() };
+        let room = Arc::new(Semaphore::new(QUEUE_COMMANDS_MAX));
+        Batcher { shared: Arc::new(Shared { raft, state: Mutex::new(state), room }) }
     }
 
-    /// Proposes `command` in the next batch and waits for its own reply.
+    /// Proposes `command` (alone at once when nothing is in flight, else in
+    /// the next batch) and waits for its own reply.
     pub(crate) async fn write(&self, command: Vec<u8>) -> Result<Vec<u8>, WriteError> {
-        let (reply, answer) = oneshot::channel();
-        self.queue
-            .send(Pending { command, queued: Instant::now(), reply })
-            .await
-            .map_err(|_| WriteError::Unavailable("the node is shutting down".to_string()))?;
+        let queued = Instant::now();
+        let mut room = None;
+        let route = loop {
+            {
+                let mut state = self.shared.lock();
+                if !state.proposing {
+                    state.proposing = true;
+                    break Route::Alone(command);
+                }
+                if let Some(room) = room.take().or_else(|| self.shared.room.clone().try_acquire_owned().ok()) {
+                    let (reply, answer) = oneshot::channel();
+                    state.queue.push_back(Pending { command, queued, reply, _room: room });
+                    break Route::Queued(answer);
+                }
+            }
+            // The queue is full: wait for room outside the lock, then look again.
+            let permit = self.shared.room.clone().acquire_owned().await;
+            room = Some(permit.map_err(|_| WriteError::Unavailable("the node is shutting down".to_string()))?);
+        };
+        let stats = crate::stats::stats();
+        let answer = match route {
+            Route::Queued(answer) => answer,
+            Route::Alone(command) => {
+                // This call holds the turn: its command goes alone, now.
+                let turn = Turn { shared: Some(self.shared.clone()) };
+                stats.entry_commands.observe(1);
+                stats.stages.batcher.observe_duration(queued.elapsed());
+                let result = propose(&self.shared.raft, vec![command]).await;
+                let answered = Instant::now();
+                // Whoever queued meanwhile is proposed next, by a drain task.
+                drop(turn);
+                let result = result.and_then(|mut answers| {
+                    answers.pop().ok_or_else(|| WriteError::Unavailable("no reply for the command".to_string()))
+                });
+                stats.stages.reply.observe_duration(answered.elapsed());
+                return result;
+            }
+        };
         let (result, sent) =
             answer.await.map_err(|_| WriteError::Unavailable("the node stopped before answering".to_string()))?;
-        crate::stats::stats().stages.reply.observe_duration(sent.elapsed());
+        stats.stages.reply.observe_duration(sent.elapsed());
         result
     }
 }
 
-async fn run(raft: Raft, mut receiver: mpsc::Receiver<Pending>) {
-    let slots = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT_MAX));
-    while let Some(first) = receiver.recv().await {
-        // Wait for a free slot before gathering: commands arriving meanwhile
-        // join this batch instead of waiting for the next one.
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let mut bytes = first.command.len();
-        let mut batch = vec![first];
-        while batch.len() < BATCH_COMMANDS_MAX && bytes < BATCH_BYTES_MAX {
-            match receiver.try_recv() {
-                Ok(next) => {
-                    bytes += next.command.len();
-                    batch.push(next);
-                }
-                Err(_) => break,
-            }
+/// How one write goes: alone (nothing was in flight) or in the queue.
+enum Route {
+    Alone(Vec<u8>),
+    Queued(oneshot::Receiver<Answer>),
+}
+
+/// The right to propose the one entry in flight. Dropping it without
+/// [`Turn::next_batch`] having given it up (the entry was answered, or the
+/// holder's future was dropped) hands the queued commands to a drain task.
+struct Turn {
+    /// `None` once the turn was given up.
+    shared: Option<Arc<Shared>>,
+}
+
+impl Turn {
+    /// The next batch to propose, or `None` after giving the turn up
+    /// because nothing is queued.
+    fn next_batch(&mut self) -> Option<Vec<Pending>> {
+        let mut state = self.shared.as_ref()?.lock();
+        let batch = state.take_batch();
+        if batch.is_empty() {
+            state.proposing = false;
+            drop(state);
+            self.shared = None;
+            return None;
         }
-        let raft = raft.clone();
-        tokio::spawn(async move {
-            propose(&raft, batch).await;
-            drop(slot);
-        });
+        Some(batch)
     }
 }
 
-/// Proposes one batch and hands each command its reply (or the shared error).
-async fn propose(raft: &Raft, batch: Vec<Pending>) {
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let Some(batch) = self.next_batch() else { return };
+        let Some(shared) = self.shared.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                // The drain task holds the turn from here on, polled or not:
+                // dropped unpolled (the runtime is shutting down), it hands on again.
+                let turn = Turn { shared: Some(shared) };
+                runtime.spawn(drain(turn, batch));
+            }
+            Err(_) => {
+                // No runtime left to propose on: answer everyone queued.
+                let mut state = shared.lock();
+                state.proposing = false;
+                let queued = batch.into_iter().chain(state.queue.drain(..));
+                fail_all(
+                    queued.map(|pending| pending.reply),
+                    WriteError::Unavailable("the node is shutting down".into()),
+                );
+            }
+        }
+    }
+}
+
+/// Proposes queued batches one after another until the queue is empty.
+async fn drain(mut turn: Turn, first: Vec<Pending>) {
+    let Some(shared) = turn.shared.clone() else { return };
+    let mut batch = first;
+    loop {
+        propose_batch(&shared.raft, batch).await;
+        match turn.next_batch() {
+            Some(next) => batch = next,
+            None => return,
+        }
+    }
+}
+
+/// Proposes one queued batch and hands each command its reply (or the shared error).
+async fn propose_batch(raft: &Raft, batch: Vec<Pending>) {
     let stats = crate::stats::stats();
     stats.entry_commands.observe(batch.len() as u64);
     for pending in &batch {
@@ -166,34 +288,35 @@ async fn propose(raft: &Raft, batch: Vec<Pending>) {
     }
     let (commands, replies): (Vec<Vec<u8>>, Vec<_>) =
         batch.into_iter().map(|pending| (pending.command, pending.reply)).unzip();
+    match propose(raft, commands).await {
+        Ok(answers) => {
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                // The caller may have given up waiting; the command is applied either way.
+                let _ = reply.send((Ok(answer), Instant::now()));
+            }
+        }
+        Err(error) => fail_all(replies, error),
+    }
+}
+
+/// Proposes `commands` as one log entry; their replies in order.
+async fn propose(raft: &Raft, commands: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, WriteError> {
+    let count = commands.len();
     // The encoded entry is all that travels on; free the separate copies first.
     let payload = encode(&commands);
     drop(commands);
     let proposed = Instant::now();
     let outcome = raft.client_write(Command(payload)).await;
-    stats.stages.commit.observe_duration(proposed.elapsed());
-    match outcome {
-        Ok(response) => match decode(&response.data.0) {
-            Ok(answers) if answers.len() == replies.len() => {
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    // The caller may have given up waiting; the command is applied either way.
-                    let _ = reply.send((Ok(answer.to_vec()), Instant::now()));
-                }
-            }
-            Ok(answers) => {
-                let error = format!("{} replies for {} commands", answers.len(), replies.len());
-                fail_all(replies, WriteError::Unavailable(error));
-            }
-            Err(error) => fail_all(replies, WriteError::Unavailable(format!("undecodable batch reply: {error}"))),
-        },
-        Err(error) => {
-            let error = crate::node::client_write_error(error);
-            fail_all(replies, error);
-        }
+    crate::stats::stats().stages.commit.observe_duration(proposed.elapsed());
+    let response = outcome.map_err(crate::node::client_write_error)?;
+    match decode(&response.data.0) {
+        Ok(answers) if answers.len() == count => Ok(answers.into_iter().map(<[u8]>::to_vec).collect()),
+        Ok(answers) => Err(WriteError::Unavailable(format!("{} replies for {count} commands", answers.len()))),
+        Err(error) => Err(WriteError::Unavailable(format!("undecodable batch reply: {error}"))),
     }
 }
 
-fn fail_all(replies: Vec<oneshot::Sender<Answer>>, error: WriteError) {
+fn fail_all(replies: impl IntoIterator<Item = oneshot::Sender<Answer>>, error: WriteError) {
     for reply in replies {
         let _ = reply.send((Err(error.clone()), Instant::now()));
     }

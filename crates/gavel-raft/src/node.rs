@@ -92,7 +92,7 @@ impl RaftNode {
         Ok(RaftNode {
             inner: Arc::new(Inner {
                 node_id: config.node_id,
-                batcher: Batcher::start(raft.clone()),
+                batcher: Batcher::new(raft.clone()),
                 raft,
                 timings: config.timings,
                 status,

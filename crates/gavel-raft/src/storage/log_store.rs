@@ -144,6 +144,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // answers clients) once the callback fires, so it fires only after the
         // writer fdatasynced them. They are readable as soon as this returns,
         // as openraft requires. On an error the callback has fired with it.
+        // When the log is idle this call writes and fdatasyncs the entries
+        // itself (blocking this task's thread for one fdatasync), and the
+        // callback has fired when it returns: openraft 0.9 awaits the
+        // callback before running its next command, so it loses nothing.
         let done: Done = Box::new(move |result| callback.log_io_completed(result.map_err(std::io::Error::other)));
         self.shared.wal.append(entries.into_iter().collect(), Some(done)).map_err(write_error)
     }

@@ -288,6 +288,17 @@ impl Cluster {
             .await;
             states.push((test_node.id, test_node.app.state()));
         }
+        // A status is published a moment after its apply, and the index a
+        // caller passes may be a moment old: a node can show `index` while
+        // another one has applied a later entry too. Equal states decide,
+        // given time; still unequal after `WAIT`, the difference is shown.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while tokio::time::Instant::now() < deadline && states.iter().any(|(_, state)| *state != states[0].1) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            for (id, state) in &mut states {
+                *state = self.node(*id).app.state();
+            }
+        }
         let (_, first) = states.first().cloned().expect("at least one running node");
         for (id, state) in &states {
             assert_eq!(state, &first, "node {id} diverged");

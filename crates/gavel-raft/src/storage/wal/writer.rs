@@ -2,7 +2,7 @@
 //! group, segment rotation, and deletion of purged segments.
 
 use std::path::Path;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 
 use super::file::{FileSystem, WalFile};
 use super::record::{self, Kind, HEADER_BYTES};
@@ -52,6 +52,38 @@ struct Written {
 /// The next segment, being zero-filled under a temporary name off the
 /// writer thread, so that a rotation only renames it.
 type Preparing = std::thread::JoinHandle<std::io::Result<Arc<dyn WalFile>>>;
+
+/// The writer thread: serves queued operations until every `Wal` handle is
+/// dropped. An idle-time appender may hold the writer between two groups.
+pub(super) fn run(writer: &Mutex<Writer>, receiver: mpsc::Receiver<Op>) {
+    while let Ok(first) = receiver.recv() {
+        // Group commit: everything queued while the last fdatasync ran
+        // is written and synced together.
+        let mut group = vec![first];
+        group.extend(receiver.try_iter());
+        let count = group.len();
+        match writer.lock() {
+            Ok(mut writer) => {
+                writer.serve(group);
+                // Still holding the writer: an append that sees no queued
+                // operation finds the writer free only once this group is done.
+                writer.shared.lock().queued_ops -= count;
+            }
+            Err(poisoned) => {
+                // A write panicked half-way: where the log ends is unknown.
+                let writer = poisoned.into_inner();
+                let error = WalError::Stopped("a write to the raft log panicked".into());
+                writer.stop(&error);
+                for op in group {
+                    op.complete(Err(error.clone()));
+                }
+                writer.shared.lock().queued_ops -= count;
+            }
+        }
+    }
+    // Every file is closed when the writer's exit is reported.
+    writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).finish();
+}
 
 pub(super) struct Writer {
     shared: Arc<WalShared>,
@@ -123,43 +155,41 @@ impl Writer {
             .ok();
     }
 
-    /// Serves operations until every `Wal` handle is dropped.
-    pub(super) fn run(mut self, receiver: mpsc::Receiver<Op>) {
-        while let Ok(first) = receiver.recv() {
-            // Group commit: everything queued while the last fdatasync ran
-            // is written and synced together.
-            let mut group = vec![first];
-            group.extend(receiver.try_iter());
-            let stopped = self.shared.lock().stopped.clone();
-            let result = match stopped {
-                Some(reason) => Err(WalError::Stopped(reason)),
-                None => self.write_group(&group),
-            };
-            match result {
-                Ok(written) => {
-                    self.publish(&written);
-                    let purged = group.iter().any(|op| matches!(op, Op::Purge { .. }));
-                    for op in group {
-                        op.complete(Ok(()));
-                    }
-                    if purged {
-                        if let Err(error) = self.delete_purged_segments() {
-                            self.stop(&error);
-                        }
-                    }
+    /// Writes and fdatasyncs `group` as one, then completes its operations
+    /// in order (or all of them with the error that stopped the log).
+    pub(super) fn serve(&mut self, group: Vec<Op>) {
+        let stopped = self.shared.lock().stopped.clone();
+        let result = match stopped {
+            Some(reason) => Err(WalError::Stopped(reason)),
+            None => self.write_group(&group),
+        };
+        match result {
+            Ok(written) => {
+                self.publish(&written);
+                let purged = group.iter().any(|op| matches!(op, Op::Purge { .. }));
+                for op in group {
+                    op.complete(Ok(()));
                 }
-                Err(error) => {
-                    // Durability rule: a failed write or fdatasync is never
-                    // retried (the kernel may have dropped the pages it could
-                    // not write); the log stops and so does the node.
-                    self.stop(&error);
-                    for op in group {
-                        op.complete(Err(error.clone()));
+                if purged {
+                    if let Err(error) = self.delete_purged_segments() {
+                        self.stop(&error);
                     }
                 }
             }
+            Err(error) => {
+                // Durability rule: a failed write or fdatasync is never
+                // retried (the kernel may have dropped the pages it could
+                // not write); the log stops and so does the node.
+                self.stop(&error);
+                for op in group {
+                    op.complete(Err(error.clone()));
+                }
+            }
         }
-        // Every file is closed when the writer's exit is reported.
+    }
+
+    /// Waits for the segment being prepared, so its file is closed.
+    fn finish(&mut self) {
         if let Some(preparing) = self.next.take() {
             let _ = preparing.join();
         }
