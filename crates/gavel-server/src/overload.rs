@@ -426,6 +426,18 @@ mod tests {
         }
     }
 
+    /// Twenty steps of `admitted` admissions and `refused` refusals each,
+    /// from `now`; the hint after the last.
+    fn steer(bound: &Bound, now: &mut u64, admitted: usize, refused: usize) -> u64 {
+        let mut hint = 0;
+        for _ in 0..20 {
+            attempts(bound, admitted, refused);
+            *now += HINT_STEER_EVERY_MS;
+            hint = bound.retry_after_ms(*now);
+        }
+        hint
+    }
+
     #[test]
     fn the_retry_hint_starts_at_the_hold_time_and_is_steered_towards_one_refusal_per_admission() {
         let bound = Bound::new(4);
@@ -449,20 +461,9 @@ mod tests {
         now += HINT_STEER_EVERY_MS;
         assert_eq!(bound.retry_after_ms(now), 1_600, "steady at one refusal per admission");
         // Few refusals: it shrinks, but never below the hold time.
-        for _ in 0..20 {
-            attempts(&bound, 90, 10);
-            now += HINT_STEER_EVERY_MS;
-            bound.retry_after_ms(now);
-        }
-        now += HINT_STEER_EVERY_MS;
-        assert_eq!(bound.retry_after_ms(now), 200, "down to the hold time");
+        assert_eq!(steer(&bound, &mut now, 90, 10), 200, "down to the hold time");
         // Never past the longest hint, however many are refused.
-        for _ in 0..20 {
-            attempts(&bound, 0, 100);
-            now += HINT_STEER_EVERY_MS;
-            bound.retry_after_ms(now);
-        }
-        assert_eq!(bound.retry_after_ms(now), OVERLOAD_RETRY_AFTER_MS_MAX);
+        assert_eq!(steer(&bound, &mut now, 0, 100), OVERLOAD_RETRY_AFTER_MS_MAX);
         // After a quiet spell the hint starts again from the hold time.
         now += HINT_STEER_EVERY_MS + HINT_RESET_AFTER_MS;
         assert_eq!(bound.retry_after_ms(now), 200, "reset after {HINT_RESET_AFTER_MS} ms without a refusal");
