@@ -120,3 +120,16 @@ where
         tokio::time::sleep(interval).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice() {
+        let ports: Vec<u16> = (0..200).map(|_| free_port().expect("a free port")).collect();
+        assert!(ports.iter().all(|port| FREE_PORTS.contains(port)), "{ports:?}");
+        let distinct: std::collections::BTreeSet<&u16> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "a port was handed out twice");
+    }
+}
