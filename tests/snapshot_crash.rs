@@ -1,0 +1,690 @@
+//! Crash tests of the snapshot machinery, through real node processes: a
+//! secure three-node cluster (mutual TLS, the load authenticated by its
+//! certificate) that builds a snapshot every 200 commands holds a few dozen
+//! MiB of finalized executions, so that building and installing a snapshot
+//! takes a while. Nodes are then SIGKILLed at random points, from a seeded
+//! generator whose seed is printed (`GAVEL_CRASH_SEED` replays one):
+//!
+//! - while they apply under load (any node, the leader included);
+//! - while they build a snapshot: the kill follows the appearance of the
+//!   build's temporary file (`raft-snapshot/*.build.tmp`) by a random part
+//!   of the node's last logged build time, and it landed inside the build
+//!   when the dead process left that file behind;
+//! - while a fourth node, a learner that joined behind the purge point,
+//!   installs the leader's snapshot: the kill follows the appearance of the
+//!   spooled transfer (`raft-incoming/`) by a random part of a measured
+//!   install, and landed inside it when the spool file is still there (in
+//!   the transfer if it is shorter than the snapshot, in the restore into
+//!   `cold.redb` if it is whole).
+//!
+//! After every restart the node must come back, catch up and report the
+//! leader's state hash at the same applied index, and it must serve the old
+//! finalized executions whole: their results through it, and their audit
+//! trails from its own store (`WatchEvents` is served by the replica it
+//! asks, without going to the leader), equal to the leader's.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gavel_client::{Client, ClientTls};
+use gavel_pki::Principal;
+use gavel_proto::v1 as pb;
+use gavel_proto::v1::audit_service_client::AuditServiceClient;
+use gavel_testkit::{Cluster, ClusterSpec, Converged, Security, SnapshotPolicy, HARNESS_GRANTS};
+
+/// Each test, bounded.
+const TEST_BOUND: Duration = Duration::from_secs(240);
+/// SIGKILLs per scenario.
+const KILLS: usize = 5;
+/// Commands between two snapshots (`--snapshot-commands-since-last`).
+const SNAPSHOT_COMMANDS: u64 = 200;
+/// An entry threshold never reached: snapshots come from the command count.
+const SNAPSHOT_ENTRIES_NEVER: u64 = 1_000_000;
+/// Entries kept behind a snapshot: a node that joins later is behind the
+/// purge point and gets a snapshot.
+const LOGS_TO_KEEP: u64 = 10;
+/// Large finalized executions written before the kills. With their
+/// [`INPUT_BYTES`] and [`OUTPUT_BYTES`] (about 480 KB each in a snapshot,
+/// with events and lease) a snapshot is about 40 MB.
+const FILL_LIFECYCLES: usize = 80;
+/// Large lifecycles run at once.
+const FILL_CONCURRENT: usize = 4;
+/// Input per filled execution (the input limit is 64 KiB).
+const INPUT_BYTES: usize = 60 * 1024;
+/// Output per filled execution (the output limit is 256 KiB).
+const OUTPUT_BYTES: usize = 250 * 1024;
+/// Small lifecycles run at once as the load during the kills.
+const LOAD_WRITERS: usize = 4;
+/// The capability every lifecycle runs (its queue has the same name).
+const CAPABILITY: &str = "crash.read";
+/// Bound of every wait for a condition: a node answering, a build or an
+/// install starting, convergence.
+const WAIT: Duration = Duration::from_secs(60);
+/// How often a condition on a file is polled (a build of the filled
+/// state takes a few hundred milliseconds).
+const FILE_POLL: Duration = Duration::from_millis(2);
+/// Deadline of one status call (it hashes the state).
+const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
+/// The build window used when the victim logged no build yet.
+const BUILD_WINDOW_DEFAULT: Duration = Duration::from_millis(100);
+
+/// The tests share the machine's two cores: one cluster at a time (an
+/// async mutex: it is held across awaits, in each test's own runtime).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A small seeded generator (splitmix64): the kill points of a run follow
+/// from its printed seed.
+struct Rng(u64);
+
+impl Rng {
+    /// `GAVEL_CRASH_SEED`, or one from the clock; printed either way, mixed
+    /// with `salt` so that each test draws its own points.
+    fn seeded(test: &str, salt: u64) -> Rng {
+        let seed = std::env::var("GAVEL_CRASH_SEED")
+            .ok()
+            .and_then(|seed| seed.parse().ok())
+            .unwrap_or_else(|| gavel_testkit::wall_clock_ms().unsigned_abs() % 1_000_000);
+        println!("snapshot_crash {test}: seed {seed} (replay with GAVEL_CRASH_SEED={seed})");
+        Rng(seed ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A duration in `[low_ms, high_ms]`.
+    fn millis(&mut self, low_ms: u64, high_ms: u64) -> Duration {
+        Duration::from_millis(low_ms + self.next() % (high_ms - low_ms + 1))
+    }
+
+    /// A duration in `[0, window)`.
+    fn within(&mut self, window: Duration) -> Duration {
+        let micros = u64::try_from(window.as_micros()).unwrap_or(u64::MAX).max(1);
+        Duration::from_micros(self.next() % micros)
+    }
+
+    fn pick(&mut self, ids: &[u64]) -> u64 {
+        ids[(self.next() % ids.len() as u64) as usize]
+    }
+}
+
+/// A JSON object of about `bytes` bytes tagged with `tag`.
+fn padded_json(bytes: usize, tag: &str) -> String {
+    format!("{{\"tag\":\"{tag}\",\"pad\":\"{}\"}}", "x".repeat(bytes))
+}
+
+/// A running secure cluster, its load client and its admin client.
+struct Harness {
+    cluster: Cluster,
+    /// The load principal's TLS, for the raw channels of local reads.
+    load_tls: ClientTls,
+    /// The load principal (harness grants), over every initial node.
+    client: Client,
+    /// The bootstrap admin, over every initial node.
+    admin: Client,
+    /// Where the cluster lives; kept (and named) when a test fails.
+    _dir: KeptOnPanic,
+}
+
+/// A temporary directory that is kept, and its path printed, when the test panics.
+struct KeptOnPanic(Option<tempfile::TempDir>);
+
+impl KeptOnPanic {
+    fn path(&self) -> &Path {
+        self.0.as_ref().expect("the directory lives until drop").path()
+    }
+}
+
+impl Drop for KeptOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(dir) = self.0.take() {
+                eprintln!("snapshot_crash: node data and logs kept in {}", dir.keep().display());
+            }
+        }
+    }
+}
+
+impl Harness {
+    /// Starts three secure voters that snapshot every [`SNAPSHOT_COMMANDS`]
+    /// commands, grants the load principal the harness grants and registers
+    /// [`CAPABILITY`].
+    async fn start() -> Harness {
+        let dir = KeptOnPanic(Some(tempfile::Builder::new().prefix("snapshot-crash").tempdir().expect("temp dir")));
+        let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
+        spec.security = Security::secure(Principal::parse("user:admin").expect("a principal"));
+        spec.snapshots = SnapshotPolicy {
+            logs_since_last: Some(SNAPSHOT_ENTRIES_NEVER),
+            commands_since_last: Some(SNAPSHOT_COMMANDS),
+            logs_to_keep: Some(LOGS_TO_KEEP),
+        };
+        spec.start_timeout = WAIT;
+        spec.status_timeout = STATUS_TIMEOUT;
+        spec.log_label = "snapshot-crash".to_string();
+        let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("the cluster starts: {error}"));
+        let load = Principal::parse("service:crash-load").expect("a principal");
+        cluster.grant(&load, &HARNESS_GRANTS, WAIT).await.expect("the load principal is granted");
+        let load_tls = cluster.credentials(&load).expect("load credentials");
+        let config = cluster.client_config_as(&load).expect("a load client config");
+        let client = Client::with_config(&cluster.addrs(), config).expect("a load client");
+        let admin = Client::with_config(&cluster.addrs(), cluster.client_config()).expect("an admin client");
+        let capability = support::capability(CAPABILITY, pb::SideEffect::Read);
+        let request = pb::RegisterCapabilityRequest { request_id: String::new(), spec: Some(capability) };
+        admin.register_capability(request).await.expect("the capability registers");
+        Harness { cluster, load_tls, client, admin, _dir: dir }
+    }
+
+    /// Writes [`FILL_LIFECYCLES`] large finalized executions `old-<n>`;
+    /// returns the ones the checks read back.
+    async fn fill(&self) -> Vec<String> {
+        let started = Instant::now();
+        futures::stream::iter(0..FILL_LIFECYCLES)
+            .for_each_concurrent(FILL_CONCURRENT, |index| async move {
+                let execution_id = format!("old-{index}");
+                let input_json = padded_json(INPUT_BYTES, &execution_id);
+                lifecycle(&self.client, &execution_id, input_json, true).await.expect("a fill lifecycle");
+            })
+            .await;
+        let converged = self.converge().await;
+        println!(
+            "snapshot_crash: {FILL_LIFECYCLES} large lifecycles in {:.1} s; converged at {}",
+            started.elapsed().as_secs_f64(),
+            converged.applied_index
+        );
+        [0, FILL_LIFECYCLES / 2, FILL_LIFECYCLES - 1].iter().map(|index| format!("old-{index}")).collect()
+    }
+
+    /// Every answering node at one applied index with one state hash.
+    async fn converge(&self) -> Converged {
+        self.cluster.converge(WAIT).await.unwrap_or_else(|error| panic!("the cluster converges: {error}"))
+    }
+
+    async fn leader(&self) -> u64 {
+        self.cluster.wait_for_leader(WAIT).await.unwrap_or_else(|error| panic!("a leader: {error}"))
+    }
+
+    fn data_dir(&self, id: u64) -> PathBuf {
+        self.cluster.data_dir(id).expect("a placed node").to_path_buf()
+    }
+
+    fn log(&self, id: u64) -> String {
+        let path = self.cluster.log_path(id).expect("a placed node");
+        String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+    }
+
+    fn kill(&self, id: u64) {
+        assert!(self.cluster.kill(id).unwrap_or_else(|error| panic!("SIGKILL node {id}: {error}")), "{id} ran");
+    }
+
+    /// What node `id` logged since its last start.
+    fn log_of_this_start(&self, id: u64) -> String {
+        let log = self.log(id);
+        let start = log.rfind("]: start #").unwrap_or(0);
+        log[start..].to_string()
+    }
+
+    /// Starts node `id` on its data and waits until it answers; its Raft
+    /// core must have started without a panic (openraft checks the state it
+    /// reads back before the node serves).
+    async fn restart(&self, id: u64) {
+        self.cluster.start_node(id).unwrap_or_else(|error| panic!("start node {id}: {error}"));
+        let answers = gavel_testkit::eventually(WAIT, Duration::from_millis(50), || async {
+            self.cluster.status(id).await.map(|_| ())
+        })
+        .await;
+        assert!(answers.is_some(), "node {id} answers within {WAIT:?} of its restart");
+        let log = self.log_of_this_start(id);
+        if let Some(at) = log.find("panicked at") {
+            let panic: String = log[at..].lines().take(2).collect::<Vec<_>>().join(" ");
+            panic!("node {id} panicked when it restarted on the data its SIGKILL left: {panic}");
+        }
+    }
+
+    /// After node `restarted` came back: the cluster converges (so the node
+    /// has the leader's state hash at the leader's applied index), at an
+    /// index past `applied_before` (it caught up), and the node serves the
+    /// old executions whole.
+    async fn assert_recovered(&self, restarted: u64, applied_before: u64, old: &[String]) -> Converged {
+        let converged = self.converge().await;
+        let leader = self.leader().await;
+        let statuses = self.cluster.statuses().await;
+        let (Some(mine), Some(leaders)) = (statuses.get(&restarted), statuses.get(&leader)) else {
+            panic!("node {restarted} and the leader {leader} answer: {statuses:?}");
+        };
+        // The ticker may have applied one more entry since; then both moved.
+        if mine.last_applied_index == leaders.last_applied_index {
+            assert_eq!(mine.state_hash, leaders.state_hash, "node {restarted} has the leader's state hash");
+        }
+        assert!(
+            converged.applied_index > applied_before,
+            "node {restarted} caught up past {applied_before}: {converged:?}"
+        );
+        for execution_id in old {
+            self.assert_served_whole(restarted, execution_id).await;
+        }
+        converged
+    }
+
+    /// Execution `execution_id` read through node `via` is completed with
+    /// its large output, and its audit trail read from `via`'s own store is
+    /// the one the leader lists.
+    async fn assert_served_whole(&self, via: u64, execution_id: &str) {
+        let addr = self.cluster.addr(via).expect("a placed node").to_string();
+        let config = gavel_client::ClientConfig { tls: Some(self.load_tls.clone()), ..Default::default() };
+        let through = Client::with_config(&[addr.clone()], config).expect("a client of one node");
+        let request = pb::GetExecutionRequest { execution_id: execution_id.to_string() };
+        let execution = through.get_execution(request).await.expect("get execution").execution;
+        let execution = execution.unwrap_or_else(|| panic!("node {via} knows {execution_id}"));
+        assert_eq!(execution.state, pb::ExecutionState::Completed as i32, "{execution_id} through node {via}");
+        let Some(pb::result_envelope::Outcome::Completed(completed)) =
+            execution.result.and_then(|result| result.outcome)
+        else {
+            panic!("{execution_id} carries its completed result through node {via}");
+        };
+        assert!(
+            completed.output_json.len() > OUTPUT_BYTES && completed.output_json.contains(execution_id),
+            "{execution_id}'s output came whole through node {via}"
+        );
+        let request =
+            pb::ListExecutionEventsRequest { execution_id: execution_id.to_string(), after_cursor: 0, limit: 0 };
+        let reference = self.client.list_execution_events(request).await.expect("list events").events;
+        assert!(reference.len() >= 3, "{execution_id}: requested, started, completed: {reference:?}");
+        let local = self.watch_local(via, &addr, execution_id, reference.len()).await;
+        assert_eq!(local, reference, "{execution_id}'s audit trail in node {via}'s own store");
+    }
+
+    /// The first `count` events of `execution_id` that node `via` streams
+    /// from its own replica (`WatchEvents` from the start).
+    async fn watch_local(&self, via: u64, addr: &str, execution_id: &str, count: usize) -> Vec<pb::Event> {
+        let channel = gavel_testkit::channel_with(addr, WAIT, Some(&self.load_tls)).expect("a channel");
+        let request = pb::WatchEventsRequest { after_cursor: 0, execution_id: Some(execution_id.to_string()) };
+        let watched = async {
+            let mut stream = AuditServiceClient::new(channel).watch_events(request).await?.into_inner();
+            let mut events = Vec::new();
+            while events.len() < count {
+                match stream.message().await? {
+                    Some(event) => events.push(event),
+                    None => break,
+                }
+            }
+            Ok::<_, tonic::Status>(events)
+        };
+        match tokio::time::timeout(WAIT, watched).await {
+            Ok(Ok(events)) => events,
+            Ok(Err(status)) => panic!("watching {execution_id} on node {via}: {status:?}"),
+            Err(_) => panic!("node {via} streamed fewer than {count} events of {execution_id} within {WAIT:?}"),
+        }
+    }
+
+    /// The applied index node `id` reports (0 when it does not answer).
+    async fn applied(&self, id: u64) -> u64 {
+        self.cluster.status(id).await.map_or(0, |status| status.last_applied_index)
+    }
+}
+
+/// Submits `execution_id`, leases one task of the queue and completes it
+/// (with a large output tagged with the leased execution's id when
+/// `large`). With several lifecycles at once the lease may be another's.
+async fn lifecycle(
+    client: &Client,
+    execution_id: &str,
+    input_json: String,
+    large: bool,
+) -> Result<(), gavel_client::Error> {
+    client
+        .submit(pb::SubmitRequest {
+            request_id: String::new(),
+            execution_id: Some(execution_id.to_string()),
+            capability_id: CAPABILITY.to_string(),
+            input_json,
+            actor: Some(support::user("alice")),
+            surface: "snapshot-crash".to_string(),
+            correlation_id: None,
+        })
+        .await?;
+    let poll = pb::PollRequest {
+        request_id: String::new(),
+        worker_id: format!("worker-{execution_id}"),
+        queues: vec![CAPABILITY.to_string()],
+        max_tasks: 1,
+        wait_ms: 5_000,
+    };
+    for task in client.poll(poll).await?.tasks {
+        let lease = task.lease.expect("a task carries its lease");
+        let output_json = if large { padded_json(OUTPUT_BYTES, &task.execution_id) } else { "{}".to_string() };
+        client
+            .report(pb::ReportRequest {
+                request_id: String::new(),
+                lease_id: lease.lease_id,
+                worker_id: lease.worker_id,
+                outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json })),
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Small lifecycles run by [`LOAD_WRITERS`] tasks until paused.
+struct Load {
+    stop: Arc<AtomicBool>,
+    writers: Vec<tokio::task::JoinHandle<(u64, Vec<String>)>>,
+}
+
+impl Load {
+    /// Starts the writers; execution ids are `<prefix>-<n>` from `next`.
+    fn start(client: &Client, prefix: &str, next: &Arc<AtomicU64>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers = (0..LOAD_WRITERS)
+            .map(|_| {
+                let (client, stop, next, prefix) = (client.clone(), stop.clone(), next.clone(), prefix.to_string());
+                tokio::spawn(async move {
+                    let (mut done, mut failures) = (0, Vec::new());
+                    while !stop.load(Ordering::SeqCst) {
+                        let execution_id = format!("{prefix}-{}", next.fetch_add(1, Ordering::SeqCst));
+                        match lifecycle(&client, &execution_id, "{}".to_string(), false).await {
+                            Ok(()) => done += 1,
+                            Err(error) => failures.push(format!("{execution_id}: {error}")),
+                        }
+                    }
+                    (done, failures)
+                })
+            })
+            .collect();
+        Load { stop, writers }
+    }
+
+    /// Stops the writers after their current lifecycle; returns how many
+    /// lifecycles completed. The cluster keeps a quorum throughout (one node
+    /// is down at a time), so no call may fail past the client's retries.
+    async fn pause(self) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut done = 0;
+        for writer in self.writers {
+            let (completed, failures) = tokio::time::timeout(WAIT, writer)
+                .await
+                .expect("a load writer stops within its bound")
+                .expect("a load writer does not panic");
+            assert!(failures.is_empty(), "load calls failed with one node down: {failures:?}");
+            done += completed;
+        }
+        done
+    }
+}
+
+/// The temporary files of snapshot builds in progress in `data_dir`
+/// (`raft-snapshot/<n>.build.tmp`).
+fn build_files(data_dir: &Path) -> Vec<PathBuf> {
+    files(&data_dir.join("raft-snapshot"))
+        .into_iter()
+        .filter(|path| path.to_string_lossy().ends_with(".build.tmp"))
+        .collect()
+}
+
+/// The spooled snapshot transfers in `data_dir` (`raft-incoming/`), with their sizes.
+fn incoming_files(data_dir: &Path) -> Vec<(PathBuf, u64)> {
+    files(&data_dir.join("raft-incoming"))
+        .into_iter()
+        .map(|path| {
+            let bytes = std::fs::metadata(&path).map_or(0, |metadata| metadata.len());
+            (path, bytes)
+        })
+        .collect()
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.filter_map(Result::ok).map(|entry| entry.path()).collect()
+}
+
+/// Polls `found` every [`FILE_POLL`] until it holds, up to [`WAIT`]; panics naming `what`.
+async fn poll_files<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = found() {
+            return value;
+        }
+        assert!(started.elapsed() < WAIT, "timed out after {WAIT:?} waiting for {what}");
+        tokio::time::sleep(FILE_POLL).await;
+    }
+}
+
+/// The value of `field=` on a log line, without ANSI colouring.
+fn log_field<'a>(line: &'a str, field: &str) -> Option<&'a str> {
+    let start = line.find(&format!("{field}="))? + field.len() + 1;
+    let rest = &line[start..];
+    let end = rest.find(|c: char| c.is_whitespace() || c == '\u{1b}').unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// A `Debug`-printed duration (`1.234567s`, `850.1ms`, `12µs`).
+fn printed_duration(printed: &str) -> Option<Duration> {
+    let (number, scale) = if let Some(value) = printed.strip_suffix("ms") {
+        (value, 1e-3)
+    } else if let Some(value) = printed.strip_suffix("µs") {
+        (value, 1e-6)
+    } else if let Some(value) = printed.strip_suffix("ns") {
+        (value, 1e-9)
+    } else {
+        (printed.strip_suffix('s')?, 1.0)
+    };
+    number.parse::<f64>().ok().map(|value| Duration::from_secs_f64(value * scale))
+}
+
+/// The `took=` of the last line of `log` that contains `message`.
+fn last_took(log: &str, message: &str) -> Option<Duration> {
+    let line = log.lines().rev().find(|line| line.contains(message))?;
+    printed_duration(log_field(line, "took")?)
+}
+
+/// Kills under load at random points: any node, the leader included, is
+/// SIGKILLed while the load runs, stays down for a while as the others go
+/// on, and is restarted on its data while the load runs again.
+async fn kills_while_applying(harness: &Harness, rng: &mut Rng, old: &[String], next: &Arc<AtomicU64>) {
+    let mut report = Vec::new();
+    for round in 1..=KILLS {
+        let load = Load::start(&harness.client, "apply", next);
+        tokio::time::sleep(rng.millis(300, 1500)).await;
+        let leader = harness.leader().await;
+        let victim = rng.pick(&harness.cluster.running());
+        let applied_before = harness.applied(victim).await;
+        harness.kill(victim);
+        let building = !build_files(&harness.data_dir(victim)).is_empty();
+        tokio::time::sleep(rng.millis(200, 1000)).await;
+        harness.restart(victim).await;
+        tokio::time::sleep(rng.millis(100, 800)).await;
+        let lifecycles = load.pause().await;
+        let converged = harness.assert_recovered(victim, applied_before, old).await;
+        assert!(lifecycles > 0, "round {round}: the load made progress");
+        let role = if victim == leader { "leader" } else { "follower" };
+        report.push(format!(
+            "node {victim} ({role}) killed at {applied_before}{}; {lifecycles} lifecycles; converged at {}",
+            if building { " while building" } else { "" },
+            converged.applied_index
+        ));
+    }
+    println!("snapshot_crash: kills while applying:\n  {}", report.join("\n  "));
+}
+
+/// Kills while building a snapshot: under load, a random node is SIGKILLed
+/// a random part of its last build time after a build's temporary file
+/// appeared. At least one kill must land inside a build.
+async fn kills_while_building(harness: &Harness, rng: &mut Rng, old: &[String], next: &Arc<AtomicU64>) {
+    let (mut inside, mut report) = (0, Vec::new());
+    for round in 1..=KILLS {
+        let load = Load::start(&harness.client, "build", next);
+        let victim = rng.pick(&harness.cluster.running());
+        let data_dir = harness.data_dir(victim);
+        let window = last_took(&harness.log(victim), "snapshot built").unwrap_or(BUILD_WINDOW_DEFAULT);
+        let delay = rng.within(window.mul_f64(0.8));
+        poll_files(&format!("node {victim} to start building a snapshot"), || {
+            Some(()).filter(|()| !build_files(&data_dir).is_empty())
+        })
+        .await;
+        tokio::time::sleep(delay).await;
+        let applied_before = harness.applied(victim).await;
+        harness.kill(victim);
+        // The process is dead: a build file left behind was being written.
+        let left = build_files(&data_dir);
+        if !left.is_empty() {
+            inside += 1;
+        }
+        harness.restart(victim).await;
+        assert!(
+            left.iter().all(|path| !path.exists()),
+            "node {victim} removed the partial snapshot {left:?} when it started"
+        );
+        let lifecycles = load.pause().await;
+        let converged = harness.assert_recovered(victim, applied_before, old).await;
+        assert!(lifecycles > 0, "round {round}: the load made progress");
+        report.push(format!(
+            "node {victim} killed {delay:.0?} into a build (last build took {window:.0?}): {}; converged at {}",
+            if left.is_empty() { "the build had finished" } else { "inside the build" },
+            converged.applied_index
+        ));
+    }
+    println!("snapshot_crash: kills while building ({inside} of {KILLS} inside a build):\n  {}", report.join("\n  "));
+    assert!(inside >= 1, "at least one kill landed inside a snapshot build: {report:#?}");
+}
+
+/// Removes node `id`'s data (a learner only: it holds no vote).
+fn wipe(harness: &Harness, id: u64) {
+    let data_dir = harness.data_dir(id);
+    std::fs::remove_dir_all(&data_dir).unwrap_or_else(|error| panic!("removing {}: {error}", data_dir.display()));
+    std::fs::create_dir_all(&data_dir).unwrap_or_else(|error| panic!("creating {}: {error}", data_dir.display()));
+}
+
+/// How long the install of a snapshot on a learner lasts: from the spool
+/// file's appearance until it is gone (stored as the node's snapshot);
+/// also its final size.
+async fn measure_install(harness: &Harness, learner: u64) -> (Duration, u64) {
+    let data_dir = harness.data_dir(learner);
+    let (appeared, mut bytes) = poll_files(&format!("node {learner} to receive a snapshot"), || {
+        let spooled = incoming_files(&data_dir);
+        Some((Instant::now(), spooled.first()?.1))
+    })
+    .await;
+    poll_files(&format!("node {learner} to install the snapshot"), || {
+        let spooled = incoming_files(&data_dir);
+        match spooled.first() {
+            Some((_, size)) => {
+                bytes = bytes.max(*size);
+                None
+            }
+            None => Some(()),
+        }
+    })
+    .await;
+    (appeared.elapsed(), bytes)
+}
+
+/// Kills while installing a snapshot: a fourth node joins as a learner
+/// behind the purge point; a first install is measured; then the node is
+/// wiped and SIGKILLed a random part of that time after each transfer
+/// begins, restarted on what the kill left (or wiped again when the
+/// install had finished), until it finally installs, catches up and
+/// serves the old executions from its own store.
+async fn kills_while_installing(harness: &mut Harness, rng: &mut Rng, old: &[String]) {
+    let learner = harness.cluster.add_node().expect("a fourth node");
+    harness.cluster.start_node(learner).unwrap_or_else(|error| panic!("start node {learner}: {error}"));
+    let addr = harness.cluster.addr(learner).expect("a placed node").to_string();
+    let request = pb::AddLearnerRequest { request_id: String::new(), node_id: learner, addr, wait_caught_up: false };
+    harness.admin.add_learner(request).await.expect("add the learner");
+    let (window, snapshot_bytes) = measure_install(harness, learner).await;
+    let log = harness.log(learner);
+    let restore = last_took(&log, "snapshot installed").expect("the learner logged its install");
+    println!(
+        "snapshot_crash: a first install of {:.1} MiB on node {learner} took {window:.2?} (restore {restore:.2?})",
+        snapshot_bytes as f64 / (1024.0 * 1024.0)
+    );
+    let data_dir = harness.data_dir(learner);
+    let (mut in_transfer, mut in_restore, mut report) = (0, 0, Vec::new());
+    harness.kill(learner);
+    wipe(harness, learner);
+    // Once the node answers, its spool directory holds only new transfers
+    // (it empties it on start).
+    harness.restart(learner).await;
+    for _ in 1..=KILLS {
+        let delay = rng.within(window);
+        poll_files(&format!("node {learner} to receive a snapshot"), || {
+            Some(()).filter(|()| !incoming_files(&data_dir).is_empty())
+        })
+        .await;
+        tokio::time::sleep(delay).await;
+        harness.kill(learner);
+        let left = incoming_files(&data_dir);
+        let landed = match left.first() {
+            Some((_, bytes)) if *bytes >= snapshot_bytes => {
+                in_restore += 1;
+                format!("in the restore (spooled {bytes} bytes, whole)")
+            }
+            Some((_, bytes)) => {
+                in_transfer += 1;
+                format!("in the transfer (spooled {bytes} of {snapshot_bytes} bytes)")
+            }
+            None => {
+                // The install finished: start over from nothing.
+                wipe(harness, learner);
+                "after the install (data wiped)".to_string()
+            }
+        };
+        report.push(format!("killed {delay:.0?} after the transfer began: {landed}"));
+        println!("snapshot_crash: node {learner} {}", report.last().expect("just pushed"));
+        harness.restart(learner).await;
+    }
+    let answers = gavel_testkit::eventually(WAIT, Duration::from_millis(50), || async {
+        harness.cluster.status(learner).await.filter(|status| status.snapshot_index.is_some())
+    })
+    .await;
+    assert!(answers.is_some(), "node {learner} installed a snapshot after its last restart");
+    let converged = harness.assert_recovered(learner, 0, old).await;
+    println!(
+        "snapshot_crash: kills while installing ({in_transfer} in the transfer, {in_restore} in the restore, of \
+         {KILLS}); node {learner} converged at {}:\n  {}",
+        converged.applied_index,
+        report.join("\n  ")
+    );
+    assert!(in_transfer + in_restore >= 1, "at least one kill landed inside an install: {report:#?}");
+}
+
+async fn bounded<F: std::future::Future<Output = ()>>(body: F) {
+    tokio::time::timeout(TEST_BOUND, body).await.expect("the test finishes within its bound");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_sigkilled_while_applying_and_while_building_snapshots_come_back_to_the_leaders_state_hash() {
+    let _serial = SERIAL.lock().await;
+    bounded(async {
+        let started = Instant::now();
+        let mut rng = Rng::seeded("apply-and-build", 1);
+        let harness = Harness::start().await;
+        let old = harness.fill().await;
+        let next = Arc::new(AtomicU64::new(0));
+        kills_while_applying(&harness, &mut rng, &old, &next).await;
+        kills_while_building(&harness, &mut rng, &old, &next).await;
+        println!("snapshot_crash: apply-and-build took {:.1} s", started.elapsed().as_secs_f64());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_learner_sigkilled_while_installing_a_snapshot_installs_it_on_restart() {
+    let _serial = SERIAL.lock().await;
+    bounded(async {
+        let started = Instant::now();
+        let mut rng = Rng::seeded("install", 2);
+        let mut harness = Harness::start().await;
+        let old = harness.fill().await;
+        kills_while_installing(&mut harness, &mut rng, &old).await;
+        println!("snapshot_crash: install took {:.1} s", started.elapsed().as_secs_f64());
+    })
+    .await;
+}
