@@ -8,14 +8,16 @@
 //! - while they apply under load (any node, the leader included);
 //! - while they build a snapshot: the kill follows the appearance of the
 //!   build's temporary file (`raft-snapshot/*.build.tmp`) by a random part
-//!   of the node's last logged build time, and it landed inside the build
-//!   when the dead process left that file behind;
-//! - while a fourth node, a learner that joined behind the purge point,
+//!   of the node's recent logged build times, and it landed inside the
+//!   build when the dead process left that file behind (writing) or two
+//!   stored snapshot files (the new one renamed into place, not yet
+//!   recorded);
+//! - while a new node, a learner that joined behind the purge point,
 //!   installs the leader's snapshot: the kill follows the appearance of the
 //!   spooled transfer (`raft-incoming/`) by a random part of a measured
 //!   install, and landed inside it when the spool file is still there (in
 //!   the transfer if it is shorter than the snapshot, in the restore into
-//!   `cold.redb` if it is whole).
+//!   `cold.redb` if it is whole). The node restarts on what the kill left.
 //!
 //! After every restart the node must come back, catch up and report the
 //! leader's state hash at the same applied index, and it must serve the old
@@ -429,6 +431,11 @@ fn build_files(data_dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// How many stored snapshot files `data_dir` holds (`raft-snapshot/*.snap`).
+fn stored_snapshot_files(data_dir: &Path) -> usize {
+    files(&data_dir.join("raft-snapshot")).iter().filter(|path| path.to_string_lossy().ends_with(".snap")).count()
+}
+
 /// The spooled snapshot transfers in `data_dir` (`raft-incoming/`), with their sizes.
 fn incoming_files(data_dir: &Path) -> Vec<(PathBuf, u64)> {
     files(&data_dir.join("raft-incoming"))
@@ -485,6 +492,12 @@ fn last_took(log: &str, message: &str) -> Option<Duration> {
     printed_duration(log_field(line, "took")?)
 }
 
+/// The shortest `took=` of the last three lines of `log` that contain `message`.
+fn shortest_recent_took(log: &str, message: &str) -> Option<Duration> {
+    let lines = log.lines().rev().filter(|line| line.contains(message)).take(3);
+    lines.filter_map(|line| printed_duration(log_field(line, "took")?)).min()
+}
+
 /// Kills under load at random points: any node, the leader included, is
 /// SIGKILLed while the load runs, stays down for a while as the others go
 /// on, and is restarted on its data while the load runs again.
@@ -523,8 +536,8 @@ async fn kills_while_building(harness: &Harness, rng: &mut Rng, old: &[String], 
         let load = Load::start(&harness.client, "build", next);
         let victim = rng.pick(&harness.cluster.running());
         let data_dir = harness.data_dir(victim);
-        let window = last_took(&harness.log(victim), "snapshot built").unwrap_or(BUILD_WINDOW_DEFAULT);
-        let delay = rng.within(window.mul_f64(0.8));
+        let window = shortest_recent_took(&harness.log(victim), "snapshot built").unwrap_or(BUILD_WINDOW_DEFAULT);
+        let delay = rng.within(window.mul_f64(0.9));
         poll_files(&format!("node {victim} to start building a snapshot"), || {
             Some(()).filter(|()| !build_files(&data_dir).is_empty())
         })
@@ -532,9 +545,18 @@ async fn kills_while_building(harness: &Harness, rng: &mut Rng, old: &[String], 
         tokio::time::sleep(delay).await;
         let applied_before = harness.applied(victim).await;
         harness.kill(victim);
-        // The process is dead: a build file left behind was being written.
+        // The process is dead: a build file left behind was being written;
+        // two stored files mean the new one was renamed into place and not
+        // yet recorded in sled (the previous one is removed after that).
         let left = build_files(&data_dir);
-        if !left.is_empty() {
+        let landed = if !left.is_empty() {
+            "inside the build, writing the file"
+        } else if stored_snapshot_files(&data_dir) >= 2 {
+            "inside the build, storing the file"
+        } else {
+            "after the build had finished"
+        };
+        if !landed.starts_with("after") {
             inside += 1;
         }
         harness.restart(victim).await;
@@ -546,8 +568,8 @@ async fn kills_while_building(harness: &Harness, rng: &mut Rng, old: &[String], 
         let converged = harness.assert_recovered(victim, applied_before, old).await;
         assert!(lifecycles > 0, "round {round}: the load made progress");
         report.push(format!(
-            "node {victim} killed {delay:.0?} into a build (last build took {window:.0?}): {}; converged at {}",
-            if left.is_empty() { "the build had finished" } else { "inside the build" },
+            "node {victim} killed {delay:.0?} into a build (its recent builds took {window:.0?} and more): {landed}; \
+             converged at {}",
             converged.applied_index
         ));
     }
@@ -555,100 +577,107 @@ async fn kills_while_building(harness: &Harness, rng: &mut Rng, old: &[String], 
     assert!(inside >= 1, "at least one kill landed inside a snapshot build: {report:#?}");
 }
 
-/// Removes node `id`'s data (a learner only: it holds no vote).
-fn wipe(harness: &Harness, id: u64) {
-    let data_dir = harness.data_dir(id);
-    std::fs::remove_dir_all(&data_dir).unwrap_or_else(|error| panic!("removing {}: {error}", data_dir.display()));
-    std::fs::create_dir_all(&data_dir).unwrap_or_else(|error| panic!("creating {}: {error}", data_dir.display()));
-}
-
 /// How long the install of a snapshot on a learner lasts: from the spool
-/// file's appearance until it is gone (stored as the node's snapshot);
-/// also its final size.
-async fn measure_install(harness: &Harness, learner: u64) -> (Duration, u64) {
+/// file's appearance until it is gone (stored as the node's snapshot).
+async fn measure_install(harness: &Harness, learner: u64) -> Duration {
     let data_dir = harness.data_dir(learner);
-    let (appeared, mut bytes) = poll_files(&format!("node {learner} to receive a snapshot"), || {
-        let spooled = incoming_files(&data_dir);
-        Some((Instant::now(), spooled.first()?.1))
+    let appeared = poll_files(&format!("node {learner} to receive a snapshot"), || {
+        Some(Instant::now()).filter(|_| !incoming_files(&data_dir).is_empty())
     })
     .await;
     poll_files(&format!("node {learner} to install the snapshot"), || {
-        let spooled = incoming_files(&data_dir);
-        match spooled.first() {
-            Some((_, size)) => {
-                bytes = bytes.max(*size);
-                None
-            }
-            None => Some(()),
-        }
+        Some(()).filter(|()| incoming_files(&data_dir).is_empty())
     })
     .await;
-    (appeared.elapsed(), bytes)
+    appeared.elapsed()
 }
 
-/// Kills while installing a snapshot: a fourth node joins as a learner
-/// behind the purge point; a first install is measured; then the node is
-/// wiped and SIGKILLed a random part of that time after each transfer
-/// begins, restarted on what the kill left (or wiped again when the
-/// install had finished), until it finally installs, catches up and
-/// serves the old executions from its own store.
-async fn kills_while_installing(harness: &mut Harness, rng: &mut Rng, old: &[String]) {
-    let learner = harness.cluster.add_node().expect("a fourth node");
-    harness.cluster.start_node(learner).unwrap_or_else(|error| panic!("start node {learner}: {error}"));
+/// Starts a new node and adds it as a learner through the admin. The
+/// initial voters' logs are purged behind their last snapshot, so the
+/// leader sends it one.
+async fn join_learner(harness: &mut Harness) -> u64 {
+    let learner = harness.cluster.add_node().expect("a new node");
+    // Once the node answers, its spool directory holds only transfers to it
+    // (a node empties it on start).
+    harness.restart(learner).await;
     let addr = harness.cluster.addr(learner).expect("a placed node").to_string();
     let request = pb::AddLearnerRequest { request_id: String::new(), node_id: learner, addr, wait_caught_up: false };
     harness.admin.add_learner(request).await.expect("add the learner");
-    let (window, snapshot_bytes) = measure_install(harness, learner).await;
-    let log = harness.log(learner);
-    let restore = last_took(&log, "snapshot installed").expect("the learner logged its install");
+    learner
+}
+
+/// Kills while installing a snapshot. A fourth node joins as a learner
+/// behind the purge point and its install is measured. Then a fifth joins
+/// and is SIGKILLed a random part of that time after each transfer to it
+/// begins, and restarted on what the kill left; when a kill came after the
+/// install had finished, the next kills go to a new learner (a node's data
+/// is never wiped: the leader would see its log go back). At the end every
+/// learner has installed a snapshot, caught up, has the leader's state hash
+/// and serves the old executions from its own store.
+async fn kills_while_installing(harness: &mut Harness, rng: &mut Rng, old: &[String]) {
+    let measured = join_learner(harness).await;
+    let window = measure_install(harness, measured).await;
+    let log = harness.log(measured);
+    let line = log.lines().rev().find(|line| line.contains("snapshot installed")).expect("an install logged");
+    let snapshot_bytes: u64 = log_field(line, "bytes").and_then(|bytes| bytes.parse().ok()).expect("its size");
+    let restore = last_took(&log, "snapshot installed").expect("its restore time");
     println!(
-        "snapshot_crash: a first install of {:.1} MiB on node {learner} took {window:.2?} (restore {restore:.2?})",
+        "snapshot_crash: node {measured} installed a {:.1} MiB snapshot in {window:.2?} from the transfer's start \
+         (restore into its store {restore:.2?})",
         snapshot_bytes as f64 / (1024.0 * 1024.0)
     );
-    let data_dir = harness.data_dir(learner);
     let (mut in_transfer, mut in_restore, mut report) = (0, 0, Vec::new());
-    harness.kill(learner);
-    wipe(harness, learner);
-    // Once the node answers, its spool directory holds only new transfers
-    // (it empties it on start).
-    harness.restart(learner).await;
-    for _ in 1..=KILLS {
-        let delay = rng.within(window);
+    let mut learner = join_learner(harness).await;
+    let mut learners = vec![measured, learner];
+    // Odd rounds aim at the transfer, even ones at the restore.
+    let transfer = window.saturating_sub(restore);
+    for round in 1..=KILLS {
+        let data_dir = harness.data_dir(learner);
+        let delay = if round % 2 == 1 { rng.within(transfer) } else { transfer + rng.within(restore) };
         poll_files(&format!("node {learner} to receive a snapshot"), || {
             Some(()).filter(|()| !incoming_files(&data_dir).is_empty())
         })
         .await;
         tokio::time::sleep(delay).await;
         harness.kill(learner);
-        let left = incoming_files(&data_dir);
-        let landed = match left.first() {
+        // The process is dead: a spool file left behind was being received
+        // (shorter than the snapshot) or restored (whole).
+        let landed = match incoming_files(&data_dir).first() {
             Some((_, bytes)) if *bytes >= snapshot_bytes => {
                 in_restore += 1;
-                format!("in the restore (spooled {bytes} bytes, whole)")
+                format!("in the restore into its store (spooled {bytes} bytes, whole)")
             }
             Some((_, bytes)) => {
                 in_transfer += 1;
                 format!("in the transfer (spooled {bytes} of {snapshot_bytes} bytes)")
             }
-            None => {
-                // The install finished: start over from nothing.
-                wipe(harness, learner);
-                "after the install (data wiped)".to_string()
-            }
+            None => "after the install had finished".to_string(),
         };
-        report.push(format!("killed {delay:.0?} after the transfer began: {landed}"));
-        println!("snapshot_crash: node {learner} {}", report.last().expect("just pushed"));
+        let finished = landed.starts_with("after");
+        report.push(format!("node {learner} killed {delay:.0?} after a transfer began: {landed}"));
+        println!("snapshot_crash: {}", report.last().expect("just pushed"));
         harness.restart(learner).await;
+        if finished {
+            learner = join_learner(harness).await;
+            learners.push(learner);
+        }
     }
-    let answers = gavel_testkit::eventually(WAIT, Duration::from_millis(50), || async {
-        harness.cluster.status(learner).await.filter(|status| status.snapshot_index.is_some())
-    })
-    .await;
-    assert!(answers.is_some(), "node {learner} installed a snapshot after its last restart");
+    for &id in &learners {
+        let installed = gavel_testkit::eventually(WAIT, Duration::from_millis(50), || async {
+            harness.cluster.status(id).await.filter(|status| status.snapshot_index.is_some())
+        })
+        .await;
+        assert!(installed.is_some(), "node {id} installed a snapshot after its last restart");
+    }
     let converged = harness.assert_recovered(learner, 0, old).await;
+    for &id in &learners[..learners.len() - 1] {
+        for execution_id in old {
+            harness.assert_served_whole(id, execution_id).await;
+        }
+    }
     println!(
         "snapshot_crash: kills while installing ({in_transfer} in the transfer, {in_restore} in the restore, of \
-         {KILLS}); node {learner} converged at {}:\n  {}",
+         {KILLS}); learners {learners:?} converged at {}:\n  {}",
         converged.applied_index,
         report.join("\n  ")
     );
