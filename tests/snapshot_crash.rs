@@ -282,7 +282,7 @@ impl Harness {
     async fn assert_served_whole(&self, via: u64, execution_id: &str) {
         let addr = self.cluster.addr(via).expect("a placed node").to_string();
         let config = gavel_client::ClientConfig { tls: Some(self.load_tls.clone()), ..Default::default() };
-        let through = Client::with_config(&[addr.clone()], config).expect("a client of one node");
+        let through = Client::with_config(std::slice::from_ref(&addr), config).expect("a client of one node");
         let request = pb::GetExecutionRequest { execution_id: execution_id.to_string() };
         let execution = through.get_execution(request).await.expect("get execution").execution;
         let execution = execution.unwrap_or_else(|| panic!("node {via} knows {execution_id}"));
