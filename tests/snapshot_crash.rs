@@ -8,10 +8,10 @@
 //! - while they apply under load (any node, the leader included);
 //! - while they build a snapshot: the kill follows the appearance of the
 //!   build's temporary file (`raft-snapshot/*.build.tmp`) by a random part
-//!   of the node's recent logged build times, and it landed inside the
-//!   build when the dead process left that file behind (writing) or two
-//!   stored snapshot files (the new one renamed into place, not yet
-//!   recorded);
+//!   of the time an earlier build of that node wrote its file, and it
+//!   landed inside the build when the dead process left that file behind
+//!   (writing) or two stored snapshot files (the new one renamed into
+//!   place, not yet recorded);
 //! - while a new node, a learner that joined behind the purge point,
 //!   installs the leader's snapshot: the kill follows the appearance of the
 //!   spooled transfer (`raft-incoming/`) by a random part of a measured
@@ -72,50 +72,48 @@ const WAIT: Duration = Duration::from_secs(60);
 const FILE_POLL: Duration = Duration::from_millis(2);
 /// Deadline of one status call (it hashes the state).
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
-/// The build window used when the victim logged no build yet.
-const BUILD_WINDOW_DEFAULT: Duration = Duration::from_millis(100);
 
 /// The tests share the machine's two cores: one cluster at a time (an
 /// async mutex: it is held across awaits, in each test's own runtime).
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A small seeded generator (splitmix64): the kill points of a run follow
-/// from its printed seed.
-struct Rng(u64);
+/// The seeded generator of the kill points (`gavel-chaos`'s SplitMix64):
+/// a run's points follow from its printed seed.
+struct Rng(gavel_chaos::rng::Rng);
 
 impl Rng {
-    /// `GAVEL_CRASH_SEED`, or one from the clock; printed either way, mixed
-    /// with `salt` so that each test draws its own points.
-    fn seeded(test: &str, salt: u64) -> Rng {
+    /// `GAVEL_CRASH_SEED`, or one from the clock; printed either way, forked
+    /// by `stream` so that each test draws its own points.
+    fn seeded(test: &str, stream: u64) -> Rng {
         let seed = std::env::var("GAVEL_CRASH_SEED")
             .ok()
             .and_then(|seed| seed.parse().ok())
             .unwrap_or_else(|| gavel_testkit::wall_clock_ms().unsigned_abs() % 1_000_000);
         println!("snapshot_crash {test}: seed {seed} (replay with GAVEL_CRASH_SEED={seed})");
-        Rng(seed ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        Rng(gavel_chaos::rng::Rng::new(seed).fork(stream))
     }
 
     /// A duration in `[low_ms, high_ms]`.
     fn millis(&mut self, low_ms: u64, high_ms: u64) -> Duration {
-        Duration::from_millis(low_ms + self.next() % (high_ms - low_ms + 1))
+        Duration::from_millis(self.0.between(low_ms, high_ms))
     }
 
     /// A duration in `[0, window)`.
     fn within(&mut self, window: Duration) -> Duration {
-        let micros = u64::try_from(window.as_micros()).unwrap_or(u64::MAX).max(1);
-        Duration::from_micros(self.next() % micros)
+        Duration::from_micros(self.0.below(u64::try_from(window.as_micros()).unwrap_or(u64::MAX)))
     }
 
-    fn pick(&mut self, ids: &[u64]) -> u64 {
-        ids[(self.next() % ids.len() as u64) as usize]
+    /// `count` victims among `ids`: seeded shuffles of them, one after the
+    /// other, so that every node is killed once in each round of `ids.len()`.
+    fn victims(&mut self, ids: &[u64], count: usize) -> Vec<u64> {
+        let mut victims = Vec::new();
+        while victims.len() < count {
+            let mut order = ids.to_vec();
+            self.0.shuffle(&mut order);
+            victims.extend(order);
+        }
+        victims.truncate(count);
+        victims
     }
 }
 
@@ -464,50 +462,15 @@ async fn poll_files<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// The value of `field=` on a log line, without ANSI colouring.
-fn log_field<'a>(line: &'a str, field: &str) -> Option<&'a str> {
-    let start = line.find(&format!("{field}="))? + field.len() + 1;
-    let rest = &line[start..];
-    let end = rest.find(|c: char| c.is_whitespace() || c == '\u{1b}').unwrap_or(rest.len());
-    Some(&rest[..end])
-}
-
-/// A `Debug`-printed duration (`1.234567s`, `850.1ms`, `12µs`).
-fn printed_duration(printed: &str) -> Option<Duration> {
-    let (number, scale) = if let Some(value) = printed.strip_suffix("ms") {
-        (value, 1e-3)
-    } else if let Some(value) = printed.strip_suffix("µs") {
-        (value, 1e-6)
-    } else if let Some(value) = printed.strip_suffix("ns") {
-        (value, 1e-9)
-    } else {
-        (printed.strip_suffix('s')?, 1.0)
-    };
-    number.parse::<f64>().ok().map(|value| Duration::from_secs_f64(value * scale))
-}
-
-/// The `took=` of the last line of `log` that contains `message`.
-fn last_took(log: &str, message: &str) -> Option<Duration> {
-    let line = log.lines().rev().find(|line| line.contains(message))?;
-    printed_duration(log_field(line, "took")?)
-}
-
-/// The shortest `took=` of the last three lines of `log` that contain `message`.
-fn shortest_recent_took(log: &str, message: &str) -> Option<Duration> {
-    let lines = log.lines().rev().filter(|line| line.contains(message)).take(3);
-    lines.filter_map(|line| printed_duration(log_field(line, "took")?)).min()
-}
-
 /// Kills under load at random points: any node, the leader included, is
 /// SIGKILLed while the load runs, stays down for a while as the others go
 /// on, and is restarted on its data while the load runs again.
 async fn kills_while_applying(harness: &Harness, rng: &mut Rng, old: &[String], next: &Arc<AtomicU64>) {
     let mut report = Vec::new();
-    for round in 1..=KILLS {
+    for (round, victim) in (1..).zip(rng.victims(&harness.cluster.running(), KILLS)) {
         let load = Load::start(&harness.client, "apply", next);
         tokio::time::sleep(rng.millis(300, 1500)).await;
         let leader = harness.leader().await;
-        let victim = rng.pick(&harness.cluster.running());
         let applied_before = harness.applied(victim).await;
         harness.kill(victim);
         let building = !build_files(&harness.data_dir(victim)).is_empty();
@@ -531,13 +494,19 @@ async fn kills_while_applying(harness: &Harness, rng: &mut Rng, old: &[String], 
 /// a random part of its last build time after a build's temporary file
 /// appeared. At least one kill must land inside a build.
 async fn kills_while_building(harness: &Harness, rng: &mut Rng, old: &[String], next: &Arc<AtomicU64>) {
-    let (mut inside, mut report) = (0, Vec::new());
-    for round in 1..=KILLS {
+    let (mut inside, mut report, mut measured) = (0, Vec::new(), std::collections::BTreeMap::new());
+    for (round, victim) in (1..).zip(rng.victims(&harness.cluster.running(), KILLS)) {
         let load = Load::start(&harness.client, "build", next);
-        let victim = rng.pick(&harness.cluster.running());
         let data_dir = harness.data_dir(victim);
-        let window = shortest_recent_took(&harness.log(victim), "snapshot built").unwrap_or(BUILD_WINDOW_DEFAULT);
-        let delay = rng.within(window.mul_f64(0.9));
+        let window = match measured.get(&victim).copied() {
+            Some(window) => window,
+            None => {
+                let window = measure_build(harness, victim).await;
+                measured.insert(victim, window);
+                window
+            }
+        };
+        let delay = rng.within(window);
         poll_files(&format!("node {victim} to start building a snapshot"), || {
             Some(()).filter(|()| !build_files(&data_dir).is_empty())
         })
@@ -568,8 +537,7 @@ async fn kills_while_building(harness: &Harness, rng: &mut Rng, old: &[String], 
         let converged = harness.assert_recovered(victim, applied_before, old).await;
         assert!(lifecycles > 0, "round {round}: the load made progress");
         report.push(format!(
-            "node {victim} killed {delay:.0?} into a build (its recent builds took {window:.0?} and more): {landed}; \
-             converged at {}",
+            "node {victim} killed {delay:.0?} into a build (it wrote one in {window:.0?}): {landed}; converged at {}",
             converged.applied_index
         ));
     }
@@ -577,19 +545,52 @@ async fn kills_while_building(harness: &Harness, rng: &mut Rng, old: &[String], 
     assert!(inside >= 1, "at least one kill landed inside a snapshot build: {report:#?}");
 }
 
-/// How long the install of a snapshot on a learner lasts: from the spool
-/// file's appearance until it is gone (stored as the node's snapshot).
-async fn measure_install(harness: &Harness, learner: u64) -> Duration {
+/// How long node `id`'s next snapshot build writes its file: from the
+/// temporary file's appearance until it is gone (renamed into place).
+async fn measure_build(harness: &Harness, id: u64) -> Duration {
+    let data_dir = harness.data_dir(id);
+    let appeared = poll_files(&format!("node {id} to start building a snapshot"), || {
+        Some(Instant::now()).filter(|_| !build_files(&data_dir).is_empty())
+    })
+    .await;
+    poll_files(&format!("node {id} to write its snapshot"), || Some(()).filter(|()| build_files(&data_dir).is_empty()))
+        .await;
+    appeared.elapsed()
+}
+
+/// One install on a learner, observed through its spool file.
+struct Install {
+    /// From the spool file's appearance until it is gone (stored).
+    whole: Duration,
+    /// From its appearance until it was first seen whole.
+    transfer: Duration,
+    /// The snapshot's size (the stored file's).
+    bytes: u64,
+}
+
+/// Observes the next install on `learner`.
+async fn measure_install(harness: &Harness, learner: u64) -> Install {
     let data_dir = harness.data_dir(learner);
     let appeared = poll_files(&format!("node {learner} to receive a snapshot"), || {
         Some(Instant::now()).filter(|_| !incoming_files(&data_dir).is_empty())
     })
     .await;
-    poll_files(&format!("node {learner} to install the snapshot"), || {
-        Some(()).filter(|()| incoming_files(&data_dir).is_empty())
+    let mut sizes = Vec::new();
+    poll_files(&format!("node {learner} to install the snapshot"), || match incoming_files(&data_dir).first() {
+        Some((_, bytes)) => {
+            sizes.push((appeared.elapsed(), *bytes));
+            None
+        }
+        None => Some(()),
     })
     .await;
-    appeared.elapsed()
+    let whole = appeared.elapsed();
+    let stored =
+        files(&data_dir.join("raft-snapshot")).into_iter().filter(|path| path.to_string_lossy().ends_with(".snap"));
+    let bytes = stored.filter_map(|path| std::fs::metadata(path).ok()).map(|metadata| metadata.len()).max();
+    let bytes = bytes.expect("the installed snapshot is stored");
+    let transfer = sizes.iter().find(|(_, size)| *size >= bytes).map_or(whole, |(at, _)| *at);
+    Install { whole, transfer, bytes }
 }
 
 /// Starts a new node and adds it as a learner through the admin. The
@@ -616,21 +617,17 @@ async fn join_learner(harness: &mut Harness) -> u64 {
 /// and serves the old executions from its own store.
 async fn kills_while_installing(harness: &mut Harness, rng: &mut Rng, old: &[String]) {
     let measured = join_learner(harness).await;
-    let window = measure_install(harness, measured).await;
-    let log = harness.log(measured);
-    let line = log.lines().rev().find(|line| line.contains("snapshot installed")).expect("an install logged");
-    let snapshot_bytes: u64 = log_field(line, "bytes").and_then(|bytes| bytes.parse().ok()).expect("its size");
-    let restore = last_took(&log, "snapshot installed").expect("its restore time");
+    let Install { whole, transfer, bytes: snapshot_bytes } = measure_install(harness, measured).await;
+    let restore = whole.saturating_sub(transfer);
     println!(
-        "snapshot_crash: node {measured} installed a {:.1} MiB snapshot in {window:.2?} from the transfer's start \
-         (restore into its store {restore:.2?})",
+        "snapshot_crash: node {measured} installed a {:.1} MiB snapshot in {whole:.2?}: transfer {transfer:.2?}, \
+         restore into its store {restore:.2?}",
         snapshot_bytes as f64 / (1024.0 * 1024.0)
     );
     let (mut in_transfer, mut in_restore, mut report) = (0, 0, Vec::new());
     let mut learner = join_learner(harness).await;
     let mut learners = vec![measured, learner];
     // Odd rounds aim at the transfer, even ones at the restore.
-    let transfer = window.saturating_sub(restore);
     for round in 1..=KILLS {
         let data_dir = harness.data_dir(learner);
         let delay = if round % 2 == 1 { rng.within(transfer) } else { transfer + rng.within(restore) };
