@@ -76,6 +76,9 @@ fn a_short_kill_and_partition_schedule_is_judged_valid() {
     assert!(summary["leader_changes"].as_u64().unwrap_or(0) >= 2);
     assert!(summary["late_rejected"].as_u64().unwrap_or(0) >= 20);
     assert!(summary["ok"].as_u64().unwrap_or(0) > 100, "the workload made progress");
+    // The run snapshots every 200 commands (`--snapshot-every-commands`'s
+    // default): the checkers judged a history with snapshots in it.
+    assert!(summary["snapshots_built"].as_u64().unwrap_or(0) > 0, "the nodes built snapshots under the faults");
 }
 
 /// The `gavel` binary with the planted bugs: `GAVEL_MUTANTS_BIN` (the test

@@ -52,6 +52,8 @@ struct Inner {
     status: watch::Receiver<RaftStatus>,
     /// Where incoming snapshot streams are spooled.
     incoming_dir: std::path::PathBuf,
+    /// Where the service announces snapshot installs to the log store.
+    install_fence: Arc<storage::InstallFence>,
     /// Taken by the first `shutdown`; resolves when the storage is closed.
     storage_closed: tokio::sync::Mutex<Option<ThreadExited>>,
     /// One backup at a time ([`crate::backup`]).
@@ -81,6 +83,7 @@ impl RaftNode {
         let peer_tls = config.peer_tls.as_ref().map(crate::PeerTls::client_config);
         let network = NetworkFactory::new(config.node_id, config.timings.clone(), peer_tls);
         let snapshots_due = storage.state_machine.snapshot_after_commands(config.timings.snapshot_commands_since_last);
+        let install_fence = storage.log_store.install_fence();
         let raft = Raft::new(config.node_id, raft_config, network, storage.log_store, storage.state_machine)
             .await
             .map_err(|e| RaftError::Storage(e.to_string()))?;
@@ -97,6 +100,7 @@ impl RaftNode {
                 timings: config.timings,
                 status,
                 incoming_dir,
+                install_fence,
                 storage_closed: tokio::sync::Mutex::new(Some(storage.closed)),
                 backups: crate::backup::permits(),
             }),
@@ -111,7 +115,8 @@ impl RaftNode {
     /// The internal Raft gRPC service; mount it on the node's tonic server
     /// next to the public services.
     pub fn service(&self) -> RaftServiceServer<RaftGrpcService> {
-        RaftServiceServer::new(RaftGrpcService::new(self.inner.raft.clone(), self.inner.incoming_dir.clone()))
+        let service = RaftGrpcService::new(self.inner.raft.clone(), self.inner.incoming_dir.clone());
+        RaftServiceServer::new(service.fenced(self.inner.install_fence.clone()))
             .max_decoding_message_size(APPEND_ENTRIES_BYTES_MAX)
             .max_encoding_message_size(APPEND_ENTRIES_BYTES_MAX)
     }

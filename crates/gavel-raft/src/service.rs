@@ -33,11 +33,19 @@ pub struct RaftGrpcService {
     raft: Raft,
     /// Where incoming snapshot streams are spooled (`<data_dir>/raft-incoming`).
     incoming_dir: PathBuf,
+    /// Where installs are announced to the log store.
+    install_fence: std::sync::Arc<crate::storage::InstallFence>,
 }
 
 impl RaftGrpcService {
     pub(crate) fn new(raft: Raft, incoming_dir: PathBuf) -> Self {
-        Self { raft, incoming_dir }
+        Self { raft, incoming_dir, install_fence: Default::default() }
+    }
+
+    /// Announces installs on `fence` (the node's log store's).
+    pub(crate) fn fenced(mut self, fence: std::sync::Arc<crate::storage::InstallFence>) -> Self {
+        self.install_fence = fence;
+        self
     }
 }
 
@@ -190,6 +198,7 @@ impl RaftService for RaftGrpcService {
             )));
         }
         let snapshot = Snapshot { meta, snapshot: Box::new(spool.finish().await?) };
+        let _announced = self.install_fence.begin();
         let response = self.raft.install_full_snapshot(vote, snapshot).await.map_err(stopped)?;
         encode(&response)
     }

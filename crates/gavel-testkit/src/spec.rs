@@ -77,6 +77,9 @@ impl RaftTimings {
 pub struct SnapshotPolicy {
     /// `--snapshot-logs-since-last`: build a snapshot after this many entries.
     pub logs_since_last: Option<u64>,
+    /// `--snapshot-commands-since-last`: build a snapshot after this many
+    /// applied commands (an entry carries up to 512 of them).
+    pub commands_since_last: Option<u64>,
     /// `--logs-to-keep`: entries kept behind a snapshot.
     pub logs_to_keep: Option<u64>,
 }
@@ -84,10 +87,14 @@ pub struct SnapshotPolicy {
 impl SnapshotPolicy {
     /// The policy as `gavel node` flags (only the ones that are set).
     pub fn to_flags(&self) -> Vec<String> {
-        [("snapshot-logs-since-last", self.logs_since_last), ("logs-to-keep", self.logs_to_keep)]
-            .into_iter()
-            .filter_map(|(flag, value)| Some(format!("--{flag}={}", value?)))
-            .collect()
+        [
+            ("snapshot-logs-since-last", self.logs_since_last),
+            ("snapshot-commands-since-last", self.commands_since_last),
+            ("logs-to-keep", self.logs_to_keep),
+        ]
+        .into_iter()
+        .filter_map(|(flag, value)| Some(format!("--{flag}={}", value?)))
+        .collect()
     }
 }
 
@@ -186,6 +193,8 @@ mod tests {
         spec.args.push("--retention-ms=1000".to_string());
         spec.node_args.insert(2, vec!["--join".to_string()]);
         assert_eq!(spec.flags_of(1), vec!["--heartbeat-ms=100", "--logs-to-keep=5", "--retention-ms=1000"]);
+        spec.snapshots.commands_since_last = Some(200);
+        assert_eq!(spec.flags_of(1)[1..3], ["--snapshot-commands-since-last=200", "--logs-to-keep=5"]);
         assert_eq!(spec.flags_of(2).last().map(String::as_str), Some("--join"));
     }
 

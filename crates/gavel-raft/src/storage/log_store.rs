@@ -23,6 +23,11 @@ impl LogStore {
     pub(super) fn new(shared: Arc<Shared>) -> Self {
         Self { shared }
     }
+
+    /// The fence the service announces received snapshots' installs on.
+    pub(crate) fn install_fence(&self) -> Arc<super::InstallFence> {
+        self.shared.install_fence.clone()
+    }
 }
 
 fn read_error(error: WalError) -> StorageError {
@@ -172,6 +177,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             early_ack.purge(log_id.index);
+        }
+        // During an install, openraft purges before the snapshot is stored:
+        // that purge waits for it (`InstallFence`).
+        let stored = self.shared.read_snapshot_meta()?.and_then(|meta| meta.last_log_id);
+        if self.shared.install_fence.defer(log_id, stored) {
+            tracing::debug!(%log_id, "purge deferred until the snapshot being installed is stored");
+            return Ok(());
         }
         // No wait: purged entries are already covered by a durable snapshot,
         // and if the purge marker is lost they are simply purged again. The

@@ -39,7 +39,12 @@
 //!   purged behind it (`state_machine::persist_snapshot`, [`durability`]):
 //!   its file is fsynced and renamed into `raft-snapshot/`, the directory
 //!   fsynced, then its meta and file name written to sled and waited for;
-//!   only then is the previous snapshot's file removed.
+//!   only then is the previous snapshot's file removed;
+//! - the log's purge marker never runs ahead of the stored snapshot: while a
+//!   snapshot received from the leader is installed, openraft asks for the
+//!   purge before the install is stored, and that purge waits for it
+//!   ([`InstallFence`]; without it a SIGKILL mid-install left a node that
+//!   could never start again).
 //!
 //! Snapshots never pass through memory whole: a build writes the
 //! application's [`crate::SnapshotSource`] to a file on a blocking thread
@@ -77,7 +82,7 @@ pub(crate) use state_machine::{request_snapshots, StateMachineStore};
 
 use crate::application::Application;
 use crate::limits::{SLED_CACHE_BYTES, SLED_SEGMENT_BYTES};
-use crate::typ::{SnapshotMeta, StorageError};
+use crate::typ::{LogId, SnapshotMeta, StorageError};
 use crate::RaftError;
 use durability::Durability;
 use wal::Wal;
@@ -106,10 +111,75 @@ pub(crate) struct Shared {
     snapshot_write: tokio::sync::Mutex<()>,
     /// Distinguishes snapshot ids built in this process.
     snapshot_seq: AtomicU64,
+    /// Holds purges behind the stored snapshot while one is installed.
+    install_fence: Arc<InstallFence>,
     /// The planted bug `early-ack`, when planted: entries acknowledged but
     /// not yet written.
     #[cfg(feature = "mutants")]
     early_ack: Option<Arc<early_ack::Overlay>>,
+}
+
+/// Keeps the log's purge marker behind the stored snapshot while a snapshot
+/// received from the leader is installed. openraft 0.9 purges the log up to
+/// a received snapshot as soon as it hands the snapshot to the state
+/// machine, before the install is stored: a SIGKILL in between leaves a
+/// purge marker ahead of the state machine and the committed pointer, and
+/// openraft refuses every later start (`purge_upto <= committed`). The
+/// service announces each install ([`InstallFence::begin`]) before handing
+/// it to openraft; a purge beyond the stored snapshot meanwhile is deferred
+/// until `persist_snapshot` stores a snapshot that covers it.
+#[derive(Default)]
+pub(crate) struct InstallFence(std::sync::Mutex<Fence>);
+
+#[derive(Default)]
+struct Fence {
+    /// Installs announced and not finished.
+    installs: usize,
+    /// The highest purge deferred.
+    deferred: Option<LogId>,
+}
+
+/// An announced install; dropping it ends the announcement.
+pub(crate) struct InstallAnnounced(Arc<InstallFence>);
+
+impl InstallFence {
+    fn fence(&self) -> std::sync::MutexGuard<'_, Fence> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Announces an install until the returned value is dropped.
+    pub(crate) fn begin(self: &Arc<Self>) -> InstallAnnounced {
+        self.fence().installs += 1;
+        InstallAnnounced(self.clone())
+    }
+
+    /// Whether a purge up to `upto` must wait (and is recorded): an install
+    /// is announced and the stored snapshot (last log id `stored`) does not
+    /// cover it.
+    fn defer(&self, upto: LogId, stored: Option<LogId>) -> bool {
+        let mut fence = self.fence();
+        if fence.installs == 0 || stored >= Some(upto) {
+            return false;
+        }
+        fence.deferred = fence.deferred.max(Some(upto));
+        true
+    }
+
+    /// The deferred purge, once a stored snapshot at `stored` covers it.
+    fn take_covered(&self, stored: Option<LogId>) -> Option<LogId> {
+        let mut fence = self.fence();
+        if fence.deferred.is_some() && fence.deferred <= stored {
+            fence.deferred.take()
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for InstallAnnounced {
+    fn drop(&mut self) {
+        self.0.fence().installs -= 1;
+    }
 }
 
 /// An opened store: the two halves openraft drives, and a signal for when
@@ -183,6 +253,7 @@ pub(crate) fn open(
         durability,
         snapshot_write: tokio::sync::Mutex::new(()),
         snapshot_seq: AtomicU64::new(0),
+        install_fence: Arc::default(),
         #[cfg(feature = "mutants")]
         early_ack: plant_early_ack.then(Arc::default),
     });

@@ -229,6 +229,9 @@ async fn persist_snapshot(
         // backup) keeps reading it: unlinking does not close handles.
         let _ = std::fs::remove_file(shared.snapshot_dir.join(String::from_utf8_lossy(&previous).as_ref()));
     }
+    if let Some(upto) = shared.install_fence.take_covered(meta.last_log_id) {
+        shared.wal.purge(upto).map_err(|e| write_error(&e))?;
+    }
     tracing::info!(snapshot = %meta, bytes = file.bytes(), "snapshot stored");
     crate::stats::stats().count_snapshot(usize::try_from(file.bytes()).unwrap_or(usize::MAX));
     Ok(true)
