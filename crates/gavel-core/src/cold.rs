@@ -1,6 +1,6 @@
 //! Cold records: the part of the replicated state that no decision needs
-//! often (finalized executions, the lease records of their attempts and the
-//! audit trail),
+//! often (finalized executions, the lease records of their attempts, closed
+//! approvals and the audit trail),
 //! kept behind the synchronous [`ColdStore`] interface so that a node can hold
 //! it on disk while the hot set stays in memory.
 //!
@@ -43,12 +43,28 @@ pub enum ColdTable {
     Events = 4,
     /// The per-execution event index: id length, id, cursor; no value.
     ExecutionEvents = 5,
+    /// Closed approvals (rejected, consumed, cancelled) by id.
+    Approvals = 6,
+    /// The closed approvals' listing index: requested-at (big-endian) then
+    /// id, no value.
+    ApprovalsByTime = 7,
+    /// The closed approvals' retention index: closed-at (big-endian) then
+    /// id, no value.
+    ApprovalsClosed = 8,
 }
 
 impl ColdTable {
     /// Every table, in tag order.
-    pub const ALL: [ColdTable; 5] =
-        [ColdTable::Executions, ColdTable::Finalized, ColdTable::Leases, ColdTable::Events, ColdTable::ExecutionEvents];
+    pub const ALL: [ColdTable; 8] = [
+        ColdTable::Executions,
+        ColdTable::Finalized,
+        ColdTable::Leases,
+        ColdTable::Events,
+        ColdTable::ExecutionEvents,
+        ColdTable::Approvals,
+        ColdTable::ApprovalsByTime,
+        ColdTable::ApprovalsClosed,
+    ];
 
     /// The table's stable tag.
     pub fn tag(self) -> u8 {

@@ -28,8 +28,8 @@
 //! across the parts; the SI-11 retry rule is the pure function
 //! [`retry::retry_after_ms`].
 //!
-//! History is cold ([`cold`]): finalized executions, their lease records
-//! and the audit trail are read through the synchronous [`ColdStore`] trait
+//! History is cold ([`cold`]): finalized executions, their lease records,
+//! closed approvals and the audit trail are read through the synchronous [`ColdStore`] trait
 //! and written into an overlay that the shell flushes
 //! ([`State::flush_cold`]); the state hash covers the hot state and a
 //! rolling digest of cold mutations, whichever store runs.

@@ -88,8 +88,8 @@ pub struct StateCounts {
     pub current_leases: usize,
 }
 
-/// How often retention runs, by cluster time. Compaction scans closed approvals,
-/// so it runs on a cadence rather than on every tick.
+/// How often retention runs, by cluster time. Compaction scans the open
+/// approvals for expired ones, so it runs on a cadence rather than on every tick.
 const COMPACTION_INTERVAL_MS: u64 = 60_000;
 
 /// How late the planted bug `no-fencing` lets a lease expire.
@@ -359,8 +359,9 @@ impl State {
         self.clock_ms
     }
 
-    /// An approval record.
-    pub fn approval(&self, id: &str) -> Option<&Approval> {
+    /// An approval record: an open one borrowed from memory, a closed one
+    /// read back from the cold records.
+    pub fn approval(&self, id: &str) -> Option<Cow<'_, Approval>> {
         self.approvals.get(id)
     }
 
@@ -372,7 +373,7 @@ impl State {
         now_ms: u64,
         after: Option<&(u64, String)>,
         limit: usize,
-    ) -> Vec<&Approval> {
+    ) -> Vec<Cow<'_, Approval>> {
         self.approvals.list(filter, now_ms, after, limit)
     }
 
@@ -398,8 +399,12 @@ impl State {
     /// hot path.
     pub fn counts(&self, now_ms: u64) -> StateCounts {
         let mut counts = StateCounts::default();
-        for approval in self.approvals.all() {
+        for approval in self.approvals.open() {
             *counts.approvals_by_status.entry(approval.status_at(now_ms).as_str()).or_default() += 1;
+        }
+        for (status, count) in self.approvals.closed_counts() {
+            let count = usize::try_from(count).expect("retained approvals fit in memory's index");
+            *counts.approvals_by_status.entry(status.as_str()).or_default() += count;
         }
         for execution in self.executions.hot() {
             *counts.executions_by_state.entry(execution.state.as_str()).or_default() += 1;
@@ -595,15 +600,27 @@ impl State {
         sha256_hex(&self.hot_snapshot())
     }
 
-    fn cold_records(&self) -> [&ColdRecords; 5] {
+    fn cold_records(&self) -> [&ColdRecords; 8] {
         let [executions, finalized] = self.executions.cold();
         let [events, by_execution] = self.audit.cold();
-        [executions, finalized, self.leases.cold(), events, by_execution]
+        let [approvals, approvals_by_time, approvals_closed] = self.approvals.cold();
+        [
+            executions,
+            finalized,
+            self.leases.cold(),
+            events,
+            by_execution,
+            approvals,
+            approvals_by_time,
+            approvals_closed,
+        ]
     }
 
-    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 5] {
+    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 8] {
         let [executions, finalized] = self.executions.cold_mut();
         let [events, by_execution] = self.audit.cold_mut();
-        [executions, finalized, self.leases.cold_mut(), events, by_execution]
+        let [approvals, approvals_by_time, approvals_closed] = self.approvals.cold_mut();
+        let leases = self.leases.cold_mut();
+        [executions, finalized, leases, events, by_execution, approvals, approvals_by_time, approvals_closed]
     }
 }

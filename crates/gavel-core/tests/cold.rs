@@ -1,13 +1,15 @@
 //! The hot state does not grow with history: finalized executions, their
-//! lease records and the audit trail live in the cold records, and once the
+//! lease records, closed approvals and the audit trail live in the cold
+//! records, and once the
 //! overlay is flushed into a store the hot state (what a node keeps in
 //! memory and hashes) stays the same size however many executions are
 //! retained.
 
 mod support;
 
-use gavel_core::{ColdStore, MemoryColdStore, SideEffect};
-use support::{capability, Script};
+use gavel_core::command::{Command, Retention};
+use gavel_core::{ApprovalFilter, ApprovalStatus, ColdStore, ColdTable, ErrorCode, MemoryColdStore, SideEffect};
+use support::*;
 
 /// Runs `count` lifecycles (submit, lease, complete) numbered from `first`.
 fn run_lifecycles(script: &mut Script, first: usize, count: usize) {
@@ -58,4 +60,117 @@ fn once_flushed_the_hot_state_stays_the_same_size_however_much_history_is_retain
         "hot state {hot_at_2000} B at 2000 retained; whole export {whole_at_2000} B = {} B per execution",
         whole_at_2000 / 2_000
     );
+}
+
+/// Closes `count` approvals numbered from `first`, in turn rejected,
+/// consumed and cancelled, and leaves one open (pending) per ten.
+fn close_approvals(script: &mut Script, first: usize, count: usize) {
+    for index in first..first + count {
+        let id = format!("apr-{index:06}");
+        script.create_approval(approval_request(&id));
+        match index % 10 {
+            9 => {}
+            n if n % 3 == 0 => drop(approval_of(script.decide(&id, ApprovalStatus::Rejected, bob()))),
+            n if n % 3 == 1 => {
+                approval_of(script.decide(&id, ApprovalStatus::Approved, bob()));
+                approval_of(script.consume(&id, &format!("exec-of-{id}")));
+            }
+            _ => drop(approval_of(script.apply(Command::CancelApproval { approval_id: id, caller_now_ms: None }))),
+        }
+        script.advance(10);
+    }
+}
+
+/// Every approval listed, in pages of `page` under `filter`.
+fn list_all(script: &Script, filter: &ApprovalFilter, page: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut after = None;
+    loop {
+        let listed = script.state.list_approvals(filter, script.now_ms, after.as_ref(), page);
+        let Some(last) = listed.last() else { return ids };
+        after = Some((last.requested_at_ms, last.id.clone()));
+        ids.extend(listed.iter().map(|approval| approval.id.clone()));
+    }
+}
+
+#[test]
+fn once_flushed_closed_approvals_leave_the_hot_state_and_read_back_the_same() {
+    let store = MemoryColdStore::new();
+    let mut script = Script::new();
+    script.state.attach_cold_store(store.clone());
+    let mut never_flushed = Script::new();
+    let flush = |script: &mut Script| {
+        script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
+    };
+
+    close_approvals(&mut script, 0, 100);
+    close_approvals(&mut never_flushed, 0, 100);
+    flush(&mut script);
+    let hot_at_100 = script.state.hot_snapshot().len();
+    close_approvals(&mut script, 100, 1_000);
+    close_approvals(&mut never_flushed, 100, 1_000);
+    // Half flushed, half in the overlay: reads merge the two.
+    let hot_with_overlay = script.state.hot_snapshot().len();
+    flush(&mut script);
+    close_approvals(&mut script, 1_100, 20);
+    close_approvals(&mut never_flushed, 1_100, 20);
+    let hot_at_1120 = script.state.hot_snapshot().len();
+
+    // 112 open approvals at 1120 against 10 at 100 (and 110 at 1100): only
+    // the open ones grow the hot state, not the 1010 closed ones.
+    let per_open = (hot_with_overlay - hot_at_100) / 100;
+    assert!(
+        hot_at_1120 <= hot_at_100 + 102 * per_open + 1024,
+        "the hot state grows only with open approvals: {hot_at_100} B at 100, {hot_at_1120} B at 1120"
+    );
+    assert_eq!(script.state.state_hash(), never_flushed.state.state_hash(), "flushing changes no hash");
+    let closed_rows: usize = [ColdTable::Approvals, ColdTable::ApprovalsByTime, ColdTable::ApprovalsClosed]
+        .into_iter()
+        .map(|table| store.range(table, &[], usize::MAX).len())
+        .sum();
+    assert_eq!(closed_rows, 3 * 990, "three cold rows per flushed closed approval (110 in 1100 are open)");
+
+    for id in ["apr-000000", "apr-000001", "apr-000002", "apr-000009", "apr-001105", "apr-001119"] {
+        assert_eq!(script.state.approval(id), never_flushed.state.approval(id), "{id} reads the same");
+    }
+    let rejected = refused(script.decide("apr-000000", ApprovalStatus::Approved, bob()), ErrorCode::FailedPrecondition);
+    assert_eq!(rejected.message, "approval apr-000000 is not pending (status: rejected)");
+    let consumed = refused(script.consume("apr-000001", "exec-again"), ErrorCode::FailedPrecondition);
+    assert_eq!(
+        consumed.message,
+        "approval apr-000001 cannot be consumed (status: consumed, consumed by exec-of-apr-000001)"
+    );
+    let details = consumed.approval.expect("the refusal carries the approval's state");
+    assert_eq!(details.consumed_by_execution_id.as_deref(), Some("exec-of-apr-000001"));
+    let cancel = Command::CancelApproval { approval_id: "apr-000002".to_string(), caller_now_ms: None };
+    let cancelled = refused(script.apply(cancel), ErrorCode::FailedPrecondition);
+    assert_eq!(cancelled.message, "approval apr-000002 is not pending (status: cancelled)");
+
+    let counts = script.state.counts(script.now_ms).approvals_by_status;
+    assert_eq!(counts, never_flushed.state.counts(never_flushed.now_ms).approvals_by_status);
+    assert_eq!(counts.values().sum::<usize>(), 1_120);
+    for filter in [
+        ApprovalFilter::default(),
+        ApprovalFilter { status: Some(ApprovalStatus::Consumed), ..ApprovalFilter::default() },
+        ApprovalFilter { status: Some(ApprovalStatus::Pending), ..ApprovalFilter::default() },
+    ] {
+        let whole = list_all(&script, &filter, 1_200);
+        assert_eq!(whole, list_all(&never_flushed, &filter, 1_200), "{filter:?}");
+        assert_eq!(whole, list_all(&script, &filter, 7), "pages of 7 make the same list under {filter:?}");
+    }
+    assert_eq!(list_all(&script, &ApprovalFilter::default(), 1_200).len(), 1_120);
+
+    // Retention drops the closed ones (their cold rows too) and keeps the open ones.
+    script.advance(10_000);
+    never_flushed.advance(10_000);
+    let retention = Retention { records_ms: 1_000, events_ms: 1_000 };
+    script.tick_with(retention);
+    never_flushed.tick_with(retention);
+    flush(&mut script);
+    assert_eq!(script.state.state_hash(), never_flushed.state.state_hash());
+    for table in [ColdTable::Approvals, ColdTable::ApprovalsByTime, ColdTable::ApprovalsClosed] {
+        assert_eq!(store.range(table, &[], usize::MAX), Vec::new(), "retention empties {table:?}");
+    }
+    assert!(script.state.approval("apr-000000").is_none());
+    assert_eq!(list_all(&script, &ApprovalFilter::default(), 1_200).len(), 112, "the open ones stay");
 }

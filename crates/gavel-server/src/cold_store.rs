@@ -1,6 +1,7 @@
 //! The on-disk [`ColdStore`]: the state machine's cold records (finalized
 //! executions, their finalized index, their lease records, the audit events
-//! and their per-execution index) in a redb file,
+//! and their per-execution index, closed approvals and their listing and
+//! retention indexes) in a redb file,
 //! one redb table per [`ColdTable`].
 //!
 //! redb gives MVCC read transactions (a reader sees one committed version
@@ -34,6 +35,9 @@ fn definition(table: ColdTable) -> TableDefinition<'static, &'static [u8], &'sta
         ColdTable::Leases => TableDefinition::new("leases"),
         ColdTable::Events => TableDefinition::new("events"),
         ColdTable::ExecutionEvents => TableDefinition::new("execution_events"),
+        ColdTable::Approvals => TableDefinition::new("approvals"),
+        ColdTable::ApprovalsByTime => TableDefinition::new("approvals_by_time"),
+        ColdTable::ApprovalsClosed => TableDefinition::new("approvals_closed"),
     }
 }
 

@@ -138,7 +138,7 @@ impl State {
                 return Err(already_exists(&submit.execution_id));
             }
             let status = existing.status_at(self.clock_ms);
-            return Ok(Reply::ApprovalRequired { approval: existing.clone(), status });
+            return Ok(Reply::ApprovalRequired { approval: existing.into_owned(), status });
         }
         let policy = capability.approval.as_ref().expect("requires_approval implies a policy");
         let subject = EventSubject {
@@ -195,7 +195,7 @@ impl State {
             Some(text) => Some(check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?.1),
             None => None,
         };
-        let approval = self.approvals.get(approval_id).ok_or_else(|| approval_not_found(approval_id))?.clone();
+        let approval = self.approvals.get(approval_id).ok_or_else(|| approval_not_found(approval_id))?.into_owned();
         let now_ms = self.clock_ms;
         let refuse = |code: ErrorCode, message: String| Err(DomainError::new(code, message));
         match approval.status_at(now_ms) {
