@@ -34,6 +34,7 @@ pub struct Event {
     /// Caller's correlation id.
     pub correlation_id: Option<String>,
     /// Hash of the input concerned.
+    #[serde(with = "crate::model::hash_hex::option")]
     pub input_hash: Option<String>,
     /// The authenticated principal whose command caused the event (`None`
     /// on a node started with `--insecure`, and for the cluster's own ticks).
@@ -332,7 +333,20 @@ impl AuditLog {
             input_hash: subject.input_hash.map(str::to_string),
             principal: None,
         };
-        self.events.put(cursor.to_be_bytes().to_vec(), &event);
+        self.store(event);
+    }
+
+    /// Writes an event at its cursor. The cursor is the key, so the value
+    /// holds 0 in its place ([`AuditLog::load`] puts it back).
+    fn store(&mut self, event: Event) {
+        let key = event.cursor.to_be_bytes().to_vec();
+        self.events.put(key, &Event { cursor: 0, ..event });
+    }
+
+    /// The event at a cursor, if the cold records hold it.
+    fn load(&self, cursor: u64) -> Option<Event> {
+        let event: Event = self.events.get(&cursor.to_be_bytes())?;
+        Some(Event { cursor, ..event })
     }
 
     /// Stamps `principal` on every event from cursor `first` on: the events
@@ -340,10 +354,9 @@ impl AuditLog {
     /// flushed during an apply).
     pub(crate) fn stamp_principal(&mut self, first: u64, principal: &Principal) {
         for cursor in first.max(self.first_cursor)..self.next_cursor {
-            let key = cursor.to_be_bytes();
-            let mut event: Event = self.events.get(&key).expect("retained cursors have events");
+            let mut event = self.load(cursor).expect("retained cursors have events");
             event.principal = Some(principal.clone());
-            self.events.put(key.to_vec(), &event);
+            self.store(event);
         }
     }
 
@@ -372,7 +385,7 @@ impl AuditLog {
         if cursor < self.first_cursor || cursor >= self.next_cursor {
             return None;
         }
-        self.events.get(&cursor.to_be_bytes())
+        self.load(cursor)
     }
 
     /// Events after `after_cursor`, oldest first, at most `limit` (capped at [`EVENTS_PAGE_MAX`]).
@@ -440,7 +453,7 @@ impl AuditLog {
         let mut dropped = 0;
         while self.first_cursor < self.next_cursor {
             let key = self.first_cursor.to_be_bytes();
-            let event: Event = self.events.get(&key).expect("retained cursors have events");
+            let event = self.load(self.first_cursor).expect("retained cursors have events");
             if event.timestamp_ms > horizon {
                 break;
             }

@@ -271,7 +271,7 @@ impl ColdRecords {
 
     /// Stores `value` at `key`.
     pub(crate) fn put<T: Serialize>(&mut self, key: Vec<u8>, value: &T) {
-        let bytes = bincode::serialize(value).expect("cold records serialize: plain data");
+        let bytes = encode(value);
         self.mix(&key, Some(&bytes));
         self.overlay.insert(key, Some(bytes));
     }
@@ -500,10 +500,25 @@ fn read_bytes<R: std::io::Read>(reader: &mut std::io::Take<R>) -> Result<Vec<u8>
     Ok(bytes)
 }
 
+/// The encoding of cold record values: bincode with variable-length
+/// integers, so lengths, counts, enum tags and small numbers take one byte
+/// instead of eight or four (the hot state keeps bincode's fixed-width
+/// default). Hashes are bytes in it ([`crate::model`]'s `hash_hex`).
+fn cold_encoding() -> impl bincode::Options {
+    bincode::DefaultOptions::new()
+}
+
+/// Encodes a cold record value.
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    use bincode::Options;
+    cold_encoding().serialize(value).expect("cold records serialize: plain data")
+}
+
 /// Decodes a cold record this state machine wrote; anything else is a corrupt
 /// store, a broken invariant.
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> T {
-    bincode::deserialize(bytes).expect("cold records decode: the state machine wrote them")
+    use bincode::Options;
+    cold_encoding().deserialize(bytes).expect("cold records decode: the state machine wrote them")
 }
 
 #[cfg(test)]

@@ -70,8 +70,24 @@ impl Executions {
     pub(crate) fn get(&self, id: &str) -> Option<Cow<'_, Execution>> {
         match self.records.get(id) {
             Some(execution) => Some(Cow::Borrowed(execution)),
-            None => self.finalized_records.get(id.as_bytes()).map(Cow::Owned),
+            None => self.finalized(id).map(Cow::Owned),
         }
+    }
+
+    /// A finalized execution, read back from the cold records.
+    fn finalized(&self, id: &str) -> Option<Execution> {
+        let mut execution: Execution = self.finalized_records.get(id.as_bytes())?;
+        execution.idempotency_key = crate::ids::idempotency_key(&execution.execution_id);
+        Some(execution)
+    }
+
+    /// Writes a finalized execution to the cold records, without its
+    /// idempotency key: that is derived from the id ([`crate::ids::idempotency_key`])
+    /// and rebuilt on read.
+    fn put_finalized(&mut self, execution: &mut Execution) {
+        let key = std::mem::take(&mut execution.idempotency_key);
+        self.finalized_records.put(execution.execution_id.as_bytes().to_vec(), &*execution);
+        execution.idempotency_key = key;
     }
 
     /// Every non-final execution, by id.
@@ -207,10 +223,9 @@ impl Executions {
             execution.accepted_report = Some(report);
             return Cow::Borrowed(execution);
         }
-        let mut execution: Execution =
-            self.finalized_records.get(id.as_bytes()).expect("callers pass the id of a retained execution");
+        let mut execution = self.finalized(id).expect("callers pass the id of a retained execution");
         execution.accepted_report = Some(report);
-        self.finalized_records.put(id.as_bytes().to_vec(), &execution);
+        self.put_finalized(&mut execution);
         Cow::Owned(execution)
     }
 
@@ -263,7 +278,7 @@ impl Executions {
         execution.finalized_at_ms = Some(now_ms);
         execution.backoff_until_ms = None;
         execution.result = Some(result);
-        self.finalized_records.put(id.as_bytes().to_vec(), &execution);
+        self.put_finalized(&mut execution);
         self.finalized_index.put(finalized_key(now_ms, id), &());
         *self.finalized_counts.entry(execution.state).or_default() += 1;
         execution
@@ -302,6 +317,9 @@ impl Executions {
             }
             let execution: Execution =
                 self.finalized_records.get(id).expect("finalized index points at retained executions");
+            // Its idempotency key is not stored (see `put_finalized`).
+            let execution =
+                Execution { idempotency_key: crate::ids::idempotency_key(&execution.execution_id), ..execution };
             assert!(execution.state.is_final(), "compaction never drops a non-final execution");
             self.finalized_records.delete(id);
             self.finalized_index.delete(&key);

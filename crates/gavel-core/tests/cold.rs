@@ -174,3 +174,55 @@ fn once_flushed_closed_approvals_leave_the_hot_state_and_read_back_the_same() {
     assert!(script.state.approval("apr-000000").is_none());
     assert_eq!(list_all(&script, &ApprovalFilter::default(), 1_200).len(), 112, "the open ones stay");
 }
+
+/// Bytes (keys and values) per table of a memory store.
+fn bytes_by_table(store: &MemoryColdStore) -> Vec<(ColdTable, usize)> {
+    ColdTable::ALL
+        .into_iter()
+        .map(|table| {
+            let entries = store.range(table, &[], usize::MAX);
+            (table, entries.iter().map(|(key, value)| key.len() + value.len()).sum())
+        })
+        .collect()
+}
+
+/// What one retained finalized execution (submit, lease, complete, with
+/// its three audit events) costs in the cold records, keys and values, and
+/// in the hot state: measured over 1000 lifecycles after 100 that set the
+/// baseline (the capability, the first cursors). The bound is the figure
+/// this encoding reaches, so a regression of the encoding fails here.
+#[test]
+fn bytes_per_retained_finalized_execution_stay_within_the_compact_encoding() {
+    const MEASURED: usize = 1_000;
+    let store = MemoryColdStore::new();
+    let mut script = Script::new();
+    script.state.attach_cold_store(store.clone());
+    script.register(capability("docs.read", SideEffect::Read));
+    let flush = |script: &mut Script| {
+        script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
+    };
+    run_lifecycles(&mut script, 0, 100);
+    flush(&mut script);
+    let (hot_before, cold_before) = (script.state.hot_snapshot().len(), bytes_by_table(&store));
+    run_lifecycles(&mut script, 100, MEASURED);
+    flush(&mut script);
+    let (hot_after, cold_after) = (script.state.hot_snapshot().len(), bytes_by_table(&store));
+
+    let mut cold_per_execution = 0.0;
+    let mut figures = Vec::new();
+    for ((table, before), (_, after)) in cold_before.iter().zip(&cold_after) {
+        let per_execution = (after - before) as f64 / MEASURED as f64;
+        cold_per_execution += per_execution;
+        figures.push(format!("{table:?} {per_execution:.1}"));
+    }
+    let hot_per_execution = hot_after.saturating_sub(hot_before) as f64 / MEASURED as f64;
+    eprintln!(
+        "cold records: {cold_per_execution:.1} B per finalized execution ({}); hot state: {hot_per_execution:.2} B",
+        figures.join(", ")
+    );
+    assert!(hot_per_execution < 0.1, "the hot state does not grow per execution: {hot_per_execution} B");
+    assert!(cold_per_execution <= COLD_BYTES_PER_EXECUTION_MAX, "{cold_per_execution} B per execution");
+}
+
+/// The cold bytes (keys and values) one lifecycle of the test above takes at most.
+const COLD_BYTES_PER_EXECUTION_MAX: f64 = 560.0;

@@ -330,6 +330,98 @@ mod tests {
         ColdMutation { table, key: key.to_vec(), value: Some(value.to_vec()) }
     }
 
+    /// Applies one command at `now_ms`, without a caller (an `--insecure` node).
+    fn apply(state: &mut gavel_core::State, now_ms: u64, command: gavel_core::Command) -> gavel_core::Reply {
+        state.apply(&gavel_core::Envelope { request_id: None, now_ms, caller: None, command })
+    }
+
+    /// The lifecycles a disk measurement runs.
+    const MEASURED_LIFECYCLES: u64 = 5_000;
+    /// Lifecycles between two flushes, as a node flushes its overlay in batches.
+    const LIFECYCLES_PER_FLUSH: u64 = 250;
+    /// The bounds the measurement asserts, per retained finalized execution:
+    /// the file's size (with the pages freed by batches written without
+    /// fsync, which redb reuses only after the next durable write) and the
+    /// pages the tables use.
+    const DISK_FILE_BYTES_PER_EXECUTION_MAX: u64 = 1_900;
+    const DISK_PAGE_BYTES_PER_EXECUTION_MAX: u64 = 1_500;
+
+    /// What a retained finalized execution (submit, lease, complete, with its
+    /// three audit events and their index entries) costs on disk: the cold
+    /// mutations of real lifecycles, written through the redb store the way a
+    /// node writes them (batches without fsync, then a durable checkpoint),
+    /// measured as the file's size and as the pages the tables use.
+    #[test]
+    fn a_finalized_execution_takes_a_bounded_number_of_bytes_on_disk() {
+        use gavel_core::{Actor, CapabilitySpec, Command, Reply, ReportOutcome, Risk, SideEffect, State, Submit};
+        let directory = tempfile::tempdir().expect("temp dir");
+        let path = directory.path().join("cold.redb");
+        let disk = RedbColdStore::open(&path).expect("open");
+        let mut state = State::new();
+        state.attach_cold_store(disk.clone());
+        let mut now_ms = 1_000_000;
+        let spec = CapabilitySpec {
+            id: "docs.read".to_string(),
+            side_effect: Some(SideEffect::Read),
+            risk: Some(Risk::Low),
+            ..CapabilitySpec::default()
+        };
+        assert!(matches!(apply(&mut state, now_ms, Command::RegisterCapability(spec)), Reply::Capability(_)));
+        for index in 0..MEASURED_LIFECYCLES {
+            let submit = Submit {
+                execution_id: format!("exec-{index:06}"),
+                capability_id: "docs.read".to_string(),
+                input_json: format!(r#"{{"query":"raft","page":{index}}}"#),
+                actor: Actor::user("alice"),
+                surface: "api".to_string(),
+                correlation_id: None,
+            };
+            assert!(matches!(apply(&mut state, now_ms, Command::Submit(submit)), Reply::Execution { .. }));
+            let poll = Command::Poll {
+                worker_id: "worker-1".to_string(),
+                queues: vec!["docs.read".to_string()],
+                tasks_max: 1,
+            };
+            let Reply::Tasks(tasks) = apply(&mut state, now_ms, poll) else { panic!("a poll answers tasks") };
+            let report = Command::Report {
+                lease_id: tasks[0].lease.lease_id,
+                worker_id: "worker-1".to_string(),
+                outcome: ReportOutcome::Completed { output_json: r#"{"hits":3}"#.to_string() },
+            };
+            assert!(matches!(apply(&mut state, now_ms, report), Reply::Reported { .. }));
+            now_ms += 10;
+            if (index + 1) % LIFECYCLES_PER_FLUSH == 0 {
+                state.flush_cold(|mutations| disk.write_eventually(mutations)).expect("a batch write");
+            }
+        }
+        let hot = state.hot_snapshot();
+        disk.write_checkpoint(&[], b"position", &hot).expect("a durable checkpoint");
+        assert_eq!(state.execution_count() as u64, MEASURED_LIFECYCLES);
+        assert_eq!(
+            disk.len() as u64,
+            9 * MEASURED_LIFECYCLES + 1,
+            "nine cold records per lifecycle, and the registration event"
+        );
+        drop(state);
+        let written = std::fs::metadata(&path).expect("the file").len() / MEASURED_LIFECYCLES;
+        drop(disk);
+        let database = Database::create(&path).expect("reopen");
+        let stats = database.begin_write().expect("a write transaction").stats().expect("stats");
+        let allocated = stats.allocated_pages() * stats.page_size() as u64 / MEASURED_LIFECYCLES;
+        eprintln!(
+            "cold.redb: {written} B per execution in the file, {allocated} B in the pages the tables use; \
+             {} B stored, {} B metadata per execution ({} leaf pages, {} branch; {MEASURED_LIFECYCLES} executions, \
+             {} B of hot state)",
+            stats.stored_bytes() / MEASURED_LIFECYCLES,
+            stats.metadata_bytes() / MEASURED_LIFECYCLES,
+            stats.leaf_pages(),
+            stats.branch_pages(),
+            hot.len()
+        );
+        assert!(written <= DISK_FILE_BYTES_PER_EXECUTION_MAX, "{written} B per execution in the file");
+        assert!(allocated <= DISK_PAGE_BYTES_PER_EXECUTION_MAX, "{allocated} B per execution in pages");
+    }
+
     #[test]
     fn reads_writes_and_seeks_like_the_memory_store_and_survive_a_reopen() {
         let directory = tempfile::tempdir().expect("temp dir");
