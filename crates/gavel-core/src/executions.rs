@@ -76,18 +76,19 @@ impl Executions {
 
     /// A finalized execution, read back from the cold records.
     fn finalized(&self, id: &str) -> Option<Execution> {
-        let mut execution: Execution = self.finalized_records.get(id.as_bytes())?;
-        execution.idempotency_key = crate::ids::idempotency_key(&execution.execution_id);
-        Some(execution)
+        let execution: Execution = self.finalized_records.get(id.as_bytes())?;
+        Some(Execution { idempotency_key: crate::ids::idempotency_key(id), execution_id: id.to_string(), ..execution })
     }
 
-    /// Writes a finalized execution to the cold records, without its
-    /// idempotency key: that is derived from the id ([`crate::ids::idempotency_key`])
-    /// and rebuilt on read.
+    /// Writes a finalized execution to the cold records, without its id
+    /// (the key) and its idempotency key (derived from the id, see
+    /// [`crate::ids::idempotency_key`]): [`Executions::finalized`] rebuilds both.
     fn put_finalized(&mut self, execution: &mut Execution) {
-        let key = std::mem::take(&mut execution.idempotency_key);
-        self.finalized_records.put(execution.execution_id.as_bytes().to_vec(), &*execution);
-        execution.idempotency_key = key;
+        let id = std::mem::take(&mut execution.execution_id);
+        let idempotency_key = std::mem::take(&mut execution.idempotency_key);
+        self.finalized_records.put(id.as_bytes().to_vec(), &*execution);
+        execution.execution_id = id;
+        execution.idempotency_key = idempotency_key;
     }
 
     /// Every non-final execution, by id.
@@ -315,11 +316,8 @@ impl Executions {
             if finalized_at > horizon {
                 break;
             }
-            let execution: Execution =
-                self.finalized_records.get(id).expect("finalized index points at retained executions");
-            // Its idempotency key is not stored (see `put_finalized`).
-            let execution =
-                Execution { idempotency_key: crate::ids::idempotency_key(&execution.execution_id), ..execution };
+            let id_text = std::str::from_utf8(id).expect("execution ids are text");
+            let execution = self.finalized(id_text).expect("finalized index points at retained executions");
             assert!(execution.state.is_final(), "compaction never drops a non-final execution");
             self.finalized_records.delete(id);
             self.finalized_index.delete(&key);

@@ -243,6 +243,7 @@ impl State {
             approval_id: event.approval_id.as_deref(),
             correlation_id: event.correlation_id.as_deref(),
             input_hash: None,
+            of_execution: false,
         };
         let kind = EventKind::Recorded {
             event_type: event.event_type.clone(),
@@ -254,8 +255,8 @@ impl State {
         if let Some(principal) = principal {
             self.audit.stamp_principal(cursor, principal);
         }
-        let recorded = self.audit.event(cursor).expect("the event was just recorded");
-        Ok(Reply::Event(recorded.clone()))
+        let recorded = self.event(cursor).expect("the event was just recorded");
+        Ok(Reply::Event(recorded))
     }
 
     /// Expires due leases, ends due backoffs and, on its cadence, compacts.
@@ -285,15 +286,18 @@ impl State {
         // Nothing is older than a window until the clock has run past it; a
         // horizon saturated to 0 would drop records stamped at time 0 at once.
         let horizon = self.clock_ms.checked_sub(retention.records_ms);
-        let mut compacted = 0u32;
+        // Events first: an execution's events that outlive it are written out
+        // in full when it is dropped (`AuditLog::forget_execution`), and those
+        // old enough go now without that.
+        let executions = &self.executions;
+        let mut compacted =
+            self.audit.compact(self.clock_ms.checked_sub(retention.events_ms), |id| executions.contains(id));
         for execution in self.executions.compact(horizon) {
             self.leases.forget(&execution.lease_ids);
-            self.audit.forget_execution(&execution.execution_id);
+            self.audit.forget_execution(&execution);
             compacted += 1;
         }
         compacted += self.approvals.compact(horizon);
-        let executions = &self.executions;
-        compacted += self.audit.compact(self.clock_ms.checked_sub(retention.events_ms), |id| executions.contains(id));
         compacted
     }
 
@@ -427,7 +431,7 @@ impl State {
     /// Events after `after_cursor`, oldest first, at most `limit` (capped at
     /// [`crate::limits::EVENTS_PAGE_MAX`]).
     pub fn events_after(&self, after_cursor: u64, limit: u32) -> Vec<Event> {
-        self.audit.events_after(after_cursor, limit)
+        self.audit.events_after(after_cursor, limit, &|id| self.executions.get(id))
     }
 
     /// How many execution ids the per-execution event index holds (bounded by retention).
@@ -437,12 +441,12 @@ impl State {
 
     /// One execution's events after `after_cursor`, oldest first.
     pub fn execution_events(&self, execution_id: &str, after_cursor: u64, limit: u32) -> Vec<Event> {
-        self.audit.execution_events(execution_id, after_cursor, limit)
+        self.audit.execution_events(execution_id, after_cursor, limit, &|id| self.executions.get(id))
     }
 
     /// The event at a cursor, if retained.
     pub fn event(&self, cursor: u64) -> Option<Event> {
-        self.audit.event(cursor)
+        self.audit.event(cursor, &|id| self.executions.get(id))
     }
 
     /// The cursor the next event will get.

@@ -7,7 +7,7 @@
 
 mod support;
 
-use gavel_core::command::{Command, Retention};
+use gavel_core::command::{Command, Retention, Submit};
 use gavel_core::{ApprovalFilter, ApprovalStatus, ColdStore, ColdTable, ErrorCode, MemoryColdStore, SideEffect};
 use support::*;
 
@@ -225,4 +225,41 @@ fn bytes_per_retained_finalized_execution_stay_within_the_compact_encoding() {
 }
 
 /// The cold bytes (keys and values) one lifecycle of the test above takes at most.
-const COLD_BYTES_PER_EXECUTION_MAX: f64 = 560.0;
+const COLD_BYTES_PER_EXECUTION_MAX: f64 = 420.0;
+
+#[test]
+fn events_that_outlive_their_execution_keep_its_ids_and_hash_even_when_the_id_is_reused() {
+    let store = MemoryColdStore::new();
+    let mut script = Script::new();
+    script.state.attach_cold_store(store.clone());
+    script.register(capability("docs.read", SideEffect::Read));
+    script.register(capability("docs.write", SideEffect::Read));
+    let submit = Submit { correlation_id: Some("corr-1".to_string()), ..submission("exec-1", "docs.read", "[1]") };
+    execution_of(script.apply(Command::Submit(submit)));
+    let task = script.lease("worker-1", "docs.read");
+    script.report_ok(task.lease.lease_id, "worker-1", "{}");
+    script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
+    let events = script.state.execution_events("exec-1", 0, 10);
+    assert_eq!(events.len(), 3);
+    for event in &events {
+        assert_eq!(event.capability_id.as_deref(), Some("docs.read"));
+        assert_eq!(event.correlation_id.as_deref(), Some("corr-1"));
+        assert_eq!(event.input_hash, Some(script.execution("exec-1").input_hash.clone()));
+    }
+    let trail = script.state.events_after(0, 100);
+
+    // The execution is dropped, its events are kept: they read the same.
+    script.advance(10_000);
+    script.tick_with(Retention { records_ms: 1_000, events_ms: 1_000_000 });
+    assert!(script.state.execution("exec-1").is_none());
+    assert_eq!(script.state.events_after(0, 100), trail);
+    // A new execution under the same id does not change the old events.
+    script.submit_ok("exec-1", "docs.write", "[2]");
+    script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
+    assert_eq!(script.state.events_after(0, 100)[..trail.len()], trail[..]);
+    let newest = script.state.events_after(0, 100).pop().expect("the new submit's event");
+    assert_eq!(newest.capability_id.as_deref(), Some("docs.write"));
+    assert_eq!(newest.input_hash, Some(script.execution("exec-1").input_hash.clone()));
+    let restored = gavel_core::State::restore(&script.state.snapshot()).expect("restore");
+    assert_eq!(restored.events_after(0, 100), script.state.events_after(0, 100));
+}
