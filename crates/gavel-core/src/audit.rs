@@ -2,7 +2,9 @@
 //! record, ordered by a monotonic cursor, and never carrying raw inputs or outputs.
 //! `AuditLog`, a part of [`crate::State`], holds the retained events and
 //! their per-execution index, both in cold records ([`crate::cold`]): only
-//! the cursors are hot.
+//! the cursors are hot. An event of an execution is stored by reference (no
+//! copy of the execution's capability id, approval id, correlation id and
+//! input hash); reads take a lookup of retained executions to rebuild it.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

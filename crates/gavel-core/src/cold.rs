@@ -17,6 +17,11 @@
 //! digests, whichever store they run and whenever they flushed, and the digest
 //! is in the hot state, hence in the state hash and in snapshots.
 //!
+//! **Encoding.** Values are bincode with variable-length integers
+//! (`cold_encoding`), hashes are bytes in them (`model::hash_hex`), and the
+//! parts leave out what the key already says (an execution's id, an event's
+//! cursor): the hot state keeps bincode's fixed-width default.
+//!
 //! [`MemoryColdStore`] is the implementation for tests and for a state that is
 //! never flushed; the server implements the trait over an embedded store.
 

@@ -7,6 +7,8 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use gavel_core::command::{Command, Retention, Submit};
 use gavel_core::{ApprovalFilter, ApprovalStatus, ColdStore, ColdTable, ErrorCode, MemoryColdStore, SideEffect};
 use support::*;
@@ -22,22 +24,30 @@ fn run_lifecycles(script: &mut Script, first: usize, count: usize) {
     }
 }
 
-#[test]
-fn once_flushed_the_hot_state_stays_the_same_size_however_much_history_is_retained() {
+/// A script whose state keeps its cold records in a memory store.
+fn tiered() -> (Script, Arc<MemoryColdStore>) {
     let store = MemoryColdStore::new();
     let mut script = Script::new();
     script.state.attach_cold_store(store.clone());
+    (script, store)
+}
+
+/// Flushes the script's cold records into `store`.
+fn flush(script: &mut Script, store: &MemoryColdStore) {
+    script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
+}
+
+#[test]
+fn once_flushed_the_hot_state_stays_the_same_size_however_much_history_is_retained() {
+    let (mut script, store) = tiered();
     script.register(capability("docs.read", SideEffect::Read));
-    let flush = |script: &mut Script| {
-        script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
-    };
 
     run_lifecycles(&mut script, 0, 100);
-    flush(&mut script);
+    flush(&mut script, &store);
     let hot_at_100 = script.state.hot_snapshot().len();
     let stored_at_100 = store.len();
     run_lifecycles(&mut script, 100, 1_900);
-    flush(&mut script);
+    flush(&mut script, &store);
     let hot_at_2000 = script.state.hot_snapshot().len();
     let whole_at_2000 = script.state.snapshot().len();
 
@@ -95,23 +105,18 @@ fn list_all(script: &Script, filter: &ApprovalFilter, page: usize) -> Vec<String
 
 #[test]
 fn once_flushed_closed_approvals_leave_the_hot_state_and_read_back_the_same() {
-    let store = MemoryColdStore::new();
-    let mut script = Script::new();
-    script.state.attach_cold_store(store.clone());
+    let (mut script, store) = tiered();
     let mut never_flushed = Script::new();
-    let flush = |script: &mut Script| {
-        script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
-    };
 
     close_approvals(&mut script, 0, 100);
     close_approvals(&mut never_flushed, 0, 100);
-    flush(&mut script);
+    flush(&mut script, &store);
     let hot_at_100 = script.state.hot_snapshot().len();
     close_approvals(&mut script, 100, 1_000);
     close_approvals(&mut never_flushed, 100, 1_000);
     // Half flushed, half in the overlay: reads merge the two.
     let hot_with_overlay = script.state.hot_snapshot().len();
-    flush(&mut script);
+    flush(&mut script, &store);
     close_approvals(&mut script, 1_100, 20);
     close_approvals(&mut never_flushed, 1_100, 20);
     let hot_at_1120 = script.state.hot_snapshot().len();
@@ -166,7 +171,7 @@ fn once_flushed_closed_approvals_leave_the_hot_state_and_read_back_the_same() {
     let retention = Retention { records_ms: 1_000, events_ms: 1_000 };
     script.tick_with(retention);
     never_flushed.tick_with(retention);
-    flush(&mut script);
+    flush(&mut script, &store);
     assert_eq!(script.state.state_hash(), never_flushed.state.state_hash());
     for table in [ColdTable::Approvals, ColdTable::ApprovalsByTime, ColdTable::ApprovalsClosed] {
         assert_eq!(store.range(table, &[], usize::MAX), Vec::new(), "retention empties {table:?}");
@@ -194,18 +199,13 @@ fn bytes_by_table(store: &MemoryColdStore) -> Vec<(ColdTable, usize)> {
 #[test]
 fn bytes_per_retained_finalized_execution_stay_within_the_compact_encoding() {
     const MEASURED: usize = 1_000;
-    let store = MemoryColdStore::new();
-    let mut script = Script::new();
-    script.state.attach_cold_store(store.clone());
+    let (mut script, store) = tiered();
     script.register(capability("docs.read", SideEffect::Read));
-    let flush = |script: &mut Script| {
-        script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
-    };
     run_lifecycles(&mut script, 0, 100);
-    flush(&mut script);
+    flush(&mut script, &store);
     let (hot_before, cold_before) = (script.state.hot_snapshot().len(), bytes_by_table(&store));
     run_lifecycles(&mut script, 100, MEASURED);
-    flush(&mut script);
+    flush(&mut script, &store);
     let (hot_after, cold_after) = (script.state.hot_snapshot().len(), bytes_by_table(&store));
 
     let mut cold_per_execution = 0.0;
@@ -229,16 +229,14 @@ const COLD_BYTES_PER_EXECUTION_MAX: f64 = 420.0;
 
 #[test]
 fn events_that_outlive_their_execution_keep_its_ids_and_hash_even_when_the_id_is_reused() {
-    let store = MemoryColdStore::new();
-    let mut script = Script::new();
-    script.state.attach_cold_store(store.clone());
+    let (mut script, store) = tiered();
     script.register(capability("docs.read", SideEffect::Read));
     script.register(capability("docs.write", SideEffect::Read));
     let submit = Submit { correlation_id: Some("corr-1".to_string()), ..submission("exec-1", "docs.read", "[1]") };
     execution_of(script.apply(Command::Submit(submit)));
     let task = script.lease("worker-1", "docs.read");
     script.report_ok(task.lease.lease_id, "worker-1", "{}");
-    script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
+    flush(&mut script, &store);
     let events = script.state.execution_events("exec-1", 0, 10);
     assert_eq!(events.len(), 3);
     for event in &events {
@@ -255,7 +253,7 @@ fn events_that_outlive_their_execution_keep_its_ids_and_hash_even_when_the_id_is
     assert_eq!(script.state.events_after(0, 100), trail);
     // A new execution under the same id does not change the old events.
     script.submit_ok("exec-1", "docs.write", "[2]");
-    script.state.flush_cold(|mutations| store.write(mutations)).expect("a memory store write");
+    flush(&mut script, &store);
     assert_eq!(script.state.events_after(0, 100)[..trail.len()], trail[..]);
     let newest = script.state.events_after(0, 100).pop().expect("the new submit's event");
     assert_eq!(newest.capability_id.as_deref(), Some("docs.write"));
