@@ -389,11 +389,46 @@ impl ColdRecords {
     }
 }
 
+/// The first bytes of every snapshot and backup ([`SnapshotWriter`]).
+pub const SNAPSHOT_MAGIC: &[u8; 8] = b"GAVELSNP";
+
+/// The snapshot format this build writes and reads: the hot state's and the
+/// cold records' encodings. Bump it whenever either changes. Format 2: cold
+/// values in varint bincode, input hashes as bytes, events by reference,
+/// closed approvals cold (format 1, never named in the bytes, was before).
+pub const SNAPSHOT_FORMAT: u32 = 2;
+
+/// Reads and checks the snapshot header ([`SNAPSHOT_MAGIC`],
+/// [`SNAPSHOT_FORMAT`]) at the start of `reader`.
+pub(crate) fn read_snapshot_header(reader: &mut impl std::io::Read) -> Result<(), crate::SnapshotError> {
+    let mut header = [0u8; 12];
+    reader.read_exact(&mut header).map_err(|_| {
+        crate::SnapshotError::Decode("shorter than a snapshot header: not a Gavel snapshot".to_string())
+    })?;
+    if &header[..8] != SNAPSHOT_MAGIC {
+        return Err(crate::SnapshotError::Format(
+            "it does not start with the snapshot header (a snapshot or backup written before format 2, or not a \
+             Gavel snapshot)"
+                .to_string(),
+        ));
+    }
+    let format = u32::from_le_bytes(header[8..].try_into().expect("four bytes"));
+    if format != SNAPSHOT_FORMAT {
+        return Err(crate::SnapshotError::Format(format!(
+            "it is in snapshot format {format}; this build reads format {SNAPSHOT_FORMAT}"
+        )));
+    }
+    Ok(())
+}
+
 /// Writes the whole-state snapshot format ([`crate::State::snapshot`]) to
 /// `out` record by record, so a shell can stream the cold records out of
 /// its store (a point-in-time view) without holding them in memory.
 ///
-/// The format is bincode 1's encoding of `(State, Vec<(u8, Vec<u8>,
+/// The first bytes name the format ([`SNAPSHOT_MAGIC`], then
+/// [`SNAPSHOT_FORMAT`] as a u32, little-endian), so a snapshot or backup
+/// written by a build with another record encoding is refused by name
+/// instead of being misread. Then bincode 1's encoding of `(State, Vec<(u8, Vec<u8>,
 /// Vec<u8>)>)`: the hot state ([`crate::State::hot_snapshot`]), the record
 /// count (u64, little-endian), then per record its table tag, its key and
 /// its value, each byte string prefixed by its length (u64, little-endian).
@@ -407,6 +442,8 @@ pub struct SnapshotWriter<W: std::io::Write> {
 impl<W: std::io::Write> SnapshotWriter<W> {
     /// Writes the hot state and the count of the `records` that follow.
     pub fn start(mut out: W, hot: &[u8], records: u64) -> std::io::Result<SnapshotWriter<W>> {
+        out.write_all(SNAPSHOT_MAGIC)?;
+        out.write_all(&SNAPSHOT_FORMAT.to_le_bytes())?;
         out.write_all(hot)?;
         out.write_all(&records.to_le_bytes())?;
         Ok(SnapshotWriter { out, records_left: records })

@@ -61,7 +61,10 @@ pub mod validate;
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 pub use approvals::ApprovalFilter;
 pub use audit::{Event, EventKind};
-pub use cold::{ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, SnapshotRecords, SnapshotWriter};
+pub use cold::{
+    ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, SnapshotRecords, SnapshotWriter,
+    SNAPSHOT_FORMAT, SNAPSHOT_MAGIC,
+};
 pub use command::{
     ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, RecordEvent, Reply, Retention, RetrySpec,
     Submit, Task,

@@ -45,6 +45,9 @@ pub enum SnapshotError {
     /// The bytes are not a snapshot of this state machine's format.
     #[error("snapshot is not decodable: {0}")]
     Decode(String),
+    /// The bytes are a snapshot of another format (another build's).
+    #[error("snapshot is of another format: {0}")]
+    Format(String),
 }
 
 /// The whole replicated state. Every collection in every part is ordered
@@ -577,6 +580,8 @@ impl State {
     ) -> Result<(State, SnapshotRecords<R>), SnapshotError> {
         use bincode::Options;
         let mut limited = std::io::Read::take(reader, bytes);
+        crate::cold::read_snapshot_header(&mut limited)?;
+        let bytes = limited.limit();
         // The limit makes bincode check every length against the bytes left
         // before it allocates: a corrupt length is an error, not an abort.
         let state: State = bincode::DefaultOptions::new()
@@ -591,8 +596,10 @@ impl State {
     /// The [`State::state_hash`] of the state [`State::snapshot`] bytes
     /// hold, decoding only their hot part (the bytes start with it).
     pub fn snapshot_state_hash(bytes: &[u8]) -> Result<String, SnapshotError> {
+        let mut reader = bytes;
+        crate::cold::read_snapshot_header(&mut reader)?;
         // bincode 1's `deserialize` allows trailing bytes: the cold records.
-        let state: State = bincode::deserialize(bytes).map_err(|error| SnapshotError::Decode(error.to_string()))?;
+        let state: State = bincode::deserialize(reader).map_err(|error| SnapshotError::Decode(error.to_string()))?;
         Ok(state.state_hash())
     }
 

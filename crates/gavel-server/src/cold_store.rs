@@ -41,6 +41,13 @@ fn definition(table: ColdTable) -> TableDefinition<'static, &'static [u8], &'sta
     }
 }
 
+/// The format table: the record encoding the file was written in, under
+/// [`FORMAT_KEY`] ([`gavel_core::SNAPSHOT_FORMAT`], the same number as the
+/// snapshots': both carry the same records).
+const FORMAT: TableDefinition<'static, &'static str, &'static [u8]> = TableDefinition::new("format");
+/// Format key: the format, a u32, little-endian.
+const FORMAT_KEY: &str = "format";
+
 /// The checkpoint table: the hot state and the snapshot position the cold
 /// tables are at ([`RedbColdStore::write_checkpoint`]).
 const CHECKPOINT: TableDefinition<'static, &'static str, &'static [u8]> = TableDefinition::new("checkpoint");
@@ -82,11 +89,52 @@ fn write_error(error: impl std::fmt::Display) -> ColdStoreError {
     ColdStoreError::Write(error.to_string())
 }
 
+/// Checks that `database` is in this build's format
+/// ([`gavel_core::SNAPSHOT_FORMAT`]), writing it into a file that holds
+/// nothing yet.
+fn check_format(database: &Database, path: &Path) -> Result<(), ColdStoreError> {
+    let expected = gavel_core::SNAPSHOT_FORMAT;
+    let refuse = |what: String| {
+        ColdStoreError::Write(format!(
+            "{} {what}; this build reads format {expected}: start the node with an empty data directory (it \
+             catches up from the cluster by snapshot) or run the build that wrote it",
+            path.display()
+        ))
+    };
+    let transaction = database.begin_read().map_err(write_error)?;
+    match transaction.open_table(FORMAT) {
+        Ok(table) => {
+            let stored = table.get(FORMAT_KEY).map_err(write_error)?.map(|value| value.value().to_vec());
+            return match stored.as_deref().and_then(|bytes| <[u8; 4]>::try_from(bytes).ok()) {
+                Some(bytes) if u32::from_le_bytes(bytes) == expected => Ok(()),
+                Some(bytes) => Err(refuse(format!("is in cold-record format {}", u32::from_le_bytes(bytes)))),
+                None => Err(refuse("has an unreadable format record".to_string())),
+            };
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(error) => return Err(write_error(error)),
+    }
+    let written_before = transaction.list_tables().map_err(write_error)?.next().is_some();
+    drop(transaction);
+    if written_before {
+        return Err(refuse("was written before cold-record format 2".to_string()));
+    }
+    let transaction = database.begin_write().map_err(write_error)?;
+    transaction
+        .open_table(FORMAT)
+        .map_err(write_error)?
+        .insert(FORMAT_KEY, &expected.to_le_bytes()[..])
+        .map_err(write_error)?;
+    transaction.commit().map_err(write_error)
+}
+
 impl RedbColdStore {
-    /// Opens (or creates) the store file at `path`.
+    /// Opens (or creates) the store file at `path`. A file written in
+    /// another record format (by another build) is refused, never misread.
     pub fn open(path: &Path) -> Result<Arc<RedbColdStore>, ColdStoreError> {
         let database =
             Database::builder().set_cache_size(crate::app::COLD_CACHE_BYTES).create(path).map_err(write_error)?;
+        check_format(&database, path)?;
         Ok(Arc::new(RedbColdStore { database, path: path.to_path_buf(), writes: AtomicU64::new(0) }))
     }
 
@@ -333,6 +381,45 @@ mod tests {
     /// Applies one command at `now_ms`, without a caller (an `--insecure` node).
     fn apply(state: &mut gavel_core::State, now_ms: u64, command: gavel_core::Command) -> gavel_core::Reply {
         state.apply(&gavel_core::Envelope { request_id: None, now_ms, caller: None, command })
+    }
+
+    #[test]
+    fn a_file_of_another_cold_record_format_is_refused_by_name() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let fresh = directory.path().join("fresh.redb");
+        let store = RedbColdStore::open(&fresh).expect("a new file takes this build's format");
+        store.write(&[put(ColdTable::Executions, b"e1", b"v")]).expect("write");
+        drop(store);
+        let store = RedbColdStore::open(&fresh).expect("and opens again");
+        assert_eq!(store.get(ColdTable::Executions, b"e1"), Some(b"v".to_vec()));
+        drop(store);
+
+        // A file an older build wrote: cold tables, no format record.
+        let older = directory.path().join("older.redb");
+        let database = Database::create(&older).expect("create");
+        let transaction = database.begin_write().expect("write");
+        transaction
+            .open_table(definition(ColdTable::Executions))
+            .expect("table")
+            .insert(&b"e1"[..], &b"v"[..])
+            .expect("insert");
+        transaction.commit().expect("commit");
+        drop(database);
+        let refused = RedbColdStore::open(&older).expect_err("an older file is refused");
+        assert!(refused.to_string().contains("written before cold-record format 2"), "{refused}");
+        assert!(refused.to_string().contains("empty data directory"), "{refused}");
+
+        // A file of a later format.
+        let later = directory.path().join("later.redb");
+        let database = Database::create(&later).expect("create");
+        let transaction = database.begin_write().expect("write");
+        let next = (gavel_core::SNAPSHOT_FORMAT + 1).to_le_bytes();
+        transaction.open_table(FORMAT).expect("table").insert(FORMAT_KEY, &next[..]).expect("insert");
+        transaction.commit().expect("commit");
+        drop(database);
+        let refused = RedbColdStore::open(&later).expect_err("a later format is refused");
+        let expected = format!("is in cold-record format {}", gavel_core::SNAPSHOT_FORMAT + 1);
+        assert!(refused.to_string().contains(&expected), "{refused}");
     }
 
     /// The lifecycles a disk measurement runs.
