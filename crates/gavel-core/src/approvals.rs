@@ -4,13 +4,20 @@
 //! of the command and the audit event are the orchestrator's
 //! (`machine/approval_commands.rs`); this part keeps the records and their
 //! time index consistent and decides which transitions are allowed.
+//!
+//! Open approvals (pending or approved, expired or not) are hot: decisions
+//! need them. A closed one (rejected, consumed, cancelled) admits no
+//! transition any more and moves to the cold records ([`crate::cold`]) with
+//! its listing and retention index entries, and is read back from there.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
 use crate::access::{scope_covers_types, Principal};
+use crate::cold::{ColdRecords, ColdTable};
 use crate::error::{DomainError, ErrorCode};
 use crate::model::{Actor, Approval, ApprovalStatus, Decision, StoredApprovalStatus};
 
@@ -29,14 +36,66 @@ pub struct ApprovalFilter {
     pub readable_by_scope: Option<BTreeSet<String>>,
 }
 
+impl ApprovalFilter {
+    fn admits(&self, approval: &Approval, now_ms: u64) -> bool {
+        self.status.is_none_or(|status| approval.status_at(now_ms) == status)
+            && self.capability_id.as_deref().is_none_or(|id| approval.capability_id == id)
+            && self.actor_id.as_deref().is_none_or(|id| approval.actor.id == id)
+            && self.readable_by_scope.as_ref().is_none_or(|scope| scope_covers_types(scope, &approval.types))
+    }
+}
+
 /// Every retained approval and its listing order.
 ///
-/// Invariant: `by_time` holds exactly `(requested_at_ms, id)` of every record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// Invariants:
+/// - open (pending or approved): in `records` (hot), with `(requested_at_ms,
+///   id)` in `by_time`;
+/// - closed (rejected, consumed, cancelled): in `closed_records` (cold), with
+///   [`time_key`]`(requested_at_ms, id)` in `closed_by_time` and
+///   [`time_key`]`(closed_at_ms, id)` in `closed_index`, counted once in
+///   `closed_counts`; never in `records`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Approvals {
     records: BTreeMap<String, Approval>,
-    /// Approvals ordered by (requested_at_ms, id) for listing.
+    /// Open approvals ordered by (requested_at_ms, id) for listing.
     by_time: BTreeSet<(u64, String)>,
+    /// Closed approvals by id (cold).
+    closed_records: ColdRecords,
+    /// Closed approvals by [`time_key`] of (requested_at, id), for listing
+    /// (cold; the value is empty).
+    closed_by_time: ColdRecords,
+    /// Closed approvals by [`time_key`] of (closed_at, id), for retention
+    /// (cold; the value is empty).
+    closed_index: ColdRecords,
+    /// How many retained closed approvals are in each status.
+    closed_counts: BTreeMap<ApprovalStatus, u64>,
+}
+
+impl Default for Approvals {
+    fn default() -> Self {
+        Approvals {
+            records: BTreeMap::new(),
+            by_time: BTreeSet::new(),
+            closed_records: ColdRecords::new(ColdTable::Approvals),
+            closed_by_time: ColdRecords::new(ColdTable::ApprovalsByTime),
+            closed_index: ColdRecords::new(ColdTable::ApprovalsClosed),
+            closed_counts: BTreeMap::new(),
+        }
+    }
+}
+
+/// A cold index key: the time big-endian (so keys sort by time), then the id.
+/// Bytes sort exactly as the tuple `(time, id)` does.
+fn time_key(time_ms: u64, id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(8 + id.len());
+    key.extend_from_slice(&time_ms.to_be_bytes());
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// The time at the start of a [`time_key`].
+fn key_time(key: &[u8]) -> u64 {
+    u64::from_be_bytes(key[..8].try_into().expect("a time key starts with 8 bytes of time"))
 }
 
 /// `NOT_FOUND` for an approval id.
@@ -56,20 +115,98 @@ fn require_pending(approval: &Approval, now_ms: u64) -> Result<(), DomainError> 
     ))
 }
 
+/// Only an approved, unconsumed approval may be consumed.
+fn require_approved(approval: &Approval, now_ms: u64) -> Result<(), DomainError> {
+    if approval.status == StoredApprovalStatus::Approved {
+        return Ok(());
+    }
+    let status = approval.status_at(now_ms).as_str();
+    let by = approval.consumed_by_execution_id.as_ref().map(|by| format!(", consumed by {by}")).unwrap_or_default();
+    Err(DomainError::new(
+        ErrorCode::FailedPrecondition,
+        format!("approval {} cannot be consumed (status: {status}{by})", approval.id),
+    ))
+}
+
+/// The status of a closed approval, which no clock changes.
+fn closed_status(approval: &Approval) -> ApprovalStatus {
+    match approval.status {
+        StoredApprovalStatus::Rejected => ApprovalStatus::Rejected,
+        StoredApprovalStatus::Consumed => ApprovalStatus::Consumed,
+        StoredApprovalStatus::Cancelled => ApprovalStatus::Cancelled,
+        StoredApprovalStatus::Pending | StoredApprovalStatus::Approved => {
+            unreachable!("only a closed approval moves to the cold records")
+        }
+    }
+}
+
 impl Approvals {
-    /// Every retained approval, by id.
-    pub(crate) fn all(&self) -> impl Iterator<Item = &Approval> {
+    /// Every open approval, by id.
+    pub(crate) fn open(&self) -> impl Iterator<Item = &Approval> {
         self.records.values()
     }
 
-    /// An approval record.
-    pub(crate) fn get(&self, id: &str) -> Option<&Approval> {
-        self.records.get(id)
+    /// How many retained closed approvals are in each status.
+    pub(crate) fn closed_counts(&self) -> impl Iterator<Item = (ApprovalStatus, u64)> + '_ {
+        self.closed_counts.iter().map(|(status, count)| (*status, *count))
+    }
+
+    /// The cold record sets of this part, for flushing and export.
+    pub(crate) fn cold_mut(&mut self) -> [&mut ColdRecords; 3] {
+        [&mut self.closed_records, &mut self.closed_by_time, &mut self.closed_index]
+    }
+
+    /// The cold record sets of this part, for export.
+    pub(crate) fn cold(&self) -> [&ColdRecords; 3] {
+        [&self.closed_records, &self.closed_by_time, &self.closed_index]
+    }
+
+    /// An approval record: an open one borrowed, a closed one read back.
+    pub(crate) fn get(&self, id: &str) -> Option<Cow<'_, Approval>> {
+        match self.records.get(id) {
+            Some(approval) => Some(Cow::Borrowed(approval)),
+            None => self.closed_records.get(id.as_bytes()).map(Cow::Owned),
+        }
+    }
+
+    /// Whether an approval with this id is retained.
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.records.contains_key(id) || self.closed_records.contains(id.as_bytes())
+    }
+
+    /// The open record `id` if `allowed` admits the transition; the refusal
+    /// of `allowed` for a closed one (which admits none), `NOT_FOUND` for
+    /// an unknown one.
+    fn open_for(
+        &mut self,
+        id: &str,
+        allowed: impl Fn(&Approval) -> Result<(), DomainError>,
+    ) -> Result<&mut Approval, DomainError> {
+        let Some(approval) = self.records.get_mut(id) else {
+            let closed: Approval = self.closed_records.get(id.as_bytes()).ok_or_else(|| not_found(id))?;
+            return Err(allowed(&closed).expect_err("a closed approval admits no transition"));
+        };
+        allowed(approval)?;
+        Ok(approval)
+    }
+
+    /// Moves the open record `id`, just closed, to the cold records.
+    fn close(&mut self, id: &str) -> Approval {
+        let approval = self.records.remove(id).expect("callers pass the id of an open approval");
+        let closed_at_ms = approval.closed_at_ms.expect("a closed approval has its closing time");
+        let status = closed_status(&approval);
+        self.by_time.remove(&(approval.requested_at_ms, approval.id.clone()));
+        self.closed_records.put(id.as_bytes().to_vec(), &approval);
+        self.closed_by_time.put(time_key(approval.requested_at_ms, id), &());
+        self.closed_index.put(time_key(closed_at_ms, id), &());
+        *self.closed_counts.entry(status).or_default() += 1;
+        approval
     }
 
     /// Stores a new approval. Its id must be new: callers check first.
     pub(crate) fn insert(&mut self, approval: Approval) -> &Approval {
-        assert!(!self.records.contains_key(&approval.id), "approval ids are checked for duplicates before insert");
+        assert!(!self.contains(&approval.id), "approval ids are checked for duplicates before insert");
+        assert_eq!(approval.status, StoredApprovalStatus::Pending, "a new approval starts pending");
         self.by_time.insert((approval.requested_at_ms, approval.id.clone()));
         let id = approval.id.clone();
         self.records.entry(id).or_insert(approval)
@@ -79,6 +216,7 @@ impl Approvals {
     /// must not be its requester unless self-approval is allowed. `decider`
     /// is the authenticated principal deciding as itself (not on another's
     /// behalf), if any: it must not be the principal that requested it either.
+    /// A rejected approval is closed.
     pub(crate) fn decide(
         &mut self,
         id: &str,
@@ -87,10 +225,9 @@ impl Approvals {
         comment: Option<&str>,
         now_ms: u64,
         decider: Option<&Principal>,
-    ) -> Result<&Approval, DomainError> {
+    ) -> Result<Cow<'_, Approval>, DomainError> {
         assert!(matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected), "callers check the decision");
-        let approval = self.records.get_mut(id).ok_or_else(|| not_found(id))?;
-        require_pending(approval, now_ms)?;
+        let approval = self.open_for(id, |approval| require_pending(approval, now_ms))?;
         if !approval.allow_self_approval {
             if approver.id == approval.actor.id {
                 return Err(DomainError::new(
@@ -109,94 +246,133 @@ impl Approvals {
             ApprovalStatus::Approved => StoredApprovalStatus::Approved,
             _ => StoredApprovalStatus::Rejected,
         };
-        if status == ApprovalStatus::Rejected {
-            approval.closed_at_ms = Some(now_ms);
-        }
         approval.decision = Some(Decision {
             status,
             approver: approver.clone(),
             comment: comment.map(str::to_string),
             decided_at_ms: now_ms,
         });
-        Ok(approval)
+        if status == ApprovalStatus::Rejected {
+            approval.closed_at_ms = Some(now_ms);
+            return Ok(Cow::Owned(self.close(id)));
+        }
+        Ok(Cow::Borrowed(&self.records[id]))
     }
 
     /// The atomic compare-and-set: only an approved, unconsumed record becomes
-    /// consumed, by `execution_id`.
-    pub(crate) fn consume(&mut self, id: &str, execution_id: &str, now_ms: u64) -> Result<&Approval, DomainError> {
-        let approval = self.records.get_mut(id).ok_or_else(|| not_found(id))?;
-        if approval.status != StoredApprovalStatus::Approved {
-            let status = approval.status_at(now_ms).as_str();
-            let by =
-                approval.consumed_by_execution_id.as_ref().map(|by| format!(", consumed by {by}")).unwrap_or_default();
-            return Err(DomainError::new(
-                ErrorCode::FailedPrecondition,
-                format!("approval {id} cannot be consumed (status: {status}{by})"),
-            ));
-        }
+    /// consumed, by `execution_id`, and is closed.
+    pub(crate) fn consume(&mut self, id: &str, execution_id: &str, now_ms: u64) -> Result<Approval, DomainError> {
+        let approval = self.open_for(id, |approval| require_approved(approval, now_ms))?;
         approval.status = StoredApprovalStatus::Consumed;
         approval.consumed_by_execution_id = Some(execution_id.to_string());
         approval.closed_at_ms = Some(now_ms);
-        Ok(approval)
+        Ok(self.close(id))
     }
 
-    /// Withdraws a pending approval.
-    pub(crate) fn cancel(&mut self, id: &str, now_ms: u64) -> Result<&Approval, DomainError> {
-        let approval = self.records.get_mut(id).ok_or_else(|| not_found(id))?;
-        require_pending(approval, now_ms)?;
+    /// Withdraws a pending approval, which is closed.
+    pub(crate) fn cancel(&mut self, id: &str, now_ms: u64) -> Result<Approval, DomainError> {
+        let approval = self.open_for(id, |approval| require_pending(approval, now_ms))?;
         approval.status = StoredApprovalStatus::Cancelled;
         approval.closed_at_ms = Some(now_ms);
-        Ok(approval)
+        Ok(self.close(id))
     }
 
-    /// Approvals ordered by (requested_at, id), filtered, starting after `after`.
-    /// The status filter sees lazily computed expiry at `now_ms`.
+    /// Approvals ordered by (requested_at, id), filtered, starting after `after`:
+    /// the open ones and the closed ones merged in that order. The status
+    /// filter sees lazily computed expiry at `now_ms`.
     pub(crate) fn list(
         &self,
         filter: &ApprovalFilter,
         now_ms: u64,
         after: Option<&(u64, String)>,
         limit: usize,
-    ) -> Vec<&Approval> {
-        let range = match after {
+    ) -> Vec<Cow<'_, Approval>> {
+        let mut open = match after {
             Some(after) => self.by_time.range((Bound::Excluded(after.clone()), Bound::Unbounded)),
             None => self.by_time.range(..),
+        }
+        .peekable();
+        let mut closed_from = match after {
+            Some((time, id)) => {
+                let mut key = time_key(*time, id);
+                key.push(0);
+                key
+            }
+            None => Vec::new(),
         };
-        range
-            .filter_map(|(_, id)| self.records.get(id))
-            .filter(|approval| filter.status.is_none_or(|status| approval.status_at(now_ms) == status))
-            .filter(|approval| filter.capability_id.as_deref().is_none_or(|id| approval.capability_id == id))
-            .filter(|approval| filter.actor_id.as_deref().is_none_or(|id| approval.actor.id == id))
-            .filter(|approval| {
-                filter.readable_by_scope.as_ref().is_none_or(|scope| scope_covers_types(scope, &approval.types))
-            })
-            .take(limit)
-            .collect()
+        let mut closed_next = self.closed_by_time.seek(&closed_from).map(|(key, _)| key);
+        let mut listed = Vec::new();
+        while listed.len() < limit {
+            let open_key = open.peek().map(|(time, id)| time_key(*time, id));
+            // Keys never tie: an id is either open or closed.
+            let approval = match (open_key, &closed_next) {
+                (None, None) => break,
+                (Some(open_key), Some(closed_key)) if open_key < *closed_key => self.next_open(&mut open),
+                (Some(_), None) => self.next_open(&mut open),
+                (_, Some(closed_key)) => {
+                    let approval: Approval = self
+                        .closed_records
+                        .get(&closed_key[8..])
+                        .expect("the closed listing index points at retained approvals");
+                    closed_from.clone_from(closed_key);
+                    closed_from.push(0);
+                    closed_next = self.closed_by_time.seek(&closed_from).map(|(key, _)| key);
+                    Cow::Owned(approval)
+                }
+            };
+            if filter.admits(&approval, now_ms) {
+                listed.push(approval);
+            }
+        }
+        listed
+    }
+
+    fn next_open<'a>(&'a self, open: &mut impl Iterator<Item = &'a (u64, String)>) -> Cow<'a, Approval> {
+        let (_, id) = open.next().expect("callers peeked an entry");
+        Cow::Borrowed(&self.records[id])
     }
 
     /// Drops approvals closed at or before `horizon` (`None`: the clock has
-    /// not yet run past the retention window, so nothing is old enough).
+    /// not yet run past the retention window, so nothing is old enough), and
+    /// open ones whose expiry is: a pending record expires at `expires_at`,
+    /// an approved one can no longer be resumed after it either, so
+    /// retention counts from there for both (they stay hot until then).
     /// Returns how many were dropped.
     pub(crate) fn compact(&mut self, horizon: Option<u64>) -> u32 {
         let Some(horizon) = horizon else { return 0 };
-        let closed: Vec<(u64, String)> = self
+        let expired: Vec<(u64, String)> = self
             .records
             .values()
-            .filter(|approval| {
-                let closed_at = match approval.status {
-                    // A pending record expires at `expires_at`; an approved one can no longer be
-                    // resumed after it either, so retention counts from there for both.
-                    StoredApprovalStatus::Pending | StoredApprovalStatus::Approved => Some(approval.expires_at_ms),
-                    _ => approval.closed_at_ms,
-                };
-                closed_at.is_some_and(|closed_at| closed_at <= horizon)
-            })
+            .filter(|approval| approval.expires_at_ms <= horizon)
             .map(|approval| (approval.requested_at_ms, approval.id.clone()))
             .collect();
-        for key in &closed {
+        for key in &expired {
             self.records.remove(&key.1);
             self.by_time.remove(key);
         }
-        u32::try_from(closed.len()).unwrap_or(u32::MAX)
+        let mut dropped = expired.len();
+        // Deleted keys are behind the cursor, so each seek skips none of them.
+        let mut cursor = Vec::new();
+        while let Some((key, _)) = self.closed_index.seek(&cursor) {
+            if key_time(&key) > horizon {
+                break;
+            }
+            let id = &key[8..];
+            let approval: Approval =
+                self.closed_records.get(id).expect("the retention index points at retained approvals");
+            self.closed_records.delete(id);
+            self.closed_by_time.delete(&time_key(approval.requested_at_ms, &approval.id));
+            self.closed_index.delete(&key);
+            let status = closed_status(&approval);
+            let count = self.closed_counts.get_mut(&status).expect("closed approvals are counted");
+            *count -= 1;
+            if *count == 0 {
+                self.closed_counts.remove(&status);
+            }
+            dropped += 1;
+            cursor = key;
+            cursor.push(0);
+        }
+        u32::try_from(dropped).unwrap_or(u32::MAX)
     }
 }

@@ -2,8 +2,11 @@
 //! record, ordered by a monotonic cursor, and never carrying raw inputs or outputs.
 //! `AuditLog`, a part of [`crate::State`], holds the retained events and
 //! their per-execution index, both in cold records ([`crate::cold`]): only
-//! the cursors are hot.
+//! the cursors are hot. An event of an execution is stored by reference (no
+//! copy of the execution's capability id, approval id, correlation id and
+//! input hash); reads take a lookup of retained executions to rebuild it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -34,6 +37,7 @@ pub struct Event {
     /// Caller's correlation id.
     pub correlation_id: Option<String>,
     /// Hash of the input concerned.
+    #[serde(with = "crate::model::hash_hex::option")]
     pub input_hash: Option<String>,
     /// The authenticated principal whose command caused the event (`None`
     /// on a node started with `--insecure`, and for the cluster's own ticks).
@@ -238,6 +242,10 @@ pub(crate) struct EventSubject<'a> {
     pub(crate) approval_id: Option<&'a str>,
     pub(crate) correlation_id: Option<&'a str>,
     pub(crate) input_hash: Option<&'a str>,
+    /// The ids and hash are those of the retained execution `execution_id`
+    /// names ([`EventSubject::of_execution`]): the event stores a reference
+    /// to them instead of copies.
+    pub(crate) of_execution: bool,
 }
 
 impl<'a> EventSubject<'a> {
@@ -249,6 +257,7 @@ impl<'a> EventSubject<'a> {
             approval_id: execution.approval_id.as_deref(),
             correlation_id: execution.correlation_id.as_deref(),
             input_hash: Some(&execution.input_hash),
+            of_execution: true,
         }
     }
 
@@ -260,8 +269,42 @@ impl<'a> EventSubject<'a> {
             approval_id: Some(&approval.id),
             correlation_id: approval.correlation_id.as_deref(),
             input_hash: Some(&approval.input_hash),
+            of_execution: false,
         }
     }
+}
+
+/// An event as the cold records hold it: its cursor is the key (the
+/// event holds 0 in its place), and an event of an execution
+/// (`by_reference`) holds none of the capability id, approval id,
+/// correlation id and input hash, which are its execution's and are
+/// rebuilt from it on read ([`StoredEvent::resolve`]).
+#[derive(Serialize, Deserialize)]
+struct StoredEvent {
+    event: Event,
+    by_reference: bool,
+}
+
+impl StoredEvent {
+    /// The event at `cursor`, its references filled in from its execution
+    /// (`executions` finds a retained one by id).
+    fn resolve<'e>(self, cursor: u64, executions: &impl Fn(&str) -> Option<Cow<'e, Execution>>) -> Event {
+        let mut event = Event { cursor, ..self.event };
+        if self.by_reference {
+            let id = event.execution_id.as_deref().expect("an event by reference names its execution");
+            let execution = executions(id).expect("an event by reference has a retained execution");
+            fill_from(&mut event, &execution);
+        }
+        event
+    }
+}
+
+/// Copies the ids and hash an event of `execution` refers to into it.
+fn fill_from(event: &mut Event, execution: &Execution) {
+    event.capability_id = Some(execution.capability_id.clone());
+    event.approval_id.clone_from(&execution.approval_id);
+    event.correlation_id.clone_from(&execution.correlation_id);
+    event.input_hash = Some(execution.input_hash.clone());
 }
 
 /// The retained audit trail.
@@ -270,7 +313,10 @@ impl<'a> EventSubject<'a> {
 /// `first_cursor..next_cursor`, without gaps, in `events` (cold); every entry
 /// `(execution id, cursor)` in `by_execution` (cold) names a retained event
 /// about that execution. Events are recorded with the cluster clock, which
-/// never goes back, so timestamps grow with cursors.
+/// never goes back, so timestamps grow with cursors. An event stored by
+/// reference names a retained execution: when retention drops the
+/// execution first, [`AuditLog::forget_execution`] writes its remaining
+/// events out in full.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct AuditLog {
     /// Events by cursor (big-endian).
@@ -319,6 +365,8 @@ impl AuditLog {
         if let Some(execution_id) = subject.execution_id {
             self.by_execution.put(index_key(execution_id, cursor), &());
         }
+        let by_reference = subject.of_execution;
+        let copy = |field: Option<&str>| field.filter(|_| !by_reference).map(str::to_string);
         let event = Event {
             cursor,
             kind,
@@ -326,13 +374,24 @@ impl AuditLog {
             // Events name who acted, not the application's attributes of them.
             actor: actor.without_attributes(),
             execution_id: subject.execution_id.map(str::to_string),
-            capability_id: subject.capability_id.map(str::to_string),
-            approval_id: subject.approval_id.map(str::to_string),
-            correlation_id: subject.correlation_id.map(str::to_string),
-            input_hash: subject.input_hash.map(str::to_string),
+            capability_id: copy(subject.capability_id),
+            approval_id: copy(subject.approval_id),
+            correlation_id: copy(subject.correlation_id),
+            input_hash: copy(subject.input_hash),
             principal: None,
         };
-        self.events.put(cursor.to_be_bytes().to_vec(), &event);
+        self.store(cursor, StoredEvent { event, by_reference });
+    }
+
+    /// Writes an event at its cursor (the key: the value holds 0 in its place).
+    fn store(&mut self, cursor: u64, mut stored: StoredEvent) {
+        stored.event.cursor = 0;
+        self.events.put(cursor.to_be_bytes().to_vec(), &stored);
+    }
+
+    /// The event at a cursor as stored, if the cold records hold it.
+    fn load(&self, cursor: u64) -> Option<StoredEvent> {
+        self.events.get(&cursor.to_be_bytes())
     }
 
     /// Stamps `principal` on every event from cursor `first` on: the events
@@ -340,10 +399,9 @@ impl AuditLog {
     /// flushed during an apply).
     pub(crate) fn stamp_principal(&mut self, first: u64, principal: &Principal) {
         for cursor in first.max(self.first_cursor)..self.next_cursor {
-            let key = cursor.to_be_bytes();
-            let mut event: Event = self.events.get(&key).expect("retained cursors have events");
-            event.principal = Some(principal.clone());
-            self.events.put(key.to_vec(), &event);
+            let mut stored = self.load(cursor).expect("retained cursors have events");
+            stored.event.principal = Some(principal.clone());
+            self.store(cursor, stored);
         }
     }
 
@@ -367,24 +425,40 @@ impl AuditLog {
         [&self.events, &self.by_execution]
     }
 
-    /// The event at a cursor, if retained.
-    pub(crate) fn event(&self, cursor: u64) -> Option<Event> {
+    /// The event at a cursor, if retained. `executions` finds a retained
+    /// execution by id, for the events that refer to theirs.
+    pub(crate) fn event<'e>(
+        &self,
+        cursor: u64,
+        executions: &impl Fn(&str) -> Option<Cow<'e, Execution>>,
+    ) -> Option<Event> {
         if cursor < self.first_cursor || cursor >= self.next_cursor {
             return None;
         }
-        self.events.get(&cursor.to_be_bytes())
+        Some(self.load(cursor)?.resolve(cursor, executions))
     }
 
     /// Events after `after_cursor`, oldest first, at most `limit` (capped at [`EVENTS_PAGE_MAX`]).
-    pub(crate) fn events_after(&self, after_cursor: u64, limit: u32) -> Vec<Event> {
+    pub(crate) fn events_after<'e>(
+        &self,
+        after_cursor: u64,
+        limit: u32,
+        executions: &impl Fn(&str) -> Option<Cow<'e, Execution>>,
+    ) -> Vec<Event> {
         let limit = u64::from(limit.clamp(1, EVENTS_PAGE_MAX));
         let start = after_cursor.saturating_add(1).max(self.first_cursor);
         let end = start.saturating_add(limit).min(self.next_cursor);
-        (start..end).filter_map(|cursor| self.event(cursor)).collect()
+        (start..end).filter_map(|cursor| self.event(cursor, executions)).collect()
     }
 
     /// One execution's events after `after_cursor`, oldest first.
-    pub(crate) fn execution_events(&self, execution_id: &str, after_cursor: u64, limit: u32) -> Vec<Event> {
+    pub(crate) fn execution_events<'e>(
+        &self,
+        execution_id: &str,
+        after_cursor: u64,
+        limit: u32,
+        executions: &impl Fn(&str) -> Option<Cow<'e, Execution>>,
+    ) -> Vec<Event> {
         let limit = limit.clamp(1, EVENTS_PAGE_MAX) as usize;
         let prefix = index_prefix(execution_id);
         let mut from = index_key(execution_id, after_cursor.saturating_add(1));
@@ -393,7 +467,7 @@ impl AuditLog {
             let Some((key, _)) = self.by_execution.seek(&from) else { break };
             let Some(cursor_bytes) = key.strip_prefix(prefix.as_slice()) else { break };
             let cursor = u64::from_be_bytes(cursor_bytes.try_into().expect("index keys end in a cursor"));
-            events.extend(self.event(cursor));
+            events.extend(self.event(cursor, executions));
             from = index_key(execution_id, cursor.saturating_add(1));
         }
         events
@@ -415,13 +489,21 @@ impl AuditLog {
     }
 
     /// Drops the index of an execution that retention dropped. Its events
-    /// stay until they are old enough themselves.
-    pub(crate) fn forget_execution(&mut self, execution_id: &str) {
-        let prefix = index_prefix(execution_id);
+    /// stay until they are old enough themselves: those that referred to
+    /// the execution are written out in full, since it is gone.
+    pub(crate) fn forget_execution(&mut self, execution: &Execution) {
+        let prefix = index_prefix(&execution.execution_id);
         let mut from = prefix.clone();
         while let Some((key, _)) = self.by_execution.seek(&from) {
             if !key.starts_with(&prefix) {
                 break;
+            }
+            let cursor = u64::from_be_bytes(key[prefix.len()..].try_into().expect("index keys end in a cursor"));
+            let mut stored = self.load(cursor).expect("index entries name retained events");
+            if stored.by_reference {
+                fill_from(&mut stored.event, execution);
+                stored.by_reference = false;
+                self.store(cursor, stored);
             }
             self.by_execution.delete(&key);
             from = key;
@@ -440,12 +522,12 @@ impl AuditLog {
         let mut dropped = 0;
         while self.first_cursor < self.next_cursor {
             let key = self.first_cursor.to_be_bytes();
-            let event: Event = self.events.get(&key).expect("retained cursors have events");
+            let event = self.load(self.first_cursor).expect("retained cursors have events").event;
             if event.timestamp_ms > horizon {
                 break;
             }
             if let Some(execution_id) = &event.execution_id {
-                self.by_execution.delete(&index_key(execution_id, event.cursor));
+                self.by_execution.delete(&index_key(execution_id, self.first_cursor));
             }
             self.events.delete(&key);
             self.first_cursor += 1;

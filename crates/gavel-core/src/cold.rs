@@ -1,6 +1,6 @@
 //! Cold records: the part of the replicated state that no decision needs
-//! often (finalized executions, the lease records of their attempts and the
-//! audit trail),
+//! often (finalized executions, the lease records of their attempts, closed
+//! approvals and the audit trail),
 //! kept behind the synchronous [`ColdStore`] interface so that a node can hold
 //! it on disk while the hot set stays in memory.
 //!
@@ -16,6 +16,11 @@
 //! deletion): two replicas that applied the same commands have the same
 //! digests, whichever store they run and whenever they flushed, and the digest
 //! is in the hot state, hence in the state hash and in snapshots.
+//!
+//! **Encoding.** Values are bincode with variable-length integers
+//! (`cold_encoding`), hashes are bytes in them (`model::hash_hex`), and the
+//! parts leave out what the key already says (an execution's id, an event's
+//! cursor): the hot state keeps bincode's fixed-width default.
 //!
 //! [`MemoryColdStore`] is the implementation for tests and for a state that is
 //! never flushed; the server implements the trait over an embedded store.
@@ -43,12 +48,28 @@ pub enum ColdTable {
     Events = 4,
     /// The per-execution event index: id length, id, cursor; no value.
     ExecutionEvents = 5,
+    /// Closed approvals (rejected, consumed, cancelled) by id.
+    Approvals = 6,
+    /// The closed approvals' listing index: requested-at (big-endian) then
+    /// id, no value.
+    ApprovalsByTime = 7,
+    /// The closed approvals' retention index: closed-at (big-endian) then
+    /// id, no value.
+    ApprovalsClosed = 8,
 }
 
 impl ColdTable {
     /// Every table, in tag order.
-    pub const ALL: [ColdTable; 5] =
-        [ColdTable::Executions, ColdTable::Finalized, ColdTable::Leases, ColdTable::Events, ColdTable::ExecutionEvents];
+    pub const ALL: [ColdTable; 8] = [
+        ColdTable::Executions,
+        ColdTable::Finalized,
+        ColdTable::Leases,
+        ColdTable::Events,
+        ColdTable::ExecutionEvents,
+        ColdTable::Approvals,
+        ColdTable::ApprovalsByTime,
+        ColdTable::ApprovalsClosed,
+    ];
 
     /// The table's stable tag.
     pub fn tag(self) -> u8 {
@@ -255,7 +276,7 @@ impl ColdRecords {
 
     /// Stores `value` at `key`.
     pub(crate) fn put<T: Serialize>(&mut self, key: Vec<u8>, value: &T) {
-        let bytes = bincode::serialize(value).expect("cold records serialize: plain data");
+        let bytes = encode(value);
         self.mix(&key, Some(&bytes));
         self.overlay.insert(key, Some(bytes));
     }
@@ -368,11 +389,46 @@ impl ColdRecords {
     }
 }
 
+/// The first bytes of every snapshot and backup ([`SnapshotWriter`]).
+pub const SNAPSHOT_MAGIC: &[u8; 8] = b"GAVELSNP";
+
+/// The snapshot format this build writes and reads: the hot state's and the
+/// cold records' encodings. Bump it whenever either changes. Format 2: cold
+/// values in varint bincode, input hashes as bytes, events by reference,
+/// closed approvals cold (format 1, never named in the bytes, was before).
+pub const SNAPSHOT_FORMAT: u32 = 2;
+
+/// Reads and checks the snapshot header ([`SNAPSHOT_MAGIC`],
+/// [`SNAPSHOT_FORMAT`]) at the start of `reader`.
+pub(crate) fn read_snapshot_header(reader: &mut impl std::io::Read) -> Result<(), crate::SnapshotError> {
+    let mut header = [0u8; 12];
+    reader.read_exact(&mut header).map_err(|_| {
+        crate::SnapshotError::Decode("shorter than a snapshot header: not a Gavel snapshot".to_string())
+    })?;
+    if &header[..8] != SNAPSHOT_MAGIC {
+        return Err(crate::SnapshotError::Format(
+            "it does not start with the snapshot header (a snapshot or backup written before format 2, or not a \
+             Gavel snapshot)"
+                .to_string(),
+        ));
+    }
+    let format = u32::from_le_bytes(header[8..].try_into().expect("four bytes"));
+    if format != SNAPSHOT_FORMAT {
+        return Err(crate::SnapshotError::Format(format!(
+            "it is in snapshot format {format}; this build reads format {SNAPSHOT_FORMAT}"
+        )));
+    }
+    Ok(())
+}
+
 /// Writes the whole-state snapshot format ([`crate::State::snapshot`]) to
 /// `out` record by record, so a shell can stream the cold records out of
 /// its store (a point-in-time view) without holding them in memory.
 ///
-/// The format is bincode 1's encoding of `(State, Vec<(u8, Vec<u8>,
+/// The first bytes name the format ([`SNAPSHOT_MAGIC`], then
+/// [`SNAPSHOT_FORMAT`] as a u32, little-endian), so a snapshot or backup
+/// written by a build with another record encoding is refused by name
+/// instead of being misread. Then bincode 1's encoding of `(State, Vec<(u8, Vec<u8>,
 /// Vec<u8>)>)`: the hot state ([`crate::State::hot_snapshot`]), the record
 /// count (u64, little-endian), then per record its table tag, its key and
 /// its value, each byte string prefixed by its length (u64, little-endian).
@@ -386,6 +442,8 @@ pub struct SnapshotWriter<W: std::io::Write> {
 impl<W: std::io::Write> SnapshotWriter<W> {
     /// Writes the hot state and the count of the `records` that follow.
     pub fn start(mut out: W, hot: &[u8], records: u64) -> std::io::Result<SnapshotWriter<W>> {
+        out.write_all(SNAPSHOT_MAGIC)?;
+        out.write_all(&SNAPSHOT_FORMAT.to_le_bytes())?;
         out.write_all(hot)?;
         out.write_all(&records.to_le_bytes())?;
         Ok(SnapshotWriter { out, records_left: records })
@@ -484,10 +542,25 @@ fn read_bytes<R: std::io::Read>(reader: &mut std::io::Take<R>) -> Result<Vec<u8>
     Ok(bytes)
 }
 
+/// The encoding of cold record values: bincode with variable-length
+/// integers, so lengths, counts, enum tags and small numbers take one byte
+/// instead of eight or four (the hot state keeps bincode's fixed-width
+/// default). Hashes are bytes in it ([`crate::model`]'s `hash_hex`).
+fn cold_encoding() -> impl bincode::Options {
+    bincode::DefaultOptions::new()
+}
+
+/// Encodes a cold record value.
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    use bincode::Options;
+    cold_encoding().serialize(value).expect("cold records serialize: plain data")
+}
+
 /// Decodes a cold record this state machine wrote; anything else is a corrupt
 /// store, a broken invariant.
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> T {
-    bincode::deserialize(bytes).expect("cold records decode: the state machine wrote them")
+    use bincode::Options;
+    cold_encoding().deserialize(bytes).expect("cold records decode: the state machine wrote them")
 }
 
 #[cfg(test)]

@@ -70,8 +70,25 @@ impl Executions {
     pub(crate) fn get(&self, id: &str) -> Option<Cow<'_, Execution>> {
         match self.records.get(id) {
             Some(execution) => Some(Cow::Borrowed(execution)),
-            None => self.finalized_records.get(id.as_bytes()).map(Cow::Owned),
+            None => self.finalized(id).map(Cow::Owned),
         }
+    }
+
+    /// A finalized execution, read back from the cold records.
+    fn finalized(&self, id: &str) -> Option<Execution> {
+        let execution: Execution = self.finalized_records.get(id.as_bytes())?;
+        Some(Execution { idempotency_key: crate::ids::idempotency_key(id), execution_id: id.to_string(), ..execution })
+    }
+
+    /// Writes a finalized execution to the cold records, without its id
+    /// (the key) and its idempotency key (derived from the id, see
+    /// [`crate::ids::idempotency_key`]): [`Executions::finalized`] rebuilds both.
+    fn put_finalized(&mut self, execution: &mut Execution) {
+        let id = std::mem::take(&mut execution.execution_id);
+        let idempotency_key = std::mem::take(&mut execution.idempotency_key);
+        self.finalized_records.put(id.as_bytes().to_vec(), &*execution);
+        execution.execution_id = id;
+        execution.idempotency_key = idempotency_key;
     }
 
     /// Every non-final execution, by id.
@@ -207,10 +224,9 @@ impl Executions {
             execution.accepted_report = Some(report);
             return Cow::Borrowed(execution);
         }
-        let mut execution: Execution =
-            self.finalized_records.get(id.as_bytes()).expect("callers pass the id of a retained execution");
+        let mut execution = self.finalized(id).expect("callers pass the id of a retained execution");
         execution.accepted_report = Some(report);
-        self.finalized_records.put(id.as_bytes().to_vec(), &execution);
+        self.put_finalized(&mut execution);
         Cow::Owned(execution)
     }
 
@@ -263,7 +279,7 @@ impl Executions {
         execution.finalized_at_ms = Some(now_ms);
         execution.backoff_until_ms = None;
         execution.result = Some(result);
-        self.finalized_records.put(id.as_bytes().to_vec(), &execution);
+        self.put_finalized(&mut execution);
         self.finalized_index.put(finalized_key(now_ms, id), &());
         *self.finalized_counts.entry(execution.state).or_default() += 1;
         execution
@@ -300,8 +316,8 @@ impl Executions {
             if finalized_at > horizon {
                 break;
             }
-            let execution: Execution =
-                self.finalized_records.get(id).expect("finalized index points at retained executions");
+            let id_text = std::str::from_utf8(id).expect("execution ids are text");
+            let execution = self.finalized(id_text).expect("finalized index points at retained executions");
             assert!(execution.state.is_final(), "compaction never drops a non-final execution");
             self.finalized_records.delete(id);
             self.finalized_index.delete(&key);

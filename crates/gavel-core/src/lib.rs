@@ -28,8 +28,8 @@
 //! across the parts; the SI-11 retry rule is the pure function
 //! [`retry::retry_after_ms`].
 //!
-//! History is cold ([`cold`]): finalized executions, their lease records
-//! and the audit trail are read through the synchronous [`ColdStore`] trait
+//! History is cold ([`cold`]): finalized executions, their lease records,
+//! closed approvals and the audit trail are read through the synchronous [`ColdStore`] trait
 //! and written into an overlay that the shell flushes
 //! ([`State::flush_cold`]); the state hash covers the hot state and a
 //! rolling digest of cold mutations, whichever store runs.
@@ -61,7 +61,10 @@ pub mod validate;
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 pub use approvals::ApprovalFilter;
 pub use audit::{Event, EventKind};
-pub use cold::{ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, SnapshotRecords, SnapshotWriter};
+pub use cold::{
+    ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, SnapshotRecords, SnapshotWriter,
+    SNAPSHOT_FORMAT, SNAPSHOT_MAGIC,
+};
 pub use command::{
     ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, RecordEvent, Reply, Retention, RetrySpec,
     Submit, Task,

@@ -45,6 +45,9 @@ pub enum SnapshotError {
     /// The bytes are not a snapshot of this state machine's format.
     #[error("snapshot is not decodable: {0}")]
     Decode(String),
+    /// The bytes are a snapshot of another format (another build's).
+    #[error("snapshot is of another format: {0}")]
+    Format(String),
 }
 
 /// The whole replicated state. Every collection in every part is ordered
@@ -88,8 +91,8 @@ pub struct StateCounts {
     pub current_leases: usize,
 }
 
-/// How often retention runs, by cluster time. Compaction scans closed approvals,
-/// so it runs on a cadence rather than on every tick.
+/// How often retention runs, by cluster time. Compaction scans the open
+/// approvals for expired ones, so it runs on a cadence rather than on every tick.
 const COMPACTION_INTERVAL_MS: u64 = 60_000;
 
 /// How late the planted bug `no-fencing` lets a lease expire.
@@ -243,6 +246,7 @@ impl State {
             approval_id: event.approval_id.as_deref(),
             correlation_id: event.correlation_id.as_deref(),
             input_hash: None,
+            of_execution: false,
         };
         let kind = EventKind::Recorded {
             event_type: event.event_type.clone(),
@@ -254,8 +258,8 @@ impl State {
         if let Some(principal) = principal {
             self.audit.stamp_principal(cursor, principal);
         }
-        let recorded = self.audit.event(cursor).expect("the event was just recorded");
-        Ok(Reply::Event(recorded.clone()))
+        let recorded = self.event(cursor).expect("the event was just recorded");
+        Ok(Reply::Event(recorded))
     }
 
     /// Expires due leases, ends due backoffs and, on its cadence, compacts.
@@ -285,15 +289,18 @@ impl State {
         // Nothing is older than a window until the clock has run past it; a
         // horizon saturated to 0 would drop records stamped at time 0 at once.
         let horizon = self.clock_ms.checked_sub(retention.records_ms);
-        let mut compacted = 0u32;
+        // Events first: an execution's events that outlive it are written out
+        // in full when it is dropped (`AuditLog::forget_execution`), and those
+        // old enough go now without that.
+        let executions = &self.executions;
+        let mut compacted =
+            self.audit.compact(self.clock_ms.checked_sub(retention.events_ms), |id| executions.contains(id));
         for execution in self.executions.compact(horizon) {
             self.leases.forget(&execution.lease_ids);
-            self.audit.forget_execution(&execution.execution_id);
+            self.audit.forget_execution(&execution);
             compacted += 1;
         }
         compacted += self.approvals.compact(horizon);
-        let executions = &self.executions;
-        compacted += self.audit.compact(self.clock_ms.checked_sub(retention.events_ms), |id| executions.contains(id));
         compacted
     }
 
@@ -359,8 +366,9 @@ impl State {
         self.clock_ms
     }
 
-    /// An approval record.
-    pub fn approval(&self, id: &str) -> Option<&Approval> {
+    /// An approval record: an open one borrowed from memory, a closed one
+    /// read back from the cold records.
+    pub fn approval(&self, id: &str) -> Option<Cow<'_, Approval>> {
         self.approvals.get(id)
     }
 
@@ -372,7 +380,7 @@ impl State {
         now_ms: u64,
         after: Option<&(u64, String)>,
         limit: usize,
-    ) -> Vec<&Approval> {
+    ) -> Vec<Cow<'_, Approval>> {
         self.approvals.list(filter, now_ms, after, limit)
     }
 
@@ -398,8 +406,12 @@ impl State {
     /// hot path.
     pub fn counts(&self, now_ms: u64) -> StateCounts {
         let mut counts = StateCounts::default();
-        for approval in self.approvals.all() {
+        for approval in self.approvals.open() {
             *counts.approvals_by_status.entry(approval.status_at(now_ms).as_str()).or_default() += 1;
+        }
+        for (status, count) in self.approvals.closed_counts() {
+            let count = usize::try_from(count).expect("retained approvals fit in memory's index");
+            *counts.approvals_by_status.entry(status.as_str()).or_default() += count;
         }
         for execution in self.executions.hot() {
             *counts.executions_by_state.entry(execution.state.as_str()).or_default() += 1;
@@ -422,7 +434,7 @@ impl State {
     /// Events after `after_cursor`, oldest first, at most `limit` (capped at
     /// [`crate::limits::EVENTS_PAGE_MAX`]).
     pub fn events_after(&self, after_cursor: u64, limit: u32) -> Vec<Event> {
-        self.audit.events_after(after_cursor, limit)
+        self.audit.events_after(after_cursor, limit, &|id| self.executions.get(id))
     }
 
     /// How many execution ids the per-execution event index holds (bounded by retention).
@@ -432,12 +444,12 @@ impl State {
 
     /// One execution's events after `after_cursor`, oldest first.
     pub fn execution_events(&self, execution_id: &str, after_cursor: u64, limit: u32) -> Vec<Event> {
-        self.audit.execution_events(execution_id, after_cursor, limit)
+        self.audit.execution_events(execution_id, after_cursor, limit, &|id| self.executions.get(id))
     }
 
     /// The event at a cursor, if retained.
     pub fn event(&self, cursor: u64) -> Option<Event> {
-        self.audit.event(cursor)
+        self.audit.event(cursor, &|id| self.executions.get(id))
     }
 
     /// The cursor the next event will get.
@@ -568,6 +580,8 @@ impl State {
     ) -> Result<(State, SnapshotRecords<R>), SnapshotError> {
         use bincode::Options;
         let mut limited = std::io::Read::take(reader, bytes);
+        crate::cold::read_snapshot_header(&mut limited)?;
+        let bytes = limited.limit();
         // The limit makes bincode check every length against the bytes left
         // before it allocates: a corrupt length is an error, not an abort.
         let state: State = bincode::DefaultOptions::new()
@@ -582,8 +596,10 @@ impl State {
     /// The [`State::state_hash`] of the state [`State::snapshot`] bytes
     /// hold, decoding only their hot part (the bytes start with it).
     pub fn snapshot_state_hash(bytes: &[u8]) -> Result<String, SnapshotError> {
+        let mut reader = bytes;
+        crate::cold::read_snapshot_header(&mut reader)?;
         // bincode 1's `deserialize` allows trailing bytes: the cold records.
-        let state: State = bincode::deserialize(bytes).map_err(|error| SnapshotError::Decode(error.to_string()))?;
+        let state: State = bincode::deserialize(reader).map_err(|error| SnapshotError::Decode(error.to_string()))?;
         Ok(state.state_hash())
     }
 
@@ -595,15 +611,27 @@ impl State {
         sha256_hex(&self.hot_snapshot())
     }
 
-    fn cold_records(&self) -> [&ColdRecords; 5] {
+    fn cold_records(&self) -> [&ColdRecords; 8] {
         let [executions, finalized] = self.executions.cold();
         let [events, by_execution] = self.audit.cold();
-        [executions, finalized, self.leases.cold(), events, by_execution]
+        let [approvals, approvals_by_time, approvals_closed] = self.approvals.cold();
+        [
+            executions,
+            finalized,
+            self.leases.cold(),
+            events,
+            by_execution,
+            approvals,
+            approvals_by_time,
+            approvals_closed,
+        ]
     }
 
-    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 5] {
+    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 8] {
         let [executions, finalized] = self.executions.cold_mut();
         let [events, by_execution] = self.audit.cold_mut();
-        [executions, finalized, self.leases.cold_mut(), events, by_execution]
+        let [approvals, approvals_by_time, approvals_closed] = self.approvals.cold_mut();
+        let leases = self.leases.cold_mut();
+        [executions, finalized, leases, events, by_execution, approvals, approvals_by_time, approvals_closed]
     }
 }

@@ -236,6 +236,7 @@ pub struct Approval {
     /// Canonical JSON of the approved input.
     pub input_json: String,
     /// SHA-256 of the canonical input, lower-case hex.
+    #[serde(with = "hash_hex")]
     pub input_hash: String,
     /// Why approval is needed.
     pub reasons: Vec<String>,
@@ -417,6 +418,7 @@ pub struct Execution {
     /// Canonical JSON input.
     pub input_json: String,
     /// SHA-256 of the canonical input.
+    #[serde(with = "hash_hex")]
     pub input_hash: String,
     /// Who submitted it.
     pub actor: Actor,
@@ -485,4 +487,107 @@ pub enum ReportOutcome {
         /// Whether the handler considers it retryable.
         retryable: bool,
     },
+}
+
+/// Serde for a SHA-256 in lower-case hex: the string itself in a
+/// human-readable format (JSON), its 32 bytes in a binary one (bincode:
+/// cold records, snapshots, the log), and the string when it is not 64
+/// lower-case hex digits (so every value round-trips exactly).
+pub(crate) mod hash_hex {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// The binary form, written from a borrowed string.
+    #[derive(Serialize)]
+    enum Written<'a> {
+        Bytes([u8; 32]),
+        Text(&'a str),
+    }
+
+    /// The binary form, read back (the same variants as [`Written`]).
+    #[derive(Deserialize)]
+    enum Read {
+        Bytes([u8; 32]),
+        Text(String),
+    }
+
+    fn bytes_of(hash: &str) -> Option<[u8; 32]> {
+        let lower = hash.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+        let mut bytes = [0u8; 32];
+        (lower && hex::decode_to_slice(hash, &mut bytes).is_ok()).then_some(bytes)
+    }
+
+    fn written(hash: &str) -> Written<'_> {
+        bytes_of(hash).map_or(Written::Text(hash), Written::Bytes)
+    }
+
+    fn read(form: Read) -> String {
+        match form {
+            Read::Bytes(bytes) => hex::encode(bytes),
+            Read::Text(text) => text,
+        }
+    }
+
+    pub(crate) fn serialize<S: Serializer>(hash: &str, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            return serializer.serialize_str(hash);
+        }
+        written(hash).serialize(serializer)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+        if deserializer.is_human_readable() {
+            return String::deserialize(deserializer);
+        }
+        Read::deserialize(deserializer).map(read)
+    }
+
+    /// The same for an optional hash.
+    pub(crate) mod option {
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+        pub(crate) fn serialize<S: Serializer>(hash: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+            if serializer.is_human_readable() {
+                return hash.serialize(serializer);
+            }
+            hash.as_deref().map(super::written).serialize(serializer)
+        }
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+            if deserializer.is_human_readable() {
+                return Option::<String>::deserialize(deserializer);
+            }
+            Option::<super::Read>::deserialize(deserializer).map(|form| form.map(super::read))
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        struct Hashed {
+            #[serde(with = "super")]
+            hash: String,
+            #[serde(with = "super::option")]
+            optional: Option<String>,
+        }
+
+        #[test]
+        fn a_lower_case_sha256_is_32_bytes_in_bincode_and_anything_else_round_trips_as_text() {
+            let hex = "ab".repeat(32);
+            for (hash, optional) in [
+                (hex.clone(), Some(hex.clone())),
+                (hex.to_uppercase(), None),
+                ("not a hash".to_string(), Some("ab".repeat(31))),
+                (String::new(), Some(format!("{}zz", "a".repeat(62)))),
+            ] {
+                let value = Hashed { hash, optional };
+                let bytes = bincode::serialize(&value).expect("bincode");
+                assert_eq!(bincode::deserialize::<Hashed>(&bytes).expect("bincode back"), value);
+                let json = serde_json::to_string(&value).expect("json");
+                assert_eq!(serde_json::from_str::<Hashed>(&json).expect("json back"), value);
+                assert!(json.contains(&format!("\"{}\"", value.hash)), "JSON keeps the string: {json}");
+            }
+            let compact = Hashed { hash: hex.clone(), optional: None };
+            assert_eq!(bincode::serialize(&compact).expect("bincode").len(), 4 + 32 + 1, "a tag and 32 bytes");
+        }
+    }
 }

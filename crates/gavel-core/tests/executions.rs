@@ -1166,6 +1166,28 @@ fn snapshot_then_restore_gives_the_same_state_hash_and_behaviour() {
 }
 
 #[test]
+fn a_snapshot_of_another_format_is_refused_by_name() {
+    let script = Script::new();
+    let bytes = script.state.snapshot();
+    assert_eq!(&bytes[..8], gavel_core::SNAPSHOT_MAGIC, "a snapshot names its format");
+    assert!(State::restore(&bytes).is_ok());
+    // What a build before format 2 wrote: the hot state first, no header.
+    let headerless = &bytes[12..];
+    let refused = State::restore(headerless).expect_err("a headerless snapshot is refused");
+    assert!(matches!(refused, gavel_core::SnapshotError::Format(_)), "{refused}");
+    assert!(refused.to_string().contains("before format 2"), "{refused}");
+    assert!(State::snapshot_state_hash(headerless).is_err());
+    // A later format.
+    let mut later = bytes.clone();
+    later[8..12].copy_from_slice(&(gavel_core::SNAPSHOT_FORMAT + 1).to_le_bytes());
+    let refused = State::restore(&later).expect_err("another format is refused");
+    assert!(
+        refused.to_string().contains(&format!("this build reads format {}", gavel_core::SNAPSHOT_FORMAT)),
+        "{refused}"
+    );
+}
+
+#[test]
 fn next_deadline_reports_the_earliest_lease_deadline_or_backoff_end() {
     let mut script = Script::new();
     script.tick();

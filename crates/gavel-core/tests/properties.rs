@@ -17,6 +17,7 @@
 //! The last test throws garbage (empty, huge and control-character ids,
 //! invalid JSON, zero and huge numbers) at `apply` and checks it never panics.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -24,9 +25,9 @@ use gavel_core::canonical_json::{canonicalize, input_hash};
 use gavel_core::ids::{approval_id_for, idempotency_key};
 use gavel_core::limits::{DEDUP_TTL_MS, TIMESTAMP_MS_MAX};
 use gavel_core::{
-    Actor, ActorKind, Approval, ApprovalPolicySpec, ApprovalStatus, CancelCode, CapabilitySpec, Command,
-    CreateApproval, Envelope, ErrorCode, Event, EventKind, Execution, ExecutionState, Lease, Reply, ReportOutcome,
-    ResultEnvelope, Retention, RetrySpec, Risk, SideEffect, State, StoredApprovalStatus, Submit,
+    Actor, ActorKind, Approval, ApprovalFilter, ApprovalPolicySpec, ApprovalStatus, CancelCode, CapabilitySpec,
+    Command, CreateApproval, Envelope, ErrorCode, Event, EventKind, Execution, ExecutionState, Lease, Reply,
+    ReportOutcome, ResultEnvelope, Retention, RetrySpec, Risk, SideEffect, State, StoredApprovalStatus, Submit,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{RngAlgorithm, TestCaseError};
@@ -469,7 +470,7 @@ impl Before {
                 .collect(),
             approvals: approval_ids
                 .iter()
-                .filter_map(|id| state.approval(id).map(|approval| (id.clone(), approval.clone())))
+                .filter_map(|id| state.approval(id).map(|approval| (id.clone(), approval.into_owned())))
                 .collect(),
         }
     }
@@ -523,6 +524,61 @@ macro_rules! ensure {
             return Err(TestCaseError::fail(format!("{}\n  {}", format!($($message)+), $context)));
         }
     };
+}
+
+/// `tiered` answers every approval read as `reference` does: each record,
+/// the counts, and `list_approvals` under every filter, whole and paged,
+/// which must also be the records `approval` gives, in (requested_at, id)
+/// order (open ones from memory merged with closed ones from the cold
+/// records).
+fn check_approval_reads(tiered: &State, reference: &State, ids: &[String], context: &str) -> Result<(), TestCaseError> {
+    let now_ms = reference.clock_ms();
+    let mut retained = Vec::new();
+    for id in ids {
+        let approval = tiered.approval(id).map(Cow::into_owned);
+        ensure!(context, approval.as_ref() == reference.approval(id).as_deref(), "approval {id} reads the same");
+        retained.extend(approval);
+    }
+    retained.sort_by(|a, b| (a.requested_at_ms, &a.id).cmp(&(b.requested_at_ms, &b.id)));
+    ensure!(context, tiered.counts(now_ms) == reference.counts(now_ms), "the same counts");
+    let statuses = [
+        ApprovalStatus::Pending,
+        ApprovalStatus::Approved,
+        ApprovalStatus::Rejected,
+        ApprovalStatus::Expired,
+        ApprovalStatus::Cancelled,
+        ApprovalStatus::Consumed,
+    ];
+    let mut filters = vec![ApprovalFilter::default()];
+    filters.extend(statuses.map(|status| ApprovalFilter { status: Some(status), ..ApprovalFilter::default() }));
+    filters.extend(
+        retained.iter().map(|a| ApprovalFilter { capability_id: Some(a.capability_id.clone()), ..Default::default() }),
+    );
+    filters.extend(ACTORS.map(|actor| ApprovalFilter { actor_id: Some(actor.to_string()), ..Default::default() }));
+    for filter in &filters {
+        let list = |state: &State, after: Option<&(u64, String)>, limit: usize| -> Vec<Approval> {
+            state.list_approvals(filter, now_ms, after, limit).into_iter().map(Cow::into_owned).collect()
+        };
+        let whole = list(tiered, None, 100);
+        ensure!(context, whole == list(reference, None, 100), "the same listing under {filter:?}");
+        let expected: Vec<&Approval> = retained
+            .iter()
+            .filter(|a| filter.status.is_none_or(|status| a.status_at(now_ms) == status))
+            .filter(|a| filter.capability_id.as_ref().is_none_or(|id| a.capability_id == *id))
+            .filter(|a| filter.actor_id.as_ref().is_none_or(|id| a.actor.id == *id))
+            .collect();
+        ensure!(context, whole.iter().eq(expected), "the listing under {filter:?} is in (requested_at, id) order");
+        let mut paged = Vec::new();
+        let mut after = None;
+        loop {
+            let page = list(tiered, after.as_ref(), 2);
+            let Some(last) = page.last() else { break };
+            after = Some((last.requested_at_ms, last.id.clone()));
+            paged.extend(page);
+        }
+        ensure!(context, paged == whole, "pages of two under {filter:?} make the whole listing");
+    }
+    Ok(())
 }
 
 /// A remembered request id: its command, when it expires, and the step that set it.
@@ -989,6 +1045,7 @@ impl Run {
             ensure!(context, tiered.execution(id) == self.state.execution(id), "execution {id} reads the same");
         }
         ensure!(context, tiered.execution_count() == self.state.execution_count(), "the same number retained");
+        check_approval_reads(&tiered, &self.state, &self.approval_ids, &context)?;
         ensure!(context, tiered.state_hash() == self.state.state_hash(), "the tiered state has the same state hash");
         let whole = State::restore(&tiered.snapshot()).map_err(|error| TestCaseError::fail(error.to_string()))?;
         ensure!(
@@ -1006,7 +1063,7 @@ impl Run {
             ensure!(context, pre.execution(id) == post.execution(id).as_deref(), "execution {id} unchanged");
         }
         for id in &self.approval_ids {
-            ensure!(context, pre.approval(id) == post.approval(id), "approval {id} unchanged");
+            ensure!(context, pre.approval(id) == post.approval(id).as_deref(), "approval {id} unchanged");
         }
         Ok(())
     }
@@ -1461,7 +1518,8 @@ impl Run {
         let mut consumed = 0;
         for id in self.approval_ids.clone() {
             let before = pre.approval(&id);
-            let after = post.approval(&id);
+            let after = post.approval(&id).map(Cow::into_owned);
+            let after = after.as_ref();
             let consumed_events = new_events
                 .iter()
                 .filter(|event| event.kind == EventKind::ApprovalConsumed && event.approval_id.as_deref() == Some(&id))

@@ -1,6 +1,7 @@
 //! The on-disk [`ColdStore`]: the state machine's cold records (finalized
 //! executions, their finalized index, their lease records, the audit events
-//! and their per-execution index) in a redb file,
+//! and their per-execution index, closed approvals and their listing and
+//! retention indexes) in a redb file,
 //! one redb table per [`ColdTable`].
 //!
 //! redb gives MVCC read transactions (a reader sees one committed version
@@ -34,8 +35,18 @@ fn definition(table: ColdTable) -> TableDefinition<'static, &'static [u8], &'sta
         ColdTable::Leases => TableDefinition::new("leases"),
         ColdTable::Events => TableDefinition::new("events"),
         ColdTable::ExecutionEvents => TableDefinition::new("execution_events"),
+        ColdTable::Approvals => TableDefinition::new("approvals"),
+        ColdTable::ApprovalsByTime => TableDefinition::new("approvals_by_time"),
+        ColdTable::ApprovalsClosed => TableDefinition::new("approvals_closed"),
     }
 }
+
+/// The format table: the record encoding the file was written in, under
+/// [`FORMAT_KEY`] ([`gavel_core::SNAPSHOT_FORMAT`], the same number as the
+/// snapshots': both carry the same records).
+const FORMAT: TableDefinition<'static, &'static str, &'static [u8]> = TableDefinition::new("format");
+/// Format key: the format, a u32, little-endian.
+const FORMAT_KEY: &str = "format";
 
 /// The checkpoint table: the hot state and the snapshot position the cold
 /// tables are at ([`RedbColdStore::write_checkpoint`]).
@@ -78,11 +89,52 @@ fn write_error(error: impl std::fmt::Display) -> ColdStoreError {
     ColdStoreError::Write(error.to_string())
 }
 
+/// Checks that `database` is in this build's format
+/// ([`gavel_core::SNAPSHOT_FORMAT`]), writing it into a file that holds
+/// nothing yet.
+fn check_format(database: &Database, path: &Path) -> Result<(), ColdStoreError> {
+    let expected = gavel_core::SNAPSHOT_FORMAT;
+    let refuse = |what: String| {
+        ColdStoreError::Write(format!(
+            "{} {what}; this build reads format {expected}: start the node with an empty data directory (it \
+             catches up from the cluster by snapshot) or run the build that wrote it",
+            path.display()
+        ))
+    };
+    let transaction = database.begin_read().map_err(write_error)?;
+    match transaction.open_table(FORMAT) {
+        Ok(table) => {
+            let stored = table.get(FORMAT_KEY).map_err(write_error)?.map(|value| value.value().to_vec());
+            return match stored.as_deref().and_then(|bytes| <[u8; 4]>::try_from(bytes).ok()) {
+                Some(bytes) if u32::from_le_bytes(bytes) == expected => Ok(()),
+                Some(bytes) => Err(refuse(format!("is in cold-record format {}", u32::from_le_bytes(bytes)))),
+                None => Err(refuse("has an unreadable format record".to_string())),
+            };
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(error) => return Err(write_error(error)),
+    }
+    let written_before = transaction.list_tables().map_err(write_error)?.next().is_some();
+    drop(transaction);
+    if written_before {
+        return Err(refuse("was written before cold-record format 2".to_string()));
+    }
+    let transaction = database.begin_write().map_err(write_error)?;
+    transaction
+        .open_table(FORMAT)
+        .map_err(write_error)?
+        .insert(FORMAT_KEY, &expected.to_le_bytes()[..])
+        .map_err(write_error)?;
+    transaction.commit().map_err(write_error)
+}
+
 impl RedbColdStore {
-    /// Opens (or creates) the store file at `path`.
+    /// Opens (or creates) the store file at `path`. A file written in
+    /// another record format (by another build) is refused, never misread.
     pub fn open(path: &Path) -> Result<Arc<RedbColdStore>, ColdStoreError> {
         let database =
             Database::builder().set_cache_size(crate::app::COLD_CACHE_BYTES).create(path).map_err(write_error)?;
+        check_format(&database, path)?;
         Ok(Arc::new(RedbColdStore { database, path: path.to_path_buf(), writes: AtomicU64::new(0) }))
     }
 
@@ -324,6 +376,137 @@ mod tests {
 
     fn put(table: ColdTable, key: &[u8], value: &[u8]) -> ColdMutation {
         ColdMutation { table, key: key.to_vec(), value: Some(value.to_vec()) }
+    }
+
+    /// Applies one command at `now_ms`, without a caller (an `--insecure` node).
+    fn apply(state: &mut gavel_core::State, now_ms: u64, command: gavel_core::Command) -> gavel_core::Reply {
+        state.apply(&gavel_core::Envelope { request_id: None, now_ms, caller: None, command })
+    }
+
+    #[test]
+    fn a_file_of_another_cold_record_format_is_refused_by_name() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let fresh = directory.path().join("fresh.redb");
+        let store = RedbColdStore::open(&fresh).expect("a new file takes this build's format");
+        store.write(&[put(ColdTable::Executions, b"e1", b"v")]).expect("write");
+        drop(store);
+        let store = RedbColdStore::open(&fresh).expect("and opens again");
+        assert_eq!(store.get(ColdTable::Executions, b"e1"), Some(b"v".to_vec()));
+        drop(store);
+
+        // A file an older build wrote: cold tables, no format record.
+        let older = directory.path().join("older.redb");
+        let database = Database::create(&older).expect("create");
+        let transaction = database.begin_write().expect("write");
+        transaction
+            .open_table(definition(ColdTable::Executions))
+            .expect("table")
+            .insert(&b"e1"[..], &b"v"[..])
+            .expect("insert");
+        transaction.commit().expect("commit");
+        drop(database);
+        let refused = RedbColdStore::open(&older).expect_err("an older file is refused");
+        assert!(refused.to_string().contains("written before cold-record format 2"), "{refused}");
+        assert!(refused.to_string().contains("empty data directory"), "{refused}");
+
+        // A file of a later format.
+        let later = directory.path().join("later.redb");
+        let database = Database::create(&later).expect("create");
+        let transaction = database.begin_write().expect("write");
+        let next = (gavel_core::SNAPSHOT_FORMAT + 1).to_le_bytes();
+        transaction.open_table(FORMAT).expect("table").insert(FORMAT_KEY, &next[..]).expect("insert");
+        transaction.commit().expect("commit");
+        drop(database);
+        let refused = RedbColdStore::open(&later).expect_err("a later format is refused");
+        let expected = format!("is in cold-record format {}", gavel_core::SNAPSHOT_FORMAT + 1);
+        assert!(refused.to_string().contains(&expected), "{refused}");
+    }
+
+    /// The lifecycles a disk measurement runs.
+    const MEASURED_LIFECYCLES: u64 = 20_000;
+    /// Lifecycles between two flushes, as a node flushes its overlay in batches.
+    const LIFECYCLES_PER_FLUSH: u64 = 250;
+    /// The bounds the measurement asserts, per retained finalized execution:
+    /// the file's size (with the pages freed by batches written without
+    /// fsync, which redb reuses only after the next durable write) and the
+    /// pages the tables use.
+    const DISK_FILE_BYTES_PER_EXECUTION_MAX: u64 = 1_800;
+    const DISK_PAGE_BYTES_PER_EXECUTION_MAX: u64 = 1_100;
+
+    /// What a retained finalized execution (submit, lease, complete, with its
+    /// three audit events and their index entries) costs on disk: the cold
+    /// mutations of real lifecycles, written through the redb store the way a
+    /// node writes them (batches without fsync, then a durable checkpoint),
+    /// measured as the file's size and as the pages the tables use.
+    #[test]
+    fn a_finalized_execution_takes_a_bounded_number_of_bytes_on_disk() {
+        use gavel_core::{Actor, CapabilitySpec, Command, Reply, ReportOutcome, Risk, SideEffect, State, Submit};
+        let directory = tempfile::tempdir().expect("temp dir");
+        let path = directory.path().join("cold.redb");
+        let disk = RedbColdStore::open(&path).expect("open");
+        let mut state = State::new();
+        state.attach_cold_store(disk.clone());
+        let mut now_ms = 1_000_000;
+        let spec = CapabilitySpec {
+            id: "docs.read".to_string(),
+            side_effect: Some(SideEffect::Read),
+            risk: Some(Risk::Low),
+            ..CapabilitySpec::default()
+        };
+        assert!(matches!(apply(&mut state, now_ms, Command::RegisterCapability(spec)), Reply::Capability(_)));
+        for index in 0..MEASURED_LIFECYCLES {
+            let submit = Submit {
+                execution_id: format!("exec-{index:06}"),
+                capability_id: "docs.read".to_string(),
+                input_json: format!(r#"{{"query":"raft","page":{index}}}"#),
+                actor: Actor::user("alice"),
+                surface: "api".to_string(),
+                correlation_id: None,
+            };
+            assert!(matches!(apply(&mut state, now_ms, Command::Submit(submit)), Reply::Execution { .. }));
+            let poll = Command::Poll {
+                worker_id: "worker-1".to_string(),
+                queues: vec!["docs.read".to_string()],
+                tasks_max: 1,
+            };
+            let Reply::Tasks(tasks) = apply(&mut state, now_ms, poll) else { panic!("a poll answers tasks") };
+            let report = Command::Report {
+                lease_id: tasks[0].lease.lease_id,
+                worker_id: "worker-1".to_string(),
+                outcome: ReportOutcome::Completed { output_json: r#"{"hits":3}"#.to_string() },
+            };
+            assert!(matches!(apply(&mut state, now_ms, report), Reply::Reported { .. }));
+            now_ms += 10;
+            if (index + 1) % LIFECYCLES_PER_FLUSH == 0 {
+                state.flush_cold(|mutations| disk.write_eventually(mutations)).expect("a batch write");
+            }
+        }
+        let hot = state.hot_snapshot();
+        disk.write_checkpoint(&[], b"position", &hot).expect("a durable checkpoint");
+        assert_eq!(state.execution_count() as u64, MEASURED_LIFECYCLES);
+        assert_eq!(
+            disk.len() as u64,
+            9 * MEASURED_LIFECYCLES + 1,
+            "nine cold records per lifecycle, and the registration event"
+        );
+        drop(state);
+        let written = std::fs::metadata(&path).expect("the file").len() / MEASURED_LIFECYCLES;
+        drop(disk);
+        let database = Database::create(&path).expect("reopen");
+        let stats = database.begin_write().expect("a write transaction").stats().expect("stats");
+        let allocated = stats.allocated_pages() * stats.page_size() as u64 / MEASURED_LIFECYCLES;
+        eprintln!(
+            "cold.redb: {written} B per execution in the file, {allocated} B in the pages the tables use; \
+             {} B stored, {} B metadata per execution ({} leaf pages, {} branch; {MEASURED_LIFECYCLES} executions, \
+             {} B of hot state)",
+            stats.stored_bytes() / MEASURED_LIFECYCLES,
+            stats.metadata_bytes() / MEASURED_LIFECYCLES,
+            stats.leaf_pages(),
+            stats.branch_pages(),
+            hot.len()
+        );
+        assert!(written <= DISK_FILE_BYTES_PER_EXECUTION_MAX, "{written} B per execution in the file");
+        assert!(allocated <= DISK_PAGE_BYTES_PER_EXECUTION_MAX, "{allocated} B per execution in pages");
     }
 
     #[test]

@@ -51,7 +51,7 @@ impl State {
         let (input_json, input_hash) = crate::precheck::create_approval(request)?;
         let now_ms = self.approval_now(request.caller_now_ms);
         let (requested_at_ms, expires_at_ms) = crate::precheck::approval_validity(request, now_ms)?;
-        if self.approvals.get(&request.id).is_some() {
+        if self.approvals.contains(&request.id) {
             return Err(DomainError::new(
                 ErrorCode::AlreadyExists,
                 format!("approval \"{}\" already exists", request.id),
@@ -126,8 +126,8 @@ impl State {
             Err(refusal) => return Err(self.with_approval_state(refusal, id, now_ms)),
         };
         let kind = if status == ApprovalStatus::Approved { EventKind::Approved } else { EventKind::Rejected };
-        self.audit.record(kind, approver, EventSubject::of_approval(approval), self.clock_ms);
-        Ok(approval_reply(approval, now_ms))
+        self.audit.record(kind, approver, EventSubject::of_approval(&approval), self.clock_ms);
+        Ok(approval_reply(&approval, now_ms))
     }
 
     pub(super) fn consume_approval(
@@ -143,7 +143,7 @@ impl State {
         invalid_if_any(problems, "invalid consume request")?;
         let now_ms = self.approval_now(caller_now_ms);
         let approval = self.mark_consumed(id, execution_id, now_ms, principal)?;
-        Ok(approval_reply(approval, now_ms))
+        Ok(approval_reply(&approval, now_ms))
     }
 
     /// The atomic compare-and-set, and `approval.consumed`: by the principal
@@ -154,17 +154,16 @@ impl State {
         execution_id: &str,
         now_ms: u64,
         principal: Option<&Principal>,
-    ) -> Result<&Approval, DomainError> {
-        // The refusal is built after the consume's borrow ends: it reads the record.
-        if let Err(refusal) = self.approvals.consume(id, execution_id, now_ms).map(drop) {
-            return Err(self.with_approval_state(refusal, id, now_ms));
-        }
-        let approval = self.approvals.get(id).expect("the approval was just consumed");
+    ) -> Result<Approval, DomainError> {
+        let approval = match self.approvals.consume(id, execution_id, now_ms) {
+            Ok(approval) => approval,
+            Err(refusal) => return Err(self.with_approval_state(refusal, id, now_ms)),
+        };
         let actor = match principal {
             Some(principal) => principal.as_actor(),
             None => approval.decision.as_ref().map_or(&approval.actor, |decision| &decision.approver).clone(),
         };
-        self.audit.record(EventKind::ApprovalConsumed, &actor, EventSubject::of_approval(approval), self.clock_ms);
+        self.audit.record(EventKind::ApprovalConsumed, &actor, EventSubject::of_approval(&approval), self.clock_ms);
         Ok(approval)
     }
 
@@ -185,7 +184,7 @@ impl State {
             Err(refusal) => return Err(self.with_approval_state(refusal, id, now_ms)),
         };
         let actor = principal.map_or_else(|| approval.actor.clone(), Principal::as_actor);
-        self.audit.record(EventKind::ApprovalCancelled, &actor, EventSubject::of_approval(approval), self.clock_ms);
-        Ok(approval_reply(approval, now_ms))
+        self.audit.record(EventKind::ApprovalCancelled, &actor, EventSubject::of_approval(&approval), self.clock_ms);
+        Ok(approval_reply(&approval, now_ms))
     }
 }

@@ -99,27 +99,23 @@ impl State {
             return self.request_approval(submit, input_json, input_hash, principal);
         }
         let capability_version = capability.version;
-        let subject = EventSubject {
-            execution_id: Some(&submit.execution_id),
-            capability_id: Some(&submit.capability_id),
-            approval_id: None,
-            correlation_id: submit.correlation_id.as_deref(),
-            input_hash: Some(&input_hash),
-        };
+        let execution = self
+            .create_execution(NewExecution {
+                execution_id: submit.execution_id.clone(),
+                capability_id: &submit.capability_id,
+                capability_version,
+                input_json,
+                input_hash,
+                actor: submit.actor.clone(),
+                surface: submit.surface.clone(),
+                correlation_id: submit.correlation_id.clone(),
+                approval_id: None,
+                approver: None,
+            })
+            .clone();
+        let subject = EventSubject::of_execution(&execution);
         self.audit.record(EventKind::Requested, &submit.actor, subject, self.clock_ms);
-        let execution = self.create_execution(NewExecution {
-            execution_id: submit.execution_id.clone(),
-            capability_id: &submit.capability_id,
-            capability_version,
-            input_json,
-            input_hash,
-            actor: submit.actor.clone(),
-            surface: submit.surface.clone(),
-            correlation_id: submit.correlation_id.clone(),
-            approval_id: None,
-            approver: None,
-        });
-        Ok(Reply::Execution { execution: execution.clone(), created: true })
+        Ok(Reply::Execution { execution, created: true })
     }
 
     /// Submit of a capability that needs approval: store a pending approval
@@ -138,7 +134,7 @@ impl State {
                 return Err(already_exists(&submit.execution_id));
             }
             let status = existing.status_at(self.clock_ms);
-            return Ok(Reply::ApprovalRequired { approval: existing.clone(), status });
+            return Ok(Reply::ApprovalRequired { approval: existing.into_owned(), status });
         }
         let policy = capability.approval.as_ref().expect("requires_approval implies a policy");
         let subject = EventSubject {
@@ -147,6 +143,7 @@ impl State {
             approval_id: Some(&approval_id),
             correlation_id: submit.correlation_id.as_deref(),
             input_hash: Some(&input_hash),
+            of_execution: false,
         };
         self.audit.record(EventKind::Requested, &submit.actor, subject, self.clock_ms);
         let approval = Approval {
@@ -195,7 +192,7 @@ impl State {
             Some(text) => Some(check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?.1),
             None => None,
         };
-        let approval = self.approvals.get(approval_id).ok_or_else(|| approval_not_found(approval_id))?.clone();
+        let approval = self.approvals.get(approval_id).ok_or_else(|| approval_not_found(approval_id))?.into_owned();
         let now_ms = self.clock_ms;
         let refuse = |code: ErrorCode, message: String| Err(DomainError::new(code, message));
         match approval.status_at(now_ms) {

@@ -24,7 +24,7 @@ impl State {
                 Some(approval) => {
                     let now_ms = caller_now(command).unwrap_or(self.clock_ms());
                     let status = approval.status_at(now_ms);
-                    let approval = approval.clone();
+                    let approval = approval.into_owned();
                     if matches!(remembered, RememberedReply::ApprovalRequired { .. }) {
                         Reply::ApprovalRequired { approval, status }
                     } else {

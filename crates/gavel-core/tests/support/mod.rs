@@ -183,7 +183,7 @@ impl Script {
 
     /// The stored approval.
     pub fn approval(&self, approval_id: &str) -> Approval {
-        self.state.approval(approval_id).unwrap_or_else(|| panic!("no approval {approval_id}")).clone()
+        self.state.approval(approval_id).unwrap_or_else(|| panic!("no approval {approval_id}")).into_owned()
     }
 
     /// Every retained event, oldest first.

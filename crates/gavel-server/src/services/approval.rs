@@ -44,7 +44,7 @@ impl ApprovalService for Approvals {
         let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms).map_err(domain_status)?;
         let read = |state: &State| {
             let now_ms = read_time_ms(state, caller_now_ms);
-            state.approval(&message.id).map(|approval| approval_out(approval, approval.status_at(now_ms)))
+            state.approval(&message.id).map(|approval| approval_out(&approval, approval.status_at(now_ms)))
         };
         let approval = if self.node.plants(Mutant::StaleRead) {
             // Planted bug: the routing layer let this call through on any
@@ -57,7 +57,8 @@ impl ApprovalService for Approvals {
                     // read only approvals of its types. An unknown id is
                     // authorized as an unfiltered listing, so a caller that may
                     // not read approvals learns nothing from "not found".
-                    let action = match state.approval(&message.id) {
+                    let approval = state.approval(&message.id);
+                    let action = match &approval {
                         Some(approval) => Action::ReadApproval { types: &approval.types },
                         None => Action::ListApprovals { approval_type: None },
                     };
@@ -106,11 +107,9 @@ impl ApprovalService for Approvals {
                 let now_ms = read_time_ms(state, query.caller_now_ms);
                 let filter =
                     ApprovalFilter { readable_by_scope: state.approval_read_scope(caller.as_ref()), ..query.filter };
-                approvals_page_out(
-                    &state.list_approvals(&filter, now_ms, query.after.as_ref(), query.limit),
-                    query.limit,
-                    now_ms,
-                )
+                // Closed approvals are read back from the cold records, so the page owns them.
+                let page = state.list_approvals(&filter, now_ms, query.after.as_ref(), query.limit);
+                approvals_page_out(&page.iter().map(AsRef::as_ref).collect::<Vec<_>>(), query.limit, now_ms)
             })
             .await?;
         Ok(Response::new(page))
