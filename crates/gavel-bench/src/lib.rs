@@ -184,9 +184,9 @@ pub struct BenchArgs {
     /// Scale mode: concurrent submitters of the fill and clients of each measurement.
     #[arg(long, default_value_t = 64, requires = "scale")]
     pub scale_clients: usize,
-    /// Scale mode: disk each node needs per retained execution (e.g. 3K); a run whose four nodes would not fit
-    /// above --watchdog-disk-min is not started.
-    #[arg(long, value_parser = watchdog::parse_bytes, default_value = "3K", requires = "scale")]
+    /// Scale mode: disk each node needs per retained execution (measured: about 6 KB); a run whose four nodes
+    /// would not fit above --watchdog-disk-min is not started.
+    #[arg(long, value_parser = watchdog::parse_bytes, default_value = "6K", requires = "scale")]
     pub scale_disk_per_execution: u64,
     /// Scale mode: the whole run's deadline; past it the watchdog stops the run.
     #[arg(long, value_parser = parse_duration, default_value = "25m", requires = "scale")]
@@ -636,7 +636,7 @@ mod tests {
         assert!(Cli::try_parse_from(["bench", "--watchdog-mem-min", "3G"]).is_err(), "watchdog flags need --scale");
         let cli = Cli::try_parse_from(["bench", "--scale", "10"]).expect("parses");
         assert_eq!((cli.bench.watchdog_mem_min, cli.bench.watchdog_disk_min), (2_500_000_000, 4_000_000_000));
-        assert_eq!((cli.bench.scale_deadline, cli.bench.scale_disk_per_execution), (Duration::from_secs(1500), 3000));
+        assert_eq!((cli.bench.scale_deadline, cli.bench.scale_disk_per_execution), (Duration::from_secs(1500), 6000));
         let cli =
             Cli::try_parse_from(["bench", "--scale", "10", "--watchdog-mem-min", "1Gi", "--scale-deadline", "5m"])
                 .expect("parses");

@@ -260,9 +260,10 @@ pub(crate) fn restart_line(restart: &RestartReport) -> String {
 /// The fourth node's install.
 pub(crate) fn install_line(install: &InstallReport) -> String {
     format!(
-        "  node {} joined by snapshot: installed {} in {} ({}), snapshot index reached after {:.1} ms, caught up \
+        "  node {} joined {}: installed {} in {} ({}), snapshot index reached after {:.1} ms, caught up \
          after {:.1} ms; its RSS {} (peak {}); read through it: {}; load {}",
         install.node,
+        if install.by_snapshot { "by snapshot" } else { "by log (the leader had not purged it)" },
         megabytes(install.snapshot_bytes),
         install.install_s.map_or("-".to_string(), |seconds| format!("{seconds:.2} s")),
         install.install_mb_per_s.map_or("-".to_string(), |rate| format!("{rate:.1} MB/s")),
