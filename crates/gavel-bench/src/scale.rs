@@ -42,14 +42,15 @@ use crate::{procfs, watchdog, BenchError, Printer, Workload};
 const FILL_WORKERS: usize = 4;
 /// Tasks per fill poll (the server's maximum).
 const POLL_TASKS: u32 = 64;
-/// Submitted but not yet finalized executions the fill allows: enough for
-/// every fill worker's next two polls to come back full, so the workers never
-/// wait, and small enough that the queue (hot state, in memory and in every
-/// snapshot) stays a few thousand executions, whatever N. Without it the
-/// submitters ran far ahead of the workers: at 1M the queue reached about
-/// 100,000 executions, the snapshots and the nodes' memory grew with it, and
-/// the fill fell to about 110/s.
-const FILL_BACKLOG_MAX: u64 = 2 * FILL_WORKERS as u64 * POLL_TASKS as u64;
+/// Submitted but not yet finalized executions the fill allows: the fill
+/// workers' next 16 polls each, so they never wait for submissions, yet the
+/// queue (hot state, in memory and in every snapshot) stays a few thousand
+/// executions whatever N. Without a bound the submitters ran far ahead of the
+/// workers: at 1M the queue reached about 100,000 executions, the snapshots
+/// and the nodes' memory grew with it, and the fill fell to about 110/s. A
+/// bound of 2 polls per worker (512) held the fill at about 620/s instead of
+/// 1,500–2,200/s.
+const FILL_BACKLOG_MAX: u64 = 16 * FILL_WORKERS as u64 * POLL_TASKS as u64;
 /// How long a submitter waits when the backlog is full.
 const BACKLOG_WAIT: Duration = Duration::from_millis(2);
 /// Fill calls ride out long pauses (snapshots of a large state) instead of
@@ -62,6 +63,33 @@ fn fill_timings() -> ClientConfig {
         ..ClientConfig::default()
     }
 }
+/// Attempts of one fill report: the SDK retries what it knows to be
+/// transient, but under a fill's load a stream can also fail with an h2
+/// protocol error (seen as RESOURCE_EXHAUSTED) the SDK does not retry, and
+/// an unreported lease would hold its execution for the capability's whole
+/// attempt deadline. A report with the same request id is idempotent.
+const FILL_REPORT_ATTEMPTS: u32 = 5;
+/// Pause between two of those attempts.
+const FILL_REPORT_PAUSE: Duration = Duration::from_millis(200);
+
+/// [`gavel_client::Client::report`], retried up to [`FILL_REPORT_ATTEMPTS`] times.
+async fn report_with_retries(
+    client: &gavel_client::Client,
+    request: pb::ReportRequest,
+) -> Result<pb::ReportResponse, gavel_client::Error> {
+    let mut attempt = 1;
+    loop {
+        match client.report(request.clone()).await {
+            Err(error) if attempt < FILL_REPORT_ATTEMPTS => {
+                tracing::debug!("fill: report attempt {attempt} failed: {error}");
+                attempt += 1;
+                tokio::time::sleep(FILL_REPORT_PAUSE).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// The window of the "recent" fill rate.
 const RECENT: Duration = Duration::from_secs(10);
 
@@ -388,7 +416,7 @@ pub(crate) async fn fill(
                         })),
                     };
                     let client = client.clone();
-                    async move { client.report(request).await }
+                    async move { report_with_retries(&client, request).await }
                 });
                 for (task, reported) in polled.tasks.iter().zip(futures::future::join_all(reports).await) {
                     let execution = reported
