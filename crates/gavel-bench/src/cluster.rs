@@ -196,6 +196,138 @@ impl LocalCluster {
     }
 }
 
+impl LocalCluster {
+    /// The `snapshot built` (or, with [`INSTALLED_LINE`], `snapshot
+    /// installed`) lines of node `id`'s log, in order.
+    pub fn snapshot_events(&self, id: u64, message: &str) -> Result<Vec<SnapshotEvent>, BenchError> {
+        let log = self.cluster.log_path(id).ok_or(gavel_testkit::Error::UnknownNode(id))?;
+        let text = std::fs::read_to_string(log).map_err(BenchError::io(format!("reading {}", log.display())))?;
+        Ok(parse_snapshot_events(&text, message))
+    }
+}
+
+/// The log line of a snapshot built here (`bytes=`, `took=`).
+pub(crate) const BUILT_LINE: &str = "snapshot built";
+/// The log line of a snapshot received from the leader and installed (`bytes=`, `took=`).
+pub(crate) const INSTALLED_LINE: &str = "snapshot installed";
+
+/// One timed snapshot line of a node log: a build or an install.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SnapshotEvent {
+    /// When the line was written, that is when the build or install ended
+    /// (microseconds since the Unix epoch, UTC).
+    pub end_unix_us: i64,
+    /// Bytes of the snapshot.
+    pub bytes: u64,
+    /// How long it took (seconds).
+    pub took_s: f64,
+}
+
+impl SnapshotEvent {
+    /// When it started (microseconds since the Unix epoch).
+    pub fn start_unix_us(&self) -> i64 {
+        self.end_unix_us - (self.took_s * 1e6) as i64
+    }
+}
+
+/// The lines of `log` containing `message` that carry a timestamp, `bytes=` and `took=`.
+pub(crate) fn parse_snapshot_events(log: &str, message: &str) -> Vec<SnapshotEvent> {
+    log.lines()
+        .filter(|line| line.contains(message))
+        .filter_map(|line| {
+            let line = strip_ansi(line);
+            let end_unix_us = parse_rfc3339_us(line.split_whitespace().next()?)?;
+            let bytes = log_field(&line, "bytes")?.parse().ok()?;
+            let took_s = debug_seconds(log_field(&line, "took")?)?;
+            Some(SnapshotEvent { end_unix_us, bytes, took_s })
+        })
+        .collect()
+}
+
+/// `line` without ANSI colour sequences (`ESC [ ... m`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The value of ` field=` on a log line.
+fn log_field<'a>(line: &'a str, field: &str) -> Option<&'a str> {
+    let start = line.find(&format!(" {field}="))? + field.len() + 2;
+    let rest = &line[start..];
+    Some(&rest[..rest.find(char::is_whitespace).unwrap_or(rest.len())])
+}
+
+/// A `Debug`-printed duration (`1.234567s`, `850.1ms`, `12µs`, `5ns`) in seconds.
+pub(crate) fn debug_seconds(printed: &str) -> Option<f64> {
+    let (number, scale) = if let Some(value) = printed.strip_suffix("ms") {
+        (value, 1e-3)
+    } else if let Some(value) = printed.strip_suffix("µs") {
+        (value, 1e-6)
+    } else if let Some(value) = printed.strip_suffix("ns") {
+        (value, 1e-9)
+    } else {
+        (printed.strip_suffix('s')?, 1.0)
+    };
+    number.parse::<f64>().ok().map(|value| value * scale)
+}
+
+/// An RFC 3339 UTC timestamp as the node logs them
+/// (`2026-12-01T21:08:29.370656Z`), in microseconds since the Unix epoch.
+pub(crate) fn parse_rfc3339_us(text: &str) -> Option<i64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut date_parts = date.splitn(3, '-').map(str::parse::<i64>);
+    let (year, month, day) = (date_parts.next()?.ok()?, date_parts.next()?.ok()?, date_parts.next()?.ok()?);
+    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut clock_parts = clock.splitn(3, ':').map(str::parse::<i64>);
+    let (hour, minute, second) = (clock_parts.next()?.ok()?, clock_parts.next()?.ok()?, clock_parts.next()?.ok()?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let micros: i64 = if fraction.is_empty() {
+        0
+    } else {
+        let digits: String = fraction.chars().chain(std::iter::repeat('0')).take(6).collect();
+        digits.parse().ok()?
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    Some(((days * 24 + hour) * 60 + minute) * 60_000_000 + second * 1_000_000 + micros)
+}
+
+/// The apparent and allocated bytes of every top-level entry of `dir` (a
+/// directory counts everything under it), by name.
+pub(crate) fn dir_parts(dir: &Path) -> Result<std::collections::BTreeMap<String, (u64, u64)>, BenchError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut parts = std::collections::BTreeMap::new();
+    let listing = std::fs::read_dir(dir).map_err(BenchError::io(format!("listing {}", dir.display())))?;
+    for entry in listing {
+        let entry = entry.map_err(BenchError::io(format!("listing {}", dir.display())))?;
+        let metadata = entry.metadata().map_err(BenchError::io(format!("reading {}", entry.path().display())))?;
+        let sizes =
+            if metadata.is_dir() { dir_bytes(&entry.path())? } else { (metadata.len(), metadata.blocks() * 512) };
+        parts.insert(entry.file_name().to_string_lossy().into_owned(), sizes);
+    }
+    Ok(parts)
+}
+
 /// Sets up three network namespaces under a fresh prefix (after removing
 /// those of dead runs), or says why they are not available here.
 async fn start_net() -> Result<gavel_chaos::net::Net, BenchError> {
@@ -278,6 +410,52 @@ mod tests {
                    2025-01-01T00:00:03Z  INFO state_machine: snapshot stored snapshot=T1-10000 bytes=5678\n";
         assert_eq!(parse_snapshot_lines(log), SnapshotLines { last_bytes: Some(5678), stored: 2, restored: 1 });
         assert_eq!(parse_snapshot_lines("nothing here\n"), SnapshotLines::default());
+    }
+
+    #[test]
+    fn timed_snapshot_lines() {
+        let log = "2026-12-01T21:08:29.370622Z  INFO gavel_raft::storage::state_machine: snapshot stored \
+                   snapshot={snapshot_id: 1-394-0} bytes=7292169\n\
+                   2026-12-01T21:08:29.370656Z  INFO gavel_raft::storage::state_machine: snapshot built \
+                   snapshot={snapshot_id: 1-394-0, last_log:T1-N1-394} bytes=7292169 took=98.5ms\n\
+                   \u{1b}[2m2026-12-01T21:08:35.5Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m snapshot built \
+                   \u{1b}[3mbytes\u{1b}[0m\u{1b}[2m=\u{1b}[0m16454157 \u{1b}[3mtook\u{1b}[0m\u{1b}[2m=\u{1b}[0m1.25s\n\
+                   2026-12-01T21:09:00.000000Z  INFO snapshot built without figures\n";
+        let events = parse_snapshot_events(log, BUILT_LINE);
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(events[0].end_unix_us, 1_796_159_309_370_656);
+        assert_eq!(events[0].bytes, 7_292_169);
+        assert!((events[0].took_s - 0.0985).abs() < 1e-9, "{events:?}");
+        assert_eq!(events[0].start_unix_us(), 1_796_159_309_272_156);
+        assert_eq!(
+            (events[1].end_unix_us, events[1].bytes, events[1].took_s),
+            (1_796_159_315_500_000, 16_454_157, 1.25)
+        );
+        assert!(parse_snapshot_events(log, INSTALLED_LINE).is_empty());
+    }
+
+    #[test]
+    fn timestamps_and_durations() {
+        assert_eq!(parse_rfc3339_us("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339_us("2000-03-01T00:00:01.5Z"), Some(951_868_801_500_000));
+        assert_eq!(parse_rfc3339_us("2024-02-29T23:59:59.999999Z"), Some(1_709_251_199_999_999));
+        assert_eq!(parse_rfc3339_us("2024-13-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339_us("2024-01-01 00:00:00"), None);
+        assert_eq!(debug_seconds("1.5s"), Some(1.5));
+        assert_eq!(debug_seconds("250ms"), Some(0.25));
+        assert_eq!(debug_seconds("12µs"), Some(12e-6));
+        assert_eq!(debug_seconds("forever"), None);
+    }
+
+    #[test]
+    fn dir_parts_name_the_top_level_entries() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(dir.path().join("raft-log")).expect("mkdir");
+        std::fs::write(dir.path().join("raft-log/segment"), [0u8; 100]).expect("write");
+        std::fs::write(dir.path().join("cold.redb"), [0u8; 23]).expect("write");
+        let parts = dir_parts(dir.path()).expect("parts");
+        assert_eq!(parts.keys().collect::<Vec<_>>(), ["cold.redb", "raft-log"]);
+        assert_eq!((parts["cold.redb"].0, parts["raft-log"].0), (23, 100));
     }
 
     #[test]

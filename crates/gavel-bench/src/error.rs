@@ -61,6 +61,12 @@ pub enum BenchError {
     /// Ctrl-C arrived during the run.
     #[error("interrupted")]
     Interrupted,
+    /// The scale run's watchdog stopped it (memory, disk or deadline); its nodes were killed.
+    #[error("watchdog: {0}; the run was stopped and its nodes killed")]
+    Watchdog(String),
+    /// The scale run would not fit: it was not started.
+    #[error("{0}")]
+    WouldNotFit(String),
 }
 
 impl BenchError {

@@ -18,10 +18,16 @@
 //!   (the client's own raw worker leases it), Report completed;
 //! - `mixed`: even clients run approvals, odd clients executions.
 //!
-//! `--scale N` runs scale mode instead: fill N finalized executions, measure
-//! the executions workload after a checkpoint (10 000) and after N, report
-//! node memory, data directory and snapshot sizes, and time a follower's
-//! restart after SIGKILL.
+//! `--scale N` runs scale mode instead (see `scale`): fill N finalized
+//! executions, measure the executions workload after a checkpoint (10 000)
+//! and after N (also split into calls inside and outside snapshot builds),
+//! report node memory (VmRSS, VmHWM, bytes per execution), each part of the
+//! data directories, the leader's snapshot size and build time, time a
+//! follower's restart after SIGKILL and a fourth node's snapshot install,
+//! and print the targets table. A watchdog (see `watchdog`) stops the run,
+//! killing its nodes, when the machine's available memory or the disk under
+//! the data directory falls below a floor, or the run passes its deadline;
+//! a run that would not fit on the disk is not started.
 //!
 //! `--figures failover,lifecycle,cancel,idle-worker,restart` runs figures mode
 //! instead (see [`figures`]): leader failover, sequential lifecycle latency,
@@ -67,13 +73,17 @@ pub mod rolling;
 mod scale;
 mod stages;
 mod stats;
+pub mod watchdog;
 mod workload;
 
 pub use error::BenchError;
 pub use fault::{Fault, FaultReport, Injection};
 pub use figures::{Figure, FiguresReport};
 pub use rolling::{NodeRestart, RollingReport};
-pub use scale::{Checkpoint, FillReport, NodeFootprint, RestartReport, ScaleReport};
+pub use scale::{
+    BuildWindows, Checkpoint, Comparison, FillReport, InstallReport, NodeFootprint, PerExecution, RestartReport,
+    ScaleReport, SnapshotFigure,
+};
 pub use stats::Latency;
 pub use workload::{ConfigReport, CpuReport};
 
@@ -174,6 +184,20 @@ pub struct BenchArgs {
     /// Scale mode: concurrent submitters of the fill and clients of each measurement.
     #[arg(long, default_value_t = 64, requires = "scale")]
     pub scale_clients: usize,
+    /// Scale mode: disk each node needs per retained execution (measured: about 6 KB); a run whose four nodes
+    /// would not fit above --watchdog-disk-min is not started.
+    #[arg(long, value_parser = watchdog::parse_bytes, default_value = "6K", requires = "scale")]
+    pub scale_disk_per_execution: u64,
+    /// Scale mode: the whole run's deadline; past it the watchdog stops the run.
+    #[arg(long, value_parser = parse_duration, default_value = "25m", requires = "scale")]
+    pub scale_deadline: Duration,
+    /// Scale mode: stop the run (killing its nodes) when the machine's MemAvailable falls below this.
+    #[arg(long, value_parser = watchdog::parse_bytes, default_value = "2.5G", requires = "scale")]
+    pub watchdog_mem_min: u64,
+    /// Scale mode: stop the run (killing its nodes) when the free space under the data directory falls below
+    /// this.
+    #[arg(long, value_parser = watchdog::parse_bytes, default_value = "4G", requires = "scale")]
+    pub watchdog_disk_min: u64,
     /// Figures mode: measure these figures instead of the workloads, comma-separated: failover, lifecycle,
     /// cancel, idle-worker, restart (on the local cluster).
     #[arg(long, value_enum, value_delimiter = ',', conflicts_with_all = ["endpoints", "scale"])]
@@ -306,6 +330,9 @@ fn validate(args: &BenchArgs) -> Result<(), BenchError> {
     if args.scale == Some(0) || args.scale.is_some() && args.scale_clients == 0 {
         return invalid("--scale and --scale-clients must be positive");
     }
+    if args.scale.is_some() && args.scale_deadline.is_zero() {
+        return invalid("--scale-deadline must be positive");
+    }
     if !args.node_pids.is_empty() && args.node_pids.len() != args.endpoints.len() {
         return invalid("--node-pids needs one pid per endpoint, in the same order");
     }
@@ -359,7 +386,23 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
             .map_err(BenchError::client("reading the GAVEL_* credentials"))?;
         (args.endpoints.clone(), None, cluster::Dial::of(&config))
     };
-    let result = measure(args, printer, &dial, &endpoints, local.as_ref(), binary.as_ref(), &tag).await;
+    let result = match (args.scale, local.as_ref().map(|local| local.dir().to_path_buf())) {
+        (Some(_), Some(dir)) => {
+            let limits = watchdog::Limits {
+                mem_available_min: args.watchdog_mem_min,
+                disk_free_min: args.watchdog_disk_min,
+                deadline: args.scale_deadline,
+                dir,
+            };
+            // Dropping the run when the watchdog trips drops nothing of the
+            // cluster yet; the cluster is dropped (its nodes killed by PID) below.
+            tokio::select! {
+                result = measure(args, printer, &dial, &endpoints, local.as_mut(), binary.as_ref(), &tag) => result,
+                tripped = watchdog::watch(limits, std::time::Instant::now()) => Err(tripped),
+            }
+        }
+        _ => measure(args, printer, &dial, &endpoints, local.as_mut(), binary.as_ref(), &tag).await,
+    };
     if let Some(mut cluster) = local {
         // A failed run keeps its nodes' data and logs: the error names them.
         if args.keep_data || result.is_err() {
@@ -423,10 +466,30 @@ async fn measure(
     printer: &mut Printer<'_>,
     dial: &cluster::Dial,
     endpoints: &[String],
-    local: Option<&cluster::LocalCluster>,
+    local_mut: Option<&mut cluster::LocalCluster>,
     binary: Option<&PathBuf>,
     tag: &str,
 ) -> Result<Measured, BenchError> {
+    if let Some(target) = args.scale {
+        let spec = scale::ScaleSpec {
+            target,
+            checkpoint: args.scale_checkpoint,
+            clients: args.scale_clients,
+            warmup: args.warmup,
+            duration: args.duration,
+            leader_only: args.leader_only,
+            verify_samples: args.verify_samples,
+            disk_per_execution: args.scale_disk_per_execution,
+            disk_free_min: args.watchdog_disk_min,
+        };
+        let current = match local_mut.as_deref() {
+            Some(local) => local.cluster.pids(),
+            None => args.node_pids.clone(),
+        };
+        let report = scale::run(dial, endpoints, &current, local_mut, &spec, tag, printer).await?;
+        return Ok(Measured { scale: Some(report), ..Measured::default() });
+    }
+    let local = local_mut.as_deref();
     let given_pids = args.node_pids.clone();
     let pids = |local: Option<&cluster::LocalCluster>| match local {
         Some(local) => local.cluster.pids(),
@@ -475,20 +538,6 @@ async fn measure(
         let report = rolling::run(&load(), local, dial, tag, printer).await?;
         printer.json_line(&serde_json::to_value(&report)?)?;
         return Ok(Measured { rolling: Some(report), ..Measured::default() });
-    }
-    if let Some(target) = args.scale {
-        let spec = scale::ScaleSpec {
-            target,
-            checkpoint: args.scale_checkpoint,
-            clients: args.scale_clients,
-            warmup: args.warmup,
-            duration: args.duration,
-            leader_only: args.leader_only,
-            verify_samples: args.verify_samples,
-        };
-        let current = pids(local);
-        let report = scale::run(dial, endpoints, &current, local, &spec, tag, printer).await?;
-        return Ok(Measured { scale: Some(report), ..Measured::default() });
     }
     let leader = dial.find_leader(endpoints).await?;
     if args.workload != Workload::Approvals {
@@ -584,6 +633,14 @@ mod tests {
         assert!(Cli::try_parse_from(["bench", "--node-pids", "10"]).is_err());
         assert!(Cli::try_parse_from(["bench", "--endpoints", "a:1", "--keep-data"]).is_err());
         assert!(Cli::try_parse_from(["bench", "--scale-clients", "8"]).is_err());
+        assert!(Cli::try_parse_from(["bench", "--watchdog-mem-min", "3G"]).is_err(), "watchdog flags need --scale");
+        let cli = Cli::try_parse_from(["bench", "--scale", "10"]).expect("parses");
+        assert_eq!((cli.bench.watchdog_mem_min, cli.bench.watchdog_disk_min), (2_500_000_000, 4_000_000_000));
+        assert_eq!((cli.bench.scale_deadline, cli.bench.scale_disk_per_execution), (Duration::from_secs(1500), 6000));
+        let cli =
+            Cli::try_parse_from(["bench", "--scale", "10", "--watchdog-mem-min", "1Gi", "--scale-deadline", "5m"])
+                .expect("parses");
+        assert_eq!((cli.bench.watchdog_mem_min, cli.bench.scale_deadline), (1 << 30, Duration::from_secs(300)));
         assert!(!Cli::try_parse_from(["bench"]).expect("defaults parse").bench.insecure, "TLS by default");
         assert!(Cli::try_parse_from(["bench", "--insecure"]).expect("--insecure parses").bench.insecure);
         assert!(Cli::try_parse_from(["bench", "--endpoints", "a:1", "--insecure"]).is_err());
@@ -613,6 +670,7 @@ mod tests {
         assert!(validate(&parse(&["bench", "--duration", "0s"])).is_err());
         assert!(validate(&parse(&["bench", "--endpoints", "a:1,b:2", "--node-pids", "1"])).is_err());
         assert!(validate(&parse(&["bench", "--scale", "1000"])).is_ok());
+        assert!(validate(&parse(&["bench", "--scale", "1000", "--scale-deadline", "0s"])).is_err());
         assert!(validate(&parse(&["bench"])).is_ok());
         assert!(validate(&parse(&["bench", "--figures", "failover", "--figure-runs", "0"])).is_err());
         assert!(validate(&parse(&["bench", "--figures", "idle-worker", "--figure-idle", "0s"])).is_err());

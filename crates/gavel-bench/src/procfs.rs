@@ -2,8 +2,10 @@
 //!
 //! Everything here is plain file parsing (no `unsafe`): CPU times come from
 //! `/proc/<pid>/stat` (fields 14 `utime` and 15 `stime`, in clock ticks), the
-//! tick rate from the `AT_CLKTCK` entry of `/proc/self/auxv`, and resident
-//! memory from the `VmRSS` line of `/proc/<pid>/status`.
+//! tick rate from the `AT_CLKTCK` entry of `/proc/self/auxv`, resident
+//! memory and its peak from the `VmRSS` and `VmHWM` lines of
+//! `/proc/<pid>/status`, and the machine's available memory from the
+//! `MemAvailable` line of `/proc/meminfo`.
 
 use std::path::Path;
 
@@ -83,16 +85,32 @@ pub fn parse_stat(text: &str) -> Result<CpuTicks, ProcfsError> {
 
 /// Parses the `VmRSS` line of `/proc/<pid>/status`, in bytes.
 pub fn parse_vm_rss(text: &str) -> Result<u64, ProcfsError> {
-    let line = text.lines().find(|line| line.starts_with("VmRSS:")).ok_or_else(|| garbled("no VmRSS line"))?;
-    let mut words = line["VmRSS:".len()..].split_whitespace();
+    parse_kib_line(text, "VmRSS:")
+}
+
+/// Parses the `VmHWM` line (peak resident set) of `/proc/<pid>/status`, in bytes.
+pub fn parse_vm_hwm(text: &str) -> Result<u64, ProcfsError> {
+    parse_kib_line(text, "VmHWM:")
+}
+
+/// Parses the `MemAvailable` line of `/proc/meminfo`, in bytes.
+pub fn parse_mem_available(text: &str) -> Result<u64, ProcfsError> {
+    parse_kib_line(text, "MemAvailable:")
+}
+
+/// The value of the line starting with `field` (`VmRSS:`), given in kB, in bytes.
+fn parse_kib_line(text: &str, field: &str) -> Result<u64, ProcfsError> {
+    let name = field.trim_end_matches(':');
+    let line = text.lines().find(|line| line.starts_with(field)).ok_or_else(|| garbled(format!("no {name} line")))?;
+    let mut words = line[field.len()..].split_whitespace();
     let value: u64 = words
         .next()
-        .ok_or_else(|| garbled("VmRSS has no value"))?
+        .ok_or_else(|| garbled(format!("{name} has no value")))?
         .parse()
-        .map_err(|_| garbled("VmRSS is not a number"))?;
+        .map_err(|_| garbled(format!("{name} is not a number")))?;
     match words.next() {
         Some("kB") | None => Ok(value * 1024),
-        Some(unit) => Err(garbled(format!("unexpected VmRSS unit {unit:?}"))),
+        Some(unit) => Err(garbled(format!("unexpected {name} unit {unit:?}"))),
     }
 }
 
@@ -142,8 +160,36 @@ fn read_cpu_ticks(path: &Path) -> Result<CpuTicks, ProcfsError> {
 
 /// Resident memory of process `pid`, in bytes.
 pub fn resident_bytes(pid: u32) -> Result<u64, ProcfsError> {
+    read_status(pid, parse_vm_rss)
+}
+
+/// Peak resident memory of process `pid` over its life, in bytes.
+pub fn peak_resident_bytes(pid: u32) -> Result<u64, ProcfsError> {
+    read_status(pid, parse_vm_hwm)
+}
+
+fn read_status(pid: u32, parse: fn(&str) -> Result<u64, ProcfsError>) -> Result<u64, ProcfsError> {
     let path = Path::new("/proc").join(pid.to_string()).join("status");
-    parse_vm_rss(&read(&path)?).map_err(|error| in_file(error, &path))
+    parse(&read(&path)?).map_err(|error| in_file(error, &path))
+}
+
+/// The machine's load averages over 1, 5 and 15 minutes (`/proc/loadavg`).
+pub fn load_average() -> Result<[f64; 3], ProcfsError> {
+    let path = Path::new("/proc/loadavg");
+    parse_loadavg(&read(path)?).map_err(|error| in_file(error, path))
+}
+
+/// Parses the first three fields of `/proc/loadavg`.
+pub fn parse_loadavg(text: &str) -> Result<[f64; 3], ProcfsError> {
+    let mut fields = text.split_whitespace().map(str::parse::<f64>);
+    let mut next = || fields.next().and_then(Result::ok).ok_or_else(|| garbled("fewer than three load averages"));
+    Ok([next()?, next()?, next()?])
+}
+
+/// Memory the machine can still give without swapping (`MemAvailable`), in bytes.
+pub fn mem_available_bytes() -> Result<u64, ProcfsError> {
+    let path = Path::new("/proc/meminfo");
+    parse_mem_available(&read(path)?).map_err(|error| in_file(error, path))
 }
 
 #[cfg(test)]
@@ -178,6 +224,13 @@ mod tests {
         assert_eq!(parse_vm_rss(status).expect("parses"), 51234 * 1024);
         assert!(parse_vm_rss("Name:\tkthreadd\n").is_err());
         assert!(parse_vm_rss("VmRSS:\t12 MB\n").is_err());
+        assert_eq!(parse_vm_hwm(status).map_err(|error| error.to_string()), Err("parsing text: no VmHWM line".into()));
+        assert_eq!(parse_vm_hwm("VmHWM:\t  70000 kB\nVmRSS:\t 1 kB\n").expect("parses"), 70000 * 1024);
+        let meminfo = "MemTotal:       24683660 kB\nMemFree:         4873272 kB\nMemAvailable:   22484040 kB\n";
+        assert_eq!(parse_mem_available(meminfo).expect("parses"), 22484040 * 1024);
+        assert!(parse_mem_available("MemTotal: 1 kB\n").is_err());
+        assert_eq!(parse_loadavg("1.23 1.93 2.32 1/210 31000\n").expect("parses"), [1.23, 1.93, 2.32]);
+        assert!(parse_loadavg("1.23 x").is_err());
     }
 
     #[test]
@@ -207,6 +260,9 @@ mod tests {
         std::hint::black_box(spin);
         assert!(own_cpu_ticks().expect("own stat").total() >= before.total());
         assert!(resident_bytes(std::process::id()).expect("own status") > 0);
+        assert!(peak_resident_bytes(std::process::id()).expect("own status") > 0);
+        assert!(mem_available_bytes().expect("meminfo") > 0);
+        assert!(load_average().expect("loadavg")[0] >= 0.0);
         assert!(cpu_ticks(std::process::id()).is_ok());
     }
 }

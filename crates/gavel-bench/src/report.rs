@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use crate::scale::{NodeFootprint, RestartReport, ScaleReport};
+use crate::scale::{
+    BuildWindows, InstallReport, NodeFootprint, PerExecution, RestartReport, ScaleReport, SnapshotFigure,
+};
 use crate::stats::Latency;
 use crate::workload::ConfigReport;
 
@@ -149,14 +151,24 @@ pub(crate) fn summary_table(configs: &[ConfigReport]) -> String {
     out
 }
 
+/// Bytes as MiB with one decimal.
+fn mebibytes(bytes: Option<u64>) -> String {
+    bytes.map_or("-".to_string(), |bytes| format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0)))
+}
+
 /// One node's footprint.
 pub(crate) fn footprint_line(node: &NodeFootprint) -> String {
+    let parts: Vec<String> =
+        node.disk_parts.iter().map(|(name, bytes)| format!("{name} {}", megabytes(Some(*bytes)))).collect();
     format!(
-        "  node {}: RSS {}, data dir {} ({} allocated), latest snapshot {} at index {} ({} stored), applied {}",
+        "  node {}: RSS {} (peak {}), data dir {} ({} allocated: {}), latest snapshot {} at index {} ({} stored), \
+         applied {}",
         node.node,
-        megabytes(node.rss_bytes),
+        mebibytes(node.rss_bytes),
+        mebibytes(node.peak_rss_bytes),
         megabytes(node.data_dir_bytes),
         megabytes(node.data_dir_allocated_bytes),
+        if parts.is_empty() { "-".to_string() } else { parts.join(", ") },
         megabytes(node.snapshot_bytes),
         node.snapshot_index.map_or("-".to_string(), |index| index.to_string()),
         node.snapshots_stored.map_or("-".to_string(), |count| count.to_string()),
@@ -164,12 +176,73 @@ pub(crate) fn footprint_line(node: &NodeFootprint) -> String {
     )
 }
 
+/// Bytes per execution, with no decimals.
+fn bytes_each(bytes: Option<f64>) -> String {
+    bytes.map_or("-".to_string(), |bytes| format!("{bytes:.0} B"))
+}
+
+/// One node's bytes per retained execution.
+pub(crate) fn per_execution_line(per: &PerExecution) -> String {
+    let parts: Vec<String> =
+        per.disk_parts.iter().map(|(name, bytes)| format!("{name} {}", bytes_each(Some(*bytes)))).collect();
+    format!(
+        "    per execution: memory {} over the baseline ({} since the last checkpoint), disk {} ({})",
+        bytes_each(per.memory_bytes),
+        bytes_each(per.marginal_memory_bytes),
+        bytes_each(per.disk_bytes),
+        parts.join(", ")
+    )
+}
+
+fn latency_p99(latency: Option<&Latency>) -> String {
+    latency.map_or("-".to_string(), |latency| format!("p99 {} ms (n={})", ms(latency.p99_ms), latency.count))
+}
+
+/// A measurement sorted by snapshot builds.
+pub(crate) fn builds_line(builds: &BuildWindows) -> String {
+    format!(
+        "  snapshot builds in the window: {} ({} by the leader, longest {}), some node building {:.0}% of it; \
+         lifecycles inside builds {}, outside {} (ratio {}); calls inside {}, outside {}",
+        builds.builds,
+        builds.leader_builds,
+        builds.longest_build_s.map_or("-".to_string(), |seconds| format!("{seconds:.2} s")),
+        builds.building_share * 100.0,
+        latency_p99(builds.lifecycles_inside.as_ref()),
+        latency_p99(builds.lifecycles_outside.as_ref()),
+        builds.p99_ratio.map_or("-".to_string(), |ratio| format!("{ratio:.2}x")),
+        latency_p99(builds.calls_inside.as_ref()),
+        latency_p99(builds.calls_outside.as_ref()),
+    )
+}
+
+/// The leader's last snapshot build.
+pub(crate) fn snapshot_line(snapshot: Option<&SnapshotFigure>) -> String {
+    match snapshot {
+        None => "  the leader built no snapshot".to_string(),
+        Some(snapshot) => format!(
+            "  leader {}: last snapshot {} built in {:.2} s ({:.0} MB/s), stored file {}; {} builds, longest {:.2} s",
+            snapshot.node,
+            megabytes(Some(snapshot.bytes)),
+            snapshot.build_s,
+            snapshot.build_mb_per_s,
+            megabytes(snapshot.stored_file_bytes),
+            snapshot.builds,
+            snapshot.longest_build_s
+        ),
+    }
+}
+
+/// The load averages, `1m/5m/15m`.
+fn load(load: Option<[f64; 3]>) -> String {
+    load.map_or("-".to_string(), |[one, five, fifteen]| format!("{one:.2}/{five:.2}/{fifteen:.2}"))
+}
+
 /// The restart figures.
 pub(crate) fn restart_line(restart: &RestartReport) -> String {
     format!(
         "  restart of follower {}: serving (health SERVING) after {:.1} ms, a linearizable read through it after {} \
          ms, applied the leader's index {} after {:.1} ms; snapshot index {} before, {} after ({} entries \
-         re-applied; restored from its snapshot: {}); read through it: {}",
+         re-applied; restored from its snapshot: {}); read through it: {}; load {}",
         restart.node,
         restart.serving_ms,
         restart.read_ms.map_or("-".to_string(), |read| format!("{read:.1}")),
@@ -180,21 +253,65 @@ pub(crate) fn restart_line(restart: &RestartReport) -> String {
         restart.entries_replayed.map_or("-".to_string(), |entries| entries.to_string()),
         if restart.restored_from_snapshot { "yes" } else { "no" },
         restart.read_error.as_deref().unwrap_or("ok"),
+        load(restart.load_average),
     )
 }
 
-/// The scale-mode summary.
+/// The fourth node's install.
+pub(crate) fn install_line(install: &InstallReport) -> String {
+    format!(
+        "  node {} joined {}: installed {} in {} ({}), snapshot index reached after {:.1} ms, caught up \
+         after {:.1} ms; its RSS {} (peak {}); read through it: {}; load {}",
+        install.node,
+        if install.by_snapshot { "by snapshot" } else { "by log (the leader had not purged it)" },
+        megabytes(install.snapshot_bytes),
+        install.install_s.map_or("-".to_string(), |seconds| format!("{seconds:.2} s")),
+        install.install_mb_per_s.map_or("-".to_string(), |rate| format!("{rate:.1} MB/s")),
+        install.installed_ms,
+        install.caught_up_ms,
+        mebibytes(install.rss_bytes),
+        mebibytes(install.peak_rss_bytes),
+        install.read_error.as_deref().unwrap_or("ok"),
+        load(install.load_average),
+    )
+}
+
+/// Targets of issue 12 the scale run measures.
+const MIB: f64 = 1024.0 * 1024.0;
+/// RSS per node at 1M retained.
+const RSS_TARGET_AT_1M_BYTES: f64 = 512.0 * MIB;
+/// Retained count the RSS and throughput targets are stated at.
+const TARGET_RETAINED: u64 = 1_000_000;
+/// Throughput at N over throughput at 10k.
+const THROUGHPUT_RATIO_MIN: f64 = 0.9;
+/// p99 while a snapshot builds over steady p99.
+const BUILD_P99_RATIO_MAX: f64 = 2.0;
+/// SIGKILL → serving.
+const RESTART_SERVING_MAX_MS: f64 = 5000.0;
+/// Snapshot install rate.
+const INSTALL_MB_PER_S_MIN: f64 = 50.0;
+
+fn verdict(met: Option<bool>, retained: u64, stated_at_1m: bool) -> &'static str {
+    match met {
+        None => "not measured",
+        Some(_) if stated_at_1m && retained < TARGET_RETAINED => "(target is at 1M)",
+        Some(true) => "met",
+        Some(false) => "missed",
+    }
+}
+
+/// The scale-mode summary: one line per checkpoint, then the targets table.
 pub(crate) fn scale_summary(scale: &ScaleReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "scale mode, target {} finalized executions:", scale.target);
     for checkpoint in &scale.checkpoints {
-        let rss: Vec<String> = checkpoint.nodes.iter().map(|node| megabytes(node.rss_bytes)).collect();
-        let disk: Vec<String> = checkpoint.nodes.iter().map(|node| megabytes(node.data_dir_bytes)).collect();
+        let rss: Vec<String> = checkpoint.nodes.iter().map(|node| mebibytes(node.rss_bytes)).collect();
+        let disk: Vec<String> = checkpoint.nodes.iter().map(|node| megabytes(node.data_dir_allocated_bytes)).collect();
         let snapshot = checkpoint.nodes.iter().filter_map(|node| node.snapshot_bytes).max();
         let _ = writeln!(
             out,
             "  at {:>9} retained: fill {:.0}/s (last 10 s {}), executions workload {:.1} lifecycles/s at {} clients \
-             (p50 {} ms, p99 {} ms); RSS {}; data dirs {}; snapshot {}",
+             (p50 {} ms, p99 {} ms); RSS {}; data dirs {}; snapshot {}; load {}",
             checkpoint.retained,
             checkpoint.fill.per_s,
             checkpoint.fill.recent_per_s.map_or("-".to_string(), |rate| format!("{rate:.0}/s")),
@@ -205,10 +322,122 @@ pub(crate) fn scale_summary(scale: &ScaleReport) -> String {
             rss.join(" / "),
             disk.join(" / "),
             megabytes(snapshot),
+            load(checkpoint.load_average),
         );
     }
+    let _ = writeln!(out, "{}", snapshot_line(scale.snapshot.as_ref()));
     if let Some(restart) = &scale.restart {
         let _ = writeln!(out, "{}", restart_line(restart));
     }
+    if let Some(install) = &scale.install {
+        let _ = writeln!(out, "{}", install_line(install));
+    }
+    out.push_str(&targets_table(scale));
+    out
+}
+
+/// `| figure | target | measured | verdict |` for the figures of issue 12,
+/// then the other figures of the run (markdown).
+pub(crate) fn targets_table(scale: &ScaleReport) -> String {
+    let mut out = String::new();
+    let last = scale.checkpoints.last();
+    let retained = last.map_or(0, |last| last.retained_after);
+    let _ = writeln!(out, "\n| figure (at {retained} retained) | target | measured | verdict |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    let max_rss = last.and_then(|last| last.nodes.iter().filter_map(|node| node.rss_bytes).max());
+    let _ = writeln!(
+        out,
+        "| RSS per node (largest) | ≤ 512 MiB at 1M | {} | {} |",
+        mebibytes(max_rss),
+        verdict(max_rss.map(|rss| rss as f64 <= RSS_TARGET_AT_1M_BYTES), retained, true)
+    );
+    let comparison = scale.comparison.as_ref();
+    let _ = writeln!(
+        out,
+        "| lifecycles/s at N vs at {} (64 clients) | ≥ 0.90 | {} | {} |",
+        comparison.map_or(0, |comparison| comparison.checkpoint_retained),
+        comparison.map_or("-".to_string(), |comparison| {
+            let rates: Vec<String> = scale
+                .checkpoints
+                .iter()
+                .map(|checkpoint| format!("{:.0}", checkpoint.measurement.lifecycles_per_s))
+                .collect();
+            format!("{:.2} ({}/s)", comparison.throughput_ratio, rates.join(" → "))
+        }),
+        verdict(comparison.map(|comparison| comparison.throughput_ratio >= THROUGHPUT_RATIO_MIN), retained, true)
+    );
+    let builds = last.map(|last| &last.builds);
+    let _ = writeln!(
+        out,
+        "| p99 while a snapshot builds vs steady p99 (64 clients) | ≤ 2× | {} | {} |",
+        builds.map_or("-".to_string(), |builds| match (&builds.lifecycles_inside, &builds.lifecycles_outside) {
+            (Some(inside), Some(outside)) => format!(
+                "{} ({} ms inside {} builds vs {} ms outside)",
+                builds.p99_ratio.map_or("-".to_string(), |ratio| format!("{ratio:.2}×")),
+                ms(inside.p99_ms),
+                builds.builds,
+                ms(outside.p99_ms)
+            ),
+            (Some(_), None) => format!("no window without a build (building {:.0}%)", builds.building_share * 100.0),
+            _ => "no build in the window".to_string(),
+        }),
+        verdict(builds.and_then(|builds| builds.p99_ratio).map(|ratio| ratio <= BUILD_P99_RATIO_MAX), retained, false)
+    );
+    let restart = scale.restart.as_ref();
+    let _ = writeln!(
+        out,
+        "| follower restart: SIGKILL → serving | ≤ 5 s | {} | {} |",
+        restart.map_or("-".to_string(), |restart| format!(
+            "{:.2} s (caught up {:.2} s)",
+            restart.serving_ms / 1e3,
+            restart.caught_up_ms / 1e3
+        )),
+        verdict(restart.map(|restart| restart.serving_ms <= RESTART_SERVING_MAX_MS), retained, false)
+    );
+    let install = scale.install.as_ref();
+    let _ = writeln!(
+        out,
+        "| snapshot install on a new node | ≥ 50 MB/s, memory bounded | {} | {} |",
+        install.map_or("-".to_string(), |install| format!(
+            "{} in {} = {}, installer peak RSS {}",
+            megabytes(install.snapshot_bytes),
+            install.install_s.map_or("-".to_string(), |seconds| format!("{seconds:.2} s")),
+            install.install_mb_per_s.map_or("-".to_string(), |rate| format!("{rate:.1} MB/s")),
+            mebibytes(install.peak_rss_bytes)
+        )),
+        verdict(
+            install.and_then(|install| install.install_mb_per_s).map(|rate| rate >= INSTALL_MB_PER_S_MIN),
+            retained,
+            false
+        )
+    );
+    let mean = |values: Vec<f64>| (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64);
+    if let Some(last) = last {
+        let memory = mean(last.per_execution.iter().filter_map(|per| per.memory_bytes).collect());
+        let disk = mean(last.per_execution.iter().filter_map(|per| per.disk_bytes).collect());
+        let peak = last.nodes.iter().filter_map(|node| node.peak_rss_bytes).max();
+        let _ = writeln!(
+            out,
+            "| bytes per execution in memory (RSS growth / N, mean of nodes) | | {} | |",
+            bytes_each(memory)
+        );
+        let _ =
+            writeln!(out, "| bytes per execution on disk (data dir / N, mean of nodes) | | {} | |", bytes_each(disk));
+        let _ = writeln!(out, "| peak RSS per node (VmHWM, largest) | | {} | |", mebibytes(peak));
+    }
+    if let Some(snapshot) = &scale.snapshot {
+        let _ = writeln!(
+            out,
+            "| leader's last snapshot: size, build time | | {}, {:.2} s ({:.0} MB/s) | |",
+            megabytes(Some(snapshot.bytes)),
+            snapshot.build_s,
+            snapshot.build_mb_per_s
+        );
+    }
+    let _ = writeln!(
+        out,
+        "load average (1/5/15 min) at the last measurement: {}",
+        load(last.and_then(|last| last.load_average))
+    );
     out
 }

@@ -69,6 +69,11 @@ pub struct ClientStats {
     /// When each lifecycle measured in the window finished, as offsets from
     /// the window's start (the fault mode bins them per second).
     pub finished: Vec<Duration>,
+    /// When each lifecycle measured in the window started and finished
+    /// (scale mode sorts them into inside and outside snapshot builds).
+    pub lifecycle_spans: Vec<(Instant, Instant)>,
+    /// When each operation measured in the window started and finished.
+    pub operation_spans: Vec<(Instant, Instant)>,
 }
 
 impl ClientStats {
@@ -84,6 +89,8 @@ impl ClientStats {
             empty_polls: 0,
             calls: 0,
             finished: Vec::new(),
+            lifecycle_spans: Vec::new(),
+            operation_spans: Vec::new(),
         }
     }
 
@@ -96,6 +103,7 @@ impl ClientStats {
         let finished = Instant::now();
         if self.in_window(finished) {
             record(self.operations.entry(name).or_insert_with(new_histogram), finished - started);
+            self.operation_spans.push((started, finished));
         }
     }
 
@@ -106,6 +114,7 @@ impl ClientStats {
         if self.in_window(finished) {
             record(self.lifecycles.entry(kind).or_insert_with(new_histogram), finished - started);
             self.finished.push(finished - self.window.0);
+            self.lifecycle_spans.push((started, finished));
         }
     }
 
@@ -136,6 +145,8 @@ impl ClientStats {
         self.empty_polls += other.empty_polls;
         self.calls += other.calls;
         self.finished.extend_from_slice(&other.finished);
+        self.lifecycle_spans.extend_from_slice(&other.lifecycle_spans);
+        self.operation_spans.extend_from_slice(&other.operation_spans);
     }
 
     /// Operations measured in the window.
@@ -173,6 +184,7 @@ mod tests {
         assert_eq!((stats.measured_operations(), stats.measured_lifecycles(), stats.completed), (1, 1, 2));
         assert_eq!(stats.errors, 1);
         assert_eq!(stats.error_samples, vec!["boom".to_string()]);
+        assert_eq!((stats.lifecycle_spans.len(), stats.operation_spans.len()), (1, 1), "only measured ones have spans");
     }
 
     #[test]

@@ -557,6 +557,10 @@ where
 pub(crate) struct DuringReport<T> {
     pub report: ConfigReport,
     pub finished: Vec<Duration>,
+    /// When each measured lifecycle started and finished.
+    pub lifecycle_spans: Vec<(Instant, Instant)>,
+    /// When each measured operation started and finished.
+    pub operation_spans: Vec<(Instant, Instant)>,
     pub disruption: T,
 }
 
@@ -697,7 +701,13 @@ where
     };
     let mut finished = total.finished;
     finished.sort_unstable();
-    Ok(DuringReport { report, finished, disruption })
+    Ok(DuringReport {
+        report,
+        finished,
+        lifecycle_spans: total.lifecycle_spans,
+        operation_spans: total.operation_spans,
+        disruption,
+    })
 }
 
 #[cfg(test)]

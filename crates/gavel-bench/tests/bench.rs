@@ -128,10 +128,16 @@ fn scale_smoke() {
         "1s",
         "--warmup",
         "0s",
+        // Snapshots often and a short log behind them, so that builds fall
+        // in the measured windows and the fourth node must install one.
+        "--node-flag=--snapshot-commands-since-last=500",
+        "--node-flag=--logs-to-keep=5",
     ]);
     let outcome = outcome.expect("the bench runs");
     assert!(outcome.ok);
     let scale = outcome.scale.expect("scale figures");
+    assert_eq!(scale.baseline.len(), 3);
+    assert!(scale.baseline.iter().all(|node| node.rss_bytes.is_some_and(|bytes| bytes > 0)), "{:?}", scale.baseline);
     assert_eq!(scale.checkpoints.iter().map(|checkpoint| checkpoint.fill.executions).sum::<u64>(), 2000);
     assert_eq!(scale.checkpoints.len(), 2);
     for checkpoint in &scale.checkpoints {
@@ -140,13 +146,36 @@ fn scale_smoke() {
         assert_eq!(checkpoint.nodes.len(), 3);
         for node in &checkpoint.nodes {
             assert!(node.rss_bytes.is_some_and(|bytes| bytes > 0), "{node:?}");
+            assert!(node.peak_rss_bytes >= node.rss_bytes, "{node:?}");
             assert!(node.data_dir_bytes.is_some_and(|bytes| bytes > 0), "{node:?}");
+            for part in ["cold.redb", "raft-log", "raft-snapshot"] {
+                assert!(node.disk_parts.get(part).is_some_and(|bytes| *bytes > 0), "{part}: {node:?}");
+            }
         }
+        assert_eq!(checkpoint.per_execution.len(), 3);
+        for per in &checkpoint.per_execution {
+            assert!(per.memory_bytes.is_some() && per.disk_bytes.is_some_and(|bytes| bytes > 0.0), "{per:?}");
+        }
+        let builds = &checkpoint.builds;
+        assert!(builds.building_share >= 0.0 && builds.building_share <= 1.0, "{builds:?}");
+        let sorted = [&builds.lifecycles_inside, &builds.lifecycles_outside];
+        let sorted: u64 = sorted.iter().filter_map(|latency| latency.as_ref()).map(|latency| latency.count).sum();
+        assert_eq!(sorted, checkpoint.measurement.lifecycles, "every measured lifecycle is inside or outside");
+        assert!(checkpoint.load_average.is_some() && checkpoint.disk_free_bytes.is_some());
     }
     assert!(scale.checkpoints[1].retained > 2000);
+    let comparison = scale.comparison.as_ref().expect("two measurements are compared");
+    assert!(comparison.throughput_ratio > 0.0, "{comparison:?}");
+    let snapshot = scale.snapshot.as_ref().expect("the leader built snapshots");
+    assert!(snapshot.bytes > 0 && snapshot.build_s > 0.0 && snapshot.builds > 1, "{snapshot:?}");
+    assert!(snapshot.stored_file_bytes.is_some_and(|bytes| bytes > 0), "{snapshot:?}");
     let restart = scale.restart.expect("the restart is measured on a local cluster");
     assert!(restart.read_ok, "{restart:?}");
     assert!(restart.serving_ms > 0.0 && restart.serving_ms <= restart.caught_up_ms, "{restart:?}");
+    let install = scale.install.expect("the install is measured on a local cluster");
+    assert!(install.read_ok && install.by_snapshot, "the fourth node installed a snapshot: {install:?}");
+    assert!(install.install_mb_per_s.is_some_and(|rate| rate > 0.0), "{install:?}");
+    assert!(install.installed_ms <= install.caught_up_ms, "{install:?}");
     // Two measurements and the summary.
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[2]["summary"]["ok"], true);
