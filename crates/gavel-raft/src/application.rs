@@ -64,14 +64,19 @@ pub trait Application: Send + Sync + 'static {
     }
 
     /// Called once on start, before anything else, with the position of the
-    /// stored snapshot (`None`: there is none and the application starts
-    /// empty, having forgotten anything its own store held). Returns whether
-    /// the application loaded the state at exactly that position from its
-    /// own checkpoint; the Raft layer then neither reads nor restores the
-    /// stored snapshot. The default loads nothing.
-    fn resume(&self, position: Option<&[u8]>) -> Result<bool, String> {
-        let _ = position;
-        Ok(false)
+    /// stored snapshot (`None`: there is none). The application may load its
+    /// state from its own checkpoint: one at exactly that position, or a
+    /// later one that `later` accepts (a checkpoint written for a snapshot
+    /// that was not stored before the node stopped; the Raft layer accepts
+    /// it when its log still holds the entry the checkpoint was taken at,
+    /// so what follows can be replayed). Returns the position it loaded;
+    /// the Raft layer then neither reads nor restores the stored snapshot.
+    /// `None`: it loaded nothing and holds no state (having forgotten
+    /// anything its own store held), and the stored snapshot, if any, is
+    /// restored. The default loads nothing.
+    fn resume(&self, position: Option<&[u8]>, later: &dyn Fn(&[u8]) -> bool) -> Result<Option<Vec<u8>>, String> {
+        let _ = (position, later);
+        Ok(None)
     }
 }
 

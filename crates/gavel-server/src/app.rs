@@ -13,13 +13,17 @@
 //! cold writes applied since the last one into the store, in one durable
 //! transaction that also writes the *checkpoint* (the hot state and the
 //! snapshot's position), so memory holds the hot set plus at most one
-//! snapshot interval of cold writes. On start, if the checkpoint is at the
-//! stored snapshot's position and no cold write was committed after it, the
-//! application resumes from it: it reads the hot state alone and keeps the
-//! cold tables ([`gavel_raft::Application::resume`]). Otherwise (no
-//! checkpoint, an older or newer one, writes flushed past it between
-//! snapshots) it clears the store and rewrites it from the snapshot, so the
-//! store never holds records the restored state does not know.
+//! snapshot interval of cold writes. On start, if no cold write was
+//! committed after the checkpoint and it is at the stored snapshot's
+//! position, or past it where the Raft layer can replay its log from there
+//! (a node killed while it built a snapshot: the checkpoint is written
+//! before the snapshot's file), the application resumes from it: it reads
+//! the hot state alone and keeps the cold tables
+//! ([`gavel_raft::Application::resume`]). Otherwise (no checkpoint, an
+//! older one, one the log cannot replay from, writes flushed past it
+//! between snapshots) it clears the store and rewrites it from the
+//! snapshot, so the store never holds records the restored state does not
+//! know.
 //!
 //! **Snapshots that do not stop apply.** The snapshot the Raft layer builds
 //! ([`gavel_raft::Application::snapshot_at`]) is taken under the state lock
@@ -292,24 +296,25 @@ impl gavel_raft::Application for CoreApp {
         self.restore_stream(snapshot, bytes, Some(position))
     }
 
-    /// Resumes from the cold store's checkpoint if it is at `position`
-    /// (reading only the hot state; the cold tables stay); otherwise clears
-    /// the store, which a restore then rewrites.
-    fn resume(&self, position: Option<&[u8]>) -> Result<bool, String> {
-        let Some(store) = &self.cold_store else { return Ok(false) };
+    /// Resumes from the cold store's checkpoint if it is at `position`, or
+    /// past it where `later` accepts it (reading only the hot state; the
+    /// cold tables stay); otherwise clears the store, which a restore then
+    /// rewrites.
+    fn resume(&self, position: Option<&[u8]>, later: &dyn Fn(&[u8]) -> bool) -> Result<Option<Vec<u8>>, String> {
+        let Some(store) = &self.cold_store else { return Ok(None) };
         let checkpoint = store.checkpoint().map_err(|error| error.to_string())?;
-        match (position, checkpoint) {
-            (Some(position), Some(checkpoint)) if checkpoint.position == position => {
+        match checkpoint {
+            Some(checkpoint) if Some(checkpoint.position.as_slice()) == position || later(&checkpoint.position) => {
                 let mut resumed =
                     State::from_hot_snapshot(&checkpoint.hot, store.clone()).map_err(|error| error.to_string())?;
                 resumed.set_planted_bug(self.planted_bug);
                 *self.state() = resumed;
                 self.state_replaced();
-                Ok(true)
+                Ok(Some(checkpoint.position))
             }
             _ => {
                 store.clear().map_err(|error| error.to_string())?;
-                Ok(false)
+                Ok(None)
             }
         }
     }
@@ -518,7 +523,7 @@ mod tests {
         let directory = tempfile::tempdir().expect("temp dir");
         let store = RedbColdStore::open(&directory.path().join(COLD_STORE_FILE)).expect("open");
         let app = CoreApp::with_cold_store(None, store.clone()).expect("a cold store app");
-        app.resume(None).expect("start empty");
+        app.resume(None, &|_| false).expect("start empty");
         let mut log_index = 0;
         lifecycles(&app, &mut log_index, 0..20);
         let whole = written(app.snapshot_at(b"p"));
@@ -583,7 +588,7 @@ mod tests {
             (CoreApp::with_cold_store(None, store.clone()).expect("a cold store app"), store)
         };
         let (app, store) = open();
-        assert!(!app.resume(None).expect("resume"), "nothing to resume from");
+        assert_eq!(app.resume(None, &|_| false).expect("resume"), None, "nothing to resume from");
         let mut log_index = 0;
         lifecycles(&app, &mut log_index, 0..200);
         let source = app.snapshot_at(b"position-1");
@@ -598,7 +603,7 @@ mod tests {
         assert_eq!(State::restore(&whole).expect("restores").execution("exec-200"), None);
         drop((app, store));
         let (app, store) = open();
-        app.resume(None).expect("start empty");
+        app.resume(None, &|_| false).expect("start empty");
         app.restore_at(b"position-1", &mut &whole[..], whole.len() as u64).expect("restore");
         assert_eq!(store.len(), records, "the store holds the records at position-1");
         // A snapshot at a position holds every cold record once.
@@ -613,7 +618,11 @@ mod tests {
         drop((app, store));
 
         let (app, store) = open();
-        assert!(app.resume(Some(b"position-1")).expect("resume"), "resumed from the checkpoint");
+        assert_eq!(
+            app.resume(Some(b"position-1"), &|_| panic!("not asked: at the stored position")).expect("resume"),
+            Some(b"position-1".to_vec()),
+            "resumed from the checkpoint"
+        );
         assert_eq!(store.writes(), 0, "resuming writes no cold record");
         assert_eq!(store.len(), records);
         assert_eq!(app.state_hash(), hash, "the state hash of the snapshot");
@@ -630,9 +639,22 @@ mod tests {
         drop(app.snapshot_at(b"position-2"));
         drop((app, store));
 
-        // The stored snapshot is older than the checkpoint: clear and rewrite.
+        // The stored snapshot is older than the checkpoint, and the Raft
+        // layer accepts the checkpoint (its log can replay from there):
+        // resumed at the checkpoint, nothing rewritten.
+        let at_checkpoint = {
+            let (app, store) = open();
+            let resumed = app.resume(Some(b"position-1"), &|later| later == b"position-2").expect("resume");
+            assert_eq!(resumed, Some(b"position-2".to_vec()), "resumed from the later checkpoint");
+            assert_eq!(store.writes(), 0, "resuming writes no cold record");
+            app.state_hash()
+        };
+        assert_eq!(at_checkpoint, memory.state_hash(), "the state at position-2");
+
+        // The stored snapshot is older than the checkpoint and the Raft
+        // layer refuses the checkpoint: clear and rewrite.
         let (app, store) = open();
-        assert!(!app.resume(Some(b"position-1")).expect("resume"), "the checkpoint is at another position");
+        assert_eq!(app.resume(Some(b"position-1"), &|_| false).expect("resume"), None, "another position, refused");
         assert!(store.is_empty(), "cleared");
         app.restore_at(b"position-1", &mut &whole[..], whole.len() as u64).expect("restore");
         assert_eq!(app.state_hash(), hash);
@@ -644,7 +666,10 @@ mod tests {
         drop((app, store));
         let (app, store) = open();
         assert_eq!(store.checkpoint().expect("read the checkpoint"), None, "the checkpoint is stale");
-        assert!(!app.resume(Some(b"position-1")).expect("resume"));
+        assert_eq!(
+            app.resume(Some(b"position-1"), &|_| panic!("a stale checkpoint is not offered")).expect("resume"),
+            None
+        );
         assert!(store.is_empty());
     }
 }

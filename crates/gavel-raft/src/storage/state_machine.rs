@@ -82,12 +82,24 @@ impl StateMachineStore {
             membership: StoredMembership::default(),
             commands: CommandCount::default(),
         };
-        let Some(meta) = stored else {
-            store.app.resume(None).map_err(refused)?;
+        let at = stored.as_ref().map(|meta| position(&meta.last_log_id, &meta.last_membership));
+        let stored_applied = stored.as_ref().and_then(|meta| meta.last_log_id);
+        let later = |candidate: &[u8]| replayable_after(&store.shared.wal, stored_applied, candidate).is_some();
+        let resumed = store.app.resume(at.as_deref(), &later).map_err(refused)?;
+        if let Some(resumed) = resumed.as_ref().filter(|resumed| Some(*resumed) != at.as_ref()) {
+            let (last_applied, membership) = replayable_after(&store.shared.wal, stored_applied, resumed)
+                .ok_or_else(|| refused("it resumed at a position the log cannot replay from".to_string()))?;
+            tracing::info!(
+                checkpoint = ?last_applied,
+                snapshot = ?stored_applied,
+                "the application resumed from its own checkpoint past the stored snapshot; the log replays the rest"
+            );
+            store.last_applied = last_applied;
+            store.membership = membership;
             return Ok(store);
-        };
-        let at = position(&meta.last_log_id, &meta.last_membership);
-        if store.app.resume(Some(&at)).map_err(refused)? {
+        }
+        let Some(meta) = stored else { return Ok(store) };
+        if resumed.is_some() {
             tracing::info!(snapshot = %meta, "the application resumed from its own checkpoint at the stored snapshot");
         } else {
             let (meta, file) = store.shared.read_snapshot().map_err(|e| read_error(&e))?.ok_or_else(|| {
@@ -109,6 +121,22 @@ impl StateMachineStore {
         self.commands.trigger = Some((threshold, due));
         requests
     }
+}
+
+/// The applied log id and membership a checkpoint at `candidate` (a
+/// [`position`]) names, if it is past the stored snapshot's `stored` and
+/// the log still holds the very entry it names: then (Raft's log matching)
+/// the log up to it is the one the checkpoint applied, and the entries
+/// after it can be replayed onto it.
+fn replayable_after(
+    wal: &super::wal::Wal,
+    stored: Option<LogId>,
+    candidate: &[u8],
+) -> Option<(Option<LogId>, StoredMembership)> {
+    let (applied, membership): (Option<LogId>, StoredMembership) = super::decode(candidate).ok()?;
+    let at = applied.filter(|applied| Some(*applied) > stored)?;
+    let entries = wal.entries(&(at.index..=at.index)).ok()?;
+    entries.first().filter(|entry| entry.log_id == at).map(|_| (applied, membership))
 }
 
 /// The position [`Application::snapshot_at`], `restore_at` and `resume`
