@@ -67,6 +67,24 @@ impl RaftLogReader<TypeConfig> for LogStore {
         }
         Ok(entries)
     }
+
+    /// The entries of `[start, end)`, or none if `start` itself is not in
+    /// the log. openraft's replication builds an AppendEntries from
+    /// `start` and sends whatever this returns as following `start - 1`:
+    /// a result that began later, because the head of the range was purged
+    /// (a replication task of a leadership that just ended, still reading
+    /// while the node, now a follower, purged behind its new snapshot),
+    /// would be sent as consecutive when it is not, and the receiver would
+    /// take the wrong entries (a debug build asserts and panics). openraft
+    /// treats an empty result as a heartbeat.
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
+        let entries = self.try_get_log_entries(start..end).await?;
+        if entries.first().is_some_and(|entry| entry.log_id.index != start) {
+            tracing::warn!(start, end, "the head of a replication range was purged meanwhile; sending nothing");
+            return Ok(Vec::new());
+        }
+        Ok(entries)
+    }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {

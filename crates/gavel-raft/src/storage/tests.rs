@@ -159,6 +159,11 @@ async fn snapshot_then_purge_then_reopen_restores_the_app_and_reapplies_the_comm
     let suffix = log_store.try_get_log_entries(21..=30).await.expect("suffix");
     assert_eq!(suffix.len(), 10);
     assert!(log_store.try_get_log_entries(1..=20).await.expect("purged range").is_empty());
+    // Replication asks from a start: a range whose head was purged gives
+    // nothing, never entries that do not begin at that start.
+    assert!(log_store.limited_get_log_entries(15, 25).await.expect("head purged").is_empty());
+    let from_start = log_store.limited_get_log_entries(21, 25).await.expect("present range");
+    assert_eq!(from_start.iter().map(|entry| entry.log_id.index).collect::<Vec<_>>(), vec![21, 22, 23, 24]);
 
     // What openraft does at start-up: re-apply up to the saved committed index.
     StorageHelper::new(&mut log_store, &mut state_machine).get_initial_state().await.expect("initial state");
