@@ -30,7 +30,7 @@ pub const LONG_POLLS_MAX: usize = 1024;
 pub const READS_IN_FLIGHT_MAX: usize = 512;
 
 /// The shortest `retry_after_ms` an overload refusal carries. The hint is
-/// steered towards one refusal per four admissions (`crate::overload`), never
+/// steered towards one refusal per admission (`crate::overload`), never
 /// below the recent time a call of that kind held its slot (a slot frees
 /// when one batch commits, so that is about when a retry can get in) nor
 /// below this; the SDK adds jitter and backs off further on repeated
