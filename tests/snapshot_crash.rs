@@ -6,18 +6,20 @@
 //! generator whose seed is printed (`GAVEL_CRASH_SEED` replays one):
 //!
 //! - while they apply under load (any node, the leader included);
-//! - while they build a snapshot: the kill follows the appearance of the
-//!   build's temporary file (`raft-snapshot/*.build.tmp`) by a random part
-//!   of the time an earlier build of that node wrote its file, and it
-//!   landed inside the build when the dead process left that file behind
-//!   (writing) or two stored snapshot files (the new one renamed into
-//!   place, not yet recorded);
+//! - around their checkpoints: a node's snapshot builds are durable
+//!   checkpoints of its `cold.redb` (a few milliseconds, no file), and with
+//!   `--checkpoint-cold-writes` low it also checkpoints between snapshots
+//!   without waiting for the disk; the kill follows a build by a random
+//!   part of the time between two builds, and the node must resume from a
+//!   checkpoint of its own (at its stored snapshot or past it), never
+//!   restore or rewrite its history;
 //! - while a new node, a learner that joined behind the purge point,
 //!   installs the leader's snapshot: the kill follows the appearance of the
 //!   spooled transfer (`raft-incoming/`) by a random part of a measured
-//!   install, and landed inside it when the spool file is still there (in
-//!   the transfer if it is shorter than the snapshot, in the restore into
-//!   `cold.redb` if it is whole). The node restarts on what the kill left.
+//!   install, and landed inside it when the spool file is still there and
+//!   shorter than the snapshot (the transfer) or the node had not logged
+//!   the install (the restore into `cold.redb`, after the received file was
+//!   stored). The node restarts on what the kill left.
 //!
 //! After every restart the node must come back, catch up and report the
 //! leader's state hash at the same applied index, and it must serve the old
@@ -67,9 +69,13 @@ const CAPABILITY: &str = "crash.read";
 /// Bound of every wait for a condition: a node answering, a build or an
 /// install starting, convergence.
 const WAIT: Duration = Duration::from_secs(60);
-/// How often a condition on a file is polled (a build of the filled
+/// How often a condition on a file is polled (an install of the filled
 /// state takes a few hundred milliseconds).
 const FILE_POLL: Duration = Duration::from_millis(2);
+/// Cold writes between two checkpoints (`--checkpoint-cold-writes`): about
+/// 9 per lifecycle, so a checkpoint every few dozen lifecycles, between
+/// the snapshots' own.
+const CHECKPOINT_COLD_WRITES: u64 = 300;
 /// Deadline of one status call (it hashes the state).
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -167,6 +173,7 @@ impl Harness {
             commands_since_last: Some(SNAPSHOT_COMMANDS),
             logs_to_keep: Some(LOGS_TO_KEEP),
         };
+        spec.args.push(format!("--checkpoint-cold-writes={CHECKPOINT_COLD_WRITES}"));
         spec.start_timeout = WAIT;
         spec.status_timeout = STATUS_TIMEOUT;
         spec.log_label = "snapshot-crash".to_string();
@@ -420,20 +427,6 @@ impl Load {
     }
 }
 
-/// The temporary files of snapshot builds in progress in `data_dir`
-/// (`raft-snapshot/<n>.build.tmp`).
-fn build_files(data_dir: &Path) -> Vec<PathBuf> {
-    files(&data_dir.join("raft-snapshot"))
-        .into_iter()
-        .filter(|path| path.to_string_lossy().ends_with(".build.tmp"))
-        .collect()
-}
-
-/// How many stored snapshot files `data_dir` holds (`raft-snapshot/*.snap`).
-fn stored_snapshot_files(data_dir: &Path) -> usize {
-    files(&data_dir.join("raft-snapshot")).iter().filter(|path| path.to_string_lossy().ends_with(".snap")).count()
-}
-
 /// The spooled snapshot transfers in `data_dir` (`raft-incoming/`), with their sizes.
 fn incoming_files(data_dir: &Path) -> Vec<(PathBuf, u64)> {
     files(&data_dir.join("raft-incoming"))
@@ -473,7 +466,6 @@ async fn kills_while_applying(harness: &Harness, rng: &mut Rng, old: &[String], 
         let leader = harness.leader().await;
         let applied_before = harness.applied(victim).await;
         harness.kill(victim);
-        let building = !build_files(&harness.data_dir(victim)).is_empty();
         tokio::time::sleep(rng.millis(200, 1000)).await;
         harness.restart(victim).await;
         tokio::time::sleep(rng.millis(100, 800)).await;
@@ -482,100 +474,78 @@ async fn kills_while_applying(harness: &Harness, rng: &mut Rng, old: &[String], 
         assert!(lifecycles > 0, "round {round}: the load made progress");
         let role = if victim == leader { "leader" } else { "follower" };
         report.push(format!(
-            "node {victim} ({role}) killed at {applied_before}{}; {lifecycles} lifecycles; converged at {}",
-            if building { " while building" } else { "" },
+            "node {victim} ({role}) killed at {applied_before}; {lifecycles} lifecycles; converged at {}",
             converged.applied_index
         ));
     }
     println!("snapshot_crash: kills while applying:\n  {}", report.join("\n  "));
 }
 
-/// Kills while building a snapshot: under load, a random node is SIGKILLed
-/// a random part of its last build time after a build's temporary file
-/// appeared. At least one kill must land inside a build.
-async fn kills_while_building(harness: &Harness, rng: &mut Rng, old: &[String], next: &Arc<AtomicU64>) {
-    let (mut inside, mut report, mut measured) = (0, Vec::new(), std::collections::BTreeMap::new());
+/// Kills around checkpoints: under load, a random node is SIGKILLed a
+/// random part of its time between two snapshot builds after a build (a
+/// durable checkpoint of its cold store) was logged; checkpoints between
+/// snapshots come every [`CHECKPOINT_COLD_WRITES`] cold writes. The node
+/// must resume from a checkpoint of its own, at its stored snapshot or
+/// past it (a build killed before sled stored its meta, or a checkpoint
+/// between snapshots that survived), and replay its log from there: never
+/// restore a snapshot file or rewrite its cold store.
+async fn kills_around_checkpoints(harness: &Harness, rng: &mut Rng, old: &[String], next: &Arc<AtomicU64>) {
+    let (mut past, mut report) = (0, Vec::new());
     for (round, victim) in (1..).zip(rng.victims(&harness.cluster.running(), KILLS)) {
-        let load = Load::start(&harness.client, "build", next);
-        let data_dir = harness.data_dir(victim);
-        let window = match measured.get(&victim).copied() {
-            Some(window) => window,
-            None => {
-                let window = measure_build(harness, victim).await;
-                measured.insert(victim, window);
-                window
-            }
-        };
-        let delay = rng.within(window);
-        poll_files(&format!("node {victim} to start building a snapshot"), || {
-            Some(()).filter(|()| !build_files(&data_dir).is_empty())
+        let load = Load::start(&harness.client, "checkpoint", next);
+        let builds = |harness: &Harness| harness.log_of_this_start(victim).matches("snapshot built").count();
+        let before = builds(harness);
+        let started = Instant::now();
+        // The log is read every 50th poll (100 ms), not every 2 ms.
+        let mut polls = 0u32;
+        poll_files(&format!("node {victim} to build a snapshot"), || {
+            polls += 1;
+            Some(()).filter(|()| polls.is_multiple_of(50) && builds(harness) > before)
         })
         .await;
+        let interval = started.elapsed().max(Duration::from_millis(50));
+        let delay = rng.within(interval);
         tokio::time::sleep(delay).await;
         let applied_before = harness.applied(victim).await;
         harness.kill(victim);
-        // The process is dead: a build file left behind was being written;
-        // two stored files mean the new one was renamed into place and not
-        // yet recorded in sled (the previous one is removed after that).
-        let left = build_files(&data_dir);
-        let landed = if !left.is_empty() {
-            "inside the build, writing the file"
-        } else if stored_snapshot_files(&data_dir) >= 2 {
-            "inside the build, storing the file"
-        } else {
-            "after the build had finished"
-        };
-        if !landed.starts_with("after") {
-            inside += 1;
-        }
         harness.restart(victim).await;
+        let log = harness.log_of_this_start(victim);
+        let checkpoint_lines = || {
+            log.lines()
+                .filter(|line| line.contains("snapshot") || line.contains("checkpoint"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let resumed_past = log.contains("resumed from its own checkpoint past the stored snapshot");
         assert!(
-            left.iter().all(|path| !path.exists()),
-            "node {victim} removed the partial snapshot {left:?} when it started"
+            resumed_past || log.contains("resumed from its own checkpoint at the stored snapshot"),
+            "node {victim} resumes from a checkpoint of its own:\n{}",
+            checkpoint_lines()
         );
-        // A build writes the cold store's checkpoint before its file, so a
-        // node killed while writing the file has a checkpoint newer than
-        // its stored snapshot: it resumes from it and replays the log from
-        // there, instead of rewriting every cold record from the snapshot.
-        if !left.is_empty() {
-            let log = harness.log_of_this_start(victim);
-            assert!(
-                log.contains("resumed from its own checkpoint past the stored snapshot"),
-                "node {victim}, killed while writing a snapshot file, resumes from its newer checkpoint:\n{}",
-                log.lines()
-                    .filter(|line| line.contains("snapshot") || line.contains("checkpoint"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-        }
+        assert!(
+            !log.contains("restored the application from the stored snapshot"),
+            "node {victim} restores no snapshot file:\n{}",
+            checkpoint_lines()
+        );
+        past += usize::from(resumed_past);
         let lifecycles = load.pause().await;
         let converged = harness.assert_recovered(victim, applied_before, old).await;
         assert!(lifecycles > 0, "round {round}: the load made progress");
         report.push(format!(
-            "node {victim} killed {delay:.0?} into a build (it wrote one in {window:.0?}): {landed}; converged at {}",
+            "node {victim} killed {delay:.0?} after a build (builds {interval:.0?} apart): resumed {}; converged at {}",
+            if resumed_past { "past the stored snapshot" } else { "at the stored snapshot" },
             converged.applied_index
         ));
     }
-    println!("snapshot_crash: kills while building ({inside} of {KILLS} inside a build):\n  {}", report.join("\n  "));
-    assert!(inside >= 1, "at least one kill landed inside a snapshot build: {report:#?}");
+    println!(
+        "snapshot_crash: kills around checkpoints ({past} of {KILLS} resumed past the stored snapshot):\n  {}",
+        report.join("\n  ")
+    );
 }
 
-/// How long node `id`'s next snapshot build writes its file: from the
-/// temporary file's appearance until it is gone (renamed into place).
-async fn measure_build(harness: &Harness, id: u64) -> Duration {
-    let data_dir = harness.data_dir(id);
-    let appeared = poll_files(&format!("node {id} to start building a snapshot"), || {
-        Some(Instant::now()).filter(|_| !build_files(&data_dir).is_empty())
-    })
-    .await;
-    poll_files(&format!("node {id} to write its snapshot"), || Some(()).filter(|()| build_files(&data_dir).is_empty()))
-        .await;
-    appeared.elapsed()
-}
-
-/// One install on a learner, observed through its spool file.
+/// One install on a learner, observed through its spool file and its log.
 struct Install {
-    /// From the spool file's appearance until it is gone (stored).
+    /// From the spool file's appearance until the node logged the install.
     whole: Duration,
     /// From its appearance until it was first seen whole.
     transfer: Duration,
@@ -590,20 +560,23 @@ async fn measure_install(harness: &Harness, learner: u64) -> Install {
         Some(Instant::now()).filter(|_| !incoming_files(&data_dir).is_empty())
     })
     .await;
-    let mut sizes = Vec::new();
-    poll_files(&format!("node {learner} to install the snapshot"), || match incoming_files(&data_dir).first() {
-        Some((_, bytes)) => {
-            sizes.push((appeared.elapsed(), *bytes));
-            None
+    let (mut sizes, mut polls) = (Vec::new(), 0u32);
+    poll_files(&format!("node {learner} to install the snapshot"), || {
+        polls += 1;
+        let spooled = incoming_files(&data_dir).first().map(|(_, bytes)| *bytes);
+        if let Some(bytes) = spooled {
+            sizes.push((appeared.elapsed(), bytes));
         }
-        None => Some(()),
+        // The log is read once the spool is gone (stored), every 5th poll.
+        let done = spooled.is_none() && polls.is_multiple_of(5);
+        Some(()).filter(|()| done && harness.log_of_this_start(learner).contains("snapshot installed"))
     })
     .await;
     let whole = appeared.elapsed();
     let stored =
         files(&data_dir.join("raft-snapshot")).into_iter().filter(|path| path.to_string_lossy().ends_with(".snap"));
     let bytes = stored.filter_map(|path| std::fs::metadata(path).ok()).map(|metadata| metadata.len()).max();
-    let bytes = bytes.expect("the installed snapshot is stored");
+    let bytes = bytes.expect("the installed snapshot's file is stored (until the node's next build)");
     let transfer = sizes.iter().find(|(_, size)| *size >= bytes).map_or(whole, |(at, _)| *at);
     Install { whole, transfer, bytes }
 }
@@ -626,7 +599,8 @@ async fn join_learner(harness: &mut Harness) -> u64 {
 /// behind the purge point and its install is measured. Then a fifth joins
 /// and is SIGKILLed a random part of that time after each transfer to it
 /// begins, and restarted on what the kill left; when a kill came after the
-/// install had finished, the next kills go to a new learner (a node's data
+/// install had finished, or after the received file was stored (the node
+/// then restores it on restart), the next kills go to a new learner (a node's data
 /// is never wiped: the leader would see its log go back). At the end every
 /// learner has installed a snapshot, caught up, has the leader's state hash
 /// and serves the old executions from its own store.
@@ -652,24 +626,33 @@ async fn kills_while_installing(harness: &mut Harness, rng: &mut Rng, old: &[Str
         .await;
         tokio::time::sleep(delay).await;
         harness.kill(learner);
-        // The process is dead: a spool file left behind was being received
-        // (shorter than the snapshot) or restored (whole).
+        // The process is dead: a spool file shorter than the snapshot was
+        // being received; otherwise, until the node logged the install, the
+        // received file was being stored or restored into its store.
+        let installed = harness.log_of_this_start(learner).contains("snapshot installed");
         let landed = match incoming_files(&data_dir).first() {
-            Some((_, bytes)) if *bytes >= snapshot_bytes => {
-                in_restore += 1;
-                format!("in the restore into its store (spooled {bytes} bytes, whole)")
-            }
-            Some((_, bytes)) => {
+            Some((_, bytes)) if *bytes < snapshot_bytes => {
                 in_transfer += 1;
                 format!("in the transfer (spooled {bytes} of {snapshot_bytes} bytes)")
             }
-            None => "after the install had finished".to_string(),
+            _ if !installed => {
+                in_restore += 1;
+                "in the install: storing the received file or restoring it into its store".to_string()
+            }
+            _ => "after the install had finished".to_string(),
         };
         let finished = landed.starts_with("after");
-        report.push(format!("node {learner} killed {delay:.0?} after a transfer began: {landed}"));
-        println!("snapshot_crash: {}", report.last().expect("just pushed"));
         harness.restart(learner).await;
-        if finished {
+        // Killed after the received file was stored: the node restores it
+        // (or resumes from the checkpoint the restore finished) on its own,
+        // and no new transfer comes.
+        let start_log = harness.log_of_this_start(learner);
+        let from_stored = start_log.contains("restored the application from the stored snapshot")
+            || start_log.contains("resumed from its own checkpoint");
+        let restarted = if from_stored { "; restarted from its stored snapshot" } else { "" };
+        report.push(format!("node {learner} killed {delay:.0?} after a transfer began: {landed}{restarted}"));
+        println!("snapshot_crash: {}", report.last().expect("just pushed"));
+        if finished || from_stored {
             learner = join_learner(harness).await;
             learners.push(learner);
         }
@@ -710,7 +693,7 @@ async fn nodes_sigkilled_while_applying_and_while_building_snapshots_come_back_t
         let old = harness.fill().await;
         let next = Arc::new(AtomicU64::new(0));
         kills_while_applying(&harness, &mut rng, &old, &next).await;
-        kills_while_building(&harness, &mut rng, &old, &next).await;
+        kills_around_checkpoints(&harness, &mut rng, &old, &next).await;
         println!("snapshot_crash: apply-and-build took {:.1} s", started.elapsed().as_secs_f64());
     })
     .await;

@@ -206,8 +206,14 @@ impl LocalCluster {
     }
 }
 
-/// The log line of a snapshot built here (`bytes=`, `took=`).
+/// The log line of a snapshot built here (`took=`; `bytes=` for a snapshot
+/// file; a `gavel node`'s builds are checkpoints of its cold store, with no
+/// size of their own).
 pub(crate) const BUILT_LINE: &str = "snapshot built";
+/// The log line of a snapshot written out to be sent to a follower
+/// (`bytes=`, `took=`: for a checkpoint, the view of the cold store written
+/// to a file).
+pub(crate) const SENT_LINE: &str = "snapshot ready to send";
 /// The log line of a snapshot received from the leader and installed (`bytes=`, `took=`).
 pub(crate) const INSTALLED_LINE: &str = "snapshot installed";
 
@@ -217,7 +223,7 @@ pub(crate) struct SnapshotEvent {
     /// When the line was written, that is when the build or install ended
     /// (microseconds since the Unix epoch, UTC).
     pub end_unix_us: i64,
-    /// Bytes of the snapshot.
+    /// Bytes of the snapshot (0 where the line names none: a checkpoint).
     pub bytes: u64,
     /// How long it took (seconds).
     pub took_s: f64,
@@ -230,14 +236,18 @@ impl SnapshotEvent {
     }
 }
 
-/// The lines of `log` containing `message` that carry a timestamp, `bytes=` and `took=`.
+/// The lines of `log` containing `message` that carry a timestamp and
+/// `took=` (and `bytes=`, or 0).
 pub(crate) fn parse_snapshot_events(log: &str, message: &str) -> Vec<SnapshotEvent> {
     log.lines()
         .filter(|line| line.contains(message))
         .filter_map(|line| {
             let line = strip_ansi(line);
             let end_unix_us = parse_rfc3339_us(line.split_whitespace().next()?)?;
-            let bytes = log_field(&line, "bytes")?.parse().ok()?;
+            let bytes = match log_field(&line, "bytes") {
+                Some(bytes) => bytes.parse().ok()?,
+                None => 0,
+            };
             let took_s = debug_seconds(log_field(&line, "took")?)?;
             Some(SnapshotEvent { end_unix_us, bytes, took_s })
         })
@@ -420,9 +430,12 @@ mod tests {
                    snapshot={snapshot_id: 1-394-0, last_log:T1-N1-394} bytes=7292169 took=98.5ms\n\
                    \u{1b}[2m2026-12-01T21:08:35.5Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m snapshot built \
                    \u{1b}[3mbytes\u{1b}[0m\u{1b}[2m=\u{1b}[0m16454157 \u{1b}[3mtook\u{1b}[0m\u{1b}[2m=\u{1b}[0m1.25s\n\
-                   2026-12-01T21:09:00.000000Z  INFO snapshot built without figures\n";
+                   2026-12-01T21:09:00.000000Z  INFO snapshot built without figures\n\
+                   2026-12-01T21:09:01.000000Z  INFO gavel_raft::storage::state_machine: snapshot built as a \
+                   checkpoint snapshot={snapshot_id: 2-500-1} took=1.5ms\n";
         let events = parse_snapshot_events(log, BUILT_LINE);
-        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(events.len(), 3, "{events:?}");
+        assert_eq!((events[2].bytes, events[2].took_s), (0, 0.0015), "a checkpoint has no size of its own");
         assert_eq!(events[0].end_unix_us, 1_796_159_309_370_656);
         assert_eq!(events[0].bytes, 7_292_169);
         assert!((events[0].took_s - 0.0985).abs() < 1e-9, "{events:?}");

@@ -219,6 +219,15 @@ pub(crate) fn builds_line(builds: &BuildWindows) -> String {
 pub(crate) fn snapshot_line(snapshot: Option<&SnapshotFigure>) -> String {
     match snapshot {
         None => "  the leader built no snapshot".to_string(),
+        Some(snapshot) if snapshot.bytes == 0 => format!(
+            "  leader {}: last snapshot (a durable checkpoint of cold.redb, no file) built in {:.3} s; stored file \
+             {}; {} builds, longest {:.3} s",
+            snapshot.node,
+            snapshot.build_s,
+            megabytes(snapshot.stored_file_bytes),
+            snapshot.builds,
+            snapshot.longest_build_s
+        ),
         Some(snapshot) => format!(
             "  leader {}: last snapshot {} built in {:.2} s ({:.0} MB/s), stored file {}; {} builds, longest {:.2} s",
             snapshot.node,
@@ -260,10 +269,12 @@ pub(crate) fn restart_line(restart: &RestartReport) -> String {
 /// The fourth node's install.
 pub(crate) fn install_line(install: &InstallReport) -> String {
     format!(
-        "  node {} joined {}: installed {} in {} ({}), snapshot index reached after {:.1} ms, caught up \
-         after {:.1} ms; its RSS {} (peak {}); read through it: {}; load {}",
+        "  node {} joined {}: the leader wrote {} to send in {}; installed {} in {} ({}), snapshot index reached \
+         after {:.1} ms, caught up after {:.1} ms; its RSS {} (peak {}); read through it: {}; load {}",
         install.node,
         if install.by_snapshot { "by snapshot" } else { "by log (the leader had not purged it)" },
+        megabytes(install.sent_bytes),
+        install.sent_write_s.map_or("-".to_string(), |seconds| format!("{seconds:.2} s")),
         megabytes(install.snapshot_bytes),
         install.install_s.map_or("-".to_string(), |seconds| format!("{seconds:.2} s")),
         install.install_mb_per_s.map_or("-".to_string(), |rate| format!("{rate:.1} MB/s")),

@@ -235,6 +235,11 @@ pub struct InstallReport {
     pub install_s: Option<f64>,
     /// `snapshot_bytes / install_s`, in MB/s.
     pub install_mb_per_s: Option<f64>,
+    /// The snapshot the leader sent, written out from its cold store's
+    /// checkpoint (its last `snapshot ready to send` line): bytes.
+    pub sent_bytes: Option<u64>,
+    /// How long the leader took to write it out, seconds.
+    pub sent_write_s: Option<f64>,
     /// Spawn until its Status showed the snapshot installed, milliseconds.
     pub installed_ms: f64,
     /// Spawn until it applied the leader's index, milliseconds.
@@ -866,7 +871,10 @@ async fn install(local: &mut LocalCluster, last_filled: &str) -> Result<InstallR
             return Err(too_late(&format!("install the snapshot at {wanted_snapshot:?}")));
         }
         if let Ok(status) = dial.status(&addr).await {
-            if status.snapshot_index >= wanted_snapshot && status.last_applied_index > 0 {
+            // A snapshot from whichever node leads now (one elected since
+            // `wanted_snapshot` was read sends its own, maybe at a lower index).
+            let installed = status.snapshot_index.is_some() || wanted_snapshot.is_none();
+            if installed && status.last_applied_index > 0 {
                 break spawned.elapsed();
             }
         }
@@ -885,6 +893,7 @@ async fn install(local: &mut LocalCluster, last_filled: &str) -> Result<InstallR
     }
     let caught_up = spawned.elapsed();
     let event = local.snapshot_events(node, cluster::INSTALLED_LINE)?.last().copied();
+    let sent = local.snapshot_events(leader, cluster::SENT_LINE)?.last().copied();
     let pid = local.cluster.pid(node);
     let channel = local.cluster.channel(node, RESTART_CALL_TIMEOUT)?;
     let read = read_through(&channel, last_filled, node, Instant::now(), cluster::WAIT).await;
@@ -895,6 +904,8 @@ async fn install(local: &mut LocalCluster, last_filled: &str) -> Result<InstallR
         snapshot_bytes: event.map(|event| event.bytes),
         install_s: event.map(|event| event.took_s),
         install_mb_per_s: event.map(|event| event.bytes as f64 / 1e6 / event.took_s.max(1e-6)),
+        sent_bytes: sent.map(|sent| sent.bytes),
+        sent_write_s: sent.map(|sent| sent.took_s),
         installed_ms: installed.as_secs_f64() * 1e3,
         caught_up_ms: caught_up.as_secs_f64() * 1e3,
         peak_rss_bytes: pid.and_then(|pid| procfs::peak_resident_bytes(pid).ok()),

@@ -148,9 +148,11 @@ fn scale_smoke() {
             assert!(node.rss_bytes.is_some_and(|bytes| bytes > 0), "{node:?}");
             assert!(node.peak_rss_bytes >= node.rss_bytes, "{node:?}");
             assert!(node.data_dir_bytes.is_some_and(|bytes| bytes > 0), "{node:?}");
-            for part in ["cold.redb", "raft-log", "raft-snapshot"] {
+            for part in ["cold.redb", "raft-log"] {
                 assert!(node.disk_parts.get(part).is_some_and(|bytes| *bytes > 0), "{part}: {node:?}");
             }
+            // Snapshots are checkpoints of cold.redb: no snapshot file.
+            assert_eq!(node.disk_parts.get("raft-snapshot"), Some(&0), "{node:?}");
         }
         assert_eq!(checkpoint.per_execution.len(), 3);
         for per in &checkpoint.per_execution {
@@ -167,14 +169,19 @@ fn scale_smoke() {
     let comparison = scale.comparison.as_ref().expect("two measurements are compared");
     assert!(comparison.throughput_ratio > 0.0, "{comparison:?}");
     let snapshot = scale.snapshot.as_ref().expect("the leader built snapshots");
-    assert!(snapshot.bytes > 0 && snapshot.build_s > 0.0 && snapshot.builds > 1, "{snapshot:?}");
-    assert!(snapshot.stored_file_bytes.is_some_and(|bytes| bytes > 0), "{snapshot:?}");
+    // A build is a durable checkpoint: timed, with no size and no file.
+    assert!(snapshot.bytes == 0 && snapshot.build_s > 0.0 && snapshot.builds > 1, "{snapshot:?}");
+    assert_eq!(snapshot.stored_file_bytes, None, "{snapshot:?}");
     let restart = scale.restart.expect("the restart is measured on a local cluster");
     assert!(restart.read_ok, "{restart:?}");
     assert!(restart.serving_ms > 0.0 && restart.serving_ms <= restart.caught_up_ms, "{restart:?}");
     let install = scale.install.expect("the install is measured on a local cluster");
     assert!(install.read_ok && install.by_snapshot, "the fourth node installed a snapshot: {install:?}");
     assert!(install.install_mb_per_s.is_some_and(|rate| rate > 0.0), "{install:?}");
+    // (None when leadership moved before the send: another node sent it.)
+    if install.sent_bytes.is_some() {
+        assert_eq!(install.sent_bytes, install.snapshot_bytes, "the leader sent what the node installed: {install:?}");
+    }
     assert!(install.installed_ms <= install.caught_up_ms, "{install:?}");
     // Two measurements and the summary.
     assert_eq!(lines.len(), 3);

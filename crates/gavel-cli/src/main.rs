@@ -154,6 +154,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
                 long_polls_max: usize::try_from(args.long_polls_max).unwrap_or(usize::MAX),
                 reads_in_flight_max: usize::try_from(args.reads_in_flight_max).unwrap_or(usize::MAX),
             },
+            checkpoint_cold_writes: usize::try_from(args.checkpoint_cold_writes).unwrap_or(usize::MAX),
             ..ServerSettings::default()
         },
         security,

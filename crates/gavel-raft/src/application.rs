@@ -78,6 +78,49 @@ pub trait Application: Send + Sync + 'static {
         let _ = (position, later);
         Ok(None)
     }
+
+    /// Whether the application keeps its whole state in a durable store of
+    /// its own, checkpointed at log positions ([`Application::checkpoint`],
+    /// [`Application::checkpoint_view`]), as etcd keeps its state in bbolt.
+    /// Then the Raft layer writes no snapshot file of its own: a snapshot it
+    /// builds is a durable checkpoint (its cost is the changes since the
+    /// last checkpoint, not the state's size), a snapshot it sends to a
+    /// follower is a view of the latest checkpoint, written out only then,
+    /// and on start the application resumes from its checkpoint (a store
+    /// that lost it stops the node). The default, `false`: snapshots are
+    /// files ([`Application::snapshot_at`]).
+    fn keeps_own_state(&self) -> bool {
+        false
+    }
+
+    /// Whether the application wants a checkpoint after the entry it just
+    /// applied (changes it holds in memory reached its bound). Asked after
+    /// every entry of an application that [keeps its own
+    /// state](Application::keeps_own_state); cheap.
+    fn checkpoint_due(&self) -> bool {
+        false
+    }
+
+    /// Writes the state as applied so far into the application's own store,
+    /// with `position` (opaque bytes naming the applied log id and
+    /// membership), in one atomic write; `durable`: returns only once it is
+    /// on stable storage (a snapshot the Raft layer builds; the log is then
+    /// purged behind it). Called on the state machine's task between two
+    /// entries. The default has no store to write to.
+    fn checkpoint(&self, position: &[u8], durable: bool) -> Result<(), String> {
+        let _ = (position, durable);
+        Err("this application keeps no store of its own".to_string())
+    }
+
+    /// A point-in-time view of the latest checkpoint in the application's
+    /// own store: its position and a source that writes the state there in
+    /// the format [`Application::restore_at`] reads, however long it runs
+    /// while later commands apply. `None`: no checkpoint yet. The default
+    /// has none.
+    #[allow(clippy::type_complexity)]
+    fn checkpoint_view(&self) -> Result<Option<(Vec<u8>, Box<dyn SnapshotSource>)>, String> {
+        Ok(None)
+    }
 }
 
 /// A snapshot taken at one point of the log, written out later

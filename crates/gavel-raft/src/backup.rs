@@ -139,17 +139,23 @@ where
         .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?
         .ok_or(BackupError::Empty)?;
     let log_id = snapshot.meta.last_log_id.ok_or(BackupError::Empty)?;
-    let size = snapshot.snapshot.bytes();
-    if size > SNAPSHOT_BYTES_MAX {
-        return Err(BackupError::TooLarge { bytes: size, limit: SNAPSHOT_BYTES_MAX });
-    }
-    // The stored snapshot's file, read whole: a backup is the one place the
+    // The stored snapshot's file (or the application store's view, written
+    // to a file first), read whole: a backup is the one place the
     // snapshot's bytes are held in memory (one backup per node at a time).
-    let file = snapshot.snapshot;
-    let bytes = tokio::task::spawn_blocking(move || file.read_all())
+    let data = *snapshot.snapshot;
+    let read = tokio::task::spawn_blocking(move || -> std::io::Result<Result<Vec<u8>, u64>> {
+        let file = data.into_file()?;
+        if file.bytes() > SNAPSHOT_BYTES_MAX {
+            return Ok(Err(file.bytes()));
+        }
+        file.read_all().map(Ok)
+    });
+    let bytes = read
         .await
         .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?
-        .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?;
+        .map_err(|e| crate::RaftError::Storage(format!("cannot read the snapshot: {e}")))?
+        .map_err(|bytes| BackupError::TooLarge { bytes, limit: SNAPSHOT_BYTES_MAX })?;
+    let size = bytes.len() as u64;
     let membership = snapshot.meta.last_membership.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
     let members =
@@ -244,7 +250,10 @@ async fn seed_storage(
         .await
         .map_err(|e| storage_error(&e))?
         .map_err(|e| storage_error(&e))?;
-    state_machine.install_snapshot(meta, Box::new(file)).await.map_err(|e| storage_error(&e))?;
+    state_machine
+        .install_snapshot(meta, Box::new(storage::SnapshotData::File(file)))
+        .await
+        .map_err(|e| storage_error(&e))?;
     log_store.save_vote(&vote).await.map_err(|e| storage_error(&e))?;
     log_store.save_committed(meta.last_log_id).await.map_err(|e| storage_error(&e))?;
     drop(log_store);

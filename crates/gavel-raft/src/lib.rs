@@ -18,12 +18,15 @@
 //!
 //! Inside, it is openraft 0.9 (storage-v2, `generic-snapshot-data`) with
 //! its own write-ahead log for the Raft log and vote (`storage/wal/`), the
-//! snapshot as a file (`raft-snapshot/`, named in sled), sled for the
+//! snapshot as a file (`raft-snapshot/`, named in sled) or, for an
+//! application that keeps its own state, as a durable checkpoint of the
+//! application's store ([`Application::keeps_own_state`]), sled for the
 //! committed pointer, and a tonic transport whose messages are bincode in
 //! `bytes` fields (`proto/gavel/internal/raft.proto`). A snapshot is never
-//! whole in memory: it is built into a file, sent from it in chunks,
-//! spooled to a file on the receiver and decoded from there
-//! (`SNAPSHOT_STREAM_BUFFER_BYTES`, `SNAPSHOT_CHUNK_BYTES`).
+//! whole in memory: it is built into a file (or is the application's
+//! store, written to a file from a point-in-time view when it is sent),
+//! sent from it in chunks, spooled to a file on the receiver and decoded
+//! from there (`SNAPSHOT_STREAM_BUFFER_BYTES`, `SNAPSHOT_CHUNK_BYTES`).
 //!
 //! **Dependency rule:** this crate must not depend on `gavel-core` or
 //! `gavel-server`; they depend on it. No openraft type appears in its public
@@ -35,7 +38,8 @@
 //!   once) only after the WAL's writer fdatasynced the group holding it;
 //! - a failed write or fdatasync stops the log for good (never retried);
 //! - a vote is fsynced (its own file, replaced atomically) before `save_vote` returns;
-//! - a snapshot is fsynced before openraft may purge the log behind it;
+//! - a snapshot (a file, or the application's checkpoint) is fsynced
+//!   before openraft may purge the log behind it;
 //! - the committed index is saved (without fsync) so a restarted node
 //!   re-applies the committed suffix on its own.
 //!

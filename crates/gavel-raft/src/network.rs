@@ -237,7 +237,21 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let network = |m: String| StreamingError::Network(NetworkError::new(&TransportError(m)));
 
         let mut client = self.client().map_err(|_| unreachable(format!("no client for node {}", self.target)))?;
-        let file: Arc<SnapshotFile> = Arc::new(*snapshot.snapshot);
+        // A view of the application's store is written to a file first
+        // (removed when the transfer ends): the header gives the size.
+        let (data, started) = (*snapshot.snapshot, std::time::Instant::now());
+        let file = tokio::task::spawn_blocking(move || data.into_file())
+            .await
+            .map_err(|e| network(format!("cannot write the snapshot to send: {e}")))?
+            .map_err(|e| network(format!("cannot write the snapshot to send: {e}")))?;
+        tracing::info!(
+            peer = self.target,
+            snapshot = %snapshot.meta,
+            bytes = file.bytes(),
+            took = ?started.elapsed(),
+            "snapshot ready to send"
+        );
+        let file: Arc<SnapshotFile> = Arc::new(file);
         let header_body: SnapshotHeaderBody = (vote, snapshot.meta);
         let header = SnapshotChunk {
             kind: Some(snapshot_chunk::Kind::Header(SnapshotHeader {

@@ -23,7 +23,7 @@ use crate::limits::SNAPSHOT_BYTES_MAX;
 use crate::network::SnapshotHeaderBody;
 use crate::pb::raft_service_server::RaftService;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk};
-use crate::storage::SnapshotFile;
+use crate::storage::{SnapshotData, SnapshotFile};
 use crate::typ::{NodeId, Raft, Snapshot, TypeConfig};
 
 /// The internal Raft gRPC service of one node. Obtain it with
@@ -197,7 +197,7 @@ impl RaftService for RaftGrpcService {
                 spool.written, total_bytes
             )));
         }
-        let snapshot = Snapshot { meta, snapshot: Box::new(spool.finish().await?) };
+        let snapshot = Snapshot { meta, snapshot: Box::new(SnapshotData::File(spool.finish().await?)) };
         let _announced = self.install_fence.begin();
         let response = self.raft.install_full_snapshot(vote, snapshot).await.map_err(stopped)?;
         encode(&response)

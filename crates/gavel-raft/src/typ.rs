@@ -19,7 +19,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = crate::storage::SnapshotFile,
+        SnapshotData = crate::storage::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

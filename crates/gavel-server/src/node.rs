@@ -41,6 +41,9 @@ pub struct ServerSettings {
     pub planted_bug: Option<gavel_core::mutants::Mutant>,
     /// How many calls of each kind this node takes at once ([`crate::overload`]).
     pub overload: crate::overload::OverloadLimits,
+    /// Cold writes held in memory before a checkpoint into `cold.redb` is
+    /// due ([`crate::app::COLD_PENDING_MAX`] by default).
+    pub checkpoint_cold_writes: usize,
 }
 
 impl Default for ServerSettings {
@@ -50,6 +53,7 @@ impl Default for ServerSettings {
             forward_timeout: Duration::from_secs(10),
             planted_bug: None,
             overload: crate::overload::OverloadLimits::default(),
+            checkpoint_cold_writes: crate::app::COLD_PENDING_MAX,
         }
     }
 }

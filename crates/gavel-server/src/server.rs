@@ -166,6 +166,7 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
     let builder = tonic::transport::Server::builder();
     let planted_bug = options.settings.planted_bug;
     let app = CoreApp::open(planted_bug, &options.data_dir).map_err(ServerError::ColdStore)?;
+    app.set_cold_pending_max(options.settings.checkpoint_cold_writes);
     let config = NodeConfig {
         node_id: options.id,
         addr: options.advertise.clone(),

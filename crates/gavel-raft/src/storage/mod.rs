@@ -8,19 +8,30 @@
 //! | `raft-log/<seq:016x>.wal`     | log segments: entries, truncate and purge markers |
 //! | `raft-log/vote`               | the vote, replaced atomically                     |
 //! | `raft/` sled tree `meta`      | `committed`: bincode `Option<LogId>`              |
-//! | `raft/` sled tree `snapshot`  | `meta`: bincode `SnapshotMeta`; `file`: the name of its file in `raft-snapshot/` |
+//! | `raft/` sled tree `snapshot`  | `meta`: bincode `SnapshotMeta`; `file`: the name of its file in `raft-snapshot/` (none for an application that keeps its own state) |
 //! | `raft-snapshot/<name>.snap`   | the stored snapshot: the application's snapshot bytes |
-//! | `raft-snapshot/<n>.<what>.tmp`| a snapshot being built or seeded; removed on start |
+//! | `raft-snapshot/<n>.<what>.tmp`| a snapshot being built, seeded or sent (a view written out); removed on start |
 //! | `raft-incoming/<n>.part`      | a snapshot being received from the leader (`service`); emptied on start |
 //!
-//! The application state itself is persisted only through snapshots: on
-//! start the last snapshot is restored into the application and openraft
+//! The application state itself is persisted through snapshots: on start
+//! the last snapshot is restored into the application and openraft
 //! re-applies the committed log suffix. Restart cost is therefore the
-//! snapshot plus the suffix, never the whole history. An application that
-//! checkpoints its own state at every snapshot (`Application::snapshot_at`)
-//! and finds that checkpoint at the stored snapshot's position on start
-//! (`Application::resume`) skips even the snapshot: the stored bytes are
-//! then not read.
+//! snapshot plus the suffix, never the whole history.
+//!
+//! An application that keeps its own state (`Application::keeps_own_state`,
+//! Gavel's cold store) is its own snapshot, as etcd's bbolt file is: a
+//! snapshot build is a durable checkpoint of the application's store at the
+//! applied position (`Application::checkpoint`) and only its meta goes to
+//! sled, with no file; between snapshots the application asks for
+//! checkpoints that do not wait for the disk (`Application::checkpoint_due`);
+//! the current snapshot, which openraft sends to a follower that needs one,
+//! is a view of the latest checkpoint (`Application::checkpoint_view`),
+//! written to a temporary file only then ([`SnapshotData::View`]); an
+//! install rewrites the store and keeps no file; and on start the
+//! application resumes from its checkpoint (`Application::resume`), at the
+//! stored snapshot's position or a later one the log can replay from (made
+//! durable before openraft starts). A store that lost its checkpoint stops
+//! the node with an error naming the way out (an empty data directory).
 //!
 //! Snapshot policy: openraft's `LogsSinceLast` (entries, the backstop that
 //! bounds the log) and the state machine's own command count
@@ -48,8 +59,9 @@
 //!
 //! Snapshots never pass through memory whole: a build writes the
 //! application's [`crate::SnapshotSource`] to a file on a blocking thread
-//! while apply goes on, an install decodes the received file through a
-//! reader, and what openraft moves around is a [`SnapshotFile`] handle
+//! while apply goes on (or is a checkpoint), an install decodes the
+//! received file through a reader, and what openraft moves around is a
+//! [`SnapshotData`]: a [`SnapshotFile`] handle or a view not yet written
 //! ([`snapshot_file`]).
 
 // openraft's storage traits fix `StorageError` (a large type) as the error
@@ -77,7 +89,7 @@ use serde::Serialize;
 
 pub(crate) use durability::ThreadExited;
 pub(crate) use log_store::LogStore;
-pub(crate) use snapshot_file::SnapshotFile;
+pub(crate) use snapshot_file::{SnapshotData, SnapshotFile};
 pub(crate) use state_machine::{request_snapshots, StateMachineStore};
 
 use crate::application::Application;
@@ -263,16 +275,17 @@ pub(crate) fn open(
 }
 
 impl Shared {
-    /// Opens the stored snapshot, if any: its meta and a handle to its file.
-    fn read_snapshot(&self) -> Result<Option<(SnapshotMeta, SnapshotFile)>, StorageError> {
+    /// Opens the stored snapshot, if any: its meta and a handle to its file
+    /// (`None`: the snapshot is a checkpoint in the application's own store).
+    fn read_snapshot(&self) -> Result<Option<(SnapshotMeta, Option<SnapshotFile>)>, StorageError> {
         let read = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, AnyError::error(e));
         let Some(meta) = self.read_snapshot_meta()? else { return Ok(None) };
         let Some(name) = self.snapshot.get(SNAPSHOT_FILE_KEY).map_err(|e| read(&e))? else {
-            return Err(StorageIOError::read_snapshot(None, AnyError::error("the snapshot's meta has no file")).into());
+            return Ok(Some((meta, None)));
         };
         let path = self.snapshot_dir.join(String::from_utf8_lossy(&name).as_ref());
         let file = SnapshotFile::open(&path).map_err(|e| read(&e))?;
-        Ok(Some((meta, file)))
+        Ok(Some((meta, Some(file))))
     }
 
     fn read_snapshot_meta(&self) -> Result<Option<SnapshotMeta>, StorageError> {

@@ -29,6 +29,57 @@ impl std::fmt::Debug for SnapshotFile {
     }
 }
 
+/// What openraft hands around as a snapshot's data: the bytes in a file, or,
+/// for an application that keeps its own state
+/// ([`crate::Application::keeps_own_state`]), a view of its store written
+/// to a file only when the snapshot is sent or backed up.
+pub(crate) enum SnapshotData {
+    /// The snapshot's bytes in a file.
+    File(SnapshotFile),
+    /// A point-in-time view of the application's store, not yet written.
+    View(SnapshotView),
+    /// A snapshot built as a checkpoint into the application's store: what
+    /// a build hands back to openraft, which keeps only its meta. Its
+    /// bytes are read through the current snapshot (a [`SnapshotData::View`]).
+    Checkpointed,
+}
+
+/// A view of the application's store and the directory to write it in.
+pub(crate) struct SnapshotView {
+    source: Box<dyn SnapshotSource>,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for SnapshotData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotData::File(file) => file.fmt(f),
+            SnapshotData::View(view) => f.debug_struct("SnapshotView").field("dir", &view.dir).finish(),
+            SnapshotData::Checkpointed => f.write_str("Checkpointed"),
+        }
+    }
+}
+
+impl SnapshotData {
+    /// A view of the application's store, to be written in `dir`.
+    pub(crate) fn view(source: Box<dyn SnapshotSource>, dir: PathBuf) -> SnapshotData {
+        SnapshotData::View(SnapshotView { source, dir })
+    }
+
+    /// The snapshot in a file: the file itself, or the view written to a new
+    /// owned, fsynced file in its directory (removed when the handle is
+    /// dropped). Blocking: for a view, as long as writing the whole state.
+    pub(crate) fn into_file(self) -> std::io::Result<SnapshotFile> {
+        match self {
+            SnapshotData::File(file) => Ok(file),
+            SnapshotData::View(view) => SnapshotFile::write(temporary_path(&view.dir, "view"), view.source),
+            SnapshotData::Checkpointed => Err(std::io::Error::other(
+                "a snapshot built into the application's store is read through the current snapshot",
+            )),
+        }
+    }
+}
+
 /// Names temporary snapshot files uniquely within the process.
 static TEMPORARY_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 

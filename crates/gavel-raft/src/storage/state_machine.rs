@@ -1,5 +1,8 @@
 //! The application behind openraft's `RaftStateMachine`, with snapshots as
-//! files (`raft-snapshot/`) named in sled.
+//! files (`raft-snapshot/`) named in sled, or, for an application that keeps
+//! its own state (`Application::keeps_own_state`), as checkpoints in its
+//! store: then only the meta is in sled, a build is a durable checkpoint and
+//! the current snapshot is a view of the store's latest checkpoint.
 
 use std::io::BufReader;
 use std::sync::atomic::Ordering;
@@ -9,7 +12,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 use tokio::sync::mpsc;
 
-use super::snapshot_file::{self, SnapshotFile};
+use super::snapshot_file::{self, SnapshotData, SnapshotFile};
 use super::{encode, Shared, SNAPSHOT_FILE_KEY, SNAPSHOT_LEGACY_DATA_KEY, SNAPSHOT_META_KEY};
 use crate::application::{Application, SnapshotSource};
 use crate::batch;
@@ -27,6 +30,8 @@ pub(crate) struct StateMachineStore {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     commands: CommandCount,
+    /// The application keeps its own state ([`Application::keeps_own_state`]).
+    own_state: bool,
 }
 
 /// The command-count snapshot policy: counts the commands applied since the
@@ -75,12 +80,14 @@ impl StateMachineStore {
         let read_error = |e: &dyn std::fmt::Display| RaftError::Storage(format!("cannot read the snapshot: {e}"));
         let refused = |e: String| RaftError::Storage(format!("the application refused the stored snapshot: {e}"));
         let stored = shared.read_snapshot_meta().map_err(|e| read_error(&e))?;
+        let own_state = app.keeps_own_state();
         let mut store = Self {
             shared,
             app,
             last_applied: None,
             membership: StoredMembership::default(),
             commands: CommandCount::default(),
+            own_state,
         };
         let at = stored.as_ref().map(|meta| position(&meta.last_log_id, &meta.last_membership));
         let stored_applied = stored.as_ref().and_then(|meta| meta.last_log_id);
@@ -94,6 +101,12 @@ impl StateMachineStore {
                 snapshot = ?stored_applied,
                 "the application resumed from its own checkpoint past the stored snapshot; the log replays the rest"
             );
+            if store.own_state {
+                // The checkpoint may not be durable yet; openraft takes the
+                // current snapshot (a view of it) as where its log may be
+                // purged up to, so it must be.
+                store.app.checkpoint(resumed, true).map_err(refused)?;
+            }
             store.last_applied = last_applied;
             store.membership = membership;
             return Ok(store);
@@ -104,6 +117,13 @@ impl StateMachineStore {
         } else {
             let (meta, file) = store.shared.read_snapshot().map_err(|e| read_error(&e))?.ok_or_else(|| {
                 RaftError::Storage("the stored snapshot disappeared while the node was starting".into())
+            })?;
+            let file = file.ok_or_else(|| {
+                RaftError::Storage(format!(
+                    "the stored snapshot {meta} is a checkpoint in the application's own store, which no longer \
+                     holds it: this node cannot recover its state; start it with an empty data directory (it \
+                     catches up from the cluster by snapshot)"
+                ))
             })?;
             restore_from_file(&*store.app, &meta, &file).map_err(refused)?;
             tracing::info!(snapshot = %meta, "restored the application from the stored snapshot");
@@ -162,7 +182,16 @@ pub(crate) struct SnapshotBuilder {
     meta: SnapshotMeta,
     /// Taken once by `build_snapshot`; behind a mutex only because openraft
     /// wants the builder `Sync`.
-    source: std::sync::Mutex<Option<Box<dyn SnapshotSource>>>,
+    source: std::sync::Mutex<Option<Captured>>,
+}
+
+/// What a snapshot build captured on the state machine's task.
+enum Captured {
+    /// The application's source, to be written to a file.
+    Source(Box<dyn SnapshotSource>),
+    /// The outcome of a durable checkpoint into the application's own store:
+    /// nothing is left to write.
+    Checkpoint(Result<(), String>),
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -170,19 +199,30 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let started = std::time::Instant::now();
         let write_error =
             |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(Some(self.meta.signature()), AnyError::error(e));
-        let source = self.source.get_mut().ok().and_then(Option::take);
-        let source = source.ok_or_else(|| write_error(&"this snapshot was built already"))?;
+        let captured = self.source.get_mut().ok().and_then(Option::take);
+        let source = match captured.ok_or_else(|| write_error(&"this snapshot was built already"))? {
+            Captured::Source(source) => source,
+            Captured::Checkpoint(checkpointed) => {
+                checkpointed.map_err(|e| write_error(&e))?;
+                let stored = persist_snapshot(&self.shared, &self.meta, None, WriteMode::OnlyIfNewer).await?;
+                crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
+                if stored {
+                    tracing::info!(snapshot = %self.meta, took = ?started.elapsed(), "snapshot built as a checkpoint");
+                }
+                return Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(SnapshotData::Checkpointed) });
+            }
+        };
         let path = snapshot_file::temporary_path(&self.shared.snapshot_dir, "build");
         let mut file = tokio::task::spawn_blocking(move || SnapshotFile::write(path, source))
             .await
             .map_err(|e| write_error(&e))?
             .map_err(|e| write_error(&e))?;
-        let stored = persist_snapshot(&self.shared, &self.meta, &mut file, WriteMode::OnlyIfNewer).await?;
+        let stored = persist_snapshot(&self.shared, &self.meta, Some(&mut file), WriteMode::OnlyIfNewer).await?;
         crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
         if stored {
             tracing::info!(snapshot = %self.meta, bytes = file.bytes(), took = ?started.elapsed(), "snapshot built");
         }
-        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(file) })
+        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(SnapshotData::File(file)) })
     }
 }
 
@@ -200,14 +240,16 @@ enum WriteMode {
 /// directory, writes its meta and name in one sled batch and waits until
 /// that is durable, then removes the previous snapshot's file. Returns
 /// whether it stored it: a skipped (older) snapshot stays owned by `file`
-/// and is removed with it.
+/// and is removed with it. Without a file (a snapshot that is a durable
+/// checkpoint in the application's own store) only the meta is written,
+/// and the previous file, if any, is removed.
 ///
 /// Durability rule: openraft purges the log behind a snapshot as soon as it
 /// learns about it, so the snapshot must be on stable storage first.
 async fn persist_snapshot(
     shared: &Shared,
     meta: &SnapshotMeta,
-    file: &mut SnapshotFile,
+    file: Option<&mut SnapshotFile>,
     mode: WriteMode,
 ) -> Result<bool, StorageError> {
     let write_error =
@@ -222,13 +264,45 @@ async fn persist_snapshot(
         }
     }
     let previous = shared.snapshot.get(SNAPSHOT_FILE_KEY).map_err(|e| write_error(&e))?;
+    let mut batch = sled::Batch::default();
+    batch.insert(SNAPSHOT_META_KEY, encode(meta).map_err(|e| write_error(&e))?);
+    batch.remove(SNAPSHOT_LEGACY_DATA_KEY);
+    let bytes = match file {
+        Some(file) => {
+            let name = place_snapshot_file(shared, meta, file).await.map_err(|e| write_error(&e))?;
+            batch.insert(SNAPSHOT_FILE_KEY, name.as_bytes());
+            file.bytes()
+        }
+        None => {
+            batch.remove(SNAPSHOT_FILE_KEY);
+            0
+        }
+    };
+    shared.snapshot.apply_batch(batch).map_err(|e| write_error(&e))?;
+    shared.durability.wait_durable().await.map_err(|e| write_error(&e))?;
+    if let Some(previous) = previous {
+        // A reader holding the old file (a transfer to a follower, a
+        // backup) keeps reading it: unlinking does not close handles.
+        let _ = std::fs::remove_file(shared.snapshot_dir.join(String::from_utf8_lossy(&previous).as_ref()));
+    }
+    if let Some(upto) = shared.install_fence.take_covered(meta.last_log_id) {
+        shared.wal.purge(upto).map_err(|e| write_error(&e))?;
+    }
+    tracing::info!(snapshot = %meta, bytes, "snapshot stored");
+    crate::stats::stats().count_snapshot(usize::try_from(bytes).unwrap_or(usize::MAX));
+    Ok(true)
+}
+
+/// Fsyncs `file`, renames it into `raft-snapshot/` under a new name and
+/// fsyncs the directory; returns the name.
+async fn place_snapshot_file(shared: &Shared, meta: &SnapshotMeta, file: &mut SnapshotFile) -> std::io::Result<String> {
     let sequence = shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
     let index = meta.last_log_id.map_or(0, |log_id| log_id.index);
     let name = format!("{index:020}-{}-{sequence:016x}.snap", std::process::id());
     let owned = file.adopt();
     // A file this node does not own (another store's, in openraft's
     // conformance suite) is copied first: the store renames only its own.
-    let other = if owned.is_none() { Some(file.duplicate().map_err(|e| write_error(&e))?) } else { None };
+    let other = if owned.is_none() { Some(file.duplicate()?) } else { None };
     let temporary = snapshot_file::temporary_path(&shared.snapshot_dir, "copy");
     let target = shared.snapshot_dir.join(&name);
     let dir = shared.snapshot_dir.clone();
@@ -244,25 +318,8 @@ async fn persist_snapshot(
         })?;
         snapshot_file::sync_dir(&dir)
     });
-    placed.await.map_err(|e| write_error(&e))?.map_err(|e| write_error(&e))?;
-    let meta_bytes = encode(meta).map_err(|e| write_error(&e))?;
-    let mut batch = sled::Batch::default();
-    batch.insert(SNAPSHOT_META_KEY, meta_bytes);
-    batch.insert(SNAPSHOT_FILE_KEY, name.as_bytes());
-    batch.remove(SNAPSHOT_LEGACY_DATA_KEY);
-    shared.snapshot.apply_batch(batch).map_err(|e| write_error(&e))?;
-    shared.durability.wait_durable().await.map_err(|e| write_error(&e))?;
-    if let Some(previous) = previous {
-        // A reader holding the old file (a transfer to a follower, a
-        // backup) keeps reading it: unlinking does not close handles.
-        let _ = std::fs::remove_file(shared.snapshot_dir.join(String::from_utf8_lossy(&previous).as_ref()));
-    }
-    if let Some(upto) = shared.install_fence.take_covered(meta.last_log_id) {
-        shared.wal.purge(upto).map_err(|e| write_error(&e))?;
-    }
-    tracing::info!(snapshot = %meta, bytes = file.bytes(), "snapshot stored");
-    crate::stats::stats().count_snapshot(usize::try_from(file.bytes()).unwrap_or(usize::MAX));
-    Ok(true)
+    placed.await.map_err(std::io::Error::other)??;
+    Ok(name)
 }
 
 /// Applies every command of a batch entry in order and returns the batch of
@@ -303,6 +360,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 EntryPayload::Normal(Command(payload)) => {
                     let (reply, commands) = apply_batch(&*self.app, entry.log_id.index, &payload);
                     self.commands.applied(commands);
+                    if self.own_state && self.app.checkpoint_due() {
+                        let at = position(&self.last_applied, &self.membership);
+                        if let Err(error) = self.app.checkpoint(&at, false) {
+                            tracing::error!(%error, "cannot write a checkpoint; the changes stay in memory");
+                        }
+                    }
                     Reply(reply)
                 }
                 EntryPayload::Membership(membership) => {
@@ -321,7 +384,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // task and between two `apply` calls, so it stands for
         // `last_applied` exactly; openraft runs `build_snapshot` in a
         // separate task, which writes it out while later entries apply.
-        let source = self.app.snapshot_at(&position(&self.last_applied, &self.membership));
+        let at = position(&self.last_applied, &self.membership);
+        let captured = if self.own_state {
+            Captured::Checkpoint(self.app.checkpoint(&at, true))
+        } else {
+            Captured::Source(self.app.snapshot_at(&at))
+        };
         self.commands.since_last = 0;
         let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match &self.last_applied {
@@ -335,7 +403,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 last_membership: self.membership.clone(),
                 snapshot_id,
             },
-            source: std::sync::Mutex::new(Some(source)),
+            source: std::sync::Mutex::new(Some(captured)),
         }
     }
 
@@ -343,33 +411,47 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     /// `generic-snapshot-data` the leader sends whole files
     /// (`network::PeerClient::full_snapshot`) and the service spools them
     /// itself (`service`); openraft's conformance suite calls it.
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
         let write_error = |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(None, AnyError::error(e));
         let path = snapshot_file::temporary_path(&self.shared.snapshot_dir, "receive");
         let file = tokio::task::spawn_blocking(move || SnapshotFile::write(path, Box::new(Vec::new())))
             .await
             .map_err(|e| write_error(&e))?
             .map_err(|e| write_error(&e))?;
-        Ok(Box::new(file))
+        Ok(Box::new(SnapshotData::File(file)))
     }
 
     /// Decodes the received file into the application on a blocking thread
-    /// (the state machine waits: nothing applies during an install), then
-    /// stores the file itself as the snapshot.
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotFile>) -> Result<(), StorageError> {
+    /// (the state machine waits: nothing applies during an install), and
+    /// stores the file itself as the snapshot. For an application that
+    /// keeps its own state the file is stored *first*: restoring rewrites
+    /// the application's store, which until then held the only copy of the
+    /// previous state, so a crash in the middle must find the new snapshot's
+    /// file to restore from (the store's checkpoint then replaces it at the
+    /// next build). Otherwise the file is stored once it restored.
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotData>) -> Result<(), StorageError> {
         let refused =
             |e: &dyn std::fmt::Display| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e));
-        let (app, owned_meta) = (self.app.clone(), meta.clone());
         let started = std::time::Instant::now();
+        let mut file = tokio::task::spawn_blocking(move || snapshot.into_file())
+            .await
+            .map_err(|e| refused(&e))?
+            .map_err(|e| refused(&e))?;
+        if self.own_state {
+            persist_snapshot(&self.shared, meta, Some(&mut file), WriteMode::Replace).await?;
+        }
+        let (app, owned_meta) = (self.app.clone(), meta.clone());
         let (restored, mut file) = tokio::task::spawn_blocking(move || {
-            let restored = restore_from_file(&*app, &owned_meta, &snapshot);
-            (restored, snapshot)
+            let restored = restore_from_file(&*app, &owned_meta, &file);
+            (restored, file)
         })
         .await
         .map_err(|e| refused(&e))?;
         restored.map_err(|e| refused(&e))?;
         tracing::info!(snapshot = %meta, bytes = file.bytes(), took = ?started.elapsed(), "snapshot installed");
-        persist_snapshot(&self.shared, meta, &mut file, WriteMode::Replace).await?;
+        if !self.own_state {
+            persist_snapshot(&self.shared, meta, Some(&mut file), WriteMode::Replace).await?;
+        }
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.commands.since_last = 0;
@@ -380,6 +462,41 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // Under the write lock: the file named in sled is not replaced
         // between reading its name and opening it.
         let _serialized = self.shared.snapshot_write.lock().await;
-        Ok(self.shared.read_snapshot()?.map(|(meta, file)| Snapshot { meta, snapshot: Box::new(file) }))
+        if self.own_state {
+            if let Some(view) = self.checkpoint_view()? {
+                return Ok(Some(view));
+            }
+        }
+        match self.shared.read_snapshot()? {
+            None => Ok(None),
+            Some((meta, Some(file))) => Ok(Some(Snapshot { meta, snapshot: Box::new(SnapshotData::File(file)) })),
+            Some((meta, None)) => Err(StorageIOError::read_snapshot(
+                Some(meta.signature()),
+                AnyError::error("the stored snapshot has no file, and the application's store no checkpoint"),
+            )
+            .into()),
+        }
+    }
+}
+
+impl StateMachineStore {
+    /// The current snapshot of an application that keeps its own state: a
+    /// view of its store's latest checkpoint, at the checkpoint's position
+    /// (the stored snapshot's, or a later one: every checkpoint is at an
+    /// applied, so committed, entry). Cheap: a read transaction; the state
+    /// is written out only when the view is sent or backed up.
+    fn checkpoint_view(&self) -> Result<Option<Snapshot>, StorageError> {
+        let read_error = |e: &dyn std::fmt::Display| StorageIOError::read_snapshot(None, AnyError::error(e));
+        let Some((at, source)) = self.app.checkpoint_view().map_err(|e| read_error(&e))? else { return Ok(None) };
+        let (last_log_id, last_membership): (Option<LogId>, StoredMembership) =
+            super::decode(&at).map_err(|e| read_error(&e))?;
+        let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match &last_log_id {
+            Some(log_id) => format!("{}-{}-checkpoint-{seq}", log_id.leader_id.term, log_id.index),
+            None => format!("empty-checkpoint-{seq}"),
+        };
+        let meta = SnapshotMeta { last_log_id, last_membership, snapshot_id };
+        let data = SnapshotData::view(source, self.shared.snapshot_dir.clone());
+        Ok(Some(Snapshot { meta, snapshot: Box::new(data) }))
     }
 }

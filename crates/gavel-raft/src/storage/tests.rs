@@ -361,5 +361,5 @@ async fn a_snapshot_stored_in_sled_is_moved_into_a_file_and_leftovers_are_remove
     assert_eq!(names, vec!["legacy.snap".to_string()], "the leftover is gone, the bytes are a file");
     let current = state_machine.get_current_snapshot().await.expect("read").expect("a snapshot is stored");
     assert_eq!(current.meta, built);
-    assert_eq!(current.snapshot.read_all().expect("read the file"), bytes);
+    assert_eq!(current.snapshot.into_file().expect("a file").read_all().expect("read the file"), bytes);
 }
