@@ -436,14 +436,36 @@ pub(crate) fn targets_table(scale: &ScaleReport) -> String {
             writeln!(out, "| bytes per execution on disk (data dir / N, mean of nodes) | | {} | |", bytes_each(disk));
         let _ = writeln!(out, "| peak RSS per node (VmHWM, largest) | | {} | |", mebibytes(peak));
     }
-    if let Some(snapshot) = &scale.snapshot {
-        let _ = writeln!(
-            out,
-            "| leader's last snapshot: size, build time | | {}, {:.2} s ({:.0} MB/s) | |",
-            megabytes(Some(snapshot.bytes)),
-            snapshot.build_s,
-            snapshot.build_mb_per_s
-        );
+    match &scale.snapshot {
+        Some(snapshot) if snapshot.bytes == 0 => {
+            let _ = writeln!(
+                out,
+                "| leader's last snapshot build (a durable checkpoint of cold.redb, no file) | | {:.3} s, longest \
+                 of {} {:.3} s | |",
+                snapshot.build_s, snapshot.builds, snapshot.longest_build_s
+            );
+        }
+        Some(snapshot) => {
+            let _ = writeln!(
+                out,
+                "| leader's last snapshot: size, build time | | {}, {:.2} s ({:.0} MB/s) | |",
+                megabytes(Some(snapshot.bytes)),
+                snapshot.build_s,
+                snapshot.build_mb_per_s
+            );
+        }
+        None => {}
+    }
+    if let Some(install) = &scale.install {
+        if let Some(sent) = install.sent_bytes {
+            let _ = writeln!(
+                out,
+                "| snapshot sent to the new node (the leader's view of its checkpoint, written out) | | {}, \
+                 written in {} | |",
+                megabytes(Some(sent)),
+                install.sent_write_s.map_or("-".to_string(), |seconds| format!("{seconds:.2} s"))
+            );
+        }
     }
     let _ = writeln!(
         out,
