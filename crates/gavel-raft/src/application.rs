@@ -106,8 +106,9 @@ pub trait Application: Send + Sync + 'static {
     /// membership), in one atomic write; `durable`: returns only once it is
     /// on stable storage (a snapshot the Raft layer builds; the log is then
     /// purged behind it). Called on the state machine's task between two
-    /// entries. The default has no store to write to.
-    fn checkpoint(&self, position: &[u8], durable: bool) -> Result<(), String> {
+    /// entries. Returns the store's size in bytes afterwards (reported as
+    /// the snapshot's size). The default has no store to write to.
+    fn checkpoint(&self, position: &[u8], durable: bool) -> Result<u64, String> {
         let _ = (position, durable);
         Err("this application keeps no store of its own".to_string())
     }

@@ -272,9 +272,10 @@ impl gavel_raft::Application for CoreApp {
     }
 
     /// Writes the overlay, the hot state and `position` into the cold store
-    /// in one transaction, under the state lock. A failed write keeps the
-    /// overlay: nothing is lost, and the next checkpoint tries again.
-    fn checkpoint(&self, position: &[u8], durable: bool) -> Result<(), String> {
+    /// in one transaction, under the state lock, and returns the store
+    /// file's size. A failed write keeps the overlay: nothing is lost, and
+    /// the next checkpoint tries again.
+    fn checkpoint(&self, position: &[u8], durable: bool) -> Result<u64, String> {
         let Some(store) = &self.cold_store else { return Err("this application has no cold store".to_string()) };
         let mut state = self.state();
         let hot = state.hot_snapshot();
@@ -282,7 +283,7 @@ impl gavel_raft::Application for CoreApp {
             .flush_cold(|mutations| store.write_checkpoint(mutations, position, &hot, durable))
             .map_err(|error| error.to_string())?;
         self.checkpoint_due.store(false, Ordering::Relaxed);
-        Ok(())
+        Ok(std::fs::metadata(store.path()).map_or(0, |metadata| metadata.len()))
     }
 
     /// The cold store's latest checkpoint as a read transaction (no state

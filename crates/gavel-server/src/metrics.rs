@@ -474,9 +474,12 @@ impl Collector for HotPath {
             None,
             MetricType::Counter,
         )?)?;
-        gauge(&mut encoder, "gavel_raft_snapshot_bytes", "Size of the last snapshot stored.", {
-            raft.snapshot_bytes.load(Relaxed)
-        })?;
+        gauge(
+            &mut encoder,
+            "gavel_raft_snapshot_bytes",
+            "Size of the last snapshot stored (a checkpoint: the cold store file's size).",
+            raft.snapshot_bytes.load(Relaxed),
+        )?;
         let mut stages = encoder.encode_descriptor(
             "gavel_command_stage_seconds",
             "Where one proposed command's time goes on the node that proposed it, by stage.",

@@ -191,7 +191,7 @@ enum Captured {
     Source(Box<dyn SnapshotSource>),
     /// The outcome of a durable checkpoint into the application's own store:
     /// nothing is left to write.
-    Checkpoint(Result<(), String>),
+    Checkpoint(Result<u64, String>),
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -203,11 +203,17 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let source = match captured.ok_or_else(|| write_error(&"this snapshot was built already"))? {
             Captured::Source(source) => source,
             Captured::Checkpoint(checkpointed) => {
-                checkpointed.map_err(|e| write_error(&e))?;
+                let store_bytes = checkpointed.map_err(|e| write_error(&e))?;
                 let stored = persist_snapshot(&self.shared, &self.meta, None, WriteMode::OnlyIfNewer).await?;
                 crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
                 if stored {
-                    tracing::info!(snapshot = %self.meta, took = ?started.elapsed(), "snapshot built as a checkpoint");
+                    crate::stats::stats().count_snapshot(usize::try_from(store_bytes).unwrap_or(usize::MAX));
+                    tracing::info!(
+                        snapshot = %self.meta,
+                        store_bytes,
+                        took = ?started.elapsed(),
+                        "snapshot built as a checkpoint"
+                    );
                 }
                 return Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(SnapshotData::Checkpointed) });
             }
@@ -267,6 +273,7 @@ async fn persist_snapshot(
     let mut batch = sled::Batch::default();
     batch.insert(SNAPSHOT_META_KEY, encode(meta).map_err(|e| write_error(&e))?);
     batch.remove(SNAPSHOT_LEGACY_DATA_KEY);
+    let file_given = file.is_some();
     let bytes = match file {
         Some(file) => {
             let name = place_snapshot_file(shared, meta, file).await.map_err(|e| write_error(&e))?;
@@ -289,7 +296,10 @@ async fn persist_snapshot(
         shared.wal.purge(upto).map_err(|e| write_error(&e))?;
     }
     tracing::info!(snapshot = %meta, bytes, "snapshot stored");
-    crate::stats::stats().count_snapshot(usize::try_from(bytes).unwrap_or(usize::MAX));
+    // A checkpoint is counted by its build, with its store's size.
+    if file_given {
+        crate::stats::stats().count_snapshot(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
     Ok(true)
 }
 
