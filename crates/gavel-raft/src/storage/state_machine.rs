@@ -153,7 +153,7 @@ fn replayable_after(
     stored: Option<LogId>,
     candidate: &[u8],
 ) -> Option<(Option<LogId>, StoredMembership)> {
-    let (applied, membership): (Option<LogId>, StoredMembership) = super::decode(candidate).ok()?;
+    let (applied, membership) = decode_position(candidate).ok()?;
     let at = applied.filter(|applied| Some(*applied) > stored)?;
     let entries = wal.entries(&(at.index..=at.index)).ok()?;
     entries.first().filter(|entry| entry.log_id == at).map(|_| (applied, membership))
@@ -165,6 +165,11 @@ fn replayable_after(
 /// same state).
 fn position(last_applied: &Option<LogId>, membership: &StoredMembership) -> Vec<u8> {
     encode(&(last_applied, membership)).expect("log ids and memberships serialize: plain data")
+}
+
+/// The applied log id and membership a [`position`] names.
+fn decode_position(bytes: &[u8]) -> Result<(Option<LogId>, StoredMembership), bincode::Error> {
+    super::decode(bytes)
 }
 
 /// Restores the application from a snapshot file, read through a buffer of
@@ -498,8 +503,7 @@ impl StateMachineStore {
     fn checkpoint_view(&self) -> Result<Option<Snapshot>, StorageError> {
         let read_error = |e: &dyn std::fmt::Display| StorageIOError::read_snapshot(None, AnyError::error(e));
         let Some((at, source)) = self.app.checkpoint_view().map_err(|e| read_error(&e))? else { return Ok(None) };
-        let (last_log_id, last_membership): (Option<LogId>, StoredMembership) =
-            super::decode(&at).map_err(|e| read_error(&e))?;
+        let (last_log_id, last_membership) = decode_position(&at).map_err(|e| read_error(&e))?;
         let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match &last_log_id {
             Some(log_id) => format!("{}-{}-checkpoint-{seq}", log_id.leader_id.term, log_id.index),
