@@ -377,8 +377,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     self.commands.applied(commands);
                     if self.own_state && self.app.checkpoint_due() {
                         let at = position(&self.last_applied, &self.membership);
-                        if let Err(error) = self.app.checkpoint(&at, false) {
-                            tracing::error!(%error, "cannot write a checkpoint; the changes stay in memory");
+                        let checkpoint_started = std::time::Instant::now();
+                        match self.app.checkpoint(&at, false) {
+                            Ok(bytes) => {
+                                tracing::info!(log_index = entry.log_id.index, bytes, took = ?checkpoint_started.elapsed(), "checkpoint written")
+                            }
+                            Err(error) => {
+                                tracing::error!(%error, "cannot write a checkpoint; the changes stay in memory")
+                            }
                         }
                     }
                     Reply(reply)
