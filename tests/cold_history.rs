@@ -226,3 +226,77 @@ async fn a_restarted_node_resumes_from_its_cold_store_checkpoint_without_rewriti
     })
     .await;
 }
+
+/// Logged when a node resumes from a checkpoint written after its stored
+/// snapshot (the one its state machine wrote as it closed, here).
+const RESUMED_PAST: &str = "the application resumed from its own checkpoint past the stored snapshot";
+
+/// Changes written between snapshots (every 10 cold writes, with a snapshot
+/// only every 90 commands) leave a node's checkpoint behind its store until
+/// the next one. A follower stopped with SIGTERM writes a checkpoint as it
+/// closes and resumes from it; one SIGKILLed goes back to its last durable
+/// checkpoint and replays the log; a learner that joins while the leader's
+/// store is past its checkpoint gets a view of a checkpoint the leader
+/// writes for it. Every node comes back to the leader's state hash and
+/// serves the old executions with their trails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changes_written_between_snapshots_survive_a_stop_a_kill_and_a_join() {
+    bounded(async {
+        let flags = [
+            "--checkpoint-cold-writes=10",
+            "--snapshot-commands-since-last=90",
+            "--snapshot-logs-since-last=100000",
+            "--logs-to-keep=5",
+        ];
+        let mut cluster = Cluster::start_with(3, &flags).await;
+        let leader = cluster.wait_for_leader().await;
+        register(&cluster, leader, support::capability("docs.read", pb::SideEffect::Read)).await;
+        // 120 commands: a snapshot near 90, then changes written after it.
+        for index in 0..40 {
+            run_lifecycle(&cluster, leader, &format!("ex-{index}")).await;
+        }
+        let hash = cluster.wait_converged().await;
+        assert!(cluster.status(leader).await.expect("leader status").snapshot_index.is_some(), "a snapshot was built");
+
+        let stopped = cluster.follower().await;
+        cluster.stop(stopped);
+        let closing = node_log(&cluster, stopped);
+        assert!(
+            closing.contains("checkpoint written") && closing.contains("durable=true"),
+            "the stopped follower wrote a durable checkpoint as it closed"
+        );
+        cluster.spawn(stopped);
+        assert_eq!(cluster.wait_converged().await, hash, "the running nodes are at the leader's hash");
+        assert!(cluster.status(stopped).await.is_some(), "the stopped follower runs and answers again");
+        let log = node_log(&cluster, stopped);
+        assert_eq!(log.matches(RESUMED_PAST).count(), 1, "it resumed from the checkpoint it wrote as it closed");
+        assert!(!log.contains(RESTORED), "it did not rewrite its cold records from a snapshot");
+
+        let killed =
+            cluster.running().into_iter().find(|id| *id != leader && *id != stopped).expect("another follower");
+        cluster.kill(killed);
+        for index in 40..45 {
+            run_lifecycle(&cluster, leader, &format!("ex-{index}")).await;
+        }
+        cluster.spawn(killed);
+        let hash = cluster.wait_converged().await;
+
+        // 135 commands: the leader's store is past its last snapshot's
+        // checkpoint when the learner asks for a snapshot.
+        let new_node = cluster.join_learner_by_snapshot(leader).await;
+        assert_eq!(cluster.wait_converged().await, hash, "the learner reached the leader's hash");
+        let installed = cluster.status(new_node).await.expect("new node status").snapshot_index;
+        assert!(installed.is_some(), "the learner installed a snapshot: {installed:?}");
+        for id in [stopped, killed, new_node] {
+            for execution_id in ["ex-0", "ex-25", "ex-39", "ex-44"] {
+                assert_completed(&cluster, id, execution_id).await;
+                assert_eq!(
+                    cluster.execution_events(id, execution_id).await,
+                    cluster.execution_events(leader, execution_id).await,
+                    "{execution_id}'s audit trail on node {id}"
+                );
+            }
+        }
+    })
+    .await;
+}

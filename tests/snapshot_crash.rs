@@ -8,8 +8,9 @@
 //! - while they apply under load (any node, the leader included);
 //! - around their checkpoints: a node's snapshot builds are durable
 //!   checkpoints of its `cold.redb` (a few milliseconds, no file), and with
-//!   `--checkpoint-cold-writes` low it also checkpoints between snapshots
-//!   without waiting for the disk; the kill follows a build by a random
+//!   `--checkpoint-cold-writes` low it also writes its changes between
+//!   snapshots without waiting for the disk (the store is then past its
+//!   checkpoint until the next build); the kill follows a build by a random
 //!   part of the time between two builds, and the node must resume from a
 //!   checkpoint of its own (at its stored snapshot or past it), never
 //!   restore or rewrite its history;
@@ -72,9 +73,9 @@ const WAIT: Duration = Duration::from_secs(60);
 /// How often a condition on a file is polled (an install of the filled
 /// state takes a few hundred milliseconds).
 const FILE_POLL: Duration = Duration::from_millis(2);
-/// Cold writes between two checkpoints (`--checkpoint-cold-writes`): about
-/// 9 per lifecycle, so a checkpoint every few dozen lifecycles, between
-/// the snapshots' own.
+/// Cold writes held before they are written into the store between
+/// snapshots (`--checkpoint-cold-writes`): about 9 per lifecycle, so a
+/// write every few dozen lifecycles, between the snapshots' checkpoints.
 const CHECKPOINT_COLD_WRITES: u64 = 300;
 /// Deadline of one status call (it hashes the state).
 const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -483,12 +484,13 @@ async fn kills_while_applying(harness: &Harness, rng: &mut Rng, old: &[String], 
 
 /// Kills around checkpoints: under load, a random node is SIGKILLed a
 /// random part of its time between two snapshot builds after a build (a
-/// durable checkpoint of its cold store) was logged; checkpoints between
-/// snapshots come every [`CHECKPOINT_COLD_WRITES`] cold writes. The node
-/// must resume from a checkpoint of its own, at its stored snapshot or
-/// past it (a build killed before sled stored its meta, or a checkpoint
-/// between snapshots that survived), and replay its log from there: never
-/// restore a snapshot file or rewrite its cold store.
+/// durable checkpoint of its cold store) was logged; changes are written
+/// between snapshots every [`CHECKPOINT_COLD_WRITES`] cold writes, and a
+/// kill returns the store to its last durable checkpoint. The node must
+/// resume from a checkpoint of its own, at its stored snapshot or past it
+/// (a build killed before sled stored its meta, or one written for a
+/// view), and replay its log from there: never restore a snapshot file or
+/// rewrite its cold store.
 async fn kills_around_checkpoints(harness: &Harness, rng: &mut Rng, old: &[String], next: &Arc<AtomicU64>) {
     let (mut past, mut report) = (0, Vec::new());
     for (round, victim) in (1..).zip(rng.victims(&harness.cluster.running(), KILLS)) {

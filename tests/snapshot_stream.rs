@@ -103,27 +103,13 @@ fn log_field<'a>(line: &'a str, field: &str) -> Option<&'a str> {
     Some(&rest[..end])
 }
 
-/// A `Debug`-printed duration (`1.234567s`, `850.1ms`, `12µs`) in seconds.
-fn seconds(printed: &str) -> Option<f64> {
-    let (number, scale) = if let Some(value) = printed.strip_suffix("ms") {
-        (value, 1e-3)
-    } else if let Some(value) = printed.strip_suffix("µs") {
-        (value, 1e-6)
-    } else if let Some(value) = printed.strip_suffix("ns") {
-        (value, 1e-9)
-    } else {
-        (printed.strip_suffix('s')?, 1.0)
-    };
-    number.parse::<f64>().ok().map(|value| value * scale)
-}
-
 /// The last line of node `id`'s log that contains `message`, as (bytes,
 /// seconds); bytes 0 where the line names none.
 fn last_logged(cluster: &Cluster, id: u64, message: &str) -> Option<(u64, f64)> {
     let log = node_log(cluster, id);
     let line = log.lines().rev().find(|line| line.contains(message))?;
     let bytes = log_field(line, "bytes").map_or(Some(0), |bytes| bytes.parse().ok())?;
-    Some((bytes, seconds(log_field(line, "took")?)?))
+    Some((bytes, gavel_testkit::debug_seconds(log_field(line, "took")?)?))
 }
 
 /// The snapshot files (`*.snap`) in node `id`'s data directory: none, for a

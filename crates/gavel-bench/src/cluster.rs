@@ -248,7 +248,7 @@ pub(crate) fn parse_snapshot_events(log: &str, message: &str) -> Vec<SnapshotEve
                 Some(bytes) => bytes.parse().ok()?,
                 None => 0,
             };
-            let took_s = debug_seconds(log_field(&line, "took")?)?;
+            let took_s = gavel_testkit::debug_seconds(log_field(&line, "took")?)?;
             Some(SnapshotEvent { end_unix_us, bytes, took_s })
         })
         .collect()
@@ -277,20 +277,6 @@ fn log_field<'a>(line: &'a str, field: &str) -> Option<&'a str> {
     let start = line.find(&format!(" {field}="))? + field.len() + 2;
     let rest = &line[start..];
     Some(&rest[..rest.find(char::is_whitespace).unwrap_or(rest.len())])
-}
-
-/// A `Debug`-printed duration (`1.234567s`, `850.1ms`, `12µs`, `5ns`) in seconds.
-pub(crate) fn debug_seconds(printed: &str) -> Option<f64> {
-    let (number, scale) = if let Some(value) = printed.strip_suffix("ms") {
-        (value, 1e-3)
-    } else if let Some(value) = printed.strip_suffix("µs") {
-        (value, 1e-6)
-    } else if let Some(value) = printed.strip_suffix("ns") {
-        (value, 1e-9)
-    } else {
-        (printed.strip_suffix('s')?, 1.0)
-    };
-    number.parse::<f64>().ok().map(|value| value * scale)
 }
 
 /// An RFC 3339 UTC timestamp as the node logs them
@@ -454,10 +440,10 @@ mod tests {
         assert_eq!(parse_rfc3339_us("2024-02-29T23:59:59.999999Z"), Some(1_709_251_199_999_999));
         assert_eq!(parse_rfc3339_us("2024-13-01T00:00:00Z"), None);
         assert_eq!(parse_rfc3339_us("2024-01-01 00:00:00"), None);
-        assert_eq!(debug_seconds("1.5s"), Some(1.5));
-        assert_eq!(debug_seconds("250ms"), Some(0.25));
-        assert_eq!(debug_seconds("12µs"), Some(12e-6));
-        assert_eq!(debug_seconds("forever"), None);
+        assert_eq!(gavel_testkit::debug_seconds("1.5s"), Some(1.5));
+        assert_eq!(gavel_testkit::debug_seconds("250ms"), Some(0.25));
+        assert_eq!(gavel_testkit::debug_seconds("12µs"), Some(12e-6));
+        assert_eq!(gavel_testkit::debug_seconds("forever"), None);
     }
 
     #[test]

@@ -165,8 +165,8 @@ pub struct NodeArgs {
     #[arg(long, env = "GAVEL_READS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::READS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub reads_in_flight_max: u64,
     /// Cold writes (finalized records and audit events) held in memory
-    /// before they are checkpointed into `cold.redb` between snapshots.
-    /// Lower: less memory and more, smaller checkpoints.
+    /// before they are written into `cold.redb` between snapshots.
+    /// Lower: less memory and more, smaller writes.
     #[arg(long, env = "GAVEL_CHECKPOINT_COLD_WRITES", default_value_t = gavel_server::app::COLD_PENDING_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub checkpoint_cold_writes: u64,
     /// How log lines are written to standard error: `text` for people,

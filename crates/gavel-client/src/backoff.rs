@@ -21,6 +21,24 @@ pub(crate) fn is_overload(status: &Status) -> bool {
         && read_error_detail(status).is_some_and(|detail| detail.retry_after_ms.is_some())
 }
 
+/// The message tonic gives a status it made from an HTTP/2 error (a
+/// `GOAWAY` or `RST_STREAM` from the peer), not from a gRPC answer.
+const H2_ERROR_PREFIX: &str = "h2 protocol error:";
+
+/// Whether `status` is the transport's `ENHANCE_YOUR_CALM`: the node's
+/// HTTP/2 layer reset the stream or the connection (it limits how many
+/// streams a client may reset, for example), and tonic reports that as
+/// `RESOURCE_EXHAUSTED` with no Gavel error detail. No Gavel handler
+/// answered, so it is retried like `UNAVAILABLE`, with the same request id
+/// (a fill of `gavel bench --scale` once failed on one). A
+/// `RESOURCE_EXHAUSTED` with a detail, or from tonic's own message-size
+/// checks, is not this.
+pub(crate) fn is_transport_reset(status: &Status) -> bool {
+    status.code() == Code::ResourceExhausted
+        && read_error_detail(status).is_none()
+        && status.message().starts_with(H2_ERROR_PREFIX)
+}
+
 /// `pause` plus a random extra of up to half of it: a retry never comes
 /// earlier than the pause (which already honours the node's
 /// `retry_after_ms`), and the retries of many clients spread out.
@@ -49,6 +67,25 @@ mod tests {
         assert!(is_overload(&hinted));
         assert!(!is_overload(&Status::resource_exhausted("message too large")));
         assert!(!is_overload(&Status::unavailable("no leader")));
+    }
+
+    #[test]
+    fn only_an_http2_reset_without_a_gavel_detail_is_a_transport_reset() {
+        let calm = Status::resource_exhausted("h2 protocol error: http2 error: connection error received: ENHANCE_YOUR_CALM");
+        assert!(is_transport_reset(&calm));
+        assert!(!is_transport_reset(&Status::resource_exhausted(
+            "Error, decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes"
+        )));
+        let refusal = gavel_proto::error_detail::domain_status(
+            Code::ResourceExhausted,
+            "LIMIT_EXCEEDED",
+            "h2 protocol error: a message that only looks like one",
+            Vec::new(),
+            None,
+            None,
+        );
+        assert!(!is_transport_reset(&refusal));
+        assert!(!is_transport_reset(&Status::internal("h2 protocol error: stream reset")));
     }
 
     #[test]

@@ -105,7 +105,8 @@ fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
 
 /// Whether a failed attempt may be retried with the same request id: the
 /// cluster said `UNAVAILABLE` or shed load (`RESOURCE_EXHAUSTED` with a
-/// retry hint, [`crate::backoff`]), or the transport broke before a Gavel answer.
+/// retry hint, [`crate::backoff`]), or the transport broke before a Gavel
+/// answer (an HTTP/2 reset included, [`crate::backoff::is_transport_reset`]).
 /// A failed TLS handshake is not retried: a certificate does not become
 /// valid by asking again.
 fn retryable(status: &Status) -> bool {
@@ -114,7 +115,7 @@ fn retryable(status: &Status) -> bool {
     }
     match status.code() {
         Code::Unavailable => true,
-        Code::ResourceExhausted => crate::backoff::is_overload(status),
+        Code::ResourceExhausted => crate::backoff::is_overload(status) || crate::backoff::is_transport_reset(status),
         Code::Unknown | Code::Cancelled | Code::DeadlineExceeded | Code::Internal => {
             read_error_detail(status).is_none()
         }

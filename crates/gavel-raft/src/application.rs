@@ -93,12 +93,26 @@ pub trait Application: Send + Sync + 'static {
         false
     }
 
-    /// Whether the application wants a checkpoint after the entry it just
-    /// applied (changes it holds in memory reached its bound). Asked after
-    /// every entry of an application that [keeps its own
-    /// state](Application::keeps_own_state); cheap.
+    /// Whether the application wants the changes it holds in memory written
+    /// into its store after the entry it just applied (they reached its
+    /// bound): [`Application::write_changes`]. Asked after every entry of an
+    /// application that [keeps its own state](Application::keeps_own_state);
+    /// cheap.
     fn checkpoint_due(&self) -> bool {
         false
+    }
+
+    /// Writes the changes held in memory into the application's own store,
+    /// without a checkpoint and without waiting for the disk: what it costs
+    /// is the changes, not the state (a checkpoint writes the whole hot
+    /// state). Until the next [`Application::checkpoint`] the store's
+    /// latest checkpoint is stale: [`Application::checkpoint_view`] has none,
+    /// and a crash returns the store to its last durable checkpoint. The
+    /// Raft layer writes a checkpoint before it needs a view, and when the
+    /// state machine closes. Called on the state machine's task between two
+    /// entries. The default has no store to write to.
+    fn write_changes(&self) -> Result<(), String> {
+        Err("this application keeps no store of its own".to_string())
     }
 
     /// Writes the state as applied so far into the application's own store,
@@ -116,7 +130,8 @@ pub trait Application: Send + Sync + 'static {
     /// A point-in-time view of the latest checkpoint in the application's
     /// own store: its position and a source that writes the state there in
     /// the format [`Application::restore_at`] reads, however long it runs
-    /// while later commands apply. `None`: no checkpoint yet. The default
+    /// while later commands apply. `None`: no checkpoint yet, or changes
+    /// were written after it ([`Application::write_changes`]). The default
     /// has none.
     #[allow(clippy::type_complexity)]
     fn checkpoint_view(&self) -> Result<Option<(Vec<u8>, Box<dyn SnapshotSource>)>, String> {

@@ -41,8 +41,8 @@ pub struct ServerSettings {
     pub planted_bug: Option<gavel_core::mutants::Mutant>,
     /// How many calls of each kind this node takes at once ([`crate::overload`]).
     pub overload: crate::overload::OverloadLimits,
-    /// Cold writes held in memory before a checkpoint into `cold.redb` is
-    /// due ([`crate::app::COLD_PENDING_MAX`] by default).
+    /// Cold writes held in memory before they are written into `cold.redb`
+    /// ([`crate::app::COLD_PENDING_MAX`] by default).
     pub checkpoint_cold_writes: usize,
 }
 

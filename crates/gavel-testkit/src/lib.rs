@@ -58,6 +58,21 @@ pub const HARNESS_GRANTS: [gavel_pki::GrantName; 6] = [
     gavel_pki::GrantName::Auditor,
 ];
 
+/// A `Debug`-printed duration (`1.234567s`, `850.1ms`, `12µs`, `5ns`), as
+/// the nodes log `took=`, in seconds.
+pub fn debug_seconds(printed: &str) -> Option<f64> {
+    let (number, scale) = if let Some(value) = printed.strip_suffix("ms") {
+        (value, 1e-3)
+    } else if let Some(value) = printed.strip_suffix("µs") {
+        (value, 1e-6)
+    } else if let Some(value) = printed.strip_suffix("ns") {
+        (value, 1e-9)
+    } else {
+        (printed.strip_suffix('s')?, 1.0)
+    };
+    number.parse::<f64>().ok().map(|value| value * scale)
+}
+
 /// Milliseconds since the Unix epoch on this machine's clock (0 before 1970).
 pub fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now()

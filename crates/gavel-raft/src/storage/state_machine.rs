@@ -32,6 +32,11 @@ pub(crate) struct StateMachineStore {
     commands: CommandCount,
     /// The application keeps its own state ([`Application::keeps_own_state`]).
     own_state: bool,
+    /// Changes were written into the application's store after its latest
+    /// checkpoint ([`Application::write_changes`]): a view needs a new
+    /// checkpoint first, and so does closing (a store left stale would not
+    /// start again).
+    stale_checkpoint: bool,
 }
 
 /// The command-count snapshot policy: counts the commands applied since the
@@ -88,6 +93,7 @@ impl StateMachineStore {
             membership: StoredMembership::default(),
             commands: CommandCount::default(),
             own_state,
+            stale_checkpoint: false,
         };
         let at = stored.as_ref().map(|meta| position(&meta.last_log_id, &meta.last_membership));
         let stored_applied = stored.as_ref().and_then(|meta| meta.last_log_id);
@@ -376,15 +382,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     let (reply, commands) = apply_batch(&*self.app, entry.log_id.index, &payload);
                     self.commands.applied(commands);
                     if self.own_state && self.app.checkpoint_due() {
-                        let at = position(&self.last_applied, &self.membership);
-                        let checkpoint_started = std::time::Instant::now();
-                        match self.app.checkpoint(&at, false) {
-                            Ok(bytes) => {
-                                tracing::info!(log_index = entry.log_id.index, bytes, took = ?checkpoint_started.elapsed(), "checkpoint written")
+                        let written_started = std::time::Instant::now();
+                        match self.app.write_changes() {
+                            Ok(()) => {
+                                self.stale_checkpoint = true;
+                                tracing::debug!(
+                                    log_index = entry.log_id.index,
+                                    took = ?written_started.elapsed(),
+                                    "changes written into the application's store"
+                                );
                             }
-                            Err(error) => {
-                                tracing::error!(%error, "cannot write a checkpoint; the changes stay in memory")
-                            }
+                            Err(error) => tracing::error!(%error, "cannot write the changes; they stay in memory"),
                         }
                     }
                     Reply(reply)
@@ -405,11 +413,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // task and between two `apply` calls, so it stands for
         // `last_applied` exactly; openraft runs `build_snapshot` in a
         // separate task, which writes it out while later entries apply.
-        let at = position(&self.last_applied, &self.membership);
         let captured = if self.own_state {
-            Captured::Checkpoint(self.app.checkpoint(&at, true))
+            Captured::Checkpoint(self.write_checkpoint(true))
         } else {
-            Captured::Source(self.app.snapshot_at(&at))
+            Captured::Source(self.app.snapshot_at(&position(&self.last_applied, &self.membership)))
         };
         self.commands.since_last = 0;
         let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
@@ -476,14 +483,24 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.commands.since_last = 0;
+        // The restore ended with a durable checkpoint at the snapshot.
+        self.stale_checkpoint = false;
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
         // Under the write lock: the file named in sled is not replaced
         // between reading its name and opening it.
-        let _serialized = self.shared.snapshot_write.lock().await;
+        let shared = self.shared.clone();
+        let _serialized = shared.snapshot_write.lock().await;
         if self.own_state {
+            if self.stale_checkpoint {
+                // The view must be of a whole state: write one, here on
+                // the state machine's task, at `last_applied`.
+                self.write_checkpoint(false).map_err(|e| {
+                    StorageIOError::read_snapshot(None, AnyError::error(format!("cannot write a checkpoint: {e}")))
+                })?;
+            }
             if let Some(view) = self.checkpoint_view()? {
                 return Ok(Some(view));
             }
@@ -500,7 +517,38 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 }
 
+/// Closing with changes written after the latest checkpoint writes a
+/// durable one first: otherwise the store would outlive the node stale
+/// (redb makes its last commit durable when it closes), and the node would
+/// not start again from it. A crash needs nothing: the store returns to
+/// its last durable checkpoint, and the log replays from there.
+impl Drop for StateMachineStore {
+    fn drop(&mut self) {
+        if self.own_state && self.stale_checkpoint && !std::thread::panicking() {
+            let _ = self.write_checkpoint(true);
+        }
+    }
+}
+
 impl StateMachineStore {
+    /// Writes a checkpoint of the application's state at `last_applied`
+    /// (`durable`: on stable storage before it returns), logged with its
+    /// duration: it holds apply, and its cost is the hot state plus the
+    /// changes since the last write.
+    fn write_checkpoint(&mut self, durable: bool) -> Result<u64, String> {
+        let at = position(&self.last_applied, &self.membership);
+        let started = std::time::Instant::now();
+        let written = self.app.checkpoint(&at, durable);
+        match &written {
+            Ok(bytes) => {
+                self.stale_checkpoint = false;
+                tracing::info!(last_applied = ?self.last_applied, durable, bytes, took = ?started.elapsed(), "checkpoint written");
+            }
+            Err(error) => tracing::error!(%error, durable, "cannot write a checkpoint"),
+        }
+        written
+    }
+
     /// The current snapshot of an application that keeps its own state: a
     /// view of its store's latest checkpoint, at the checkpoint's position
     /// (the stored snapshot's, or a later one: every checkpoint is at an
