@@ -164,6 +164,20 @@ fn node_log(cluster: &Cluster, id: u64) -> String {
     std::fs::read_to_string(cluster.dir.path().join(format!("n{id}.log"))).unwrap_or_default()
 }
 
+/// Three nodes started with `flags` that ran `lifecycles` lifecycles
+/// (`ex-0`...) through the leader and converged: the cluster, its leader
+/// and their state hash.
+async fn start_with_lifecycles(flags: &[&str], lifecycles: usize) -> (Cluster, u64, String) {
+    let cluster = Cluster::start_with(3, flags).await;
+    let leader = cluster.wait_for_leader().await;
+    register(&cluster, leader, support::capability("docs.read", pb::SideEffect::Read)).await;
+    for index in 0..lifecycles {
+        run_lifecycle(&cluster, leader, &format!("ex-{index}")).await;
+    }
+    let hash = cluster.wait_converged().await;
+    (cluster, leader, hash)
+}
+
 /// Logged when a node resumes from the checkpoint in its cold store.
 const RESUMED: &str = "the application resumed from its own checkpoint at the stored snapshot";
 /// Logged when a node rebuilds its state (and cold store) from the snapshot.
@@ -178,13 +192,7 @@ const RESTORED: &str = "restored the application from the stored snapshot";
 async fn a_restarted_node_resumes_from_its_cold_store_checkpoint_without_rewriting_history() {
     bounded(async {
         let flags = ["--snapshot-logs-since-last=100000", "--snapshot-commands-since-last=30", "--logs-to-keep=5"];
-        let mut cluster = Cluster::start_with(3, &flags).await;
-        let leader = cluster.wait_for_leader().await;
-        register(&cluster, leader, support::capability("docs.read", pb::SideEffect::Read)).await;
-        for index in 0..40 {
-            run_lifecycle(&cluster, leader, &format!("ex-{index}")).await;
-        }
-        let hash = cluster.wait_converged().await;
+        let (mut cluster, leader, hash) = start_with_lifecycles(&flags, 40).await;
         let leader_status = cluster.status(leader).await.expect("leader status");
         let snapshot_index = leader_status.snapshot_index.expect("snapshots by command count");
         assert!(snapshot_index >= 60, "120 commands at 30 per snapshot: last snapshot at {snapshot_index}");
@@ -248,14 +256,8 @@ async fn changes_written_between_snapshots_survive_a_stop_a_kill_and_a_join() {
             "--snapshot-logs-since-last=100000",
             "--logs-to-keep=5",
         ];
-        let mut cluster = Cluster::start_with(3, &flags).await;
-        let leader = cluster.wait_for_leader().await;
-        register(&cluster, leader, support::capability("docs.read", pb::SideEffect::Read)).await;
         // 120 commands: a snapshot near 90, then changes written after it.
-        for index in 0..40 {
-            run_lifecycle(&cluster, leader, &format!("ex-{index}")).await;
-        }
-        let hash = cluster.wait_converged().await;
+        let (mut cluster, leader, hash) = start_with_lifecycles(&flags, 40).await;
         assert!(cluster.status(leader).await.expect("leader status").snapshot_index.is_some(), "a snapshot was built");
 
         let stopped = cluster.follower().await;

@@ -376,7 +376,9 @@ impl CoreApp {
             State::read_snapshot_hot(snapshot, bytes).map_err(|error| error.to_string())?;
         restored.set_planted_bug(self.planted_bug);
         let mut state = self.state();
+        let started = std::time::Instant::now();
         store.clear().map_err(|error| error.to_string())?;
+        let write_behind = store.write_behind();
         let rewritten = (|| -> Result<(), String> {
             let (mut batch, mut batch_bytes) = (Vec::new(), 0usize);
             while let Some(record) = records.next_record().map_err(|error| error.to_string())? {
@@ -389,11 +391,19 @@ impl CoreApp {
             }
             restored.attach_cold_store(store.clone());
             let hot = restored.hot_snapshot();
+            let records_written = started.elapsed();
+            drop(write_behind);
             match position {
                 Some(position) => store.write_checkpoint(&batch, position, &hot, true),
                 None => store.write(&batch),
             }
-            .map_err(|error| error.to_string())
+            .map_err(|error| error.to_string())?;
+            tracing::info!(
+                records = ?records_written,
+                durable = ?started.elapsed().saturating_sub(records_written),
+                "cold store rewritten from a snapshot"
+            );
+            Ok(())
         })();
         if let Err(error) = rewritten {
             let cleared = store.clear();

@@ -64,6 +64,28 @@ const HOT_KEY: &str = "hot";
 /// at the checkpoint's position.
 const DIRTY_KEY: &str = "dirty";
 
+/// How often [`RedbColdStore::write_behind`] writes the file's dirty pages
+/// back: a few hundred MB at the rate a snapshot's records are rewritten.
+const WRITE_BEHIND_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A running [`RedbColdStore::write_behind`]; dropping it stops the thread
+/// and waits for it.
+pub struct WriteBehind {
+    stop: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for WriteBehind {
+    fn drop(&mut self) {
+        let (lock, wake) = &*self.stop;
+        *lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// A checkpoint: the snapshot position and the hot state the cold tables
 /// complete.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,6 +167,35 @@ impl RedbColdStore {
     /// The store file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Starts writing the file's dirty pages back to the disk in the
+    /// background while a long run of non-durable transactions writes it
+    /// (a snapshot's records rewritten into the store), so that the durable
+    /// commit at its end has little left to wait for, as RocksDB's
+    /// `bytes_per_sync` does. It makes nothing durable that redb relies on:
+    /// only its header commits. Stops when the guard is dropped.
+    pub fn write_behind(&self) -> WriteBehind {
+        let stop = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let path = self.path.clone();
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new().name("cold-write-behind".into()).spawn(move || {
+            let (lock, wake) = &*stopped;
+            let mut done = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            while !*done {
+                let waited = wake.wait_timeout(done, WRITE_BEHIND_EVERY).unwrap_or_else(std::sync::PoisonError::into_inner);
+                done = waited.0;
+                if *done {
+                    break;
+                }
+                drop(done);
+                // A failure here is not the restore's: the durable commit
+                // at its end reports any write error.
+                let _ = std::fs::File::open(&path).and_then(|file| file.sync_data());
+                done = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        });
+        WriteBehind { stop, thread: thread.ok() }
     }
 
     /// How many records were written (inserted or removed) through this
