@@ -71,7 +71,8 @@ mod tests {
 
     #[test]
     fn only_an_http2_reset_without_a_gavel_detail_is_a_transport_reset() {
-        let calm = Status::resource_exhausted("h2 protocol error: http2 error: connection error received: ENHANCE_YOUR_CALM");
+        let calm =
+            Status::resource_exhausted("h2 protocol error: http2 error: connection error received: ENHANCE_YOUR_CALM");
         assert!(is_transport_reset(&calm));
         assert!(!is_transport_reset(&Status::resource_exhausted(
             "Error, decoded message length too large: found 5000000 bytes, the limit is: 4194304 bytes"

@@ -524,6 +524,23 @@ mod tests {
     }
 
     #[test]
+    fn an_http2_reset_and_an_overload_refusal_are_retried_a_size_refusal_is_not() {
+        let reset =
+            Status::resource_exhausted("h2 protocol error: http2 error: connection error received: ENHANCE_YOUR_CALM");
+        assert!(retryable(&reset));
+        let refusal = gavel_proto::error_detail::domain_status(
+            Code::ResourceExhausted,
+            "RESOURCE_EXHAUSTED",
+            "this node is overloaded",
+            Vec::new(),
+            Some(50),
+            None,
+        );
+        assert!(retryable(&refusal));
+        assert!(!retryable(&Status::resource_exhausted("Error, decoded message length too large")));
+    }
+
+    #[test]
     fn debug_output_hides_the_token() {
         let config = ClientConfig { token: Some("secret-token".to_string()), ..ClientConfig::default() };
         assert!(!format!("{config:?}").contains("secret-token"));

@@ -181,18 +181,18 @@ impl RedbColdStore {
         let stopped = stop.clone();
         let thread = std::thread::Builder::new().name("cold-write-behind".into()).spawn(move || {
             let (lock, wake) = &*stopped;
-            let mut done = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            while !*done {
-                let waited = wake.wait_timeout(done, WRITE_BEHIND_EVERY).unwrap_or_else(std::sync::PoisonError::into_inner);
-                done = waited.0;
+            loop {
+                let done = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let (done, _) = wake
+                    .wait_timeout_while(done, WRITE_BEHIND_EVERY, |done| !*done)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if *done {
-                    break;
+                    return;
                 }
                 drop(done);
                 // A failure here is not the restore's: the durable commit
                 // at its end reports any write error.
                 let _ = std::fs::File::open(&path).and_then(|file| file.sync_data());
-                done = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         });
         WriteBehind { stop, thread: thread.ok() }
