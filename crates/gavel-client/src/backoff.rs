@@ -50,21 +50,27 @@ pub(crate) fn jittered(pause: Duration) -> Duration {
     pause + extra
 }
 
+/// A node's overload refusal, as the server makes it: `RESOURCE_EXHAUSTED`
+/// with a 50 ms `retry_after_ms` (for the tests of this crate).
+#[cfg(test)]
+pub(crate) fn overload_refusal() -> Status {
+    gavel_proto::error_detail::domain_status(
+        Code::ResourceExhausted,
+        "RESOURCE_EXHAUSTED",
+        "this node is overloaded",
+        Vec::new(),
+        Some(50),
+        None,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn only_a_refusal_with_a_retry_hint_is_an_overload() {
-        let hinted = gavel_proto::error_detail::domain_status(
-            Code::ResourceExhausted,
-            "RESOURCE_EXHAUSTED",
-            "this node is overloaded",
-            Vec::new(),
-            Some(50),
-            None,
-        );
-        assert!(is_overload(&hinted));
+        assert!(is_overload(&overload_refusal()));
         assert!(!is_overload(&Status::resource_exhausted("message too large")));
         assert!(!is_overload(&Status::unavailable("no leader")));
     }

@@ -528,15 +528,7 @@ mod tests {
         let reset =
             Status::resource_exhausted("h2 protocol error: http2 error: connection error received: ENHANCE_YOUR_CALM");
         assert!(retryable(&reset));
-        let refusal = gavel_proto::error_detail::domain_status(
-            Code::ResourceExhausted,
-            "RESOURCE_EXHAUSTED",
-            "this node is overloaded",
-            Vec::new(),
-            Some(50),
-            None,
-        );
-        assert!(retryable(&refusal));
+        assert!(retryable(&crate::backoff::overload_refusal()));
         assert!(!retryable(&Status::resource_exhausted("Error, decoded message length too large")));
     }
 
