@@ -38,19 +38,24 @@ use crate::stats::{self, Latency};
 use crate::workload::{self, ConfigReport, ConfigSpec, SHARED_CAPABILITY, SHARED_QUEUE};
 use crate::{procfs, watchdog, BenchError, Printer, Workload};
 
-/// Fill workers; each polls up to [`POLL_TASKS`] tasks and reports them concurrently.
-const FILL_WORKERS: usize = 4;
+/// Fill workers; each polls up to [`POLL_TASKS`] tasks and reports them
+/// concurrently, then polls again. A worker's round is a poll's commit plus
+/// its reports' commits, so the workers bound the fill at about
+/// `FILL_WORKERS * POLL_TASKS` per round: with 4 the fill ran at 820–840/s
+/// with the machine's CPU not all used, with 16 at 1,130–1,230/s and
+/// CPU-bound (2026-12-02, `--scale 100000`).
+const FILL_WORKERS: usize = 16;
 /// Tasks per fill poll (the server's maximum).
 const POLL_TASKS: u32 = 64;
 /// Submitted but not yet finalized executions the fill allows: the fill
-/// workers' next 16 polls each, so they never wait for submissions, yet the
+/// workers' next 4 polls each (4,096), so they never wait for submissions, yet the
 /// queue (hot state, in memory and in every snapshot) stays a few thousand
 /// executions whatever N. Without a bound the submitters ran far ahead of the
 /// workers: at 1M the queue reached about 100,000 executions, the snapshots
 /// and the nodes' memory grew with it, and the fill fell to about 110/s. A
-/// bound of 2 polls per worker (512) held the fill at about 620/s instead of
-/// 1,500–2,200/s.
-const FILL_BACKLOG_MAX: u64 = 16 * FILL_WORKERS as u64 * POLL_TASKS as u64;
+/// bound of 2 polls per worker with 4 workers (512) held the fill at about
+/// 620/s instead of 1,500–2,200/s.
+const FILL_BACKLOG_MAX: u64 = 4 * FILL_WORKERS as u64 * POLL_TASKS as u64;
 /// How long a submitter waits when the backlog is full.
 const BACKLOG_WAIT: Duration = Duration::from_millis(2);
 /// Fill calls ride out long pauses (snapshots of a large state) instead of
