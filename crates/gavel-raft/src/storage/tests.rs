@@ -10,12 +10,14 @@ use std::time::Duration;
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::{StoreBuilder, Suite};
-use openraft::{CommittedLeaderId, EntryPayload, Membership, RaftLogReader, RaftSnapshotBuilder, StorageHelper};
+use openraft::{
+    CommittedLeaderId, EntryPayload, Membership, RaftLogReader, RaftSnapshotBuilder, StorageHelper, StoredMembership,
+};
 use tempfile::TempDir;
 
-use super::{open, LogStore, OpenedStorage, StateMachineStore};
+use super::{open, LogStore, OpenedStorage, SnapshotData, StateMachineStore};
 use crate::application::Application;
-use crate::typ::{Command, Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::typ::{Command, Entry, LogId, SnapshotMeta, StorageError, TypeConfig, Vote};
 
 /// A test application that records every applied command in order.
 #[derive(Default)]
@@ -44,6 +46,42 @@ impl Application for RecordingApp {
         let restored = bincode::deserialize(bytes).map_err(|e| e.to_string())?;
         *self.applied.lock().expect("lock") = restored;
         Ok(())
+    }
+}
+
+/// An application that keeps its own state, as the node's cold store does:
+/// its whole state is the bytes of the last snapshot it restored.
+/// `fail_restore`: a restore fails once it has read the snapshot, as one
+/// that crashed while rewriting its store would.
+#[derive(Default)]
+struct OwnStateApp {
+    state: Mutex<Vec<u8>>,
+    fail_restore: bool,
+}
+
+impl Application for OwnStateApp {
+    fn apply(&self, _log_index: u64, _command: &[u8]) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.state.lock().expect("lock").clone()
+    }
+
+    fn restore(&self, bytes: &[u8]) -> Result<(), String> {
+        if self.fail_restore {
+            return Err("the store failed while it was being rewritten".to_string());
+        }
+        *self.state.lock().expect("lock") = bytes.to_vec();
+        Ok(())
+    }
+
+    fn keeps_own_state(&self) -> bool {
+        true
+    }
+
+    fn checkpoint(&self, _position: &[u8], _durable: bool) -> Result<u64, String> {
+        Ok(0)
     }
 }
 
@@ -362,4 +400,38 @@ async fn a_snapshot_stored_in_sled_is_moved_into_a_file_and_leftovers_are_remove
     let current = state_machine.get_current_snapshot().await.expect("read").expect("a snapshot is stored");
     assert_eq!(current.meta, built);
     assert_eq!(current.snapshot.into_file().expect("a file").read_all().expect("read the file"), bytes);
+}
+
+/// For an application that keeps its own state, an install stores the
+/// received file before the application rewrites its store (which until
+/// then held the only copy of the previous state): a restore that fails
+/// half-way, as a crash while `cold.redb` is rewritten, leaves the file
+/// stored, and the next start restores the new snapshot from it. Were the
+/// file stored after the restore, nothing would be left to start from.
+#[tokio::test]
+async fn an_install_stores_the_file_before_an_application_with_its_own_state_rewrites_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = b"the leader's whole state at index 50".to_vec();
+    let membership = Membership::new(vec![BTreeSet::from([1, 2, 3])], ());
+    let meta = SnapshotMeta {
+        last_log_id: Some(log_id(3, 50)),
+        last_membership: StoredMembership::new(Some(log_id(1, 1)), membership),
+        snapshot_id: "leader-50".to_string(),
+    };
+    {
+        let failing = Arc::new(OwnStateApp { fail_restore: true, ..OwnStateApp::default() });
+        let OpenedStorage { log_store, mut state_machine, closed } =
+            open(dir.path(), failing.clone(), false).expect("open storage");
+        let spool = super::snapshot_file::temporary_path(&super::snapshot_dir(dir.path()), "receive");
+        let received = super::snapshot_file::write_bytes(spool, bytes.clone()).expect("the received file");
+        let installed = state_machine.install_snapshot(&meta, Box::new(SnapshotData::File(received))).await;
+        assert!(installed.is_err(), "the restore failed, so the install did");
+        assert!(failing.snapshot().is_empty(), "the failing application holds nothing");
+        close(log_store, state_machine, closed).await;
+    }
+    let app = Arc::new(OwnStateApp::default());
+    let OpenedStorage { mut state_machine, .. } = open(dir.path(), app.clone(), false).expect("reopen storage");
+    assert_eq!(app.snapshot(), bytes, "the start restored the received snapshot from its stored file");
+    let (applied, _) = state_machine.applied_state().await.expect("applied state");
+    assert_eq!(applied, meta.last_log_id);
 }
