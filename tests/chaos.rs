@@ -46,30 +46,55 @@ fn checker_verdict(summary: &serde_json::Value, name: &str) -> String {
         .to_string()
 }
 
+/// Runs of the short schedule. A second runs only when the first was judged
+/// `unknown` by the coverage checker alone: every safety and liveness
+/// checker valid, but the run exercised too little (fewer than 20 late
+/// reports, say), which on a slow machine depends on how much the workload
+/// got done between the faults (4, 17 and 34 late reports in three runs of
+/// the same seed on 2026-12-02). An invalid verdict is never run again.
+const SHORT_RUNS_MAX: u32 = 2;
+
+/// Whether the coverage checker is the only one that is not `valid`, and it
+/// is `unknown`.
+fn only_coverage_unknown(summary: &serde_json::Value) -> bool {
+    let Some(checkers) = summary["checkers"].as_array() else { return false };
+    checker_verdict(summary, "coverage") == "unknown"
+        && checkers.iter().all(|pair| pair[0] == "coverage" || pair[1] == "valid")
+}
+
 #[test]
 fn a_short_kill_and_partition_schedule_is_judged_valid() {
     let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (code, summary) = chaos(
-        &support::gavel_binary(),
-        &dir.path().join("run"),
-        &[
-            "--seed=20261130",
-            "--duration=70",
-            "--faults=kill-leader,kill-follower,partition-leader,partition-follower,worker-stall",
-        ],
-    );
-    eprintln!("summary: {summary:#}");
-    if code != 0 {
+    let mut run = 1;
+    let summary = loop {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (code, summary) = chaos(
+            &support::gavel_binary(),
+            &dir.path().join("run"),
+            &[
+                "--seed=20261130",
+                "--duration=70",
+                "--faults=kill-leader,kill-follower,partition-leader,partition-follower,worker-stall",
+            ],
+        );
+        eprintln!("summary of run {run}: {summary:#}");
+        if code == 0 {
+            break summary;
+        }
+        if run < SHORT_RUNS_MAX && only_coverage_unknown(&summary) {
+            eprintln!("run {run}: every checker valid but coverage unknown; running the schedule again");
+            run += 1;
+            continue;
+        }
         // Keep the evidence: copy the run directory next to the test binary.
         let keep = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("chaos-short-failed");
         let _ = Command::new("cp").arg("-r").arg(dir.path().join("run")).arg(&keep).status();
         panic!(
-            "the short schedule was judged {} (exit {code}); run directory kept in {}",
+            "the short schedule was judged {} (exit {code}, run {run}); run directory kept in {}",
             summary["verdict"],
             keep.display()
         );
-    }
+    };
     assert_eq!(summary["verdict"], "valid");
     assert_eq!(summary["secure"], true, "the chaos run is secure by default");
     assert!(summary["faults"].as_u64().unwrap_or(0) >= 10, "every fault fired twice");
