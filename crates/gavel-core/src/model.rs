@@ -422,6 +422,12 @@ pub struct Execution {
     pub input_hash: String,
     /// Who submitted it.
     pub actor: Actor,
+    /// The authenticated principal that owns it (`None` on a node started
+    /// with `--insecure`): the principal that submitted it, or, for an
+    /// execution resumed from an approval, the principal that requested the
+    /// approval. With [`Execution::actor`] it decides who may act on the
+    /// execution and read it (docs/security.md, "Ownership").
+    pub requester_principal: Option<crate::access::Principal>,
     /// Where it came from.
     pub surface: String,
     /// Caller's correlation id.
