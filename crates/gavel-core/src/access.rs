@@ -278,24 +278,21 @@ impl Caller {
 /// Commands are authorized inside `apply` (and, before proposing, by
 /// `State::authorize_command`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action<'a> {
-    /// Read one approval (`GetApproval`) of these approval types (the
-    /// record's `types`). A listing shows a scoped approver only the records
-    /// this action allows.
-    ReadApproval {
-        /// The approval's types.
-        types: &'a [String],
-    },
-    /// List approvals, filtered to this approval type when given.
-    ListApprovals {
-        /// The filter's approval type.
-        approval_type: Option<&'a str>,
-    },
-    /// Read executions (`GetExecution`, `WaitExecution`, `ListExecutionEvents`).
+pub enum Action {
+    /// Read approvals (`GetApproval`, `ListApprovals`): the grant is checked
+    /// here, and which records the caller sees by
+    /// [`crate::State::may_read_approval`] and [`crate::State::approval_view`].
+    ReadApprovals,
+    /// Read executions (`GetExecution`, `WaitExecution`,
+    /// `ListExecutionEvents`): the grant is checked here, and which records
+    /// the caller sees by [`crate::State::may_read_execution`].
     ReadExecution,
+    /// Watch the events of the records the caller may read (`WatchEvents`;
+    /// an auditor watches every event, see [`crate::State::may_read_event`]).
+    WatchEvents,
     /// Read capabilities.
     ReadCapability,
-    /// Read the audit trail.
+    /// Read the whole audit trail (`ListEvents`, `GetEvent`).
     ReadAudit,
     /// List grants.
     ReadAccess,
@@ -309,15 +306,12 @@ pub enum Action<'a> {
     ReadOwnAccess,
 }
 
-impl Action<'_> {
+impl Action {
     /// What the action does, for refusal messages.
     pub fn describe(&self) -> String {
         match self {
-            Action::ReadApproval { types } => format!("read approvals of types {types:?}"),
-            Action::ListApprovals { approval_type: Some(approval_type) } => {
-                format!("list approvals of type {approval_type:?}")
-            }
-            Action::ListApprovals { approval_type: None } => "list approvals".to_string(),
+            Action::ReadApprovals => "read approvals".to_string(),
+            Action::WatchEvents => "watch events".to_string(),
             Action::ReadExecution => "read executions".to_string(),
             Action::ReadCapability => "read capabilities".to_string(),
             Action::ReadAudit => "read the audit trail".to_string(),

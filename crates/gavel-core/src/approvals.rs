@@ -30,10 +30,40 @@ pub struct ApprovalFilter {
     pub capability_id: Option<String>,
     /// Only this requester.
     pub actor_id: Option<String>,
-    /// Only approvals a scoped approver may read: those with at least one
-    /// type, every one of them in this scope (see
-    /// [`crate::State::approval_read_scope`]). `None` filters nothing.
-    pub readable_by_scope: Option<BTreeSet<String>>,
+    /// Only the approvals one caller may read ([`crate::State::approval_view`]).
+    /// `None` filters nothing.
+    pub readable_by: Option<ApprovalView>,
+}
+
+/// What one caller may see of the approvals, as data a listing filters by
+/// (built by [`crate::State::approval_view`], the ownership rules of
+/// docs/security.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApprovalView {
+    /// The approvals this principal created, or that name it as the requester.
+    pub owner: Option<Principal>,
+    /// With an approver grant, the approvals its scope covers (an empty
+    /// scope covers every approval).
+    pub approver_scope: Option<BTreeSet<String>>,
+    /// With an approver grant, the approvals this principal decided.
+    pub decider: Option<Principal>,
+}
+
+impl ApprovalView {
+    /// Whether the view holds `approval`.
+    pub fn admits(&self, approval: &Approval) -> bool {
+        let owns = self.owner.as_ref().is_some_and(|owner| {
+            approval.requester_principal.as_ref() == Some(owner) || owner.is_actor(&approval.actor)
+        });
+        let covered = self
+            .approver_scope
+            .as_ref()
+            .is_some_and(|scope| scope.is_empty() || scope_covers_types(scope, &approval.types));
+        let decided = self.decider.as_ref().is_some_and(|decider| {
+            approval.decision.as_ref().is_some_and(|decision| decider.is_actor(&decision.approver))
+        });
+        owns || covered || decided
+    }
 }
 
 impl ApprovalFilter {
@@ -41,7 +71,7 @@ impl ApprovalFilter {
         self.status.is_none_or(|status| approval.status_at(now_ms) == status)
             && self.capability_id.as_deref().is_none_or(|id| approval.capability_id == id)
             && self.actor_id.as_deref().is_none_or(|id| approval.actor.id == id)
-            && self.readable_by_scope.as_ref().is_none_or(|scope| scope_covers_types(scope, &approval.types))
+            && self.readable_by.as_ref().is_none_or(|view| view.admits(approval))
     }
 }
 

@@ -59,7 +59,7 @@ pub mod retry;
 pub mod validate;
 
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
-pub use approvals::ApprovalFilter;
+pub use approvals::{ApprovalFilter, ApprovalView};
 pub use audit::{Event, EventKind};
 pub use cold::{
     ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, SnapshotRecords, SnapshotWriter,

@@ -16,6 +16,7 @@
 mod access_commands;
 mod approval_commands;
 mod execution_commands;
+mod ownership;
 mod recall;
 
 use std::borrow::Cow;

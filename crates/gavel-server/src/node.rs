@@ -173,7 +173,7 @@ impl Node {
     pub async fn read<T>(
         &self,
         caller: Option<&Caller>,
-        action: Action<'_>,
+        action: Action,
         read: impl FnOnce(&State) -> T,
     ) -> Result<T, Status> {
         self.linearizable().await?;

@@ -7,8 +7,6 @@
 //! checked, exactly as before authentication existed. docs/security.md
 //! copies the table `authorize_command` and `authorize` implement.
 
-use std::collections::BTreeSet;
-
 use crate::access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 use crate::audit::{EventKind, EventSubject};
 use crate::command::{Command, Reply};
@@ -163,38 +161,38 @@ impl State {
                     let what = format!("decide as approver {} {}", actor_kind(approver), approver.id);
                     self.require(caller, GrantName::DelegateDecide, &what)?;
                 }
-                if let Some(approval) = self.approvals.get(approval_id) {
-                    if !grant.covers_types(&approval.types) {
-                        return Err(denied(format!(
-                            "{} may not decide approval {approval_id} of types {:?}: its approver grant covers \
-                             only {:?}",
-                            caller.principal, approval.types, grant.scope
-                        )));
-                    }
-                }
+                self.check_may_decide(caller, approval_id, grant)?;
                 self.check_caller_clock(caller, cluster_ms, "callerNowMs", *caller_now_ms)
             }
-            Command::ConsumeApproval { caller_now_ms, .. } => {
+            Command::ConsumeApproval { approval_id, caller_now_ms, .. } => {
                 self.require(caller, GrantName::Submitter, "consume approvals")?;
+                self.check_may_act_on_approval(caller, approval_id, "consume")?;
                 self.check_caller_clock(caller, cluster_ms, "callerNowMs", *caller_now_ms)
             }
-            Command::CancelApproval { caller_now_ms, .. } => {
+            Command::CancelApproval { approval_id, caller_now_ms } => {
                 self.require(caller, GrantName::Submitter, "cancel approvals")?;
+                self.check_may_act_on_approval(caller, approval_id, "cancel")?;
                 self.check_caller_clock(caller, cluster_ms, "callerNowMs", *caller_now_ms)
             }
             Command::Submit(submit) => {
                 self.require(caller, GrantName::Submitter, "submit executions")?;
-                self.check_acting_as(caller, &submit.actor, "submit executions")
+                self.check_acting_as(caller, &submit.actor, "submit executions")?;
+                self.check_submit_id_free(caller, &submit.execution_id)
             }
-            Command::Resume { .. } => self.require(caller, GrantName::Submitter, "resume executions").map(drop),
+            Command::Resume { approval_id, .. } => {
+                self.require(caller, GrantName::Submitter, "resume executions")?;
+                self.check_may_act_on_approval(caller, approval_id, "resume")
+            }
             // An app records its own events with the grant it submits with;
             // the auditor grant stays read-only.
             Command::RecordEvent(event) => {
                 self.require(caller, GrantName::Submitter, "record audit events")?;
-                self.check_acting_as(caller, &event.actor, "record audit events")
+                self.check_acting_as(caller, &event.actor, "record audit events")?;
+                self.check_may_record_about(caller, event.execution_id.as_deref(), event.approval_id.as_deref())
             }
-            Command::CancelExecution { actor, .. } => {
+            Command::CancelExecution { execution_id, actor } => {
                 self.require(caller, GrantName::Submitter, "cancel executions")?;
+                self.check_may_act_on_execution(caller, execution_id)?;
                 match actor {
                     Some(actor) => self.check_acting_as(caller, actor, "cancel executions"),
                     None => Ok(()),
@@ -228,60 +226,21 @@ impl State {
     /// A listing of approvals is allowed to any approver; the records a
     /// scoped approver may see in it are those [`Action::ReadApproval`]
     /// allows, which the edge filters by.
-    pub fn authorize(&self, caller: Option<&Caller>, action: Action<'_>) -> Result<(), DomainError> {
+    pub fn authorize(&self, caller: Option<&Caller>, action: Action) -> Result<(), DomainError> {
         let Some(caller) = caller else { return Ok(()) };
         let what = action.describe();
-        match action {
-            Action::ReadCapability | Action::ReadClusterStatus | Action::ReadOwnAccess => Ok(()),
-            Action::ReadExecution => {
-                self.require_any(caller, &[GrantName::Submitter, GrantName::Auditor], &what).map(drop)
+        let grants: &[GrantName] = match action {
+            Action::ReadCapability | Action::ReadClusterStatus | Action::ReadOwnAccess => return Ok(()),
+            Action::ReadApprovals => {
+                &[GrantName::Submitter, GrantName::ActFor, GrantName::Auditor, GrantName::Approver]
             }
-            Action::ReadAudit => self.require(caller, GrantName::Auditor, &what).map(drop),
-            Action::ReadAccess | Action::ChangeMembership | Action::Backup => {
-                self.require(caller, GrantName::Admin, &what).map(drop)
+            Action::ReadExecution | Action::WatchEvents => {
+                &[GrantName::Submitter, GrantName::ActFor, GrantName::Auditor, GrantName::Approver, GrantName::Worker]
             }
-            Action::ReadApproval { types } => match self.approval_reader(caller, &what)? {
-                Some(approver) if !approver.covers_types(types) => Err(denied(format!(
-                    "{} may not {what}: its approver grant covers only {:?}",
-                    caller.principal, approver.scope
-                ))),
-                _ => Ok(()),
-            },
-            Action::ListApprovals { approval_type } => match (self.approval_reader(caller, &what)?, approval_type) {
-                (Some(approver), Some(approval_type))
-                    if !approver.scope.is_empty() && !approver.scope.contains(approval_type) =>
-                {
-                    Err(denied(format!(
-                        "{} may not {what}: its approver grant covers only {:?}",
-                        caller.principal, approver.scope
-                    )))
-                }
-                _ => Ok(()),
-            },
-        }
-    }
-
-    /// Who may read approvals: a submitter or auditor reads all of them
-    /// (`None`), an approver those its grant's scope covers (its grant).
-    /// The approver scope that limits which approvals `caller` may read, when
-    /// it reads them only through a scoped approver grant (no submitter or
-    /// auditor grant, no unscoped approver grant); put it in
-    /// [`crate::ApprovalFilter::readable_by_scope`] so a listing shows only
-    /// what [`Action::ReadApproval`] allows and pages count only those.
-    pub fn approval_read_scope(&self, caller: Option<&Caller>) -> Option<BTreeSet<String>> {
-        match self.approval_reader(caller?, "") {
-            Ok(Some(approver)) if !approver.scope.is_empty() => Some(approver.scope.clone()),
-            _ => None,
-        }
-    }
-
-    fn approval_reader(&self, caller: &Caller, what: &str) -> Result<Option<&Grant>, DomainError> {
-        if self.usable_grant(caller, GrantName::Submitter).is_some()
-            || self.usable_grant(caller, GrantName::Auditor).is_some()
-        {
-            return Ok(None);
-        }
-        self.require_any(caller, &[GrantName::Submitter, GrantName::Auditor, GrantName::Approver], what).map(Some)
+            Action::ReadAudit => &[GrantName::Auditor],
+            Action::ReadAccess | Action::ChangeMembership | Action::Backup => &[GrantName::Admin],
+        };
+        self.require_any(caller, grants, &what).map(drop)
     }
 
     /// `Grant`: binds `grant` to `subject` and records `access.granted`

@@ -166,7 +166,7 @@ pub fn list_in(request: &pb::ListApprovalsRequest) -> Result<ApprovalsQuery, Dom
             capability_id: request.capability_id.clone(),
             actor_id: request.actor_id.clone(),
             // Set by the handler from the caller's grants.
-            readable_by_scope: None,
+            readable_by: None,
         },
         caller_now_ms: timestamp_in("callerNowMs", request.caller_now_ms)?,
         after: page_token_in(&request.page_token)?,

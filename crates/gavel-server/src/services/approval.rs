@@ -42,30 +42,20 @@ impl ApprovalService for Approvals {
         let (_, extensions, message) = request.into_parts();
         let caller = caller(&extensions)?;
         let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms).map_err(domain_status)?;
+        // An approval outside the caller's view reads as an unknown one.
         let read = |state: &State| {
             let now_ms = read_time_ms(state, caller_now_ms);
-            state.approval(&message.id).map(|approval| approval_out(&approval, approval.status_at(now_ms)))
+            state
+                .approval(&message.id)
+                .filter(|approval| state.may_read_approval(caller.as_ref(), approval))
+                .map(|approval| approval_out(&approval, approval.status_at(now_ms)))
         };
         let approval = if self.node.plants(Mutant::StaleRead) {
             // Planted bug: the routing layer let this call through on any
             // node, and it answers from local state without a read barrier.
             read(&self.node.app.state())
         } else {
-            self.node
-                .read_authorizing(|state| {
-                    // The action depends on the record: a scoped approver may
-                    // read only approvals of its types. An unknown id is
-                    // authorized as an unfiltered listing, so a caller that may
-                    // not read approvals learns nothing from "not found".
-                    let approval = state.approval(&message.id);
-                    let action = match &approval {
-                        Some(approval) => Action::ReadApproval { types: &approval.types },
-                        None => Action::ListApprovals { approval_type: None },
-                    };
-                    state.authorize(caller.as_ref(), action).map_err(domain_status)?;
-                    Ok(read(state))
-                })
-                .await?
+            self.node.read(caller.as_ref(), Action::ReadApprovals, read).await?
         };
         Ok(Response::new(pb::GetApprovalResponse { approval }))
     }
@@ -98,15 +88,13 @@ impl ApprovalService for Approvals {
     ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
         let caller = caller(request.extensions())?;
         let query = list_in(request.get_ref()).map_err(domain_status)?;
-        // The filter has no approval type: a listing is an unfiltered one,
-        // and a scoped approver sees in it only what its scope covers.
-        let action = Action::ListApprovals { approval_type: None };
         let page = self
             .node
-            .read(caller.as_ref(), action, |state| {
+            .read(caller.as_ref(), Action::ReadApprovals, |state| {
                 let now_ms = read_time_ms(state, query.caller_now_ms);
-                let filter =
-                    ApprovalFilter { readable_by_scope: state.approval_read_scope(caller.as_ref()), ..query.filter };
+                // The caller's view filters before paging, so a page, its
+                // cursor and its length hold only approvals it may read.
+                let filter = ApprovalFilter { readable_by: state.approval_view(caller.as_ref()), ..query.filter };
                 // Closed approvals are read back from the cold records, so the page owns them.
                 let page = state.list_approvals(&filter, now_ms, query.after.as_ref(), query.limit);
                 approvals_page_out(&page.iter().map(AsRef::as_ref).collect::<Vec<_>>(), query.limit, now_ms)

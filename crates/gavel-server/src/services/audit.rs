@@ -78,14 +78,16 @@ fn resume_point(state: &State, after_cursor: u64) -> Result<u64, CursorRefusal> 
     Ok(after_cursor.min(head))
 }
 
-/// Events after a cursor, optionally of one execution, and the cursor to
-/// read after next: the last event returned, or where this read started.
-/// `ListEvents`, `ListExecutionEvents` and `WatchEvents` share its cursor rules.
+/// Events after a cursor, optionally of one execution, those `visible`
+/// admits, and the cursor to read after next: the last event read (returned
+/// or not), or where this read started. `ListEvents`, `ListExecutionEvents`
+/// and `WatchEvents` share its cursor rules.
 pub(crate) fn page(
     state: &State,
     after_cursor: u64,
     limit: u32,
     execution_id: Option<&str>,
+    visible: &dyn Fn(&Event) -> bool,
 ) -> Result<(Vec<pb::Event>, u64), CursorRefusal> {
     let start = resume_point(state, after_cursor)?;
     let events = match execution_id {
@@ -93,7 +95,7 @@ pub(crate) fn page(
         None => state.events_after(start, limit),
     };
     let last_cursor = events.last().map_or(start, |event| event.cursor);
-    Ok((events.iter().map(event_out).collect(), last_cursor))
+    Ok((events.iter().filter(|event| visible(event)).map(event_out).collect(), last_cursor))
 }
 
 /// Where a stream after `after_cursor` starts on this replica. The leader
@@ -161,8 +163,9 @@ impl AuditService for Audit {
         let caller = super::caller(&extensions)?;
         // Served from this replica without a barrier: authorized against its
         // grants, and again before every batch, so a revocation ends the
-        // stream once this replica applied it.
-        self.node.app.state().authorize(caller.as_ref(), Action::ReadAudit).map_err(domain_status)?;
+        // stream once this replica applied it. An auditor watches every
+        // event; anyone else those of the records it may read.
+        self.node.app.state().authorize(caller.as_ref(), Action::WatchEvents).map_err(domain_status)?;
         let start = watch_start(&self.node, message.after_cursor).await?;
         let node = self.node.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(256);
@@ -173,9 +176,10 @@ impl AuditService for Audit {
                 applied.borrow_and_update();
                 let batch = {
                     let state = node.app.state();
+                    let visible = |event: &Event| state.may_read_event(caller.as_ref(), event);
                     state
-                        .authorize(caller.as_ref(), Action::ReadAudit)
-                        .map(|()| page(&state, cursor, EVENTS_PAGE_MAX, message.execution_id.as_deref()))
+                        .authorize(caller.as_ref(), Action::WatchEvents)
+                        .map(|()| page(&state, cursor, EVENTS_PAGE_MAX, message.execution_id.as_deref(), &visible))
                 };
                 let batch = match batch {
                     Ok(batch) => batch,
@@ -189,18 +193,21 @@ impl AuditService for Audit {
                         let _ = sender.send(Err(refusal.status())).await;
                         return;
                     }
-                    Ok((events, _)) if events.is_empty() => {
+                    // Nothing new was read: wait for the next applied entry.
+                    Ok((_, last_cursor)) if last_cursor <= cursor => {
                         if applied.changed().await.is_err() {
                             return;
                         }
                     }
-                    Ok((events, _)) => {
+                    // The events past the caller's view are skipped, and the
+                    // stream moves past them all the same.
+                    Ok((events, last_cursor)) => {
                         for event in events {
-                            cursor = event.cursor;
                             if sender.send(Ok(event)).await.is_err() {
                                 return;
                             }
                         }
+                        cursor = last_cursor;
                     }
                 }
             }
@@ -218,7 +225,9 @@ impl AuditService for Audit {
         let execution_id = message.execution_id.as_deref();
         let (events, last_cursor) = self
             .node
-            .read(caller.as_ref(), Action::ReadAudit, |state| page(state, message.after_cursor, limit, execution_id))
+            .read(caller.as_ref(), Action::ReadAudit, |state| {
+                page(state, message.after_cursor, limit, execution_id, &|_| true)
+            })
             .await?
             .map_err(|refusal| refusal.status())?;
         Ok(Response::new(pb::ListEventsResponse { events, last_cursor }))
@@ -285,7 +294,7 @@ mod tests {
         assert_eq!(resume_point(&state, 0), Ok(0));
         assert_eq!(resume_point(&state, 7), Ok(7));
         assert_eq!(resume_point(&state, 8), Ok(7), "the next event's cursor reads from now on, skipping nothing");
-        let (events, last_cursor) = page(&state, 8, 10, None).expect("a valid cursor");
+        let (events, last_cursor) = page(&state, 8, 10, None, &|_| true).expect("a valid cursor");
         assert!(events.is_empty());
         assert_eq!(last_cursor, 7, "following last_cursor skips no event");
     }

@@ -50,7 +50,12 @@ impl ExecutionService for Executions {
         let execution = self
             .node
             .read(caller.as_ref(), Action::ReadExecution, |state| {
-                state.execution(&message.execution_id).as_deref().map(execution_out)
+                // An execution outside the caller's view reads as an unknown one.
+                state
+                    .execution(&message.execution_id)
+                    .filter(|execution| state.may_read_execution(caller.as_ref(), execution))
+                    .as_deref()
+                    .map(execution_out)
             })
             .await?;
         Ok(Response::new(pb::GetExecutionResponse { execution }))
@@ -88,7 +93,12 @@ impl ExecutionService for Executions {
         let (events, _) = self
             .node
             .read(caller.as_ref(), Action::ReadExecution, |state| {
-                super::audit::page(state, message.after_cursor, limit, Some(&message.execution_id))
+                // The events of an execution outside the caller's view read
+                // as those of an unknown one: none.
+                let visible = state
+                    .execution(&message.execution_id)
+                    .is_some_and(|execution| state.may_read_execution(caller.as_ref(), &execution));
+                super::audit::page(state, message.after_cursor, limit, Some(&message.execution_id), &|_| visible)
             })
             .await?
             .map_err(|refusal| refusal.status())?;
@@ -112,7 +122,14 @@ async fn wait_final(
     node.read(caller, Action::ReadExecution, |_| ()).await?;
     loop {
         applied.borrow_and_update();
-        let execution = node.app.state().execution(execution_id).map(std::borrow::Cow::into_owned);
+        let execution = {
+            let state = node.app.state();
+            // An execution outside the caller's view reads as an unknown one.
+            state
+                .execution(execution_id)
+                .filter(|execution| state.may_read_execution(caller, execution))
+                .map(std::borrow::Cow::into_owned)
+        };
         let Some(execution) = execution else {
             let message = format!("execution {execution_id} was not found");
             return Err(domain_status(DomainError::new(ErrorCode::NotFound, message)));
