@@ -15,6 +15,15 @@
 //! (which forwards to the leader) and must give the same verdicts. Health
 //! needs no credentials; a public call without any is `UNAUTHENTICATED`.
 //!
+//! Every record the calls read or act on belongs to `service:agent`, so the
+//! matrix also checks ownership (docs/security.md, "Ownership"): another
+//! submitter, a principal with `act-for`, an admin (who also holds
+//! `submitter`), an approver in scope (it approved the execution read) and
+//! one out of scope, the auditor, the worker holding the lease and another
+//! worker. A record outside a caller's view must answer as an unknown one
+//! (`NOT_FOUND`, an absent record, an empty list, a silent stream); one it
+//! sees but may not act on is `PERMISSION_DENIED`.
+//!
 //! Every verdict is collected first and printed as a matrix; the test then
 //! fails listing every cell that disagrees with the table.
 
@@ -53,6 +62,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Execution and heartbeat timeout of every capability: no lease held in
 /// this test expires while it runs, so the leader proposes no tick for one.
 const LONG_MS: u64 = 600_000;
+
+/// How long a watcher that may not read the fixed execution's events must
+/// hear nothing (one that may gets them at once, from the stored trail).
+const WATCH_SILENCE: Duration = Duration::from_secs(3);
 
 /// The admin the cluster bootstraps.
 const ADMIN: &str = "user:root";
@@ -97,7 +110,7 @@ enum Rpc {
     WhoAmI,
 }
 
-/// Who a row allows.
+/// Who a row allows, and how it answers the others.
 enum Allowed {
     /// Any authenticated principal.
     Anyone,
@@ -105,7 +118,43 @@ enum Allowed {
     AnyOf(&'static [GrantName]),
     /// A worker, and only the principal the lease was granted to.
     LeaseHolder,
+    /// Acting on the owner's approval or execution with one of these
+    /// grants: the owner, `act-for`, an admin. Anyone else holding the
+    /// grant is refused: `PERMISSION_DENIED` when it may read the record,
+    /// as unknown when it may not.
+    Owner(&'static [GrantName], Record),
+    /// An application event about the owner's execution: the owner,
+    /// `act-for`, an admin; `PERMISSION_DENIED` for any other submitter.
+    RecordsAbout,
+    /// Reading the owner's record: who has one of these grants and the
+    /// record in its view; the others with the grant read it as unknown.
+    Reads(&'static [GrantName], Record),
+    /// Deciding: an approver whose scope covers the approval; out of scope,
+    /// as unknown.
+    Decides,
 }
+
+/// Which of the owner's records a row reads or acts on.
+#[derive(Clone, Copy)]
+enum Record {
+    /// An approval of type `authz`.
+    Approval,
+    /// The execution `user:approver` approved and `worker:w1` ran.
+    Approved,
+    /// A queued execution nobody approved or leased.
+    Queued,
+}
+
+/// A cell's expected answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Ok,
+    Denied,
+    Hidden,
+}
+
+/// The principal whose records every row reads and acts on.
+const OWNER: &str = "service:agent";
 
 /// One row: the RPC, who may call it, whether it changes anything (then a
 /// refusal must leave no trace), and whether it is also checked through a
@@ -117,7 +166,10 @@ struct Row {
     via_follower: bool,
 }
 
-use GrantName::{Admin, Approver, Auditor, Submitter, Worker};
+use GrantName::{ActFor, Admin, Approver, Auditor, Submitter, Worker};
+
+const APPROVAL_READERS: &[GrantName] = &[Submitter, ActFor, Approver, Auditor];
+const EXECUTION_READERS: &[GrantName] = &[Submitter, ActFor, Approver, Auditor, Worker];
 
 const fn row(rpc: Rpc, allowed: Allowed, mutates: bool, via_follower: bool) -> Row {
     Row { rpc, allowed, mutates, via_follower }
@@ -129,25 +181,25 @@ const TABLE: &[Row] = &[
     row(Rpc::GetCapability, Allowed::Anyone, false, false),
     row(Rpc::ListCapabilities, Allowed::Anyone, false, true),
     row(Rpc::CreateApproval, Allowed::AnyOf(&[Submitter]), true, false),
-    row(Rpc::GetApproval, Allowed::AnyOf(&[Approver, Submitter, Auditor]), false, true),
-    row(Rpc::DecideApproval, Allowed::AnyOf(&[Approver]), true, true),
-    row(Rpc::ConsumeApproval, Allowed::AnyOf(&[Submitter]), true, false),
-    row(Rpc::ListApprovals, Allowed::AnyOf(&[Approver, Submitter, Auditor]), false, false),
-    row(Rpc::CancelApproval, Allowed::AnyOf(&[Submitter]), true, false),
+    row(Rpc::GetApproval, Allowed::Reads(APPROVAL_READERS, Record::Approval), false, true),
+    row(Rpc::DecideApproval, Allowed::Decides, true, true),
+    row(Rpc::ConsumeApproval, Allowed::Owner(&[Submitter], Record::Approval), true, true),
+    row(Rpc::ListApprovals, Allowed::Reads(APPROVAL_READERS, Record::Approval), false, true),
+    row(Rpc::CancelApproval, Allowed::Owner(&[Submitter], Record::Approval), true, false),
     row(Rpc::Submit, Allowed::AnyOf(&[Submitter]), true, true),
-    row(Rpc::Resume, Allowed::AnyOf(&[Submitter]), true, false),
-    row(Rpc::GetExecution, Allowed::AnyOf(&[Submitter, Auditor]), false, true),
-    row(Rpc::WaitExecution, Allowed::AnyOf(&[Submitter, Auditor]), false, false),
-    row(Rpc::CancelExecution, Allowed::AnyOf(&[Submitter]), true, false),
-    row(Rpc::ListExecutionEvents, Allowed::AnyOf(&[Submitter, Auditor]), false, false),
+    row(Rpc::Resume, Allowed::Owner(&[Submitter], Record::Approval), true, true),
+    row(Rpc::GetExecution, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, true),
+    row(Rpc::WaitExecution, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, false),
+    row(Rpc::CancelExecution, Allowed::Owner(&[Submitter], Record::Queued), true, true),
+    row(Rpc::ListExecutionEvents, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, true),
     row(Rpc::Poll, Allowed::AnyOf(&[Worker]), true, true),
     row(Rpc::PollIdle, Allowed::AnyOf(&[Worker]), true, false),
     row(Rpc::Heartbeat, Allowed::LeaseHolder, true, true),
     row(Rpc::Report, Allowed::LeaseHolder, true, false),
-    row(Rpc::WatchEvents, Allowed::AnyOf(&[Auditor]), false, false),
+    row(Rpc::WatchEvents, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, true),
     row(Rpc::ListEvents, Allowed::AnyOf(&[Auditor]), false, true),
     row(Rpc::GetEvent, Allowed::AnyOf(&[Auditor]), false, false),
-    row(Rpc::RecordEvent, Allowed::AnyOf(&[Submitter]), true, true),
+    row(Rpc::RecordEvent, Allowed::RecordsAbout, true, true),
     row(Rpc::Status, Allowed::Anyone, false, true),
     row(Rpc::AddLearner, Allowed::AnyOf(&[Admin]), true, false),
     row(Rpc::Promote, Allowed::AnyOf(&[Admin]), true, false),
@@ -169,11 +221,18 @@ struct Who {
     /// The `roles` of its token, which down-scope the token to those of
     /// its grants; `None`: a token that uses every grant.
     token_roles: Option<&'static [GrantName]>,
+    /// The approver scope of its `approver` grant (empty: every approval).
+    approver_scope: &'static [&'static str],
+    /// Whether it calls with a token too (the ownership callers call with
+    /// a certificate only, to keep the matrix short).
+    with_token: bool,
 }
 
 const PRINCIPALS: &[Who] = &[
-    who("admin", ADMIN, &[Admin], false, None),
-    who("submitter", "service:agent", &[Submitter], false, None),
+    // The admin also submits: an admin acts on every record, and reads only
+    // what its other grants show it.
+    who("admin", ADMIN, &[Admin, Submitter], false, None),
+    who("submitter", OWNER, &[Submitter], false, None),
     who("approver", "user:approver", &[Approver], false, None),
     who("worker", "worker:w1", &[Worker], true, None),
     who("worker2", "worker:w2", &[Worker], false, None),
@@ -181,6 +240,9 @@ const PRINCIPALS: &[Who] = &[
     who("none", "user:nobody", &[], false, None),
     // Submitter and auditor by certificate; its token names only auditor.
     who("ops", "service:ops", &[Submitter, Auditor], false, Some(&[Auditor])),
+    Who { with_token: false, ..who("other", "service:mallory", &[Submitter], false, None) },
+    Who { with_token: false, ..who("act-for", "service:app", &[Submitter, ActFor], false, None) },
+    Who { with_token: false, approver_scope: &["finance"], ..who("fin", "user:fin", &[Approver], false, None) },
 ];
 
 const fn who(
@@ -190,15 +252,35 @@ const fn who(
     lease_holder: bool,
     token_roles: Option<&'static [GrantName]>,
 ) -> Who {
-    Who { role, principal, grants, lease_holder, token_roles }
+    Who { role, principal, grants, lease_holder, token_roles, approver_scope: &[], with_token: true }
 }
 
 impl Allowed {
-    fn allows(&self, caller: &Caller) -> bool {
+    /// The answer `caller` gets: docs/security.md's table and its ownership
+    /// rules, written out for this test's records.
+    fn expect(&self, caller: &Caller) -> Expect {
+        let any = |grants: &[GrantName]| grants.iter().any(|grant| caller.uses(*grant));
+        let verdict = |allowed: bool| if allowed { Expect::Ok } else { Expect::Denied };
+        let acts = caller.who.principal == OWNER || caller.uses(ActFor) || caller.uses(Admin);
         match self {
-            Allowed::Anyone => true,
-            Allowed::AnyOf(grants) => grants.iter().any(|grant| caller.uses(*grant)),
-            Allowed::LeaseHolder => caller.uses(Worker) && caller.who.lease_holder,
+            Allowed::Anyone => Expect::Ok,
+            Allowed::AnyOf(grants) => verdict(any(grants)),
+            Allowed::LeaseHolder => verdict(caller.uses(Worker) && caller.who.lease_holder),
+            Allowed::Owner(grants, record) if any(grants) && !acts => {
+                if caller.sees(*record) {
+                    Expect::Denied
+                } else {
+                    Expect::Hidden
+                }
+            }
+            Allowed::Owner(grants, _) => verdict(any(grants)),
+            Allowed::RecordsAbout => verdict(caller.uses(Submitter) && acts),
+            Allowed::Reads(grants, _) if !any(grants) => Expect::Denied,
+            Allowed::Reads(_, record) if caller.sees(*record) => Expect::Ok,
+            Allowed::Reads(..) => Expect::Hidden,
+            Allowed::Decides if !caller.uses(Approver) => Expect::Denied,
+            Allowed::Decides if caller.who.approver_scope.is_empty() => Expect::Ok,
+            Allowed::Decides => Expect::Hidden,
         }
     }
 }
@@ -254,6 +336,21 @@ impl Caller {
         self.who.grants.contains(&grant) && !scoped_out
     }
 
+    /// Whether the owner's `record` is in this caller's view.
+    fn sees(&self, record: Record) -> bool {
+        let owner = self.uses(Submitter) && self.who.principal == OWNER;
+        let everything = self.uses(Auditor) || self.uses(ActFor);
+        let approver = self.uses(Approver);
+        match record {
+            Record::Approval => everything || owner || (approver && self.who.approver_scope.is_empty()),
+            Record::Approved => {
+                let approved = approver && self.who.principal == "user:approver";
+                everything || owner || approved || (self.uses(Worker) && self.who.lease_holder)
+            }
+            Record::Queued => everything || owner,
+        }
+    }
+
     fn on(&self, node: u64) -> Authed {
         InterceptedService::new(self.channels[&node].clone(), self.bearer.clone())
     }
@@ -276,7 +373,7 @@ struct Outcome {
     rpc: Rpc,
     via: &'static str,
     caller: String,
-    allowed: bool,
+    expect: Expect,
     result: Result<(), Status>,
 }
 
@@ -293,18 +390,20 @@ impl Outcome {
     fn mismatch(&self) -> Option<String> {
         let code = self.result.as_ref().err().map(Status::code);
         let refused = matches!(code, Some(Code::PermissionDenied | Code::Unauthenticated));
-        let problem = match (&self.result, self.allowed) {
-            (Ok(()), true) => return None,
-            (Err(status), false) if status.code() == Code::PermissionDenied => {
+        let problem = match (&self.result, self.expect) {
+            (Ok(()), Expect::Ok) => return None,
+            (Err(status), Expect::Denied) if status.code() == Code::PermissionDenied => {
                 if domain_code(status) == "PERMISSION_DENIED" {
                     return None;
                 }
                 format!("refused with domain code {} instead of PERMISSION_DENIED", domain_code(status))
             }
-            (Err(_), true) if refused => "refused, but the table allows it".to_string(),
-            (Err(_), true) => "allowed, but did not succeed (fixture problem?)".to_string(),
-            (Ok(()), false) => "succeeded, but the table refuses it".to_string(),
-            (Err(_), false) => "not refused with PERMISSION_DENIED".to_string(),
+            (Err(status), Expect::Hidden) if status.code() == Code::NotFound => return None,
+            (Err(_), Expect::Ok) if refused => "refused, but the table allows it".to_string(),
+            (Err(_), Expect::Ok) => "allowed, but did not succeed (fixture problem?)".to_string(),
+            (Ok(()), _) => "succeeded, but the table refuses it".to_string(),
+            (Err(_), Expect::Denied) => "not refused with PERMISSION_DENIED".to_string(),
+            (Err(_), Expect::Hidden) => "not answered as an unknown record (NOT_FOUND)".to_string(),
         };
         let detail = match &self.result {
             Ok(()) => String::new(),
@@ -374,11 +473,15 @@ impl World {
     // ----- fixtures (set up as the principals whose job they are) -----
 
     async fn grant(&self, principal: &str, grant: GrantName) {
+        self.grant_scoped(principal, grant, &[]).await;
+    }
+
+    async fn grant_scoped(&self, principal: &str, grant: GrantName, scope: &[&str]) {
         let request = pb::GrantRequest {
             grant: Some(pb::AccessGrant {
                 principal: principal.to_string(),
                 grant: grant.as_str().to_string(),
-                scope: Vec::new(),
+                scope: scope.iter().map(|item| item.to_string()).collect(),
                 skew_ms_max: None,
             }),
             request_id: self.next("grant"),
@@ -475,6 +578,34 @@ impl World {
         (task.lease.expect("a task carries its lease").lease_id, execution_id)
     }
 
+    /// The owner's execution that `user:approver` approved and `worker:w1`
+    /// completed: what the execution reads read.
+    async fn approved_execution(&self) -> String {
+        let approval_id = self.approval_to_resume().await;
+        let request =
+            pb::ResumeRequest { request_id: self.next("resume"), approval_id, ..pb::ResumeRequest::default() };
+        let resumed = ExecutionServiceClient::new(self.ops("submitter")).resume(request).await.expect("resume");
+        let execution_id = resumed.into_inner().execution.expect("the resumed execution").execution_id;
+        let request = pb::PollRequest {
+            request_id: self.next("poll"),
+            queues: vec!["authz-gated".to_string()],
+            max_tasks: 1,
+            wait_ms: 5_000,
+            ..pb::PollRequest::default()
+        };
+        let tasks = WorkerServiceClient::new(self.ops("worker")).poll(request).await.expect("poll").into_inner().tasks;
+        let task = tasks.into_iter().next().expect("the worker is granted the resumed execution");
+        assert_eq!(task.execution_id, execution_id, "the only ready task of authz-gated");
+        let report = pb::ReportRequest {
+            request_id: self.next("report"),
+            lease_id: task.lease.expect("a task carries its lease").lease_id,
+            worker_id: String::new(),
+            outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: "{}".into() })),
+        };
+        WorkerServiceClient::new(self.ops("worker")).report(report).await.expect("complete the approved execution");
+        execution_id
+    }
+
     /// A principal that holds `auditor`, for a revoke to take away.
     async fn bound_subject(&self) -> String {
         let subject = format!("user:{}", self.next("scratch"));
@@ -557,8 +688,11 @@ impl World {
                 done(ApprovalServiceClient::new(channel).consume_approval(request).await)
             }
             Rpc::ListApprovals => {
+                // The fixed approval is the oldest: first in every page that may hold it.
                 let request = pb::ListApprovalsRequest { limit: 10, ..pb::ListApprovalsRequest::default() };
-                done(ApprovalServiceClient::new(channel).list_approvals(request).await)
+                let page = ApprovalServiceClient::new(channel).list_approvals(request).await?.into_inner();
+                let listed = page.approvals.iter().any(|approval| approval.id == target.approval_id);
+                found(listed.then_some(()), "the fixed approval in the listing")
             }
             Rpc::CancelApproval => {
                 let request =
@@ -642,13 +776,17 @@ impl World {
                 done(WorkerServiceClient::new(channel).report(request).await)
             }
             Rpc::WatchEvents => {
-                let request = pb::WatchEventsRequest { after_cursor: 0, execution_id: None };
+                // The fixed execution's events are all written: a watcher that
+                // may read them gets the first at once, one that may not
+                // hears nothing, as of an unknown execution.
+                let request =
+                    pb::WatchEventsRequest { after_cursor: 0, execution_id: Some(target.execution_id.clone()) };
                 let mut stream = AuditServiceClient::new(channel).watch_events(request).await?.into_inner();
-                match tokio::time::timeout(Duration::from_secs(5), stream.message()).await {
+                match tokio::time::timeout(WATCH_SILENCE, stream.message()).await {
                     Ok(Ok(Some(_))) => Ok(()),
                     Ok(Ok(None)) => Err(Status::internal("the event stream ended before its first event")),
                     Ok(Err(status)) => Err(status),
-                    Err(_) => Err(Status::deadline_exceeded("no event within 5 s of watching from cursor 0")),
+                    Err(_) => Err(Status::not_found("no event of the fixed execution within the silence bound")),
                 }
             }
             Rpc::ListEvents => {
@@ -664,6 +802,7 @@ impl World {
                 let request = pb::RecordEventRequest {
                     request_id,
                     r#type: "authz.recorded".into(),
+                    execution_id: Some(target.execution_id.clone()),
                     ..pb::RecordEventRequest::default()
                 };
                 done(AuditServiceClient::new(channel).record_event(request).await)
@@ -820,19 +959,20 @@ impl World {
     async fn run_row(&self, row: &Row, node: u64, outcomes: &mut Vec<Outcome>, traces: &mut Vec<String>) {
         let via = if node == self.leader { "leader" } else { "follower" };
         let (allowed, refused): (Vec<&Caller>, Vec<&Caller>) =
-            self.callers.iter().partition(|caller| row.allowed.allows(caller));
+            self.callers.iter().partition(|caller| row.allowed.expect(caller) == Expect::Ok);
         if !refused.is_empty() {
             let target = self.target(row.rpc, None).await;
             let (results, trace) = self.refused_batch(row, node, &refused, &target).await;
             traces.extend(trace.map(|trace| format!("via {via}: {trace}")));
             for (caller, result) in refused.iter().zip(results) {
-                outcomes.push(Outcome { rpc: row.rpc, via, caller: caller.label(), allowed: false, result });
+                let expect = row.allowed.expect(caller);
+                outcomes.push(Outcome { rpc: row.rpc, via, caller: caller.label(), expect, result });
             }
         }
         for caller in allowed {
             let target = self.target(row.rpc, Some(caller.credential)).await;
             let result = self.call(row.rpc, caller, node, &target).await;
-            outcomes.push(Outcome { rpc: row.rpc, via, caller: caller.label(), allowed: true, result });
+            outcomes.push(Outcome { rpc: row.rpc, via, caller: caller.label(), expect: Expect::Ok, result });
         }
     }
 }
@@ -867,7 +1007,9 @@ async fn world(root: &std::path::Path) -> World {
     let mut callers = Vec::new();
     for who in PRINCIPALS {
         let principal = Principal::parse(who.principal).expect("a principal");
-        for credential in [Credential::Certificate, Credential::Token] {
+        let credentials: &[Credential] =
+            if who.with_token { &[Credential::Certificate, Credential::Token] } else { &[Credential::Certificate] };
+        for &credential in credentials {
             let (tls, bearer): (ClientTls, _) = match credential {
                 Credential::Certificate => (cluster.credentials(&principal).expect("a client certificate"), None),
                 Credential::Token => {
@@ -908,30 +1050,22 @@ async fn world(root: &std::path::Path) -> World {
     })
     .await;
     assert!(bootstrapped.is_some(), "{ADMIN} was not bootstrapped as admin within {WAIT:?}");
-    for who in PRINCIPALS.iter().filter(|who| who.principal != ADMIN) {
-        for grant in who.grants {
-            world.grant(who.principal, *grant).await;
+    for who in PRINCIPALS {
+        // The bootstrap bound the admin's admin grant.
+        for grant in who.grants.iter().filter(|grant| who.principal != ADMIN || **grant != Admin) {
+            world.grant_scoped(who.principal, *grant, who.approver_scope).await;
         }
     }
     for (id, queue, gated) in [
         ("authz.queued", "authz-queued", false),
         ("authz.poll", "authz-poll", false),
         ("authz.lease", "authz-lease", false),
-        ("authz.done", "authz-done", false),
         ("authz.gated", "authz-gated", true),
     ] {
         world.register(capability(id, queue, gated)).await;
     }
     world.approval_id = world.pending_approval().await;
-    let (lease_id, execution_id) = world.lease("authz.done", "authz-done").await;
-    let report = pb::ReportRequest {
-        request_id: world.next("report"),
-        lease_id,
-        worker_id: String::new(),
-        outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: "{}".into() })),
-    };
-    WorkerServiceClient::new(world.ops("worker")).report(report).await.expect("complete the fixed execution");
-    world.execution_id = execution_id;
+    world.execution_id = world.approved_execution().await;
     world
 }
 
@@ -977,7 +1111,7 @@ fn print_matrix(world: &World, outcomes: &[Outcome]) {
             for label in &labels {
                 let cell = cells.iter().find(|o| &o.caller == label);
                 let mark = cell.map_or("-".to_string(), |o| {
-                    let expected = if o.allowed { "" } else { "*" };
+                    let expected = if o.expect == Expect::Ok { "" } else { "*" };
                     format!("{}{expected}", o.short())
                 });
                 text.push_str(&format!(" {mark:>15}"));
