@@ -109,14 +109,15 @@ impl State {
             })
     }
 
-    /// Whether `caller` may read `event` in `WatchEvents`: an auditor reads
-    /// every event; anyone else the events of executions and approvals it
-    /// may read (an execution's, while the execution is retained; an
-    /// approval's otherwise). Events about no record (grants, capabilities)
-    /// are the auditor's alone.
+    /// Whether `caller` may read `event` (`WatchEvents`,
+    /// `ListExecutionEvents`): an auditor reads every event; anyone else the
+    /// events its own commands caused, and the events of executions and
+    /// approvals it may read (an execution's, while the execution is
+    /// retained; an approval's otherwise). Other events about no record
+    /// (grants, capabilities) are the auditor's alone.
     pub fn may_read_event(&self, caller: Option<&Caller>, event: &Event) -> bool {
         let Some(caller) = caller else { return true };
-        if self.holds(caller, GrantName::Auditor) {
+        if self.holds(caller, GrantName::Auditor) || event.principal.as_ref() == Some(&caller.principal) {
             return true;
         }
         if let Some(execution) = event.execution_id.as_deref().and_then(|id| self.executions.get(id)) {

@@ -95,10 +95,8 @@ impl ExecutionService for Executions {
             .read(caller.as_ref(), Action::ReadExecution, |state| {
                 // The events of an execution outside the caller's view read
                 // as those of an unknown one: none.
-                let visible = state
-                    .execution(&message.execution_id)
-                    .is_some_and(|execution| state.may_read_execution(caller.as_ref(), &execution));
-                super::audit::page(state, message.after_cursor, limit, Some(&message.execution_id), &|_| visible)
+                let visible = |event: &gavel_core::Event| state.may_read_event(caller.as_ref(), event);
+                super::audit::page(state, message.after_cursor, limit, Some(&message.execution_id), &visible)
             })
             .await?
             .map_err(|refusal| refusal.status())?;
