@@ -123,8 +123,8 @@ enum Allowed {
     /// grant is refused: `PERMISSION_DENIED` when it may read the record,
     /// as unknown when it may not.
     Owner(&'static [GrantName], Record),
-    /// An application event about the owner's execution: the owner,
-    /// `act-for`, an admin; `PERMISSION_DENIED` for any other submitter.
+    /// An application event about the owner's (queued) execution: the
+    /// owner, `act-for`, an admin; `PERMISSION_DENIED` for any other submitter.
     RecordsAbout,
     /// Reading the owner's record: who has one of these grants and the
     /// record in its view; the others with the grant read it as unknown.
@@ -626,7 +626,12 @@ impl World {
             Rpc::DecideApproval | Rpc::CancelApproval => target.approval_id = self.pending_approval().await,
             Rpc::ConsumeApproval => target.approval_id = self.approved_approval().await,
             Rpc::Resume => target.approval_id = self.approval_to_resume().await,
-            Rpc::CancelExecution => target.execution_id = self.queued_execution("authz.queued").await,
+            // An event a caller records about an execution is its own to
+            // read: recording about the fixed one would widen the views the
+            // read rows check.
+            Rpc::CancelExecution | Rpc::RecordEvent => {
+                target.execution_id = self.queued_execution("authz.queued").await;
+            }
             Rpc::Poll => target.execution_id = self.queued_execution("authz.poll").await,
             Rpc::Heartbeat | Rpc::Report => {
                 (target.lease_id, target.execution_id) = self.lease("authz.lease", "authz-lease").await;
