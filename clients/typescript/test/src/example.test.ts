@@ -9,6 +9,7 @@ import { dirname, join, resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { TestCluster } from "./cluster.js";
+import { readmeGrants } from "./readme.js";
 
 const example = resolve(dirname(fileURLToPath(import.meta.url)), "../../../../examples/orpc-refund");
 let cluster: TestCluster;
@@ -57,13 +58,8 @@ after(async () => {
 });
 
 test("the orpc-refund example: submit, approve from the CLI as another principal, one result", async () => {
-  for (const [principal, grant] of [
-    ["service:refund-app", "submitter"],
-    ["service:refund-app", "act-for"],
-    ["worker:refunds", "worker"],
-    ["user:bob-finance", "approver"],
-  ]) {
-    await cluster.gavel(["access", "grant", principal!, grant!]);
+  for (const [principal, grant] of readmeGrants()) {
+    await cluster.gavel(["access", "grant", principal, grant]);
   }
   const sync = start("sync.js", [], {});
   await waitFor("sync to finish", () => sync.exitCode !== null, 20_000);
