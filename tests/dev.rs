@@ -176,6 +176,19 @@ fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_nod
     for grant in ["admin", "submitter", "approver", "worker", "auditor", "act-for", "delegate-decide"] {
         assert!(held.contains(&grant), "{grant} missing from {held:?}: {:?}", whoami.0);
     }
+    // ... and nothing else: the printed text names exactly what it holds.
+    for grant in ["clock", "self-approval"] {
+        assert!(!held.contains(&grant), "{grant} held: {held:?}");
+    }
+    let said = printed
+        .iter()
+        .find_map(|line| line.split_once("(it holds ").and_then(|(_, rest)| rest.split_once(';')))
+        .map(|(grants, _)| grants.split(", ").collect::<Vec<_>>())
+        .unwrap_or_else(|| panic!("no \"(it holds ...;\" in {printed:#?}"));
+    let (mut said_sorted, mut held_sorted) = (said.clone(), held.clone());
+    said_sorted.sort_unstable();
+    held_sorted.sort_unstable();
+    assert_eq!(said_sorted, held_sorted, "gavel dev printed {said:?}, the admin holds {held:?}");
     // Without the credentials the same endpoints refuse plaintext.
     let plain = gavel_with_env(&env[..1], &["cluster", "status"]);
     assert_ne!(plain.status.code(), Some(0), "{plain:?}");

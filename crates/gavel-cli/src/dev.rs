@@ -17,19 +17,29 @@
 //! with `--certs-dir` and `--bootstrap-admin`. Once the cluster runs it prints
 //! one `export GAVEL_ENDPOINTS=... GAVEL_CA=... GAVEL_CERT=... GAVEL_KEY=...`
 //! line that points the CLI, the SDK and `refund-worker` at it as the admin.
-//! In a dev cluster the admin also holds every role (the testkit's
-//! `HARNESS_GRANTS`: submitter, act-for, approver, delegate-decide, worker,
-//! auditor), so one identity plays agent, approver and worker, naming the
-//! persona with `--as`, as an app backend that logs its own users in does.
+//! In a dev cluster the admin also holds the testkit's `HARNESS_GRANTS`
+//! (submitter, act-for, approver, delegate-decide, worker, auditor), so one
+//! identity plays agent, approver and worker, naming the persona with
+//! `--as`, as an app backend that logs its own users in does. It does not
+//! hold `clock` or `self-approval`: nothing in the quick start sends a
+//! caller's clock, and a dev admin that could opt approvals out of the
+//! self-approval check would hide the refusal the quick start shows. The
+//! export line names exactly the grants it holds ([`held_grants`]).
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
 use anyhow::Context;
-use gavel_pki::{Principal, PrincipalKind};
+use gavel_pki::{GrantName, Principal, PrincipalKind};
 use gavel_testkit::{resolve_gavel_binary, Cluster, ClusterSpec, Loopback, Security, HARNESS_GRANTS};
 
 use crate::cli::DevArgs;
+
+/// The grants the dev admin holds, as printed: `admin` (bootstrap) and the
+/// harness grants, in that order, comma-separated.
+fn held_grants() -> String {
+    std::iter::once(GrantName::Admin).chain(HARNESS_GRANTS).map(GrantName::as_str).collect::<Vec<_>>().join(", ")
+}
 
 /// How long `gavel dev` waits for a leader before giving up.
 const LEADER_WAIT: Duration = Duration::from_secs(30);
@@ -89,7 +99,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         let certs = cluster.certs().context("the dev cluster has its certificate directory")?;
         println!(
             "gavel dev: leader is node {leader}. Point the CLI, the SDK and refund-worker at this cluster, \
-             as {admin} over TLS (it holds admin and every role, and names personas with --as), with:"
+             as {admin} over TLS (it holds {}; not clock or self-approval; it names personas with --as), with:",
+            held_grants()
         );
         println!(
             "export GAVEL_ENDPOINTS={} GAVEL_CA={} GAVEL_CERT={} GAVEL_KEY={}",

@@ -144,7 +144,7 @@ export class TestCluster {
     return dirname(this.env.GAVEL_CA!);
   }
 
-  /** A client as the dev admin (client certificate), which holds every grant. */
+  /** A client as the dev admin (client certificate): admin and the quick start's roles, not clock or self-approval. */
   adminClient(options: Partial<ClientOptions> = {}): GavelClient {
     return this.track(
       createGavelClient({

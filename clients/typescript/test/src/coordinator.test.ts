@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import { type GavelClient, inputHash } from "@gavel/client";
+import { type GavelClient, GavelError, inputHash } from "@gavel/client";
 import {
   type ApprovalRecord,
   type ApprovalRequest,
@@ -12,6 +12,7 @@ import {
   createGavelApprovalCoordinator,
 } from "@gavel/orpc-agent";
 import { TestCluster } from "./cluster.js";
+import { readmeGrantsOf } from "./readme.js";
 
 const APP = "service:orpc-app";
 /** The grants the coordinator's principal needs (README of @gavel/orpc-agent). */
@@ -353,6 +354,71 @@ describe("ApprovalCoordinator contract on Gavel", () => {
   test("an input hash that does not match the input is refused and nothing is stored", async () => {
     const sent = request();
     await rejection(coordinator.create({ ...sent, inputHash: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" }));
+    assert.equal(await coordinator.get(sent.id), null);
+  });
+});
+
+describe("a coordinator without an injected clock", () => {
+  /** The README's app principal, with exactly the grants README.md gives it. */
+  const README_APP = "service:refund-app";
+  /** The README's approver, deciding as itself. */
+  const README_APPROVER = "user:bob-finance";
+
+  test("works with exactly README.md's app grants (no clock grant): create, get, list, markConsumed", async () => {
+    const appGrants = readmeGrantsOf(README_APP);
+    assert.ok(!appGrants.includes("clock"), `README.md grants ${README_APP} ${appGrants.join(", ")}`);
+    await cluster.grant(README_APP, appGrants);
+    await cluster.grant(README_APPROVER, readmeGrantsOf(README_APPROVER));
+    const app = createGavelApprovalCoordinator({ client: await cluster.tokenClient(README_APP) });
+    const approver = createGavelApprovalCoordinator({ client: await cluster.tokenClient(README_APPROVER) });
+
+    // requestedAt far from the cluster's time: without a clock it is not
+    // sent; the cluster stamps its own and keeps the request's window.
+    const requestedAt = new Date(Date.now() - 3 * 24 * 3600 * 1000);
+    const sent = request({
+      capabilityId: `orders.refund.${run}.readme`,
+      requestedAt,
+      expiresAt: new Date(requestedAt.getTime() + FIFTEEN_MINUTES),
+    });
+    const before = Date.now();
+    const created = await app.create(sent);
+    assert.equal(created.status, "pending");
+    assert.ok(Math.abs(created.requestedAt.getTime() - before) < 60_000, `stamped ${created.requestedAt.toISOString()}`);
+    assert.equal(created.expiresAt.getTime() - created.requestedAt.getTime(), FIFTEEN_MINUTES);
+    assert.deepEqual(await app.get(sent.id), created);
+    assert.deepEqual(
+      (await app.list({ capabilityId: sent.capabilityId, status: "pending" })).map((record) => record.id),
+      [sent.id],
+    );
+
+    const decided = await approver.decide(sent.id, {
+      status: "approved",
+      approver: { id: "bob-finance", kind: "user" },
+      comment: "customer verified",
+    });
+    assert.equal(decided.status, "approved");
+    const consumed = await app.markConsumed(sent.id, `exe_${run}_readme`);
+    assert.equal(consumed.status, "consumed");
+    assert.equal(consumed.consumedByExecutionId, `exe_${run}_readme`);
+    // A retry by the same execution gets the record back, as with a clock.
+    assert.equal((await app.markConsumed(sent.id, `exe_${run}_readme`)).status, "consumed");
+  });
+
+  test("an injected clock needs the clock grant: refused for the README's app principal", async () => {
+    await cluster.grant(README_APP, readmeGrantsOf(README_APP));
+    const clocked = createGavelApprovalCoordinator({ client: await cluster.tokenClient(README_APP), now });
+    const sent = request();
+    const error = await rejection(clocked.create(sent));
+    assert.ok(error instanceof GavelError && error.code === "PERMISSION_DENIED", String(error));
+    assert.match(error.message, /needs the clock grant/);
+    assert.equal(await clocked.get(sent.id), null);
+  });
+
+  test("a request whose expiresAt is not after requestedAt is refused before anything is sent", async () => {
+    const app = createGavelApprovalCoordinator({ client: perNode[0]! });
+    const sent = request({ requestedAt: new Date(clockMs), expiresAt: new Date(clockMs) });
+    const error = await rejection(app.create(sent));
+    assert.match(error.message, /expiresAt must be after requestedAt/);
     assert.equal(await coordinator.get(sent.id), null);
   });
 });

@@ -2,8 +2,12 @@
 // cluster, so "approval executes at most once" holds across every process of
 // the fleet, not only within one coordinator.
 //
-// - Every call carries the injected clock as caller_now_ms (the `clock`
-//   grant), so expiry is computed lazily on that clock, in `list` too.
+// - With an injected clock (`now`), every call carries it as caller_now_ms
+//   (and `create` the request's own requestedAt/expiresAt; both need the
+//   `clock` grant), so expiry is computed lazily on that clock, in `list`
+//   too. Without one nothing claims a time: the cluster stamps requestedAt
+//   and the approval lasts expiresAt - requestedAt (expiresInMs), so the
+//   app's principal needs no `clock` grant.
 // - The requester (`act-for`) and the approver (`delegate-decide`) are the
 //   actors orpc-agent passes, not the app's service principal.
 // - Input is validated here before anything is sent, and errors are plain
@@ -33,7 +37,11 @@ import type {
 export interface GavelApprovalCoordinatorOptions {
   /** A client connected as the app's service principal. */
   client: GavelClient;
-  /** The clock orpc-agent injects; default the system clock. */
+  /**
+   * The clock orpc-agent injects. When given, every call sends it as
+   * `callerNowMs` (the principal needs the `clock` grant); without it the
+   * cluster's clock decides expiry and no time is sent.
+   */
   now?: () => Date | number;
   /**
    * Let the requester approve its own request: the runtime's
@@ -235,8 +243,12 @@ function requestProblems(request: ApprovalRequest): string[] {
 /** Creates an orpc-agent ApprovalCoordinator backed by a Gavel cluster. */
 export function createGavelApprovalCoordinator(options: GavelApprovalCoordinatorOptions): GavelApprovalCoordinator {
   const { client } = options;
-  const clock = options.now ?? (() => Date.now());
-  const nowMs = (): bigint => {
+  const clock = options.now;
+  /** The injected clock's reading, or undefined without one (the cluster's clock counts). */
+  const nowMs = (): bigint | undefined => {
+    if (clock === undefined) {
+      return undefined;
+    }
     const now = clock();
     return BigInt(Math.trunc(typeof now === "number" ? now : now.getTime()));
   };
@@ -247,6 +259,12 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
   return {
     async create(request: ApprovalRequest): Promise<ApprovalRecord> {
       const problems = requestProblems(request);
+      // Without a clock the cluster stamps requestedAt, and the request's
+      // window (expiresAt - requestedAt) is sent as expiresInMs.
+      const windowMs = problems.length === 0 ? request.expiresAt.getTime() - request.requestedAt.getTime() : 0;
+      if (problems.length === 0 && clock === undefined && windowMs <= 0) {
+        problems.push("expiresAt must be after requestedAt (without an injected clock the approval lasts expiresAt - requestedAt from the cluster's time)");
+      }
       if (problems.length > 0) {
         throw refusal(`Invalid approval request "${String(request?.id)}": ${problems.join("; ")}`);
       }
@@ -260,8 +278,16 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
         throw refusal(`Approval "${request.id}" input is not serializable: undefined`);
       }
       try {
+        const validity =
+          clock !== undefined
+            ? {
+                callerNowMs: nowMs(),
+                requestedAtMs: BigInt(request.requestedAt.getTime()),
+                expiresAtMs: BigInt(request.expiresAt.getTime()),
+              }
+            : { expiresInMs: BigInt(windowMs) };
         const response = await client.approvals.createApproval({
-          callerNowMs: nowMs(),
+          ...validity,
           id: request.id,
           capabilityId: request.capabilityId,
           surface: request.surface,
@@ -272,8 +298,6 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
           types: request.types,
           risk: RISKS[request.risk],
           sideEffect: SIDE_EFFECTS[request.sideEffect],
-          requestedAtMs: BigInt(request.requestedAt.getTime()),
-          expiresAtMs: BigInt(request.expiresAt.getTime()),
           allowSelfApproval,
         });
         return toRecord(response.approval!);

@@ -5,7 +5,13 @@
 // handler code is the same as under orpc-agent's own runtime; the worker
 // runtime of @gavel/client heartbeats, aborts the signal on cancel, lease loss
 // and the deadline, and reports the result.
-import { type AnyProcedure, ORPCError, call } from "@orpc/server";
+//
+// @orpc/server is ESM-only and an optional peer: it is loaded with import()
+// on the first task, never at this module's load, so the CommonJS build of
+// this package loads on Node 20 (which cannot require() an ES module) and an
+// app that uses only the coordinator, the audit sink or capability sync
+// needs no @orpc/server at all.
+import type { AnyProcedure } from "@orpc/server";
 import { type GavelClient, HandlerError, type TaskContext, type Worker, createWorker } from "@gavel/client";
 import { fromPbActor } from "./coordinator.js";
 import type { Actor } from "./types.js";
@@ -48,6 +54,23 @@ export interface GavelWorkerOptions<TContext extends object> {
   onError?: Parameters<typeof createWorker>[0]["onError"];
 }
 
+/** @orpc/server, loaded once, on the first task. */
+let orpcServer: Promise<typeof import("@orpc/server")> | undefined;
+const loadOrpcServer = () => (orpcServer ??= import("@orpc/server"));
+
+/**
+ * Whether `error` is an ORPCError: by its shape (a string code, an HTTP
+ * status, the `defined` flag), so no @orpc/server needs loading to tell, and
+ * an ORPCError of another copy of @orpc/server counts too.
+ */
+function isOrpcError(error: unknown): error is Error & { code: string; status: number; defined: boolean } {
+  if (!(error instanceof Error)) {
+    return false;
+  }
+  const fields = error as Error & { code?: unknown; status?: unknown; defined?: unknown };
+  return typeof fields.code === "string" && typeof fields.status === "number" && typeof fields.defined === "boolean";
+}
+
 /**
  * The HandlerError of a procedure's throw: an error saying `retryable`
  * (orpc-agent's CapabilityError) keeps it; an ORPCError is retryable when its
@@ -60,7 +83,7 @@ export function toHandlerError(error: unknown): HandlerError {
   }
   const message = error instanceof Error ? error.message : String(error);
   const declared = (error as { retryable?: unknown; code?: unknown } | null) ?? {};
-  if (error instanceof ORPCError) {
+  if (isOrpcError(error)) {
     const retryable =
       typeof declared.retryable === "boolean"
         ? declared.retryable
@@ -94,6 +117,7 @@ export function createGavelWorker<TContext extends object = Record<never, never>
       if (task.approver !== undefined) agent.approver = fromPbActor(task.approver);
       if (task.approvalId !== undefined) agent.approvalId = task.approvalId;
       if (task.correlationId !== undefined) agent.correlationId = task.correlationId;
+      const { call } = await loadOrpcServer();
       try {
         return await call(procedure, task.input as never, {
           context: { ...base, agent } as never,
