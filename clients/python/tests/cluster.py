@@ -55,6 +55,8 @@ def _free_base_port() -> int:
 class TestCluster:
     """A running `gavel dev` cluster, with helpers to make principals."""
 
+    __test__ = False  # a helper, not a test class
+
     def __init__(self, data_dir: Path, dev: subprocess.Popen[bytes], env: dict[str, str], node_pids: list[int]) -> None:
         self.data_dir = data_dir
         self.dev = dev
@@ -64,6 +66,7 @@ class TestCluster:
         self.certs_dir = Path(env["GAVEL_CA"]).parent
         self.ca = Path(env["GAVEL_CA"]).read_bytes()
         self._clients: list[gavel.Client] = []
+        self._own_nodes: list[subprocess.Popen[bytes]] = []
 
     @staticmethod
     def start() -> TestCluster:
@@ -129,7 +132,8 @@ class TestCluster:
         tls = gavel.Tls(
             ca=self.ca, cert=Path(self.env["GAVEL_CERT"]).read_bytes(), key=Path(self.env["GAVEL_KEY"]).read_bytes()
         )
-        return gavel.ClientOptions(endpoints=tuple(self.endpoints), tls=tls, **changes)
+        changes.setdefault("endpoints", tuple(self.endpoints))
+        return gavel.ClientOptions(tls=tls, **changes)
 
     def admin(self, **changes: Any) -> gavel.Client:
         """A sync client as the dev admin."""
@@ -142,9 +146,8 @@ class TestCluster:
 
     def token_options(self, principal: str, **changes: Any) -> gavel.ClientOptions:
         """Client options with a bearer token for ``principal``."""
-        return gavel.ClientOptions(
-            endpoints=tuple(self.endpoints), tls=gavel.Tls(ca=self.ca), token=self.token(principal), **changes
-        )
+        changes.setdefault("endpoints", tuple(self.endpoints))
+        return gavel.ClientOptions(tls=gavel.Tls(ca=self.ca), token=self.token(principal), **changes)
 
     def token_client(self, principal: str, **changes: Any) -> gavel.Client:
         """A sync client with a bearer token for ``principal``."""
@@ -167,19 +170,55 @@ class TestCluster:
         self._clients.append(client)
         return client
 
+    def take_over(self) -> None:
+        """Replaces `gavel dev` by three `gavel node` processes of our own, with the
+        same command lines, data and certificates, so that one node can be killed
+        without `gavel dev` stopping the others. Waits for a leader."""
+        commands = [
+            (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1], os.readlink(f"/proc/{pid}/cwd"))
+            for pid in self.node_pids
+        ]
+        _stop_process(self.dev)
+        self.node_pids = []
+        for index, (argv, cwd) in enumerate(commands):
+            log = open(self.data_dir / f"own-n{index + 1}.log", "ab")  # noqa: SIM115 (the node writes it until stopped)
+            node = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            self._own_nodes.append(node)
+            self.node_pids.append(node.pid)
+        admin = self.admin(retry_budget=2.0)
+
+        def leader() -> bool | None:
+            try:
+                return True if admin.cluster.status(without_state_hash=True).leader_addr else None
+            except gavel.GavelError:
+                return None
+
+        eventually("a leader among our own nodes", leader, timeout=START_TIMEOUT_S, every=0.2)
+
     def stop(self) -> None:
         """Stops the cluster by PID (SIGTERM, SIGKILL after the grace) and removes its data."""
         for client in self._clients:
             client.close()
-        _kill(self.dev.pid, signal.SIGTERM)
-        try:
-            self.dev.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            _kill(self.dev.pid, signal.SIGKILL)
-            for pid in self.node_pids:
+        if not _stop_process(self.dev) and not self._own_nodes:
+            for pid in self.node_pids:  # gavel dev did not stop its nodes in time
                 _kill(pid, signal.SIGKILL)
-            self.dev.wait()
+        for node in self._own_nodes:
+            _stop_process(node)
         shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def _stop_process(process: subprocess.Popen[bytes]) -> bool:
+    """SIGTERM, then SIGKILL after the grace; True when it exited within the grace."""
+    if process.poll() is not None:
+        return True
+    _kill(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_GRACE_S)
+        return True
+    except subprocess.TimeoutExpired:
+        _kill(process.pid, signal.SIGKILL)
+        process.wait()
+        return False
 
 
 def _kill(pid: int, sig: signal.Signals) -> None:
