@@ -11,13 +11,17 @@ SDK's rules (see gavel._invoke).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from gavel import _services
 from gavel._invoke import AsyncInvoker, Invoker
 from gavel.config import ClientOptions
+from gavel.errors import GavelError
+from gavel.limits import WAIT_SLICE_S
 from gavel.reach import Reachability
+from gavel.v1 import execution_pb2
 
 
 class _ClientBase:
@@ -74,6 +78,15 @@ class Client(_ClientBase):
         """Asks every endpoint for its status once and says how many voters answer."""
         return self._invoker.reachability()
 
+    def wait_final(self, execution_id: str, timeout: float = 60.0) -> execution_pb2.Execution:
+        """Long-polls until the execution is final; GavelError WAIT_TIMEOUT after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            reply = self.executions.wait_execution(execution_id=execution_id, timeout_ms=_wait_ms(left))
+            if not reply.timed_out:
+                return reply.execution
+        raise _wait_timeout(execution_id, timeout)
+
     def with_options(self, **changes: Any) -> Client:
         """A client with the same endpoints and credentials but other timings."""
         return Client(_replace(self.options, changes))
@@ -113,6 +126,15 @@ class AsyncClient(_ClientBase):
         """Asks every endpoint for its status once and says how many voters answer."""
         return await self._invoker.reachability()
 
+    async def wait_final(self, execution_id: str, timeout: float = 60.0) -> execution_pb2.Execution:
+        """Long-polls until the execution is final; GavelError WAIT_TIMEOUT after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            reply = await self.executions.wait_execution(execution_id=execution_id, timeout_ms=_wait_ms(left))
+            if not reply.timed_out:
+                return reply.execution
+        raise _wait_timeout(execution_id, timeout)
+
     def with_options(self, **changes: Any) -> AsyncClient:
         """A client with the same endpoints and credentials but other timings."""
         return AsyncClient(_replace(self.options, changes))
@@ -126,6 +148,15 @@ class AsyncClient(_ClientBase):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _wait_ms(left: float) -> int:
+    # One long-poll waits at most WAIT_SLICE_S; the server caps it anyway (WAIT_MS_MAX).
+    return max(1, int(min(left, WAIT_SLICE_S) * 1000))
+
+
+def _wait_timeout(execution_id: str, timeout: float) -> GavelError:
+    return GavelError("WAIT_TIMEOUT", f"execution {execution_id} was not final within {timeout}s")
 
 
 def _replace(options: ClientOptions, changes: Mapping[str, Any]) -> ClientOptions:

@@ -36,3 +36,13 @@ SURVEY_TIMEOUT_S = 1.0
 #: Extra time the client waits past a call's deadline before treating the
 #: attempt as unanswered (the Rust SDK adds the same 200 ms).
 DEADLINE_SLACK_S = 0.2
+
+#: Longest single WaitExecution long-poll of ``wait_final``, in seconds: well
+#: under the server's WAIT_MS_MAX (60 s) and the client's per-attempt
+#: deadline arithmetic, so one slow node costs at most this much.
+WAIT_SLICE_S = 10.0
+
+#: Longest id (approval, execution, capability, ...) in UTF-8 bytes
+#: (gavel-core's ID_BYTES_MAX): the server refuses longer ones, and derives
+#: an approval id from an execution id within it.
+ID_BYTES_MAX = 128
