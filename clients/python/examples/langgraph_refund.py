@@ -37,7 +37,7 @@ class State(TypedDict, total=False):
     outcome: dict[str, Any]
 
 
-def build_graph(client: gavel.Client) -> Any:
+def build_graph(client: gavel.Client, capability_id: str = CAPABILITY_ID) -> Any:
     """agent (scripted: proposes one refund tool call) -> refund (governed by Gavel)."""
 
     def agent(state: State) -> State:
@@ -47,7 +47,7 @@ def build_graph(client: gavel.Client) -> Any:
     def refund(state: State, config: RunnableConfig) -> State:
         call = state["tool_call"]
         outcome = gavel_tool_call(
-            client, config, capability_id=CAPABILITY_ID, input=call["args"], tool_call_id=call["id"]
+            client, config, capability_id=capability_id, input=call["args"], tool_call_id=call["id"]
         )
         return {"outcome": outcome}
 
