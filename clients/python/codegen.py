@@ -1,8 +1,8 @@
 """Generates the Python stubs of gavel.v1 and the typed service classes.
 
 Used by the build hook (hatch_build.py) and by nothing at run time. The
-stubs come from grpcio-tools' protoc (``--python_out``, ``--pyi_out``,
-``--grpc_python_out``); the service classes (gavel/_services.py) are written
+messages come from grpcio-tools' protoc (``--python_out``, ``--pyi_out``);
+the service classes (gavel/_services.py) are written
 from the same descriptors, one sync and one asyncio class per service, so
 every RPC has a typed method without a hand-written list that could drift
 from proto/.
@@ -63,7 +63,6 @@ def generate(proto_root: Path, out: Path) -> list[Path]:
             f"-I{include}",
             f"--python_out={out}",
             f"--pyi_out={out}",
-            f"--grpc_python_out={out}",
             f"--descriptor_set_out={descriptor_set}",
             "--include_source_info",
             *protos,

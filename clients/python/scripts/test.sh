@@ -18,7 +18,7 @@ python="${PYTHON:-python3}"
 # list is what makes the next run reinstall.
 requirements=(
   "grpcio==1.85.*" "grpcio-tools==1.85.*" "protobuf>=7.35.1,<8" "hatchling>=1.21"
-  "pytest==9.*" "pytest-asyncio==1.*" "langgraph==1.2.*" "openai-agents==0.24.*" "ruff==0.*"
+  "pytest==9.*" "pytest-asyncio==1.*" "langgraph==1.2.*" "openai-agents==0.24.*" "ruff==0.*" "mypy==1.*"
 )
 stamp="$venv/.gavel-requirements"
 wanted="$(printf '%s\n' "${requirements[@]}")"
@@ -41,6 +41,11 @@ rm -rf "$dist"
 "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps -w "$dist" "$package"
 wheel="$(ls "$dist"/gavel_client-*.whl)"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$wheel"
+
+# The public API is typed: mypy --strict over the installed package (run
+# from outside the source tree, so it checks what the wheel installed).
+(cd "$target" && "$venv/bin/mypy" --config-file "$package/pyproject.toml" --cache-dir "$target/mypy-cache" \
+  --no-error-summary -p gavel)
 
 export GAVEL_BIN="${GAVEL_BIN:-$root/target/debug/gavel}"
 export GAVEL_PY_WHEEL="$wheel"

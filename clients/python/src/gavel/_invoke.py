@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -60,13 +60,17 @@ def new_request_id() -> str:
     return f"py-{uuid.uuid4()}"
 
 
+#: The response message type of an RPC.
+Response = TypeVar("Response")
+
+
 @dataclass(frozen=True)
-class MethodSpec:
+class MethodSpec(Generic[Response]):
     """One RPC of gavel.v1, as the generated service classes describe it."""
 
     path: str
     request_type: Any
-    response_type: Any
+    response_type: type[Response]
     #: Whether the request has a request_id (a mutating call).
     mutating: bool
     #: The request field (milliseconds) that lengthens the deadline of a long-poll.
@@ -103,7 +107,7 @@ class _Route:
         )
 
     def prepare(
-        self, spec: MethodSpec, request: Any, fields: Mapping[str, Any], timeout: float | None
+        self, spec: MethodSpec[Any], request: Any, fields: Mapping[str, Any], timeout: float | None
     ) -> tuple[Any, float]:
         """The request to send (with a request id when mutating) and the deadline of each attempt."""
         if request is None:
@@ -158,7 +162,7 @@ class _Attempts:
     """The state of one logical call across its attempts: which endpoint, how long to pause."""
 
     def __init__(
-        self, route: _Route, spec: MethodSpec, request: Any, fields: Mapping[str, Any], timeout: float | None
+        self, route: _Route, spec: MethodSpec[Any], request: Any, fields: Mapping[str, Any], timeout: float | None
     ) -> None:
         self.route = route
         self.spec = spec
@@ -187,7 +191,7 @@ class _Attempts:
         return sleep
 
 
-def _callable(channel: Any, spec: MethodSpec) -> Any:
+def _callable(channel: Any, spec: MethodSpec[Any]) -> Any:
     make = channel.unary_stream if spec.streaming else channel.unary_unary
     return make(
         spec.path,
@@ -196,7 +200,7 @@ def _callable(channel: Any, spec: MethodSpec) -> Any:
     )
 
 
-def _stream_request(route: _Route, spec: MethodSpec, request: Any, fields: Mapping[str, Any]) -> tuple[int, Any]:
+def _stream_request(route: _Route, spec: MethodSpec[Any], request: Any, fields: Mapping[str, Any]) -> tuple[int, Any]:
     route.attempts += 1
     return route.preferred % len(route.endpoints), spec.request_type(**fields) if request is None else request
 
@@ -224,7 +228,9 @@ class Invoker:
             for endpoint in self.route.endpoints
         ]
 
-    def unary(self, spec: MethodSpec, request: Any, fields: Mapping[str, Any], timeout: float | None) -> Any:
+    def unary(
+        self, spec: MethodSpec[Response], request: Any, fields: Mapping[str, Any], timeout: float | None
+    ) -> Response:
         """One logical unary call, retried by the module's rules."""
         attempts = _Attempts(self.route, spec, request, fields, timeout)
         while True:
@@ -240,9 +246,11 @@ class Invoker:
                 time.sleep(pause)
             else:
                 self.route.succeeded(call.initial_metadata())
-                return response
+                return cast(Response, response)
 
-    def stream(self, spec: MethodSpec, request: Any, fields: Mapping[str, Any], timeout: float | None) -> Iterator[Any]:
+    def stream(
+        self, spec: MethodSpec[Response], request: Any, fields: Mapping[str, Any], timeout: float | None
+    ) -> Iterator[Response]:
         """A server stream from the preferred node; the caller resumes by cursor when it breaks."""
         index, request = _stream_request(self.route, spec, request, fields)
         responses = _callable(self.channels[index], spec)(request, timeout=timeout, metadata=self.route.metadata)
@@ -291,7 +299,9 @@ class AsyncInvoker:
             for endpoint in self.route.endpoints
         ]
 
-    async def unary(self, spec: MethodSpec, request: Any, fields: Mapping[str, Any], timeout: float | None) -> Any:
+    async def unary(
+        self, spec: MethodSpec[Response], request: Any, fields: Mapping[str, Any], timeout: float | None
+    ) -> Response:
         """One logical unary call, retried by the module's rules."""
         attempts = _Attempts(self.route, spec, request, fields, timeout)
         while True:
@@ -309,11 +319,11 @@ class AsyncInvoker:
                 await asyncio.sleep(pause)
             else:
                 self.route.succeeded(initial_metadata)
-                return response
+                return cast(Response, response)
 
     def stream(
-        self, spec: MethodSpec, request: Any, fields: Mapping[str, Any], timeout: float | None
-    ) -> AsyncIterator[Any]:
+        self, spec: MethodSpec[Response], request: Any, fields: Mapping[str, Any], timeout: float | None
+    ) -> AsyncIterator[Response]:
         """A server stream from the preferred node; the caller resumes by cursor when it breaks."""
         index, request = _stream_request(self.route, spec, request, fields)
         call = _callable(self.channels[index], spec)(request, timeout=timeout, metadata=self.route.metadata)

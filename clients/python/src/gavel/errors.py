@@ -62,7 +62,9 @@ def read_error_detail(error: grpc.RpcError) -> error_pb2.ErrorDetail | None:
             status = _Status.FromString(value)
             for detail in status.details:
                 if detail.type_url == _ERROR_DETAIL_TYPE:
-                    return error_pb2.ErrorDetail.FromString(detail.value)
+                    parsed = error_pb2.ErrorDetail()
+                    parsed.ParseFromString(detail.value)
+                    return parsed
     return None
 
 
@@ -141,8 +143,8 @@ class GavelError(Exception):
 def _fallback_code(error: grpc.RpcError) -> str:
     for key, value in _trailers(error):
         if key == "gavel-error-code" and isinstance(value, str) and value:
-            return value
-    return _code(error).name
+            return str(value)
+    return str(_code(error).name)
 
 
 def from_attempt(error: grpc.RpcError, endpoint: str) -> GavelError:

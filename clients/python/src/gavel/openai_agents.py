@@ -91,8 +91,9 @@ class GavelTool:
 
     async def _needs_approval(self, context: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str) -> bool:
         submitted = await self._submit(arguments, call_id)
-        return submitted.WhichOneof("outcome") == "approval_required" and (
-            submitted.approval_required.status == approval_pb2.APPROVAL_STATUS_PENDING
+        return bool(
+            submitted.WhichOneof("outcome") == "approval_required"
+            and submitted.approval_required.status == approval_pb2.APPROVAL_STATUS_PENDING
         )
 
     async def apply_decisions(self, state: RunState[Any], timeout: float = 900.0) -> list[dict[str, Any]]:

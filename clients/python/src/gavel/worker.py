@@ -30,6 +30,7 @@ leases that a downstream service can use to refuse an older attempt.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
@@ -235,11 +236,14 @@ class Worker:
                     task = _task_of(raw)
                     runner = asyncio.ensure_future(self._run_task(client, heartbeats, task))
                     self._running[task.lease_id] = (task, runner)
-                    runner.add_done_callback(
-                        lambda _, lease_id=task.lease_id: (self._running.pop(lease_id, None), freed.set())
-                    )
+                    runner.add_done_callback(functools.partial(self._finished, task.lease_id, freed))
         finally:
             stop_waiter.cancel()
+
+    def _finished(self, lease_id: int, freed: asyncio.Event, _: object) -> None:
+        """An attempt ended: its slot is free."""
+        self._running.pop(lease_id, None)
+        freed.set()
 
     async def _drain(self) -> None:
         runners = [runner for _, runner in self._running.values()]
@@ -290,7 +294,7 @@ class Worker:
             return _failed(HandlerError.fatal("INPUT_INVALID", "input does not decode as JSON"))
         running: asyncio.Future[Any]
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
-            running = asyncio.ensure_future(handler(task))  # type: ignore[arg-type]
+            running = asyncio.ensure_future(handler(task))
         else:
             running = asyncio.ensure_future(asyncio.to_thread(handler, task))
         # The deadline on this worker's clock: it fires with no cluster at all.
