@@ -8,6 +8,7 @@ committed: every build generates afresh from the protos it ships with.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +27,12 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
             import codegen
         finally:
             sys.path.pop(0)
-        out = Path(tempfile.mkdtemp(prefix="gavel-python-gen-"))
+        self._generated = Path(tempfile.mkdtemp(prefix="gavel-python-gen-"))
+        out = self._generated
         generated = codegen.generate(codegen.find_proto_root(root), out)
         for path in generated:
             build_data["force_include"][str(path)] = str(Path("gavel") / path.relative_to(out / "gavel"))
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        # The wheel holds copies now; the generated tree was only a staging area.
+        shutil.rmtree(self._generated, ignore_errors=True)
