@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -160,3 +161,28 @@ def test_calls_keep_working_through_a_leader_sigkill_retried_with_the_same_reque
         assert client.reachability().describe() == "2 of 3 nodes reachable"
     finally:
         own.stop()
+
+
+def test_server_streams_are_iterators_in_both_clients(cluster: TestCluster) -> None:
+    client = cluster.admin()
+    client.approvals.create_approval(approval(f"stream_{RUN}"))
+    listed = client.audit.list_events(after_cursor=0, limit=5).events
+    assert len(listed) == 5 and [event.cursor for event in listed] == sorted(event.cursor for event in listed)
+    stream = client.audit.watch_events(after_cursor=0)
+    watched = [next(stream) for _ in range(5)]
+    stream.close()
+    assert [event.cursor for event in watched] == [event.cursor for event in listed]
+
+    async def watch_async() -> list[int]:
+        async with gavel.AsyncClient(cluster.admin_options()) as async_client:
+            cursors = []
+            async for event in async_client.audit.watch_events(after_cursor=0):
+                cursors.append(event.cursor)
+                if len(cursors) == 5:
+                    break
+            return cursors
+
+    assert asyncio.run(watch_async()) == [event.cursor for event in listed]
+    with pytest.raises(gavel.GavelError) as caught:
+        next(iter(client.audit.watch_events(after_cursor=10**12)))
+    assert caught.value.code == "OUT_OF_RANGE"
