@@ -13,8 +13,9 @@ runs out. How the handler learns it:
 
 - an ``async def`` handler is cancelled: ``asyncio.CancelledError`` is raised
   at its current ``await``;
-- a plain ``def`` handler runs in a thread and sees ``task.cancelled`` (a
-  ``threading.Event``) set; it should check it, or wait on it, and return.
+- a plain ``def`` handler runs in a thread of its own and sees
+  ``task.cancelled`` (a ``threading.Event``) set; it should check it, or wait
+  on it, and return (a thread cannot be interrupted).
 
 ``task.stop_reason`` then says why (``cancelled``, ``lease-lost``,
 ``deadline``, ``shutdown``). A stopped handler is not reported: the cluster
@@ -296,7 +297,7 @@ class Worker:
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
             running = asyncio.ensure_future(handler(task))
         else:
-            running = asyncio.ensure_future(asyncio.to_thread(handler, task))
+            running = _in_thread(asyncio.get_running_loop(), handler, task)
         # The deadline on this worker's clock: it fires with no cluster at all.
         remaining = max(0.0, (task.deadline_ms - _now_ms()) / 1000)
         stop_waiter = asyncio.ensure_future(task._stopped.wait())
@@ -365,6 +366,37 @@ def _task_of(raw: worker_pb2.Task) -> Task:
         approval_id=raw.approval_id if raw.HasField("approval_id") else None,
         raw=raw,
     )
+
+
+def _in_thread(loop: asyncio.AbstractEventLoop, handler: Handler, task: Task) -> asyncio.Future[Any]:
+    """Runs a plain handler in a thread of its own and returns its outcome as a future.
+
+    A thread per attempt, not a pool: a handler that ignores ``task.cancelled``
+    keeps its thread after its slot was freed, and must not hold up the next
+    attempts behind it.
+    """
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return  # stopped meanwhile: the outcome is not reported
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            outcome, failure = handler(task), None
+        except BaseException as error:  # the handler's failure travels to the loop as it is
+            outcome, failure = None, error
+        try:
+            loop.call_soon_threadsafe(settle, outcome, failure)
+        except RuntimeError:
+            pass  # the worker's loop is closed: nobody waits for this outcome any more
+
+    threading.Thread(target=run, name=f"gavel-handler-{task.lease_id}").start()
+    return future
 
 
 def _stop(task: Task, reason: str) -> None:
