@@ -252,7 +252,9 @@ async def test_a_lost_lease_stops_the_handler_and_a_late_report_is_refused_with_
         await stop(worker, running)
     assert execution.state == execution_pb2.EXECUTION_STATE_COMPLETED and execution.attempts == 3
     assert execution.result.completed.output_json == '{"attempt":3}', "the third attempt's, not the late second's"
-    assert reports == ["late 2 (deadline)"], "the late result was not reported"
+    # Stopped by the local deadline, or by a heartbeat that learned of the
+    # expiry first (both are the same lease's end); either way never reported.
+    assert reports in (["late 2 (deadline)"], ["late 2 (lease-lost)"]), reports
 
 
 @pytest.mark.asyncio(loop_scope="session")
