@@ -133,7 +133,10 @@ class Worker:
     ``handlers`` maps capability ids to handlers (``"*"`` for any), or is one
     handler for every capability. ``run()`` is a coroutine that returns after
     ``stop()``; ``run_sync()`` runs it on a fresh event loop in the calling
-    thread. ``stop()`` may be called from any thread.
+    thread. ``stop()`` may be called from any thread. ``on_error(error,
+    stage, execution_id)`` hears of each problem the worker copes with itself
+    (``poll`` failed, ``report`` refused, a ``handler`` raised something other
+    than a HandlerError); by default a warning on the ``gavel.worker`` logger.
     """
 
     def __init__(
@@ -161,7 +164,7 @@ class Worker:
         self.poll_wait = poll_wait
         self.heartbeat_interval = heartbeat_interval
         self.shutdown_grace = shutdown_grace
-        self.on_error: ErrorHook = on_error or (lambda error, stage, execution_id: None)
+        self.on_error: ErrorHook = on_error or _log_error
         self._client = client
         self._options = options
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -366,6 +369,11 @@ def _task_of(raw: worker_pb2.Task) -> Task:
         approval_id=raw.approval_id if raw.HasField("approval_id") else None,
         raw=raw,
     )
+
+
+def _log_error(error: BaseException, stage: str, execution_id: str | None) -> None:
+    """The default ``on_error``: a warning on the ``gavel.worker`` logger."""
+    _log.warning("%s failed (execution %s): %s", stage, execution_id or "-", error)
 
 
 def _in_thread(loop: asyncio.AbstractEventLoop, handler: Handler, task: Task) -> asyncio.Future[Any]:
