@@ -18,10 +18,6 @@ SAFE_INTEGER_MAX = 2**53
 #: server refuses deeper input, and the serializer recurses once per level.
 JSON_DEPTH_MAX = 64
 
-#: Largest canonical input, in UTF-8 bytes (gavel-core's INPUT_BYTES_MAX,
-#: 64 KiB): the server refuses a larger input as INPUT_INVALID.
-INPUT_BYTES_MAX = 64 * 1024
-
 #: Longest pause between two retries of one call, in seconds, as the Rust and
 #: TypeScript SDKs cap it: pauses double from 50 ms up to this.
 RETRY_PAUSE_MAX_S = 1.0
