@@ -88,17 +88,24 @@ def approvals_of(app: gavel.Client, order_id: str) -> list[approval_pb2.Approval
     return [approval for approval in listed if gavel.canonical.parse_json(approval.input_json)["order_id"] == order_id]
 
 
+def start_graph(app: gavel.Client, order_id: str) -> tuple[Any, dict[str, Any], str]:
+    """The example's graph run on a thread of its own until it interrupts: (graph, config, approval id)."""
+    from langgraph_refund import build_graph
+
+    graph = build_graph(app, CAPABILITY_ID)
+    config = {"configurable": {"thread_id": f"thread-{order_id}"}}
+    first = graph.invoke({"order_id": order_id, "amount_cents": 700}, config)
+    return graph, config, first["__interrupt__"][0].value["gavel_approval_id"]
+
+
 def test_langgraph_replays_find_the_same_approval_and_spend_it_once(
     app: gavel.Client, bob: gavel.Client, ledger: Ledger
 ) -> None:
     from langgraph.types import Command
     from langgraph_refund import build_graph
 
-    graph = build_graph(app, CAPABILITY_ID)
     order_id = f"lg-{RUN}"
-    config = {"configurable": {"thread_id": f"thread-{RUN}"}}
-    first = graph.invoke({"order_id": order_id, "amount_cents": 700}, config)
-    approval_id = first["__interrupt__"][0].value["gavel_approval_id"]
+    graph, config, approval_id = start_graph(app, order_id)
     interrupted = graph.get_state(config).config
     # Resumed before anyone decided: the node replays, finds the same pending
     # approval, and interrupts again.
@@ -126,14 +133,9 @@ def test_langgraph_a_rejection_in_gavel_ends_the_call_without_running_it(
     app: gavel.Client, bob: gavel.Client, ledger: Ledger
 ) -> None:
     from langgraph.types import Command
-    from langgraph_refund import build_graph
 
-    graph = build_graph(app, CAPABILITY_ID)
     order_id = f"lg-rejected-{RUN}"
-    config = {"configurable": {"thread_id": f"thread-rejected-{RUN}"}}
-    approval_id = graph.invoke({"order_id": order_id, "amount_cents": 5}, config)["__interrupt__"][0].value[
-        "gavel_approval_id"
-    ]
+    graph, config, approval_id = start_graph(app, order_id)
     decide(bob, approval_id, approval_pb2.APPROVAL_STATUS_REJECTED)
     outcome = graph.invoke(Command(resume="approved, says the app"), config)["outcome"]
     assert outcome == {
@@ -183,25 +185,28 @@ def run_agent(cluster: TestCluster, bob: gavel.Client, order_id: str, decision: 
     return asyncio.run(run())
 
 
-def test_openai_agents_a_gavel_approval_resumes_the_run_and_runs_the_tool_once(
-    cluster: TestCluster, app: gavel.Client, bob: gavel.Client, ledger: Ledger
+@pytest.mark.parametrize(
+    ("decision", "applied", "stored", "charged"),
+    [
+        (approval_pb2.APPROVAL_STATUS_APPROVED, "approved", approval_pb2.APPROVAL_STATUS_CONSUMED, 1),
+        (approval_pb2.APPROVAL_STATUS_REJECTED, "rejected", approval_pb2.APPROVAL_STATUS_REJECTED, 0),
+    ],
+)
+def test_openai_agents_the_decision_made_in_gavel_resumes_the_run(
+    cluster: TestCluster,
+    app: gavel.Client,
+    bob: gavel.Client,
+    ledger: Ledger,
+    decision: int,
+    applied: str,
+    stored: int,
+    charged: int,
 ) -> None:
-    order_id = f"oa-{RUN}"
-    applied, outputs = run_agent(cluster, bob, order_id, approval_pb2.APPROVAL_STATUS_APPROVED)
-    assert [decision["status"] for decision in applied] == ["approved"]
-    assert len(outputs) == 1 and '"status": "completed"' in outputs[0] and '"refunded": true' in outputs[0]
+    order_id = f"oa-{applied}-{RUN}"
+    decisions, outputs = run_agent(cluster, bob, order_id, decision)
+    assert [made["status"] for made in decisions] == [applied]
+    assert len(outputs) == 1, outputs
+    assert ('"status": "completed"' in outputs[0] and '"refunded": true' in outputs[0]) == bool(charged), outputs
     (approval,) = approvals_of(app, order_id)
-    assert approval.status == approval_pb2.APPROVAL_STATUS_CONSUMED
-    assert len([charge for charge in ledger.charges.values() if charge["order_id"] == order_id]) == 1
-
-
-def test_openai_agents_a_gavel_rejection_rejects_the_tool_call(
-    cluster: TestCluster, app: gavel.Client, bob: gavel.Client, ledger: Ledger
-) -> None:
-    order_id = f"oa-rejected-{RUN}"
-    applied, outputs = run_agent(cluster, bob, order_id, approval_pb2.APPROVAL_STATUS_REJECTED)
-    assert [decision["status"] for decision in applied] == ["rejected"]
-    assert len(outputs) == 1 and "refunded" not in outputs[0], outputs
-    (approval,) = approvals_of(app, order_id)
-    assert approval.status == approval_pb2.APPROVAL_STATUS_REJECTED
-    assert not any(charge["order_id"] == order_id for charge in ledger.charges.values())
+    assert approval.status == stored
+    assert len([charge for charge in ledger.charges.values() if charge["order_id"] == order_id]) == charged
