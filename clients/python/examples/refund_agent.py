@@ -1,0 +1,68 @@
+"""The agent side: asks for a refund, waits for someone else to approve it,
+resumes it and prints the one result.
+
+    python refund_agent.py <order_id> <amount_cents>
+
+Its principal needs the submitter grant.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import gavel
+from gavel.v1 import approval_pb2, common_pb2, execution_pb2
+
+CAPABILITY_ID = "orders.refund.py"
+#: How long the agent waits for the decision, in seconds.
+DECISION_WAIT_S = float(os.environ.get("DECISION_WAIT_S", "600"))
+
+
+def who(actor: common_pb2.Actor) -> str:
+    """An actor as ``kind:id``, the way principals are written."""
+    return f"{common_pb2.ActorKind.Name(actor.kind).removeprefix('ACTOR_KIND_').lower()}:{actor.id}"
+
+
+def main() -> int:
+    order_id = sys.argv[1] if len(sys.argv) > 1 else "o-42"
+    amount_cents = int(sys.argv[2]) if len(sys.argv) > 2 else 1250
+    execution_id = f"refund-py-{order_id}"
+    with gavel.Client.from_env() as client:
+        submitted = client.executions.submit(
+            execution_id=execution_id,
+            capability_id=CAPABILITY_ID,
+            input_json=gavel.canonical_json({"order_id": order_id, "amount_cents": amount_cents}),
+            surface="python",
+        )
+        if submitted.WhichOneof("outcome") == "approval_required":
+            approval = submitted.approval_required
+            print(f"approval required: {approval.id}", flush=True)
+            print(f"an approver runs: gavel approval approve {approval.id}", flush=True)
+            deadline = time.monotonic() + DECISION_WAIT_S
+            while approval.status == approval_pb2.APPROVAL_STATUS_PENDING and time.monotonic() < deadline:
+                time.sleep(0.25)
+                approval = client.approvals.get_approval(id=approval.id).approval
+            if approval.status == approval_pb2.APPROVAL_STATUS_APPROVED:
+                client.executions.resume(approval_id=approval.id)
+            elif approval.status != approval_pb2.APPROVAL_STATUS_CONSUMED:
+                status = approval_pb2.ApprovalStatus.Name(approval.status).removeprefix("APPROVAL_STATUS_").lower()
+                print(f"approval {approval.id} is {status}; nothing was refunded", file=sys.stderr)
+                return 3
+            print(f"approved; resumed {execution_id}", flush=True)
+        execution = client.wait_final(execution_id, timeout=30)
+        if execution.state != execution_pb2.EXECUTION_STATE_COMPLETED:
+            state = execution_pb2.ExecutionState.Name(execution.state)
+            print(f"execution {execution_id} ended {state}: {execution.result}", file=sys.stderr)
+            return 1
+        completed = execution.result.completed
+        print(
+            f"result: {completed.output_json} (attempts {completed.attempts}, approver {who(execution.approver)})",
+            flush=True,
+        )
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Gavel's Python client: typed sync and asyncio clients for every gavel.v1
+service, the canonical input hash, and a worker runtime.
+
+Key names:
+
+- ``Client`` / ``AsyncClient``: ``client.approvals``, ``.executions``,
+  ``.workers``, ``.capabilities``, ``.audit``, ``.cluster``, ``.access``;
+  ``Client.from_env()`` reads the ``GAVEL_*`` variables;
+- ``GavelError``: every failure, with its stable domain ``code``;
+- ``canonical_json`` / ``input_hash``: RFC 8785, equal to the server's;
+- ``Worker``: polls, heartbeats and reports; handlers get the idempotency key,
+  the lease id (fencing token) and cancellation;
+- ``gavel.v1``: the generated messages (``approval_pb2``, ...).
+"""
+
+from gavel._invoke import new_request_id
+from gavel.canonical import UnserializableInputError, canonical_json, input_hash
+from gavel.client import AsyncClient, Client
+from gavel.config import ClientOptions, Tls
+from gavel.errors import GavelError
+from gavel.reach import Reachability
+from gavel.worker import HandlerError, Task, Worker
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ClientOptions",
+    "GavelError",
+    "HandlerError",
+    "Reachability",
+    "Task",
+    "Tls",
+    "UnserializableInputError",
+    "Worker",
+    "canonical_json",
+    "input_hash",
+    "new_request_id",
+]

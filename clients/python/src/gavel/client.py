@@ -1,0 +1,167 @@
+"""Client and AsyncClient: one typed object per gavel.v1 service.
+
+    client = gavel.Client.from_env()
+    client.approvals.get_approval(id="apr_refund-1")
+
+Every method takes the request message, or its fields as keywords, and
+returns the response message (proto/gavel/v1). Failures raise GavelError
+with the stable domain code. Calls follow the leader and retry by the Rust
+SDK's rules (see gavel._invoke).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from gavel import _services
+from gavel._invoke import AsyncInvoker, Invoker
+from gavel.config import ClientOptions
+from gavel.errors import GavelError
+from gavel.limits import WAIT_SLICE_S
+from gavel.reach import Reachability
+from gavel.v1 import execution_pb2
+
+
+class _ClientBase:
+    """What the sync and asyncio clients share: options, endpoints, counters."""
+
+    _invoker: Invoker | AsyncInvoker
+
+    def _setup(self, options: ClientOptions | None, changes: Mapping[str, Any], prefix: str) -> ClientOptions:
+        options = options if options is not None else ClientOptions()
+        if changes:
+            options = _replace(options, changes)
+        self.options = options
+        self._invoker = Invoker(options) if prefix == "" else AsyncInvoker(options)
+        for accessor, service in _services.SERVICES:
+            setattr(self, accessor, getattr(_services, prefix + service)(self._invoker))
+        return options
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The configured endpoints, as ``host:port``."""
+        return list(self._invoker.route.endpoints)
+
+    def preferred_endpoint(self) -> str:
+        """The endpoint calls go to first (the last known leader)."""
+        route = self._invoker.route
+        return route.endpoints[route.preferred % len(route.endpoints)]
+
+    def attempts(self) -> int:
+        """RPC attempts sent so far, retries included."""
+        return self._invoker.route.attempts
+
+
+class Client(_ClientBase):
+    """A blocking client for a Gavel cluster. Thread-safe; close it (or use ``with``) when done."""
+
+    capabilities: _services.CapabilityService
+    approvals: _services.ApprovalService
+    executions: _services.ExecutionService
+    workers: _services.WorkerService
+    audit: _services.AuditService
+    cluster: _services.ClusterService
+    access: _services.AccessService
+
+    def __init__(self, options: ClientOptions | None = None, **changes: Any) -> None:
+        self._setup(options, changes, "")
+        self._invoker: Invoker
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **changes: Any) -> Client:
+        """A client for the endpoints and credentials the ``GAVEL_*`` variables name."""
+        return cls(ClientOptions.from_env(env), **changes)
+
+    def reachability(self) -> Reachability:
+        """Asks every endpoint for its status once and says how many voters answer."""
+        return self._invoker.reachability()
+
+    def wait_final(self, execution_id: str, timeout: float = 60.0) -> execution_pb2.Execution:
+        """Long-polls until the execution is final; GavelError WAIT_TIMEOUT after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            reply = self.executions.wait_execution(execution_id=execution_id, timeout_ms=_wait_ms(left))
+            if not reply.timed_out:
+                return reply.execution
+        raise _wait_timeout(execution_id, timeout)
+
+    def with_options(self, **changes: Any) -> Client:
+        """A client with the same endpoints and credentials but other timings."""
+        return Client(_replace(self.options, changes))
+
+    def close(self) -> None:
+        """Closes every connection."""
+        self._invoker.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient(_ClientBase):
+    """An asyncio client for a Gavel cluster. Create and use it inside one event loop."""
+
+    capabilities: _services.AsyncCapabilityService
+    approvals: _services.AsyncApprovalService
+    executions: _services.AsyncExecutionService
+    workers: _services.AsyncWorkerService
+    audit: _services.AsyncAuditService
+    cluster: _services.AsyncClusterService
+    access: _services.AsyncAccessService
+
+    def __init__(self, options: ClientOptions | None = None, **changes: Any) -> None:
+        self._setup(options, changes, "Async")
+        self._invoker: AsyncInvoker
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **changes: Any) -> AsyncClient:
+        """A client for the endpoints and credentials the ``GAVEL_*`` variables name."""
+        return cls(ClientOptions.from_env(env), **changes)
+
+    async def reachability(self) -> Reachability:
+        """Asks every endpoint for its status once and says how many voters answer."""
+        return await self._invoker.reachability()
+
+    async def wait_final(self, execution_id: str, timeout: float = 60.0) -> execution_pb2.Execution:
+        """Long-polls until the execution is final; GavelError WAIT_TIMEOUT after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            reply = await self.executions.wait_execution(execution_id=execution_id, timeout_ms=_wait_ms(left))
+            if not reply.timed_out:
+                return reply.execution
+        raise _wait_timeout(execution_id, timeout)
+
+    def with_options(self, **changes: Any) -> AsyncClient:
+        """A client with the same endpoints and credentials but other timings."""
+        return AsyncClient(_replace(self.options, changes))
+
+    async def close(self) -> None:
+        """Closes every connection."""
+        await self._invoker.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _wait_ms(left: float) -> int:
+    # One long-poll waits at most WAIT_SLICE_S; the server caps it anyway (WAIT_MS_MAX).
+    return max(1, int(min(left, WAIT_SLICE_S) * 1000))
+
+
+def _wait_timeout(execution_id: str, timeout: float) -> GavelError:
+    return GavelError("WAIT_TIMEOUT", f"execution {execution_id} was not final within {timeout}s")
+
+
+def _replace(options: ClientOptions, changes: Mapping[str, Any]) -> ClientOptions:
+    import dataclasses
+
+    if "endpoints" in changes:
+        changes = {**changes, "endpoints": tuple(changes["endpoints"])}
+    return dataclasses.replace(options, **changes)
