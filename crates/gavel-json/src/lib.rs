@@ -1,41 +1,66 @@
-//! RFC 8785 (JSON Canonicalization Scheme, "JCS") canonical JSON and the
-//! SHA-256 input hash computed over it.
+//! Gavel's JSON rules, shared by the core (`gavel_core::canonical_json`
+//! re-exports this crate) and the client SDK, so a client refuses exactly
+//! what the cluster refuses, with the same message:
 //!
-//! The contract is byte-for-byte agreement with a TypeScript client that runs
+//! * I-JSON (RFC 7493): a number a double cannot hold exactly, a duplicated
+//!   object key and a lone surrogate are refused, each naming where it is as
+//!   a JSON Pointer (RFC 6901), such as `/order/lines/3/qty`;
+//! * RFC 8785 (JSON Canonicalization Scheme, "JCS") canonical JSON and the
+//!   SHA-256 input hash computed over it.
+//!
+//! It depends on nothing of Gavel's and on no runtime: a parser, a writer
+//! and a hash. Key items: [`canonicalize`], [`input_hash`],
+//! [`CanonicalJsonError`], [`refusal`].
+//!
+//! The canonical form agrees byte for byte with a TypeScript client that runs
 //! ECMAScript `JSON.parse` on the text and then a JCS serializer: object keys
 //! sorted by UTF-16 code units, no whitespace, and numbers and strings written
 //! exactly as ECMAScript `JSON.stringify` writes them. Both sides then hash the
 //! canonical UTF-8 bytes, so the same JSON text yields the same hash.
 //!
+//! # What is refused, and why
+//!
+//! What an approver sees must be exactly what the worker runs, so a text
+//! whose meaning depends on the reader is refused rather than quietly
+//! changed (SPEC §8, RFC 7493):
+//!
+//! * **numbers a double cannot hold exactly** ([`NumberProblem`]): a number
+//!   beyond the range of a double (`1e400`: `JSON.parse` makes it
+//!   `Infinity`, which `JSON.stringify` writes as `null`); an integer beyond
+//!   ±(2^53 − 1) = ±9007199254740991 (`9007199254740993` would be stored as
+//!   `9007199254740992`; 2^53 itself is refused too, as `Number.isSafeInteger`
+//!   and RFC 7493 §2.2 refuse it, because a reader cannot tell whether it was
+//!   2^53 or 2^53 + 1); and any other number whose canonical form is a
+//!   different number than its literal (`1e-400` would become `0`,
+//!   `0.10000000000000000001` would become `0.1`). Decimals such as `0.1`
+//!   are accepted: a double does not hold 0.1, but the canonical form is the
+//!   shortest literal that reads back as the same double, which is `0.1`
+//!   again, so every reader sees the number that was written. A number of
+//!   2^53 or more is an integer; written from 1e21 on, JCS writes it in
+//!   exponent form (`1.5e+300`) that every reader parses as the same double,
+//!   so such a number is accepted unless its literal was an integer
+//!   (`1000000000000000000000`). `-0` is accepted and written `0`, as
+//!   `JSON.stringify` writes it (they are the same number in JSON);
+//! * **duplicate object keys** ([`CanonicalJsonError::DuplicateKey`]):
+//!   `JSON.parse` keeps the last value, other parsers the first;
+//! * **lone surrogates** (`"\ud800"`, [`CanonicalJsonError::LoneSurrogate`]):
+//!   not Unicode text, and many languages' strings cannot hold them.
+//!
 //! # Why a custom parser
 //!
-//! `serde_json` cannot stand in for `JSON.parse` here:
-//!
-//! * `JSON.parse` accepts lone surrogate escapes such as `"\uD800"` and keeps
-//!   them as UTF-16 code units; `JSON.stringify` writes them back as `\ud800`.
-//!   A Rust `String` cannot hold a lone surrogate, so `serde_json` either
-//!   rejects such text or would have to alter it, and the hashes would differ.
-//! * JCS sorts keys by UTF-16 code units, not by code points or UTF-8 bytes
-//!   (`"\u{e000}"` sorts after `"\u{10000}"`, whose first unit is `0xD800`).
-//!   Keeping strings as UTF-16 makes that order the natural slice order.
-//! * The parser must match `JSON.parse` on the details that change the output:
-//!   duplicate keys keep the last value, numbers are rounded to the nearest
-//!   `f64`, and it must reject hostile input (deep nesting) without
-//!   overflowing the stack.
-//!
-//! # Where it departs from `JSON.parse`
-//!
-//! A number too large for a double (`1e400`, a 400-digit integer) is refused
-//! ([`CanonicalJsonError::NonFinite`]), as RFC 8785 section 3.2.2.3 and
-//! orpc-agent require. `JSON.parse` would make it `Infinity`, which
-//! `JSON.stringify` writes as `null`: distinct inputs would then share the
-//! canonical form and hash of `null`, and the input hash would no longer bind
-//! the input. Numbers that round to a finite double (`1e308`, `2^53 + 1`)
-//! are accepted and rounded as `JSON.parse` rounds them.
+//! `serde_json` cannot stand in for `JSON.parse` here: JCS sorts keys by
+//! UTF-16 code units, not by code points or UTF-8 bytes (`"\u{e000}"` sorts
+//! after `"\u{10000}"`, whose first unit is `0xD800`), so strings are kept as
+//! UTF-16 and that order is the natural slice order; numbers must be rounded
+//! exactly as `JSON.parse` rounds them and compared with their literal; and
+//! the parser must reject hostile input (deep nesting) without overflowing
+//! the stack.
 //!
 //! The parser is a small recursive-descent parser for the strict RFC 8259
 //! grammar. All string contents live in one shared UTF-16 buffer, so a parse
-//! costs a handful of allocations whatever the number of strings.
+//! costs a handful of allocations whatever the number of strings. A refusal's
+//! JSON Pointer is built only when something is refused, as the error
+//! unwinds through the containers (no cost on a valid text).
 
 use sha2::{Digest, Sha256};
 
@@ -46,6 +71,22 @@ use sha2::{Digest, Sha256};
 /// and abort the process. 64 levels is far more than any legitimate input
 /// needs and keeps the recursion a few kilobytes deep.
 pub const JSON_DEPTH_MAX: usize = 64;
+
+/// The largest integer a double holds exactly along with every integer
+/// below it, 2^53 − 1 (ECMAScript's `Number.MAX_SAFE_INTEGER`); RFC 7493
+/// §2.2 limits I-JSON integers to ±this. Larger integers are refused (see
+/// [`NumberProblem::UnsafeInteger`]).
+pub const SAFE_INTEGER_MAX: u64 = 9_007_199_254_740_991;
+
+/// Longest prefix of a refused number's literal that a refusal quotes, in
+/// characters: a refusal travels in a gRPC status message (a trailer), and a
+/// 60,000-digit literal would not fit there; 40 characters show any double.
+pub const LITERAL_QUOTED_CHARS_MAX: usize = 40;
+
+/// Longest JSON Pointer a refusal quotes, in characters (object keys are
+/// bounded only by the text's size): the same reason as
+/// [`LITERAL_QUOTED_CHARS_MAX`].
+pub const POINTER_QUOTED_CHARS_MAX: usize = 256;
 
 /// Why the text is not canonical JSON input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,12 +111,37 @@ pub enum CanonicalJsonError {
         /// Byte offset of the first character after the value.
         offset: usize,
     },
-    /// A number at `offset` is too large in magnitude to be a finite double
-    /// (it would round to infinity); RFC 8785 has no canonical form for it.
-    #[error("number at byte {offset} is outside the range of a finite double")]
-    NonFinite {
-        /// Byte offset of the number.
-        offset: usize,
+    /// A number that a double cannot hold exactly (I-JSON, RFC 7493 §2.2).
+    #[error("number {literal} at {} {problem}", location(pointer))]
+    InexactNumber {
+        /// JSON Pointer (RFC 6901) of the number; empty for the whole text.
+        pointer: String,
+        /// The number as written, at most [`LITERAL_QUOTED_CHARS_MAX`]
+        /// characters of it (then `…`).
+        literal: String,
+        /// What a double would make of it.
+        problem: NumberProblem,
+    },
+    /// An object has two members with the same key (I-JSON, RFC 7493 §2.3).
+    #[error("duplicate key at {}: an object's keys must be unique", location(pointer))]
+    DuplicateKey {
+        /// JSON Pointer (RFC 6901) of the duplicated member.
+        pointer: String,
+    },
+    /// A string or an object key holds a `\u` escape of a surrogate that is
+    /// not half of a pair, such as `"\ud800"` (I-JSON, RFC 7493 §2.1).
+    #[error(
+        "{} at {} holds a lone surrogate ({escape}), which is not unicode text",
+        if *in_key { "a key of the object" } else { "the string" },
+        location(pointer)
+    )]
+    LoneSurrogate {
+        /// JSON Pointer (RFC 6901) of the string, or of the object whose key it is.
+        pointer: String,
+        /// Whether it is in a key of that object rather than a string value.
+        in_key: bool,
+        /// The surrogate, as the escape `\udXXX`.
+        escape: String,
     },
     /// Arrays and objects are nested more than [`JSON_DEPTH_MAX`] levels deep.
     #[error("json nesting deeper than {depth_max} levels")]
@@ -85,20 +151,106 @@ pub enum CanonicalJsonError {
     },
 }
 
-/// Parses `text` as ECMAScript `JSON.parse` would and returns its RFC 8785
-/// canonical form.
+/// What a double would make of a number it cannot hold exactly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NumberProblem {
+    /// Too large in magnitude for a finite double (`1e400`, a 400-digit
+    /// integer): `JSON.parse` would make it `Infinity`, written as `null`.
+    #[error("is beyond the range of a double")]
+    OutOfRange,
+    /// The canonical form, the shortest literal of the nearest double, is
+    /// a different number: `9007199254740993` would become
+    /// `9007199254740992`, `1e-400` would become `0`.
+    #[error("cannot be held exactly by a double: it would become {canonical}")]
+    Changed {
+        /// The canonical form it would be stored and shown as.
+        canonical: String,
+    },
+    /// An integer of magnitude over [`SAFE_INTEGER_MAX`] (2^53 itself
+    /// included) whose canonical form is written as an integer (below 1e21,
+    /// or written as an integer): a reader cannot tell it from its
+    /// neighbours, which the same double stands for.
+    #[error("is an integer beyond ±9007199254740991 (2^53 - 1), which a double cannot hold exactly")]
+    UnsafeInteger,
+}
+
+impl CanonicalJsonError {
+    /// The JSON Pointer (RFC 6901) of what an I-JSON refusal names; `None`
+    /// for a syntax error (which names a byte offset) and too-deep nesting.
+    #[must_use]
+    pub fn pointer(&self) -> Option<&str> {
+        match self {
+            CanonicalJsonError::InexactNumber { pointer, .. }
+            | CanonicalJsonError::DuplicateKey { pointer }
+            | CanonicalJsonError::LoneSurrogate { pointer, .. } => Some(pointer),
+            _ => None,
+        }
+    }
+
+    /// Prefixes the pointer with one more reference token (an array index
+    /// or an escaped key), as the error leaves the container holding it.
+    fn within(mut self, token: &str) -> CanonicalJsonError {
+        if let CanonicalJsonError::InexactNumber { pointer, .. }
+        | CanonicalJsonError::DuplicateKey { pointer }
+        | CanonicalJsonError::LoneSurrogate { pointer, .. } = &mut self
+        {
+            pointer.insert_str(0, token);
+            pointer.insert(0, '/');
+        }
+        self
+    }
+}
+
+/// The message a refusal of `field` (`input`, `output`, `payload`) carries;
+/// the cluster and the client SDK both build it here, so they say the same.
+#[must_use]
+pub fn refusal(field: &str, error: &CanonicalJsonError) -> String {
+    match error.pointer() {
+        Some(_) => format!("{field} is not I-JSON (RFC 7493): {error}"),
+        None => format!("{field} is not valid JSON: {error}"),
+    }
+}
+
+/// Where a refusal points: the pointer, shortened to
+/// [`POINTER_QUOTED_CHARS_MAX`] characters, or "the top level" for the
+/// empty pointer (the whole text).
+fn location(pointer: &str) -> String {
+    if pointer.is_empty() {
+        return "the top level".to_string();
+    }
+    shortened(pointer, POINTER_QUOTED_CHARS_MAX)
+}
+
+/// `text`, or its first `chars_max` characters followed by `…`.
+fn shortened(text: &str, chars_max: usize) -> String {
+    match text.char_indices().nth(chars_max) {
+        Some((end, _)) => format!("{}…", text.get(..end).unwrap_or(text)),
+        None => text.to_string(),
+    }
+}
+
+/// Escapes an object key as a JSON Pointer reference token: `~` as `~0`,
+/// `/` as `~1` (RFC 6901 §3).
+fn pointer_token(key: &[u16]) -> String {
+    String::from_utf16_lossy(key).replace('~', "~0").replace('/', "~1")
+}
+
+/// Checks that `text` is I-JSON and returns its RFC 8785 canonical form, the
+/// one ECMAScript `JSON.parse` and a JCS serializer would give.
 ///
 /// The text must be one JSON value (any type, including a bare scalar),
 /// optionally surrounded by space, tab, LF or CR, nested at most
 /// [`JSON_DEPTH_MAX`] levels. The output sorts object keys by UTF-16 code
-/// units, keeps the last value of a duplicated key, has no whitespace, and
-/// writes numbers and strings as `JSON.stringify` does.
+/// units, has no whitespace, and writes numbers and strings as
+/// `JSON.stringify` does; every number in it is the number its literal
+/// wrote.
 ///
 /// # Errors
 ///
 /// Returns a [`CanonicalJsonError`] when the text is not strict RFC 8259 JSON
-/// (the same texts `JSON.parse` rejects), holds a number that is not a finite
-/// double (such as `1e400`), or nests deeper than [`JSON_DEPTH_MAX`].
+/// (the same texts `JSON.parse` rejects), nests deeper than
+/// [`JSON_DEPTH_MAX`], or is not I-JSON: a number a double cannot hold
+/// exactly, a duplicated key or a lone surrogate, named by its JSON Pointer.
 pub fn canonicalize(text: &str) -> Result<String, CanonicalJsonError> {
     let mut parser = Parser {
         text,
@@ -127,7 +279,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Lower-case hex of `bytes`, written directly (three times faster than
 /// `hex::encode`'s char iterator; hashes are computed on every submit and report).
-pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+pub fn lower_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(2 * bytes.len());
     for byte in bytes {
@@ -256,8 +408,8 @@ impl Parser<'_> {
     }
 
     /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`, then rounded
-    /// to the nearest `f64` exactly like `JSON.parse`; refused when that is
-    /// an infinity.
+    /// to the nearest `f64` exactly like `JSON.parse`; refused when a double
+    /// cannot hold it exactly ([`exactness`]).
     fn parse_number(&mut self) -> Result<Value, CanonicalJsonError> {
         let start = self.pos;
         if self.peek() == Some(b'-') {
@@ -290,15 +442,21 @@ impl Parser<'_> {
             .get(start..self.pos)
             .and_then(|literal| literal.parse::<f64>().ok())
             .ok_or(CanonicalJsonError::Syntax { offset: start, reason: "invalid number" })?;
-        if !number.is_finite() {
-            return Err(CanonicalJsonError::NonFinite { offset: start });
-        }
+        let literal = self.text.get(start..self.pos).unwrap_or_default();
+        exactness(literal, number).map_err(|problem| CanonicalJsonError::InexactNumber {
+            pointer: String::new(),
+            literal: shortened(literal, LITERAL_QUOTED_CHARS_MAX),
+            problem,
+        })?;
         Ok(Value::Number(number))
     }
 
-    /// Parses string contents after the opening quote into the UTF-16 buffer.
+    /// Parses string contents after the opening quote into the UTF-16 buffer;
+    /// refuses a lone surrogate (only a `\u` escape can write one: the text
+    /// itself is UTF-8).
     fn parse_string(&mut self) -> Result<Span, CanonicalJsonError> {
         let start = self.units.len();
+        let mut surrogate_escaped = false;
         loop {
             let run_start = self.pos;
             while let Some(byte) = self.peek() {
@@ -320,10 +478,15 @@ impl Parser<'_> {
                 None => return Err(self.end()),
                 Some(b'"') => {
                     self.pos += 1;
-                    return Ok(Span { start, end: self.units.len() });
+                    let span = Span { start, end: self.units.len() };
+                    if surrogate_escaped {
+                        check_surrogates(span.units(&self.units))?;
+                    }
+                    return Ok(span);
                 }
                 Some(b'\\') => {
                     let unit = self.parse_escape()?;
+                    surrogate_escaped |= (0xd800..=0xdfff).contains(&unit);
                     self.units.push(unit);
                 }
                 Some(_) => return Err(self.syntax("unescaped control character in string")),
@@ -333,7 +496,8 @@ impl Parser<'_> {
 
     /// Parses one escape starting at the backslash. A `\uXXXX` escape yields
     /// one code unit as-is, so surrogate pairs written as two escapes join
-    /// up in the buffer and lone surrogates survive, as in `JSON.parse`.
+    /// up in the buffer, as in `JSON.parse`; [`Parser::parse_string`] then
+    /// refuses a surrogate left without its other half.
     fn parse_escape(&mut self) -> Result<u16, CanonicalJsonError> {
         self.pos += 1;
         let unit = match self.peek() {
@@ -380,7 +544,8 @@ impl Parser<'_> {
             return Ok(Value::Array(items));
         }
         loop {
-            items.push(self.parse_value(depth)?);
+            let index = items.len();
+            items.push(self.parse_value(depth).map_err(|error| error.within(&index.to_string()))?);
             self.skip_whitespace();
             match self.peek() {
                 Some(b',') => self.pos += 1,
@@ -412,14 +577,20 @@ impl Parser<'_> {
                 None => return Err(self.end()),
                 Some(_) => return Err(self.syntax("expected a string key")),
             }
-            let key = self.parse_string()?;
+            let key = self.parse_string().map_err(|error| match error {
+                CanonicalJsonError::LoneSurrogate { pointer, escape, .. } => {
+                    CanonicalJsonError::LoneSurrogate { pointer, in_key: true, escape }
+                }
+                other => other,
+            })?;
             self.skip_whitespace();
             match self.peek() {
                 Some(b':') => self.pos += 1,
                 None => return Err(self.end()),
                 Some(_) => return Err(self.syntax("expected ':' after key")),
             }
-            let value = self.parse_value(depth)?;
+            let value =
+                self.parse_value(depth).map_err(|error| error.within(&pointer_token(key.units(&self.units))))?;
             members.push(Member { key, value });
             self.skip_whitespace();
             match self.peek() {
@@ -432,30 +603,124 @@ impl Parser<'_> {
                 Some(_) => return Err(self.syntax("expected ',' or '}' in object")),
             }
         }
-        sort_members(&mut members, &self.units);
+        sort_members(&mut members, &self.units)?;
         Ok(Value::Object(members))
     }
 }
 
 /// Sorts members by key in UTF-16 code unit order (what JCS and ECMAScript's
-/// default `Array.prototype.sort` use) and drops duplicate keys, keeping the
-/// value that came last in the text, as `JSON.parse` does.
-fn sort_members(members: &mut Vec<Member>, units: &[u16]) {
-    if members.len() < 2 {
-        return;
-    }
-    // Stable, so members with equal keys stay in text order.
+/// default `Array.prototype.sort` use); refuses a key that appears twice,
+/// which sorting puts next to each other.
+fn sort_members(members: &mut [Member], units: &[u16]) -> Result<(), CanonicalJsonError> {
     members.sort_by(|a, b| a.key.units(units).cmp(b.key.units(units)));
-    // `dedup_by` keeps the earlier member of a run and passes the later one
-    // first; swapping values moves the last value into the kept member.
-    members.dedup_by(|later, kept| {
-        if later.key.units(units) == kept.key.units(units) {
-            std::mem::swap(&mut later.value, &mut kept.value);
-            true
-        } else {
-            false
+    match members.windows(2).find(|pair| pair[0].key.units(units) == pair[1].key.units(units)) {
+        Some(pair) => {
+            Err(CanonicalJsonError::DuplicateKey { pointer: format!("/{}", pointer_token(pair[0].key.units(units))) })
         }
-    });
+        None => Ok(()),
+    }
+}
+
+/// Refuses a surrogate code unit that is not half of a pair.
+fn check_surrogates(units: &[u16]) -> Result<(), CanonicalJsonError> {
+    match char::decode_utf16(units.iter().copied()).find_map(Result::err) {
+        Some(lone) => Err(CanonicalJsonError::LoneSurrogate {
+            pointer: String::new(),
+            in_key: false,
+            escape: format!("\\u{:04x}", lone.unpaired_surrogate()),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Whether a double holds the number `literal` writes exactly; `number` is
+/// the nearest double, as `JSON.parse` rounds it (see the crate's doc for
+/// the rule).
+fn exactness(literal: &str, number: f64) -> Result<(), NumberProblem> {
+    if !number.is_finite() {
+        return Err(NumberProblem::OutOfRange);
+    }
+    let integer_literal = !literal.contains(['.', 'e', 'E']);
+    // Fast path for the common case: at most 15 digits, an integer far
+    // inside the safe range, which a double holds exactly.
+    if integer_literal && literal.len() <= 15 {
+        return Ok(());
+    }
+    let mut buffer = ryu_js::Buffer::new();
+    let canonical = if number == 0.0 { "0" } else { buffer.format_finite(number) };
+    if Decimal::of(literal) != Decimal::of(canonical) {
+        return Err(NumberProblem::Changed { canonical: canonical.to_string() });
+    }
+    // Every double over 2^53 - 1 is an integer. From 1e21 on JCS writes it
+    // in exponent form, which every reader takes for a double; below, it is
+    // a string of digits that a reader with 64-bit integers takes for an
+    // integer its neighbours' literals would have written as well.
+    let magnitude = number.abs();
+    if magnitude > SAFE_INTEGER_MAX as f64 && (integer_literal || magnitude < 1e21) {
+        return Err(NumberProblem::UnsafeInteger);
+    }
+    Ok(())
+}
+
+/// The exact value of a JSON number literal (or of a canonical one, which
+/// may write `e+`): `0.DIGITS × 10^point` with no leading or trailing zero
+/// digit, and no digits (and no sign) for zero, so that two literals of the
+/// same number compare equal.
+#[derive(PartialEq, Eq)]
+struct Decimal {
+    negative: bool,
+    digits: Vec<u8>,
+    point: i64,
+}
+
+impl Decimal {
+    /// Exponents are clamped far beyond any that a finite, nonzero double
+    /// can carry with a text's digits, so the arithmetic cannot overflow.
+    const EXPONENT_CLAMP: i64 = 1 << 40;
+
+    fn of(literal: &str) -> Decimal {
+        let (negative, unsigned) = match literal.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, literal),
+        };
+        let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+            Some((mantissa, exponent)) => (mantissa, Decimal::exponent(exponent)),
+            None => (unsigned, 0),
+        };
+        let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let mut digits: Vec<u8> = integer.bytes().chain(fraction.bytes()).collect();
+        let leading_zeros = digits.iter().take_while(|digit| **digit == b'0').count();
+        digits.drain(..leading_zeros);
+        while digits.last() == Some(&b'0') {
+            digits.pop();
+        }
+        if digits.is_empty() {
+            return Decimal { negative: false, digits, point: 0 };
+        }
+        let point = i64::try_from(integer.len())
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(leading_zeros).unwrap_or(i64::MAX))
+            .saturating_add(exponent);
+        Decimal { negative, digits, point }
+    }
+
+    /// `[+-]?[0-9]+`, clamped to ±[`Decimal::EXPONENT_CLAMP`].
+    fn exponent(text: &str) -> i64 {
+        let (negative, digits) = match text.as_bytes().first() {
+            Some(b'-') => (true, text.get(1..).unwrap_or_default()),
+            Some(b'+') => (false, text.get(1..).unwrap_or_default()),
+            _ => (false, text),
+        };
+        let magnitude = digits
+            .bytes()
+            .fold(0i64, |value, digit| value.saturating_mul(10).saturating_add(i64::from(digit.wrapping_sub(b'0'))))
+            .min(Decimal::EXPONENT_CLAMP);
+        if negative {
+            -magnitude
+        } else {
+            magnitude
+        }
+    }
 }
 
 struct Writer<'a> {
@@ -522,6 +787,8 @@ impl Writer<'_> {
                 Ok('\t') => out.push_str("\\t"),
                 Ok(c) if c < '\u{20}' => push_unicode_escape(out, c as u16),
                 Ok(c) => out.push(c),
+                // The parser refuses lone surrogates; writing one as an
+                // escape, as `JSON.stringify` does, keeps this total.
                 Err(lone) => push_unicode_escape(out, lone.unpaired_surrogate()),
             }
         }
