@@ -641,14 +641,17 @@ fn exactness(literal: &str, number: f64) -> Result<(), NumberProblem> {
         return Err(NumberProblem::OutOfRange);
     }
     let integer_literal = !literal.contains(['.', 'e', 'E']);
-    // Fast path for the common case: at most 15 digits, an integer far
-    // inside the safe range, which a double holds exactly.
-    if integer_literal && literal.len() <= 15 {
+    // Fast path for the common case: no exponent and at most 15 digits. Such
+    // a literal is far inside the normal range and far below 2^53, and any
+    // two numbers of at most 15 significant digits are further apart than
+    // two neighbouring doubles (10^15 < 2^53), so the shortest literal of
+    // the nearest double is this very number.
+    if !literal.contains(['e', 'E']) && literal.bytes().filter(u8::is_ascii_digit).count() <= 15 {
         return Ok(());
     }
     let mut buffer = ryu_js::Buffer::new();
     let canonical = if number == 0.0 { "0" } else { buffer.format_finite(number) };
-    if Decimal::of(literal) != Decimal::of(canonical) {
+    if !Decimal::of(literal).same_number(&Decimal::of(canonical)) {
         return Err(NumberProblem::Changed { canonical: canonical.to_string() });
     }
     // Every double over 2^53 - 1 is an integer. From 1e21 on JCS writes it
@@ -663,22 +666,26 @@ fn exactness(literal: &str, number: f64) -> Result<(), NumberProblem> {
 }
 
 /// The exact value of a JSON number literal (or of a canonical one, which
-/// may write `e+`): `0.DIGITS × 10^point` with no leading or trailing zero
-/// digit, and no digits (and no sign) for zero, so that two literals of the
-/// same number compare equal.
-#[derive(PartialEq, Eq)]
-struct Decimal {
+/// may write `e+`), read in place: `0.DIGITS × 10^point`, where DIGITS are
+/// the literal's digits without leading and trailing zeros, so that two
+/// literals of the same number compare equal ([`Decimal::same_number`]).
+struct Decimal<'a> {
     negative: bool,
-    digits: Vec<u8>,
+    integer: &'a [u8],
+    fraction: &'a [u8],
+    /// Zeros before the first nonzero digit (of integer and fraction together).
+    leading_zeros: usize,
+    /// Digits from the first to the last nonzero one; zero for the number 0.
+    significant: usize,
     point: i64,
 }
 
-impl Decimal {
+impl<'a> Decimal<'a> {
     /// Exponents are clamped far beyond any that a finite, nonzero double
     /// can carry with a text's digits, so the arithmetic cannot overflow.
     const EXPONENT_CLAMP: i64 = 1 << 40;
 
-    fn of(literal: &str) -> Decimal {
+    fn of(literal: &'a str) -> Decimal<'a> {
         let (negative, unsigned) = match literal.strip_prefix('-') {
             Some(rest) => (true, rest),
             None => (false, literal),
@@ -688,20 +695,33 @@ impl Decimal {
             None => (unsigned, 0),
         };
         let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-        let mut digits: Vec<u8> = integer.bytes().chain(fraction.bytes()).collect();
-        let leading_zeros = digits.iter().take_while(|digit| **digit == b'0').count();
-        digits.drain(..leading_zeros);
-        while digits.last() == Some(&b'0') {
-            digits.pop();
-        }
-        if digits.is_empty() {
-            return Decimal { negative: false, digits, point: 0 };
-        }
+        let (integer, fraction) = (integer.as_bytes(), fraction.as_bytes());
+        let digits = || integer.iter().chain(fraction);
+        let leading_zeros = digits().take_while(|digit| **digit == b'0').count();
+        let trailing_zeros = digits().rev().take_while(|digit| **digit == b'0').count();
+        let significant = (integer.len() + fraction.len()).saturating_sub(leading_zeros + trailing_zeros);
         let point = i64::try_from(integer.len())
             .unwrap_or(i64::MAX)
             .saturating_sub(i64::try_from(leading_zeros).unwrap_or(i64::MAX))
             .saturating_add(exponent);
-        Decimal { negative, digits, point }
+        Decimal { negative, integer, fraction, leading_zeros, significant, point }
+    }
+
+    /// Whether the two literals write the same number (`-0` is `0`).
+    fn same_number(&self, other: &Decimal<'_>) -> bool {
+        if self.significant == 0 || other.significant == 0 {
+            return self.significant == other.significant;
+        }
+        self.negative == other.negative
+            && self.point == other.point
+            && self.significant == other.significant
+            && self.digits().eq(other.digits())
+    }
+
+    /// The significant digits.
+    fn digits(&self) -> impl Iterator<Item = &'a u8> + 'a {
+        let (integer, fraction) = (self.integer, self.fraction);
+        integer.iter().chain(fraction).skip(self.leading_zeros).take(self.significant)
     }
 
     /// `[+-]?[0-9]+`, clamped to ±[`Decimal::EXPONENT_CLAMP`].
