@@ -1,5 +1,6 @@
-//! Property tests of the I-JSON rules: every safe integer and every double
-//! written as its shortest literal round-trips unchanged; every integer
+//! Property tests of the I-JSON rules: every safe integer, every literal of
+//! at most 15 digits and every double written as its shortest literal
+//! round-trips unchanged; every integer
 //! beyond ±(2^53 − 1) is refused; a refusal's JSON Pointer names the number
 //! wherever it sits, with `~` and `/` in keys escaped.
 
@@ -87,6 +88,35 @@ proptest! {
                 prop_assert_eq!(error, expected);
             }
         }
+    }
+
+    #[test]
+    fn a_literal_of_at_most_15_digits_without_exponent_is_its_own_canonical_form(
+        digits in 1u64..1_000_000_000_000_000,
+        point in 0usize..16,
+        negative in any::<bool>(),
+    ) {
+        // The fast path accepts such a literal unchecked; the full check
+        // (forced by an exponent, `e0`) must agree and give the same form.
+        let digits = digits.to_string();
+        let point = point.min(digits.len());
+        let (integer, fraction) = digits.split_at(digits.len() - point);
+        let integer = if integer.is_empty() { "0" } else { integer };
+        let sign = if negative { "-" } else { "" };
+        let literal = if fraction.is_empty() { format!("{sign}{integer}") } else { format!("{sign}{integer}.{fraction}") };
+        let fast = canonicalize(&literal);
+        prop_assert!(fast.is_ok(), "{literal}: {fast:?}");
+        prop_assert_eq!(canonicalize(&format!("{literal}e0")), fast);
+    }
+
+    #[test]
+    fn a_small_fraction_of_at_most_15_digits_is_its_own_canonical_form(digits in 1u64..10_000_000, zeros in 0usize..14) {
+        // The leading 0, the zeros and the digits: at most 15 digits in all.
+        let zeros = zeros.min(14 - digits.to_string().len());
+        let literal = format!("0.{}{digits}", "0".repeat(zeros));
+        let fast = canonicalize(&literal);
+        prop_assert!(fast.is_ok(), "{literal}: {fast:?}");
+        prop_assert_eq!(canonicalize(&format!("{literal}e0")), fast);
     }
 
     #[test]
