@@ -16,6 +16,7 @@ import {
   createWorker,
   stringifyIJson,
 } from "@gavel/client";
+import { createGavelApprovalCoordinator, createGavelAuditSink } from "@gavel/orpc-agent";
 import { TestCluster } from "./cluster.js";
 
 const run = randomUUID().slice(0, 8);
@@ -122,6 +123,39 @@ describe("I-JSON", () => {
     const edge = { id: 9007199254740991, low: -9007199254740991, price: 0.1, big: 1.5e300, zero: -0 };
     assert.equal(stringifyIJson(edge, output), '{"id":9007199254740991,"low":-9007199254740991,"price":0.1,"big":1.5e+300,"zero":0}');
     assert.equal(canonicalJson(edge), '{"big":1.5e+300,"id":9007199254740991,"low":-9007199254740991,"price":0.1,"zero":0}');
+  });
+
+  test("orpc-agent's coordinator and audit sink refuse values that are not I-JSON before sending", async () => {
+    const coordinator = createGavelApprovalCoordinator({ client: admin });
+    const sink = createGavelAuditSink({ client: admin });
+    const actor = { id: "user:alice", kind: "user" as const };
+    const values: [unknown, string][] = [
+      [{ order: { qty: 2 ** 53 } }, "/order/qty"],
+      [{ lines: [Number.NaN] }, "/lines/0"],
+    ];
+    for (const [input, pointer] of values) {
+      const attempts = admin.attempts();
+      const created = coordinator.create({
+        id: `apr_${run}_${pointer.replaceAll("/", "_")}`,
+        capabilityId: "x",
+        surface: "test",
+        actor,
+        input,
+        inputHash: "0".repeat(64),
+        reasons: [],
+        types: [],
+        risk: "low",
+        sideEffect: "read",
+        requestedAt: new Date(),
+        expiresAt: new Date(Date.now() + 60_000),
+      });
+      await assert.rejects(created, (error: Error) => error.message.includes(`not I-JSON (RFC 7493)`) && error.message.includes(` at ${pointer}`));
+      await assert.rejects(
+        sink.record({ type: "checked", actor, executionId: "exe-x", detail: input } as never),
+        (error: Error) => error.message.includes(`payload is not I-JSON (RFC 7493)`) && error.message.includes(` at /detail${pointer}`),
+      );
+      assert.equal(admin.attempts(), attempts, "nothing was sent");
+    }
   });
 
   test("the edge of the safe range reaches a worker as written; an output beyond it fails OUTPUT_INVALID", async () => {
