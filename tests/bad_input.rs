@@ -475,14 +475,38 @@ const TEXT_BYTES_MAX: usize = 4 * 1024;
 /// A fixed requested-at time for the approval cases.
 const REQUESTED_AT_MS: i64 = 1_700_000_000_000;
 
-/// Inputs whose numbers are not finite doubles: each would otherwise be
-/// stored, and hashed, as `null`.
-fn non_finite_inputs() -> Vec<String> {
+/// JSON that is not I-JSON (RFC 7493), with the JSON Pointer its refusal
+/// must name: numbers a double cannot hold exactly (each would otherwise be
+/// stored, shown and run as another number, or as `null`), a duplicated key,
+/// a lone surrogate.
+fn not_i_json() -> Vec<(String, &'static str)> {
     vec![
-        r#"{"amount":1e400}"#.to_string(),
-        r#"{"amount":-1e400}"#.to_string(),
-        format!(r#"{{"n":{}}}"#, "9".repeat(400)),
+        (r#"{"order_id":1234567890123456789}"#.to_string(), "/order_id"),
+        (r#"{"order":{"lines":[{},{},{},{"qty":9007199254740993}]}}"#.to_string(), "/order/lines/3/qty"),
+        (r#"{"n":-9007199254740992}"#.to_string(), "/n"),
+        (r#"{"tiny":1e-400}"#.to_string(), "/tiny"),
+        (r#"{"amount":1e400}"#.to_string(), "/amount"),
+        (format!(r#"{{"n":[{}]}}"#, "9".repeat(400)), "/n/0"),
+        (r#"{"a/b":{"c~d":1,"c~d":2}}"#.to_string(), "/a~1b/c~0d"),
+        (r#"{"s":["\ud800"]}"#.to_string(), "/s/0"),
     ]
+}
+
+/// Asserts that a refusal's message says the JSON is not I-JSON and names `pointer`.
+#[track_caller]
+fn names_pointer(what: &str, message: &str, pointer: &str) {
+    assert!(message.contains("not I-JSON (RFC 7493)"), "{what}: {message}");
+    assert!(message.contains(&format!(" at {pointer}")), "{what}: {pointer} is not named in {message:?}");
+}
+
+fn record_event_request(payload_json: &str) -> pb::RecordEventRequest {
+    pb::RecordEventRequest {
+        request_id: request_id("event"),
+        r#type: "policy.checked".to_string(),
+        actor: Some(user("alice")),
+        payload_json: Some(payload_json.to_string()),
+        ..pb::RecordEventRequest::default()
+    }
 }
 
 fn failed(code: String, message: String) -> Option<pb::report_request::Outcome> {
@@ -507,12 +531,13 @@ async fn every_precheck_refusal_is_made_before_the_log(cluster: &Cluster, leader
     for via in [leader, follower] {
         let on = |what: &str| format!("{what} (through node {via})");
 
-        // JSON numbers that are not finite doubles, wherever JSON is taken.
-        for input in non_finite_inputs() {
+        // JSON that is not I-JSON, wherever a client sends JSON: refused
+        // with the field's code, naming the JSON Pointer.
+        for (input, pointer) in not_i_json() {
+            let what = on(&format!("submit input {input:.60}"));
             let result = call!(cluster, via, executions, submit, submit_request("docs.read", &input));
-            let what = on(&format!("submit input {input:.40}"));
             let status = watch.refused(&what, result, Code::InvalidArgument, "INPUT_INVALID").await;
-            assert!(status.message().contains("finite double"), "{what}: {}", status.message());
+            names_pointer(&what, status.message(), pointer);
             let resume = pb::ResumeRequest {
                 request_id: request_id("resume"),
                 approval_id: "apr-1".to_string(),
@@ -520,12 +545,22 @@ async fn every_precheck_refusal_is_made_before_the_log(cluster: &Cluster, leader
                 input_json: Some(input.clone()),
             };
             let result = call!(cluster, via, executions, resume, resume);
-            watch.refused(&on("resume input not finite"), result, Code::InvalidArgument, "INPUT_INVALID").await;
+            let what = on(&format!("resume input {input:.60}"));
+            let status = watch.refused(&what, result, Code::InvalidArgument, "INPUT_INVALID").await;
+            names_pointer(&what, status.message(), pointer);
             let approval = pb::CreateApprovalRequest { input_json: input.clone(), ..create_approval_request("apr-nf") };
             let result = call!(cluster, via, approvals, create_approval, approval);
-            watch.refused(&on("approval input not finite"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+            let what = on(&format!("approval input {input:.60}"));
+            let status = watch.refused(&what, result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+            names_pointer(&what, status.message(), pointer);
             let result = call!(cluster, via, workers, report, report_request(completed(input.clone())));
-            watch.refused(&on("output not finite"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+            let what = on(&format!("reported output {input:.60}"));
+            let status = watch.refused(&what, result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+            names_pointer(&what, status.message(), pointer);
+            let result = call!(cluster, via, audit, record_event, record_event_request(&input));
+            let what = on(&format!("event payload {input:.60}"));
+            let status = watch.refused(&what, result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+            names_pointer(&what, status.message(), pointer);
         }
 
         // Approvals: a wrong input hash and the validity window.
@@ -671,11 +706,11 @@ async fn every_precheck_refusal_is_made_before_the_log(cluster: &Cluster, leader
     assert_eq!(after.state_hash, watch.before.state_hash, "the state machine saw none of them");
 }
 
-/// The same fields at their limits, and big but finite numbers, are accepted.
+/// The same fields at their limits, and numbers a double holds exactly, are accepted.
 async fn the_precheck_limits_accept_what_they_should(cluster: &Cluster, leader: u64, follower: u64) {
     register(cluster, follower, capability_spec("docs.read", pb::SideEffect::Read)).await;
     for (index, input) in
-        [r#"{"amount":1e308}"#, r#"{"amount":9007199254740993}"#, "-1.7976931348623157e308"].into_iter().enumerate()
+        [r#"{"amount":1e308}"#, r#"{"amount":9007199254740991}"#, "-1.7976931348623157e308"].into_iter().enumerate()
     {
         let submit =
             pb::SubmitRequest { execution_id: Some(format!("ex-big-{index}")), ..submit_request("docs.read", input) };
@@ -696,6 +731,94 @@ async fn the_precheck_limits_accept_what_they_should(cluster: &Cluster, leader: 
     call!(cluster, leader, approvals, create_approval, approval).expect("expiresInMs of exactly 30 days");
 }
 
+/// Runs `gavel ARGS...` against the cluster; returns the exit code and standard error.
+async fn gavel_cli(cluster: &Cluster, args: &[&str]) -> (i32, String) {
+    let endpoints = cluster.running().into_iter().map(|id| cluster.addr(id)).collect::<Vec<_>>().join(",");
+    let output = support::run_gavel(&endpoints, args, &[]).await;
+    (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// The Rust SDK and the CLI refuse JSON that is not I-JSON before sending,
+/// with the cluster's code and message; numbers at the edge of the safe
+/// range reach the worker as written, and so does the output it reports.
+async fn json_the_sdk_and_the_cli_refuse_and_exact_numbers_reach_the_worker(
+    cluster: &Cluster,
+    leader: u64,
+    follower: u64,
+) {
+    let endpoints: Vec<String> = cluster.running().into_iter().map(|id| cluster.addr(id)).collect();
+    let client = gavel_client::Client::new(&endpoints).expect("client");
+    register(cluster, leader, capability_spec("numbers.read", pb::SideEffect::Read)).await;
+    let watch = LogWatch::start(cluster, cluster.wait_for_leader().await).await;
+
+    // The SDK refuses what the cluster refuses, with its code and the very
+    // same message, and sends nothing (the log does not grow).
+    for (input, pointer) in not_i_json() {
+        let submit = submit_request("numbers.read", &input);
+        let server = call!(cluster, follower, executions, submit, submit.clone()).expect_err("the cluster refuses");
+        let sdk = client.submit(submit).await.expect_err("the SDK refuses");
+        assert_eq!((sdk.code(), sdk.to_string()), ("INPUT_INVALID", format!("INPUT_INVALID: {}", server.message())));
+        names_pointer("sdk submit", &sdk.to_string(), pointer);
+        let approval = pb::CreateApprovalRequest { input_json: input.clone(), ..create_approval_request("apr-sdk") };
+        let sdk = client.create_approval(approval).await.expect_err("the SDK refuses");
+        assert_eq!(sdk.code(), "INVALID_ARGUMENT", "{sdk}");
+        names_pointer("sdk approval", &sdk.to_string(), pointer);
+        let sdk = client.record_event(record_event_request(&input)).await.expect_err("the SDK refuses");
+        assert_eq!(sdk.code(), "INVALID_ARGUMENT", "{sdk}");
+        names_pointer("sdk event", &sdk.to_string(), pointer);
+    }
+    let now = cluster.status(watch.leader).await.expect("leader status");
+    assert_eq!(now.last_log_index, watch.before.last_log_index, "a refused request reached the log");
+
+    // The CLI goes through the SDK: exit 3 (refused), the code and the pointer.
+    let nested = r#"{"order":{"lines":[{},{},{},{"qty":9007199254740993}]}}"#;
+    let (code, stderr) =
+        gavel_cli(cluster, &["exec", "submit", "numbers.read", "--input", nested, "--as", "alice"]).await;
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("INPUT_INVALID: input is not I-JSON (RFC 7493)"), "{stderr}");
+    names_pointer("cli submit", &stderr, "/order/lines/3/qty");
+    let (code, stderr) =
+        gavel_cli(cluster, &["audit", "record", "policy.checked", "--payload", r#"{"limit":1e400}"#]).await;
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("INVALID_ARGUMENT: payload is not I-JSON (RFC 7493)"), "{stderr}");
+    names_pointer("cli payload", &stderr, "/limit");
+
+    // The edge of the safe range, submitted with the CLI, reaches the
+    // worker unchanged; so does the output it reports.
+    let edge = r#"{"id":9007199254740991,"low":-9007199254740991,"price":0.1,"big":1.5e300,"zero":-0}"#;
+    let args = ["exec", "submit", "numbers.read", "--input", edge, "--id", "ex-edge", "--as", "alice"];
+    let (code, stderr) = gavel_cli(cluster, &args).await;
+    assert_eq!(code, 0, "{stderr}");
+    let poll = pb::PollRequest { wait_ms: 10_000, ..poll_request(vec!["numbers.read".to_string()], 1) };
+    let tasks = client.poll(poll).await.expect("poll").tasks;
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    let task = &tasks[0];
+    assert_eq!(task.execution_id, "ex-edge");
+    assert_eq!(
+        task.input_json,
+        r#"{"big":1.5e+300,"id":9007199254740991,"low":-9007199254740991,"price":0.1,"zero":0}"#
+    );
+    let input: serde_json::Value = serde_json::from_str(&task.input_json).expect("JSON");
+    assert_eq!(input["id"].as_u64(), Some(9_007_199_254_740_991));
+    let lease = task.lease.clone().expect("a lease");
+    let report = |output_json: &str| pb::ReportRequest {
+        request_id: request_id("report"),
+        lease_id: lease.lease_id,
+        worker_id: lease.worker_id.clone(),
+        outcome: completed(output_json.to_string()),
+    };
+    let refused = client.report(report(r#"{"total":18446744073709551615}"#)).await.expect_err("the SDK refuses");
+    assert_eq!(refused.code(), "INVALID_ARGUMENT", "{refused}");
+    names_pointer("sdk output", &refused.to_string(), "/total");
+    client.report(report(r#"{"total":9007199254740991}"#)).await.expect("the exact output is reported");
+    let execution = cluster.get_execution(follower, "ex-edge").await.expect("the execution");
+    let output = match execution.result.and_then(|result| result.outcome) {
+        Some(pb::result_envelope::Outcome::Completed(completed)) => completed.output_json,
+        other => panic!("not completed: {other:?}"),
+    };
+    assert_eq!(output, r#"{"total":9007199254740991}"#);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_stateless_precheck_refusal_leaves_the_log_as_it_was() {
     let cluster = Cluster::start(3).await;
@@ -703,6 +826,7 @@ async fn every_stateless_precheck_refusal_leaves_the_log_as_it_was() {
     let follower = cluster.follower().await;
     every_precheck_refusal_is_made_before_the_log(&cluster, leader, follower).await;
     the_precheck_limits_accept_what_they_should(&cluster, leader, follower).await;
+    json_the_sdk_and_the_cli_refuse_and_exact_numbers_reach_the_worker(&cluster, leader, follower).await;
     cluster.wait_converged().await;
 }
 

@@ -45,17 +45,7 @@ impl Run {
 /// Runs `gavel ARGS...` with `--endpoints` and nothing from the caller's
 /// environment that the CLI reads.
 async fn gavel(endpoints: &str, args: &[&str]) -> Run {
-    let output = tokio::process::Command::new(support::gavel_binary())
-        .args(args)
-        .arg(format!("--endpoints={endpoints}"))
-        .env_remove("GAVEL_ENDPOINTS")
-        .env_remove("GAVEL_ACTOR")
-        .env_remove("GAVEL_RETRY_BUDGET_MS")
-        .env_remove("GAVEL_LOG")
-        .env("USER", "cli-test")
-        .output()
-        .await
-        .expect("run the gavel binary");
+    let output = support::run_gavel(endpoints, args, &[("USER", "cli-test")]).await;
     Run {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

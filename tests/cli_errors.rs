@@ -27,15 +27,7 @@ impl std::fmt::Debug for Run {
 /// environment that the CLI reads.
 async fn gavel(endpoints: &str, args: &[&str]) -> Run {
     let started = Instant::now();
-    let output = tokio::process::Command::new(support::gavel_binary())
-        .args(args)
-        .arg(format!("--endpoints={endpoints}"))
-        .env_remove("GAVEL_ENDPOINTS")
-        .env_remove("GAVEL_RETRY_BUDGET_MS")
-        .env_remove("GAVEL_LOG")
-        .output()
-        .await
-        .expect("run the gavel binary");
+    let output = support::run_gavel(endpoints, args, &[]).await;
     Run {
         code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -25,6 +25,22 @@ pub fn gavel_binary() -> PathBuf {
     gavel_testkit::resolve_gavel_binary(None).unwrap_or_else(|error| panic!("{error}"))
 }
 
+/// Runs `gavel ARGS... --endpoints=ENDPOINTS` with `env` set and nothing
+/// else from the caller's environment that the CLI reads.
+pub async fn run_gavel(endpoints: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    tokio::process::Command::new(gavel_binary())
+        .args(args)
+        .arg(format!("--endpoints={endpoints}"))
+        .env_remove("GAVEL_ENDPOINTS")
+        .env_remove("GAVEL_ACTOR")
+        .env_remove("GAVEL_RETRY_BUDGET_MS")
+        .env_remove("GAVEL_LOG")
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .expect("run the gavel binary")
+}
+
 /// Upper bound for any wait in a test.
 pub const WAIT: Duration = Duration::from_secs(30);
 

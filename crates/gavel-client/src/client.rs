@@ -20,6 +20,7 @@ use tonic::{Code, Status};
 
 use crate::credentials::{Authorization, ClientTls};
 use crate::error::Error;
+use crate::json;
 use crate::reach::Reachability;
 
 /// A channel that stamps the bearer token on every call.
@@ -322,10 +323,13 @@ impl Client {
 
 /// Generates one typed method per RPC. Mutating calls get a request id when
 /// the caller left it empty, and keep it across retries.
+/// A mutating call `checking` a function runs it on the request first and
+/// sends nothing when it refuses.
 macro_rules! rpc {
-    ($(#[$doc:meta])* mutating $name:ident, $client:ident, $request:ty, $response:ty) => {
+    ($(#[$doc:meta])* mutating $name:ident $(checking $check:path)?, $client:ident, $request:ty, $response:ty) => {
         $(#[$doc])*
         pub async fn $name(&self, mut request: $request) -> Result<$response, Error> {
+            $($check(&request)?;)?
             if request.request_id.is_empty() {
                 request.request_id = new_request_id();
             }
@@ -352,8 +356,9 @@ macro_rules! rpc {
 }
 
 impl Client {
-    rpc!(/// Stores a pending approval.
-        mutating create_approval, ApprovalServiceClient, pb::CreateApprovalRequest, pb::CreateApprovalResponse);
+    rpc!(/// Stores a pending approval. Its input is refused before sending when
+        /// the cluster would refuse it as not JSON or not I-JSON (`json::check`).
+        mutating create_approval checking json::check, ApprovalServiceClient, pb::CreateApprovalRequest, pb::CreateApprovalResponse);
     rpc!(/// Reads an approval (absent when unknown).
         read get_approval, ApprovalServiceClient, pb::GetApprovalRequest, pb::GetApprovalResponse);
     rpc!(/// Approves or rejects a pending approval.
@@ -370,10 +375,12 @@ impl Client {
         read get_capability, CapabilityServiceClient, pb::GetCapabilityRequest, pb::GetCapabilityResponse);
     rpc!(/// Lists capabilities.
         read list_capabilities, CapabilityServiceClient, pb::ListCapabilitiesRequest, pb::ListCapabilitiesResponse);
-    rpc!(/// Submits an execution (or gets approval-required).
-        mutating submit, ExecutionServiceClient, pb::SubmitRequest, pb::SubmitResponse);
-    rpc!(/// Consumes an approval and creates its execution.
-        mutating resume, ExecutionServiceClient, pb::ResumeRequest, pb::ResumeResponse);
+    rpc!(/// Submits an execution (or gets approval-required). Its input is checked
+        /// before sending, as `create_approval`'s is.
+        mutating submit checking json::check, ExecutionServiceClient, pb::SubmitRequest, pb::SubmitResponse);
+    rpc!(/// Consumes an approval and creates its execution. Its input, if any, is
+        /// checked before sending, as `create_approval`'s is.
+        mutating resume checking json::check, ExecutionServiceClient, pb::ResumeRequest, pb::ResumeResponse);
     rpc!(/// Reads an execution.
         read get_execution, ExecutionServiceClient, pb::GetExecutionRequest, pb::GetExecutionResponse);
     rpc!(/// Cancels an execution (terminal).
@@ -382,14 +389,16 @@ impl Client {
         read list_execution_events, ExecutionServiceClient, pb::ListExecutionEventsRequest, pb::ListExecutionEventsResponse);
     rpc!(/// Heartbeats a lease.
         mutating heartbeat, WorkerServiceClient, pb::HeartbeatRequest, pb::HeartbeatResponse);
-    rpc!(/// Reports an attempt's outcome.
-        mutating report, WorkerServiceClient, pb::ReportRequest, pb::ReportResponse);
+    rpc!(/// Reports an attempt's outcome. A completed attempt's output is checked
+        /// before sending, as `create_approval`'s input is.
+        mutating report checking json::check, WorkerServiceClient, pb::ReportRequest, pb::ReportResponse);
     rpc!(/// Lists audit events after a cursor.
         read list_events, AuditServiceClient, pb::ListEventsRequest, pb::ListEventsResponse);
     rpc!(/// Reads the audit event at one cursor.
         read get_event, AuditServiceClient, pb::GetEventRequest, pb::GetEventResponse);
     rpc!(/// Appends an application event (`policy.denied`, ...) to the audit trail (submitter).
-        mutating record_event, AuditServiceClient, pb::RecordEventRequest, pb::RecordEventResponse);
+        /// Its payload is checked before sending, as `create_approval`'s input is.
+        mutating record_event checking json::check, AuditServiceClient, pb::RecordEventRequest, pb::RecordEventResponse);
     rpc!(/// One node's view of the cluster (the preferred node's).
         read status, ClusterServiceClient, pb::StatusRequest, pb::StatusResponse);
     rpc!(/// Adds a learner.

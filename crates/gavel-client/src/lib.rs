@@ -29,14 +29,22 @@
 //!   else a fresh trace; the nodes continue it through forwarding to the
 //!   leader's proposal.
 //!
-//! It depends on `gavel-proto` (and the OpenTelemetry API, for the trace context) only: never on openraft, sled or the core's
-//! state machine.
+//! - JSON: a call that carries the caller's JSON (an input, an output, an
+//!   event payload) refuses it before sending when the cluster would: not
+//!   JSON, or not I-JSON (a number a double cannot hold exactly, a duplicated
+//!   key, a lone surrogate), with the cluster's domain code and message,
+//!   which names the JSON Pointer. The check is `gavel-json`, the cluster's.
+//!
+//! It depends on `gavel-proto`, `gavel-json` (the JSON rules, no runtime) and
+//! the OpenTelemetry API (for the trace context) only: never on openraft, sled
+//! or the core's state machine.
 
 mod admin;
 mod backoff;
 mod client;
 mod credentials;
 mod error;
+mod json;
 mod reach;
 mod trace_context;
 mod worker;

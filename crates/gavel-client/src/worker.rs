@@ -326,7 +326,7 @@ async fn run_task(worker: Arc<Worker>, task: pb::Task, token: CancellationToken,
         return;
     };
     let outcome = match outcome {
-        Ok(output) => pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: output.to_string() }),
+        Ok(output) => completed(output.to_string()),
         Err(error) => pb::report_request::Outcome::Failed(pb::ReportFailed {
             code: error.code,
             message: error.message,
@@ -341,6 +341,23 @@ async fn run_task(worker: Arc<Worker>, task: pb::Task, token: CancellationToken,
     };
     if let Err(error) = worker.client.report(request).await {
         tracing::warn!(execution_id = %task.execution_id, %error, "report refused or undeliverable");
+    }
+}
+
+/// A completed outcome, unless the cluster would refuse the output (not
+/// I-JSON: a `u64` over 2^53 - 1, say): then a non-retryable
+/// `OUTPUT_INVALID` failure whose message names the JSON Pointer, as the
+/// TypeScript worker reports an output that is not JSON. A report of the
+/// output itself would be refused, and the attempt would only end at its
+/// deadline.
+fn completed(output_json: String) -> pb::report_request::Outcome {
+    match crate::json::check_output(&output_json) {
+        Ok(()) => pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json }),
+        Err(refusal) => pb::report_request::Outcome::Failed(pb::ReportFailed {
+            code: "OUTPUT_INVALID".to_string(),
+            message: refusal.to_string(),
+            retryable: false,
+        }),
     }
 }
 
@@ -372,5 +389,28 @@ async fn heartbeat_loop(
             // Unreachable cluster: keep trying; the local deadline still stops the handler.
             Err(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_the_cluster_would_refuse_is_reported_as_a_failure_naming_the_pointer() {
+        let output = serde_json::json!({"order": {"id": u64::MAX}, "ok": 9_007_199_254_740_991_u64});
+        match completed(output.to_string()) {
+            pb::report_request::Outcome::Failed(failed) => {
+                assert_eq!((failed.code.as_str(), failed.retryable), ("OUTPUT_INVALID", false));
+                let expected = "output is not I-JSON (RFC 7493): number 18446744073709551615 at /order/id";
+                assert!(failed.message.contains(expected), "{}", failed.message);
+            }
+            other => panic!("{other:?}"),
+        }
+        let exact = serde_json::json!({"id": 9_007_199_254_740_991_u64}).to_string();
+        assert_eq!(
+            completed(exact.clone()),
+            pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: exact })
+        );
     }
 }

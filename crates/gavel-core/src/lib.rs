@@ -40,7 +40,9 @@
 pub mod access;
 mod approvals;
 pub mod audit;
-pub mod canonical_json;
+/// RFC 8785 canonical JSON, the input hash and the I-JSON (RFC 7493) checks:
+/// the `gavel-json` crate, which the client SDK shares.
+pub use gavel_json as canonical_json;
 pub mod cold;
 pub mod command;
 mod dedup;

@@ -4,6 +4,13 @@
 //! state machine checks them again so that a malformed command can never
 //! corrupt state even if an edge forgot a check.
 
+/// The JSON bounds live with the parser that enforces them (`gavel-json`,
+/// which the client SDK shares, each with its reason there) and are named
+/// here too, so that every bound is in this module: nesting depth, the
+/// integer range a double holds exactly (I-JSON), and how much of a refused
+/// number's literal and JSON Pointer a refusal quotes.
+pub use gavel_json::{JSON_DEPTH_MAX, LITERAL_QUOTED_CHARS_MAX, POINTER_QUOTED_CHARS_MAX, SAFE_INTEGER_MAX};
+
 /// Longest id (approval, execution, capability, worker, actor, request id), in bytes.
 /// Ids are keys of ordered maps and appear in every audit event; 128 bytes fits
 /// UUIDs, ULIDs and dotted capability names with room to spare.

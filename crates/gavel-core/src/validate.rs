@@ -147,12 +147,16 @@ pub fn check_actor(field: &str, actor: &Actor) -> Result<(), DomainError> {
 }
 
 /// Canonicalizes JSON text under a size limit, returning (canonical, sha256 hex).
+///
+/// Refuses with `code` a text over `bytes_max`, one that is not JSON, and
+/// one that is not I-JSON (a number a double cannot hold exactly, a
+/// duplicated key, a lone surrogate), naming its JSON Pointer; the message
+/// is [`canonical_json::refusal`]'s, the one the client SDK gives.
 pub fn check_json(field: &str, text: &str, bytes_max: usize, code: ErrorCode) -> Result<(String, String), DomainError> {
     if text.len() > bytes_max {
         return Err(DomainError::new(code, format!("{field} is {} bytes, over the limit of {bytes_max}", text.len())));
     }
-    canonical_json::input_hash(text)
-        .map_err(|error| DomainError::new(code, format!("{field} is not valid JSON: {error}")))
+    canonical_json::input_hash(text).map_err(|error| DomainError::new(code, canonical_json::refusal(field, &error)))
 }
 
 /// Fails with `INVALID_ARGUMENT` listing the problems, if any.

@@ -8,7 +8,7 @@ use gavel_core::canonical_json::input_hash;
 use gavel_core::command::{Command, CreateApproval};
 use gavel_core::limits::{APPROVAL_EXPIRES_IN_MS_MAX, TIMESTAMP_MS_MAX};
 use gavel_core::precheck::{approval_validity, precheck};
-use gavel_core::{ErrorCode, ReportOutcome};
+use gavel_core::{ErrorCode, RecordEvent, ReportOutcome};
 use support::{approval_request, capability, submission, Script, START_MS};
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
@@ -121,15 +121,34 @@ fn approval_validity_resolves_defaults_and_caps_against_the_command_time() {
 
 // ---------------------------------------------------------------- JSON numbers
 
+/// Texts that are not I-JSON, with the JSON Pointer and the words their
+/// refusal must name: numbers a double cannot hold exactly, a duplicated
+/// key, a lone surrogate.
+fn not_i_json() -> Vec<(String, &'static str, &'static str)> {
+    vec![
+        (r#"{"order_id":1234567890123456789}"#.to_string(), "/order_id", "would become 1234567890123456800"),
+        (r#"{"a":[0,9007199254740993]}"#.to_string(), "/a/1", "would become 9007199254740992"),
+        (r#"{"a":-9007199254740992}"#.to_string(), "/a", "beyond ±9007199254740991"),
+        (r#"{"tiny":1e-400}"#.to_string(), "/tiny", "would become 0"),
+        (r#"{"amount":1e400}"#.to_string(), "/amount", "beyond the range of a double"),
+        (r#"[-1e400]"#.to_string(), "/0", "beyond the range of a double"),
+        (format!(r#"{{"n":{}}}"#, "1".repeat(400)), "/n", "beyond the range of a double"),
+        (r#"{"x":0.10000000000000000001}"#.to_string(), "/x", "would become 0.1"),
+        (r#"{"order":{"lines":[{},{"qty":1,"qty":2}]}}"#.to_string(), "/order/lines/1/qty", "duplicate key"),
+        (r#"{"a~b/c":"\ud800"}"#.to_string(), "/a~0b~1c", "lone surrogate"),
+    ]
+}
+
 #[test]
-fn a_number_that_is_not_a_finite_double_is_refused_wherever_json_is_taken() {
-    let four_hundred_digits = "1".repeat(400);
-    for input in
-        [r#"{"amount":1e400}"#.to_string(), r#"[-1e400]"#.to_string(), format!(r#"{{"n":{four_hundred_digits}}}"#)]
-    {
+fn json_that_is_not_i_json_is_refused_naming_the_pointer_wherever_json_is_taken() {
+    for (input, pointer, words) in not_i_json() {
+        let check = |message: String| {
+            assert!(message.contains(&format!(" at {pointer}")), "{input}: {message}");
+            assert!(message.contains(words), "{input}: {message}");
+            assert!(message.contains("not I-JSON (RFC 7493)"), "{input}: {message}");
+        };
         let submit = Command::Submit(submission("ex-1", "docs.read", &input));
-        let message = refusal(&submit, ErrorCode::InputInvalid);
-        assert!(message.contains("finite double"), "{message}");
+        check(refusal(&submit, ErrorCode::InputInvalid));
         apply_refuses(submit, ErrorCode::InputInvalid);
 
         let resume = Command::Resume {
@@ -137,10 +156,10 @@ fn a_number_that_is_not_a_finite_double_is_refused_wherever_json_is_taken() {
             execution_id: "ex-1".to_string(),
             input_json: Some(input.clone()),
         };
-        refusal(&resume, ErrorCode::InputInvalid);
+        check(refusal(&resume, ErrorCode::InputInvalid));
 
         let approval = CreateApproval { input_json: input.clone(), ..approval_request("apr-1") };
-        refusal(&create(approval.clone()), ErrorCode::InvalidArgument);
+        check(refusal(&create(approval.clone()), ErrorCode::InvalidArgument));
         apply_refuses(create(approval), ErrorCode::InvalidArgument);
 
         let report = Command::Report {
@@ -148,16 +167,37 @@ fn a_number_that_is_not_a_finite_double_is_refused_wherever_json_is_taken() {
             worker_id: "worker-1".to_string(),
             outcome: ReportOutcome::Completed { output_json: input.clone() },
         };
-        refusal(&report, ErrorCode::InvalidArgument);
+        check(refusal(&report, ErrorCode::InvalidArgument));
+
+        let event = Command::RecordEvent(RecordEvent {
+            event_type: "policy.denied".to_string(),
+            actor: gavel_core::Actor::user("alice"),
+            execution_id: None,
+            approval_id: None,
+            correlation_id: None,
+            capability_id: None,
+            payload_json: Some(input.clone()),
+            attributes: Default::default(),
+        });
+        check(refusal(&event, ErrorCode::InvalidArgument));
+        apply_refuses(event, ErrorCode::InvalidArgument);
     }
 }
 
 #[test]
-fn big_but_finite_numbers_are_accepted_as_before() {
-    for input in [r#"{"amount":1e308}"#, r#"{"amount":9007199254740993}"#, r#"{"amount":-1.7976931348623157e308}"#] {
+fn numbers_a_double_holds_exactly_are_accepted_and_stored_as_written() {
+    for (input, canonical) in [
+        (r#"{"amount":1e308}"#, r#"{"amount":1e+308}"#),
+        (r#"{"id":9007199254740991}"#, r#"{"id":9007199254740991}"#),
+        (r#"{"id":-9007199254740991}"#, r#"{"id":-9007199254740991}"#),
+        (r#"{"amount":-1.7976931348623157e308}"#, r#"{"amount":-1.7976931348623157e+308}"#),
+        (r#"{"big":1.5e300,"price":0.1,"zero":-0}"#, r#"{"big":1.5e+300,"price":0.1,"zero":0}"#),
+    ] {
         assert_eq!(precheck(&Command::Submit(submission("ex-1", "docs.read", input))), Ok(()), "{input}");
         let mut script = Script::new();
         script.register(capability("docs.read", gavel_core::SideEffect::Read));
         script.submit_ok("ex-1", "docs.read", input);
+        let stored = script.state.execution("ex-1").map(|execution| execution.input_json.clone());
+        assert_eq!(stored.as_deref(), Some(canonical), "{input}");
     }
 }

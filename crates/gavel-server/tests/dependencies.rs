@@ -51,12 +51,28 @@ fn the_cli_is_where_the_tools_are() {
 }
 
 #[test]
+fn the_sdk_depends_on_no_state_machine_consensus_or_storage_crate() {
+    // STYLE: a worker written against the SDK is small. It shares the JSON
+    // rules (gavel-json) with the cluster, and nothing else of the node.
+    let tree = dependency_tree("gavel-client");
+    for expected in ["gavel-proto", "gavel-json", "tonic"] {
+        assert!(tree.iter().any(|name| name == expected), "the tree is read, so the check can fail: {tree:?}");
+    }
+    let found: Vec<&str> = ["gavel-core", "gavel-raft", "gavel-server", "openraft", "sled", "redb"]
+        .into_iter()
+        .filter(|name| tree.iter().any(|crate_name| crate_name == name))
+        .collect();
+    assert!(found.is_empty(), "gavel-client depends on {found:?}");
+}
+
+#[test]
 fn library_crates_return_their_own_errors_not_anyhow() {
     // `anyhow` belongs to binaries (`gavel-cli`, the examples); a library
     // returns `thiserror` types its callers can match on. Only direct
     // dependencies count: prost's derive macro uses anyhow internally.
     for library in [
         "gavel-core",
+        "gavel-json",
         "gavel-proto",
         "gavel-raft",
         "gavel-server",

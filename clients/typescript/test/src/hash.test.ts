@@ -1,12 +1,23 @@
 // The package's canonical input hash equals Gavel's (the server computes
 // inputHash when CreateApproval leaves it out) for 10,000 generated values,
 // astral characters and tricky numbers included, and equals the RFC 8785
-// reference implementation (`canonicalize`) on every one.
+// reference implementation (`canonicalize`) on every one. A value that is not
+// I-JSON (an integer beyond 2^53 - 1, a lone surrogate) has no hash on either
+// side: both refuse it.
 import assert from "node:assert/strict";
 import { createHash, randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import canonicalize from "canonicalize";
-import { ActorKind, type GavelClient, Risk, SideEffect, canonicalJson, inputHash } from "@gavel/client";
+import {
+  ActorKind,
+  type GavelClient,
+  GavelError,
+  Risk,
+  SideEffect,
+  UnserializableInputError,
+  canonicalJson,
+  inputHash,
+} from "@gavel/client";
 import { TestCluster } from "./cluster.js";
 
 const VALUES = 10_000;
@@ -102,6 +113,26 @@ let client: GavelClient;
 const run = randomUUID().slice(0, 8);
 let serial = 0;
 
+/** Gavel's hash of `value`, or its refusal's domain code when it is not I-JSON. */
+async function serverHashOrRefusal(value: unknown): Promise<string> {
+  return serverHash(value).catch((error: unknown) => {
+    assert.ok(error instanceof GavelError, String(error));
+    assert.match(error.message, /not I-JSON/);
+    return `refused ${error.code}`;
+  });
+}
+
+/** Our hash of `value`, or the refusal Gavel gives an approval input that is not I-JSON. */
+function ourHashOrRefusal(value: unknown): string {
+  try {
+    return inputHash(value);
+  } catch (error) {
+    assert.ok(error instanceof UnserializableInputError, String(error));
+    assert.match(error.message, /not I-JSON/);
+    return "refused INVALID_ARGUMENT";
+  }
+}
+
 /** Gavel's hash of `value`: the inputHash the server computes on CreateApproval. */
 async function serverHash(value: unknown): Promise<string> {
   serial += 1;
@@ -138,9 +169,9 @@ describe("canonical input hash", () => {
       assert.equal(canonicalJson(value), expected);
       assert.equal(canonicalize(value), expected);
     }
-    // A lone surrogate: JSON.stringify (and so orpc-agent) writes it as an
-    // escape, and so does Gavel; RFC 8785's reference refuses it.
-    assert.equal(canonicalJson(["\ud800", "\udfff\ud800"]), '["\\ud800","\\udfff\\ud800"]');
+    // A lone surrogate: not I-JSON, refused by Gavel, by canonicalJson and
+    // by RFC 8785's reference.
+    assert.throws(() => canonicalJson(["\ud800", "\udfff\ud800"]), { code: "APPROVAL_UNSERIALIZABLE_INPUT" });
     assert.throws(() => canonicalize("\ud800"));
     assert.equal(inputHash(""), createHash("sha256").update('""').digest("hex"));
     for (const bad of [Number.NaN, Infinity, 1n, () => 1, Symbol("s"), new Map()]) {
@@ -168,13 +199,13 @@ describe("canonical input hash", () => {
       Array.from({ length: CONCURRENCY }, async () => {
         while (next < values.length) {
           const value = values[next++];
-          const ours = inputHash(value);
+          const ours = ourHashOrRefusal(value);
           // The RFC 8785 reference refuses lone surrogates; everything else it writes as we do.
           const hasLoneSurrogate = /\\ud[89a-f][0-9a-f]{2}/i.test(JSON.stringify(value));
-          if (!hasLoneSurrogate) {
+          if (!hasLoneSurrogate && !ours.startsWith("refused")) {
             assert.equal(canonicalJson(value), canonicalize(value), `canonical JSON of ${JSON.stringify(value)}`);
           }
-          const theirs = await serverHash(value);
+          const theirs = await serverHashOrRefusal(value);
           if (ours !== theirs && mismatches.length < 10) {
             mismatches.push(`${JSON.stringify(value)}: ours ${ours}, Gavel's ${theirs}`);
           }
@@ -185,9 +216,10 @@ describe("canonical input hash", () => {
     assert.deepEqual(mismatches, [], `seed ${seed}`);
   });
 
-  test("lone surrogates hash as Gavel hashes them (escaped, as JSON.stringify writes them)", async () => {
-    for (const value of [{ text: "\ud800" }, { "\udc00key": ["a\udfffb", "\ud83d"] }, "\ud800\ud800"]) {
-      assert.equal(await serverHash(value), inputHash(value), JSON.stringify(value));
+  test("lone surrogates and integers beyond 2^53 - 1 have no hash: Gavel and canonicalJson refuse them", async () => {
+    for (const value of [{ text: "\ud800" }, { "\udc00key": ["a\udfffb", "\ud83d"] }, "\ud800\ud800", { n: 2 ** 53 }, [1e20]]) {
+      assert.equal(await serverHashOrRefusal(value), "refused INVALID_ARGUMENT", JSON.stringify(value));
+      assert.equal(ourHashOrRefusal(value), "refused INVALID_ARGUMENT", JSON.stringify(value));
     }
   });
 });

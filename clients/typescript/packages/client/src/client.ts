@@ -23,6 +23,7 @@ import { ExecutionService } from "./gen/gavel/v1/execution_pb.js";
 import { WorkerService } from "./gen/gavel/v1/worker_pb.js";
 import { GavelError, fromAttempt, readErrorDetail, retryableAttempt } from "./errors.js";
 import { ConnectError } from "@connectrpc/connect";
+import { type JsonField, checkJsonText } from "./ijson.js";
 import { Reachability } from "./reach.js";
 
 /** The response header a follower adds when it forwarded a call. */
@@ -113,6 +114,30 @@ const LONG_POLL_FIELDS: Record<string, string> = {
   "gavel.v1.WorkerService.Poll": "waitMs",
   "gavel.v1.ExecutionService.WaitExecution": "timeoutMs",
 };
+
+/**
+ * The caller's JSON text a request carries and where it sits, for the
+ * methods that carry one; it is checked before sending (ijson.ts).
+ */
+function requestJson(method: string, message: Record<string, unknown>): [string, JsonField] | undefined {
+  const text = (value: unknown, field: JsonField): [string, JsonField] | undefined =>
+    typeof value === "string" ? [value, field] : undefined;
+  switch (method) {
+    case "gavel.v1.ExecutionService.Submit":
+    case "gavel.v1.ExecutionService.Resume":
+      return text(message.inputJson, { name: "input", code: "INPUT_INVALID" });
+    case "gavel.v1.ApprovalService.CreateApproval":
+      return text(message.inputJson, { name: "input", code: "INVALID_ARGUMENT" });
+    case "gavel.v1.AuditService.RecordEvent":
+      return text(message.payloadJson, { name: "payload", code: "INVALID_ARGUMENT" });
+    case "gavel.v1.WorkerService.Report": {
+      const outcome = message.outcome as { case?: string; value?: { outputJson?: unknown } } | undefined;
+      return outcome?.case === "completed" ? text(outcome.value?.outputJson, { name: "output", code: "INVALID_ARGUMENT" }) : undefined;
+    }
+    default:
+      return undefined;
+  }
+}
 
 /** `host:port` of an endpoint, checked; a typo fails at once. */
 function normalizeEndpoint(endpoint: string, tls: boolean): string {
@@ -232,6 +257,10 @@ function buildClient(
     callOptions: CallOptions | undefined,
   ): Promise<unknown> => {
     const message = create(method.input, request as never) as Record<string, unknown>;
+    const json = requestJson(`${service.typeName}.${method.name}`, message);
+    if (json !== undefined) {
+      checkJsonText(...json);
+    }
     if ("requestId" in message && message.requestId === "") {
       message.requestId = newRequestId();
     }

@@ -1,7 +1,8 @@
 // @gavel/client: a typed client for every gavel.v1 service (generated from
 // proto/ by protoc-gen-es, in ./gen), with TLS, bearer tokens, leader
 // following and safe retries (client.ts); the worker runtime (worker.ts); and
-// the canonical input hash (hash.ts).
+// the canonical input hash (hash.ts); the I-JSON check of JSON before it is
+// sent (ijson.ts).
 export {
   type ClientOptions,
   type GavelClient,
@@ -15,6 +16,7 @@ export { GavelError, readErrorDetail } from "./errors.js";
 export { Code } from "@connectrpc/connect";
 export { Reachability } from "./reach.js";
 export { UnserializableInputError, canonicalJson, inputHash } from "./hash.js";
+export { type JsonField, checkJsonText, stringifyIJson } from "./ijson.js";
 export {
   type AbortReason,
   type Handler,

@@ -12,6 +12,7 @@
 import { randomUUID } from "node:crypto";
 import { type GavelClient, newRequestId } from "./client.js";
 import { GavelError } from "./errors.js";
+import { stringifyIJson } from "./ijson.js";
 import type { Actor } from "./gen/gavel/v1/common_pb.js";
 import type { Capability } from "./gen/gavel/v1/capability_pb.js";
 import type { Task } from "./gen/gavel/v1/worker_pb.js";
@@ -246,9 +247,13 @@ export function createWorker(options: WorkerOptions): Worker {
     let outputJson: string | undefined;
     if (outcome.ok) {
       try {
-        outputJson = JSON.stringify(outcome.output);
+        // Refuses what the cluster would refuse as not I-JSON (an integer
+        // beyond 2^53 - 1, a bigint, ...), naming the JSON Pointer: a report
+        // of it would be refused, and the attempt would only end at its deadline.
+        outputJson = stringifyIJson(outcome.output, { name: "output", code: "INVALID_ARGUMENT" });
       } catch (error) {
-        outcome = { ok: false, error: HandlerError.fatal("OUTPUT_INVALID", `output is not JSON: ${String(error)}`) };
+        const reason = error instanceof GavelError ? error.message : `output is not JSON: ${String(error)}`;
+        outcome = { ok: false, error: HandlerError.fatal("OUTPUT_INVALID", reason) };
       }
     }
     try {

@@ -3,7 +3,7 @@
 // events Gavel writes itself. Events are recorded as the app's principal
 // (`recorded_by_application`), under the type `<prefix><orpc-agent type>`,
 // since the bare types (`capability.approved`, ...) are Gavel's own.
-import { type GavelClient, type RecordEventResponse } from "@gavel/client";
+import { type GavelClient, type RecordEventResponse, stringifyIJson } from "@gavel/client";
 import { toPbActor } from "./coordinator.js";
 import type { AuditEvent, AuditSink } from "./types.js";
 
@@ -37,7 +37,9 @@ function payloadOf(event: AuditEvent): string {
       payload[key] = value;
     }
   }
-  return JSON.stringify(payload);
+  // JSON.stringify, refusing what Gavel refuses (an integer beyond 2^53 - 1,
+  // NaN, which JSON.stringify would write as null, ...), naming the pointer.
+  return stringifyIJson(payload, { name: "payload", code: "INVALID_ARGUMENT" }) ?? "{}";
 }
 
 /** Creates an orpc-agent AuditSink writing to Gavel's trail. */

@@ -20,6 +20,7 @@ import {
   Code,
   type GavelClient,
   GavelError,
+  stringifyIJson,
 } from "@gavel/client";
 import { ACTOR_KINDS, RISKS, SIDE_EFFECTS } from "./mapping.js";
 import type {
@@ -270,7 +271,9 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
       }
       let inputJson: string | undefined;
       try {
-        inputJson = JSON.stringify(request.input);
+        // JSON.stringify, refusing what Gavel refuses (an integer beyond
+        // 2^53 - 1, NaN, which JSON.stringify would write as null, ...).
+        inputJson = stringifyIJson(request.input, { name: "input", code: "INVALID_ARGUMENT" });
       } catch (error) {
         throw refusal(`Approval "${request.id}" input is not serializable: ${String(error)}`, error);
       }
