@@ -154,6 +154,11 @@ mod tests {
         assert_eq!(tokens.public_keys, vec![dir.path().join("token.pub")]);
         assert_eq!(tokens.audience, "gavel");
         assert_eq!(tokens.lifetime_max, TOKEN_LIFETIME_MAX_DEFAULT, "24 h unless --token-lifetime-max");
+        let week = std::time::Duration::from_secs(7 * 86_400);
+        let configured =
+            NodeSecurityArgs { certs_dir: Some(dir.path().to_path_buf()), token_lifetime_max: Some(week), ..args() };
+        let tokens = node_security(2, &configured).expect("secure").tokens.expect("tokens");
+        assert_eq!(tokens.lifetime_max, week, "--token-lifetime-max reaches the verifier settings");
         assert_eq!(security.bootstrap_admin, Some(admin));
         // Node 3 has no certificate there.
         let missing = node_security(3, &NodeSecurityArgs { certs_dir: Some(dir.path().to_path_buf()), ..args() });
