@@ -774,16 +774,27 @@ async fn bad_certificates_plaintext_and_bad_tokens_get_a_clear_error_and_others_
         &format!(r#"{{"sub":"user:admin","aud":"{DEFAULT_AUDIENCE}","exp":{far_future},"iat":1}}"#),
     );
     let garbage = base64::engine::general_purpose::STANDARD.encode([0x9f, 0x00, 0xff, 0x13, 0x37, 0xc3, 0x28]);
-    for (case, token) in [
-        ("a token whose subject was changed to the admin", tampered),
-        ("an expired token", expired),
-        ("a token for another audience", wrong_audience),
-        ("a token signed by another key", foreign),
-        ("an alg: none token naming the admin", alg_none),
-        ("garbage bytes as token", garbage),
+    // Signed with the cluster's key, but breaking a rule on the claims; the
+    // nodes run with the default --token-lifetime-max (24 h).
+    let an_hour = || TokenClaims::new(&alice, DEFAULT_AUDIENCE, Duration::from_secs(3600));
+    let not_yet_valid =
+        key.issue(&TokenClaims { nbf: Some(gavel_pki::unix_seconds() + 3600), ..an_hour() }).expect("a token");
+    let year_9999 = key.issue(&TokenClaims { exp: 253_402_300_799, ..an_hour() }).expect("a token");
+    let node_subject = key.issue(&TokenClaims { sub: "node:1".to_string(), ..an_hour() }).expect("a token");
+    for (case, token, reason) in [
+        ("a token whose subject was changed to the admin", tampered, "signature does not verify"),
+        ("an expired token", expired, "has expired"),
+        ("a token for another audience", wrong_audience, "not meant for audience"),
+        ("a token signed by another key", foreign, "signature does not verify"),
+        ("an alg: none token naming the admin", alg_none, "is not accepted"),
+        ("garbage bytes as token", garbage, "not a JWT"),
+        ("a token whose nbf is an hour ahead", not_yet_valid, "the token is not valid yet"),
+        ("a token expiring in year 9999", year_9999, "over the maximum token lifetime of 1d"),
+        ("a token for node:1", node_subject, "nodes authenticate with their certificate only"),
     ] {
         let client = secure.client_with(Some(cluster.ca_only().expect("secure")), Some(token));
-        assert_refused(client.who_am_i(pb::WhoAmIRequest {}).await, "UNAUTHENTICATED", case);
+        let message = assert_refused(client.who_am_i(pb::WhoAmIRequest {}).await, "UNAUTHENTICATED", case);
+        assert!(message.contains(reason), "{case}: {message}");
         secure.still_serves_a_good_client().await;
     }
     let client = secure.client_with(Some(cluster.ca_only().expect("secure")), Some(good));

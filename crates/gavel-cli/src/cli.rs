@@ -212,6 +212,15 @@ pub struct NodeSecurityArgs {
     /// A file holding an HS256 shared secret, to accept HS256 tokens too.
     #[arg(long, env = "GAVEL_TOKEN_HS256_SECRET", value_name = "FILE")]
     pub token_hs256_secret: Option<PathBuf>,
+    /// The longest lifetime (exp - iat) a bearer token may have: 90s, 30m,
+    /// 12h, 7d; default 24h, at most 366d. Longer tokens are refused.
+    #[arg(
+        long,
+        env = "GAVEL_TOKEN_LIFETIME_MAX",
+        value_name = "DURATION",
+        value_parser = crate::commands::token::parse_lifetime_max
+    )]
+    pub token_lifetime_max: Option<std::time::Duration>,
     /// The first admin (kind:id, e.g. user:admin), granted once this node
     /// leads a new cluster.
     #[arg(long, env = "GAVEL_BOOTSTRAP_ADMIN", value_name = "PRINCIPAL")]

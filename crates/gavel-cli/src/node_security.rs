@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT;
 use gavel_pki::{CertsDir, Principal};
 use gavel_server::security::{Security, TlsFiles, TokenSettings};
 
@@ -68,6 +69,7 @@ pub fn node_security(id: u64, args: &NodeSecurityArgs) -> Result<Security, NodeU
         audience: args.token_audience.clone(),
         public_keys: token_keys,
         hs256_secret: args.token_hs256_secret.clone(),
+        lifetime_max: args.token_lifetime_max.unwrap_or(TOKEN_LIFETIME_MAX_DEFAULT),
     });
     Ok(Security { tls: Some(tls), tokens, bootstrap_admin: bootstrap_admin(args)? })
 }
@@ -151,6 +153,12 @@ mod tests {
         let tokens = security.tokens.expect("tokens");
         assert_eq!(tokens.public_keys, vec![dir.path().join("token.pub")]);
         assert_eq!(tokens.audience, "gavel");
+        assert_eq!(tokens.lifetime_max, TOKEN_LIFETIME_MAX_DEFAULT, "24 h unless --token-lifetime-max");
+        let week = std::time::Duration::from_secs(7 * 86_400);
+        let configured =
+            NodeSecurityArgs { certs_dir: Some(dir.path().to_path_buf()), token_lifetime_max: Some(week), ..args() };
+        let tokens = node_security(2, &configured).expect("secure").tokens.expect("tokens");
+        assert_eq!(tokens.lifetime_max, week, "--token-lifetime-max reaches the verifier settings");
         assert_eq!(security.bootstrap_admin, Some(admin));
         // Node 3 has no certificate there.
         let missing = node_security(3, &NodeSecurityArgs { certs_dir: Some(dir.path().to_path_buf()), ..args() });

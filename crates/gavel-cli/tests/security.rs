@@ -141,3 +141,94 @@ fn token_issue_prints_a_token_the_nodes_accept() {
     let bad = gavel().args(["token", "issue", "--sub=service:billing", "--roles=root", &flag]).output().expect("run");
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }
+
+#[test]
+fn cert_commands_refuse_zero_days_and_write_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let certs_dir = dir.path().join("certs");
+    let flag = format!("--certs-dir={}", certs_dir.display());
+    let run = |args: &[&str]| gavel().arg("cert").args(args).arg(&flag).output().expect("run gavel cert");
+    let refused = run(&["create-ca", "--days=0"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--days: a certificate must be valid for 1 to 36500 days, not 0"), "{stderr}");
+    assert!(!certs_dir.join("ca.pem").exists(), "nothing written: {refused:?}");
+    assert!(run(&["create-ca"]).status.success());
+    for args in [
+        &["create-client", "--principal=user:bob", "--days=0"][..],
+        &["create-node", "--id=1", "--days=0"],
+        &["create-client", "--principal=user:bob", "--days=4294967295"],
+    ] {
+        let refused = run(args);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}: {refused:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("a certificate must be valid for 1 to"),
+            "{refused:?}"
+        );
+    }
+    let certs = CertsDir::new(&certs_dir);
+    let bob = Principal::new(PrincipalKind::User, "bob").expect("a principal");
+    assert!(!certs.cert(&bob).exists() && !certs.node_cert(1).exists(), "no certificate written");
+    assert!(run(&["create-client", "--principal=user:bob", "--days=1"]).status.success());
+}
+
+#[test]
+fn token_issue_refuses_what_a_node_would_refuse() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let flag = format!("--certs-dir={}", dir.path().display());
+    assert!(gavel().args(["cert", "create-ca", &flag]).status().expect("run").success());
+    let issue = |args: &[&str]| gavel().args(["token", "issue"]).args(args).arg(&flag).output().expect("run");
+    let long = issue(&["--sub=user:bob", "--ttl=48h"]);
+    assert_eq!(long.status.code(), Some(2), "{long:?}");
+    let stderr = String::from_utf8_lossy(&long.stderr);
+    assert!(
+        stderr.contains(
+            "not issuing this token: the token is valid for 2d (exp - iat), over the maximum token lifetime of 1d"
+        ),
+        "{stderr}"
+    );
+    assert!(long.stdout.is_empty(), "{long:?}");
+    let node = issue(&["--sub=node:1"]);
+    assert_eq!(node.status.code(), Some(2), "{node:?}");
+    assert!(
+        String::from_utf8_lossy(&node.stderr).contains("nodes authenticate with their certificate only"),
+        "{node:?}"
+    );
+    let ceiling = issue(&["--sub=user:bob", "--lifetime-max=400d"]);
+    assert_eq!(ceiling.status.code(), Some(2), "{ceiling:?}");
+    // The default lifetime fits the default bound; a node configured for a
+    // week takes a token told so.
+    let week = TokenVerifierSettings {
+        lifetime_max: Duration::from_secs(7 * 86_400),
+        ..TokenVerifierSettings::from_files("gavel", &[CertsDir::new(dir.path()).token_public()], None).expect("key")
+    };
+    let verifier = TokenVerifier::new(&week).expect("a verifier");
+    for args in [
+        &["--sub=user:bob"][..],
+        &["--sub=user:bob", "--ttl=24h"],
+        &["--sub=user:bob", "--ttl=7d", "--lifetime-max=7d"],
+    ] {
+        let issued = issue(args);
+        assert!(issued.status.success(), "{args:?}: {issued:?}");
+        let token = String::from_utf8_lossy(&issued.stdout).trim().to_string();
+        assert!(verifier.verify(&token).is_ok(), "{args:?}");
+    }
+}
+
+#[test]
+fn openssl_reads_the_token_key_gavel_cert_writes() {
+    let openssl = std::path::Path::new("/usr/bin/openssl");
+    assert!(openssl.is_file(), "this test runs the real OpenSSL and needs /usr/bin/openssl (apt-get install openssl)");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let flag = format!("--certs-dir={}", dir.path().display());
+    assert!(gavel().args(["cert", "create-ca", &flag]).status().expect("run").success());
+    let certs = CertsDir::new(dir.path());
+    let output = Command::new(openssl)
+        .args(["pkey", "-pubout", "-in"])
+        .arg(certs.token_key())
+        .output()
+        .expect("run openssl pkey");
+    assert!(output.status.success(), "openssl pkey: {}", String::from_utf8_lossy(&output.stderr));
+    let public = std::fs::read_to_string(certs.token_public()).expect("token.pub");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), public, "OpenSSL derives the token.pub gavel wrote");
+}

@@ -22,7 +22,9 @@ pub enum ErrorCode {
     CapabilityInvalid,
     /// An execution input is not JSON or is over the size limit.
     InputInvalid,
-    /// The actor is missing or ill-formed.
+    /// The caller is not authenticated: no credential or a refused one, or
+    /// (on an `--insecure` node, which has no credentials) no actor at all.
+    /// An actor that is present but ill-formed is `InvalidArgument`.
     Unauthenticated,
     /// The authenticated caller holds no grant that allows this.
     PermissionDenied,
@@ -113,7 +115,7 @@ pub enum ErrorClass {
     NotFound,
     /// Duplicate record.
     AlreadyExists,
-    /// Missing or ill-formed actor.
+    /// Not authenticated.
     Unauthenticated,
     /// Refused for who is asking.
     PermissionDenied,

@@ -104,7 +104,7 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
 /// letter and not one of Gavel's own ([`GAVEL_EVENT_TYPES`]); the ids are
 /// checked like ids, the attributes like an actor's, the payload is JSON of
 /// at most [`APP_EVENT_PAYLOAD_BYTES_MAX`] bytes. All `INVALID_ARGUMENT`,
-/// except an ill-formed actor (`UNAUTHENTICATED`, as everywhere).
+/// an ill-formed actor included.
 pub(crate) fn record_event(event: &RecordEvent) -> Result<Option<String>, DomainError> {
     let mut problems = Problems::new();
     let event_type = &event.event_type;

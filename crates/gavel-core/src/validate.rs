@@ -125,9 +125,12 @@ pub fn check_id(field: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks an actor (SPEC §2): a missing or ill-formed identity (id, display
-/// name) is `UNAUTHENTICATED`; a well-formed actor whose attributes break
-/// their limits is `INVALID_ARGUMENT`.
+/// Checks an actor (SPEC §2): an ill-formed identity (empty, over-long or
+/// control-character id, over-long display name) or attributes over their
+/// limits are `INVALID_ARGUMENT`. An ill-formed actor is bad input, not a
+/// failed authentication (issue #23; docs/decisions.md): who calls is the
+/// credential's business, and only a request that names nobody on a node
+/// without credentials is `UNAUTHENTICATED` (the gRPC edge decides that).
 pub fn check_actor(field: &str, actor: &Actor) -> Result<(), DomainError> {
     // A well-formed actor (every command carries one) is accepted without
     // formatting field names; they are only needed to describe problems.
@@ -136,7 +139,7 @@ pub fn check_actor(field: &str, actor: &Actor) -> Result<(), DomainError> {
         let mut problems = Problems::new();
         problems.id(&format!("{field}.id"), &actor.id);
         problems.text(&format!("{field}.displayName"), actor.display_name.as_deref());
-        return problems.into_result(ErrorCode::Unauthenticated, &format!("{field} is not a well-formed actor"));
+        return invalid_if_any(problems, &format!("{field} is not a well-formed actor"));
     }
     if actor.attributes.is_empty() {
         return Ok(());

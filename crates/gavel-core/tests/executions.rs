@@ -122,12 +122,12 @@ fn submit_of_input_over_the_size_limit_is_input_invalid() {
 }
 
 #[test]
-fn submit_without_an_actor_id_is_unauthenticated() {
+fn submit_with_an_empty_actor_id_is_invalid_argument() {
     let mut script = Script::new();
     script.register(capability("search", SideEffect::Read));
     let submit = gavel_core::Submit { actor: Actor::user(""), ..submission("exec-1", "search", "{}") };
 
-    refused(script.apply(Command::Submit(submit)), ErrorCode::Unauthenticated);
+    refused(script.apply(Command::Submit(submit)), ErrorCode::InvalidArgument);
 
     assert!(script.state.execution("exec-1").is_none());
 }

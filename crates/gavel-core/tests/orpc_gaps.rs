@@ -168,12 +168,12 @@ fn attributes_at_their_limits_are_accepted() {
 }
 
 #[test]
-fn a_bad_actor_identity_stays_unauthenticated_whatever_its_attributes() {
+fn a_bad_actor_identity_is_invalid_argument_whatever_its_attributes() {
     let mut script = Script::new();
     script.register(capability("search", SideEffect::Read));
     let mut submit = submission("e1", "search", "{}");
     submit.actor = Actor { id: String::new(), ..alice_with_attributes() };
-    refused(script.apply(Command::Submit(submit)), ErrorCode::Unauthenticated);
+    refused(script.apply(Command::Submit(submit)), ErrorCode::InvalidArgument);
 }
 
 #[test]
@@ -404,7 +404,7 @@ fn bad_payloads_ids_and_attributes_of_an_event_are_refused() {
         refused_alike(&mut script, Command::RecordEvent(case), ErrorCode::InvalidArgument);
     }
     let no_actor = RecordEvent { actor: Actor { id: String::new(), ..alice() }, ..record("policy.denied") };
-    refused(script.apply(Command::RecordEvent(no_actor)), ErrorCode::Unauthenticated);
+    refused(script.apply(Command::RecordEvent(no_actor)), ErrorCode::InvalidArgument);
     assert_eq!(script.state.state_hash(), before);
     let largest = format!("\"{}\"", "x".repeat(APP_EVENT_PAYLOAD_BYTES_MAX - 2));
     let event =

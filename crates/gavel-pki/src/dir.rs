@@ -10,7 +10,7 @@ use crate::{node_hosts, Authority, IssuedCertificate, PkiError, TokenKey, Validi
 
 /// A certificate directory: `ca.pem`, `ca.key`, `node-<id>.pem`,
 /// `node-<id>.key`, `client-<kind>-<id>.pem`, `client-<kind>-<id>.key`,
-/// `token.key` (Ed25519 PKCS#8 PEM) and `token.pub` (SPKI PEM).
+/// `token.key` (Ed25519 PKCS#8 version 1 PEM) and `token.pub` (SPKI PEM).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertsDir {
     root: PathBuf,
@@ -161,7 +161,8 @@ pub struct DevMaterial {
 /// Writes a development PKI into `dir`: a CA (kept if `dir` already holds
 /// one, so restarting `gavel dev` does not invalidate issued credentials),
 /// a certificate for each of `nodes`, a client certificate for `admin`, and
-/// a token key pair (also kept if present).
+/// a token key pair (also kept if present, and rewritten in the PKCS#8
+/// version 1 form if an earlier version wrote it).
 pub fn create_dev_material(dir: &Path, nodes: &[DevNode], admin: &Principal) -> Result<DevMaterial, PkiError> {
     let certs = CertsDir::new(dir);
     let authority = if certs.ca_cert().exists() && certs.ca_key().exists() {
@@ -180,6 +181,11 @@ pub fn create_dev_material(dir: &Path, nodes: &[DevNode], admin: &Principal) -> 
     certs.write_certificate(admin, &issued)?;
     let token_key = if certs.token_key().exists() {
         let key = certs.load_token_key()?;
+        // A key an earlier version wrote (PKCS#8 version 2) is rewritten in
+        // the version 1 form OpenSSL reads: the same key.
+        if read(&certs.token_key())? != key.private_pem() {
+            write_secret(&certs.token_key(), key.private_pem())?;
+        }
         write_public(&certs.token_public(), key.public_pem())?;
         key
     } else {

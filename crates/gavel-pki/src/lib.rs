@@ -16,6 +16,7 @@ mod authority;
 mod certificate;
 mod dir;
 mod error;
+pub mod limits;
 mod token;
 mod validity;
 
@@ -24,7 +25,7 @@ pub use certificate::principal_from_certificate;
 pub use dir::{create_dev_material, CertsDir, DevMaterial, DevNode};
 pub use error::{CertificateError, PkiError, TokenError};
 pub use token::{
-    unix_seconds, TokenClaims, TokenKey, TokenVerifier, TokenVerifierSettings, DEFAULT_AUDIENCE, EXPIRY_LEEWAY_SECONDS,
+    check_claims, unix_seconds, TokenClaims, TokenKey, TokenVerifier, TokenVerifierSettings, DEFAULT_AUDIENCE,
 };
 pub use validity::Validity;
 

@@ -138,12 +138,16 @@ fn garbage_is_not_a_certificate() {
 }
 
 fn verifier_for(key: &TokenKey) -> TokenVerifier {
-    TokenVerifier::new(&TokenVerifierSettings {
+    TokenVerifier::new(&settings_for(key)).expect("a verifier")
+}
+
+fn settings_for(key: &TokenKey) -> TokenVerifierSettings {
+    TokenVerifierSettings {
         audience: DEFAULT_AUDIENCE.to_string(),
         public_keys_pem: vec![key.public_pem().to_string()],
         hs256_secret: None,
-    })
-    .expect("a verifier")
+        lifetime_max: limits::TOKEN_LIFETIME_MAX_DEFAULT,
+    }
 }
 
 fn hour() -> Duration {
@@ -221,7 +225,7 @@ fn token_signed_by_another_key_is_refused() {
 fn expired_token_is_refused() {
     let key = TokenKey::create().expect("a key");
     let mut claims = TokenClaims::new(&user("bob"), DEFAULT_AUDIENCE, hour());
-    claims.exp = unix_seconds() - EXPIRY_LEEWAY_SECONDS - 60;
+    claims.exp = unix_seconds() - limits::TOKEN_CLOCK_SKEW_SECONDS - 60;
     let token = key.issue(&claims).expect("signed");
     assert_eq!(verifier_for(&key).verify(&token), Err(TokenError::Expired));
 }
@@ -280,6 +284,7 @@ fn es256_token_is_accepted_with_its_public_key() {
         audience: DEFAULT_AUDIENCE.to_string(),
         public_keys_pem: vec![p256.public_key_pem()],
         hs256_secret: None,
+        lifetime_max: limits::TOKEN_LIFETIME_MAX_DEFAULT,
     })
     .expect("a verifier");
     assert_eq!(verifier.verify(&token).expect("verified").principal, user("svc"));
@@ -299,6 +304,7 @@ fn hs256_token_needs_the_configured_secret() {
         audience: DEFAULT_AUDIENCE.to_string(),
         public_keys_pem: Vec::new(),
         hs256_secret: Some(secret.to_vec()),
+        lifetime_max: limits::TOKEN_LIFETIME_MAX_DEFAULT,
     };
     let right = TokenVerifier::new(&settings(b"s3cret")).expect("a verifier");
     assert_eq!(right.verify(&token).expect("verified").principal, user("bob"));
@@ -312,6 +318,7 @@ fn verifier_refuses_a_key_that_is_not_a_public_key() {
         audience: DEFAULT_AUDIENCE.to_string(),
         public_keys_pem: vec!["-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n".to_string()],
         hs256_secret: None,
+        lifetime_max: limits::TOKEN_LIFETIME_MAX_DEFAULT,
     };
     assert!(matches!(TokenVerifier::new(&settings), Err(PkiError::Key { .. })));
 }
@@ -364,4 +371,193 @@ fn dev_material_is_complete_and_keeps_its_authority_when_rerun() {
     let again = create_dev_material(dir.path(), &nodes, &admin).expect("created again");
     assert_eq!(read(again.dir.ca_cert()), ca);
     assert!(TokenVerifier::new(&settings).expect("a verifier").verify(&token).is_ok());
+}
+
+/// The node's clock in the token rule tests: a fixed instant, so that every
+/// bound is tested exactly at its edge.
+const NOW: u64 = 1_800_000_000;
+
+/// Claims for `user:bob` issued at `NOW`, valid for an hour.
+fn claims_at_now() -> TokenClaims {
+    TokenClaims { iat: NOW, exp: NOW + 3600, ..TokenClaims::new(&user("bob"), DEFAULT_AUDIENCE, hour()) }
+}
+
+fn verified_at(key: &TokenKey, claims: &TokenClaims) -> Result<Caller, TokenError> {
+    verifier_for(key).verify_at(&key.issue(claims).expect("signed"), NOW)
+}
+
+#[test]
+fn token_whose_nbf_is_ahead_by_more_than_the_clock_skew_is_refused() {
+    let key = TokenKey::create().expect("a key");
+    let skew = limits::TOKEN_CLOCK_SKEW_SECONDS;
+    let refused = verified_at(&key, &TokenClaims { nbf: Some(NOW + skew + 1), ..claims_at_now() });
+    assert_eq!(refused, Err(TokenError::NotYetValid { seconds_ahead: skew + 1 }));
+    let message = refused.expect_err("refused").to_string();
+    assert!(message.contains("not valid yet") && message.contains("31s ahead"), "{message}");
+    let an_hour_ahead = verified_at(&key, &TokenClaims { nbf: Some(NOW + 3599), ..claims_at_now() });
+    assert_eq!(an_hour_ahead, Err(TokenError::NotYetValid { seconds_ahead: 3599 }));
+    assert!(an_hour_ahead.expect_err("refused").to_string().contains("its nbf is 59m59s ahead"));
+}
+
+#[test]
+fn token_whose_nbf_is_ahead_within_the_clock_skew_or_past_is_accepted() {
+    let key = TokenKey::create().expect("a key");
+    let skew = limits::TOKEN_CLOCK_SKEW_SECONDS;
+    for nbf in [NOW + skew, NOW + 1, NOW, NOW - 600] {
+        let caller = verified_at(&key, &TokenClaims { nbf: Some(nbf), ..claims_at_now() });
+        assert_eq!(caller.expect("accepted").principal, user("bob"), "nbf {nbf}");
+    }
+}
+
+#[test]
+fn token_issued_in_the_future_beyond_the_clock_skew_is_refused() {
+    // A future iat would make exp - iat understate how long the token lives.
+    let key = TokenKey::create().expect("a key");
+    let skew = limits::TOKEN_CLOCK_SKEW_SECONDS;
+    let future = TokenClaims { iat: NOW + skew + 1, exp: NOW + skew + 3600, ..claims_at_now() };
+    assert_eq!(verified_at(&key, &future), Err(TokenError::IssuedInFuture { seconds_ahead: skew + 1 }));
+    let within = TokenClaims { iat: NOW + skew, exp: NOW + skew + 3600, ..claims_at_now() };
+    assert!(verified_at(&key, &within).is_ok());
+}
+
+#[test]
+fn expiry_is_checked_within_the_clock_skew() {
+    let key = TokenKey::create().expect("a key");
+    let skew = limits::TOKEN_CLOCK_SKEW_SECONDS;
+    let just_expired = TokenClaims { iat: NOW - 3600, exp: NOW - skew, ..claims_at_now() };
+    assert!(verified_at(&key, &just_expired).is_ok(), "within the skew");
+    let expired = TokenClaims { iat: NOW - 3600, exp: NOW - skew - 1, ..claims_at_now() };
+    assert_eq!(verified_at(&key, &expired), Err(TokenError::Expired));
+}
+
+#[test]
+fn token_living_longer_than_the_maximum_lifetime_is_refused() {
+    let key = TokenKey::create().expect("a key");
+    let max = limits::TOKEN_LIFETIME_MAX_DEFAULT.as_secs();
+    let longest = TokenClaims { exp: NOW + max, ..claims_at_now() };
+    assert!(verified_at(&key, &longest).is_ok(), "exactly the maximum is accepted");
+    let over = TokenClaims { exp: NOW + max + 1, ..claims_at_now() };
+    assert_eq!(
+        verified_at(&key, &over),
+        Err(TokenError::LifetimeTooLong { lifetime_seconds: max + 1, max_seconds: max })
+    );
+    // Year 9999.
+    let forever = TokenClaims { exp: 253_402_300_799, ..claims_at_now() };
+    let refused = verified_at(&key, &forever).expect_err("refused");
+    assert!(matches!(refused, TokenError::LifetimeTooLong { .. }), "{refused:?}");
+    assert!(refused.to_string().contains("over the maximum token lifetime of 1d"), "{refused}");
+    // An issuer cannot hide a long life behind an old iat either: exp - iat counts.
+    let old = TokenClaims { iat: NOW - max, exp: NOW + 60, ..claims_at_now() };
+    assert!(matches!(verified_at(&key, &old), Err(TokenError::LifetimeTooLong { .. })));
+}
+
+#[test]
+fn the_lifetime_bound_is_the_verifier_setting() {
+    let key = TokenKey::create().expect("a key");
+    let week = Duration::from_secs(7 * 86_400);
+    let verifier =
+        TokenVerifier::new(&TokenVerifierSettings { lifetime_max: week, ..settings_for(&key) }).expect("a verifier");
+    let six_days = TokenClaims { exp: NOW + 6 * 86_400, ..claims_at_now() };
+    assert!(verifier.verify_at(&key.issue(&six_days).expect("signed"), NOW).is_ok());
+    assert!(matches!(verified_at(&key, &six_days), Err(TokenError::LifetimeTooLong { .. })), "default: a day");
+}
+
+#[test]
+fn token_for_a_node_principal_is_refused() {
+    let key = TokenKey::create().expect("a key");
+    let node = TokenClaims { sub: "node:1".to_string(), ..claims_at_now() };
+    let refused = verified_at(&key, &node);
+    assert_eq!(refused, Err(TokenError::NodeSubject("node:1".to_string())));
+    assert!(refused.expect_err("refused").to_string().contains("certificate only"));
+    for sub in ["user:node-1", "service:node", "worker:1"] {
+        assert!(verified_at(&key, &TokenClaims { sub: sub.to_string(), ..claims_at_now() }).is_ok(), "{sub}");
+    }
+}
+
+#[test]
+fn issued_claims_pass_the_same_rules_a_node_applies() {
+    let fresh = TokenClaims::new(&user("bob"), DEFAULT_AUDIENCE, limits::TOKEN_LIFETIME_MAX_DEFAULT);
+    assert_eq!(check_claims(&fresh, fresh.iat, limits::TOKEN_LIFETIME_MAX_DEFAULT), Ok(()));
+    let long = TokenClaims::new(&user("bob"), DEFAULT_AUDIENCE, Duration::from_secs(2 * 86_400));
+    let refused = check_claims(&long, long.iat, limits::TOKEN_LIFETIME_MAX_DEFAULT).expect_err("refused");
+    assert_eq!(
+        refused.to_string().split(';').next(),
+        Some("the token is valid for 2d (exp - iat), over the maximum token lifetime of 1d")
+    );
+}
+
+/// The PKCS#8 version 2 form (with the public key) that earlier versions
+/// wrote as token.key, and that OpenSSL 3.0 refuses.
+fn version_2_key_pem() -> String {
+    rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).expect("an Ed25519 key").serialize_pem()
+}
+
+#[test]
+fn token_key_is_written_as_pkcs8_version_1_and_old_keys_still_load() {
+    let key = TokenKey::create().expect("a key");
+    // RFC 8410's example form: SEQUENCE of 46 bytes, version 0.
+    assert!(
+        key.private_pem().starts_with("-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEI"),
+        "{}",
+        key.private_pem()
+    );
+    let old_pem = version_2_key_pem();
+    let old = TokenKey::load(&old_pem).expect("an old-format key loads");
+    assert_ne!(old.private_pem(), old_pem);
+    assert!(old.private_pem().contains("MC4CAQAw"), "normalized to version 1");
+    let again = TokenKey::load(old.private_pem()).expect("reloaded");
+    assert_eq!(again.public_pem(), old.public_pem(), "the same key");
+    let token = old.issue(&TokenClaims::new(&user("bob"), DEFAULT_AUDIENCE, hour())).expect("signed");
+    assert!(verifier_for(&again).verify(&token).is_ok());
+}
+
+#[test]
+fn openssl_reads_the_token_key_and_derives_the_same_public_key() {
+    let openssl = std::path::Path::new("/usr/bin/openssl");
+    assert!(openssl.is_file(), "this test runs the real OpenSSL and needs /usr/bin/openssl (apt-get install openssl)");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let certs = CertsDir::new(dir.path());
+    let key = TokenKey::create().expect("a key");
+    certs.write_token_key(&key).expect("written");
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(openssl).args(args).output().expect("run openssl");
+        assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).expect("text")
+    };
+    let token_key = certs.token_key();
+    let path = token_key.to_str().expect("a UTF-8 path");
+    run(&["pkey", "-in", path, "-noout"]);
+    assert_eq!(run(&["pkey", "-in", path, "-pubout"]), key.public_pem(), "OpenSSL derives token.pub");
+    let public = certs.token_public();
+    run(&["pkey", "-pubin", "-in", public.to_str().expect("a UTF-8 path"), "-noout"]);
+}
+
+#[test]
+fn dev_material_rewrites_an_old_format_token_key_as_the_same_key() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let certs = CertsDir::new(dir.path());
+    let old_pem = version_2_key_pem();
+    std::fs::write(certs.token_key(), &old_pem).expect("written");
+    let public_pem = TokenKey::load(&old_pem).expect("loads").public_pem().to_string();
+    let material = create_dev_material(dir.path(), &[DevNode { id: 1, hosts: vec![] }], &user("admin")).expect("made");
+    let rewritten = std::fs::read_to_string(certs.token_key()).expect("a file");
+    assert_eq!(rewritten, material.token_key.private_pem());
+    assert_ne!(rewritten, old_pem);
+    assert_eq!(std::fs::read_to_string(certs.token_public()).expect("a file"), public_pem, "the same key");
+}
+
+#[test]
+fn certificate_days_must_be_one_to_the_maximum() {
+    for days in [0, limits::CERTIFICATE_DAYS_MAX + 1, u32::MAX] {
+        let refused = Validity::checked_days(days).expect_err("refused");
+        assert!(matches!(refused, PkiError::Days(refused_days) if refused_days == days));
+    }
+    assert_eq!(
+        PkiError::Days(0).to_string(),
+        format!("a certificate must be valid for 1 to {} days, not 0", limits::CERTIFICATE_DAYS_MAX)
+    );
+    for days in [1, limits::CERTIFICATE_DAYS_MAX] {
+        let validity = Validity::checked_days(days).expect("accepted");
+        assert!(validity.not_after > validity.not_before);
+    }
 }

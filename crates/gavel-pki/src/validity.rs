@@ -2,6 +2,9 @@
 
 use time::{Duration, OffsetDateTime};
 
+use crate::limits::CERTIFICATE_DAYS_MAX;
+use crate::PkiError;
+
 /// The validity window of a certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Validity {
@@ -20,6 +23,16 @@ impl Validity {
     pub fn days(days: u32) -> Validity {
         let now = OffsetDateTime::now_utc();
         Validity { not_before: now - Duration::minutes(BACKDATE_MINUTES), not_after: now + Duration::days(days.into()) }
+    }
+
+    /// Valid for `days` days, refused ([`PkiError::Days`]) unless 1 to
+    /// [`CERTIFICATE_DAYS_MAX`]: a 0-day certificate would be expired when
+    /// written, and an unbounded count overflows the date.
+    pub fn checked_days(days: u32) -> Result<Validity, PkiError> {
+        if days == 0 || days > CERTIFICATE_DAYS_MAX {
+            return Err(PkiError::Days(days));
+        }
+        Ok(Validity::days(days))
     }
 
     /// Expired yesterday: for tests that a handshake refuses expired certificates.

@@ -60,13 +60,14 @@ impl Security {
         let tokens = match &self.tokens {
             None => None,
             Some(settings) => {
-                let settings = TokenVerifierSettings::from_files(
+                let files = TokenVerifierSettings::from_files(
                     &settings.audience,
                     &settings.public_keys,
                     settings.hs256_secret.as_deref(),
                 )
                 .map_err(SecurityError::Tokens)?;
-                Some(TokenVerifier::new(&settings).map_err(SecurityError::Tokens)?)
+                let verifier_settings = TokenVerifierSettings { lifetime_max: settings.lifetime_max, ..files };
+                Some(TokenVerifier::new(&verifier_settings).map_err(SecurityError::Tokens)?)
             }
         };
         Ok(Some(Arc::new(Secured { peer_tls, tokens })))
@@ -95,6 +96,10 @@ pub struct TokenSettings {
     pub public_keys: Vec<PathBuf>,
     /// A file holding an HS256 shared secret, when HS256 is allowed.
     pub hs256_secret: Option<PathBuf>,
+    /// The longest lifetime (`exp − iat`) a token may have
+    /// (`--token-lifetime-max`, [`gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT`]
+    /// by default).
+    pub lifetime_max: Duration,
 }
 
 /// Why a node's security settings cannot be used.
@@ -264,7 +269,12 @@ mod tests {
     fn tokens_without_tls_are_refused_and_no_tls_is_insecure() {
         assert!(Security::insecure().load().expect("insecure").is_none());
         let tokens_only = Security {
-            tokens: Some(TokenSettings { audience: "gavel".into(), public_keys: Vec::new(), hs256_secret: None }),
+            tokens: Some(TokenSettings {
+                audience: "gavel".into(),
+                public_keys: Vec::new(),
+                hs256_secret: None,
+                lifetime_max: gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT,
+            }),
             ..Security::default()
         };
         assert!(matches!(tokens_only.load(), Err(SecurityError::TokensWithoutTls)));

@@ -82,6 +82,7 @@ impl SecureCluster {
                 audience: AUDIENCE.into(),
                 public_keys: vec![dir.join("token.pub")],
                 hs256_secret: None,
+                lifetime_max: gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT,
             }),
             // The bootstrapping node names the first admin once it leads:
             // one command every replica applies.
@@ -187,11 +188,13 @@ impl SecureCluster {
     }
 }
 
-fn assert_unauthenticated(result: Result<pb::WhoAmIResponse, tonic::Status>, case: &str) {
+/// Asserts `UNAUTHENTICATED` with that domain code; returns the message.
+fn assert_unauthenticated(result: Result<pb::WhoAmIResponse, tonic::Status>, case: &str) -> String {
     let status = result.expect_err(case);
     assert_eq!(status.code(), Code::Unauthenticated, "{case}: {status:?}");
     let detail = read_error_detail(&status).unwrap_or_else(|| panic!("{case}: no error detail in {status:?}"));
     assert_eq!(detail.code, "UNAUTHENTICATED", "{case}");
+    status.message().to_string()
 }
 
 #[tokio::test]
@@ -301,20 +304,30 @@ async fn bad_tokens_are_unauthenticated_and_a_good_token_names_its_principal_and
         r#"{"alg":"none","typ":"JWT"}"#,
         &format!(r#"{{"sub":"user:admin","aud":"{AUDIENCE}","exp":{far_future},"iat":1}}"#),
     );
+    // Signed by the cluster's key, but breaking a rule on its claims.
+    let signed = |claims: TokenClaims| cluster.token_key.issue(&claims).expect("a token");
+    let an_hour = || TokenClaims::new(&bob, AUDIENCE, Duration::from_secs(3600));
+    let not_yet_valid = signed(TokenClaims { nbf: Some(gavel_pki::unix_seconds() + 3600), ..an_hour() });
+    let year_9999 = signed(TokenClaims { exp: 253_402_300_799, ..an_hour() });
+    let node_subject = signed(TokenClaims { sub: "node:1".to_string(), ..an_hour() });
     // A client certificate does not rescue a bad token: the token decides.
     let carol = cluster.client_cert("user:carol");
     let cases = [
-        ("tampered", tampered.as_str()),
-        ("expired", expired.as_str()),
-        ("wrong audience", wrong_audience.as_str()),
-        ("signed by another key", foreign.as_str()),
-        ("alg none", alg_none.as_str()),
-        ("garbage", "%%%.@@@.###"),
-        ("not even three parts", "definitely-not-a-jwt"),
+        ("tampered", tampered.as_str(), "signature does not verify"),
+        ("expired", expired.as_str(), "has expired"),
+        ("wrong audience", wrong_audience.as_str(), "not meant for audience"),
+        ("signed by another key", foreign.as_str(), "signature does not verify"),
+        ("alg none", alg_none.as_str(), "is not accepted"),
+        ("garbage", "%%%.@@@.###", "not a JWT"),
+        ("not even three parts", "definitely-not-a-jwt", "not a JWT"),
+        ("nbf an hour ahead", not_yet_valid.as_str(), "not valid yet: its nbf is"),
+        ("exp in year 9999", year_9999.as_str(), "over the maximum token lifetime of 1d"),
+        ("sub node:1", node_subject.as_str(), "sub node:1 is a node"),
     ];
-    for (case, token) in cases {
+    for (case, token, reason) in cases {
         let channel = cluster.channel(0, None).await.expect("connect");
-        assert_unauthenticated(cluster.who_am_i(channel, Some(token)).await, case);
+        let message = assert_unauthenticated(cluster.who_am_i(channel, Some(token)).await, case);
+        assert!(message.starts_with("bearer token refused: ") && message.contains(reason), "{case}: {message}");
         let with_cert = cluster.channel(0, Some(&carol)).await.expect("connect");
         assert_unauthenticated(cluster.who_am_i(with_cert, Some(token)).await, case);
         cluster.still_serves_a_good_client(0).await;

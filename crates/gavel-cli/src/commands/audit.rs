@@ -204,7 +204,8 @@ async fn follow(client: &Client, after: u64, execution_id: Option<String>, json:
 /// A row with fixed column widths: rows of a stream cannot be aligned on
 /// their widest cell, which is not known yet.
 fn follow_line(cells: &[String]) -> String {
-    const WIDTHS: [usize; 5] = [8, 24, 30, 24, 40];
+    // CURSOR, TIME, SOURCE, TYPE, ACTOR, PRINCIPAL, EXECUTION; DETAILS runs on.
+    const WIDTHS: [usize; 7] = [8, 24, 6, 30, 24, 24, 40];
     let mut line = String::new();
     for (index, cell) in cells.iter().enumerate() {
         match WIDTHS.get(index) {

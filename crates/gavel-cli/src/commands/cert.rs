@@ -16,7 +16,7 @@ pub struct CertArgs {
     /// The certificate directory.
     #[arg(long, env = "GAVEL_CERTS_DIR", value_name = "DIR", global = true, default_value = "certs")]
     pub certs_dir: PathBuf,
-    /// Days the new certificate is valid.
+    /// Days the new certificate is valid: 1 to 36500.
     #[arg(long, global = true)]
     pub days: Option<u32>,
     /// What to create.
@@ -70,7 +70,7 @@ pub fn run(args: CertArgs) -> Result<(), CommandError> {
                     certs.root().display()
                 )));
             }
-            let validity = Validity::days(args.days.unwrap_or(3650));
+            let validity = validity(args.days, 3650)?;
             let authority = Authority::create(&name, validity).context("creating the CA")?;
             certs.write_authority(&authority).context("writing the CA")?;
             println!("wrote {} and {}", certs.ca_cert().display(), certs.ca_key().display());
@@ -92,13 +92,20 @@ pub fn run(args: CertArgs) -> Result<(), CommandError> {
     }
 }
 
+/// `--days`, or `default_days`, as a validity window; 0 days (a certificate
+/// expired when written) and more than `CERTIFICATE_DAYS_MAX` are refused
+/// before any file is touched.
+fn validity(days: Option<u32>, default_days: u32) -> Result<Validity, CommandError> {
+    Validity::checked_days(days.unwrap_or(default_days))
+        .map_err(|error| CommandError::Usage(format!("--days: {error}")))
+}
+
 fn issue(certs: &CertsDir, principal: &Principal, hosts: &[String], days: Option<u32>) -> Result<(), CommandError> {
+    let validity = validity(days, 365)?;
     let authority = certs.load_authority().with_context(|| {
         format!("loading the CA from {} (create it with `gavel cert create-ca`)", certs.root().display())
     })?;
-    let issued = authority
-        .issue(principal, hosts, Validity::days(days.unwrap_or(365)))
-        .map_err(|error| CommandError::Usage(error.to_string()))?;
+    let issued = authority.issue(principal, hosts, validity).map_err(|error| CommandError::Usage(error.to_string()))?;
     certs.write_certificate(principal, &issued).context("writing the certificate")?;
     println!("wrote {} and {} for {principal}", certs.cert(principal).display(), certs.key(principal).display());
     Ok(())

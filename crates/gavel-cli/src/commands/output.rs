@@ -339,14 +339,21 @@ pub fn execution_json(execution: &pb::Execution) -> Value {
     })
 }
 
-/// An audit event: the envelope and every type-specific field (`null` when
-/// the event type does not define it).
+/// An audit event: the envelope, who caused it (`principal`, the
+/// authenticated caller; `null` for system events and on `--insecure`
+/// nodes), whether an application recorded it (`recordedByApplication`, with
+/// its `payload` and `attributes`), and every type-specific field (`null`
+/// when the event type does not define it).
 pub fn event_json(event: &pb::Event) -> Value {
     json!({
         "cursor": event.cursor,
         "type": event.r#type,
+        "recordedByApplication": event.recorded_by_application,
         "timestampMs": event.timestamp_ms,
         "actor": actor_json(event.actor.as_ref()),
+        "principal": event.principal,
+        "subjectPrincipal": event.subject_principal,
+        "grant": event.grant,
         "executionId": event.execution_id,
         "capabilityId": event.capability_id,
         "approvalId": event.approval_id,
@@ -361,12 +368,22 @@ pub fn event_json(event: &pb::Event) -> Value {
         "attempts": event.attempts,
         "previousErrorCode": event.previous_error_code,
         "executedBeforeFailure": event.executed_before_failure.and_then(executed_before_failure),
+        "payload": event.payload_json.as_deref().map_or(Value::Null, embedded_json),
+        "attributes": event.attributes,
     })
 }
 
-/// The type-specific fields of an event as `key=value` words, for tables.
+/// The type-specific fields of an event as `key=value` words, for tables:
+/// the subject and grant of an access change, an application event's
+/// payload and attributes (compact JSON), and the lifecycle fields.
 pub fn event_details(event: &pb::Event) -> String {
     let mut words = Vec::new();
+    if let Some(subject) = &event.subject_principal {
+        words.push(format!("subject={subject}"));
+    }
+    if let Some(grant) = &event.grant {
+        words.push(format!("grant={grant}"));
+    }
     if let Some(approval_id) = &event.approval_id {
         words.push(format!("approval={approval_id}"));
     }
@@ -397,19 +414,36 @@ pub fn event_details(event: &pb::Event) -> String {
     if let Some(executed) = event.executed_before_failure.and_then(executed_before_failure) {
         words.push(format!("executedBeforeFailure={executed}"));
     }
+    if let Some(payload) = &event.payload_json {
+        words.push(format!("payload={}", compact_json(payload)));
+    }
+    if !event.attributes.is_empty() {
+        words.push(format!("attributes={}", json!(event.attributes)));
+    }
     words.join(" ")
 }
 
 /// The column headers of [`event_row`].
-pub const EVENT_HEADERS: [&str; 6] = ["CURSOR", "TIME", "TYPE", "ACTOR", "EXECUTION", "DETAILS"];
+pub const EVENT_HEADERS: [&str; 8] = ["CURSOR", "TIME", "SOURCE", "TYPE", "ACTOR", "PRINCIPAL", "EXECUTION", "DETAILS"];
+
+/// The SOURCE of an event an application recorded (`RecordEvent`): its type
+/// is the application's choice, so a table marks it rather than let it pass
+/// for one of Gavel's own (`capability.approved.by-cfo` is not an approval).
+pub const SOURCE_APPLICATION: &str = "app";
+
+/// The SOURCE of an event Gavel's state machine wrote.
+pub const SOURCE_GAVEL: &str = "gavel";
 
 /// One event as a table row.
 pub fn event_row(event: &pb::Event) -> Vec<String> {
+    let source = if event.recorded_by_application { SOURCE_APPLICATION } else { SOURCE_GAVEL };
     vec![
         event.cursor.to_string(),
         time(event.timestamp_ms),
+        source.to_string(),
         event.r#type.clone(),
         actor_text(event.actor.as_ref()),
+        or_dash(event.principal.as_deref()),
         or_dash(event.execution_id.as_deref()),
         event_details(event),
     ]
@@ -452,6 +486,49 @@ mod tests {
         assert_eq!(time(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(time(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(time(1_735_689_599_999), "2024-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn an_application_event_is_marked_and_shows_who_recorded_it_and_its_payload() {
+        let recorded = pb::Event {
+            cursor: 7,
+            r#type: "capability.approved.by-cfo".to_string(),
+            actor: Some(pb::Actor {
+                id: "mallory".to_string(),
+                kind: pb::ActorKind::User as i32,
+                ..Default::default()
+            }),
+            execution_id: Some("victim-1".to_string()),
+            principal: Some("user:mallory".to_string()),
+            recorded_by_application: true,
+            payload_json: Some(r#"{"ok":true}"#.to_string()),
+            attributes: [("tenant".to_string(), "t1".to_string())].into(),
+            ..pb::Event::default()
+        };
+        let row = event_row(&recorded);
+        assert_eq!(row.len(), EVENT_HEADERS.len());
+        assert_eq!(&row[2..7], ["app", "capability.approved.by-cfo", "user:mallory", "user:mallory", "victim-1"]);
+        assert_eq!(row[7], r#"payload={"ok":true} attributes={"tenant":"t1"}"#);
+        let document = event_json(&recorded);
+        assert_eq!(document["recordedByApplication"], true);
+        assert_eq!(document["principal"], "user:mallory");
+        assert_eq!(document["payload"], json!({ "ok": true }));
+        assert_eq!(document["attributes"], json!({ "tenant": "t1" }));
+
+        let granted = pb::Event {
+            r#type: "access.granted".to_string(),
+            principal: Some("user:admin".to_string()),
+            subject_principal: Some("user:bob".to_string()),
+            grant: Some("approver".to_string()),
+            ..pb::Event::default()
+        };
+        let row = event_row(&granted);
+        assert_eq!((row[2].as_str(), row[5].as_str()), ("gavel", "user:admin"));
+        assert_eq!(row[7], "subject=user:bob grant=approver");
+        let document = event_json(&granted);
+        assert_eq!(document["recordedByApplication"], false);
+        assert_eq!((&document["subjectPrincipal"], &document["grant"]), (&json!("user:bob"), &json!("approver")));
+        assert_eq!(document["payload"], Value::Null);
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use gavel_pki::{CertsDir, GrantName, Principal, TokenClaims, TokenKey, DEFAULT_AUDIENCE};
+use gavel_pki::limits::{TOKEN_LIFETIME_MAX_CEILING, TOKEN_LIFETIME_MAX_DEFAULT};
+use gavel_pki::{check_claims, CertsDir, GrantName, Principal, TokenClaims, TokenKey, DEFAULT_AUDIENCE};
 
 use super::CommandError;
 
@@ -30,9 +31,14 @@ pub enum TokenCommand {
         /// narrow what the principal is granted.
         #[arg(long, value_delimiter = ',', value_parser = parse_role)]
         roles: Option<Vec<GrantName>>,
-        /// How long the token is valid: 90s, 30m, 12h, 7d (a bare number is seconds).
+        /// How long the token is valid: 90s, 30m, 12h, 7d (a bare number is
+        /// seconds); at most --lifetime-max.
         #[arg(long, default_value = "1h", value_parser = parse_ttl)]
         ttl: Duration,
+        /// The nodes' --token-lifetime-max (default 24h): a token living longer
+        /// would be refused by them, so it is not issued.
+        #[arg(long, value_name = "DURATION", value_parser = parse_lifetime_max)]
+        lifetime_max: Option<Duration>,
         /// The audience (`aud`), as the nodes' --token-audience.
         #[arg(long, default_value = DEFAULT_AUDIENCE)]
         audience: String,
@@ -49,8 +55,21 @@ fn parse_role(text: &str) -> Result<GrantName, String> {
     GrantName::parse(text).ok_or_else(|| format!("unknown grant {text:?}"))
 }
 
+/// Parses a token lifetime bound like [`parse_ttl`], at most
+/// [`TOKEN_LIFETIME_MAX_CEILING`] (`--token-lifetime-max`, `--lifetime-max`).
+pub(crate) fn parse_lifetime_max(text: &str) -> Result<Duration, String> {
+    let lifetime = parse_ttl(text)?;
+    if lifetime > TOKEN_LIFETIME_MAX_CEILING {
+        return Err(format!(
+            "{text:?} is over the ceiling of {} days: a credential meant to live longer should be a client certificate",
+            TOKEN_LIFETIME_MAX_CEILING.as_secs() / 86_400
+        ));
+    }
+    Ok(lifetime)
+}
+
 /// Parses `90s`, `30m`, `12h`, `7d` or a bare number of seconds.
-fn parse_ttl(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, unit_seconds) = match text.char_indices().last() {
         Some((index, 's')) => (&text[..index], 1),
@@ -67,15 +86,18 @@ fn parse_ttl(text: &str) -> Result<Duration, String> {
 /// Runs one `gavel token` command.
 pub fn run(args: TokenArgs) -> Result<(), CommandError> {
     match args.command {
-        TokenCommand::Issue { sub, roles, ttl, audience, key, certs_dir } => {
-            let path = key.unwrap_or_else(|| CertsDir::new(certs_dir).token_key());
-            let key = TokenKey::load_file(&path).with_context(|| {
-                format!("loading the token key {} (`gavel cert create-ca` creates one)", path.display())
-            })?;
+        TokenCommand::Issue { sub, roles, ttl, lifetime_max, audience, key, certs_dir } => {
             let mut claims = TokenClaims::new(&sub, &audience, ttl);
             if let Some(roles) = roles {
                 claims = claims.with_roles(&roles);
             }
+            // The rules a node applies: refuse here what every node would refuse.
+            check_claims(&claims, claims.iat, lifetime_max.unwrap_or(TOKEN_LIFETIME_MAX_DEFAULT))
+                .map_err(|refusal| CommandError::Usage(format!("not issuing this token: {refusal}")))?;
+            let path = key.unwrap_or_else(|| CertsDir::new(certs_dir).token_key());
+            let key = TokenKey::load_file(&path).with_context(|| {
+                format!("loading the token key {} (`gavel cert create-ca` creates one)", path.display())
+            })?;
             let token = key.issue(&claims).context("signing the token")?;
             println!("{token}");
             Ok(())
@@ -97,5 +119,14 @@ mod tests {
         for bad in ["", "h", "0s", "-1h", "1y", "99999999999999999999d"] {
             assert!(parse_ttl(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn lifetime_bounds_stop_at_the_ceiling() {
+        assert_eq!(parse_lifetime_max("7d"), Ok(Duration::from_secs(604_800)));
+        assert_eq!(parse_lifetime_max("366d"), Ok(TOKEN_LIFETIME_MAX_CEILING));
+        let refused = parse_lifetime_max("367d").expect_err("over the ceiling");
+        assert!(refused.contains("client certificate"), "{refused}");
+        assert!(parse_lifetime_max("0s").is_err());
     }
 }

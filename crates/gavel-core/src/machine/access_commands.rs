@@ -104,9 +104,9 @@ impl State {
     fn check_lease_holder(&self, caller: &Caller, worker: &Grant, lease_id: u64) -> Result<(), DomainError> {
         let Some(record) = self.leases.get(lease_id) else { return Ok(()) };
         if record.principal.as_ref() != Some(&caller.principal) {
-            let holder = record.principal.as_ref().map_or("an unauthenticated worker".to_string(), |p| p.to_string());
+            // Never name the holder: a refusal must not reveal another principal.
             return Err(denied(format!(
-                "{} may not use lease {lease_id}: it was granted to {holder}",
+                "{} may not use lease {lease_id}: it was granted to another principal",
                 caller.principal
             )));
         }

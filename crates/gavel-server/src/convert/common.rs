@@ -23,7 +23,10 @@ pub fn timestamp_out(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Decodes a required actor: a missing or ill-formed actor is `UNAUTHENTICATED`.
+/// Decodes a required actor: a missing actor is `UNAUTHENTICATED` (nobody is
+/// named, and on a node without credentials nobody else says who calls); an
+/// unknown kind is `INVALID_ARGUMENT`, like every ill-formed actor
+/// ([`gavel_core::validate::check_actor`]).
 pub fn actor_in(field: &str, actor: Option<&pb::Actor>) -> Result<Actor, DomainError> {
     let actor = actor.ok_or_else(|| DomainError::new(ErrorCode::Unauthenticated, format!("{field} is required")))?;
     let kind = match pb::ActorKind::try_from(actor.kind) {
@@ -32,10 +35,10 @@ pub fn actor_in(field: &str, actor: Option<&pb::Actor>) -> Result<Actor, DomainE
         Ok(pb::ActorKind::Automation) => ActorKind::Automation,
         Ok(pb::ActorKind::Anonymous) => ActorKind::Anonymous,
         Ok(pb::ActorKind::Unspecified) | Err(_) => {
-            return Err(DomainError::new(
-                ErrorCode::Unauthenticated,
-                format!("{field}.kind must be user, service, automation or anonymous"),
-            ))
+            return Err(DomainError::invalid(format!(
+                "{field}.kind must be user, service, automation or anonymous, not {}",
+                actor.kind
+            )))
         }
     };
     Ok(Actor {

@@ -35,8 +35,9 @@ export const file_gavel_v1_common: GenFile = /*@__PURE__*/
  */
 export type Actor = Message<"gavel.v1.Actor"> & {
   /**
-   * Stable identifier of the actor. Must be non-empty; a missing or empty
-   * actor on a request is refused as UNAUTHENTICATED.
+   * Stable identifier of the actor. Must be non-empty; an empty or
+   * over-long id is refused as INVALID_ARGUMENT (a missing actor, on a node
+   * without credentials, as UNAUTHENTICATED).
    *
    * @generated from field: string id = 1;
    */

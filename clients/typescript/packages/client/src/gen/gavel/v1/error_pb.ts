@@ -27,10 +27,11 @@ export const file_gavel_v1_error: GenFile = /*@__PURE__*/
  * 2. The domain code alone, in the ASCII metadata (trailer) key
  *    "gavel-error-code".
  *
- * The gRPC status code gives the family: INVALID_ARGUMENT for bad input,
- * NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION for refusals by state (for
- * example APPROVAL_CONSUMED, LEASE_LOST), UNAUTHENTICATED for a missing or
- * ill-formed actor, UNAVAILABLE with retry_after_ms while no leader is known.
+ * The gRPC status code gives the family: INVALID_ARGUMENT for bad input (an
+ * ill-formed actor included), NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION
+ * for refusals by state (for example APPROVAL_CONSUMED, LEASE_LOST),
+ * UNAUTHENTICATED for a missing or refused credential, UNAVAILABLE with
+ * retry_after_ms while no leader is known.
  *
  * @generated from message gavel.v1.ErrorDetail
  */
