@@ -233,6 +233,14 @@ fn table(approval_types: &[String]) -> Vec<(&'static str, Operation<'_>, Allowed
             Allowed::OneOf(&[GrantName::Admin]),
         ),
         (
+            "SetQuota",
+            Operation::Command(|_| Command::SetQuota {
+                principal: user("newcomer"),
+                change: gavel_core::QuotaChange { pending_approvals_max: Some(5), ..Default::default() },
+            }),
+            Allowed::OneOf(&[GrantName::Admin]),
+        ),
+        (
             "RecordEvent",
             Operation::Command(|principal| {
                 Command::RecordEvent(gavel_core::RecordEvent {
@@ -300,6 +308,7 @@ fn row_name(command: &Command) -> &'static str {
         Command::BootstrapAdmin { .. } => "BootstrapAdmin",
         Command::Tick { .. } => "Tick",
         Command::RecordEvent(_) => "RecordEvent",
+        Command::SetQuota { .. } => "SetQuota",
     }
 }
 
