@@ -94,6 +94,12 @@ impl State {
         }
     }
 
+    /// Whether `command` is a write that counts against its principal's
+    /// quotas (the edge counts those it has in flight).
+    pub fn counts_against_quota(&self, command: &Command) -> bool {
+        self.quota_cost(command).is_some()
+    }
+
     /// Whether the dedup table holds `request_id` for this very command by
     /// `principal`, unexpired: `apply` will answer it from there.
     fn remembers(&self, request_id: Option<&str>, principal: &Principal, command: &Command) -> bool {
@@ -160,6 +166,12 @@ impl State {
     /// `principal`'s limits, usage and write tokens at the cluster clock.
     pub fn quota(&self, principal: &Principal) -> QuotaView {
         self.quotas.view(principal, self.clock_ms)
+    }
+
+    /// [`State::quota`] at `now_ms` (or the cluster clock, if later): a read
+    /// sees the tokens refilled since the last write.
+    pub fn quota_at(&self, principal: &Principal, now_ms: u64) -> QuotaView {
+        self.quotas.view(principal, self.clock_ms.max(now_ms))
     }
 
     /// [`State::quota`] of every principal with an override or usage, in
