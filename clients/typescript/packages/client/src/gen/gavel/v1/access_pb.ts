@@ -409,6 +409,8 @@ export const SetQuotaRequestSchema: GenMessage<SetQuotaRequest> = /*@__PURE__*/
  */
 export type SetQuotaResponse = Message<"gavel.v1.SetQuotaResponse"> & {
   /**
+   * The principal's quota, as changed.
+   *
    * @generated from field: gavel.v1.Quota quota = 1;
    */
   quota?: Quota | undefined;
@@ -449,6 +451,8 @@ export const GetQuotaRequestSchema: GenMessage<GetQuotaRequest> = /*@__PURE__*/
  */
 export type GetQuotaResponse = Message<"gavel.v1.GetQuotaResponse"> & {
   /**
+   * The principal's quota and usage.
+   *
    * @generated from field: gavel.v1.Quota quota = 1;
    */
   quota?: Quota | undefined;
@@ -483,6 +487,8 @@ export const ListQuotasRequestSchema: GenMessage<ListQuotasRequest> = /*@__PURE_
  */
 export type ListQuotasResponse = Message<"gavel.v1.ListQuotasResponse"> & {
   /**
+   * One per principal with an override or usage.
+   *
    * @generated from field: repeated gavel.v1.Quota quotas = 1;
    */
   quotas: Quota[];
