@@ -30,9 +30,12 @@ const ADMIN: &str = "user:admin";
 const FLOODER: &str = "user:flooder";
 const OTHER: &str = "user:other";
 
-/// The flooder's quotas: the flood is a few hundred creates.
+/// The flooder's quotas: the flood is a few hundred creates. The rate is
+/// far below what four loops send (hundreds per second even on a loaded
+/// machine), so the burst always runs out before the count quota is
+/// reached, and both refusals are always seen.
 const FLOODER_PENDING_MAX: u64 = 300;
-const FLOODER_WRITES_PER_SECOND: u64 = 200;
+const FLOODER_WRITES_PER_SECOND: u64 = 50;
 const FLOODER_WRITE_BURST: u64 = 100;
 
 /// Concurrent flood loops, each creating as fast as it is answered.
@@ -51,10 +54,11 @@ const OTHER_CALLS: usize = 150;
 /// is printed, not asserted: on two cores shared by the node processes,
 /// this test's own flood loops and other work, a refusal still costs TLS,
 /// decoding and the edge check on the leader, and that CPU shows in the
-/// other's tail (5.8x its p99 in one run here, with the median within
-/// bound); what the quota removes is the log entry, the fsync and the
-/// apply of each refused write (docs/decisions.md).
-const P50_RATIO_MAX: f64 = 3.0;
+/// other's tail (1.6x to 7.4x its p99 across runs here, the median 1.7x to
+/// 2.7x; the bound leaves room for a busier machine); what the quota
+/// removes is the log entry, the fsync and the apply of each refused write
+/// (docs/decisions.md).
+const P50_RATIO_MAX: f64 = 4.0;
 
 /// Log entries the leader may apply besides the accepted writes during the
 /// flood (ticks, the bootstrap's tail): far fewer than the refusals.
