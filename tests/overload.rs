@@ -365,6 +365,9 @@ async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
         .grant(&loader, &[GrantName::Submitter, GrantName::Worker], support::WAIT)
         .await
         .unwrap_or_else(|error| panic!("granting the loader: {error}"));
+    // This test measures the node's admission bound, not the loader's
+    // quotas: one principal creates tens of thousands of approvals here.
+    cluster.set_quota(gavel_testkit::unthrottled(&loader)).await.unwrap_or_else(|error| panic!("{error}"));
     let leader = cluster.wait_for_leader(support::WAIT).await.unwrap_or_else(|error| panic!("{error}"));
     let tls: ClientTls = cluster.credentials(&loader).expect("loader credentials");
     let channel_to = |id: u64| {

@@ -165,6 +165,9 @@ impl LocalCluster {
         };
         if !insecure {
             cluster.grant(&bench_principal(), &BENCH_GRANTS, WAIT).await?;
+            // The bench is one principal writing as fast as the cluster
+            // goes: past the default quotas by design (docs/limits.md).
+            cluster.set_quota(gavel_testkit::unthrottled(&bench_principal())).await?;
         }
         Ok(LocalCluster { cluster, net, metrics_addrs, dir: Some(dir) })
     }

@@ -14,6 +14,10 @@ use tonic::{Code, Status};
 
 /// Whether `status` is a node's overload refusal, which a retry after its
 /// hinted delay may get past: `RESOURCE_EXHAUSTED` with a `retry_after_ms`.
+/// That includes a principal over its write rate (`QUOTA_EXCEEDED`,
+/// `quota_kind` `write_rate`, the hint is when its bucket holds a token),
+/// but not one over a count quota (`QUOTA_EXCEEDED` without a hint: only
+/// finishing or cancelling records helps, so it is not retried).
 /// Any other `RESOURCE_EXHAUSTED` (a message over a size limit, say) stays
 /// refused however often it is sent.
 pub(crate) fn is_overload(status: &Status) -> bool {
@@ -73,6 +77,23 @@ mod tests {
         assert!(is_overload(&overload_refusal()));
         assert!(!is_overload(&Status::resource_exhausted("message too large")));
         assert!(!is_overload(&Status::unavailable("no leader")));
+    }
+
+    #[test]
+    fn a_write_rate_refusal_is_retried_after_its_hint_and_a_count_refusal_is_not() {
+        let quota = |retry_after_ms: Option<u64>| {
+            let detail = gavel_proto::v1::ErrorDetail {
+                code: "QUOTA_EXCEEDED".to_string(),
+                message: "over quota".to_string(),
+                retry_after_ms,
+                quota_kind: Some(if retry_after_ms.is_some() { "write_rate" } else { "pending_approvals" }.to_string()),
+                ..Default::default()
+            };
+            gavel_proto::error_detail::detail_status(Code::ResourceExhausted, detail)
+        };
+        assert!(is_overload(&quota(Some(250))));
+        assert!(!is_overload(&quota(None)));
+        assert!(!is_transport_reset(&quota(None)));
     }
 
     #[test]

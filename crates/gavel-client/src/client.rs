@@ -415,6 +415,12 @@ impl Client {
         read list_grants = list, AccessServiceClient, pb::ListGrantsRequest, pb::ListGrantsResponse);
     rpc!(/// Who the cluster authenticates this client as, and its grants.
         read who_am_i, AccessServiceClient, pb::WhoAmIRequest, pb::WhoAmIResponse);
+    rpc!(/// Changes a principal's quotas (admin).
+        mutating set_quota, AccessServiceClient, pb::SetQuotaRequest, pb::SetQuotaResponse);
+    rpc!(/// One principal's quota and usage (one's own, or any as admin).
+        read get_quota, AccessServiceClient, pb::GetQuotaRequest, pb::GetQuotaResponse);
+    rpc!(/// Every principal with a quota override or usage (admin).
+        read list_quotas, AccessServiceClient, pb::ListQuotasRequest, pb::ListQuotasResponse);
 
     /// Long-polls until the execution is final or `timeout_ms` passes.
     pub async fn wait_execution(&self, request: pb::WaitExecutionRequest) -> Result<pb::WaitExecutionResponse, Error> {

@@ -47,6 +47,27 @@ impl AccessService for Echo {
             .collect();
         Ok(Response::new(pb::WhoAmIResponse { principal, grants: Vec::new(), token_scope: authorization }))
     }
+
+    async fn set_quota(
+        &self,
+        _request: Request<pb::SetQuotaRequest>,
+    ) -> Result<Response<pb::SetQuotaResponse>, Status> {
+        Err(Status::unimplemented("not part of this TLS test"))
+    }
+
+    async fn get_quota(
+        &self,
+        _request: Request<pb::GetQuotaRequest>,
+    ) -> Result<Response<pb::GetQuotaResponse>, Status> {
+        Err(Status::unimplemented("not part of this TLS test"))
+    }
+
+    async fn list_quotas(
+        &self,
+        _request: Request<pb::ListQuotasRequest>,
+    ) -> Result<Response<pb::ListQuotasResponse>, Status> {
+        Err(Status::unimplemented("not part of this TLS test"))
+    }
 }
 
 struct TlsServer {

@@ -367,8 +367,9 @@ impl Approvals {
     /// open ones whose expiry is: a pending record expires at `expires_at`,
     /// an approved one can no longer be resumed after it either, so
     /// retention counts from there for both (they stay hot until then).
-    /// Returns how many were dropped.
-    pub(crate) fn compact(&mut self, horizon: Option<u64>) -> u32 {
+    /// Returns how many were dropped; `pending_dropped` is told the
+    /// requesting principal of every dropped pending one.
+    pub(crate) fn compact(&mut self, horizon: Option<u64>, mut pending_dropped: impl FnMut(&Principal)) -> u32 {
         let Some(horizon) = horizon else { return 0 };
         let expired: Vec<(u64, String)> = self
             .records
@@ -377,7 +378,10 @@ impl Approvals {
             .map(|approval| (approval.requested_at_ms, approval.id.clone()))
             .collect();
         for key in &expired {
-            self.records.remove(&key.1);
+            let approval = self.records.remove(&key.1).expect("the key was just read from the records");
+            if let (StoredApprovalStatus::Pending, Some(requester)) = (approval.status, &approval.requester_principal) {
+                pending_dropped(requester);
+            }
             self.by_time.remove(key);
         }
         let mut dropped = expired.len();

@@ -139,6 +139,19 @@ pub enum EventKind {
         /// Which grant.
         grant: GrantName,
     },
+    /// An admin changed a principal's quotas; the limits it now has.
+    QuotaSet {
+        /// Whose quotas.
+        principal: Principal,
+        /// Its pending approvals quota.
+        pending_approvals_max: u64,
+        /// Its non-final executions quota.
+        active_executions_max: u64,
+        /// Its write rate, per second.
+        writes_per_second: u64,
+        /// Its write burst.
+        write_burst: u64,
+    },
     /// An application's own event, appended with `RecordEvent`: its type,
     /// payload and attributes are the application's; the event's principal
     /// says who recorded it.
@@ -155,7 +168,7 @@ pub enum EventKind {
 
 /// The type name of every event Gavel writes itself: an application may not
 /// record an event of one of these types, so a reader can trust them.
-pub const GAVEL_EVENT_TYPES: [&str; 16] = [
+pub const GAVEL_EVENT_TYPES: [&str; 17] = [
     "capability.registered",
     "capability.requested",
     "capability.approval_requested",
@@ -172,6 +185,7 @@ pub const GAVEL_EVENT_TYPES: [&str; 16] = [
     "lease.late_report_rejected",
     "access.granted",
     "access.revoked",
+    "quota.set",
 ];
 
 /// What [`EventKind::type_name`] names an application event by; its own
@@ -209,6 +223,7 @@ impl EventKind {
             EventKind::LateReportRejected { .. } => "lease.late_report_rejected",
             EventKind::AccessGranted { .. } => "access.granted",
             EventKind::AccessRevoked { .. } => "access.revoked",
+            EventKind::QuotaSet { .. } => "quota.set",
             EventKind::Recorded { .. } => APPLICATION_EVENT_TYPE_NAME,
         }
     }

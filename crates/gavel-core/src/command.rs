@@ -8,6 +8,7 @@ use crate::access::{Caller, Grant, GrantName, Principal};
 use crate::audit::Event;
 use crate::error::DomainError;
 use crate::model::{Actor, Approval, ApprovalStatus, Capability, Execution, Lease, ReportOutcome, Risk, SideEffect};
+use crate::quotas::{QuotaChange, QuotaView};
 
 /// One replicated command: the leader's clock reading plus what to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +119,13 @@ pub enum Command {
         principal: Principal,
         /// Which grant.
         name: GrantName,
+    },
+    /// Change one principal's quotas (admin only). An audit event.
+    SetQuota {
+        /// Whose quotas.
+        principal: Principal,
+        /// What changes.
+        change: QuotaChange,
     },
     /// Append an application's own event to the audit trail
     /// (`AuditService.RecordEvent`).
@@ -359,6 +367,8 @@ pub enum Reply {
         /// Every grant it now holds.
         grants: Vec<Grant>,
     },
+    /// A principal's quota after a `SetQuota`.
+    Quota(QuotaView),
     /// The command was refused; nothing changed except, where noted, the audit trail.
     Error(DomainError),
 }

@@ -166,6 +166,7 @@ pub(crate) enum RememberedReply {
     Reported { execution_id: String, retry_scheduled: bool },
     Ticked { leases_expired: u32, backoffs_ended: u32, records_compacted: u32 },
     Grants { principal: Principal },
+    Quota { principal: Principal },
     Event { cursor: u64 },
 }
 
@@ -196,6 +197,7 @@ impl RememberedReply {
                 records_compacted: *records_compacted,
             },
             Reply::Grants { principal, .. } => RememberedReply::Grants { principal: principal.clone() },
+            Reply::Quota(view) => RememberedReply::Quota { principal: view.principal.clone() },
             Reply::Event(event) => RememberedReply::Event { cursor: event.cursor },
         }
     }

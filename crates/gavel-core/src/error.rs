@@ -48,6 +48,9 @@ pub enum ErrorCode {
     ExecutionFinal,
     /// A request id was reused for a different command.
     RequestIdReused,
+    /// The caller's principal is over one of its quotas (pending approvals,
+    /// non-final executions, or its write rate); the refusal says which.
+    QuotaExceeded,
 }
 
 impl ErrorCode {
@@ -73,6 +76,7 @@ impl ErrorCode {
             ErrorCode::LeaseLost => "LEASE_LOST",
             ErrorCode::ExecutionFinal => "EXECUTION_FINAL",
             ErrorCode::RequestIdReused => "REQUEST_ID_REUSED",
+            ErrorCode::QuotaExceeded => "QUOTA_EXCEEDED",
         }
     }
 
@@ -96,6 +100,7 @@ impl ErrorCode {
             | ErrorCode::ApprovalInputMismatch
             | ErrorCode::LeaseLost
             | ErrorCode::ExecutionFinal => ErrorClass::FailedPrecondition,
+            ErrorCode::QuotaExceeded => ErrorClass::ResourceExhausted,
         }
     }
 }
@@ -121,6 +126,8 @@ pub enum ErrorClass {
     PermissionDenied,
     /// Wrong state for the transition.
     FailedPrecondition,
+    /// Over a quota of the caller's principal.
+    ResourceExhausted,
 }
 
 /// A refusal: a stable code, a message a person can act on, and, for
@@ -137,6 +144,43 @@ pub struct DomainError {
     /// For a decide, cancel or consume refused because of the approval's
     /// state: that state, so a client can say why without a second read.
     pub approval: Option<RefusedApproval>,
+    /// For `QUOTA_EXCEEDED`: which quota, and when a retry may pass.
+    #[serde(default)]
+    pub quota: Option<RefusedQuota>,
+}
+
+/// Which quota of a principal refused a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum QuotaKind {
+    /// Its pending approvals are at its quota.
+    PendingApprovals,
+    /// Its non-final executions are at its quota.
+    ActiveExecutions,
+    /// Its write token bucket is empty.
+    WriteRate,
+}
+
+impl QuotaKind {
+    /// The stable name (metrics label, CLI): `pending_approvals`,
+    /// `active_executions`, `write_rate`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaKind::PendingApprovals => "pending_approvals",
+            QuotaKind::ActiveExecutions => "active_executions",
+            QuotaKind::WriteRate => "write_rate",
+        }
+    }
+}
+
+/// The quota a `QUOTA_EXCEEDED` refusal was about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedQuota {
+    /// Which quota.
+    pub kind: QuotaKind,
+    /// For the write rate: milliseconds of cluster time until the bucket
+    /// holds a token again. `None` for a count, which only finishing or
+    /// cancelling records frees.
+    pub retry_after_ms: Option<u64>,
 }
 
 /// The state of the approval a refusal was about, when it was refused.
@@ -151,17 +195,25 @@ pub struct RefusedApproval {
 impl DomainError {
     /// A refusal with one message and no problem list.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        DomainError { code, message: message.into(), problems: Vec::new(), approval: None }
+        DomainError { code, message: message.into(), problems: Vec::new(), approval: None, quota: None }
     }
 
     /// A validation refusal listing every problem found.
     pub fn with_problems(code: ErrorCode, message: impl Into<String>, problems: Vec<String>) -> Self {
-        DomainError { code, message: message.into(), problems, approval: None }
+        DomainError { code, message: message.into(), problems, approval: None, quota: None }
     }
 
     /// This refusal, saying which state the approval it is about was in.
     pub fn with_approval(self, approval: RefusedApproval) -> Self {
         DomainError { approval: Some(approval), ..self }
+    }
+
+    /// `QUOTA_EXCEEDED` for `kind`, with the retry hint of a rate refusal.
+    pub fn quota_exceeded(kind: QuotaKind, retry_after_ms: Option<u64>, message: impl Into<String>) -> Self {
+        DomainError {
+            quota: Some(RefusedQuota { kind, retry_after_ms }),
+            ..DomainError::new(ErrorCode::QuotaExceeded, message)
+        }
     }
 
     /// `INVALID_ARGUMENT` with a message.

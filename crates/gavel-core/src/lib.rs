@@ -20,8 +20,8 @@
 //! approvals (`approvals.rs`), executions with their queues, backoffs and
 //! finalized index (`executions.rs`), leases with their deadlines and
 //! the principal each was granted to (`leases.rs`), the audit log
-//! (`audit.rs`), the dedup table (`dedup.rs`) and the grant bindings
-//! (`grants.rs`). Who may do what is decided in `apply` at the command's
+//! (`audit.rs`), the dedup table (`dedup.rs`), the grant bindings
+//! (`grants.rs`) and the per-principal quotas (`quotas.rs`). Who may do what is decided in `apply` at the command's
 //! log position, against those bindings (`machine/access_commands.rs`;
 //! the types are in [`access`]); a command without a caller comes from a
 //! node started with `--insecure` and is not checked. `machine.rs` and its children orchestrate `apply` and `Tick`
@@ -56,6 +56,7 @@ pub mod machine;
 pub mod model;
 pub mod mutants;
 pub mod precheck;
+mod quotas;
 pub mod registry;
 pub mod retry;
 pub mod validate;
@@ -71,6 +72,7 @@ pub use command::{
     ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, RecordEvent, Reply, Retention, RetrySpec,
     Submit, Task,
 };
-pub use error::{DomainError, ErrorClass, ErrorCode, RefusedApproval};
+pub use error::{DomainError, ErrorClass, ErrorCode, QuotaKind, RefusedApproval, RefusedQuota};
 pub use machine::{SnapshotError, State, StateCounts};
 pub use model::*;
+pub use quotas::{QuotaChange, QuotaLimits, QuotaUsage, QuotaView};

@@ -123,3 +123,48 @@ pub const GRANT_SCOPE_ITEMS_MAX: usize = 64;
 /// cluster time, in milliseconds (one day). A wider bound is no bound: it
 /// lets a caller move an approval's expiry by more than its whole validity.
 pub const CLOCK_SKEW_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+
+/// Default most pending approvals one principal may have requested (its
+/// own `CreateApproval`s and the approvals its `Submit`s of an
+/// approval-requiring capability created), counted until each is decided,
+/// cancelled or dropped by retention. Open approvals are hot: they live in
+/// every replica's memory. An attacker once created 300,000 in 110 s and
+/// grew every node to 530 MB; ten thousand is far above what a person can
+/// decide in an approval's validity, and an admin raises it per principal
+/// (`gavel access quota set`).
+pub const PENDING_APPROVALS_PER_PRINCIPAL_DEFAULT: u64 = 10_000;
+
+/// Default most non-final executions one principal may own (those it
+/// submitted, or resumed from an approval it requested). Non-final
+/// executions are hot like pending approvals, but a healthy fleet keeps a
+/// backlog of queued work, so the bound is ten times higher.
+pub const ACTIVE_EXECUTIONS_PER_PRINCIPAL_DEFAULT: u64 = 100_000;
+
+/// Default sustained write rate of one principal, in commands per second
+/// of cluster time (the token bucket's refill). Every write costs a log
+/// entry on a majority's disk; this is about half of what this project's
+/// three-node cluster sustains on two cores (docs/performance.md), so one
+/// principal cannot take the whole cluster by default.
+pub const WRITES_PER_SECOND_DEFAULT: u64 = 1_000;
+
+/// Default token-bucket size of one principal's writes: how many it may
+/// send at once after being idle (two seconds of its rate).
+pub const WRITE_BURST_DEFAULT: u64 = 2_000;
+
+/// Largest count quota (pending approvals, non-final executions) an admin
+/// may set. Above this a quota no longer bounds memory; ten million pending
+/// approvals would be gigabytes per replica.
+pub const QUOTA_COUNT_MAX: u64 = 10_000_000;
+
+/// Largest write rate an admin may set, in commands per second: far above
+/// what any cluster applies, so it means "unthrottled" without overflowing
+/// the bucket's arithmetic (milli-tokens in a u64).
+pub const QUOTA_WRITES_PER_SECOND_MAX: u64 = 1_000_000;
+
+/// Largest write burst an admin may set (tokens in the bucket).
+pub const QUOTA_WRITE_BURST_MAX: u64 = 10_000_000;
+
+/// Most principals with a quota override. Overrides live in every replica
+/// and snapshot; like [`PRINCIPALS_WITH_GRANTS_MAX`], enough for every
+/// principal of a large fleet.
+pub const QUOTA_OVERRIDES_MAX: usize = 10_000;

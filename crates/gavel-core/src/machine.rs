@@ -17,6 +17,7 @@ mod access_commands;
 mod approval_commands;
 mod execution_commands;
 mod ownership;
+mod quota_commands;
 mod recall;
 
 use std::borrow::Cow;
@@ -38,6 +39,7 @@ use crate::grants::Bindings;
 use crate::leases::Leases;
 use crate::model::{Actor, Approval, Capability, Execution};
 use crate::mutants::Mutant;
+use crate::quotas::Quotas;
 use crate::registry::{Registered, Registry};
 
 /// Why a snapshot could not be restored.
@@ -74,6 +76,8 @@ pub struct State {
     bindings: Bindings,
     /// Cluster time at which retention next runs.
     next_compaction_ms: u64,
+    /// Per-principal quota overrides, usage counters and write buckets.
+    quotas: Quotas,
     /// The planted bug this replica runs with (chaos harness only).
     #[serde(skip)]
     planted_bug: Option<Mutant>,
@@ -145,6 +149,9 @@ impl State {
         self.clock_ms = self.clock_ms.max(envelope.now_ms);
         let caller = envelope.caller.as_ref();
         if let Err(refusal) = self.authorize_command(caller, &envelope.command, envelope.now_ms) {
+            return (refusal.into(), false);
+        }
+        if let Err(refusal) = self.charge_quota(envelope) {
             return (refusal.into(), false);
         }
         let first_cursor = self.audit.next_cursor();
@@ -219,6 +226,7 @@ impl State {
             Command::Revoke { principal: subject, name } => self.revoke(subject, *name, principal),
             Command::BootstrapAdmin { admin } => self.bootstrap_admin(admin, principal),
             Command::RecordEvent(event) => self.record_event(event, principal),
+            Command::SetQuota { principal: subject, change } => self.set_quota(subject, change, principal),
         };
         result.unwrap_or_else(Reply::Error)
     }
@@ -301,7 +309,9 @@ impl State {
             self.audit.forget_execution(&execution);
             compacted += 1;
         }
-        compacted += self.approvals.compact(horizon);
+        let quotas = &mut self.quotas;
+        compacted += self.approvals.compact(horizon, |requester| quotas.approval_closed(requester));
+        self.quotas.forget_full_buckets(self.clock_ms);
         compacted
     }
 

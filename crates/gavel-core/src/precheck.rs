@@ -96,7 +96,19 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
         }
         Command::RecordEvent(event) => record_event(event).map(drop),
         Command::Tick { .. } => Ok(()),
+        Command::SetQuota { principal, change } => set_quota(principal, change),
     }
+}
+
+/// Checks a quota change: a valid principal that is not a node (a node's
+/// own commands are never counted), and limits within the bounds of
+/// [`crate::limits`].
+pub(crate) fn set_quota(principal: &Principal, change: &crate::quotas::QuotaChange) -> Result<(), DomainError> {
+    self::principal("principal", principal)?;
+    if principal.kind == crate::access::PrincipalKind::Node {
+        return Err(DomainError::invalid(format!("{principal} is a node: nodes have no quotas")));
+    }
+    crate::quotas::check_change(change)
 }
 
 /// Checks an application event; returns its canonical payload. The type is

@@ -235,6 +235,14 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
             Allowed::OneOf(&[GrantName::Admin]),
         ),
         (
+            "SetQuota",
+            Operation::Command(|_| Command::SetQuota {
+                principal: user("newcomer"),
+                change: gavel_core::QuotaChange { pending_approvals_max: Some(5), ..Default::default() },
+            }),
+            Allowed::OneOf(&[GrantName::Admin]),
+        ),
+        (
             "RecordEvent",
             Operation::Command(|principal| {
                 Command::RecordEvent(gavel_core::RecordEvent {
@@ -294,6 +302,7 @@ fn row_name(command: &Command) -> &'static str {
         Command::BootstrapAdmin { .. } => "BootstrapAdmin",
         Command::Tick { .. } => "Tick",
         Command::RecordEvent(_) => "RecordEvent",
+        Command::SetQuota { .. } => "SetQuota",
     }
 }
 

@@ -376,7 +376,14 @@ fn every_event_type_gavel_writes_is_reserved() {
         EventKind::Cancelled { code: gavel_core::CancelCode::Cancelled, duration_ms: 1 },
         EventKind::LateReportRejected { lease_id: 1, attempt: 1 },
         EventKind::AccessGranted { principal: principal.clone(), grant: GrantName::Admin },
-        EventKind::AccessRevoked { principal, grant: GrantName::Admin },
+        EventKind::AccessRevoked { principal: principal.clone(), grant: GrantName::Admin },
+        EventKind::QuotaSet {
+            principal,
+            pending_approvals_max: 1,
+            active_executions_max: 1,
+            writes_per_second: 1,
+            write_burst: 1,
+        },
     ];
     let names: Vec<&str> = kinds.iter().map(EventKind::event_type).collect();
     assert_eq!(names, GAVEL_EVENT_TYPES.to_vec());

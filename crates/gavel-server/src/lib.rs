@@ -7,7 +7,8 @@
 //! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`]
 //! (with [`cold_store::RedbColdStore`], the cold records in `<data-dir>/cold.redb`),
 //! [`metrics`] (Prometheus metrics and their `GET /metrics` listener),
-//! [`overload`] (bounds on calls taken at once, [`limits`]), [`trace`]
+//! [`overload`] (bounds on calls taken at once, [`limits`]), [`quota`]
+//! (per-principal quotas checked before proposing, with writes in flight), [`trace`]
 //! (W3C `traceparent` in, through forwarding, to the leader's proposal),
 //! [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
 //! and request ids, in front of every service), [`security`] (TLS material,
@@ -31,6 +32,7 @@ pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod overload;
+pub mod quota;
 pub mod replies;
 pub mod routing;
 pub mod security;

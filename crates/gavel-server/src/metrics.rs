@@ -7,6 +7,10 @@
 //!   ([`crate::routing`]) through [`Metrics::observe`].
 //! - **Counted as calls are refused for overload**:
 //!   `gavel_overload_refused_total{kind}` ([`Metrics::count_overload_refusal`]).
+//! - **Counted as writes are refused for a principal's quota** (at the edge
+//!   or at apply): `gavel_quota_refused_total{kind}`, kind
+//!   `pending_approvals`, `active_executions` or `write_rate`
+//!   ([`Metrics::count_quota_refusal`]); never the principal.
 //! - `gavel_dedup_replays_total{at}`: retries answered from the dedup table,
 //!   at apply (read from `CoreApp::dedup_replays` at scrape time) or at a
 //!   long-poll's edge ([`Metrics::count_poll_replay`]).
@@ -202,6 +206,8 @@ pub struct Metrics {
     leases_current: Gauge,
     /// `gavel_overload_refused_total`: calls refused `RESOURCE_EXHAUSTED`.
     overload_refused: Family<KindLabels, Counter>,
+    /// `gavel_quota_refused_total`: writes refused `QUOTA_EXCEEDED`, by quota.
+    quota_refused: Family<KindLabels, Counter>,
     /// `gavel_late_reports_total`: reports and heartbeats refused `LEASE_LOST`.
     late_reports: Counter,
     /// `gavel_dedup_replays_total{at}`: retries answered with the reply their
@@ -296,6 +302,11 @@ impl Metrics {
                 "gavel_overload_refused",
                 "Public calls this node refused RESOURCE_EXHAUSTED because its bound for their kind was reached",
             ),
+            quota_refused: registered(
+                r,
+                "gavel_quota_refused",
+                "Writes refused QUOTA_EXCEEDED because their principal was over a quota, by quota kind",
+            ),
             methods: LabelCap::new(METHOD_LABELS_MAX),
             domain_codes: LabelCap::new(DOMAIN_CODE_LABELS_MAX),
             queues: LabelCap::new(QUEUE_LABELS_MAX),
@@ -321,6 +332,11 @@ impl Metrics {
     /// Counts one call refused for overload ([`crate::overload`]).
     pub fn count_overload_refusal(&self, kind: crate::overload::CallKind) {
         self.overload_refused.get_or_create(&KindLabels { kind: kind.as_str().to_string() }).inc();
+    }
+
+    /// Counts one write refused for its principal's quota `kind`.
+    pub fn count_quota_refusal(&self, kind: gavel_core::QuotaKind) {
+        self.quota_refused.get_or_create(&KindLabels { kind: kind.as_str().to_string() }).inc();
     }
 
     /// Counts one long-poll retry answered at the edge with the tasks its

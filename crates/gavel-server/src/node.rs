@@ -74,6 +74,9 @@ pub struct Node {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The bounds on calls taken at once, enforced by the routing layer.
     pub admission: crate::overload::Admission,
+    /// Each principal's writes proposed and not yet answered, for the
+    /// quota check before proposing ([`crate::quota`]).
+    pub quotas: crate::quota::InFlight,
     channels: Mutex<BTreeMap<String, Channel>>,
 }
 
@@ -101,7 +104,9 @@ impl Node {
     ) -> Arc<Node> {
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let admission = crate::overload::Admission::new(settings.overload);
-        Arc::new(Node { id, raft, app, settings, secured, metrics, admission, channels: Mutex::new(BTreeMap::new()) })
+        let quotas = crate::quota::InFlight::default();
+        let channels = Mutex::new(BTreeMap::new());
+        Arc::new(Node { id, raft, app, settings, secured, metrics, admission, quotas, channels })
     }
 
     /// Refuses a command `caller` may not send, before it is proposed (or,
@@ -127,8 +132,9 @@ impl Node {
     ) -> Result<R, Status> {
         gavel_core::precheck::precheck(&command).map_err(domain_status)?;
         self.authorize_command(caller, &command)?;
+        let _in_flight = self.quotas.admit(self, caller, request_id, &command)?;
         match self.propose(caller, request_id, command).await? {
-            Reply::Error(error) => Err(domain_status(error)),
+            Reply::Error(error) => Err(self.quotas.refused(self, error)),
             reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),
         }
     }
@@ -286,6 +292,7 @@ pub fn domain_status(error: DomainError) -> Status {
         ErrorClass::Unauthenticated => Code::Unauthenticated,
         ErrorClass::PermissionDenied => Code::PermissionDenied,
         ErrorClass::FailedPrecondition => Code::FailedPrecondition,
+        ErrorClass::ResourceExhausted => Code::ResourceExhausted,
     };
     gavel_proto::error_detail::detail_status(code, crate::convert::common::error_detail_out(error))
 }

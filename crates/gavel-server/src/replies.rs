@@ -3,7 +3,7 @@
 //! an untyped [`Reply`], and a shape that does not fit is reported once, in
 //! one place, as the bug it is.
 
-use gavel_core::{Approval, ApprovalStatus, Capability, Event, Execution, Grant, Principal, Reply, Task};
+use gavel_core::{Approval, ApprovalStatus, Capability, Event, Execution, Grant, Principal, QuotaView, Reply, Task};
 
 /// A reply type that can take itself out of the state machine's [`Reply`].
 pub trait FromReply: Sized {
@@ -116,6 +116,9 @@ pub struct GrantsReply {
 }
 
 from_reply!(GrantsReply, Reply::Grants { principal, grants } => GrantsReply { principal, grants });
+
+// A principal's quota after a SetQuota.
+from_reply!(QuotaView, Reply::Quota(view) => view);
 
 // The event a RecordEvent appended.
 from_reply!(Event, Reply::Event(event) => event);

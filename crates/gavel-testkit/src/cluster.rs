@@ -825,6 +825,20 @@ impl Cluster {
         Ok(())
     }
 
+    /// Sets a principal's quotas as the kit's admin (`AccessService.SetQuota`),
+    /// once a leader and the admin exist (after [`Cluster::grant`]); the SDK
+    /// retries an election within its budget. A harness that writes faster
+    /// than the default quotas (`gavel bench`, the overload test) raises its
+    /// own principal's this way.
+    pub async fn set_quota(&self, request: gavel_proto::v1::SetQuotaRequest) -> Result<gavel_proto::v1::Quota, Error> {
+        self.pki()?;
+        let status_error = |detail: String| Error::Status { addr: self.addrs().join(","), detail };
+        let client = gavel_client::Client::with_config(&self.addrs(), self.client_config())
+            .map_err(|error| status_error(error.to_string()))?;
+        let answer = client.set_quota(request).await.map_err(|error| status_error(error.to_string()))?;
+        answer.quota.ok_or_else(|| status_error("SetQuota answered no quota".to_string()))
+    }
+
     /// Waits until every node that runs and is not paused has applied at
     /// least `index`, up to `timeout`.
     pub async fn wait_applied(&self, index: u64, timeout: Duration) -> Result<(), Error> {

@@ -44,6 +44,22 @@ pub use status::{
     wait_applied_with,
 };
 
+/// The quota change that lifts `principal` to the largest quotas an admin
+/// may set (`gavel_core::limits::QUOTA_COUNT_MAX`,
+/// `QUOTA_WRITES_PER_SECOND_MAX`, `QUOTA_WRITE_BURST_MAX`; the kit does not
+/// depend on the core, and `tests/quotas.rs` checks the numbers agree): what
+/// a load generator writing as one principal needs ([`Cluster::set_quota`]).
+pub fn unthrottled(principal: &gavel_pki::Principal) -> gavel_proto::v1::SetQuotaRequest {
+    gavel_proto::v1::SetQuotaRequest {
+        principal: principal.to_string(),
+        pending_approvals_max: Some(10_000_000),
+        active_executions_max: Some(10_000_000),
+        writes_per_second: Some(1_000_000),
+        write_burst: Some(10_000_000),
+        ..Default::default()
+    }
+}
+
 /// What a load harness's one principal (the chaos workload, the bench) is
 /// granted on a secure cluster to drive every operation: it submits and
 /// creates approvals naming its actors, decides them naming its approvers,

@@ -1,5 +1,6 @@
-//! `gavel access grant|revoke|list|whoami`: who may do what. Grants live in
-//! the replicated state; changing them needs the `admin` grant.
+//! `gavel access grant|revoke|list|whoami|quota`: who may do what, and how
+//! much. Grants and quotas live in the replicated state; changing them
+//! needs the `admin` grant.
 
 use clap::{Args, Subcommand};
 use gavel_client::pb;
@@ -57,6 +58,43 @@ pub enum AccessCommand {
     },
     /// Who the cluster authenticates you as, and your grants.
     Whoami,
+    /// Per-principal quotas: pending approvals, non-final executions, write rate.
+    #[command(subcommand)]
+    Quota(QuotaCommand),
+}
+
+/// The verbs of `gavel access quota`.
+#[derive(Debug, Subcommand)]
+pub enum QuotaCommand {
+    /// Change a principal's quotas (admin); limits not given keep their value.
+    Set {
+        /// Whose (kind:id).
+        #[arg(value_parser = parse_principal)]
+        principal: Principal,
+        /// Most pending approvals it may have requested.
+        #[arg(long)]
+        pending_approvals: Option<u64>,
+        /// Most non-final executions it may own.
+        #[arg(long)]
+        active_executions: Option<u64>,
+        /// Its sustained write rate, per second.
+        #[arg(long)]
+        writes_per_second: Option<u64>,
+        /// Writes it may send at once after being idle.
+        #[arg(long)]
+        write_burst: Option<u64>,
+        /// Back to the defaults first (then apply any limit given).
+        #[arg(long)]
+        reset: bool,
+    },
+    /// One principal's quota and usage (default: your own).
+    Get {
+        /// Whose (kind:id); reading another's needs admin.
+        #[arg(value_parser = parse_principal)]
+        principal: Option<Principal>,
+    },
+    /// Every principal with an override or usage (admin).
+    List,
 }
 
 fn parse_principal(text: &str) -> Result<Principal, String> {
@@ -98,6 +136,35 @@ pub async fn run(args: AccessArgs) -> Result<(), CommandError> {
             let request = pb::ListGrantsRequest { principal: principal.map(|principal| principal.to_string()) };
             let answer = client.list_grants(request).await?;
             print_grants(&answer.grants, json)
+        }
+        AccessCommand::Quota(QuotaCommand::Set {
+            principal,
+            pending_approvals,
+            active_executions,
+            writes_per_second,
+            write_burst,
+            reset,
+        }) => {
+            let request = pb::SetQuotaRequest {
+                principal: principal.to_string(),
+                pending_approvals_max: pending_approvals,
+                active_executions_max: active_executions,
+                writes_per_second,
+                write_burst,
+                reset,
+                request_id: String::new(),
+            };
+            let answer = client.set_quota(request).await?;
+            print_quotas(answer.quota.as_slice(), json)
+        }
+        AccessCommand::Quota(QuotaCommand::Get { principal }) => {
+            let principal = principal.map(|principal| principal.to_string()).unwrap_or_default();
+            let answer = client.get_quota(pb::GetQuotaRequest { principal }).await?;
+            print_quotas(answer.quota.as_slice(), json)
+        }
+        AccessCommand::Quota(QuotaCommand::List) => {
+            let answer = client.list_quotas(pb::ListQuotasRequest {}).await?;
+            print_quotas(&answer.quotas, json)
         }
         AccessCommand::Whoami => {
             let answer = client.who_am_i(pb::WhoAmIRequest {}).await?;
@@ -151,6 +218,38 @@ fn print_grants(grants: &[pb::AccessGrant], json: bool) -> Result<(), CommandErr
     for grant in grants {
         let scope = if grant.scope.is_empty() { "*".to_string() } else { grant.scope.join(",") };
         table.row(vec![grant.principal.clone(), grant.grant.clone(), scope, or_dash(grant.skew_ms_max)]);
+    }
+    output::print(&table.render())
+}
+
+/// One quota as JSON.
+fn quota_json(quota: &pb::Quota) -> Value {
+    json!({
+        "principal": quota.principal,
+        "pendingApprovalsMax": quota.pending_approvals_max,
+        "activeExecutionsMax": quota.active_executions_max,
+        "writesPerSecond": quota.writes_per_second,
+        "writeBurst": quota.write_burst,
+        "overridden": quota.overridden,
+        "pendingApprovals": quota.pending_approvals,
+        "activeExecutions": quota.active_executions,
+        "writeTokens": quota.write_tokens,
+    })
+}
+
+fn print_quotas(quotas: &[pb::Quota], json: bool) -> Result<(), CommandError> {
+    if json {
+        return output::print_json(&json!({ "quotas": quotas.iter().map(quota_json).collect::<Vec<_>>() }));
+    }
+    let mut table = Table::new(&["PRINCIPAL", "PENDING_APPROVALS", "ACTIVE_EXECUTIONS", "WRITES_PER_SECOND", "SOURCE"]);
+    for quota in quotas {
+        table.row(vec![
+            quota.principal.clone(),
+            format!("{}/{}", quota.pending_approvals, quota.pending_approvals_max),
+            format!("{}/{}", quota.active_executions, quota.active_executions_max),
+            format!("{} (burst {}, {} left)", quota.writes_per_second, quota.write_burst, quota.write_tokens),
+            if quota.overridden { "override" } else { "default" }.to_string(),
+        ]);
     }
     output::print(&table.render())
 }

@@ -146,6 +146,7 @@ impl State {
             Command::RegisterCapability(_) => self.require(caller, GrantName::Admin, "register capabilities").map(drop),
             Command::Grant { .. } => self.require(caller, GrantName::Admin, "grant access").map(drop),
             Command::Revoke { .. } => self.require(caller, GrantName::Admin, "revoke access").map(drop),
+            Command::SetQuota { .. } => self.require(caller, GrantName::Admin, "set quotas").map(drop),
             Command::CreateApproval(request) => {
                 self.require(caller, GrantName::Submitter, "create approvals")?;
                 self.check_acting_as(caller, &request.actor, "request approvals")?;

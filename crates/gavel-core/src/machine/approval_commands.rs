@@ -86,6 +86,9 @@ impl State {
 
     /// Stores a new approval and records `capability.approval_requested`.
     pub(super) fn store_approval(&mut self, approval: Approval) -> &Approval {
+        if let Some(requester) = &approval.requester_principal {
+            self.quotas.approval_opened(requester);
+        }
         let approval = self.approvals.insert(approval);
         self.audit.record(
             EventKind::ApprovalRequested,
@@ -125,6 +128,10 @@ impl State {
             Ok(approval) => approval,
             Err(refusal) => return Err(self.with_approval_state(refusal, id, now_ms)),
         };
+        // Decided, it is no longer pending, approved or rejected.
+        if let Some(requester) = &approval.requester_principal {
+            self.quotas.approval_closed(requester);
+        }
         let kind = if status == ApprovalStatus::Approved { EventKind::Approved } else { EventKind::Rejected };
         self.audit.record(kind, approver, EventSubject::of_approval(&approval), self.clock_ms);
         Ok(approval_reply(&approval, now_ms))
@@ -183,6 +190,9 @@ impl State {
             Ok(approval) => approval,
             Err(refusal) => return Err(self.with_approval_state(refusal, id, now_ms)),
         };
+        if let Some(requester) = &approval.requester_principal {
+            self.quotas.approval_closed(requester);
+        }
         let actor = principal.map_or_else(|| approval.actor.clone(), Principal::as_actor);
         self.audit.record(EventKind::ApprovalCancelled, &actor, EventSubject::of_approval(&approval), self.clock_ms);
         Ok(approval_reply(&approval, now_ms))

@@ -304,6 +304,9 @@ impl State {
             queue_position: 0,
             lease_ids: Vec::new(),
         };
+        if let Some(requester) = &execution.requester_principal {
+            self.quotas.execution_opened(requester);
+        }
         self.executions.insert(execution, queue)
     }
 
@@ -547,6 +550,9 @@ impl State {
     fn finalize(&mut self, id: &str, result: ResultEnvelope, actor: Option<&Actor>) {
         let kind = EventKind::finalized(&result);
         let execution = self.executions.finalize(id, result, self.clock_ms);
+        if let Some(requester) = &execution.requester_principal {
+            self.quotas.execution_finalized(requester);
+        }
         self.leases.retire(&execution.lease_ids);
         let actor = actor.unwrap_or(&execution.actor);
         self.audit.record(kind, actor, EventSubject::of_execution(&execution), self.clock_ms);

@@ -55,6 +55,7 @@ impl State {
                 records_compacted: *records_compacted,
             },
             RememberedReply::Grants { principal } => self.grants_reply(principal),
+            RememberedReply::Quota { principal } => Reply::Quota(self.quota(principal)),
             RememberedReply::Event { cursor } => match self.event(*cursor) {
                 Some(event) => Reply::Event(event.clone()),
                 None => gone("event", &cursor.to_string()),

@@ -1,6 +1,6 @@
 //! Access messages: grants and principals.
 
-use gavel_core::{DomainError, Grant, GrantName, Principal};
+use gavel_core::{DomainError, Grant, GrantName, Principal, QuotaChange, QuotaView};
 use gavel_proto::v1 as pb;
 
 /// Decodes a principal written `kind:id`.
@@ -32,6 +32,34 @@ pub fn grant_out(principal: &Principal, grant: &Grant) -> pb::AccessGrant {
         grant: grant.name.as_str().to_string(),
         scope: grant.scope.iter().cloned().collect(),
         skew_ms_max: grant.skew_ms_max,
+    }
+}
+
+/// Decodes a quota change and whose it is.
+pub fn quota_change_in(message: &pb::SetQuotaRequest) -> Result<(Principal, QuotaChange), DomainError> {
+    let principal = principal_in("principal", &message.principal)?;
+    let change = QuotaChange {
+        pending_approvals_max: message.pending_approvals_max,
+        active_executions_max: message.active_executions_max,
+        writes_per_second: message.writes_per_second,
+        write_burst: message.write_burst,
+        reset: message.reset,
+    };
+    Ok((principal, change))
+}
+
+/// Encodes a principal's quota.
+pub fn quota_out(view: &QuotaView) -> pb::Quota {
+    pb::Quota {
+        principal: view.principal.to_string(),
+        pending_approvals_max: view.limits.pending_approvals_max,
+        active_executions_max: view.limits.active_executions_max,
+        writes_per_second: view.limits.writes_per_second,
+        write_burst: view.limits.write_burst,
+        overridden: view.overridden,
+        pending_approvals: view.usage.pending_approvals,
+        active_executions: view.usage.active_executions,
+        write_tokens: view.write_tokens,
     }
 }
 

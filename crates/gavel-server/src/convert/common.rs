@@ -98,6 +98,8 @@ pub fn error_detail_out(error: DomainError) -> pb::ErrorDetail {
         problems: error.problems,
         approval_status,
         consumed_by_execution_id,
+        retry_after_ms: error.quota.and_then(|quota| quota.retry_after_ms),
+        quota_kind: error.quota.map(|quota| quota.kind.as_str().to_string()),
         ..pb::ErrorDetail::default()
     }
 }

@@ -258,6 +258,26 @@ pub fn event_out(event: &Event) -> pb::Event {
             out.subject_principal = Some(principal.to_string());
             out.grant = Some(grant.as_str().to_string());
         }
+        EventKind::QuotaSet {
+            principal,
+            pending_approvals_max,
+            active_executions_max,
+            writes_per_second,
+            write_burst,
+        } => {
+            // The new limits travel as attributes (this is Gavel's event, not
+            // an application's: recorded_by_application stays false).
+            out.subject_principal = Some(principal.to_string());
+            out.attributes = [
+                ("pending_approvals_max", pending_approvals_max),
+                ("active_executions_max", active_executions_max),
+                ("writes_per_second", writes_per_second),
+                ("write_burst", write_burst),
+            ]
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        }
         EventKind::Recorded { payload_json, attributes, .. } => {
             out.recorded_by_application = true;
             out.payload_json = payload_json.clone();

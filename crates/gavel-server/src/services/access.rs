@@ -4,17 +4,19 @@
 //! Grant and Revoke are commands, authorized by the state machine at their
 //! position in the log (admin only). List is a read authorized after the
 //! read barrier ([`Action::ReadAccess`]); WhoAmI answers any authenticated
-//! caller from the leader's state after the barrier.
+//! caller from the leader's state after the barrier. SetQuota is a command
+//! (admin only); GetQuota and ListQuotas are reads authorized after the
+//! barrier by [`State::authorize_quota_read`] (one's own quota, or admin).
 
 use std::sync::Arc;
 
-use gavel_core::{Action, Command, Principal, State};
+use gavel_core::{Action, Command, Principal, QuotaView, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::access_service_server::AccessService;
 use tonic::{Request, Response, Status};
 
 use super::{caller, request_id};
-use crate::convert::access::{grant_in, grant_name_in, grant_out, principal_in};
+use crate::convert::access::{grant_in, grant_name_in, grant_out, principal_in, quota_change_in, quota_out};
 use crate::node::{domain_status, Node};
 use crate::replies::GrantsReply;
 
@@ -83,5 +85,48 @@ impl AccessService for Access {
             .await?;
         let token_scope = caller.scope.iter().flatten().map(|name| name.as_str().to_string()).collect();
         Ok(Response::new(pb::WhoAmIResponse { principal: caller.principal.to_string(), grants, token_scope }))
+    }
+
+    async fn set_quota(&self, request: Request<pb::SetQuotaRequest>) -> Result<Response<pb::SetQuotaResponse>, Status> {
+        let (metadata, extensions, message) = request.into_parts();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &message.request_id)?);
+        let (principal, change) = quota_change_in(&message).map_err(domain_status)?;
+        let view: QuotaView =
+            self.node.call(caller.as_ref(), &request_id, Command::SetQuota { principal, change }).await?;
+        Ok(Response::new(pb::SetQuotaResponse { quota: Some(quota_out(&view)) }))
+    }
+
+    async fn get_quota(&self, request: Request<pb::GetQuotaRequest>) -> Result<Response<pb::GetQuotaResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = caller(&extensions)?;
+        let principal = match (message.principal.as_str(), &caller) {
+            ("", Some(caller)) => caller.principal.clone(),
+            ("", None) => return Err(domain_status(gavel_core::DomainError::invalid("principal is required"))),
+            (text, _) => principal_in("principal", text).map_err(domain_status)?,
+        };
+        let quota = self
+            .node
+            .read_authorizing(|state| {
+                state.authorize_quota_read(caller.as_ref(), Some(&principal)).map_err(domain_status)?;
+                Ok(quota_out(&state.quota_at(&principal, crate::node::read_time_ms(state, None))))
+            })
+            .await?;
+        Ok(Response::new(pb::GetQuotaResponse { quota: Some(quota) }))
+    }
+
+    async fn list_quotas(
+        &self,
+        request: Request<pb::ListQuotasRequest>,
+    ) -> Result<Response<pb::ListQuotasResponse>, Status> {
+        let caller = caller(request.extensions())?;
+        let quotas = self
+            .node
+            .read_authorizing(|state| {
+                state.authorize_quota_read(caller.as_ref(), None).map_err(domain_status)?;
+                let now_ms = crate::node::read_time_ms(state, None);
+                Ok(state.quotas(now_ms).iter().map(quota_out).collect())
+            })
+            .await?;
+        Ok(Response::new(pb::ListQuotasResponse { quotas }))
     }
 }

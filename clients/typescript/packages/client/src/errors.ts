@@ -94,8 +94,11 @@ export function fromAttempt(error: unknown, endpoint: string): GavelError {
 
 /**
  * Whether a failed attempt may be retried with the same request id: the
- * cluster said UNAVAILABLE, or the transport broke before a Gavel answer. A
- * failed TLS handshake is not retried.
+ * cluster said UNAVAILABLE, or RESOURCE_EXHAUSTED with a retry_after_ms
+ * (node overload, or a principal over its write rate: QUOTA_EXCEEDED with
+ * quota_kind write_rate), or the transport broke before a Gavel answer. A
+ * count quota (QUOTA_EXCEEDED without retry_after_ms) and a failed TLS
+ * handshake are not retried.
  */
 export function retryableAttempt(error: unknown): boolean {
   if (tlsFailure(error) !== undefined) {
@@ -105,6 +108,8 @@ export function retryableAttempt(error: unknown): boolean {
   switch (connect.code) {
     case Code.Unavailable:
       return true;
+    case Code.ResourceExhausted:
+      return readErrorDetail(connect)?.retryAfterMs !== undefined;
     case Code.Unknown:
     case Code.Aborted: // connect-node's code for a reset connection (ECONNRESET)
     case Code.Canceled:

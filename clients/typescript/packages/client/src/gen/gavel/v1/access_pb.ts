@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/access.proto.
  */
 export const file_gavel_v1_access: GenFile = /*@__PURE__*/
-  fileDesc("ChVnYXZlbC92MS9hY2Nlc3MucHJvdG8SCGdhdmVsLnYxImgKC0FjY2Vzc0dyYW50EhEKCXByaW5jaXBhbBgBIAEoCRINCgVncmFudBgCIAEoCRINCgVzY29wZRgDIAMoCRIYCgtza2V3X21zX21heBgEIAEoBEgAiAEBQg4KDF9za2V3X21zX21heCJICgxHcmFudFJlcXVlc3QSJAoFZ3JhbnQYASABKAsyFS5nYXZlbC52MS5BY2Nlc3NHcmFudBISCgpyZXF1ZXN0X2lkGAIgASgJIjYKDUdyYW50UmVzcG9uc2USJQoGZ3JhbnRzGAEgAygLMhUuZ2F2ZWwudjEuQWNjZXNzR3JhbnQiRQoNUmV2b2tlUmVxdWVzdBIRCglwcmluY2lwYWwYASABKAkSDQoFZ3JhbnQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSI3Cg5SZXZva2VSZXNwb25zZRIlCgZncmFudHMYASADKAsyFS5nYXZlbC52MS5BY2Nlc3NHcmFudCI5ChFMaXN0R3JhbnRzUmVxdWVzdBIWCglwcmluY2lwYWwYASABKAlIAIgBAUIMCgpfcHJpbmNpcGFsIjsKEkxpc3RHcmFudHNSZXNwb25zZRIlCgZncmFudHMYASADKAsyFS5nYXZlbC52MS5BY2Nlc3NHcmFudCIPCg1XaG9BbUlSZXF1ZXN0Il8KDldob0FtSVJlc3BvbnNlEhEKCXByaW5jaXBhbBgBIAEoCRIlCgZncmFudHMYAiADKAsyFS5nYXZlbC52MS5BY2Nlc3NHcmFudBITCgt0b2tlbl9zY29wZRgDIAMoCTKGAgoNQWNjZXNzU2VydmljZRI4CgVHcmFudBIWLmdhdmVsLnYxLkdyYW50UmVxdWVzdBoXLmdhdmVsLnYxLkdyYW50UmVzcG9uc2USOwoGUmV2b2tlEhcuZ2F2ZWwudjEuUmV2b2tlUmVxdWVzdBoYLmdhdmVsLnYxLlJldm9rZVJlc3BvbnNlEkEKBExpc3QSGy5nYXZlbC52MS5MaXN0R3JhbnRzUmVxdWVzdBocLmdhdmVsLnYxLkxpc3RHcmFudHNSZXNwb25zZRI7CgZXaG9BbUkSFy5nYXZlbC52MS5XaG9BbUlSZXF1ZXN0GhguZ2F2ZWwudjEuV2hvQW1JUmVzcG9uc2ViBnByb3RvMw");
+  fileDesc("ChVnYXZlbC92MS9hY2Nlc3MucHJvdG8SCGdhdmVsLnYxImgKC0FjY2Vzc0dyYW50EhEKCXByaW5jaXBhbBgBIAEoCRINCgVncmFudBgCIAEoCRINCgVzY29wZRgDIAMoCRIYCgtza2V3X21zX21heBgEIAEoBEgAiAEBQg4KDF9za2V3X21zX21heCJICgxHcmFudFJlcXVlc3QSJAoFZ3JhbnQYASABKAsyFS5nYXZlbC52MS5BY2Nlc3NHcmFudBISCgpyZXF1ZXN0X2lkGAIgASgJIjYKDUdyYW50UmVzcG9uc2USJQoGZ3JhbnRzGAEgAygLMhUuZ2F2ZWwudjEuQWNjZXNzR3JhbnQiRQoNUmV2b2tlUmVxdWVzdBIRCglwcmluY2lwYWwYASABKAkSDQoFZ3JhbnQYAiABKAkSEgoKcmVxdWVzdF9pZBgDIAEoCSI3Cg5SZXZva2VSZXNwb25zZRIlCgZncmFudHMYASADKAsyFS5nYXZlbC52MS5BY2Nlc3NHcmFudCI5ChFMaXN0R3JhbnRzUmVxdWVzdBIWCglwcmluY2lwYWwYASABKAlIAIgBAUIMCgpfcHJpbmNpcGFsIjsKEkxpc3RHcmFudHNSZXNwb25zZRIlCgZncmFudHMYASADKAsyFS5nYXZlbC52MS5BY2Nlc3NHcmFudCIPCg1XaG9BbUlSZXF1ZXN0Il8KDldob0FtSVJlc3BvbnNlEhEKCXByaW5jaXBhbBgBIAEoCRIlCgZncmFudHMYAiADKAsyFS5nYXZlbC52MS5BY2Nlc3NHcmFudBITCgt0b2tlbl9zY29wZRgDIAMoCSLoAQoFUXVvdGESEQoJcHJpbmNpcGFsGAEgASgJEh0KFXBlbmRpbmdfYXBwcm92YWxzX21heBgCIAEoBBIdChVhY3RpdmVfZXhlY3V0aW9uc19tYXgYAyABKAQSGQoRd3JpdGVzX3Blcl9zZWNvbmQYBCABKAQSEwoLd3JpdGVfYnVyc3QYBSABKAQSEgoKb3ZlcnJpZGRlbhgGIAEoCBIZChFwZW5kaW5nX2FwcHJvdmFscxgHIAEoBBIZChFhY3RpdmVfZXhlY3V0aW9ucxgIIAEoBBIUCgx3cml0ZV90b2tlbnMYCSABKAQiowIKD1NldFF1b3RhUmVxdWVzdBIRCglwcmluY2lwYWwYASABKAkSIgoVcGVuZGluZ19hcHByb3ZhbHNfbWF4GAIgASgESACIAQESIgoVYWN0aXZlX2V4ZWN1dGlvbnNfbWF4GAMgASgESAGIAQESHgoRd3JpdGVzX3Blcl9zZWNvbmQYBCABKARIAogBARIYCgt3cml0ZV9idXJzdBgFIAEoBEgDiAEBEg0KBXJlc2V0GAYgASgIEhIKCnJlcXVlc3RfaWQYByABKAlCGAoWX3BlbmRpbmdfYXBwcm92YWxzX21heEIYChZfYWN0aXZlX2V4ZWN1dGlvbnNfbWF4QhQKEl93cml0ZXNfcGVyX3NlY29uZEIOCgxfd3JpdGVfYnVyc3QiMgoQU2V0UXVvdGFSZXNwb25zZRIeCgVxdW90YRgBIAEoCzIPLmdhdmVsLnYxLlF1b3RhIiQKD0dldFF1b3RhUmVxdWVzdBIRCglwcmluY2lwYWwYASABKAkiMgoQR2V0UXVvdGFSZXNwb25zZRIeCgVxdW90YRgBIAEoCzIPLmdhdmVsLnYxLlF1b3RhIhMKEUxpc3RRdW90YXNSZXF1ZXN0IjUKEkxpc3RRdW90YXNSZXNwb25zZRIfCgZxdW90YXMYASADKAsyDy5nYXZlbC52MS5RdW90YTLVAwoNQWNjZXNzU2VydmljZRI4CgVHcmFudBIWLmdhdmVsLnYxLkdyYW50UmVxdWVzdBoXLmdhdmVsLnYxLkdyYW50UmVzcG9uc2USOwoGUmV2b2tlEhcuZ2F2ZWwudjEuUmV2b2tlUmVxdWVzdBoYLmdhdmVsLnYxLlJldm9rZVJlc3BvbnNlEkEKBExpc3QSGy5nYXZlbC52MS5MaXN0R3JhbnRzUmVxdWVzdBocLmdhdmVsLnYxLkxpc3RHcmFudHNSZXNwb25zZRI7CgZXaG9BbUkSFy5nYXZlbC52MS5XaG9BbUlSZXF1ZXN0GhguZ2F2ZWwudjEuV2hvQW1JUmVzcG9uc2USQQoIU2V0UXVvdGESGS5nYXZlbC52MS5TZXRRdW90YVJlcXVlc3QaGi5nYXZlbC52MS5TZXRRdW90YVJlc3BvbnNlEkEKCEdldFF1b3RhEhkuZ2F2ZWwudjEuR2V0UXVvdGFSZXF1ZXN0GhouZ2F2ZWwudjEuR2V0UXVvdGFSZXNwb25zZRJHCgpMaXN0UXVvdGFzEhsuZ2F2ZWwudjEuTGlzdFF1b3Rhc1JlcXVlc3QaHC5nYXZlbC52MS5MaXN0UXVvdGFzUmVzcG9uc2ViBnByb3RvMw");
 
 /**
  * One grant bound to a principal.
@@ -260,8 +260,251 @@ export const WhoAmIResponseSchema: GenMessage<WhoAmIResponse> = /*@__PURE__*/
   messageDesc(file_gavel_v1_access, 8);
 
 /**
- * Reads and changes grants. Grant and Revoke need the admin grant; List needs
- * admin; WhoAmI answers any authenticated caller.
+ * One principal's quotas (docs/limits.md, "Quotas"): its effective limits,
+ * whether an admin overrode the defaults, and what it holds now.
+ *
+ * @generated from message gavel.v1.Quota
+ */
+export type Quota = Message<"gavel.v1.Quota"> & {
+  /**
+   * Whose (kind:id).
+   *
+   * @generated from field: string principal = 1;
+   */
+  principal: string;
+
+  /**
+   * Most pending approvals it may have requested.
+   *
+   * @generated from field: uint64 pending_approvals_max = 2;
+   */
+  pendingApprovalsMax: bigint;
+
+  /**
+   * Most non-final executions it may own.
+   *
+   * @generated from field: uint64 active_executions_max = 3;
+   */
+  activeExecutionsMax: bigint;
+
+  /**
+   * Its write token bucket's refill, writes per second of cluster time.
+   *
+   * @generated from field: uint64 writes_per_second = 4;
+   */
+  writesPerSecond: bigint;
+
+  /**
+   * Its write token bucket's size.
+   *
+   * @generated from field: uint64 write_burst = 5;
+   */
+  writeBurst: bigint;
+
+  /**
+   * True when an admin set these limits; false for the defaults.
+   *
+   * @generated from field: bool overridden = 6;
+   */
+  overridden: boolean;
+
+  /**
+   * Its pending approvals now (expired ones included until retention drops
+   * them).
+   *
+   * @generated from field: uint64 pending_approvals = 7;
+   */
+  pendingApprovals: bigint;
+
+  /**
+   * Its non-final executions now.
+   *
+   * @generated from field: uint64 active_executions = 8;
+   */
+  activeExecutions: bigint;
+
+  /**
+   * Whole tokens in its write bucket now.
+   *
+   * @generated from field: uint64 write_tokens = 9;
+   */
+  writeTokens: bigint;
+};
+
+/**
+ * Describes the message gavel.v1.Quota.
+ * Use `create(QuotaSchema)` to create a new message.
+ */
+export const QuotaSchema: GenMessage<Quota> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_access, 9);
+
+/**
+ * Changes one principal's quotas (admin only). Each field given replaces
+ * that limit; the others keep their current value.
+ *
+ * @generated from message gavel.v1.SetQuotaRequest
+ */
+export type SetQuotaRequest = Message<"gavel.v1.SetQuotaRequest"> & {
+  /**
+   * Whose (kind:id); not a node.
+   *
+   * @generated from field: string principal = 1;
+   */
+  principal: string;
+
+  /**
+   * Pending approvals quota, 0 to 10,000,000.
+   *
+   * @generated from field: optional uint64 pending_approvals_max = 2;
+   */
+  pendingApprovalsMax?: bigint | undefined;
+
+  /**
+   * Non-final executions quota, 0 to 10,000,000.
+   *
+   * @generated from field: optional uint64 active_executions_max = 3;
+   */
+  activeExecutionsMax?: bigint | undefined;
+
+  /**
+   * Writes per second, 1 to 1,000,000.
+   *
+   * @generated from field: optional uint64 writes_per_second = 4;
+   */
+  writesPerSecond?: bigint | undefined;
+
+  /**
+   * Write burst, 1 to 10,000,000.
+   *
+   * @generated from field: optional uint64 write_burst = 5;
+   */
+  writeBurst?: bigint | undefined;
+
+  /**
+   * Start from the defaults instead of the current override.
+   *
+   * @generated from field: bool reset = 6;
+   */
+  reset: boolean;
+
+  /**
+   * Idempotency token.
+   *
+   * @generated from field: string request_id = 7;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message gavel.v1.SetQuotaRequest.
+ * Use `create(SetQuotaRequestSchema)` to create a new message.
+ */
+export const SetQuotaRequestSchema: GenMessage<SetQuotaRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_access, 10);
+
+/**
+ * The quota after the change.
+ *
+ * @generated from message gavel.v1.SetQuotaResponse
+ */
+export type SetQuotaResponse = Message<"gavel.v1.SetQuotaResponse"> & {
+  /**
+   * The principal's quota, as changed.
+   *
+   * @generated from field: gavel.v1.Quota quota = 1;
+   */
+  quota?: Quota | undefined;
+};
+
+/**
+ * Describes the message gavel.v1.SetQuotaResponse.
+ * Use `create(SetQuotaResponseSchema)` to create a new message.
+ */
+export const SetQuotaResponseSchema: GenMessage<SetQuotaResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_access, 11);
+
+/**
+ * Reads one principal's quota: its own for any caller, another's for admin.
+ *
+ * @generated from message gavel.v1.GetQuotaRequest
+ */
+export type GetQuotaRequest = Message<"gavel.v1.GetQuotaRequest"> & {
+  /**
+   * Whose (kind:id); empty means the caller's own.
+   *
+   * @generated from field: string principal = 1;
+   */
+  principal: string;
+};
+
+/**
+ * Describes the message gavel.v1.GetQuotaRequest.
+ * Use `create(GetQuotaRequestSchema)` to create a new message.
+ */
+export const GetQuotaRequestSchema: GenMessage<GetQuotaRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_access, 12);
+
+/**
+ * The quota.
+ *
+ * @generated from message gavel.v1.GetQuotaResponse
+ */
+export type GetQuotaResponse = Message<"gavel.v1.GetQuotaResponse"> & {
+  /**
+   * The principal's quota and usage.
+   *
+   * @generated from field: gavel.v1.Quota quota = 1;
+   */
+  quota?: Quota | undefined;
+};
+
+/**
+ * Describes the message gavel.v1.GetQuotaResponse.
+ * Use `create(GetQuotaResponseSchema)` to create a new message.
+ */
+export const GetQuotaResponseSchema: GenMessage<GetQuotaResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_access, 13);
+
+/**
+ * Lists every principal with an override or current usage (admin only).
+ *
+ * @generated from message gavel.v1.ListQuotasRequest
+ */
+export type ListQuotasRequest = Message<"gavel.v1.ListQuotasRequest"> & {
+};
+
+/**
+ * Describes the message gavel.v1.ListQuotasRequest.
+ * Use `create(ListQuotasRequestSchema)` to create a new message.
+ */
+export const ListQuotasRequestSchema: GenMessage<ListQuotasRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_access, 14);
+
+/**
+ * The quotas, ordered by principal.
+ *
+ * @generated from message gavel.v1.ListQuotasResponse
+ */
+export type ListQuotasResponse = Message<"gavel.v1.ListQuotasResponse"> & {
+  /**
+   * One per principal with an override or usage.
+   *
+   * @generated from field: repeated gavel.v1.Quota quotas = 1;
+   */
+  quotas: Quota[];
+};
+
+/**
+ * Describes the message gavel.v1.ListQuotasResponse.
+ * Use `create(ListQuotasResponseSchema)` to create a new message.
+ */
+export const ListQuotasResponseSchema: GenMessage<ListQuotasResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_access, 15);
+
+/**
+ * Reads and changes grants and quotas. Grant, Revoke, List, SetQuota and
+ * ListQuotas need admin; GetQuota answers a caller about itself (admin:
+ * anyone); WhoAmI answers any authenticated caller.
  *
  * @generated from service gavel.v1.AccessService
  */
@@ -306,6 +549,36 @@ export const AccessService: GenService<{
     methodKind: "unary";
     input: typeof WhoAmIRequestSchema;
     output: typeof WhoAmIResponseSchema;
+  },
+  /**
+   * Changes a principal's quotas. An audit event (quota.set).
+   *
+   * @generated from rpc gavel.v1.AccessService.SetQuota
+   */
+  setQuota: {
+    methodKind: "unary";
+    input: typeof SetQuotaRequestSchema;
+    output: typeof SetQuotaResponseSchema;
+  },
+  /**
+   * One principal's quota and usage.
+   *
+   * @generated from rpc gavel.v1.AccessService.GetQuota
+   */
+  getQuota: {
+    methodKind: "unary";
+    input: typeof GetQuotaRequestSchema;
+    output: typeof GetQuotaResponseSchema;
+  },
+  /**
+   * Every principal with a quota override or usage.
+   *
+   * @generated from rpc gavel.v1.AccessService.ListQuotas
+   */
+  listQuotas: {
+    methodKind: "unary";
+    input: typeof ListQuotasRequestSchema;
+    output: typeof ListQuotasResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_gavel_v1_access, 0);

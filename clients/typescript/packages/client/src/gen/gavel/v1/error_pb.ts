@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/error.proto.
  */
 export const file_gavel_v1_error: GenFile = /*@__PURE__*/
-  fileDesc("ChRnYXZlbC92MS9lcnJvci5wcm90bxIIZ2F2ZWwudjEiqAIKC0Vycm9yRGV0YWlsEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIQCghwcm9ibGVtcxgDIAMoCRIbCg5yZXRyeV9hZnRlcl9tcxgEIAEoBEgAiAEBEhgKC2xlYWRlcl9oaW50GAUgASgJSAGIAQESNgoPYXBwcm92YWxfc3RhdHVzGAYgASgOMhguZ2F2ZWwudjEuQXBwcm92YWxTdGF0dXNIAogBARIlChhjb25zdW1lZF9ieV9leGVjdXRpb25faWQYByABKAlIA4gBAUIRCg9fcmV0cnlfYWZ0ZXJfbXNCDgoMX2xlYWRlcl9oaW50QhIKEF9hcHByb3ZhbF9zdGF0dXNCGwoZX2NvbnN1bWVkX2J5X2V4ZWN1dGlvbl9pZGIGcHJvdG8z", [file_gavel_v1_approval]);
+  fileDesc("ChRnYXZlbC92MS9lcnJvci5wcm90bxIIZ2F2ZWwudjEi0AIKC0Vycm9yRGV0YWlsEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIQCghwcm9ibGVtcxgDIAMoCRIbCg5yZXRyeV9hZnRlcl9tcxgEIAEoBEgAiAEBEhgKC2xlYWRlcl9oaW50GAUgASgJSAGIAQESNgoPYXBwcm92YWxfc3RhdHVzGAYgASgOMhguZ2F2ZWwudjEuQXBwcm92YWxTdGF0dXNIAogBARIlChhjb25zdW1lZF9ieV9leGVjdXRpb25faWQYByABKAlIA4gBARIXCgpxdW90YV9raW5kGAggASgJSASIAQFCEQoPX3JldHJ5X2FmdGVyX21zQg4KDF9sZWFkZXJfaGludEISChBfYXBwcm92YWxfc3RhdHVzQhsKGV9jb25zdW1lZF9ieV9leGVjdXRpb25faWRCDQoLX3F1b3RhX2tpbmRiBnByb3RvMw", [file_gavel_v1_approval]);
 
 /**
  * Machine-readable description of a failed call. A client finds it in two
@@ -31,7 +31,10 @@ export const file_gavel_v1_error: GenFile = /*@__PURE__*/
  * ill-formed actor included), NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION
  * for refusals by state (for example APPROVAL_CONSUMED, LEASE_LOST),
  * UNAUTHENTICATED for a missing or refused credential, UNAVAILABLE with
- * retry_after_ms while no leader is known.
+ * retry_after_ms while no leader is known, RESOURCE_EXHAUSTED for overload
+ * (code RESOURCE_EXHAUSTED, with retry_after_ms) and for a principal over its
+ * quota (code QUOTA_EXCEEDED, quota_kind set; retry_after_ms only for the
+ * write rate).
  *
  * @generated from message gavel.v1.ErrorDetail
  */
@@ -91,6 +94,16 @@ export type ErrorDetail = Message<"gavel.v1.ErrorDetail"> & {
    * @generated from field: optional string consumed_by_execution_id = 7;
    */
   consumedByExecutionId?: string | undefined;
+
+  /**
+   * For QUOTA_EXCEEDED: which quota, pending_approvals, active_executions or
+   * write_rate. A count refusal has no retry_after_ms (finish or cancel some
+   * records first); a write_rate refusal has the milliseconds until the
+   * principal's bucket holds a token again.
+   *
+   * @generated from field: optional string quota_kind = 8;
+   */
+  quotaKind?: string | undefined;
 };
 
 /**

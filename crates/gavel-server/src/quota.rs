@@ -1,0 +1,96 @@
+//! Quotas at the edge: the serving leader runs the state machine's quota
+//! check ([`gavel_core::State::check_quota`]) before it proposes a write,
+//! so a write over its principal's quota is refused `RESOURCE_EXHAUSTED`
+//! (`QUOTA_EXCEEDED`) without costing a log entry.
+//!
+//! A write proposed and not yet applied has not taken its token or opened
+//! its record yet, so the check also counts each principal's writes in
+//! flight here ([`InFlight`]): a burst cannot pass the quota by the depth
+//! of the proposal pipeline. What remains: writes in flight on another
+//! node that became leader meanwhile are not counted (the state machine's
+//! check at apply still refuses them, at the cost of a log entry), and a
+//! write in flight is counted as if it opened a record even when it will
+//! not, so near a count quota a principal may be refused up to its writes
+//! in flight early.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use gavel_core::{Caller, Command, DomainError, ErrorCode, Principal};
+use tonic::Status;
+
+use crate::node::{domain_status, wall_clock_ms, Node};
+
+/// Each principal's writes proposed by this node and not yet answered.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    counts: Arc<Mutex<BTreeMap<Principal, u64>>>,
+}
+
+/// One admitted write in flight; dropping it (answered, failed or
+/// cancelled) gives its place back.
+#[derive(Debug)]
+pub struct Admitted {
+    counts: Arc<Mutex<BTreeMap<Principal, u64>>>,
+    principal: Principal,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().expect("in-flight lock poisoned");
+        if let Some(count) = counts.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.principal);
+            }
+        }
+    }
+}
+
+impl InFlight {
+    /// Checks `command` by `caller` against its principal's quotas as the
+    /// state is here, with its writes in flight counted, and holds a place
+    /// for it until the returned guard drops. `None`: not a write, or no
+    /// principal (`--insecure`).
+    pub fn admit(
+        &self,
+        node: &Node,
+        caller: Option<&Caller>,
+        request_id: &str,
+        command: &Command,
+    ) -> Result<Option<Admitted>, Status> {
+        let Some(caller) = caller else { return Ok(None) };
+        // The lock is held across the check, so two writes of one principal
+        // never both pass with the same count.
+        let mut counts = self.counts.lock().expect("in-flight lock poisoned");
+        let in_flight = counts.get(&caller.principal).copied().unwrap_or(0);
+        {
+            let state = node.app.state();
+            if !state.counts_against_quota(command) {
+                return Ok(None);
+            }
+            let request_id = (!request_id.is_empty()).then_some(request_id);
+            if let Err(error) = state.check_quota(Some(caller), request_id, command, wall_clock_ms(), in_flight) {
+                drop(state);
+                drop(counts);
+                return Err(self.refused(node, error));
+            }
+        }
+        *counts.entry(caller.principal.clone()).or_default() += 1;
+        Ok(Some(Admitted { counts: self.counts.clone(), principal: caller.principal.clone() }))
+    }
+
+    /// `error` as a status, counted in `gavel_quota_refused_total` when it
+    /// is a quota refusal (at the edge or at apply).
+    pub fn refused(&self, node: &Node, error: DomainError) -> Status {
+        if let (ErrorCode::QuotaExceeded, Some(quota)) = (error.code, error.quota) {
+            node.metrics.count_quota_refusal(quota.kind);
+        }
+        domain_status(error)
+    }
+
+    /// How many writes of `principal` are in flight here.
+    pub fn of(&self, principal: &Principal) -> u64 {
+        self.counts.lock().expect("in-flight lock poisoned").get(principal).copied().unwrap_or(0)
+    }
+}
