@@ -131,7 +131,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let bootstrap = !args.join && peers.keys().next() == Some(&args.id);
     let timings = args.timings.timings();
     let listener =
-        tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+        gavel_server::connections::bind(&args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     // Bound before the node starts, so a port in use fails the start.
     let metrics_listener = match &args.metrics_listen {
         Some(addr) => Some(
@@ -155,6 +155,12 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
                 reads_in_flight_max: usize::try_from(args.reads_in_flight_max).unwrap_or(usize::MAX),
             },
             checkpoint_cold_writes: usize::try_from(args.checkpoint_cold_writes).unwrap_or(usize::MAX),
+            connections: gavel_server::connections::ConnectionLimits {
+                auth_deadline: std::time::Duration::from_millis(args.auth_deadline_ms),
+                idle_timeout: std::time::Duration::from_millis(args.idle_timeout_ms),
+                connections_max: usize::try_from(args.connections_max).unwrap_or(usize::MAX),
+                connections_per_source_max: usize::try_from(args.connections_per_source_max).unwrap_or(usize::MAX),
+            },
             ..ServerSettings::default()
         },
         security,
