@@ -369,7 +369,12 @@ async fn by_reason(addr: &str, name: &str, reason: &str) -> f64 {
 
 /// Waits until the gauge of open connections at `addr` reads `wanted`.
 async fn open_reaches(addr: &str, wanted: f64) -> f64 {
-    let reached = gavel_testkit::eventually(WAIT, Duration::from_millis(100), || async {
+    open_reaches_within(addr, wanted, WAIT).await
+}
+
+/// Waits up to `limit` until the gauge of open connections at `addr` reads `wanted`.
+async fn open_reaches_within(addr: &str, wanted: f64, limit: Duration) -> f64 {
+    let reached = gavel_testkit::eventually(limit, Duration::from_millis(50), || async {
         let open = scraped(addr, "gavel_connections_open", "").await;
         (open == wanted).then_some(open)
     })
@@ -435,6 +440,16 @@ async fn caps_refuse_at_accept_an_idle_connection_is_closed_and_a_stream_keeps_i
     drop(held);
     drop(overall);
     open_reaches(scrape_at, baseline).await;
+
+    // A served connection its client closes gives its slot back at once,
+    // well before the idle timeout would.
+    let anonymous = anonymous_tls(&cluster.ca_only().expect("the CA"));
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("a server name");
+    let tcp = connect_from(loopback(2), target).await.expect("a connection");
+    let tls = anonymous.connect(name, tcp).await.expect("a handshake without a certificate");
+    open_reaches(scrape_at, baseline + 1.0).await;
+    drop(tls);
+    open_reaches_within(scrape_at, baseline, SMALL_IDLE_TIMEOUT / 2).await;
 
     // Idle: a served connection left without calls is closed, and its
     // channel reconnects for the next call.

@@ -424,6 +424,10 @@ pub fn mark_authenticated(extensions: &Extensions) {
 pub struct Connection {
     transport: Transport,
     info: ConnectionInfo,
+    /// Dropped with the connection: tells [`serve_connection`] that the
+    /// server is done with it (tonic's server over a one-connection stream
+    /// never ends by itself).
+    _served: Option<oneshot::Sender<()>>,
 }
 
 enum Transport {
@@ -440,7 +444,7 @@ impl Connection {
         if matches!(peer, Peer::Certified(_)) {
             activity.authenticate();
         }
-        Connection { transport, info: ConnectionInfo { peer, activity } }
+        Connection { transport, info: ConnectionInfo { peer, activity }, _served: None }
     }
 
     fn refuse_if_cut(&self) -> Option<io::Error> {
@@ -702,9 +706,13 @@ async fn serve_connection(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (close, closed) = oneshot::channel();
+    let (served, mut done) = oneshot::channel::<()>();
+    let connection = Connection { _served: Some(served), ..connection };
     let mut serving = (acceptor.serve_one)(connection, closed);
     let closure = tokio::select! {
         () = &mut serving => return,
+        // The client went away: the server dropped the connection.
+        _ = &mut done => return,
         closure = activity.until_closing(&acceptor.limits) => Some(closure),
         _ = shutdown.wait_for(|stop| *stop) => None,
     };
@@ -716,6 +724,7 @@ async fn serve_connection(
     loop {
         tokio::select! {
             () = &mut serving => return,
+            _ = &mut done => return,
             () = tokio::time::sleep(CLOSE_GRACE) => {
                 if activity.streams() == 0 {
                     activity.cut();
