@@ -246,8 +246,8 @@ pub fn raise_descriptor_limit() -> io::Result<u64> {
 /// Connections closed, since the last time, after which the node hands the
 /// memory they freed back to the system. glibc's allocator keeps freed
 /// memory in its per-thread arenas for reuse: after 12,000 idle connections
-/// closed, a node kept all of the 170 MB they had taken (docs/limits.md).
-/// 256 connections are some 4 MB.
+/// closed, a node kept all of the 167 MB they had taken (docs/limits.md).
+/// 256 connections are some 3 to 10 MB.
 const TRIM_AFTER_CLOSES: usize = 256;
 
 /// How often the node looks whether connections closed in a burst; a trim

@@ -87,9 +87,10 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Connections open on one node at once, from anyone, counting those still
 /// in their TLS handshake. Past it a new connection is closed at accept,
 /// before its handshake. Each connection holds a file descriptor, and an
-/// idle one about 20 KB once handshaken (docs/limits.md measures it), so
-/// 10,000 is about 200 MB and well under the descriptors a node raises its
-/// limit to; the node also keeps it [`DESCRIPTORS_RESERVED`] under its
+/// idle one about 39 KiB once handshaken, 12 KiB before (docs/limits.md
+/// measures it), so 10,000 is at most about 400 MB and under the
+/// descriptors a node raises its limit to; the node also keeps it
+/// [`DESCRIPTORS_RESERVED`] under its
 /// descriptor limit whatever is configured, so that its own files (the log,
 /// the cold store, snapshots) and its outgoing peer connections always find a
 /// descriptor.
