@@ -113,6 +113,18 @@ fn planted_bug_from_env() -> Option<gavel_core::mutants::Mutant> {
     found
 }
 
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (what Go
+/// programs and most servers do at start) and returns the soft limit in
+/// force afterwards; a limit that cannot be raised is left as it was.
+fn raise_descriptor_limit() -> std::io::Result<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(std::io::Error::from)?;
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return Ok(hard);
+    }
+    Ok(soft)
+}
+
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let security = node_security::node_security(args.id, &args.security)?;
     if security.tls.is_none() {
@@ -139,6 +151,20 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let connections_max = usize::try_from(args.connections_max).unwrap_or(usize::MAX);
+    let descriptors = raise_descriptor_limit().unwrap_or_else(|error| {
+        tracing::warn!(%error, "cannot read RLIMIT_NOFILE; assuming 1024 file descriptors");
+        1024
+    });
+    let connections_max_kept = gavel_server::connections::connections_max_under(connections_max, descriptors);
+    if connections_max_kept < connections_max {
+        tracing::warn!(
+            configured = connections_max,
+            connections_max = connections_max_kept,
+            descriptors,
+            "--connections-max is lowered to stay under the file descriptor limit (RLIMIT_NOFILE)"
+        );
+    }
     let options = NodeOptions {
         id: args.id,
         advertise: args.listen.clone(),
@@ -158,7 +184,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             connections: gavel_server::connections::ConnectionLimits {
                 auth_deadline: std::time::Duration::from_millis(args.auth_deadline_ms),
                 idle_timeout: std::time::Duration::from_millis(args.idle_timeout_ms),
-                connections_max: usize::try_from(args.connections_max).unwrap_or(usize::MAX),
+                connections_max: connections_max_kept,
                 connections_per_source_max: usize::try_from(args.connections_per_source_max).unwrap_or(usize::MAX),
             },
             ..ServerSettings::default()

@@ -231,18 +231,6 @@ pub async fn bind(addr: &str) -> io::Result<TcpListener> {
     Err(last_error.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr} names no address"))))
 }
 
-/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (what Go
-/// programs and most servers do at start) and returns the soft limit in
-/// force afterwards. A failure to raise it leaves the limit as it was.
-pub fn raise_descriptor_limit() -> io::Result<u64> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(io::Error::from)?;
-    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        return Ok(hard);
-    }
-    Ok(soft)
-}
-
 /// Connections closed, since the last time, after which the node hands the
 /// memory they freed back to the system. glibc's allocator keeps freed
 /// memory in its per-thread arenas for reuse: after 12,000 idle connections

@@ -238,26 +238,10 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
             }
         })
     });
-    let descriptors = match crate::connections::raise_descriptor_limit() {
-        Ok(descriptors) => descriptors,
-        Err(error) => {
-            tracing::warn!(%error, "cannot read RLIMIT_NOFILE; assuming 1024 file descriptors");
-            1024
-        }
-    };
     let limits = options.settings.connections;
-    let connections_max = crate::connections::connections_max_under(limits.connections_max, descriptors);
-    if connections_max < limits.connections_max {
-        tracing::warn!(
-            configured = limits.connections_max,
-            connections_max,
-            descriptors,
-            "the connection cap is lowered to stay under the file descriptor limit (RLIMIT_NOFILE)"
-        );
-    }
     let acceptor = crate::connections::Acceptor {
         limits,
-        table: crate::connections::ConnectionTable::new(connections_max, limits.connections_per_source_max),
+        table: crate::connections::ConnectionTable::new(limits.connections_max, limits.connections_per_source_max),
         tls: server_tls,
         metrics: node.metrics.clone(),
         serve_one,
