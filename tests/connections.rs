@@ -41,10 +41,26 @@ const FLOOD_PER_SOURCE: usize = 1_000;
 const FLOOD_SOURCES: u8 = 20;
 
 /// One flood connection in this many completes a TLS handshake (without a
-/// client certificate); the others are raw TCP that never sends a byte.
+/// client certificate), every other one of those then sends the HTTP/2
+/// preface and `SETTINGS` and ignores whatever the node sends (its
+/// `GOAWAY` included); the others are raw TCP that never sends a byte.
 /// Handshakes cost CPU on both sides, and far more in a debug build: 500 of
 /// them keep the test in seconds and the debug node responsive.
 const TLS_EVERY: usize = 40;
+
+/// The client preface of HTTP/2 and an empty `SETTINGS` frame.
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// How a flood connection behaves once open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Flood {
+    /// Raw TCP: never a byte.
+    Raw,
+    /// A TLS handshake without a client certificate, then nothing.
+    Tls,
+    /// A TLS handshake, the HTTP/2 preface and `SETTINGS`, then nothing.
+    Http2,
+}
 
 /// Connections opened at once by the flood.
 const FLOOD_CONCURRENCY: usize = 64;
@@ -147,14 +163,16 @@ async fn wait_closed<S: tokio::io::AsyncRead + Unpin>(
     closed.ok().map(|()| opened.elapsed())
 }
 
-/// One flood connection: opened from `source`, raw or with a TLS handshake,
-/// and held until the node closes it. `None` when it was not closed in time.
+/// One flood connection: opened from `source` as `kind`, and held until the
+/// node closes it. `None` when it was not closed in time.
 async fn flood_connection(
     source: IpAddr,
     target: SocketAddr,
-    tls: Option<tokio_rustls::TlsConnector>,
+    kind: Flood,
+    connector: tokio_rustls::TlsConnector,
     opening: Arc<Semaphore>,
 ) -> Option<Duration> {
+    use tokio::io::AsyncWriteExt;
     let limit = FLOOD_AUTH_DEADLINE + CLOSE_SLACK;
     let permit = opening.acquire_owned().await.expect("the semaphore is never closed");
     let Ok(tcp) = connect_from(source, target).await else {
@@ -164,22 +182,23 @@ async fn flood_connection(
     // The node's deadline runs from its accept, which follows this closely
     // unless the node is slow to accept; the slack covers that.
     let opened = Instant::now();
-    match tls {
-        None => {
-            drop(permit);
-            wait_closed(tcp, opened, limit).await
-        }
-        Some(connector) => {
-            let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("a server name");
-            let handshake = tokio::time::timeout_at((opened + limit).into(), connector.connect(name, tcp)).await;
-            drop(permit);
-            match handshake {
-                // A connection refused at accept fails its handshake.
-                Ok(Err(_)) => Some(opened.elapsed()),
-                Ok(Ok(stream)) => wait_closed(stream, opened, limit).await,
-                Err(_) => None,
+    if kind == Flood::Raw {
+        drop(permit);
+        return wait_closed(tcp, opened, limit).await;
+    }
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("a server name");
+    let handshake = tokio::time::timeout_at((opened + limit).into(), connector.connect(name, tcp)).await;
+    drop(permit);
+    match handshake {
+        // A connection refused at accept fails its handshake.
+        Ok(Err(_)) => Some(opened.elapsed()),
+        Ok(Ok(mut stream)) => {
+            if kind == Flood::Http2 && stream.write_all(HTTP2_PREFACE).await.is_err() {
+                return Some(opened.elapsed());
             }
+            wait_closed(stream, opened, limit).await
         }
+        Err(_) => None,
     }
 }
 
@@ -227,9 +246,13 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
     let mut flood = Vec::new();
     for n in 0..FLOOD_PER_SOURCE {
         for source in 0..FLOOD_SOURCES {
-            let tls = (n % TLS_EVERY == 0).then(|| anonymous.clone());
-            let kind = if tls.is_some() { "tls" } else { "raw" };
-            flood.push((kind, tokio::spawn(flood_connection(loopback(2 + source), target, tls, opening.clone()))));
+            let kind = match (n % TLS_EVERY, (n / TLS_EVERY) % 2) {
+                (0, 0) => Flood::Tls,
+                (0, _) => Flood::Http2,
+                _ => Flood::Raw,
+            };
+            let connection = flood_connection(loopback(2 + source), target, kind, anonymous.clone(), opening.clone());
+            flood.push((kind, tokio::spawn(connection)));
         }
     }
     let attempts = flood.len();
@@ -279,8 +302,8 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
     let closed_by_deadline_early =
         scraped(&metrics[&leader], "gavel_connections_closed_total", "auth_deadline").await as usize;
 
-    let mut not_closed = BTreeMap::<&str, usize>::new();
-    let mut latest_close = BTreeMap::<&str, Duration>::new();
+    let mut not_closed = BTreeMap::<Flood, usize>::new();
+    let mut latest_close = BTreeMap::<Flood, Duration>::new();
     for (kind, connection) in flood {
         match connection.await.expect("a flood task") {
             Some(after) => {
