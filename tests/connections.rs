@@ -256,6 +256,20 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
         }
     }
     let attempts = flood.len();
+    // A health watch needs no credentials, and does not keep an
+    // unauthenticated connection open past the deadline.
+    let health_watch = {
+        let channel = gavel_testkit::channel_with(&target.to_string(), WAIT, Some(&cluster.ca_only().expect("the CA")))
+            .expect("a channel");
+        tokio::spawn(async move {
+            let opened = Instant::now();
+            let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+            let request = tonic_health::pb::HealthCheckRequest { service: String::new() };
+            let mut statuses = health.watch(request).await.expect("a health watch without credentials").into_inner();
+            while let Ok(Some(_)) = statuses.message().await {}
+            opened.elapsed()
+        })
+    };
     let served = Arc::new(AtomicU64::new(0));
     let (stop_legit, mut legit_stopped) = tokio::sync::watch::channel(false);
     let legit_loop = {
@@ -313,6 +327,8 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
             None => *not_closed.entry(kind).or_default() += 1,
         }
     }
+    let health_watch_ended =
+        tokio::time::timeout(WAIT, health_watch).await.expect("the health watch ends").expect("the health watch task");
     let _ = stop_legit.send(true);
     let failures = legit_loop.await.expect("the legitimate client");
 
@@ -332,11 +348,16 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
         "flood: {attempts} connections from {FLOOD_SOURCES} sources opened in {flood_opened:?}; {refused_per_source} \
          refused per source; {accepted_at_peak} open at the peak; {closed_by_deadline} closed by the deadline and {closed_idle} by the idle timeout; \
          last close after its open {latest_close:?}; RSS {rss_before} KiB before, {rss_peak} KiB at the peak \
-         ({:.1} KiB per open connection), {rss_after} KiB after; {} legitimate calls served",
+         ({:.1} KiB per open connection), {rss_after} KiB after; {} legitimate calls served; a health watch without credentials ended after {health_watch_ended:?}",
         (rss_peak.saturating_sub(rss_before)) as f64 / accepted_at_peak.max(1.0),
         served.load(Ordering::Relaxed),
     );
 
+    assert!(
+        health_watch_ended <= FLOOD_AUTH_DEADLINE + CLOSE_SLACK,
+        "an unauthenticated connection's health watch ends with it: {health_watch_ended:?}"
+    );
+    assert!(health_watch_ended >= FLOOD_AUTH_DEADLINE, "not before the deadline: {health_watch_ended:?}");
     assert!(failures.is_empty(), "legitimate calls failed during the flood: {failures:?}");
     assert!(served.load(Ordering::Relaxed) >= 10, "the legitimate client was served throughout");
     assert!(not_closed.is_empty(), "every flood connection is closed within the deadline ({FLOOD_AUTH_DEADLINE:?} + slack): {not_closed:?} were not");

@@ -638,7 +638,7 @@ pub async fn serve(listener: TcpListener, acceptor: Acceptor, mut shutdown: watc
                 continue;
             }
         };
-        acceptor.metrics.set_connections_open(acceptor.table.open());
+        acceptor.metrics.count_connection_opened();
         // Without it a response written in two segments waits for the
         // client's delayed ACK (~40 ms).
         let _ = tcp.set_nodelay(true);
@@ -649,7 +649,7 @@ pub async fn serve(listener: TcpListener, acceptor: Acceptor, mut shutdown: watc
                 serve_connection(connection, activity, &acceptor, shutdown).await;
             }
             drop(slot);
-            acceptor.metrics.set_connections_open(acceptor.table.open());
+            acceptor.metrics.count_connection_ended();
         });
     }
     drop(listener);
@@ -714,7 +714,11 @@ async fn serve_connection(
             () = &mut serving => return,
             _ = &mut done => return,
             () = tokio::time::sleep(CLOSE_GRACE) => {
-                if activity.streams() == 0 {
+                // A call in flight on an authenticated connection finishes;
+                // one that never authenticated can only be carrying a health
+                // or reflection call (every other is refused), which must
+                // not keep it open past its deadline: a probe reconnects.
+                if activity.streams() == 0 || closure == Some(Closure::AuthDeadline) {
                     activity.cut();
                 }
             }

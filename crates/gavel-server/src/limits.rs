@@ -124,6 +124,8 @@ pub const DESCRIPTORS_RESERVED: u64 = 1_024;
 /// How long after `GOAWAY` a closed connection may stay open with no call
 /// in flight before the node cuts it: a client that does not answer the
 /// `GOAWAY` (or never finished its HTTP/2 preface) holds its socket no
-/// longer. A call still in flight is never cut; the connection is cut once
-/// it ends.
+/// longer. A call still in flight on an authenticated connection is never
+/// cut; the connection is cut once it ends. A connection closed by the
+/// authentication deadline is cut whatever it carries: only health and
+/// reflection calls can be in flight on it, and they must not hold it open.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(1);

@@ -367,9 +367,14 @@ impl Metrics {
         self.connections_closed.get_or_create(&ReasonLabels { reason: closure.as_str() }).inc();
     }
 
-    /// Sets the gauge of open connections.
-    pub fn set_connections_open(&self, open: usize) {
-        self.connections_open.set(clamp(open as u64));
+    /// Counts one more connection open ([`crate::connections`], at accept).
+    pub fn count_connection_opened(&self) {
+        self.connections_open.inc();
+    }
+
+    /// Counts one connection fewer open ([`crate::connections`], at its end).
+    pub fn count_connection_ended(&self) {
+        self.connections_open.dec();
     }
 
     /// Counts one long-poll retry answered at the edge with the tasks its
@@ -813,7 +818,10 @@ mod tests {
         metrics.count_connection_refused(Refusal::Overall);
         metrics.count_connection_closed(Closure::AuthDeadline);
         metrics.count_connection_closed(Closure::Idle);
-        metrics.set_connections_open(7);
+        for _ in 0..8 {
+            metrics.count_connection_opened();
+        }
+        metrics.count_connection_ended();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
         assert!(text.contains(r#"gavel_connections_refused_total{reason="per_source"} 2"#), "{text}");
