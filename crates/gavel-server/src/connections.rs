@@ -19,9 +19,13 @@
 //! Each connection is served by its own tonic server over a one-connection
 //! stream, so that the node can close one connection gracefully: `GOAWAY`
 //! (what grpc-go's `MaxConnectionIdle` sends), which a tonic channel or an
-//! SDK takes as "reconnect for the next call". A connection that neither
-//! goes nor has a call in flight [`CLOSE_GRACE`] later is cut at the socket
-//! ([`Connection`] fails its reads and writes).
+//! SDK takes as "reconnect for the next call". A connection that has not
+//! gone [`CLOSE_GRACE`] later is cut at the socket ([`Connection`] fails its
+//! reads and writes) when it has no call in flight, or whatever it carries
+//! when the authentication deadline closed it.
+//!
+//! Memory freed by closed connections is handed back to the system after
+//! bursts of closes (`TRIM_AFTER_CLOSES`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -633,7 +637,7 @@ pub async fn serve(listener: TcpListener, acceptor: Acceptor, mut shutdown: watc
             Ok(slot) => slot,
             Err(refusal) => {
                 acceptor.metrics.count_connection_refused(refusal);
-                // Dropped unread: the kernel resets it, and nothing was allocated for it.
+                // Closed at once: nothing was allocated for it.
                 drop(tcp);
                 continue;
             }
