@@ -126,6 +126,9 @@ impl TimingArgs {
     }
 }
 
+/// `--auth-deadline-ms` and `--idle-timeout-ms` at most (`CONNECTION_TIMEOUT_MAX`).
+const CONNECTION_TIMEOUT_MS_MAX: u64 = gavel_server::limits::CONNECTION_TIMEOUT_MAX.as_secs() * 1000;
+
 /// `gavel node`.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
@@ -167,11 +170,11 @@ pub struct NodeArgs {
     /// How long a new connection has, from accept, to finish its TLS
     /// handshake and (without a client certificate naming a principal) make
     /// its first authenticated call; past it the node closes it (docs/limits.md).
-    #[arg(long, env = "GAVEL_AUTH_DEADLINE_MS", default_value_t = gavel_server::limits::AUTH_DEADLINE.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "GAVEL_AUTH_DEADLINE_MS", default_value_t = gavel_server::limits::AUTH_DEADLINE.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..=CONNECTION_TIMEOUT_MS_MAX))]
     pub auth_deadline_ms: u64,
     /// How long a connection may carry no call (no stream in flight) before
     /// the node closes it with GOAWAY; clients reconnect on their next call.
-    #[arg(long, env = "GAVEL_IDLE_TIMEOUT_MS", default_value_t = gavel_server::limits::IDLE_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "GAVEL_IDLE_TIMEOUT_MS", default_value_t = gavel_server::limits::IDLE_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..=CONNECTION_TIMEOUT_MS_MAX))]
     pub idle_timeout_ms: u64,
     /// Connections open at once; past it new ones are closed at accept,
     /// before their TLS handshake. Lowered to stay under RLIMIT_NOFILE.

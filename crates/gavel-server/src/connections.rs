@@ -50,7 +50,7 @@ use tonic::codegen::Service;
 use tonic::transport::server::Connected;
 
 use crate::limits::{AUTH_DEADLINE, CLOSE_GRACE, CONNECTIONS_MAX, CONNECTIONS_PER_SOURCE_MAX, DESCRIPTORS_RESERVED};
-use crate::limits::{IDLE_TIMEOUT, LISTEN_BACKLOG};
+use crate::limits::{CONNECTION_TIMEOUT_MAX, IDLE_TIMEOUT, LISTEN_BACKLOG};
 use crate::metrics::Metrics;
 use crate::security::Peer;
 
@@ -347,9 +347,9 @@ impl Activity {
     /// When the connection must close and why, as of `now`: `Ok` with the
     /// reason once a bound has passed, else `Err` with the instant to look again.
     pub fn closing(&self, limits: &ConnectionLimits, now: Instant) -> Result<Closure, Instant> {
-        let mut next = now + limits.idle_timeout;
+        let mut next = later(now, limits.idle_timeout);
         if !self.is_authenticated() {
-            let deadline = self.accepted + limits.auth_deadline;
+            let deadline = later(self.accepted, limits.auth_deadline);
             if now >= deadline {
                 return Ok(Closure::AuthDeadline);
             }
@@ -357,7 +357,7 @@ impl Activity {
         }
         if self.streams() == 0 {
             let idle_since = self.accepted + Duration::from_millis(self.idle_since_ms.load(Ordering::Acquire));
-            let idle_until = idle_since + limits.idle_timeout;
+            let idle_until = later(idle_since, limits.idle_timeout);
             // A stream may have started and ended since `streams` was read;
             // then `idle_since` moved on and the next look finds it.
             if now >= idle_until && self.streams() == 0 {
@@ -377,6 +377,13 @@ impl Activity {
             }
         }
     }
+}
+
+/// `instant + duration`, or as far as [`CONNECTION_TIMEOUT_MAX`] past
+/// `instant` when that is later than the clock can count (a bound given in
+/// process, past what `gavel node` accepts, must not panic).
+fn later(instant: Instant, duration: Duration) -> Instant {
+    instant.checked_add(duration).unwrap_or(instant + CONNECTION_TIMEOUT_MAX)
 }
 
 /// A call in flight on a connection; it ends when the guard drops.
@@ -673,7 +680,7 @@ async fn open(
     let Some(tls) = tls else {
         return Some(Connection::new(Transport::Plain(tcp), activity.clone()));
     };
-    let deadline = activity.accepted + acceptor.limits.auth_deadline;
+    let deadline = later(activity.accepted, acceptor.limits.auth_deadline);
     match tokio::time::timeout_at(deadline.into(), tls.accept(tcp).into_fallible()).await {
         Ok(Ok(stream)) => Some(Connection::new(Transport::Tls(Box::new(stream)), activity.clone())),
         Ok(Err((error, tcp))) => {
@@ -776,6 +783,16 @@ mod tests {
             idle_timeout: Duration::from_secs(60),
             ..ConnectionLimits::default()
         }
+    }
+
+    #[test]
+    fn bounds_past_what_the_clock_can_count_do_not_panic() {
+        let accepted = Instant::now();
+        let activity = Activity::new(accepted);
+        let forever = ConnectionLimits { auth_deadline: Duration::MAX, idle_timeout: Duration::MAX, ..limits() };
+        assert!(activity.closing(&forever, accepted).is_err());
+        activity.authenticate();
+        assert!(activity.closing(&forever, accepted + Duration::from_secs(3600)).is_err());
     }
 
     #[test]

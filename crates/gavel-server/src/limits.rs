@@ -84,6 +84,12 @@ pub const AUTH_DEADLINE: Duration = Duration::from_secs(10);
 /// 5 minutes keeps a client that calls every few minutes on one connection.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
+/// The longest authentication deadline or idle timeout `gavel node`
+/// accepts (`--auth-deadline-ms`, `--idle-timeout-ms`): one day. A longer
+/// one is as good as none (the caps still bound the connections), and a
+/// flag that large is more likely a mistake in units.
+pub const CONNECTION_TIMEOUT_MAX: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Connections open on one node at once, from anyone, counting those still
 /// in their TLS handshake. Past it a new connection is closed at accept,
 /// before its handshake. Each connection holds a file descriptor, and an
