@@ -267,7 +267,7 @@ async fn phase(
         pids.values().map(|pid| cpu_ticks(&pid.to_string())).chain([cpu_ticks("self")]).collect();
     while Instant::now() < until + Duration::from_millis(200) {
         for (id, pid) in &pids {
-            let rss = rss_kib(*pid);
+            let rss = support::rss_kib(*pid);
             let peak = peaks.entry(*id).or_default();
             *peak = (*peak).max(rss);
         }
@@ -285,36 +285,11 @@ async fn phase(
     (tally, peaks)
 }
 
-/// The resident memory of process `pid` now (`VmRSS`), in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process status");
-    let line = status.lines().find(|line| line.starts_with("VmRSS:")).expect("a VmRSS line");
-    line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).expect("VmRSS in kB")
-}
-
 /// CPU ticks (user and system) process `pid` has used.
 fn cpu_ticks(pid: &str) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process stat");
     let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
     fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
-}
-
-/// `GET /metrics` at `addr`: the sum of the samples named `name` whose
-/// line contains `label`.
-async fn scraped(addr: &str, name: &str, label: &str) -> f64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|error| panic!("{addr}: {error}"));
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: gavel\r\n\r\n").await.expect("write request");
-    let mut answer = String::new();
-    tokio::time::timeout(support::WAIT, stream.read_to_string(&mut answer))
-        .await
-        .expect("the scrape answers")
-        .expect("read response");
-    answer
-        .lines()
-        .filter(|line| line.starts_with(name) && line.contains(label))
-        .filter_map(|line| line.rsplit_once(' ').and_then(|(_, value)| value.parse::<f64>().ok()))
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,7 +388,7 @@ async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
         let answer = poll.await.expect("the poll task").expect("a waiting poll is answered");
         assert!(answer.into_inner().tasks.is_empty());
     }
-    let long_poll_refusals = scraped(&metrics[&leader], "gavel_overload_refused_total", "long_poll").await;
+    let long_poll_refusals = support::scraped(&metrics[&leader], "gavel_overload_refused_total", "long_poll").await;
     assert!(long_poll_refusals >= 2.0, "refused long-polls are counted: {long_poll_refusals}");
 
     // 2 and 3. The same raw clients, 64 then 2,000 of them, over the same
@@ -538,7 +513,7 @@ async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
     let sdk_attempts: u64 = sdk.iter().map(Client::attempts).sum();
     let mut refused_counted = 0.0;
     for addr in metrics.values() {
-        refused_counted += scraped(addr, "gavel_overload_refused_total", "proposal").await;
+        refused_counted += support::scraped(addr, "gavel_overload_refused_total", "proposal").await;
     }
     eprintln!(
         "overload test: refused {} in all (nodes counted {refused_counted}), SDK {sdk_calls} calls in {sdk_attempts} attempts",

@@ -441,3 +441,28 @@ pub async fn run_lifecycle(cluster: &Cluster, via: u64, execution_id: &str, inpu
     .await
     .expect("report");
 }
+
+/// The resident memory of process `pid` now (`VmRSS`), in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process status");
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).expect("a VmRSS line");
+    line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).expect("VmRSS in kB")
+}
+
+/// `GET /metrics` at `addr`: the sum of the samples named `name` whose
+/// line contains `label`.
+pub async fn scraped(addr: &str, name: &str, label: &str) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|error| panic!("{addr}: {error}"));
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: gavel\r\n\r\n").await.expect("write request");
+    let mut answer = String::new();
+    tokio::time::timeout(WAIT, stream.read_to_string(&mut answer))
+        .await
+        .expect("the scrape answers")
+        .expect("read response");
+    answer
+        .lines()
+        .filter(|line| line.starts_with(name) && line.contains(label))
+        .filter_map(|line| line.rsplit_once(' ').and_then(|(_, value)| value.parse::<f64>().ok()))
+        .sum()
+}

@@ -126,6 +126,9 @@ impl TimingArgs {
     }
 }
 
+/// `--auth-deadline-ms` and `--idle-timeout-ms` at most (`CONNECTION_TIMEOUT_MAX`).
+const CONNECTION_TIMEOUT_MS_MAX: u64 = gavel_server::limits::CONNECTION_TIMEOUT_MAX.as_secs() * 1000;
+
 /// `gavel node`.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
@@ -164,6 +167,22 @@ pub struct NodeArgs {
     /// Linearizable reads (Get*, List*, WhoAmI) this node takes at once.
     #[arg(long, env = "GAVEL_READS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::READS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub reads_in_flight_max: u64,
+    /// How long a new connection has, from accept, to finish its TLS
+    /// handshake and (without a client certificate naming a principal) make
+    /// its first authenticated call; past it the node closes it (docs/limits.md).
+    #[arg(long, env = "GAVEL_AUTH_DEADLINE_MS", default_value_t = gavel_server::limits::AUTH_DEADLINE.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..=CONNECTION_TIMEOUT_MS_MAX))]
+    pub auth_deadline_ms: u64,
+    /// How long a connection may carry no call (no stream in flight) before
+    /// the node closes it with GOAWAY; clients reconnect on their next call.
+    #[arg(long, env = "GAVEL_IDLE_TIMEOUT_MS", default_value_t = gavel_server::limits::IDLE_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..=CONNECTION_TIMEOUT_MS_MAX))]
+    pub idle_timeout_ms: u64,
+    /// Connections open at once; past it new ones are closed at accept,
+    /// before their TLS handshake. Lowered to stay under RLIMIT_NOFILE.
+    #[arg(long, env = "GAVEL_CONNECTIONS_MAX", default_value_t = gavel_server::limits::CONNECTIONS_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub connections_max: u64,
+    /// Connections open at once from one source IP address.
+    #[arg(long, env = "GAVEL_CONNECTIONS_PER_SOURCE_MAX", default_value_t = gavel_server::limits::CONNECTIONS_PER_SOURCE_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub connections_per_source_max: u64,
     /// Cold writes (finalized records and audit events) held in memory
     /// before they are written into `cold.redb` between snapshots.
     /// Lower: less memory and more, smaller writes.

@@ -113,6 +113,18 @@ fn planted_bug_from_env() -> Option<gavel_core::mutants::Mutant> {
     found
 }
 
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (what Go
+/// programs and most servers do at start) and returns the soft limit in
+/// force afterwards; a limit that cannot be raised is left as it was.
+fn raise_descriptor_limit() -> std::io::Result<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(std::io::Error::from)?;
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return Ok(hard);
+    }
+    Ok(soft)
+}
+
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let security = node_security::node_security(args.id, &args.security)?;
     if security.tls.is_none() {
@@ -131,7 +143,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let bootstrap = !args.join && peers.keys().next() == Some(&args.id);
     let timings = args.timings.timings();
     let listener =
-        tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+        gavel_server::connections::bind(&args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     // Bound before the node starts, so a port in use fails the start.
     let metrics_listener = match &args.metrics_listen {
         Some(addr) => Some(
@@ -139,6 +151,20 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let connections_max = usize::try_from(args.connections_max).unwrap_or(usize::MAX);
+    let descriptors = raise_descriptor_limit().unwrap_or_else(|error| {
+        tracing::warn!(%error, "cannot read RLIMIT_NOFILE; assuming 1024 file descriptors");
+        1024
+    });
+    let connections_max_kept = gavel_server::connections::connections_max_under(connections_max, descriptors);
+    if connections_max_kept < connections_max {
+        tracing::warn!(
+            configured = connections_max,
+            connections_max = connections_max_kept,
+            descriptors,
+            "--connections-max is lowered to stay under the file descriptor limit (RLIMIT_NOFILE)"
+        );
+    }
     let options = NodeOptions {
         id: args.id,
         advertise: args.listen.clone(),
@@ -155,6 +181,12 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
                 reads_in_flight_max: usize::try_from(args.reads_in_flight_max).unwrap_or(usize::MAX),
             },
             checkpoint_cold_writes: usize::try_from(args.checkpoint_cold_writes).unwrap_or(usize::MAX),
+            connections: gavel_server::connections::ConnectionLimits {
+                auth_deadline: std::time::Duration::from_millis(args.auth_deadline_ms),
+                idle_timeout: std::time::Duration::from_millis(args.idle_timeout_ms),
+                connections_max: connections_max_kept,
+                connections_per_source_max: usize::try_from(args.connections_per_source_max).unwrap_or(usize::MAX),
+            },
             ..ServerSettings::default()
         },
         security,

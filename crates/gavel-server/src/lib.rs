@@ -10,7 +10,8 @@
 //! [`overload`] (bounds on calls taken at once, [`limits`]), [`quota`]
 //! (per-principal quotas checked before proposing, with writes in flight), [`trace`]
 //! (W3C `traceparent` in, through forwarding, to the leader's proposal),
-//! [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
+//! [`connections`] (accept, the connection caps, the authentication deadline
+//! and the idle timeout), [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
 //! and request ids, in front of every service), [`security`] (TLS material,
 //! token verification, who a call is made by), [`tls`] (the TLS acceptor: bounded
 //! concurrent handshakes, refusals closed so the client reads the alert), [`health`] (gRPC health that
@@ -26,6 +27,7 @@
 
 pub mod app;
 pub mod cold_store;
+pub mod connections;
 pub mod convert;
 pub mod health;
 pub mod limits;

@@ -2,7 +2,12 @@
 //! reason. [`crate::overload`] enforces them at the routing layer, before a
 //! handler runs and so before anything reaches the Raft log; `gavel node`
 //! can change each one (`--proposals-in-flight-max`, `--long-polls-max`,
-//! `--reads-in-flight-max`).
+//! `--reads-in-flight-max`). The connection bounds below are enforced even
+//! earlier, by [`crate::connections`]: at accept, before the TLS handshake
+//! allocates anything, and on each open connection (`--auth-deadline-ms`,
+//! `--idle-timeout-ms`, `--connections-max`, `--connections-per-source-max`).
+
+use std::time::Duration;
 
 /// Public calls that propose a command, served or forwarded by this node at
 /// once. Past it a call is refused `RESOURCE_EXHAUSTED` at once rather than
@@ -55,3 +60,78 @@ pub const OVERLOAD_RETRY_AFTER_MS_MAX: u64 = 10_000;
 /// be refused; with it the leader hears again from the follower's callers
 /// within a second.
 pub const LEADER_PUSHBACK_MS_MAX: u64 = 1_000;
+
+/// How long a new connection has to authenticate, counted from its accept:
+/// its TLS handshake must finish within it, and a connection whose client
+/// certificate names no principal must carry a call the node authenticated
+/// (a bearer token; on an insecure node, any public call) within it too, or
+/// the node closes it (`GOAWAY`, then the socket). Before it authenticates, a
+/// connection is someone the node does not know holding a socket, a TLS
+/// session and an HTTP/2 connection; 10 s is long enough for a handshake
+/// and a first call over a slow link (an SDK sends its first call right
+/// after connecting) and short enough that an attacker must keep opening
+/// connections to keep holding any.
+pub const AUTH_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long an authenticated connection may carry no call (no HTTP/2 stream
+/// in flight: a unary call, a long-poll, a `WatchEvents` or `WaitExecution`
+/// stream, a Raft message) before the node closes it with `GOAWAY`. Every
+/// open connection costs the node memory and a descriptor; a client that
+/// went quiet reconnects on its next call (tonic channels and the SDKs do
+/// so by themselves). Raft peers never reach it: the leader's heartbeats
+/// (every 100 ms by default) keep its connections busy, and a follower's
+/// forwarding connection that went quiet is re-opened on the next forward.
+/// 5 minutes keeps a client that calls every few minutes on one connection.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The longest authentication deadline or idle timeout `gavel node`
+/// accepts (`--auth-deadline-ms`, `--idle-timeout-ms`): one day. A longer
+/// one is as good as none (the caps still bound the connections), and a
+/// flag that large is more likely a mistake in units.
+pub const CONNECTION_TIMEOUT_MAX: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Connections open on one node at once, from anyone, counting those still
+/// in their TLS handshake. Past it a new connection is closed at accept,
+/// before its handshake. Each connection holds a file descriptor, and an
+/// idle one about 39 KiB once handshaken, 12 KiB before (docs/limits.md
+/// measures it), so 10,000 is at most about 400 MB and under the
+/// descriptors a node raises its limit to; the node also keeps it
+/// [`DESCRIPTORS_RESERVED`] under its
+/// descriptor limit whatever is configured, so that its own files (the log,
+/// the cold store, snapshots) and its outgoing peer connections always find a
+/// descriptor.
+pub const CONNECTIONS_MAX: usize = 10_000;
+
+/// Connections open on one node at once from one source IP address. Past
+/// it a new connection from that address is closed at accept, so one
+/// client (or one attacker) cannot take the whole [`CONNECTIONS_MAX`]. A
+/// client process normally needs one connection per node (HTTP/2 carries
+/// its calls side by side), a 64-client benchmark or a test suite on one
+/// machine some hundreds, and several application servers behind one NAT
+/// address share it: 1,024.
+pub const CONNECTIONS_PER_SOURCE_MAX: usize = 1_024;
+
+/// Connections the kernel holds for the node between their TCP handshake
+/// and the node's accept (the `listen` backlog; Linux caps it at
+/// `net.core.somaxconn`, 4096 by default since 5.4). Past it the kernel
+/// drops new handshakes and clients retry them a second or more later: the
+/// 1,024 the standard library and tokio ask for overflowed under a burst of
+/// 2,500 connections a second, which delayed legitimate clients' connects
+/// past their timeouts (`tests/connections.rs`).
+pub const LISTEN_BACKLOG: u32 = 4_096;
+
+/// File descriptors a node keeps for itself below its `RLIMIT_NOFILE`: the
+/// cap on connections is lowered to leave them (or, under a limit this low,
+/// half of it): the WAL segments, `cold.redb`, snapshot files being built,
+/// streamed or installed, outgoing connections to peers, the metrics
+/// listener's connections and the runtime's own.
+pub const DESCRIPTORS_RESERVED: u64 = 1_024;
+
+/// How long after `GOAWAY` a closed connection may stay open with no call
+/// in flight before the node cuts it: a client that does not answer the
+/// `GOAWAY` (or never finished its HTTP/2 preface) holds its socket no
+/// longer. A call still in flight on an authenticated connection is never
+/// cut; the connection is cut once it ends. A connection closed by the
+/// authentication deadline is cut whatever it carries: only health and
+/// reflection calls can be in flight on it, and they must not hold it open.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(1);

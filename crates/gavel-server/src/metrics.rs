@@ -11,6 +11,10 @@
 //!   or at apply): `gavel_quota_refused_total{kind}`, kind
 //!   `pending_approvals`, `active_executions` or `write_rate`
 //!   ([`Metrics::count_quota_refusal`]); never the principal.
+//! - **Connections** ([`crate::connections`]): `gavel_connections_open`,
+//!   `gavel_connections_refused_total{reason}` (a cap, at accept) and
+//!   `gavel_connections_closed_total{reason}` (the authentication deadline
+//!   or the idle timeout).
 //! - `gavel_dedup_replays_total{at}`: retries answered from the dedup table,
 //!   at apply (read from `CoreApp::dedup_replays` at scrape time) or at a
 //!   long-poll's edge ([`Metrics::count_poll_replay`]).
@@ -164,6 +168,14 @@ struct KindLabels {
     kind: String,
 }
 
+/// A `reason` label: why a connection was refused at accept
+/// ([`crate::connections::Refusal::as_str`]) or closed by the node
+/// ([`crate::connections::Closure::as_str`]); two values each.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
 /// An `at` label: where a retry was answered from the dedup table
 /// (`apply`: a command applied again, `poll`: a long-poll retried at the edge).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -208,6 +220,13 @@ pub struct Metrics {
     overload_refused: Family<KindLabels, Counter>,
     /// `gavel_quota_refused_total`: writes refused `QUOTA_EXCEEDED`, by quota.
     quota_refused: Family<KindLabels, Counter>,
+    /// `gavel_connections_open`: connections open on the gRPC port.
+    connections_open: Gauge,
+    /// `gavel_connections_refused_total{reason}`: connections closed at accept by a cap.
+    connections_refused: Family<ReasonLabels, Counter>,
+    /// `gavel_connections_closed_total{reason}`: connections the node closed
+    /// (authentication deadline, idle timeout).
+    connections_closed: Family<ReasonLabels, Counter>,
     /// `gavel_late_reports_total`: reports and heartbeats refused `LEASE_LOST`.
     late_reports: Counter,
     /// `gavel_dedup_replays_total{at}`: retries answered with the reply their
@@ -307,6 +326,21 @@ impl Metrics {
                 "gavel_quota_refused",
                 "Writes refused QUOTA_EXCEEDED because their principal was over a quota, by quota kind",
             ),
+            connections_open: registered(
+                r,
+                "gavel_connections_open",
+                "Connections open on the gRPC port, in their TLS handshake or served",
+            ),
+            connections_refused: registered(
+                r,
+                "gavel_connections_refused",
+                "Connections closed at accept, before their TLS handshake, because a cap was reached (reason: overall or per_source)",
+            ),
+            connections_closed: registered(
+                r,
+                "gavel_connections_closed",
+                "Connections this node closed (reason: auth_deadline, no handshake or authenticated call in time; idle, no call in flight for the idle timeout)",
+            ),
             methods: LabelCap::new(METHOD_LABELS_MAX),
             domain_codes: LabelCap::new(DOMAIN_CODE_LABELS_MAX),
             queues: LabelCap::new(QUEUE_LABELS_MAX),
@@ -337,6 +371,26 @@ impl Metrics {
     /// Counts one write refused for its principal's quota `kind`.
     pub fn count_quota_refusal(&self, kind: gavel_core::QuotaKind) {
         self.quota_refused.get_or_create(&KindLabels { kind: kind.as_str().to_string() }).inc();
+    }
+
+    /// Counts one connection closed at accept by a cap ([`crate::connections`]).
+    pub fn count_connection_refused(&self, refusal: crate::connections::Refusal) {
+        self.connections_refused.get_or_create(&ReasonLabels { reason: refusal.as_str() }).inc();
+    }
+
+    /// Counts one connection the node closed ([`crate::connections`]).
+    pub fn count_connection_closed(&self, closure: crate::connections::Closure) {
+        self.connections_closed.get_or_create(&ReasonLabels { reason: closure.as_str() }).inc();
+    }
+
+    /// Counts one more connection open ([`crate::connections`], at accept).
+    pub fn count_connection_opened(&self) {
+        self.connections_open.inc();
+    }
+
+    /// Counts one connection fewer open ([`crate::connections`], at its end).
+    pub fn count_connection_ended(&self) {
+        self.connections_open.dec();
     }
 
     /// Counts one long-poll retry answered at the edge with the tasks its
@@ -769,6 +823,28 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
         assert!(text.contains(r#"gavel_overload_refused_total{kind="proposal"} 2"#), "{text}");
         assert!(text.contains(r#"gavel_overload_refused_total{kind="long_poll"} 1"#), "{text}");
+    }
+
+    #[test]
+    fn connection_refusals_and_closes_are_counted_by_reason() {
+        use crate::connections::{Closure, Refusal};
+        let metrics = Metrics::new();
+        metrics.count_connection_refused(Refusal::PerSource);
+        metrics.count_connection_refused(Refusal::PerSource);
+        metrics.count_connection_refused(Refusal::Overall);
+        metrics.count_connection_closed(Closure::AuthDeadline);
+        metrics.count_connection_closed(Closure::Idle);
+        for _ in 0..8 {
+            metrics.count_connection_opened();
+        }
+        metrics.count_connection_ended();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
+        assert!(text.contains(r#"gavel_connections_refused_total{reason="per_source"} 2"#), "{text}");
+        assert!(text.contains(r#"gavel_connections_refused_total{reason="overall"} 1"#), "{text}");
+        assert!(text.contains(r#"gavel_connections_closed_total{reason="auth_deadline"} 1"#), "{text}");
+        assert!(text.contains(r#"gavel_connections_closed_total{reason="idle"} 1"#), "{text}");
+        assert!(text.contains("gavel_connections_open 7"), "{text}");
     }
 
     #[test]

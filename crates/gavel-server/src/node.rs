@@ -44,6 +44,8 @@ pub struct ServerSettings {
     /// Cold writes held in memory before they are written into `cold.redb`
     /// ([`crate::app::COLD_PENDING_MAX`] by default).
     pub checkpoint_cold_writes: usize,
+    /// The caps, deadline and idle timeout of connections to the gRPC port ([`crate::connections`]).
+    pub connections: crate::connections::ConnectionLimits,
 }
 
 impl Default for ServerSettings {
@@ -54,6 +56,7 @@ impl Default for ServerSettings {
             planted_bug: None,
             overload: crate::overload::OverloadLimits::default(),
             checkpoint_cold_writes: crate::app::COLD_PENDING_MAX,
+            connections: crate::connections::ConnectionLimits::default(),
         }
     }
 }

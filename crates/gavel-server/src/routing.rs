@@ -10,7 +10,9 @@
 //!   certificate), before openraft sees a byte.
 //! - Every public call is authenticated ([`crate::security`]): on a secured
 //!   node by its bearer token, else its client certificate, else it is
-//!   refused `UNAUTHENTICATED`. A forwarded call (`gavel-forwarded`,
+//!   refused `UNAUTHENTICATED`. A call authenticated (and an admitted Raft
+//!   call) marks its connection authenticated, which lifts the
+//!   authentication deadline from it ([`crate::connections`]). A forwarded call (`gavel-forwarded`,
 //!   `gavel-forwarded-for`) is honoured only from a member node's
 //!   certificate and refused `PERMISSION_DENIED` from anyone else. The
 //!   caller (`Option<Caller>`, `None` on an insecure node) goes into the
@@ -176,10 +178,15 @@ where
     let path = request.uri().path().to_string();
     let path = path.as_str();
     if !path.starts_with(PUBLIC_API) {
-        if node.secured.is_some() && path.starts_with(RAFT_SERVICE) {
-            if let Err(refusal) = admit_peer(node, &Peer::of(request.extensions())) {
-                return refusal.into_http();
+        if path.starts_with(RAFT_SERVICE) {
+            if node.secured.is_some() {
+                if let Err(refusal) = admit_peer(node, &Peer::of(request.extensions())) {
+                    return refusal.into_http();
+                }
             }
+            // A peer's connection: no authentication deadline for it. Health
+            // and reflection calls, open to anyone, authenticate nothing.
+            crate::connections::mark_authenticated(request.extensions());
         }
         // Raft, health, reflection: their refusals are not the public API's,
         // and a peer must see tonic's own `OUT_OF_RANGE` for an oversized
@@ -204,6 +211,7 @@ where
         Ok(caller) => caller,
         Err(refusal) => return refusal.into_http(),
     };
+    crate::connections::mark_authenticated(request.extensions());
     request.extensions_mut().insert(caller.clone());
     let served_here = SERVED_BY_EVERY_NODE.contains(&path) || (path == STALE_READ && node.plants(Mutant::StaleRead));
     if served_here {

@@ -22,12 +22,6 @@ use tonic::Status;
 
 use crate::node::domain_status;
 
-/// How long a connection may take to complete its TLS handshake. Handshakes
-/// run concurrently ([`crate::tls::incoming`]), but without a bound a client
-/// that opens connections and never finishes the handshake holds each one
-/// forever.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A node's security settings.
 #[derive(Debug, Clone, Default)]
 pub struct Security {
@@ -157,10 +151,22 @@ pub enum Peer {
 
 impl Peer {
     /// The client certificate of the connection a request came on, as the
-    /// TLS acceptor read it at the handshake ([`crate::tls::Authenticated`]);
+    /// node read it at the handshake ([`crate::connections::ConnectionInfo`]);
     /// anonymous on a plaintext connection.
     pub fn of(extensions: &Extensions) -> Peer {
-        extensions.get::<Peer>().cloned().unwrap_or(Peer::Anonymous)
+        extensions.get::<crate::connections::ConnectionInfo>().map_or(Peer::Anonymous, |info| info.peer.clone())
+    }
+
+    /// What the certificate chain a client presented at the handshake
+    /// names: its leaf's principal.
+    pub fn of_certificates(chain: Option<&[tokio_rustls::rustls::pki_types::CertificateDer<'_>]>) -> Peer {
+        match chain.and_then(|chain| chain.first()) {
+            None => Peer::Anonymous,
+            Some(leaf) => match gavel_pki::principal_from_certificate(leaf.as_ref()) {
+                Ok(principal) => Peer::Certified(principal),
+                Err(error) => Peer::Unnamed(error.to_string()),
+            },
+        }
     }
 
     /// The node id, when the certificate is a node certificate.

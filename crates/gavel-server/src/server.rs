@@ -22,7 +22,10 @@ use tokio::task::JoinHandle;
 
 use gavel_core::{Caller, Command, GrantName, Principal};
 
+use futures::StreamExt;
+
 use crate::app::CoreApp;
+use crate::connections::StreamsLayer;
 use crate::node::{Node, ServerSettings};
 use crate::replies::GrantsReply;
 use crate::routing::{RoutingLayer, REQUEST_BYTES_MAX};
@@ -54,9 +57,6 @@ pub enum ServerError {
     /// The TLS material or token keys could not be loaded.
     #[error("security settings: {0}")]
     Security(#[source] crate::security::SecurityError),
-    /// The gRPC server failed while serving.
-    #[error("serving: {0}")]
-    Serve(#[source] tonic::transport::Error),
 }
 
 /// Everything needed to start a node.
@@ -87,7 +87,7 @@ pub struct RunningNode {
     /// The bound address.
     pub addr: SocketAddr,
     shutdown: watch::Sender<bool>,
-    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    server: JoinHandle<()>,
     ticker: JoinHandle<()>,
     health: JoinHandle<()>,
 }
@@ -100,7 +100,7 @@ impl RunningNode {
         let _ = self.health.await;
         let _ = self.node.raft.shutdown().await;
         match tokio::time::timeout(Duration::from_secs(5), self.server).await {
-            Ok(joined) => joined.map_err(ServerError::Panicked)?.map_err(ServerError::Serve)?,
+            Ok(joined) => joined.map_err(ServerError::Panicked)?,
             Err(_) => tracing::warn!("server did not stop within 5 s"),
         }
         Ok(())
@@ -194,10 +194,9 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
     let (shutdown, shutdown_rx) = watch::channel(false);
     // Health is judged from the start: NOT_SERVING until a leader is known.
     let health = tokio::spawn(crate::health::run(node.clone(), health_reporter, shutdown_rx.clone()));
-    let mut server_shutdown = shutdown_rx.clone();
     let router = builder
-        .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .layer(StreamsLayer)
         .layer(RoutingLayer::new(node.clone()))
         .add_service(raft.service())
         .add_service(health_service)
@@ -223,24 +222,31 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         .add_service(
             AccessServiceServer::new(Access { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
         );
-    let stopped = async move {
-        let _ = server_shutdown.wait_for(|stop| *stop).await;
+    let serve_one: crate::connections::ServeOne = Arc::new(move |connection, closed| {
+        // One tonic server per connection, over a stream that yields it and
+        // then waits: its shutdown signal closes this connection alone, with
+        // `GOAWAY` (see `crate::connections`).
+        let router = router.clone();
+        Box::pin(async move {
+            let incoming = futures::stream::once(std::future::ready(Ok::<_, std::io::Error>(connection)))
+                .chain(futures::stream::pending());
+            let closed = async move {
+                let _ = closed.await;
+            };
+            if let Err(error) = router.serve_with_incoming_shutdown(incoming, closed).await {
+                tracing::debug!(%error, "serving a connection failed");
+            }
+        })
+    });
+    let limits = options.settings.connections;
+    let acceptor = crate::connections::Acceptor {
+        limits,
+        table: crate::connections::ConnectionTable::new(limits.connections_max, limits.connections_per_source_max),
+        tls: server_tls,
+        metrics: node.metrics.clone(),
+        serve_one,
     };
-    let server = match server_tls {
-        // Our own TLS acceptor, so that a refused client certificate reaches
-        // the client as an alert rather than a reset (see `crate::tls`).
-        Some(config) => {
-            let incoming = crate::tls::incoming(listener, config);
-            tokio::spawn(async move { router.serve_with_incoming_shutdown(incoming, stopped).await })
-        }
-        // `Server::tcp_nodelay` only applies to sockets tonic accepts itself;
-        // ours come from our listener, so set it here. Without it a response
-        // written in two segments waits for the client's delayed ACK (~40 ms).
-        None => {
-            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            tokio::spawn(async move { router.serve_with_incoming_shutdown(incoming, stopped).await })
-        }
-    };
+    let server = tokio::spawn(crate::connections::serve(listener, acceptor, shutdown_rx.clone()));
 
     if options.bootstrap {
         raft.initialize(options.peers.clone()).await.map_err(ServerError::Initialize)?;

@@ -1,0 +1,560 @@
+//! Connections at process level, against a secure 3-node cluster of real
+//! `gavel node` processes: a flood of idle unauthenticated connections (raw
+//! TCP that never handshakes, and TLS without a client certificate that
+//! never calls) from twenty loopback source addresses is capped per source,
+//! closed by the authentication deadline, costs the leader no term and no
+//! legitimate call, and leaves the node's memory where it was; the per-source
+//! and overall caps refuse the connection past them at accept and count it;
+//! an idle connection is closed and its client reconnects, while a stream in
+//! flight keeps its connection.
+//!
+//! The test raises its own `RLIMIT_NOFILE` (it runs as root) so that it can
+//! hold the flood's sockets; the nodes inherit the raised hard limit and
+//! raise their soft limit to it. Needs the debug binary (`cargo build -p
+//! gavel-cli --bin gavel`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gavel_client::{pb, ClientTls};
+use gavel_pki::Principal;
+use gavel_proto::v1::access_service_client::AccessServiceClient;
+use gavel_proto::v1::audit_service_client::AuditServiceClient;
+use gavel_testkit::{Cluster, ClusterSpec, Security};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::Semaphore;
+
+use support::{rss_kib, scraped, WAIT};
+
+/// Descriptors this test process needs: the flood's sockets and its own.
+const TEST_DESCRIPTORS: u64 = 65_536;
+
+/// The flood: connections per source address, and the source addresses
+/// (127.0.0.2 and up; all of 127.0.0.0/8 is loopback on Linux).
+const FLOOD_PER_SOURCE: usize = 1_000;
+const FLOOD_SOURCES: u8 = 20;
+
+/// One flood connection in this many completes a TLS handshake (without a
+/// client certificate), every other one of those then sends the HTTP/2
+/// preface and `SETTINGS` and ignores whatever the node sends (its
+/// `GOAWAY` included); the others are raw TCP that never sends a byte.
+/// Handshakes cost CPU on both sides, and far more in a debug build: 500 of
+/// them keep the test in seconds and the debug node responsive.
+const TLS_EVERY: usize = 40;
+
+/// The client preface of HTTP/2 and an empty `SETTINGS` frame.
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// How a flood connection behaves once open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Flood {
+    /// Raw TCP: never a byte.
+    Raw,
+    /// A TLS handshake without a client certificate, then nothing.
+    Tls,
+    /// A TLS handshake, the HTTP/2 preface and `SETTINGS`, then nothing.
+    Http2,
+}
+
+/// Connections opened at once by the flood.
+const FLOOD_CONCURRENCY: usize = 64;
+
+/// The flooded cluster's bounds: each source may hold 600 connections, so
+/// 400 of each source's 1,000 are refused at accept; the overall cap leaves
+/// room for the 12,000 accepted and the legitimate clients and peers.
+const FLOOD_PER_SOURCE_MAX: usize = 600;
+const FLOOD_CONNECTIONS_MAX: usize = 15_000;
+
+/// The flooded cluster's authentication deadline: long enough to open the
+/// whole flood before the first connections are closed, short enough for a
+/// test of seconds.
+const FLOOD_AUTH_DEADLINE: Duration = Duration::from_secs(8);
+
+/// How many times the legitimate client retries one call answered
+/// `UNAVAILABLE` (250 ms apart), as the SDK would within its retry budget.
+const LEGIT_RETRIES_MAX: usize = 20;
+
+/// The flooded cluster's idle timeout: the connections of the legitimate
+/// client's fresh channels (a dropped tonic channel leaves its connection
+/// open) close within it, so the node's connections settle back to where
+/// they were.
+const FLOOD_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How late past the deadline a flood connection may see its close: the
+/// node's timers and a loaded machine.
+const CLOSE_SLACK: Duration = Duration::from_secs(5);
+
+/// Raises this process's `RLIMIT_NOFILE`: the hard limit to `wanted` where
+/// it may (root with `CAP_SYS_RESOURCE`; a container may withhold it), the
+/// soft limit to the hard one. The node processes it starts inherit both.
+/// Returns the soft limit in force.
+fn raise_descriptor_limit(wanted: u64) -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    if hard < wanted && setrlimit(Resource::RLIMIT_NOFILE, wanted, wanted).is_ok() {
+        return wanted;
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).expect("raising the soft limit to the hard one");
+    hard
+}
+
+/// A secure three-node cluster with `flags` on every node, each also
+/// serving metrics; returns it, its metrics addresses and its directory.
+async fn start_cluster(flags: &[String]) -> (Cluster, BTreeMap<u64, String>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
+    spec.security = Security::secure(Principal::parse("user:admin").expect("a principal"));
+    spec.start_timeout = WAIT;
+    spec.status_timeout = Duration::from_secs(10);
+    let metrics: BTreeMap<u64, String> =
+        (1..=3).map(|id| (id, format!("127.0.0.1:{}", support::free_port()))).collect();
+    spec.node_args = metrics
+        .iter()
+        .map(|(id, addr)| {
+            let mut args = vec![format!("--metrics-listen={addr}")];
+            args.extend(flags.iter().cloned());
+            (*id, args)
+        })
+        .collect();
+    let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
+    (cluster, metrics, dir)
+}
+
+fn loopback(last: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, last])
+}
+
+/// A TCP connection to `target` from `source`.
+async fn connect_from(source: IpAddr, target: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(source, 0))?;
+    socket.connect(target).await
+}
+
+/// A TLS client that trusts the cluster CA and presents no certificate.
+fn anonymous_tls(ca: &ClientTls) -> tokio_rustls::TlsConnector {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::CertificateDer;
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(ca.ca_pem.as_bytes()) {
+        roots.add(certificate.expect("the CA parses")).expect("the CA is usable");
+    }
+    let mut config = tokio_rustls::rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// How one flood connection ended: how long after it was opened the node
+/// closed it, or `None` if it was still open `limit` after.
+async fn wait_closed<S: tokio::io::AsyncRead + Unpin>(
+    mut stream: S,
+    opened: Instant,
+    limit: Duration,
+) -> Option<Duration> {
+    let mut buffer = [0u8; 1024];
+    let closed = tokio::time::timeout_at((opened + limit).into(), async {
+        // Whatever the node writes (a TLS record, GOAWAY) is read; the end
+        // of stream or an error is the close.
+        while matches!(stream.read(&mut buffer).await, Ok(read) if read > 0) {}
+    })
+    .await;
+    closed.ok().map(|()| opened.elapsed())
+}
+
+/// One flood connection: opened from `source` as `kind`, and held until the
+/// node closes it. `None` when it was not closed in time.
+async fn flood_connection(
+    source: IpAddr,
+    target: SocketAddr,
+    kind: Flood,
+    connector: tokio_rustls::TlsConnector,
+    opening: Arc<Semaphore>,
+) -> Option<Duration> {
+    use tokio::io::AsyncWriteExt;
+    let limit = FLOOD_AUTH_DEADLINE + CLOSE_SLACK;
+    let permit = opening.acquire_owned().await.expect("the semaphore is never closed");
+    let Ok(tcp) = connect_from(source, target).await else {
+        // Refused before the connection completed: closed at once.
+        return Some(Duration::ZERO);
+    };
+    // The node's deadline runs from its accept, which follows this closely
+    // unless the node is slow to accept; the slack covers that.
+    let opened = Instant::now();
+    if kind == Flood::Raw {
+        drop(permit);
+        return wait_closed(tcp, opened, limit).await;
+    }
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("a server name");
+    let handshake = tokio::time::timeout_at((opened + limit).into(), connector.connect(name, tcp)).await;
+    drop(permit);
+    match handshake {
+        // A connection refused at accept fails its handshake.
+        Ok(Err(_)) => Some(opened.elapsed()),
+        Ok(Ok(mut stream)) => {
+            if kind == Flood::Http2 && stream.write_all(HTTP2_PREFACE).await.is_err() {
+                return Some(opened.elapsed());
+            }
+            wait_closed(stream, opened, limit).await
+        }
+        Err(_) => None,
+    }
+}
+
+/// `WhoAmI` on `channel`.
+async fn who_am_i(channel: tonic::transport::Channel) -> Result<(), tonic::Status> {
+    AccessServiceClient::new(channel).who_am_i(pb::WhoAmIRequest {}).await.map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_deadline_and_its_memory_returned() {
+    // The flood's refused connections are closed by the node at once and
+    // dropped here when they see it: this process holds about the accepted
+    // ones at a time, which the nodes' inherited limit must hold too.
+    let descriptors = raise_descriptor_limit(TEST_DESCRIPTORS);
+    let capped = FLOOD_SOURCES as usize * FLOOD_PER_SOURCE_MAX;
+    assert!(descriptors as usize > capped + 4_096, "RLIMIT_NOFILE {descriptors} cannot hold the flood's {capped}");
+    let flags = vec![
+        format!("--auth-deadline-ms={}", FLOOD_AUTH_DEADLINE.as_millis()),
+        format!("--connections-per-source-max={FLOOD_PER_SOURCE_MAX}"),
+        format!("--connections-max={FLOOD_CONNECTIONS_MAX}"),
+        format!("--idle-timeout-ms={}", FLOOD_IDLE_TIMEOUT.as_millis()),
+    ];
+    let (cluster, metrics, _dir) = start_cluster(&flags).await;
+    let leader = cluster.wait_for_leader(WAIT).await.unwrap_or_else(|error| panic!("{error}"));
+    let term = cluster.status(leader).await.expect("the leader answers").term;
+    let target: SocketAddr = cluster.addr(leader).expect("the leader's address").parse().expect("an address");
+    let pid = cluster.pid(leader).expect("the leader runs");
+    let legit = cluster.channel(leader, Duration::from_secs(10)).expect("a channel");
+
+    // Warm up what a served call allocates, then take the baseline.
+    for _ in 0..20 {
+        who_am_i(legit.clone()).await.expect("a legitimate call before the flood");
+        who_am_i(cluster.channel(leader, Duration::from_secs(10)).expect("a channel")).await.expect("a fresh one");
+    }
+    // The warm-up's fresh connections close by the idle timeout.
+    tokio::time::sleep(FLOOD_IDLE_TIMEOUT + Duration::from_secs(1)).await;
+    let open_before = scraped(&metrics[&leader], "gavel_connections_open", "").await;
+    let rss_before = rss_kib(pid);
+
+    // The flood, and a legitimate client calling all along: on the
+    // connection it had, and on a fresh connection every time.
+    let opening = Arc::new(Semaphore::new(FLOOD_CONCURRENCY));
+    let anonymous = anonymous_tls(&cluster.ca_only().expect("the CA"));
+    let started = Instant::now();
+    let mut flood = Vec::new();
+    for n in 0..FLOOD_PER_SOURCE {
+        for source in 0..FLOOD_SOURCES {
+            let kind = match (n % TLS_EVERY, (n / TLS_EVERY) % 2) {
+                (0, 0) => Flood::Tls,
+                (0, _) => Flood::Http2,
+                _ => Flood::Raw,
+            };
+            let connection = flood_connection(loopback(2 + source), target, kind, anonymous.clone(), opening.clone());
+            flood.push((kind, tokio::spawn(connection)));
+        }
+    }
+    let attempts = flood.len();
+    // A health watch needs no credentials, and does not keep an
+    // unauthenticated connection open past the deadline.
+    let health_watch = {
+        let channel = gavel_testkit::channel_with(&target.to_string(), WAIT, Some(&cluster.ca_only().expect("the CA")))
+            .expect("a channel");
+        tokio::spawn(async move {
+            let opened = Instant::now();
+            let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+            let request = tonic_health::pb::HealthCheckRequest { service: String::new() };
+            let mut statuses = health.watch(request).await.expect("a health watch without credentials").into_inner();
+            while let Ok(Some(_)) = statuses.message().await {}
+            opened.elapsed()
+        })
+    };
+    let served = Arc::new(AtomicU64::new(0));
+    let retried = Arc::new(AtomicU64::new(0));
+    let (stop_legit, mut legit_stopped) = tokio::sync::watch::channel(false);
+    let legit_loop = {
+        let (served, retried, channel, target) = (served.clone(), retried.clone(), legit.clone(), target.to_string());
+        let admin = cluster.credentials(&Principal::parse("user:admin").expect("a principal")).expect("credentials");
+        tokio::spawn(async move {
+            let mut failures = Vec::new();
+            while !*legit_stopped.borrow() {
+                // A connect waits behind the flood in the node's accept
+                // queue: give it the time a patient client would.
+                let fresh = tonic::transport::Endpoint::from_shared(format!("https://{target}"))
+                    .expect("an endpoint")
+                    .tls_config(admin.tonic_config())
+                    .expect("a TLS configuration")
+                    .connect_timeout(Duration::from_secs(10))
+                    .timeout(Duration::from_secs(10))
+                    .connect_lazy();
+                for (what, channel) in [("kept", channel.clone()), ("fresh", fresh)] {
+                    // As the SDK does: UNAVAILABLE (a read barrier that
+                    // missed its quorum while the machine is saturated) is
+                    // retried, and every retry is counted and printed.
+                    let mut answer = who_am_i(channel.clone()).await;
+                    for _ in 0..LEGIT_RETRIES_MAX {
+                        match &answer {
+                            Err(status) if status.code() == tonic::Code::Unavailable => {
+                                retried.fetch_add(1, Ordering::Relaxed);
+                                tokio::time::sleep(Duration::from_millis(250)).await;
+                                answer = who_am_i(channel.clone()).await;
+                            }
+                            _ => break,
+                        }
+                    }
+                    match answer {
+                        Ok(()) => served.fetch_add(1, Ordering::Relaxed),
+                        Err(status) => {
+                            failures.push(format!("{what}: {status:?}"));
+                            0
+                        }
+                    };
+                }
+                tokio::select! {
+                    _ = legit_stopped.changed() => {}
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+            failures
+        })
+    };
+
+    // Once every flood connection is open (or refused): the peak.
+    while opening.available_permits() < FLOOD_CONCURRENCY || started.elapsed() < Duration::from_millis(200) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let flood_opened = started.elapsed();
+    let open_peak = scraped(&metrics[&leader], "gavel_connections_open", "").await;
+    let rss_peak = rss_kib(pid);
+    let refused_per_source = scraped(&metrics[&leader], "gavel_connections_refused_total", "per_source").await as usize;
+    let closed_by_deadline_early =
+        scraped(&metrics[&leader], "gavel_connections_closed_total", "auth_deadline").await as usize;
+
+    let mut not_closed = BTreeMap::<Flood, usize>::new();
+    let mut latest_close = BTreeMap::<Flood, Duration>::new();
+    for (kind, connection) in flood {
+        match connection.await.expect("a flood task") {
+            Some(after) => {
+                let latest = latest_close.entry(kind).or_default();
+                *latest = (*latest).max(after);
+            }
+            None => *not_closed.entry(kind).or_default() += 1,
+        }
+    }
+    let health_watch_ended =
+        tokio::time::timeout(WAIT, health_watch).await.expect("the health watch ends").expect("the health watch task");
+    let _ = stop_legit.send(true);
+    let failures = legit_loop.await.expect("the legitimate client");
+
+    // The leader's connections are back to what they were, and so is its memory.
+    let settled = gavel_testkit::eventually(WAIT, Duration::from_millis(200), || async {
+        let open = scraped(&metrics[&leader], "gavel_connections_open", "").await;
+        (open <= open_before + 1.0).then_some(open)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_after = rss_kib(pid);
+    let closed_by_deadline = scraped(&metrics[&leader], "gavel_connections_closed_total", "auth_deadline").await;
+    let closed_idle = scraped(&metrics[&leader], "gavel_connections_closed_total", "idle").await;
+    let status_after = cluster.status(leader).await.expect("the leader answers");
+    let accepted_at_peak = open_peak - open_before;
+    println!(
+        "flood: {attempts} connections from {FLOOD_SOURCES} sources opened in {flood_opened:?}; {refused_per_source} \
+         refused per source; {accepted_at_peak} open at the peak; {closed_by_deadline} closed by the deadline and {closed_idle} by the idle timeout; \
+         last close after its open {latest_close:?}; RSS {rss_before} KiB before, {rss_peak} KiB at the peak \
+         ({:.1} KiB per open connection), {rss_after} KiB after; {} legitimate calls served after {} retries of UNAVAILABLE; a health watch without credentials ended after {health_watch_ended:?}",
+        (rss_peak.saturating_sub(rss_before)) as f64 / accepted_at_peak.max(1.0),
+        served.load(Ordering::Relaxed),
+        retried.load(Ordering::Relaxed),
+    );
+
+    assert!(
+        health_watch_ended <= FLOOD_AUTH_DEADLINE + CLOSE_SLACK,
+        "an unauthenticated connection's health watch ends with it: {health_watch_ended:?}"
+    );
+    assert!(health_watch_ended >= FLOOD_AUTH_DEADLINE, "not before the deadline: {health_watch_ended:?}");
+    assert!(failures.is_empty(), "legitimate calls failed during the flood: {failures:?}");
+    assert!(served.load(Ordering::Relaxed) >= 10, "the legitimate client was served throughout");
+    assert!(not_closed.is_empty(), "every flood connection is closed within the deadline ({FLOOD_AUTH_DEADLINE:?} + slack): {not_closed:?} were not");
+    // Each source may hold FLOOD_PER_SOURCE_MAX; a connection closed during
+    // the flood frees a slot for a later one.
+    assert!(
+        refused_per_source + closed_by_deadline_early >= attempts - capped,
+        "{refused_per_source} refused per source of {attempts} attempts, {capped} allowed"
+    );
+    assert!(open_peak <= (capped + 64) as f64, "at most the per-source caps were open: {open_peak}");
+    // A raw connection is closed by the deadline (its handshake never ends);
+    // a handshaken one that sends nothing by the shorter idle timeout.
+    assert!(
+        closed_by_deadline + closed_idle >= accepted_at_peak,
+        "the node closed every accepted flood connection: {closed_by_deadline} + {closed_idle} of {accepted_at_peak}"
+    );
+    assert!(closed_by_deadline >= accepted_at_peak / 2.0, "most were raw, closed by the deadline");
+    assert!(settled.is_some(), "the flood's connections are all closed");
+    assert_eq!(status_after.term, term, "no election: the peers kept their connections");
+    assert_eq!(status_after.leader_id, Some(leader));
+    assert!(
+        rss_after as f64 <= rss_before as f64 * 1.10,
+        "memory returns after the flood: {rss_before} KiB before, {rss_peak} KiB at the peak, {rss_after} KiB after"
+    );
+}
+
+/// The small cluster's bounds: few enough connections to count one by one.
+const SMALL_PER_SOURCE_MAX: usize = 16;
+const SMALL_CONNECTIONS_MAX: usize = 48;
+const SMALL_IDLE_TIMEOUT: Duration = Duration::from_millis(1_500);
+
+/// Whether the node closed `stream`: its read ends (or fails) within `wait`.
+async fn is_closed(stream: &mut TcpStream, wait: Duration) -> bool {
+    let mut buffer = [0u8; 64];
+    matches!(tokio::time::timeout(wait, stream.read(&mut buffer)).await, Ok(Ok(0) | Err(_)))
+}
+
+/// Asserts that of `streams`, opened in order, the node closed the last
+/// `past_cap` at once (the ones past the `cap` cap) and kept the others open.
+async fn assert_only_the_last_closed(streams: &mut [TcpStream], past_cap: usize, cap: &str) {
+    let mut closed = Vec::new();
+    for stream in streams.iter_mut() {
+        closed.push(is_closed(stream, Duration::from_millis(200)).await);
+    }
+    let expected: Vec<bool> = (0..closed.len()).map(|n| n >= closed.len() - past_cap).collect();
+    assert_eq!(closed, expected, "the {past_cap} past the {cap} cap, and only they, are closed at once");
+}
+
+/// `name{reason="..."}` on the node serving metrics at `addr`.
+async fn by_reason(addr: &str, name: &str, reason: &str) -> f64 {
+    scraped(addr, name, &format!("reason=\"{reason}\"")).await
+}
+
+/// Waits until the gauge of open connections at `addr` reads `wanted`.
+async fn open_reaches(addr: &str, wanted: f64) -> f64 {
+    open_reaches_within(addr, wanted, WAIT).await
+}
+
+/// Waits up to `limit` until the gauge of open connections at `addr` reads `wanted`.
+async fn open_reaches_within(addr: &str, wanted: f64, limit: Duration) -> f64 {
+    let reached = gavel_testkit::eventually(limit, Duration::from_millis(50), || async {
+        let open = scraped(addr, "gavel_connections_open", "").await;
+        (open == wanted).then_some(open)
+    })
+    .await;
+    reached.unwrap_or_else(|| panic!("the node never held {wanted} connections"))
+}
+
+/// The gauge of open connections at `addr` once it has stayed put for
+/// `quiet` (connections left over from earlier calls closed by the idle timeout).
+async fn settled_open(addr: &str, quiet: Duration) -> f64 {
+    let mut last = scraped(addr, "gavel_connections_open", "").await;
+    loop {
+        tokio::time::sleep(quiet).await;
+        let open = scraped(addr, "gavel_connections_open", "").await;
+        if open == last {
+            return open;
+        }
+        last = open;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caps_refuse_at_accept_an_idle_connection_is_closed_and_a_stream_keeps_its_own() {
+    let flags = vec![
+        format!("--connections-per-source-max={SMALL_PER_SOURCE_MAX}"),
+        format!("--connections-max={SMALL_CONNECTIONS_MAX}"),
+        format!("--idle-timeout-ms={}", SMALL_IDLE_TIMEOUT.as_millis()),
+        // The raw connections below are held while they are counted.
+        "--auth-deadline-ms=60000".to_string(),
+    ];
+    let (cluster, metrics, _dir) = start_cluster(&flags).await;
+    let leader = cluster.wait_for_leader(WAIT).await.unwrap_or_else(|error| panic!("{error}"));
+    let admin = Principal::parse("user:admin").expect("a principal");
+    cluster.grant(&admin, &[gavel_core::GrantName::Auditor], WAIT).await.expect("admin is made auditor");
+    let term = cluster.status(leader).await.expect("the leader answers").term;
+    // A follower: its only other connections are the leader's, kept busy by heartbeats.
+    let node = cluster.ids().into_iter().find(|id| *id != leader).expect("a follower");
+    let target: SocketAddr = cluster.addr(node).expect("an address").parse().expect("an address");
+    let scrape_at = metrics[&node].as_str();
+    let baseline = settled_open(scrape_at, SMALL_IDLE_TIMEOUT * 2).await;
+
+    // Per source: the connections past the cap are closed at accept, the others stay.
+    let mut held = Vec::new();
+    for _ in 0..SMALL_PER_SOURCE_MAX + 4 {
+        held.push(connect_from(loopback(2), target).await.expect("the kernel completes the TCP handshake"));
+    }
+    open_reaches(scrape_at, baseline + SMALL_PER_SOURCE_MAX as f64).await;
+    assert_only_the_last_closed(&mut held, 4, "per-source").await;
+    assert_eq!(by_reason(scrape_at, "gavel_connections_refused_total", "per_source").await, 4.0);
+    held.truncate(SMALL_PER_SOURCE_MAX);
+
+    // Overall: fill the node to its cap from other sources, each under its own cap.
+    let room = SMALL_CONNECTIONS_MAX - (baseline as usize + SMALL_PER_SOURCE_MAX);
+    let mut overall = Vec::new();
+    for n in 0..room + 3 {
+        let source = loopback(3 + (n / (SMALL_PER_SOURCE_MAX / 2)) as u8);
+        overall.push(connect_from(source, target).await.expect("the kernel completes the TCP handshake"));
+    }
+    open_reaches(scrape_at, SMALL_CONNECTIONS_MAX as f64).await;
+    assert_only_the_last_closed(&mut overall, 3, "overall").await;
+    assert_eq!(by_reason(scrape_at, "gavel_connections_refused_total", "overall").await, 3.0);
+    assert_eq!(by_reason(scrape_at, "gavel_connections_refused_total", "per_source").await, 4.0);
+    drop(held);
+    drop(overall);
+    open_reaches(scrape_at, baseline).await;
+
+    // A served connection its client closes gives its slot back at once,
+    // well before the idle timeout would.
+    let anonymous = anonymous_tls(&cluster.ca_only().expect("the CA"));
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("a server name");
+    let tcp = connect_from(loopback(2), target).await.expect("a connection");
+    let tls = anonymous.connect(name, tcp).await.expect("a handshake without a certificate");
+    open_reaches(scrape_at, baseline + 1.0).await;
+    drop(tls);
+    open_reaches_within(scrape_at, baseline, SMALL_IDLE_TIMEOUT / 2).await;
+
+    // Idle: a served connection left without calls is closed, and its
+    // channel reconnects for the next call.
+    let closed_idle = by_reason(scrape_at, "gavel_connections_closed_total", "idle").await;
+    let channel = cluster.channel(node, Duration::from_secs(10)).expect("a channel");
+    who_am_i(channel.clone()).await.expect("a call");
+    open_reaches(scrape_at, baseline + 1.0).await;
+    tokio::time::sleep(SMALL_IDLE_TIMEOUT + Duration::from_secs(1)).await;
+    open_reaches(scrape_at, baseline).await;
+    assert_eq!(by_reason(scrape_at, "gavel_connections_closed_total", "idle").await, closed_idle + 1.0);
+    who_am_i(channel.clone()).await.expect("the channel reconnects after the node closed its idle connection");
+    drop(channel);
+    open_reaches(scrape_at, baseline).await;
+
+    // A stream in flight is a call: its connection outlives the idle timeout.
+    let closed_idle = by_reason(scrape_at, "gavel_connections_closed_total", "idle").await;
+    let mut audit = AuditServiceClient::new(cluster.channel(node, Duration::from_secs(60)).expect("a channel"));
+    let mut events = audit
+        .watch_events(pb::WatchEventsRequest { after_cursor: 0, execution_id: None })
+        .await
+        .expect("the watch starts")
+        .into_inner();
+    let mut last_cursor = 0;
+    while let Ok(event) = tokio::time::timeout(Duration::from_millis(500), events.message()).await {
+        last_cursor = event.expect("the stream is intact").expect("the stream goes on").cursor;
+    }
+    assert!(last_cursor > 0, "the trail holds the grants made so far");
+    tokio::time::sleep(SMALL_IDLE_TIMEOUT * 2 + Duration::from_millis(500)).await;
+    assert_eq!(
+        by_reason(scrape_at, "gavel_connections_closed_total", "idle").await,
+        closed_idle,
+        "the watching connection was not closed"
+    );
+    cluster.grant(&admin, &[gavel_core::GrantName::Submitter], WAIT).await.expect("a new grant, a new event");
+    let next = tokio::time::timeout(WAIT, events.message())
+        .await
+        .expect("the watch delivers the new event")
+        .expect("the stream is intact")
+        .expect("the stream goes on");
+    assert!(next.cursor > last_cursor, "{} after {last_cursor}", next.cursor);
+
+    let status = cluster.status(leader).await.expect("the leader answers");
+    assert_eq!((status.term, status.leader_id), (term, Some(leader)), "no election with a 1.5 s idle timeout");
+}
