@@ -108,6 +108,12 @@ enum Rpc {
     Revoke,
     ListGrants,
     WhoAmI,
+    SetQuota,
+    /// `GetQuota` of the caller's own quota.
+    GetOwnQuota,
+    /// `GetQuota` of another principal's quota.
+    GetQuota,
+    ListQuotas,
 }
 
 /// Who a row allows, and how it answers the others.
@@ -209,6 +215,10 @@ const TABLE: &[Row] = &[
     row(Rpc::Revoke, Allowed::AnyOf(&[Admin]), true, false),
     row(Rpc::ListGrants, Allowed::AnyOf(&[Admin]), false, true),
     row(Rpc::WhoAmI, Allowed::Anyone, false, true),
+    row(Rpc::SetQuota, Allowed::AnyOf(&[Admin]), true, true),
+    row(Rpc::GetOwnQuota, Allowed::Anyone, false, true),
+    row(Rpc::GetQuota, Allowed::AnyOf(&[Admin]), false, false),
+    row(Rpc::ListQuotas, Allowed::AnyOf(&[Admin]), false, true),
 ];
 
 /// A principal of the test, with the grants the admin binds to it.
@@ -859,6 +869,33 @@ impl World {
             Rpc::ListGrants => {
                 let answer = AccessServiceClient::new(channel).list(pb::ListGrantsRequest { principal: None }).await?;
                 nonempty(answer.into_inner().grants.len(), "the grants")
+            }
+            Rpc::SetQuota => {
+                // A principal no row calls as: its quota changes nothing here.
+                let request = pb::SetQuotaRequest {
+                    principal: "user:quota-subject".into(),
+                    pending_approvals_max: Some(10),
+                    request_id,
+                    ..pb::SetQuotaRequest::default()
+                };
+                done(AccessServiceClient::new(channel).set_quota(request).await)
+            }
+            Rpc::GetOwnQuota => {
+                let request = pb::GetQuotaRequest { principal: String::new() };
+                let quota = AccessServiceClient::new(channel).get_quota(request).await?.into_inner().quota;
+                match quota {
+                    Some(quota) if quota.principal == caller.who.principal => Ok(()),
+                    other => Err(Status::internal(format!("GetQuota of its own answered {other:?}"))),
+                }
+            }
+            Rpc::GetQuota => {
+                let request = pb::GetQuotaRequest { principal: "user:quota-subject".into() };
+                let answer = AccessServiceClient::new(channel).get_quota(request).await?;
+                found(answer.into_inner().quota, "another principal's quota")
+            }
+            Rpc::ListQuotas => {
+                let answer = AccessServiceClient::new(channel).list_quotas(pb::ListQuotasRequest {}).await?;
+                nonempty(answer.into_inner().quotas.len(), "quotas")
             }
             Rpc::WhoAmI => {
                 let answer = AccessServiceClient::new(channel).who_am_i(pb::WhoAmIRequest {}).await?.into_inner();
