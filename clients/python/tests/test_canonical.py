@@ -50,8 +50,7 @@ def test_numbers_are_written_as_ecmascript_writes_them(bits: int, text: str) -> 
 def test_strings_are_escaped_as_json_stringify_escapes_them() -> None:
     assert canonical_json('\u20ac$\u000f\nA\'B"\\\\"/') == '"€$\\u000f\\nA\'B\\"\\\\\\\\\\"/"'
     assert canonical_json("\b\f\r\t\x7f\u2028😀") == '"\\b\\f\\r\\t\x7f\u2028😀"'
-    # A lone surrogate is escaped; a pair (as two code points) is one character.
-    assert canonical_json("a\ud800b") == '"a\\ud800b"'
+    # A pair (as two code points) is one character; a lone surrogate is refused (I-JSON).
     assert canonical_json("\ud83d\ude00") == '"😀"'
 
 
@@ -74,13 +73,20 @@ def test_the_rfc_8785_example_object_canonicalizes_exactly() -> None:
 
 def test_integers_and_floats_of_equal_value_hash_alike() -> None:
     assert gavel.input_hash({"a": 1}) == gavel.input_hash({"a": 1.0})
-    assert canonical_json([2**53, -(2**53), 1e21, 1e-7, 123.0]) == "[9007199254740992,-9007199254740992,1e+21,1e-7,123]"
+    assert (
+        canonical_json([2**53 - 1, -(2**53 - 1), 1e21, 1e-7, 123.0])
+        == "[9007199254740991,-9007199254740991,1e+21,1e-7,123]"
+    )
 
 
 @pytest.mark.parametrize(
     ("value", "path", "reason"),
     [
         ({"order": {"ids": [1, 2**53 + 1]}}, "input.order.ids[1]", "beyond 2**53"),
+        ({"order": {"ids": [2**53]}}, "input.order.ids[0]", "beyond 2**53"),
+        ({"n": 1.2e19}, "input.n", "beyond 2**53"),
+        ({"s": "a\udfffb"}, "input.s", "lone surrogate"),
+        ({"\ud800": 1}, "input", "lone surrogate"),
         ([-(2**64)], "input[0]", "beyond 2**53"),
         ({"x": math.nan}, "input.x", "which JSON cannot represent"),
         ({"x": [math.inf]}, "input.x[0]", "which JSON cannot represent"),

@@ -61,6 +61,11 @@ def test_what_is_retried_with_the_same_request_id() -> None:
     tls = "failed to connect to all addresses; Ssl handshake failed: CERTIFICATE_VERIFY_FAILED"
     assert not retryable_attempt(Refusal(grpc.StatusCode.UNAVAILABLE, tls))
     assert from_attempt(Refusal(grpc.StatusCode.UNAVAILABLE, tls), "n1:1").code == "UNAUTHENTICATED"
+    # A handshake cut short (the node closed it at its authentication
+    # deadline, or a starved node was slow) is not a refusal: asked again.
+    cut = "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:7401: handshaker shutdown"
+    assert retryable_attempt(Refusal(grpc.StatusCode.UNAVAILABLE, cut))
+    assert from_attempt(Refusal(grpc.StatusCode.UNAVAILABLE, cut), "n1:1").code == "UNAVAILABLE"
 
 
 def test_the_domain_code_and_the_approval_state_come_from_the_error_detail() -> None:

@@ -6,11 +6,12 @@ writes a Python value in exactly that form: object keys sorted by UTF-16 code
 units, no whitespace, strings escaped as ECMAScript ``JSON.stringify``
 escapes them, and numbers written as ECMAScript writes a double.
 
-A value JSON cannot carry exactly is refused with the JSON path of the
-offending part (``input.items[3].amount``): NaN and infinities, integers
-beyond 2**53 (a double cannot hold them, so the server refuses them too),
-non-string object keys, cycles, nesting deeper than 64 levels and any type
-other than dict, list, tuple, str, int, float, bool and None.
+A value JSON cannot carry exactly, or that is not I-JSON (RFC 7493, as the
+server refuses it), is refused with the JSON path of the offending part
+(``input.items[3].amount``): NaN and infinities, integers beyond 2**53 - 1
+(and floats whose canonical text would be one), lone surrogates in strings
+and keys, non-string object keys, cycles, nesting deeper than 64 levels and
+any type other than dict, list, tuple, str, int, float, bool and None.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import math
 from decimal import Decimal
 from typing import Any
 
-from gavel.limits import JSON_DEPTH_MAX, SAFE_INTEGER_MAX
+from gavel.limits import EXPONENT_FORM_MIN, JSON_DEPTH_MAX, SAFE_INTEGER_MAX
 
 # JSON.stringify's short escapes; every other control character is \u00xx.
 _SHORT_ESCAPES = {0x22: '\\"', 0x5C: "\\\\", 0x08: "\\b", 0x0C: "\\f", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
@@ -41,6 +42,28 @@ class UnserializableInputError(ValueError):
 def _utf16_units(text: str) -> list[int]:
     data = text.encode("utf-16-be", "surrogatepass")
     return [(data[i] << 8) | data[i + 1] for i in range(0, len(data), 2)]
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    # Two surrogate code points that form a pair read as one character (as
+    # the JSON text "\ud83d\ude00" does); a surrogate alone is not text.
+    units = _utf16_units(text) if any(0xD800 <= ord(char) <= 0xDFFF for char in text) else []
+    i = 0
+    while i < len(units):
+        unit = units[i]
+        if 0xD800 <= unit <= 0xDBFF and i + 1 < len(units) and 0xDC00 <= units[i + 1] <= 0xDFFF:
+            i += 2
+            continue
+        if 0xD800 <= unit <= 0xDFFF:
+            return True
+        i += 1
+    return False
+
+
+def _check_text(text: str, path: str, what: str) -> None:
+    # I-JSON: a string is Unicode text; a lone surrogate is not.
+    if _has_lone_surrogate(text):
+        raise UnserializableInputError(path, f"has {what} holding a lone surrogate, which is not unicode text")
 
 
 def _write_string(text: str, out: list[str]) -> None:
@@ -103,16 +126,21 @@ def _write(value: Any, path: str, depth: int, active: set[int], out: list[str]) 
     elif value is False:
         out.append("false")
     elif isinstance(value, str):
+        _check_text(value, path, "a string")
         _write_string(value, out)
     elif isinstance(value, int):
         if abs(value) > SAFE_INTEGER_MAX:
             raise UnserializableInputError(
-                path, f"is {value}, beyond 2**53: a double cannot hold it exactly (pass it as a string)"
+                path, f"is {value}, beyond 2**53 - 1: a double cannot hold it exactly (pass it as a string)"
             )
         out.append(str(int(value)))
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise UnserializableInputError(path, f"is {value}, which JSON cannot represent")
+        if value.is_integer() and SAFE_INTEGER_MAX < abs(value) < EXPONENT_FORM_MIN:
+            raise UnserializableInputError(
+                path, f"is {value}, an integer beyond 2**53 - 1: a double cannot hold it exactly (pass it as a string)"
+            )
         out.append(ecmascript_number(value))
     elif isinstance(value, (dict, list, tuple)):
         if depth >= JSON_DEPTH_MAX:
@@ -125,6 +153,7 @@ def _write(value: Any, path: str, depth: int, active: set[int], out: list[str]) 
                 for key in value:
                     if not isinstance(key, str):
                         raise UnserializableInputError(path, f"has a key {key!r} that is not a string")
+                    _check_text(key, path, "a key")
                 keys = sorted(value, key=lambda key: key.encode("utf-16-be", "surrogatepass"))
                 out.append("{")
                 for index, key in enumerate(keys):

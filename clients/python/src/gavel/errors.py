@@ -44,6 +44,12 @@ _Status = _status_message_class()
 # the node refused our certificate.
 _TLS_FAILURE = re.compile(r"ssl|tls|handshake|certificate|CERTIFICATE_VERIFY_FAILED|alert", re.IGNORECASE)
 
+# A handshake that was cut, not refused: gRPC core's "handshaker shutdown"
+# when the connection closed or the attempt ran out of time mid-handshake (a
+# node closes a handshake that outlasts its authentication deadline, and a
+# starved node is slow to finish one). Asking again can succeed.
+_HANDSHAKE_CUT = re.compile(r"handshaker shutdown", re.IGNORECASE)
+
 
 def _trailers(error: grpc.RpcError) -> list[tuple[str, Any]]:
     trailing = getattr(error, "trailing_metadata", None)
@@ -83,6 +89,8 @@ def tls_failure(error: grpc.RpcError) -> str | None:
     if _code(error) != grpc.StatusCode.UNAVAILABLE or read_error_detail(error) is not None:
         return None
     details = _details(error)
+    if _HANDSHAKE_CUT.search(details):
+        return None
     return details if _TLS_FAILURE.search(details) else None
 
 

@@ -8,11 +8,18 @@ of after a network round trip.
 
 from __future__ import annotations
 
-#: Largest integer magnitude a JSON number may carry: 2**53. A larger int is
-#: not exactly representable as an IEEE-754 double (I-JSON, RFC 7493), so the
-#: server and every other client would read a different value than Python
-#: holds; it is refused with its path rather than rounded.
-SAFE_INTEGER_MAX = 2**53
+#: Largest integer magnitude a JSON number may carry: 2**53 - 1, the server's
+#: and JavaScript's safe-integer bound (I-JSON, RFC 7493). A larger int is not
+#: held exactly by every IEEE-754 double reader (2**53 + 1 reads as 2**53, so
+#: 2**53 itself is ambiguous), so the server refuses it and this client
+#: refuses it first, with its path, rather than letting it be rounded. A float
+#: whose canonical text would be such an integer (integral, below 1e21) is
+#: refused for the same reason.
+SAFE_INTEGER_MAX = 2**53 - 1
+
+#: From here ECMAScript writes an integral double with an exponent
+#: (``1e+21``), which every reader takes as the same double.
+EXPONENT_FORM_MIN = 1e21
 
 #: Deepest nesting of arrays and objects (gavel-core's JSON_DEPTH_MAX): the
 #: server refuses deeper input, and the serializer recurses once per level.
