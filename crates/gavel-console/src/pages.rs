@@ -56,6 +56,7 @@ pub fn router(config: ConsoleConfig) -> Result<Router, minijinja::Error> {
         .route("/approvals/{id}/decide", post(decide))
         .route("/history", get(history))
         .route("/events", get(events))
+        .route("/favicon.ico", get(|| async { axum::http::StatusCode::NO_CONTENT }))
         .route("/assets/console.css", get(|| asset("text/css", include_str!("../assets/console.css"))))
         .route("/assets/console.js", get(|| asset("text/javascript", include_str!("../assets/console.js"))))
         .layer(DefaultBodyLimit::max(FORM_BODY_MAX_BYTES))
