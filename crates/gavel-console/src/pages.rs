@@ -623,13 +623,110 @@ fn change_stream(session: Arc<Session>) -> impl Stream<Item = Result<SseEvent, I
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
     use super::*;
 
-    #[test]
-    fn every_template_parses() {
+    const ORIGIN: &str = "http://127.0.0.1:7500";
+
+    /// A console whose cluster is unreachable: every refusal below must come
+    /// from the console itself, before any call.
+    fn console(dev: bool) -> Router {
+        let dev_sign_in = dev.then(|| crate::DevSignIn {
+            personas: vec!["user:carol".to_string()],
+            mint: Arc::new(|principal: &str, _| Err(format!("no key for {principal} in this test"))),
+        });
         let config =
-            ConsoleConfig { endpoints: vec![], tls: None, origin: "http://127.0.0.1:1".into(), dev_sign_in: None };
-        assert!(router(config).is_ok());
+            ConsoleConfig { endpoints: vec!["127.0.0.1:1".into()], tls: None, origin: ORIGIN.into(), dev_sign_in };
+        router(config).expect("the templates parse")
+    }
+
+    async fn send(router: Router, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
+        let response = router.oneshot(request).await.expect("an answer");
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.expect("the body").to_bytes();
+        (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn get(path: &str) -> Request<Body> {
+        Request::get(path).body(Body::empty()).expect("a request")
+    }
+
+    fn form_post(path: &str, origin: Option<&str>, body: &str) -> Request<Body> {
+        let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        if let Some(origin) = origin {
+            request = request.header(header::ORIGIN, origin);
+        }
+        request.body(Body::from(body.to_string())).expect("a request")
+    }
+
+    #[tokio::test]
+    async fn every_answer_carries_the_security_headers() {
+        let (status, headers, body) = send(console(true), get("/signin")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("Development sign-in"), "{body}");
+        assert_eq!(headers[header::CONTENT_SECURITY_POLICY], security::CONTENT_SECURITY_POLICY);
+        assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        let (status, headers, _) = send(console(true), get("/assets/console.js")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers[header::CONTENT_TYPE], "text/javascript");
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    }
+
+    #[tokio::test]
+    async fn pages_without_a_session_send_the_person_to_sign_in() {
+        for path in ["/inbox", "/history", "/approvals/apr_1", "/executions/ex_1"] {
+            let (status, headers, _) = send(console(true), get(path)).await;
+            assert_eq!(status, StatusCode::SEE_OTHER, "{path}");
+            assert_eq!(headers[header::LOCATION], "/signin", "{path}");
+        }
+        let forged = form_post("/approvals/apr_1/decide", Some(ORIGIN), "decision=approve");
+        let (status, headers, _) = send(console(true), forged).await;
+        assert_eq!(
+            (status, &headers[header::LOCATION]),
+            (StatusCode::SEE_OTHER, &header::HeaderValue::from_static("/signin"))
+        );
+        let (status, _, _) = send(console(true), get("/events")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn a_sign_in_from_another_origin_or_without_one_is_refused() {
+        for origin in [Some("http://evil.example"), Some("null"), None] {
+            let (status, _, body) = send(console(true), form_post("/signin", origin, "principal=user:carol")).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{origin:?}");
+            assert!(body.contains("ORIGIN_REFUSED"), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bad_sign_in_is_refused_with_its_code() {
+        let (status, _, body) = send(console(false), form_post("/signin", Some(ORIGIN), "principal=user:carol")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(body.contains("DEV_SIGN_IN_DISABLED"), "{body}");
+        let long = format!("principal=user:{}", "a".repeat(PRINCIPAL_MAX_BYTES));
+        for body in ["principal=", "principal=carol", long.as_str()] {
+            let (status, _, page) = send(console(true), form_post("/signin", Some(ORIGIN), body)).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+            assert!(page.contains("INVALID_ARGUMENT"), "{page}");
+        }
+        // The minter's refusal is shown, not a panic.
+        let (status, _, page) = send(console(true), form_post("/signin", Some(ORIGIN), "principal=user:carol")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(page.contains("no key for user:carol"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_form_is_refused() {
+        let body = format!("principal={}", "a".repeat(FORM_BODY_MAX_BYTES + 1));
+        let (status, _, _) = send(console(true), form_post("/signin", Some(ORIGIN), &body)).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     }
 
     #[test]
