@@ -21,8 +21,10 @@ pub const PRINCIPAL_MAX_BYTES: usize = 160;
 /// Approvals shown on one inbox or history page.
 pub const PAGE_SIZE: usize = 25;
 /// Pending approvals the inbox reads to order them newest first (the
-/// cluster lists oldest first); beyond it the inbox says it is truncated.
-pub const INBOX_SCAN_MAX: usize = 10_000;
+/// cluster lists oldest first, so the newest are on the last pages): 50
+/// calls of 1,000 at most per inbox load. Past it the inbox says that newer
+/// approvals may be missing; a newest-first listing in the API would lift it.
+pub const INBOX_SCAN_MAX: usize = 50_000;
 /// Page size of each ListApprovals call the inbox makes (the cluster's own
 /// cap, APPROVALS_PAGE_MAX).
 pub const LIST_PAGE_LIMIT: u32 = 1_000;
