@@ -191,6 +191,10 @@ test("an input with markup, right-to-left and zero-width characters renders iner
   assert.equal(await page.locator("pre.input script, pre.input img, img").count(), 0);
   await page.waitForTimeout(200);
   assert.deepEqual(page.errors, [], "no dialog opened and no script ran");
+  // On a phone-sized screen the page does not scroll sideways.
+  await page.setViewportSize({ width: 375, height: 740 });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the approval page is ${overflow} px wider than a 375 px screen`);
   await context.close();
 });
 
