@@ -27,10 +27,11 @@ fn free_base_port() -> u16 {
         if base > u16::MAX - 102 {
             continue;
         }
-        // The three gRPC ports and the three metrics ports (`gavel dev`
-        // serves metrics at each port + 100).
+        // The three gRPC ports, the three metrics ports (`gavel dev` serves
+        // metrics at each port + 100) and the console's (+ 99).
         let free = (0..3)
             .flat_map(|offset| [base + offset, base + 100 + offset])
+            .chain([base + 99])
             .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
         if free {
             return base;
@@ -111,6 +112,17 @@ impl Drop for Dev {
 }
 
 /// The `NAME=value` pairs of `gavel dev`'s `export ...` line.
+/// The whole answer to a plain HTTP/1.1 GET on loopback.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the console");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read the answer");
+    answer
+}
+
 fn exported(line: &str) -> Vec<(String, String)> {
     line.trim_start_matches("export ")
         .split_whitespace()
@@ -146,6 +158,14 @@ fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_nod
     for (name, path) in &env[1..] {
         assert!(Path::new(path).is_file(), "{name}={path} names no file");
     }
+    // It serves the console at --base-port + 99, with its security headers.
+    let console = dev.read_until("gavel dev: console ", STARTS_WITHIN);
+    let url = format!("http://127.0.0.1:{}", base + 99);
+    assert!(console.last().is_some_and(|line| line.contains(&url)), "{console:#?}");
+    let signin = http_get(base + 99, "/signin");
+    assert!(signin.starts_with("HTTP/1.1 200"), "{signin}");
+    assert!(signin.contains("content-security-policy: default-src 'self'"), "{signin}");
+    assert!(signin.contains("Development sign-in"), "{signin}");
 
     // The CLI works on a non-default base port with just the printed line,
     // over TLS as the cluster's first admin (whichever node bootstrapped it).

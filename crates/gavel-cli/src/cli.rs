@@ -41,6 +41,8 @@ pub enum TopCommand {
     Node(NodeArgs),
     /// Run a local three-node cluster as three processes on 127.0.0.1 (the embedded default).
     Dev(DevArgs),
+    /// The approver's desk: a web console that calls the cluster as the signed-in person.
+    Console(crate::console::ConsoleArgs),
     /// Approvals: list, get, approve, reject, cancel.
     Approval(ApprovalArgs),
     /// The capability registry: register, get, list.
@@ -262,6 +264,9 @@ pub struct DevArgs {
     /// How `gavel dev` and its nodes write log lines: `text` or `json`.
     #[arg(long, env = "GAVEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Port of the web console on 127.0.0.1 (default: --base-port + 99, 7500).
+    #[arg(long, env = "GAVEL_CONSOLE_PORT")]
+    pub console_port: Option<u16>,
     /// Raft timings for the three nodes.
     #[command(flatten)]
     pub timings: TimingArgs,

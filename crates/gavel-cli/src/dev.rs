@@ -51,6 +51,13 @@ const LIVENESS_INTERVAL: Duration = Duration::from_millis(500);
 const NODES: u16 = 3;
 /// How far above its gRPC port each dev node serves metrics.
 const METRICS_PORT_OFFSET: u16 = 100;
+/// How far above --base-port the dev console listens (7401 → 7500).
+const CONSOLE_PORT_OFFSET: u16 = 99;
+/// The personas of the development sign-in and what the dev cluster grants
+/// them: an approver scoped to `finance` approvals, an unscoped approver,
+/// and a requester.
+const PERSONAS: [(&str, &str, &[&str]); 3] =
+    [("bob-finance", "approver", &["finance"]), ("carol", "approver", &[]), ("alice", "submitter", &[])];
 /// The id of the dev cluster's first admin, `user:admin`.
 const ADMIN_ID: &str = "admin";
 
@@ -60,6 +67,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     check_ports_free(&ports)?;
     let metrics_ports: Vec<u16> = ports.iter().map(|port| metrics_port(*port)).collect();
     check_ports_free(&metrics_ports)?;
+    let console_port = match args.console_port {
+        Some(port) => port,
+        None => args
+            .base_port
+            .checked_add(CONSOLE_PORT_OFFSET)
+            .context("--base-port leaves no room for the console port")?,
+    };
+    check_ports_free(&[console_port])?;
     let data_dir = match &args.data_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("gavel-dev-{}", std::process::id())),
@@ -116,6 +131,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             certs.root().display(),
             cluster.addr(leader).unwrap_or("127.0.0.1:7401")
         );
+        let console = start_console(&cluster, certs, console_port).await?;
+        println!("gavel dev: console {console} (DEVELOPMENT sign-in: pick user:bob-finance, user:carol or user:alice)");
         println!("gavel dev: Ctrl-C stops the cluster");
         watch(&cluster).await
     }
@@ -124,6 +141,42 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let stopped = tokio::task::block_in_place(|| cluster.stop_all(STOP_GRACE));
     println!("gavel dev: stopped; data kept in {}", data_dir.display());
     outcome.and(stopped.context("stopping the nodes"))
+}
+
+/// Grants the personas their roles and serves the console on 127.0.0.1 in
+/// this process, with a development sign-in signing tokens with the dev
+/// cluster's token key; returns its URL.
+async fn start_console(cluster: &Cluster, certs: &gavel_pki::CertsDir, port: u16) -> anyhow::Result<String> {
+    let client = gavel_client::Client::with_config(&cluster.addrs(), cluster.client_config())?;
+    for (id, grant, scope) in PERSONAS {
+        let request = gavel_client::pb::GrantRequest {
+            grant: Some(gavel_client::pb::AccessGrant {
+                principal: format!("user:{id}"),
+                grant: grant.to_string(),
+                scope: scope.iter().map(|item| (*item).to_string()).collect(),
+                skew_ms_max: None,
+            }),
+            request_id: String::new(),
+        };
+        client.grant(request).await.with_context(|| format!("granting user:{id} {grant}"))?;
+    }
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+        .await
+        .with_context(|| format!("listening for the console on 127.0.0.1:{port}"))?;
+    let origin = format!("http://{}", listener.local_addr()?);
+    let personas = PERSONAS.iter().map(|(id, _, _)| format!("user:{id}")).collect();
+    let config = gavel_console::ConsoleConfig {
+        endpoints: cluster.addrs(),
+        tls: Some(gavel_client::ClientTls { ca_pem: std::fs::read_to_string(certs.ca_cert())?, identity: None }),
+        origin: origin.clone(),
+        dev_sign_in: Some(crate::console::dev_sign_in(&certs.token_key(), personas)?),
+    };
+    tokio::spawn(async move {
+        if let Err(error) = gavel_console::serve(listener, config, std::future::pending()).await {
+            tracing::error!("the console stopped: {error}");
+        }
+    });
+    Ok(origin)
 }
 
 /// Waits up to [`LEADER_WAIT`] for a leader while every node still runs; a

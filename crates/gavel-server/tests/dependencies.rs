@@ -81,6 +81,7 @@ fn library_crates_return_their_own_errors_not_anyhow() {
         "gavel-chaos",
         "gavel-pki",
         "gavel-bench",
+        "gavel-console",
     ] {
         let tree = cargo_tree(library, &["--depth", "1"]);
         assert!(tree.iter().any(|name| name == library), "the tree of {library} is read: {tree:?}");
@@ -88,4 +89,15 @@ fn library_crates_return_their_own_errors_not_anyhow() {
     }
     let cli = cargo_tree("gavel-cli", &["--depth", "1"]);
     assert!(cli.iter().any(|name| name == "anyhow"), "the check sees anyhow where it is: {cli:?}");
+}
+
+#[test]
+fn the_console_reaches_the_cluster_through_the_sdk_only() {
+    // The console holds no power of its own: no node, Raft, state machine or
+    // signing-key crate, only the SDK it calls the cluster with.
+    let tree = dependency_tree("gavel-console");
+    assert!(tree.iter().any(|name| name == "gavel-client"), "the tree is read: {tree:?}");
+    for forbidden in ["gavel-server", "gavel-raft", "gavel-core", "gavel-pki", "openraft"] {
+        assert!(!tree.iter().any(|name| name == forbidden), "gavel-console depends on {forbidden}");
+    }
 }

@@ -1,0 +1,84 @@
+//! The console's refusals: each has a stable code shown to the person and an
+//! HTTP status.
+
+use axum::http::StatusCode;
+
+/// Why the console refused a request before or after calling the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// No session cookie, or an unknown or expired session.
+    #[error("sign in first (your session is missing or has expired)")]
+    SignedOut,
+    /// A state-changing form without the session's CSRF token, or with another.
+    #[error("the form's CSRF token is missing or wrong; reload the page and try again")]
+    CsrfToken,
+    /// A state-changing request whose Origin (or Sec-Fetch-Site) is not the console's.
+    #[error("the request came from another origin")]
+    Origin,
+    /// The approval's input hash differs from the one the form displayed.
+    #[error("the approval's input hash is {current}, not the {shown} you saw; nothing was decided")]
+    InputHashChanged {
+        /// The hash the page displayed.
+        shown: String,
+        /// The hash the cluster holds.
+        current: String,
+    },
+    /// A field is malformed or too long.
+    #[error("{0}")]
+    BadInput(String),
+    /// Development sign-in was asked for on a console that has none.
+    #[error("this console has no development sign-in")]
+    NoDevSignIn,
+    /// Too many sessions or live streams.
+    #[error("{0}")]
+    Busy(String),
+    /// The record does not exist or is outside the person's view.
+    #[error("not found, or not yours to read")]
+    NotFound,
+    /// The cluster refused or could not serve the call.
+    #[error(transparent)]
+    Cluster(#[from] gavel_client::Error),
+    /// A template failed to render (a bug).
+    #[error("rendering the page failed: {0}")]
+    Render(String),
+}
+
+impl ConsoleError {
+    /// The stable code shown with the message.
+    pub fn code(&self) -> &str {
+        match self {
+            ConsoleError::SignedOut => "SESSION_REQUIRED",
+            ConsoleError::CsrfToken => "CSRF_TOKEN_INVALID",
+            ConsoleError::Origin => "ORIGIN_REFUSED",
+            ConsoleError::InputHashChanged { .. } => "INPUT_HASH_CHANGED",
+            ConsoleError::BadInput(_) => "INVALID_ARGUMENT",
+            ConsoleError::NoDevSignIn => "DEV_SIGN_IN_DISABLED",
+            ConsoleError::Busy(_) => "RESOURCE_EXHAUSTED",
+            ConsoleError::NotFound => "NOT_FOUND",
+            ConsoleError::Cluster(error) => error.code(),
+            ConsoleError::Render(_) => "INTERNAL",
+        }
+    }
+
+    /// The HTTP status the refusal is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ConsoleError::SignedOut => StatusCode::UNAUTHORIZED,
+            ConsoleError::CsrfToken | ConsoleError::Origin | ConsoleError::NoDevSignIn => StatusCode::FORBIDDEN,
+            ConsoleError::InputHashChanged { .. } => StatusCode::CONFLICT,
+            ConsoleError::BadInput(_) => StatusCode::BAD_REQUEST,
+            ConsoleError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
+            ConsoleError::NotFound => StatusCode::NOT_FOUND,
+            ConsoleError::Render(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ConsoleError::Cluster(gavel_client::Error::Domain { status, .. }) => match status {
+                tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => StatusCode::FORBIDDEN,
+                tonic::Code::NotFound => StatusCode::NOT_FOUND,
+                tonic::Code::FailedPrecondition | tonic::Code::AlreadyExists => StatusCode::CONFLICT,
+                tonic::Code::InvalidArgument | tonic::Code::OutOfRange => StatusCode::BAD_REQUEST,
+                tonic::Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+                _ => StatusCode::BAD_GATEWAY,
+            },
+            ConsoleError::Cluster(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Every bound the console enforces, one constant per bound, each with its
+//! reason. The cluster enforces its own limits (gavel-core's `limits.rs`);
+//! these keep one console process small and refuse bad input before any
+//! call reaches the cluster.
+
+use std::time::Duration;
+
+/// How long a session (and the token minted for it) lives: a working
+/// session's length, short enough that a stolen cookie soon stops working.
+pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
+/// Sessions one console holds at once: each holds a token and a client, so
+/// the bound keeps memory flat under a sign-in flood.
+pub const SESSIONS_MAX: usize = 10_000;
+/// Largest form body accepted: a decision comment and a few fields.
+pub const FORM_BODY_MAX_BYTES: usize = 16 * 1024;
+/// Longest decision comment, in bytes: a paragraph, not a document.
+pub const COMMENT_MAX_BYTES: usize = 4 * 1024;
+/// Longest principal typed at the development sign-in (`kind:id`; an id is
+/// at most 128 characters on the cluster).
+pub const PRINCIPAL_MAX_BYTES: usize = 160;
+/// Approvals shown on one inbox or history page.
+pub const PAGE_SIZE: usize = 25;
+/// Pending approvals the inbox reads to order them newest first (the
+/// cluster lists oldest first, so the newest are on the last pages): 50
+/// calls of 1,000 at most per inbox load. Past it the inbox says that newer
+/// approvals may be missing; a newest-first listing in the API would lift it.
+pub const INBOX_SCAN_MAX: usize = 50_000;
+/// Page size of each ListApprovals call the inbox makes (the cluster's own
+/// cap, APPROVALS_PAGE_MAX).
+pub const LIST_PAGE_LIMIT: u32 = 1_000;
+/// Events of one execution shown on its page.
+pub const EXECUTION_EVENTS_MAX: u32 = 200;
+/// Live-update streams one session may hold open (tabs); more are refused
+/// so one person cannot pin a watch per request.
+pub const STREAMS_PER_SESSION_MAX: usize = 8;
+/// How often an idle live-update stream sends a keep-alive comment.
+pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Events already in the trail when a session's first stream opens are
+/// skipped unless they are at most this old: a fresh stream notifies about
+/// what happens from now on, not the whole history.
+pub const STREAM_REPLAY_WINDOW: Duration = Duration::from_secs(2);

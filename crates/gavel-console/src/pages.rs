@@ -1,0 +1,737 @@
+//! The routes: sign-in, inbox, approval, execution, history, the live
+//! event stream and the built-in assets. Each handler makes its cluster
+//! calls with the signed-in person's client.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use futures::Stream;
+use gavel_client::{pb, Client, ClientConfig};
+use minijinja::{context, Environment, Value};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::ConsoleError;
+use crate::limits::*;
+use crate::session::{cleared_cookie, cookie_session_id, session_cookie, Session, Sessions};
+use crate::{security, ConsoleConfig};
+
+struct App {
+    config: ConsoleConfig,
+    templates: Environment<'static>,
+    sessions: Sessions,
+}
+
+type Shared = State<Arc<App>>;
+
+/// The console's routes behind the security headers.
+pub fn router(config: ConsoleConfig) -> Result<Router, minijinja::Error> {
+    let mut templates = Environment::new();
+    for (name, source) in [
+        ("base.html", include_str!("../templates/base.html")),
+        ("signin.html", include_str!("../templates/signin.html")),
+        ("inbox.html", include_str!("../templates/inbox.html")),
+        ("approval.html", include_str!("../templates/approval.html")),
+        ("execution.html", include_str!("../templates/execution.html")),
+        ("history.html", include_str!("../templates/history.html")),
+        ("error.html", include_str!("../templates/error.html")),
+    ] {
+        templates.add_template(name, source)?;
+    }
+    let app = Arc::new(App { config, templates, sessions: Sessions::default() });
+    Ok(Router::new()
+        .route("/", get(|| async { Redirect::to("/inbox") }))
+        .route("/signin", get(signin_page).post(signin))
+        .route("/signout", post(signout))
+        .route("/inbox", get(inbox))
+        .route("/{kind}/{id}", get(record_page))
+        .route("/approvals/{id}/decide", post(decide))
+        .route("/history", get(history))
+        .route("/events", get(events))
+        .route("/favicon.ico", get(|| async { axum::http::StatusCode::NO_CONTENT }))
+        .route("/assets/console.css", get(|| asset("text/css", include_str!("../assets/console.css"))))
+        .route("/assets/console.js", get(|| asset("text/javascript", include_str!("../assets/console.js"))))
+        .layer(DefaultBodyLimit::max(FORM_BODY_MAX_BYTES))
+        .layer(axum::middleware::from_fn(security::headers))
+        .with_state(app))
+}
+
+async fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(0))
+}
+
+impl App {
+    fn render(&self, name: &str, live_only: bool, ctx: Value) -> Result<Response, ConsoleError> {
+        let template = self.templates.get_template(name).map_err(|error| ConsoleError::Render(error.to_string()))?;
+        let html = if live_only {
+            let mut captured =
+                template.render_captured(ctx).map_err(|error| ConsoleError::Render(error.to_string()))?;
+            captured
+                .with_state_mut(|state| state.render_block("live"))
+                .map_err(|error| ConsoleError::Render(error.to_string()))?
+        } else {
+            template.render(ctx).map_err(|error| ConsoleError::Render(error.to_string()))?
+        };
+        Ok(Html(html).into_response())
+    }
+
+    fn session(&self, headers: &HeaderMap) -> Result<Arc<Session>, ConsoleError> {
+        let cookies = headers.get(header::COOKIE).and_then(|value| value.to_str().ok()).unwrap_or("");
+        cookie_session_id(cookies).and_then(|id| self.sessions.get(id)).ok_or(ConsoleError::SignedOut)
+    }
+
+    /// The page that explains a refusal, with its code; a signed-out person
+    /// is sent to the sign-in page instead.
+    fn refusal(&self, error: ConsoleError, session: Option<&Session>) -> Response {
+        if matches!(error, ConsoleError::SignedOut) {
+            return Redirect::to("/signin").into_response();
+        }
+        let status = error.status();
+        let page = self.render(
+            "error.html",
+            false,
+            context! { me => session.map(me_view), code => error.code(), message => error.to_string() },
+        );
+        match page {
+            Ok(mut response) => {
+                *response.status_mut() = status;
+                response
+            }
+            Err(_) => (status, format!("{}: {}", error.code(), error)).into_response(),
+        }
+    }
+}
+
+fn me_view(session: &Session) -> Value {
+    context! { principal => session.principal, csrf => session.csrf, development => session.development }
+}
+
+#[derive(Deserialize)]
+struct LiveQuery {
+    live: Option<String>,
+    page: Option<usize>,
+    status: Option<String>,
+    capability: Option<String>,
+    page_token: Option<String>,
+}
+
+impl LiveQuery {
+    fn live_only(&self) -> bool {
+        self.live.is_some()
+    }
+}
+
+async fn signin_page(State(app): Shared) -> Response {
+    let personas = app.config.dev_sign_in.as_ref().map(|dev| dev.personas.clone());
+    app.render("signin.html", false, context! { personas => personas }).unwrap_or_else(|error| app.refusal(error, None))
+}
+
+#[derive(Deserialize)]
+struct SignInForm {
+    principal: String,
+}
+
+async fn signin(State(app): Shared, headers: HeaderMap, Form(form): Form<SignInForm>) -> Response {
+    match sign_in(&app, &headers, form).await {
+        Ok(response) => response,
+        Err(error) => app.refusal(error, None),
+    }
+}
+
+async fn sign_in(app: &App, headers: &HeaderMap, form: SignInForm) -> Result<Response, ConsoleError> {
+    // A sign-in is state-changing too: from another origin it could sign a
+    // person in as someone else (login CSRF).
+    security::check_origin(headers, &app.config.origin)?;
+    let dev = app.config.dev_sign_in.as_ref().ok_or(ConsoleError::NoDevSignIn)?;
+    let principal = form.principal.trim();
+    if principal.is_empty() || principal.len() > PRINCIPAL_MAX_BYTES || !principal.contains(':') {
+        return Err(ConsoleError::BadInput(format!(
+            "a principal is written kind:id (for example user:bob-finance), at most {PRINCIPAL_MAX_BYTES} bytes"
+        )));
+    }
+    let token = (dev.mint)(principal, SESSION_TTL).map_err(ConsoleError::BadInput)?;
+    let config = ClientConfig { tls: app.config.tls.clone(), token: Some(token), ..ClientConfig::default() };
+    let client = Client::with_config(&app.config.endpoints, config)?;
+    // The cluster says who the token is; the console takes its word.
+    let me = client.who_am_i(pb::WhoAmIRequest::default()).await?;
+    let session = Session {
+        principal: me.principal,
+        client,
+        csrf: crate::session::random_token(),
+        grants: me.grants,
+        development: true,
+        expires_at: std::time::Instant::now() + SESSION_TTL,
+        cursor: Default::default(),
+        streams: Default::default(),
+    };
+    let id = app.sessions.insert(session)?;
+    let cookie = session_cookie(&id, app.config.secure_cookies());
+    Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/inbox")).into_response())
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    csrf: Option<String>,
+}
+
+async fn signout(State(app): Shared, headers: HeaderMap, Form(form): Form<CsrfForm>) -> Response {
+    let session = match app.session(&headers) {
+        Ok(session) => session,
+        Err(error) => return app.refusal(error, None),
+    };
+    let checked = security::check_origin(&headers, &app.config.origin)
+        .and_then(|()| security::check_csrf(form.csrf.as_deref(), &session.csrf));
+    if let Err(error) = checked {
+        return app.refusal(error, Some(&session));
+    }
+    let cookies = headers.get(header::COOKIE).and_then(|value| value.to_str().ok()).unwrap_or("");
+    if let Some(id) = cookie_session_id(cookies) {
+        app.sessions.remove(id);
+    }
+    ([(header::SET_COOKIE, cleared_cookie(app.config.secure_cookies()))], Redirect::to("/signin")).into_response()
+}
+
+/// Runs a page handler with the session, turning refusals into pages.
+async fn with_session<F, Fut>(app: Arc<App>, headers: HeaderMap, page: F) -> Response
+where
+    F: FnOnce(Arc<App>, Arc<Session>) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, ConsoleError>>,
+{
+    let session = match app.session(&headers) {
+        Ok(session) => session,
+        Err(error) => return app.refusal(error, None),
+    };
+    match page(app.clone(), session.clone()).await {
+        Ok(response) => response,
+        Err(error) => app.refusal(error, Some(&session)),
+    }
+}
+
+async fn inbox(State(app): Shared, headers: HeaderMap, Query(query): Query<LiveQuery>) -> Response {
+    with_session(app, headers, |app, session| async move {
+        let mut pending = Vec::new();
+        let mut request = pb::ListApprovalsRequest {
+            status: Some(pb::ApprovalStatus::Pending as i32),
+            limit: LIST_PAGE_LIMIT,
+            ..pb::ListApprovalsRequest::default()
+        };
+        let mut truncated = false;
+        loop {
+            let page = session.client.list_approvals(request.clone()).await?;
+            pending.extend(page.approvals);
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            if pending.len() >= INBOX_SCAN_MAX {
+                truncated = true;
+                break;
+            }
+            request.page_token = page.next_page_token;
+        }
+        // The inbox is what the person may decide: not their own requests.
+        pending.retain(|approval| refusal_reason(&session, approval).is_none());
+        pending.sort_by(|left, right| (right.requested_at_ms, &right.id).cmp(&(left.requested_at_ms, &left.id)));
+        let total = pending.len();
+        let page = query.page.unwrap_or(0);
+        let rows: Vec<Value> =
+            pending.iter().skip(page.saturating_mul(PAGE_SIZE)).take(PAGE_SIZE).map(approval_view).collect();
+        let more = total > (page + 1).saturating_mul(PAGE_SIZE);
+        app.render(
+            "inbox.html",
+            query.live_only(),
+            context! {
+                me => me_view(&session), rows => rows, total => total, page => page,
+                previous => page.checked_sub(1), next => more.then_some(page + 1), truncated => truncated,
+                scan_max => INBOX_SCAN_MAX,
+            },
+        )
+    })
+    .await
+}
+
+/// Why the person may not decide this approval, or `None` when they may
+/// (as far as the console can tell; the cluster decides).
+fn refusal_reason(session: &Session, approval: &pb::Approval) -> Option<String> {
+    let status = pb::ApprovalStatus::try_from(approval.status).unwrap_or(pb::ApprovalStatus::Unspecified);
+    if status != pb::ApprovalStatus::Pending {
+        return Some(format!("It is already {}: nothing is left to decide.", status_name(approval.status)));
+    }
+    let requester = approval.actor.as_ref().map(|actor| actor.id.as_str());
+    if requester == Some(session.actor_id()) && !approval.allow_self_approval {
+        return Some("You requested it, and nobody approves their own request (APPROVAL_SELF_APPROVAL).".to_string());
+    }
+    let approver = session.grants.iter().find(|grant| grant.grant == "approver");
+    let Some(approver) = approver else {
+        return Some("You hold no approver grant.".to_string());
+    };
+    let covered = approver.scope.is_empty()
+        || (!approval.types.is_empty() && approval.types.iter().all(|kind| approver.scope.contains(kind)));
+    if !covered {
+        return Some(format!(
+            "It is outside your approver scope ({}); it needs {}.",
+            approver.scope.join(", "),
+            if approval.types.is_empty() { "an unscoped approver".to_string() } else { approval.types.join(" + ") }
+        ));
+    }
+    None
+}
+
+fn status_name(status: i32) -> String {
+    pb::ApprovalStatus::try_from(status)
+        .map(|status| status.as_str_name().trim_start_matches("APPROVAL_STATUS_").to_lowercase())
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
+fn enum_name(name: &str, prefix: &str) -> String {
+    name.trim_start_matches(prefix).to_lowercase()
+}
+
+fn actor_text(actor: Option<&pb::Actor>) -> String {
+    actor.map_or_else(
+        || "-".to_string(),
+        |actor| {
+            let kind = pb::ActorKind::try_from(actor.kind)
+                .map_or("?".to_string(), |kind| enum_name(kind.as_str_name(), "ACTOR_KIND_"));
+            format!("{kind}:{}", actor.id)
+        },
+    )
+}
+
+fn approval_view(approval: &pb::Approval) -> Value {
+    let pretty = serde_json::from_str::<serde_json::Value>(&approval.input_json)
+        .ok()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .unwrap_or_else(|| approval.input_json.clone());
+    let on_behalf_of = approval.actor.as_ref().and_then(|actor| actor.display_name.clone());
+    context! {
+        id => approval.id,
+        capability => approval.capability_id,
+        capability_version => approval.capability_version,
+        requester => actor_text(approval.actor.as_ref()),
+        on_behalf_of => on_behalf_of,
+        surface => approval.surface,
+        risk => pb::Risk::try_from(approval.risk).map_or("?".to_string(), |risk| enum_name(risk.as_str_name(), "RISK_")),
+        side_effect => pb::SideEffect::try_from(approval.side_effect)
+            .map_or("?".to_string(), |effect| enum_name(effect.as_str_name(), "SIDE_EFFECT_")),
+        reasons => approval.reasons,
+        types => approval.types,
+        status => status_name(approval.status),
+        requested_at_ms => approval.requested_at_ms,
+        expires_at_ms => approval.expires_at_ms,
+        input_pretty => pretty,
+        input_hash => approval.input_hash,
+        execution_id => approval.consumed_by_execution_id.clone().or_else(|| approval.execution_id.clone()),
+        decision => approval.decision.as_ref().map(|decision| context! {
+            approver => actor_text(decision.approver.as_ref()),
+            comment => decision.comment,
+            status => status_name(decision.status),
+        }),
+    }
+}
+
+/// `/approvals/{id}` and `/executions/{id}`.
+async fn record_page(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path((kind, id)): Path<(String, String)>,
+    Query(query): Query<LiveQuery>,
+) -> Response {
+    with_session(app, headers, |app, session| async move {
+        match kind.as_str() {
+            "approvals" => render_approval(&app, &session, &id, query.live_only(), None).await,
+            "executions" => {
+                let execution = execution_view(&session, &id).await?;
+                let ctx = context! { me => me_view(&session), execution => execution };
+                app.render("execution.html", query.live_only(), ctx)
+            }
+            _ => Err(ConsoleError::NotFound),
+        }
+    })
+    .await
+}
+
+async fn render_approval(
+    app: &App,
+    session: &Session,
+    id: &str,
+    live_only: bool,
+    refused: Option<&ConsoleError>,
+) -> Result<Response, ConsoleError> {
+    let request = pb::GetApprovalRequest { id: id.to_string(), ..pb::GetApprovalRequest::default() };
+    let approval = session.client.get_approval(request).await?.approval.ok_or(ConsoleError::NotFound)?;
+    let capability = session
+        .client
+        .get_capability(pb::GetCapabilityRequest {
+            id: approval.capability_id.clone(),
+            version: approval.capability_version.filter(|version| *version > 0),
+        })
+        .await
+        .ok()
+        .and_then(|response| response.capability)
+        .and_then(|capability| capability.spec)
+        .map(|spec| {
+            let spec = serde_json::to_value(SpecView::from(&spec)).unwrap_or_default();
+            Value::from_serialize(spec)
+        });
+    let execution = match approval.consumed_by_execution_id.clone().or_else(|| approval.execution_id.clone()) {
+        Some(execution_id) => execution_view(session, &execution_id).await?,
+        None => None,
+    };
+    let reason = refusal_reason(session, &approval);
+    let mut response = app.render(
+        "approval.html",
+        live_only,
+        context! {
+            me => me_view(session), approval => approval_view(&approval), capability => capability,
+            may_decide => reason.is_none(), reason => reason, execution => execution,
+            refused => refused.map(|error| context! { code => error.code(), message => error.to_string() }),
+            comment_max => COMMENT_MAX_BYTES,
+        },
+    )?;
+    if let Some(error) = refused {
+        *response.status_mut() = error.status();
+    }
+    Ok(response)
+}
+
+/// The capability's side effect, idempotency and retry policy, for display.
+#[derive(serde::Serialize)]
+struct SpecView {
+    side_effect: String,
+    idempotent: String,
+    retry: String,
+    queue: String,
+}
+
+impl From<&pb::CapabilitySpec> for SpecView {
+    fn from(spec: &pb::CapabilitySpec) -> Self {
+        SpecView {
+            side_effect: pb::SideEffect::try_from(spec.side_effect)
+                .map_or("?".to_string(), |effect| enum_name(effect.as_str_name(), "SIDE_EFFECT_")),
+            idempotent: if spec.idempotent { "yes: a retry repeats the effect safely" } else { "no" }.to_string(),
+            retry: spec.retry.as_ref().map_or_else(
+                || "no retry".to_string(),
+                |retry| {
+                    let backoff =
+                        retry.backoff_ms.map_or_else(String::new, |backoff| format!(", {backoff} ms backoff"));
+                    format!("up to {} more attempt(s){backoff}", retry.max_attempts)
+                },
+            ),
+            queue: spec.queue.clone().unwrap_or_else(|| spec.id.clone()),
+        }
+    }
+}
+
+async fn execution_view(session: &Session, execution_id: &str) -> Result<Option<Value>, ConsoleError> {
+    let request = pb::GetExecutionRequest { execution_id: execution_id.to_string() };
+    let execution = match session.client.get_execution(request).await {
+        Ok(response) => response.execution,
+        Err(error) if error.is_access_refused() => None,
+        Err(error) => return Err(error.into()),
+    };
+    let Some(execution) = execution else {
+        return Ok(Some(context! { id => execution_id, exists => false }));
+    };
+    let events = session
+        .client
+        .list_execution_events(pb::ListExecutionEventsRequest {
+            execution_id: execution_id.to_string(),
+            after_cursor: 0,
+            limit: EXECUTION_EVENTS_MAX,
+        })
+        .await
+        .map(|response| response.events)
+        .unwrap_or_default();
+    let events: Vec<Value> = events
+        .iter()
+        .map(|event| {
+            context! {
+                cursor => event.cursor, kind => event.r#type, at_ms => event.timestamp_ms,
+                actor => actor_text(event.actor.as_ref()), attempt => event.attempt, worker => event.worker_id,
+                code => event.code,
+            }
+        })
+        .collect();
+    let state = pb::ExecutionState::try_from(execution.state)
+        .map_or("?".to_string(), |state| enum_name(state.as_str_name(), "EXECUTION_STATE_"));
+    let result = execution.result.as_ref().and_then(|result| result.outcome.as_ref()).map(result_text);
+    let lease = execution.current_lease.as_ref().map(|lease| {
+        format!("attempt {} held by worker {} (lease {})", lease.attempt, lease.worker_id, lease.lease_id)
+    });
+    Ok(Some(context! {
+        id => execution.execution_id, exists => true, state => state, attempts => execution.attempts,
+        capability => execution.capability_id, lease => lease, result => result, events => events,
+        requester => actor_text(execution.actor.as_ref()), approver => actor_text(execution.approver.as_ref()),
+    }))
+}
+
+fn result_text(outcome: &pb::result_envelope::Outcome) -> String {
+    use pb::result_envelope::Outcome;
+    match outcome {
+        Outcome::Completed(completed) => format!("completed: {}", completed.output_json),
+        Outcome::Failed(failed) => format!("failed {}: {}", failed.code, failed.message),
+        Outcome::Cancelled(cancelled) => format!(
+            "cancelled: {}",
+            pb::CancelCode::try_from(cancelled.code)
+                .map_or("?".to_string(), |code| enum_name(code.as_str_name(), "CANCEL_CODE_"))
+        ),
+    }
+}
+
+#[derive(Deserialize)]
+struct DecideForm {
+    csrf: Option<String>,
+    input_hash: Option<String>,
+    decision: Option<String>,
+    comment: Option<String>,
+}
+
+async fn decide(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<DecideForm>,
+) -> Response {
+    with_session(app, headers.clone(), |app, session| async move {
+        security::check_origin(&headers, &app.config.origin)?;
+        security::check_csrf(form.csrf.as_deref(), &session.csrf)?;
+        let status = match form.decision.as_deref() {
+            Some("approve") => pb::ApprovalStatus::Approved,
+            Some("reject") => pb::ApprovalStatus::Rejected,
+            _ => return Err(ConsoleError::BadInput("decision must be approve or reject".to_string())),
+        };
+        let comment = form.comment.map(|comment| comment.trim().to_string()).filter(|comment| !comment.is_empty());
+        if comment.as_ref().is_some_and(|comment| comment.len() > COMMENT_MAX_BYTES) {
+            return Err(ConsoleError::BadInput(format!("a comment is at most {COMMENT_MAX_BYTES} bytes")));
+        }
+        let shown = form.input_hash.unwrap_or_default();
+        // The decision is recorded against the input the person saw: an
+        // approval's input never changes, so reading it first and comparing
+        // cannot race with the decision.
+        let request = pb::GetApprovalRequest { id: id.clone(), ..pb::GetApprovalRequest::default() };
+        let approval = session.client.get_approval(request).await?.approval.ok_or(ConsoleError::NotFound)?;
+        if shown != approval.input_hash {
+            let error = ConsoleError::InputHashChanged { shown, current: approval.input_hash };
+            return render_approval(&app, &session, &id, false, Some(&error)).await;
+        }
+        let request = pb::DecideApprovalRequest {
+            id: id.clone(),
+            status: status as i32,
+            comment,
+            ..pb::DecideApprovalRequest::default()
+        };
+        match session.client.decide_approval(request).await {
+            Ok(_) => Ok(Redirect::to(&format!("/approvals/{id}")).into_response()),
+            Err(error @ gavel_client::Error::Domain { .. }) => {
+                render_approval(&app, &session, &id, false, Some(&ConsoleError::Cluster(error))).await
+            }
+            Err(error) => Err(error.into()),
+        }
+    })
+    .await
+}
+
+async fn history(State(app): Shared, headers: HeaderMap, Query(query): Query<LiveQuery>) -> Response {
+    with_session(app, headers, |app, session| async move {
+        let status = match query.status.as_deref().filter(|status| !status.is_empty()) {
+            None => None,
+            Some(name) => Some(
+                pb::ApprovalStatus::from_str_name(&format!("APPROVAL_STATUS_{}", name.to_uppercase()))
+                    .ok_or_else(|| ConsoleError::BadInput(format!("unknown status {name:?}")))? as i32,
+            ),
+        };
+        let capability = query.capability.clone().filter(|capability| !capability.is_empty());
+        let request = pb::ListApprovalsRequest {
+            status,
+            capability_id: capability.clone(),
+            limit: u32::try_from(PAGE_SIZE).unwrap_or(25),
+            page_token: query.page_token.clone().unwrap_or_default(),
+            ..pb::ListApprovalsRequest::default()
+        };
+        let page = session.client.list_approvals(request).await?;
+        let rows: Vec<Value> = page.approvals.iter().map(approval_view).collect();
+        app.render(
+            "history.html",
+            query.live_only(),
+            context! {
+                me => me_view(&session), rows => rows, next_page_token => page.next_page_token,
+                status => query.status.clone().unwrap_or_default(), capability => capability.unwrap_or_default(),
+                statuses => ["approved", "rejected", "consumed", "expired", "cancelled", "pending"],
+            },
+        )
+    })
+    .await
+}
+
+/// Server-sent events: a `change` event (type and ids, no payload) for each
+/// event the person's WatchEvents delivers; the page then re-reads its
+/// live region with the person's own calls.
+async fn events(State(app): Shared, headers: HeaderMap) -> Response {
+    let session = match app.session(&headers) {
+        Ok(session) => session,
+        Err(error) => return (error.status(), error.code().to_string()).into_response(),
+    };
+    if session.streams.fetch_add(1, Ordering::SeqCst) >= STREAMS_PER_SESSION_MAX {
+        session.streams.fetch_sub(1, Ordering::SeqCst);
+        let error = ConsoleError::Busy(format!("at most {STREAMS_PER_SESSION_MAX} live streams per session"));
+        return (error.status(), error.code().to_string()).into_response();
+    }
+    Sse::new(change_stream(session)).keep_alive(KeepAlive::new().interval(STREAM_KEEP_ALIVE)).into_response()
+}
+
+/// Releases a session's stream slot when the stream is dropped.
+struct StreamSlot(Arc<Session>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn change_stream(session: Arc<Session>) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    let after = session.cursor.load(Ordering::SeqCst);
+    let opened_ms = now_ms() - i64::try_from(STREAM_REPLAY_WINDOW.as_millis()).unwrap_or(0);
+    let receiver = session.client.watch_events(after, None);
+    let slot = StreamSlot(session);
+    futures::stream::unfold((receiver, slot), move |(mut receiver, slot)| async move {
+        loop {
+            let event = receiver.recv().await?.ok()?;
+            slot.0.cursor.fetch_max(event.cursor, Ordering::SeqCst);
+            if after == 0 && event.timestamp_ms < opened_ms {
+                continue;
+            }
+            let data = json!({
+                "type": event.r#type, "approvalId": event.approval_id, "executionId": event.execution_id,
+            });
+            let sse = SseEvent::default().event("change").data(data.to_string());
+            return Some((Ok(sse), (receiver, slot)));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    const ORIGIN: &str = "http://127.0.0.1:7500";
+
+    /// A console whose cluster is unreachable: every refusal below must come
+    /// from the console itself, before any call.
+    fn console(dev: bool) -> Router {
+        let dev_sign_in = dev.then(|| crate::DevSignIn {
+            personas: vec!["user:carol".to_string()],
+            mint: Arc::new(|principal: &str, _| Err(format!("no key for {principal} in this test"))),
+        });
+        let config =
+            ConsoleConfig { endpoints: vec!["127.0.0.1:1".into()], tls: None, origin: ORIGIN.into(), dev_sign_in };
+        router(config).expect("the templates parse")
+    }
+
+    async fn send(router: Router, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
+        let response = router.oneshot(request).await.expect("an answer");
+        let (parts, body) = response.into_parts();
+        let bytes = body.collect().await.expect("the body").to_bytes();
+        (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn get(path: &str) -> Request<Body> {
+        Request::get(path).body(Body::empty()).expect("a request")
+    }
+
+    fn form_post(path: &str, origin: Option<&str>, body: &str) -> Request<Body> {
+        let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        if let Some(origin) = origin {
+            request = request.header(header::ORIGIN, origin);
+        }
+        request.body(Body::from(body.to_string())).expect("a request")
+    }
+
+    #[tokio::test]
+    async fn every_answer_carries_the_security_headers() {
+        let (status, headers, body) = send(console(true), get("/signin")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("Development sign-in"), "{body}");
+        assert_eq!(headers[header::CONTENT_SECURITY_POLICY], security::CONTENT_SECURITY_POLICY);
+        assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        let (status, headers, _) = send(console(true), get("/assets/console.js")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers[header::CONTENT_TYPE], "text/javascript");
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    }
+
+    #[tokio::test]
+    async fn pages_without_a_session_send_the_person_to_sign_in() {
+        for path in ["/inbox", "/history", "/approvals/apr_1", "/executions/ex_1"] {
+            let (status, headers, _) = send(console(true), get(path)).await;
+            assert_eq!(status, StatusCode::SEE_OTHER, "{path}");
+            assert_eq!(headers[header::LOCATION], "/signin", "{path}");
+        }
+        let forged = form_post("/approvals/apr_1/decide", Some(ORIGIN), "decision=approve");
+        let (status, headers, _) = send(console(true), forged).await;
+        assert_eq!(
+            (status, &headers[header::LOCATION]),
+            (StatusCode::SEE_OTHER, &header::HeaderValue::from_static("/signin"))
+        );
+        let (status, _, _) = send(console(true), get("/events")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn a_sign_in_from_another_origin_or_without_one_is_refused() {
+        for origin in [Some("http://evil.example"), Some("null"), None] {
+            let (status, _, body) = send(console(true), form_post("/signin", origin, "principal=user:carol")).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{origin:?}");
+            assert!(body.contains("ORIGIN_REFUSED"), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bad_sign_in_is_refused_with_its_code() {
+        let (status, _, body) = send(console(false), form_post("/signin", Some(ORIGIN), "principal=user:carol")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(body.contains("DEV_SIGN_IN_DISABLED"), "{body}");
+        let long = format!("principal=user:{}", "a".repeat(PRINCIPAL_MAX_BYTES));
+        for body in ["principal=", "principal=carol", long.as_str()] {
+            let (status, _, page) = send(console(true), form_post("/signin", Some(ORIGIN), body)).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+            assert!(page.contains("INVALID_ARGUMENT"), "{page}");
+        }
+        // The minter's refusal is shown, not a panic.
+        let (status, _, page) = send(console(true), form_post("/signin", Some(ORIGIN), "principal=user:carol")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(page.contains("no key for user:carol"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_form_is_refused() {
+        let body = format!("principal={}", "a".repeat(FORM_BODY_MAX_BYTES + 1));
+        let (status, _, _) = send(console(true), form_post("/signin", Some(ORIGIN), &body)).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn status_names_are_short() {
+        assert_eq!(status_name(pb::ApprovalStatus::Pending as i32), "pending");
+        assert_eq!(status_name(99), "unknown");
+    }
+}

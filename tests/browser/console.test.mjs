@@ -1,0 +1,228 @@
+// The console in a real browser: Debian's chromium driven by playwright-core,
+// against a real secured three-node cluster (`gavel dev`, whose console is
+// the one under test), a real worker (examples/refund-worker) and the gavel
+// CLI as the agent (signed in with alice's token).
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { chromium } from "playwright-core";
+import { DevCluster, repoRoot } from "./cluster.mjs";
+
+const require = createRequire(import.meta.url);
+const axeSource = readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
+const shots = join(repoRoot, "tests/browser/out");
+/** The inbox must show a new approval within this long, without a reload. */
+const INBOX_UPDATE_MS = 1_000;
+
+let cluster;
+let browser;
+let serial = 0;
+
+before(async () => {
+  execFileSync(join(repoRoot, "tests/browser/install-chromium.sh"), { stdio: "inherit" });
+  mkdirSync(shots, { recursive: true });
+  cluster = await DevCluster.start();
+  const capability = join(cluster.dataDir, "refund.toml");
+  writeFileSync(capability, cluster.capabilityFile().replace('type = "human"', 'type = "finance"'));
+  await cluster.gavel(["capability", "register", capability]);
+  cluster.startWorker();
+  browser = await chromium.launch({
+    executablePath: "/usr/bin/chromium",
+    headless: true,
+    args: ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  await cluster?.stop();
+});
+
+/** A browser context signed in as `principal`, and its page. */
+async function signedIn(principal) {
+  const context = await browser.newContext({ viewport: { width: 1000, height: 900 } });
+  const page = await context.newPage();
+  page.errors = [];
+  page.on("dialog", (dialog) => {
+    page.errors.push(`dialog: ${dialog.message()}`);
+    void dialog.dismiss();
+  });
+  page.on("pageerror", (error) => page.errors.push(`pageerror: ${error.message}`));
+  await page.goto(`${cluster.consoleUrl}/signin`);
+  assert.match(await page.textContent("body"), /Development sign-in/);
+  await page.fill("#principal", principal);
+  await page.click("button[type=submit]");
+  await page.waitForURL(/\/inbox$/);
+  return { context, page };
+}
+
+/** alice (the agent) asks for a refund; returns the pending approval. */
+async function requestRefund(input = { order_id: `o-${serial}`, amount_cents: 1250 }) {
+  serial += 1;
+  const response = await cluster.gavel(
+    ["exec", "submit", "orders.refund", "--id", `refund-${serial}-${Date.now()}`, "--input", JSON.stringify(input)],
+    "user:alice",
+  );
+  assert.equal(response.outcome, "approvalRequired");
+  return response.approval;
+}
+
+/** The CSRF token of the signed-in page (from its sign-out form). */
+async function csrfOf(page) {
+  return page.getAttribute("form[action='/signout'] input[name=csrf]", "value");
+}
+
+/** A form POST from the page's session, as a forger would send it. */
+async function post(page, path, form, origin = cluster.consoleUrl) {
+  return page.request.post(`${cluster.consoleUrl}${path}`, { form, headers: { Origin: origin }, maxRedirects: 0 });
+}
+
+async function axeSeriousViolations(page) {
+  // Runtime.evaluate is not subject to the page's CSP, which refuses inline scripts.
+  const result = await page.evaluate(`${axeSource}; axe.run(document, { resultTypes: ["violations"] })`);
+  return result.violations
+    .filter((violation) => violation.impact === "serious" || violation.impact === "critical")
+    .map((violation) => `${violation.id}: ${violation.help}`);
+}
+
+test("an approver sees a new approval live, approves it, and watches the execution complete", async () => {
+  const { context, page } = await signedIn("user:carol");
+  await page.evaluate(() => {
+    window.notReloaded = true;
+  });
+  // Let the live stream open before the approval is created.
+  await page.waitForTimeout(300);
+  const approval = await requestRefund();
+  const created = Date.now();
+  await page.locator(`[data-approval-id="${approval.id}"]`).waitFor({ timeout: INBOX_UPDATE_MS });
+  const appearedAfterMs = Date.now() - created;
+  assert.ok(appearedAfterMs <= INBOX_UPDATE_MS, `appeared after ${appearedAfterMs} ms`);
+  assert.equal(await page.evaluate(() => window.notReloaded), true, "the inbox updated without a reload");
+  await page.screenshot({ path: join(shots, "inbox.png"), fullPage: true });
+  assert.deepEqual(await axeSeriousViolations(page), []);
+
+  await page.click(`[data-approval-id="${approval.id}"] a`);
+  await page.waitForSelector("#decide");
+  assert.equal(await page.textContent("#input-hash"), approval.inputHash);
+  await page.screenshot({ path: join(shots, "approval.png"), fullPage: true });
+  assert.deepEqual(await axeSeriousViolations(page), []);
+  await page.fill("#comment", "customer verified");
+  await page.click("button.approve");
+  await page.waitForSelector("#approval-status:text('approved')");
+
+  // The requester resumes; the worker runs it; the page follows it live.
+  const resumed = await cluster.gavel(["exec", "resume", approval.id, "--wait", "30000"], "user:alice");
+  assert.equal(resumed.execution?.state ?? resumed.state, "completed", JSON.stringify(resumed));
+  await page.waitForSelector(".execution-state:text('completed')", { timeout: 10_000 });
+  assert.match(await page.textContent(".result"), /refunded/);
+  await page.click("#execution-heading a");
+  await page.waitForSelector("#trail-heading");
+  assert.match(await page.textContent("table"), /capability\.completed/);
+  await page.screenshot({ path: join(shots, "execution.png"), fullPage: true });
+  assert.deepEqual(await axeSeriousViolations(page), []);
+  assert.deepEqual(page.errors, []);
+  for (const name of ["inbox.png", "approval.png", "execution.png"]) {
+    const png = readFileSync(join(shots, name));
+    assert.equal(png.subarray(1, 4).toString(), "PNG", `${name} is a PNG`);
+  }
+  await context.close();
+});
+
+test("the requester sees no approve button, and a forged decision is refused as self-approval", async () => {
+  const approval = await requestRefund();
+  const { context, page } = await signedIn("user:alice");
+  await page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
+  assert.equal(await page.locator("#decide").count(), 0);
+  assert.match(await page.textContent("#why-not"), /APPROVAL_SELF_APPROVAL/);
+  const forged = await post(page, `/approvals/${approval.id}/decide`, {
+    csrf: await csrfOf(page),
+    input_hash: approval.inputHash,
+    decision: "approve",
+  });
+  assert.equal(forged.status(), 403);
+  assert.match(await forged.text(), /APPROVAL_SELF_APPROVAL/);
+  await context.close();
+});
+
+test("two approvers decide at once: one wins, the other is told it is already decided", async () => {
+  const approval = await requestRefund();
+  const bob = await signedIn("user:bob-finance");
+  const carol = await signedIn("user:carol");
+  for (const { page } of [bob, carol]) {
+    await page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
+    await page.waitForSelector("#decide");
+  }
+  await Promise.all([bob.page.click("button.approve"), carol.page.click("button.reject")]);
+  for (const { page } of [bob, carol]) {
+    await page.waitForLoadState();
+    await page.waitForSelector("#approval-status:not(:text('pending'))");
+  }
+  const refusals = [];
+  for (const { page } of [bob, carol]) {
+    if ((await page.locator("#refused").count()) === 1) {
+      refusals.push({ code: await page.textContent("#refused .code"), why: await page.textContent("#why-not") });
+    }
+  }
+  assert.equal(refusals.length, 1, "exactly one of the two decisions was refused");
+  // The cluster refuses the second decision because of the approval's state.
+  assert.match(refusals[0].code, /^(FAILED_PRECONDITION|APPROVAL_[A-Z_]+)$/);
+  assert.match(refusals[0].why, /already (approved|rejected)/);
+  await bob.context.close();
+  await carol.context.close();
+});
+
+test("an input with markup, right-to-left and zero-width characters renders inert", async () => {
+  const hostile = {
+    order_id: "o-hostile",
+    note: "<script>alert('script')</script>",
+    attribute: "\"><img src=x onerror=\"alert('img')\">",
+    bidi: "refund \u202Egnp.exe\u202C to \u200Bcustomer\u200D",
+  };
+  const approval = await requestRefund(hostile);
+  const { context, page } = await signedIn("user:carol");
+  await page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
+  const shown = await page.textContent("pre.input");
+  assert.ok(shown.includes("<script>alert('script')</script>"), shown);
+  assert.ok(shown.includes("onerror=\\\"alert('img')\\\""), shown);
+  assert.ok(shown.includes("\u202E") && shown.includes("\u200B"), "the characters are shown, not dropped");
+  assert.equal(await page.locator("pre.input script, pre.input img, img").count(), 0);
+  await page.waitForTimeout(200);
+  assert.deepEqual(page.errors, [], "no dialog opened and no script ran");
+  // On a phone-sized screen the page does not scroll sideways.
+  await page.setViewportSize({ width: 375, height: 740 });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the approval page is ${overflow} px wider than a 375 px screen`);
+  await context.close();
+});
+
+test("refused: a POST without the CSRF token, from another origin, or with a changed input hash", async () => {
+  const approval = await requestRefund();
+  const { context, page } = await signedIn("user:carol");
+  await page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
+  const csrf = await csrfOf(page);
+  const decide = `/approvals/${approval.id}/decide`;
+
+  const noToken = await post(page, decide, { input_hash: approval.inputHash, decision: "approve" });
+  assert.equal(noToken.status(), 403);
+  assert.match(await noToken.text(), /CSRF_TOKEN_INVALID/);
+
+  const otherOrigin = await post(
+    page,
+    decide,
+    { csrf, input_hash: approval.inputHash, decision: "approve" },
+    "http://evil.example",
+  );
+  assert.equal(otherOrigin.status(), 403);
+  assert.match(await otherOrigin.text(), /ORIGIN_REFUSED/);
+
+  const changed = await post(page, decide, { csrf, input_hash: "0".repeat(64), decision: "approve" });
+  assert.equal(changed.status(), 409);
+  assert.match(await changed.text(), /INPUT_HASH_CHANGED/);
+
+  const after = await cluster.gavel(["approval", "get", approval.id]);
+  assert.equal(after.status ?? after.approval?.status, "pending", "nothing was decided");
+  await context.close();
+});
