@@ -20,6 +20,14 @@ const FAILS_WITHIN: Duration = Duration::from_secs(10);
 /// How long a healthy `gavel dev` may take to print its endpoints.
 const STARTS_WITHIN: Duration = Duration::from_secs(30);
 
+/// Held by each test of this file: they run one at a time, so that one's
+/// deliberate port clashes and short-lived clusters never meet the other's.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Three consecutive free loopback ports; returns the first.
 fn free_base_port() -> u16 {
     for _ in 0..50 {
@@ -146,6 +154,7 @@ fn gavel_with_env(env: &[(String, String)], args: &[&str]) -> Output {
 
 #[test]
 fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_node() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     let base = free_base_port();
     let mut dev = Dev::start(base, &dir.path().join("dev"), dir.path().join("dev.stderr"));
@@ -240,4 +249,31 @@ fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_nod
     let (code, stderr) = dev.wait_exit(FAILS_WITHIN);
     assert_ne!(code, Some(0), "{stderr}");
     assert!(stderr.contains("node 2 exited") && stderr.contains("n2.log"), "{stderr}");
+}
+
+/// A SIGTERM that arrives as soon as the `export` line is printed, while
+/// `gavel dev` still sets up the console, stops every node: before the
+/// signals were taken at start, the default action ended `gavel dev` alone
+/// and its nodes ran on, holding their ports, with no parent.
+#[test]
+fn a_sigterm_right_after_the_export_line_stops_every_node() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut dev = Dev::start(free_base_port(), &dir.path().join("dev"), dir.path().join("dev.stderr"));
+    let printed = dev.read_until("export GAVEL_ENDPOINTS=", STARTS_WITHIN);
+    kill(Pid::from_raw(dev.child.id() as i32), Signal::SIGTERM).expect("SIGTERM gavel dev");
+    let pids: Vec<i32> = printed
+        .iter()
+        .filter_map(|line| line.strip_prefix("gavel dev: node "))
+        .filter_map(|rest| rest.split(" pid ").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 3, "three node pids in {printed:#?}");
+    let (code, stderr) = dev.wait_exit(FAILS_WITHIN);
+    assert_eq!(code, Some(0), "a SIGTERM is a clean stop: {stderr}");
+    for pid in pids {
+        // Reaped by gavel dev: gone, or at most a zombie of nobody's.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = state.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).unwrap_or("");
+        assert!(state.is_empty() || state == "Z", "node pid {pid} still runs (state {state}) after gavel dev exited");
+    }
 }

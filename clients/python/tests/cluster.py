@@ -179,6 +179,11 @@ class TestCluster:
             for pid in self.node_pids
         ]
         _stop_process(self.dev)
+        # gavel dev may exit before its nodes have let go of their ports; a
+        # node of ours started meanwhile could not bind, and the old node
+        # would keep answering in its place (and survive the test's kill).
+        for pid in self.node_pids:
+            eventually(f"gavel dev's node (pid {pid}) gone", lambda pid=pid: _gone(pid), timeout=STOP_GRACE_S * 2)
         self.node_pids = []
         for index, (argv, cwd) in enumerate(commands):
             log = open(self.data_dir / f"own-n{index + 1}.log", "ab")  # noqa: SIM115 (the node writes it until stopped)
@@ -194,6 +199,8 @@ class TestCluster:
                 return None
 
         eventually("a leader among our own nodes", leader, timeout=START_TIMEOUT_S, every=0.2)
+        exited = [node.pid for node in self._own_nodes if node.poll() is not None]
+        assert not exited, f"our own nodes {exited} exited (see own-n*.log in {self.data_dir})"
 
     def stop(self) -> None:
         """Stops the cluster by PID (SIGTERM, SIGKILL after the grace) and removes its data."""
@@ -205,6 +212,15 @@ class TestCluster:
         for node in self._own_nodes:
             _stop_process(node)
         shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def _gone(pid: int) -> bool | None:
+    """True once process ``pid`` has exited (a zombie counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return True if state == "Z" else None
 
 
 def _stop_process(process: subprocess.Popen[bytes]) -> bool:

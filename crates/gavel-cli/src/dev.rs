@@ -91,10 +91,18 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     spec.security = Security::secure(admin.clone());
     spec.start_timeout = LEADER_WAIT;
+    // The signals are taken before the first node starts: a SIGTERM or
+    // Ctrl-C that arrives while the cluster starts (a harness that read the
+    // `export` line and stops at once) must stop the nodes too, not kill
+    // this process by the default action and leave them running.
+    let mut stop = Stop::new()?;
     let cluster = Cluster::spawn_with(spec, Loopback::from_base_port(args.base_port))
         .with_context(|| format!("starting the local cluster (node logs in {}/n*.log)", data_dir.display()))?;
     let outcome = async {
-        let leader = wait_for_leader(&cluster).await?;
+        let leader = tokio::select! {
+            leader = wait_for_leader(&cluster) => leader?,
+            () = stop.requested() => return Ok(()),
+        };
         check_own_leader(&cluster, leader)?;
         for id in cluster.ids() {
             let pid = cluster.pid(id).map_or_else(|| "-".to_string(), |pid| pid.to_string());
@@ -134,7 +142,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         let console = start_console(&cluster, certs, console_port).await?;
         println!("gavel dev: console {console} (DEVELOPMENT sign-in: pick user:bob-finance, user:carol or user:alice)");
         println!("gavel dev: Ctrl-C stops the cluster");
-        watch(&cluster).await
+        watch(&cluster, &mut stop).await
     }
     .await;
     // Waiting for the children to exit blocks; nothing else runs by now.
@@ -287,14 +295,37 @@ fn listens_on(pid: u32, port: u16) -> Option<bool> {
 
 /// Waits for Ctrl-C or SIGTERM (a normal stop) or for a node to exit by
 /// itself (an error naming the node, its exit status and its log).
-async fn watch(cluster: &Cluster) -> anyhow::Result<()> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+async fn watch(cluster: &Cluster, stop: &mut Stop) -> anyhow::Result<()> {
     let mut liveness = tokio::time::interval(LIVENESS_INTERVAL);
     loop {
         tokio::select! {
-            result = tokio::signal::ctrl_c() => return result.context("waiting for Ctrl-C"),
-            _ = terminate.recv() => return Ok(()),
+            () = stop.requested() => return Ok(()),
             _ = liveness.tick() => cluster.check_alive().context("a node of the local cluster stopped")?,
+        }
+    }
+}
+
+/// SIGTERM and SIGINT (Ctrl-C), taken from their default action (ending the
+/// process at once) so that `gavel dev` stops its nodes first.
+struct Stop {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    fn new() -> anyhow::Result<Stop> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Stop {
+            terminate: signal(SignalKind::terminate()).context("taking SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("taking SIGINT")?,
+        })
+    }
+
+    /// Resolves at the first SIGTERM or SIGINT since this was made.
+    async fn requested(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
         }
     }
 }

@@ -729,7 +729,11 @@ async fn serve_connection(
                 // one that never authenticated can only be carrying a health
                 // or reflection call (every other is refused), which must
                 // not keep it open past its deadline: a probe reconnects.
-                if activity.streams() == 0 || closure == Some(Closure::AuthDeadline) {
+                // At shutdown (no closure) nothing is waited for past the
+                // grace either: a stream that never ends (WatchEvents, a
+                // long poll) would hold the node's exit, and its client
+                // resumes on another node as it does after a crash.
+                if activity.streams() == 0 || closure.is_none_or(|closure| closure == Closure::AuthDeadline) {
                     activity.cut();
                 }
             }
