@@ -27,7 +27,7 @@ fn actor_of(principal: Option<&Principal>) -> Actor {
 impl State {
     /// The grant `name` that `caller` may use: bound to its principal and,
     /// when its token lists roles, named there too.
-    fn usable_grant(&self, caller: &Caller, name: GrantName) -> Option<&Grant> {
+    pub(super) fn usable_grant(&self, caller: &Caller, name: GrantName) -> Option<&Grant> {
         let in_scope = caller.scope.as_ref().is_none_or(|scope| scope.contains(&name));
         self.bindings.get(&caller.principal, name).filter(|_| in_scope)
     }

@@ -44,8 +44,7 @@ fn not_yours(caller: &Caller, what: &str, record: &str) -> DomainError {
 
 impl State {
     fn holds(&self, caller: &Caller, name: GrantName) -> bool {
-        let in_scope = caller.scope.as_ref().is_none_or(|scope| scope.contains(&name));
-        in_scope && self.bindings.get(&caller.principal, name).is_some()
+        self.usable_grant(caller, name).is_some()
     }
 
     /// Whether `caller` may act on a record created by `requester` for `subject`.
@@ -74,10 +73,7 @@ impl State {
         if self.holds(caller, GrantName::Auditor) || self.holds(caller, GrantName::ActFor) {
             return None;
         }
-        let approver = self
-            .bindings
-            .get(&caller.principal, GrantName::Approver)
-            .filter(|_| self.holds(caller, GrantName::Approver));
+        let approver = self.usable_grant(caller, GrantName::Approver);
         Some(ApprovalView {
             owner: self.holds(caller, GrantName::Submitter).then(|| caller.principal.clone()),
             approver_scope: approver.map(|grant| grant.scope.clone()),
