@@ -43,6 +43,8 @@ pub enum TopCommand {
     Dev(DevArgs),
     /// The approver's desk: a web console that calls the cluster as the signed-in person.
     Console(crate::console::ConsoleArgs),
+    /// Post each new pending approval its principal may read to Slack or signed webhooks.
+    Notify(crate::notify::NotifyArgs),
     /// Approvals: list, get, approve, reject, cancel.
     Approval(ApprovalArgs),
     /// The capability registry: register, get, list.

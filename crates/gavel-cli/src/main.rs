@@ -16,6 +16,7 @@ mod console;
 mod dev;
 mod logging;
 mod node_security;
+mod notify;
 
 use std::process::ExitCode;
 
@@ -28,8 +29,14 @@ use gavel_server::server::{start, NodeOptions};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let serving =
-        matches!(cli.command, TopCommand::Node(_) | TopCommand::Dev(_) | TopCommand::Console(_) | TopCommand::Chaos(_));
+    let serving = matches!(
+        cli.command,
+        TopCommand::Node(_)
+            | TopCommand::Dev(_)
+            | TopCommand::Console(_)
+            | TopCommand::Notify(_)
+            | TopCommand::Chaos(_)
+    );
     // Operator commands keep standard error for their own messages.
     let default_filter = if serving { "info,openraft=warn" } else { "warn" };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -68,6 +75,7 @@ fn run(cli: Cli, runtime: &tokio::runtime::Runtime) -> ExitCode {
         TopCommand::Node(args) => served(runtime.block_on(run_node(args))),
         TopCommand::Dev(args) => served(runtime.block_on(dev::run(args))),
         TopCommand::Console(args) => served(runtime.block_on(console::run(args))),
+        TopCommand::Notify(args) => served(runtime.block_on(notify::run(args))),
         TopCommand::Approval(args) => finish(runtime.block_on(commands::approval::run(args))),
         TopCommand::Capability(args) => finish(runtime.block_on(commands::capability::run(args))),
         TopCommand::Exec(args) => finish(runtime.block_on(commands::exec::run(args))),

@@ -1,0 +1,55 @@
+//! `gavel notify`: the approver's desk's notifier ([`gavel_notify`]) as its
+//! own process, with its own credentials (the global options: a client
+//! certificate or a token file).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use gavel_notify::webhook::{read_secret, Webhook};
+use gavel_notify::{Notifier, NotifierConfig};
+
+use crate::commands::GlobalArgs;
+
+/// `gavel notify`.
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    /// The cluster and the notifier's credentials: give it a principal with
+    /// the `approver` grant (scoped to the approval types it announces) or
+    /// `auditor`; it posts what that principal may read.
+    #[command(flatten, next_help_heading = "Global options")]
+    pub global: GlobalArgs,
+    /// Where to post: `slack=URL` (a Slack incoming webhook) or
+    /// `generic=URL` (signed JSON); repeat for several.
+    #[arg(long = "webhook", value_name = "KIND=URL", required = true)]
+    pub webhooks: Vec<String>,
+    /// The HMAC-SHA256 key of the generic webhooks (16 to 4,096 bytes; a
+    /// trailing line break is ignored).
+    #[arg(long, env = "GAVEL_NOTIFY_HMAC_SECRET_FILE", value_name = "FILE")]
+    pub hmac_secret_file: Option<PathBuf>,
+    /// The console's URL; each post links to `<URL>/approvals/<id>`.
+    #[arg(long, env = "GAVEL_CONSOLE_URL", value_name = "URL")]
+    pub console_url: String,
+    /// The directory of the stored cursor (`notify-state.json`); one
+    /// notifier per directory.
+    #[arg(long, env = "GAVEL_NOTIFY_STATE_DIR", value_name = "DIR")]
+    pub state_dir: PathBuf,
+}
+
+/// Runs `gavel notify` until Ctrl-C or SIGTERM.
+pub async fn run(args: NotifyArgs) -> anyhow::Result<()> {
+    let secret = args.hmac_secret_file.as_deref().map(read_secret).transpose()?;
+    let webhooks =
+        args.webhooks.iter().map(|text| Webhook::parse(text, secret.as_ref())).collect::<Result<Vec<_>, _>>()?;
+    let client = args.global.client().map_err(|error| anyhow::anyhow!("{error}"))?;
+    let config = NotifierConfig { webhooks, console_url: args.console_url, state_dir: args.state_dir };
+    let notifier = Notifier::start(client, config).await.context("starting the notifier")?;
+    println!("gavel notify: following the cluster from cursor {}", notifier.state().cursor);
+    let state = notifier.run(crate::console::shutdown_signal()).await.context("notifying")?;
+    let counts = &state.counts;
+    println!(
+        "gavel notify: stopped at cursor {}: {} delivered ({} redelivered), {} refused, {} abandoned, {} skipped",
+        state.cursor, counts.delivered, counts.redelivered, counts.refused, counts.abandoned, counts.skipped
+    );
+    Ok(())
+}

@@ -1,0 +1,81 @@
+//! Every bound of the notifier, one constant per bound, each with its reason.
+//! `docs/limits.md` lists them.
+
+use std::time::Duration;
+
+/// Attempts of one post to one webhook (the first included) before it is
+/// abandoned: enough to ride out a receiver's restart or a short outage
+/// (the backoff below sums to about two minutes), few enough that one dead
+/// receiver does not hold every later approval back for long.
+pub const POST_ATTEMPTS_MAX: u32 = 10;
+
+/// Longest time one post to one webhook keeps retrying, counted from its
+/// first attempt: a notification that arrives later than this is stale (an
+/// approval's typical window is minutes to hours), and the approvals behind
+/// it wait on it.
+pub const POST_AGE_MAX: Duration = Duration::from_secs(10 * 60);
+
+/// Deadline of one HTTP attempt, connect and TLS included: Slack answers
+/// within a second; a receiver that takes longer is treated as down and the
+/// post is retried.
+pub const POST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The first retry's delay; each later one doubles it. Short, so that a
+/// receiver that answered one 5xx is tried again while the approval is new.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(250);
+
+/// The longest delay between two attempts (before jitter), so that a
+/// receiver back from a long outage is reached within a minute.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// The longest `Retry-After` honoured; a longer one is cut to this, so a
+/// receiver cannot park the notifier for hours with one header.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(120);
+
+/// Webhooks one notifier posts to: each post goes to every one in turn, so
+/// the count multiplies the time an approval's post takes.
+pub const WEBHOOKS_MAX: usize = 8;
+
+/// Length of a webhook URL or the console URL: Slack's are about 80 bytes.
+pub const URL_BYTES_MAX: usize = 2_048;
+
+/// Shortest HMAC secret accepted: 16 bytes (128 bits), the key length below
+/// which HMAC-SHA256's strength is the key's, not the hash's.
+pub const HMAC_SECRET_BYTES_MIN: usize = 16;
+
+/// Longest HMAC secret file read: a secret is a few dozen bytes; a larger
+/// file is a wrong path.
+pub const HMAC_SECRET_BYTES_MAX: usize = 4_096;
+
+/// Largest state file read back: the state holds a cursor, the post in
+/// flight and the ids of the first listing not yet met in the trail.
+pub const STATE_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+/// Pending approvals the first listing (and a re-listing after the cursor
+/// fell behind retention) posts. Their ids are kept in the state file until
+/// the trail shows their creation; more than this many pending approvals in
+/// one principal's view is refused with `NOTIFY_LISTING_TOO_LARGE` rather
+/// than grown without bound.
+pub const LISTED_APPROVALS_MAX: usize = 100_000;
+
+/// Approvals asked for per `ListApprovals` page.
+pub const LIST_PAGE_APPROVALS: u32 = 500;
+
+/// Trail events passed over without a post before the cursor is written to
+/// the state file anyway: after a crash at most this many events are read
+/// again (re-reading one posts nothing: its approval was posted, or was not
+/// pending, or was not an approval).
+pub const CURSOR_SAVE_EVENTS_MAX: u64 = 256;
+
+/// Reasons shown in one post: an approval may carry more; the rest is
+/// behind the console link.
+pub const REASONS_SHOWN_MAX: usize = 5;
+
+/// Characters of any one text field (capability, requester, reason) put in
+/// a post: Slack truncates a section at 3,000 characters.
+pub const FIELD_CHARS_MAX: usize = 200;
+
+/// Pause before following the cluster again once the SDK gave up on it
+/// (after its own retry budget): the notifier outlives a cluster outage
+/// without spinning.
+pub const RECONNECT_PAUSE: Duration = Duration::from_secs(1);

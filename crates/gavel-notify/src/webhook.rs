@@ -1,0 +1,546 @@
+//! Webhooks: what a post carries (Slack-compatible or signed generic JSON),
+//! how it is signed, and how one post is delivered with retries.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use gavel_client::pb;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST, RETRY_AFTER, USER_AGENT};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::NotifyError;
+use crate::limits::{
+    BACKOFF_BASE, BACKOFF_MAX, FIELD_CHARS_MAX, HMAC_SECRET_BYTES_MAX, HMAC_SECRET_BYTES_MIN, POST_AGE_MAX,
+    POST_ATTEMPTS_MAX, POST_TIMEOUT, REASONS_SHOWN_MAX, RETRY_AFTER_MAX, URL_BYTES_MAX,
+};
+
+/// The header naming the delivery: the approval id, the same on every
+/// attempt and on a redelivery, so a receiver dedupes by it.
+pub const DELIVERY_HEADER: &str = "gavel-delivery";
+/// The header present (`1`) on a redelivery: the post in flight when the
+/// notifier died, sent again because nobody can know whether it arrived.
+pub const REDELIVERY_HEADER: &str = "gavel-redelivery";
+/// The generic webhook's signature header: `t=<unix seconds>,v1=<hex>`.
+pub const SIGNATURE_HEADER: &str = "gavel-signature";
+
+/// The two payload shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookKind {
+    /// Slack's incoming-webhook JSON: `text` and `blocks`.
+    Slack,
+    /// Gavel's own JSON, signed with HMAC-SHA256.
+    Generic,
+}
+
+impl WebhookKind {
+    /// Its name on the command line and in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            WebhookKind::Slack => "slack",
+            WebhookKind::Generic => "generic",
+        }
+    }
+}
+
+/// One configured webhook.
+#[derive(Clone)]
+pub struct Webhook {
+    /// Its payload shape.
+    pub kind: WebhookKind,
+    uri: Uri,
+    /// The generic webhook's HMAC key.
+    secret: Option<Arc<[u8]>>,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A Slack webhook URL is itself a secret: only its host is shown.
+        f.debug_struct("Webhook").field("kind", &self.kind).field("host", &self.host()).finish()
+    }
+}
+
+/// Parses an http(s) URL with a host, within [`URL_BYTES_MAX`].
+pub fn parse_url(what: &str, text: &str) -> Result<Uri, NotifyError> {
+    if text.len() > URL_BYTES_MAX {
+        return Err(NotifyError::Config(format!("{what} is {} bytes, more than {URL_BYTES_MAX}", text.len())));
+    }
+    let uri: Uri = text.parse().map_err(|error| NotifyError::Config(format!("{what} is not a URL: {error}")))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(NotifyError::Config(format!("{what} must start with http:// or https://"))),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(NotifyError::Config(format!("{what} names no host")));
+    }
+    Ok(uri)
+}
+
+impl Webhook {
+    /// A webhook from `slack=URL` or `generic=URL`; a generic one needs the
+    /// HMAC secret.
+    pub fn parse(text: &str, secret: Option<&Arc<[u8]>>) -> Result<Webhook, NotifyError> {
+        let (kind, url) = text
+            .split_once('=')
+            .ok_or_else(|| NotifyError::Config("a webhook is slack=URL or generic=URL".to_string()))?;
+        let kind = match kind {
+            "slack" => WebhookKind::Slack,
+            "generic" => WebhookKind::Generic,
+            other => {
+                return Err(NotifyError::Config(format!(
+                    "unknown webhook kind {other:?}: use slack=URL or generic=URL"
+                )))
+            }
+        };
+        let uri = parse_url("the webhook URL", url)?;
+        let secret = match kind {
+            WebhookKind::Slack => None,
+            WebhookKind::Generic => Some(
+                secret
+                    .cloned()
+                    .ok_or_else(|| NotifyError::Config("a generic webhook needs --hmac-secret-file".to_string()))?,
+            ),
+        };
+        Ok(Webhook { kind, uri, secret })
+    }
+
+    /// The host posted to, for logs (never the path: it may hold a token).
+    pub fn host(&self) -> String {
+        self.uri.authority().map(ToString::to_string).unwrap_or_default()
+    }
+}
+
+/// Reads an HMAC secret file: its bytes with trailing line breaks removed,
+/// between [`HMAC_SECRET_BYTES_MIN`] and [`HMAC_SECRET_BYTES_MAX`].
+pub fn read_secret(path: &std::path::Path) -> Result<Arc<[u8]>, NotifyError> {
+    let bytes = std::fs::read(path)
+        .map_err(|error| NotifyError::Config(format!("reading the HMAC secret {}: {error}", path.display())))?;
+    let mut secret = bytes.as_slice();
+    while let [rest @ .., b'\n' | b'\r'] = secret {
+        secret = rest;
+    }
+    if secret.len() < HMAC_SECRET_BYTES_MIN || secret.len() > HMAC_SECRET_BYTES_MAX {
+        return Err(NotifyError::Config(format!(
+            "the HMAC secret {} holds {} bytes; it must hold {HMAC_SECRET_BYTES_MIN} to {HMAC_SECRET_BYTES_MAX}",
+            path.display(),
+            secret.len()
+        )));
+    }
+    Ok(Arc::from(secret))
+}
+
+/// HMAC-SHA256 (RFC 2104) of `message` under `key`.
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    let mut block = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let inner_pad: Vec<u8> = block.iter().map(|byte| byte ^ 0x36).collect();
+    let outer_pad: Vec<u8> = block.iter().map(|byte| byte ^ 0x5c).collect();
+    let inner = Sha256::new().chain_update(&inner_pad).chain_update(message).finalize();
+    Sha256::new().chain_update(&outer_pad).chain_update(inner).finalize().into()
+}
+
+/// The `Gavel-Signature` value of `body` sent at `unix_seconds`:
+/// `t=<unix>,v1=<hex of HMAC-SHA256(secret, "<unix>." + body)>`.
+pub fn signature(secret: &[u8], unix_seconds: u64, body: &[u8]) -> String {
+    let mut signed = format!("{unix_seconds}.").into_bytes();
+    signed.extend_from_slice(body);
+    format!("t={unix_seconds},v1={}", hex::encode(hmac_sha256(secret, &signed)))
+}
+
+/// The console page of an approval: `<console>/approvals/<id>`, the id
+/// percent-encoded.
+pub fn approval_link(console_url: &str, approval_id: &str) -> String {
+    let mut encoded = String::new();
+    for byte in approval_id.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    format!("{}/approvals/{encoded}", console_url.trim_end_matches('/'))
+}
+
+/// `text` cut to [`FIELD_CHARS_MAX`] characters.
+fn clipped(text: &str) -> String {
+    match text.char_indices().nth(FIELD_CHARS_MAX) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+/// Text for Slack's mrkdwn: `&`, `<` and `>` escaped as Slack asks, so a
+/// requester's name cannot forge a link or a mention.
+fn slack_escaped(text: &str) -> String {
+    clipped(text).replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+fn requester(approval: &pb::Approval) -> String {
+    let actor = approval.actor.clone().unwrap_or_default();
+    let kind = pb::ActorKind::try_from(actor.kind).map_or("unknown", |kind| match kind {
+        pb::ActorKind::User => "user",
+        pb::ActorKind::Service => "service",
+        pb::ActorKind::Automation => "automation",
+        pb::ActorKind::Anonymous => "anonymous",
+        _ => "unknown",
+    });
+    format!("{kind}:{}", actor.id)
+}
+
+fn enum_name(name: Option<&str>, prefix: &str) -> String {
+    name.map(|name| name.trim_start_matches(prefix).to_ascii_lowercase()).unwrap_or_else(|| "unknown".to_string())
+}
+
+fn risk(approval: &pb::Approval) -> String {
+    enum_name(pb::Risk::try_from(approval.risk).ok().map(|risk| risk.as_str_name()), "RISK_")
+}
+
+fn side_effect(approval: &pb::Approval) -> String {
+    enum_name(pb::SideEffect::try_from(approval.side_effect).ok().map(|effect| effect.as_str_name()), "SIDE_EFFECT_")
+}
+
+/// The generic webhook's JSON body. It carries the input's hash, never the
+/// input itself: a webhook receiver is outside the cluster's access rules.
+pub fn generic_body(approval: &pb::Approval, link: &str, redelivery: bool) -> Value {
+    json!({
+        "type": "approval.pending",
+        "deliveryId": approval.id,
+        "redelivery": redelivery,
+        "url": link,
+        "approval": {
+            "id": approval.id,
+            "capabilityId": approval.capability_id,
+            "surface": approval.surface,
+            "requester": requester(approval),
+            "risk": risk(approval),
+            "sideEffect": side_effect(approval),
+            "types": approval.types,
+            "reasons": approval.reasons,
+            "inputHash": approval.input_hash,
+            "requestedAtMs": approval.requested_at_ms,
+            "expiresAtMs": approval.expires_at_ms,
+        },
+    })
+}
+
+/// The Slack incoming-webhook body: a plain `text` (what notifications
+/// show) and `blocks` (a section and a button to the console).
+pub fn slack_body(approval: &pb::Approval, link: &str) -> Value {
+    let capability = slack_escaped(&approval.capability_id);
+    let who = slack_escaped(&requester(approval));
+    let mut details = format!(
+        "*Approval waiting*: `{capability}`\nRequested by {who}\nRisk: {} · Side effect: {} · Expires <!date^{}^{{date_short_pretty}} {{time}}|at {} ms>",
+        risk(approval),
+        side_effect(approval),
+        approval.expires_at_ms / 1000,
+        approval.expires_at_ms,
+    );
+    for reason in approval.reasons.iter().take(REASONS_SHOWN_MAX) {
+        details.push_str(&format!("\n• {}", slack_escaped(reason)));
+    }
+    json!({
+        "text": format!("Approval waiting: {capability} requested by {who}: {link}"),
+        "blocks": [
+            { "type": "section", "text": { "type": "mrkdwn", "text": details } },
+            { "type": "actions", "elements": [
+                { "type": "button", "text": { "type": "plain_text", "text": "Open in the console" }, "url": link }
+            ] },
+        ],
+    })
+}
+
+/// How one post to one webhook ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A 2xx answer.
+    Delivered,
+    /// Refused for good: a 4xx other than 408 and 429 (or a 1xx/3xx).
+    Refused(u16),
+    /// Still failing after [`POST_ATTEMPTS_MAX`] attempts or [`POST_AGE_MAX`].
+    Abandoned(String),
+}
+
+/// What one attempt got.
+enum Attempt {
+    Answered { status: StatusCode, retry_after: Option<Duration> },
+    Failed(String),
+}
+
+/// Sends posts over HTTP/1.1, plain or TLS (the web PKI's roots).
+#[derive(Clone)]
+pub struct Poster {
+    tls: tokio_rustls::TlsConnector,
+}
+
+impl Poster {
+    /// A poster trusting the web PKI roots (Mozilla's, built in).
+    pub fn new() -> Result<Poster, NotifyError> {
+        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|error| NotifyError::Config(format!("TLS for webhooks: {error}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Poster { tls: tokio_rustls::TlsConnector::from(Arc::new(config)) })
+    }
+
+    /// Posts `approval` to `webhook`, retrying network errors, 5xx, 408 and
+    /// 429 with exponential backoff and jitter (and at least `Retry-After`).
+    pub async fn deliver(&self, webhook: &Webhook, approval: &pb::Approval, link: &str, redelivery: bool) -> Outcome {
+        let body = match webhook.kind {
+            WebhookKind::Slack => slack_body(approval, link),
+            WebhookKind::Generic => generic_body(approval, link, redelivery),
+        };
+        let body = Bytes::from(body.to_string());
+        let first = Instant::now();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let attempt = match tokio::time::timeout(
+                POST_TIMEOUT,
+                self.attempt(webhook, &approval.id, &body, redelivery),
+            )
+            .await
+            {
+                Ok(attempt) => attempt,
+                Err(_) => Attempt::Failed(format!("no answer within {} s", POST_TIMEOUT.as_secs())),
+            };
+            let (why, retry_after) = match attempt {
+                Attempt::Answered { status, .. } if status.is_success() => return Outcome::Delivered,
+                Attempt::Answered { status, retry_after }
+                    if status.is_server_error()
+                        || status == StatusCode::REQUEST_TIMEOUT
+                        || status == StatusCode::TOO_MANY_REQUESTS =>
+                {
+                    (format!("HTTP {}", status.as_u16()), retry_after)
+                }
+                Attempt::Answered { status, .. } => return Outcome::Refused(status.as_u16()),
+                Attempt::Failed(why) => (why, None),
+            };
+            let pause = retry_pause(attempts, retry_after);
+            if attempts >= POST_ATTEMPTS_MAX || first.elapsed() + pause > POST_AGE_MAX {
+                return Outcome::Abandoned(format!("{why} after {attempts} attempts"));
+            }
+            tracing::info!(
+                webhook = webhook.kind.name(), host = %webhook.host(), approval = %approval.id, attempts,
+                pause_ms = pause.as_millis() as u64, "post failed ({why}); retrying"
+            );
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    async fn attempt(&self, webhook: &Webhook, delivery_id: &str, body: &Bytes, redelivery: bool) -> Attempt {
+        let uri = &webhook.uri;
+        let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
+        let https = uri.scheme_str() == Some("https");
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(uri.path_and_query().map_or("/", |path| path.as_str()))
+            .header(HOST, uri.authority().map_or(host.clone(), ToString::to_string))
+            .header(CONTENT_TYPE, "application/json")
+            .header(USER_AGENT, concat!("gavel-notify/", env!("CARGO_PKG_VERSION")));
+        match HeaderValue::from_str(delivery_id) {
+            Ok(value) => request = request.header(DELIVERY_HEADER, value),
+            Err(error) => return Attempt::Failed(format!("delivery id is not a header value: {error}")),
+        }
+        if redelivery {
+            request = request.header(REDELIVERY_HEADER, "1");
+        }
+        if let Some(secret) = &webhook.secret {
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs());
+            request = request.header(SIGNATURE_HEADER, signature(secret, now, body));
+        }
+        let request = match request.body(Full::new(body.clone())) {
+            Ok(request) => request,
+            Err(error) => return Attempt::Failed(format!("building the request: {error}")),
+        };
+        let stream = match tokio::net::TcpStream::connect((host.as_str(), port)).await {
+            Ok(stream) => stream,
+            Err(error) => return Attempt::Failed(format!("connecting to {host}:{port}: {error}")),
+        };
+        let answer = if https {
+            let name = match rustls::pki_types::ServerName::try_from(host.clone()) {
+                Ok(name) => name,
+                Err(error) => return Attempt::Failed(format!("TLS name {host}: {error}")),
+            };
+            match self.tls.connect(name, stream).await {
+                Ok(stream) => send(TokioIo::new(stream), request).await,
+                Err(error) => return Attempt::Failed(format!("TLS with {host}: {error}")),
+            }
+        } else {
+            send(TokioIo::new(stream), request).await
+        };
+        match answer {
+            Ok(answer) => answer,
+            Err(error) => Attempt::Failed(error),
+        }
+    }
+}
+
+/// One request on a fresh HTTP/1.1 connection; the answer's status and
+/// `Retry-After` (in seconds; an HTTP date is not honoured, the backoff is).
+async fn send<I>(io: I, request: Request<Full<Bytes>>) -> Result<Attempt, String>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(io).await.map_err(|error| format!("HTTP handshake: {error}"))?;
+    let driver = tokio::spawn(connection);
+    let response = sender.send_request(request).await.map_err(|error| format!("HTTP: {error}"));
+    let attempt = match response {
+        Ok(response) => {
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let status = response.status();
+            // The body is read (and dropped) so the receiver sees a clean end.
+            let _ = response.into_body().collect().await;
+            Ok(Attempt::Answered { status, retry_after })
+        }
+        Err(error) => Err(error),
+    };
+    driver.abort();
+    attempt
+}
+
+/// The pause after failed attempt number `attempts` (1-based): the backoff
+/// `BACKOFF_BASE * 2^(attempts-1)` capped at [`BACKOFF_MAX`], with jitter in
+/// its upper half, and never less than the receiver's `Retry-After` (capped
+/// at [`RETRY_AFTER_MAX`]).
+pub fn retry_pause(attempts: u32, retry_after: Option<Duration>) -> Duration {
+    let doubled = BACKOFF_BASE.saturating_mul(1u32 << attempts.saturating_sub(1).min(16));
+    let backoff = doubled.min(BACKOFF_MAX);
+    let half = backoff / 2;
+    let jittered = half + half.mul_f64(fastrand::f64());
+    jittered.max(retry_after.map_or(Duration::ZERO, |asked| asked.min(RETRY_AFTER_MAX)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231_test_cases() {
+        // Test case 2 (a short key) and 6 (a key longer than a block).
+        assert_eq!(
+            hex::encode(hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert_eq!(
+            hex::encode(hmac_sha256(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First")),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    #[test]
+    fn the_signature_covers_the_timestamp_and_the_body() {
+        let secret = b"0123456789abcdef";
+        let signed = signature(secret, 1_700_000_000, b"{}");
+        assert_eq!(signed, format!("t=1700000000,v1={}", hex::encode(hmac_sha256(secret, b"1700000000.{}"))));
+        assert_ne!(signed, signature(secret, 1_700_000_001, b"{}"));
+        assert_ne!(signed, signature(secret, 1_700_000_000, b"{ }"));
+    }
+
+    #[test]
+    fn the_backoff_doubles_with_jitter_is_capped_and_honours_retry_after() {
+        for attempts in 1..=20 {
+            let backoff = BACKOFF_BASE.saturating_mul(1u32 << (attempts - 1).min(16)).min(BACKOFF_MAX);
+            let pause = retry_pause(attempts, None);
+            assert!(pause >= backoff / 2 && pause <= backoff, "attempt {attempts}: {pause:?}");
+        }
+        assert!(retry_pause(1, Some(Duration::from_secs(7))) >= Duration::from_secs(7));
+        assert_eq!(retry_pause(1, Some(Duration::from_secs(86_400))), RETRY_AFTER_MAX);
+    }
+
+    #[test]
+    fn webhooks_parse_and_bad_ones_are_refused_with_reasons() {
+        let secret: Arc<[u8]> = Arc::from(&b"0123456789abcdef"[..]);
+        assert_eq!(
+            Webhook::parse("slack=https://hooks.slack.com/services/T/B/x", None).map(|w| w.kind).ok(),
+            Some(WebhookKind::Slack)
+        );
+        assert_eq!(
+            Webhook::parse("generic=http://127.0.0.1:9/hook", Some(&secret)).map(|w| w.kind).ok(),
+            Some(WebhookKind::Generic)
+        );
+        for (bad, needle) in [
+            ("https://x", "slack=URL or generic=URL"),
+            ("teams=https://x", "unknown webhook kind"),
+            ("slack=ftp://x/y", "http:// or https://"),
+            ("slack=not a url", "not a URL"),
+            ("generic=http://127.0.0.1:9/", "--hmac-secret-file"),
+        ] {
+            let error = Webhook::parse(bad, None).expect_err(bad);
+            assert!(error.to_string().contains(needle), "{bad}: {error}");
+            assert_eq!(error.code(), "NOTIFY_CONFIG");
+        }
+        let long = format!("slack=https://x/{}", "a".repeat(URL_BYTES_MAX));
+        assert!(Webhook::parse(&long, None).is_err());
+    }
+
+    #[test]
+    fn the_debug_form_hides_the_webhook_path() {
+        let webhook = Webhook::parse("slack=https://hooks.slack.com/services/T/B/secret", None).expect("parse");
+        assert!(!format!("{webhook:?}").contains("secret"));
+    }
+
+    #[test]
+    fn links_percent_encode_the_id() {
+        assert_eq!(approval_link("http://c:7500/", "apr_1"), "http://c:7500/approvals/apr_1");
+        assert_eq!(approval_link("http://c", "a/b?c"), "http://c/approvals/a%2Fb%3Fc");
+    }
+
+    fn hostile() -> pb::Approval {
+        pb::Approval {
+            id: "apr_1".into(),
+            capability_id: "refund<@U123>&".into(),
+            actor: Some(pb::Actor {
+                id: "<!channel>".into(),
+                kind: pb::ActorKind::User as i32,
+                ..pb::Actor::default()
+            }),
+            reasons: vec!["<https://evil|click>".into(), "x".repeat(1_000)],
+            input_json: r#"{"secret":"card"}"#.into(),
+            input_hash: "ab".repeat(32),
+            risk: pb::Risk::High as i32,
+            ..pb::Approval::default()
+        }
+    }
+
+    #[test]
+    fn slack_text_escapes_mentions_and_links_and_carries_the_console_link() {
+        let body = slack_body(&hostile(), "http://c/approvals/apr_1");
+        let text = body.to_string();
+        assert!(!text.contains("<@U123>") && !text.contains("<!channel>") && !text.contains("<https://evil"), "{text}");
+        assert!(text.contains("&lt;!channel&gt;"));
+        assert_eq!(body["blocks"][1]["elements"][0]["url"], "http://c/approvals/apr_1");
+        assert!(body["text"].as_str().is_some_and(|text| text.ends_with("http://c/approvals/apr_1")));
+        assert!(body["blocks"][0]["text"]["text"].as_str().is_some_and(|text| text.chars().count() < 3_000));
+    }
+
+    #[test]
+    fn no_payload_carries_the_input_only_its_hash() {
+        let approval = hostile();
+        for body in [generic_body(&approval, "http://c/approvals/apr_1", false), slack_body(&approval, "l")] {
+            assert!(!body.to_string().contains("card"), "{body}");
+        }
+        let generic = generic_body(&approval, "http://c/approvals/apr_1", true);
+        assert_eq!(generic["approval"]["inputHash"], approval.input_hash);
+        assert_eq!((generic["deliveryId"].as_str(), generic["redelivery"].as_bool()), (Some("apr_1"), Some(true)));
+        assert_eq!(generic["approval"]["risk"], "high");
+    }
+}
