@@ -1,0 +1,371 @@
+//! `gavel notify` against a real secure three-node cluster and a real HTTP
+//! receiver on loopback. The notifier runs as the real binary with its own
+//! client certificate, as `service:notify` holding only `approver` scoped to
+//! `finance`. Approvals exist before its first start (one already
+//! decided), more are created while it runs, and it is SIGKILLed three
+//! times, each time while the receiver holds a post unanswered (so a post
+//! is surely in flight), then restarted on the same state directory. The
+//! receiver answers 500 to the first posts, to force retries.
+//!
+//! Asserted: every pending `finance` approval reached both webhooks; no
+//! `legal` approval (outside the notifier's view) and no decided one did;
+//! per webhook, each delivery id was acknowledged once without the
+//! redelivery mark, and the marked redeliveries are at most one per kill;
+//! the post held at each kill came back marked; every generic post carries
+//! a valid HMAC-SHA256 signature (checked with the `hmac` crate, not the
+//! notifier's own code) and the delivery id header; the Slack body has
+//! `text` and `blocks`; every link points at the console URL.
+
+mod admin_cli;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use admin_cli::{gavel_as, principal};
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use gavel_client::{pb, Client};
+use gavel_testkit::{Cluster, ClusterSpec, Security};
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+
+/// Upper bound of every wait.
+const WAIT: Duration = Duration::from_secs(60);
+
+const ADMIN: &str = "user:admin";
+const SUBMITTER: &str = "user:alice";
+const DECIDER: &str = "user:carol";
+const NOTIFIER: &str = "service:notify";
+
+const CONSOLE_URL: &str = "http://console.example:7500";
+const SECRET: &str = "notify-test-secret-0123456789";
+
+/// Approvals pending before the notifier's first start (one more is
+/// created and decided then): the listing posts these.
+const BEFORE_START: usize = 5;
+/// Approvals created while the notifier runs and is killed.
+const WHILE_RUNNING: usize = 35;
+/// Every this-many-th approval is of type `legal`, outside the notifier's view.
+const LEGAL_EVERY: usize = 7;
+/// The first posts answered 500, whatever their webhook.
+const FAILING_POSTS: usize = 3;
+/// Accepted posts after which the receiver holds the next one unanswered
+/// and the test kills the notifier: three kills mid-stream.
+const KILL_AFTER_ACCEPTED: [usize; 3] = [8, 30, 55];
+
+/// One post the receiver got.
+#[derive(Debug, Clone)]
+struct Post {
+    sink: String,
+    delivery: Option<String>,
+    redelivery: bool,
+    signature_valid: bool,
+    body: Value,
+    /// The status answered (None: held, the notifier was killed first).
+    answered: Option<u16>,
+}
+
+#[derive(Default)]
+struct Receiver {
+    posts: Vec<Post>,
+    accepted: usize,
+    /// Kill points already used.
+    holds: usize,
+    /// The delivery ids held at a kill.
+    held: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Receiver>>;
+
+fn signature_valid(headers: &HeaderMap, body: &[u8]) -> bool {
+    let Some(value) = headers.get("gavel-signature").and_then(|value| value.to_str().ok()) else { return false };
+    let mut timestamp = None;
+    let mut signature = None;
+    for part in value.split(',') {
+        match part.split_once('=') {
+            Some(("t", text)) => timestamp = text.parse::<u64>().ok(),
+            Some(("v1", text)) => signature = hex::decode(text).ok(),
+            _ => {}
+        }
+    }
+    let (Some(timestamp), Some(signature)) = (timestamp, signature) else { return false };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs());
+    if now.abs_diff(timestamp) > 300 {
+        return false;
+    }
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).expect("any key length");
+    mac.update(format!("{timestamp}.").as_bytes());
+    mac.update(body);
+    mac.verify_slice(&signature).is_ok()
+}
+
+async fn receive(
+    State(shared): State<Shared>,
+    UrlPath(sink): UrlPath<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok()).map(String::from);
+    let mut post = Post {
+        sink: sink.clone(),
+        delivery: header("gavel-delivery"),
+        redelivery: header("gavel-redelivery").as_deref() == Some("1"),
+        signature_valid: sink == "generic" && signature_valid(&headers, &body),
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        answered: None,
+    };
+    let hold = {
+        let mut receiver = shared.lock().expect("receiver");
+        let hold =
+            receiver.holds < KILL_AFTER_ACCEPTED.len() && receiver.accepted >= KILL_AFTER_ACCEPTED[receiver.holds];
+        if hold {
+            receiver.holds += 1;
+            receiver.held.push(post.delivery.clone().unwrap_or_default());
+            receiver.posts.push(post.clone());
+        }
+        hold
+    };
+    if hold {
+        // Never answered: the test kills the notifier while this waits.
+        tokio::time::sleep(WAIT).await;
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    let mut receiver = shared.lock().expect("receiver");
+    let status = if receiver.posts.len() < FAILING_POSTS { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK };
+    if status == StatusCode::OK {
+        receiver.accepted += 1;
+    }
+    post.answered = Some(status.as_u16());
+    receiver.posts.push(post);
+    status
+}
+
+fn create(id: &str, legal: bool) -> pb::CreateApprovalRequest {
+    pb::CreateApprovalRequest {
+        request_id: format!("create-{id}"),
+        id: id.to_string(),
+        capability_id: "payments.refund".into(),
+        surface: "notify-test".into(),
+        input_json: format!(r#"{{"refund":"{id}"}}"#),
+        reasons: vec!["amount over the limit".into()],
+        types: vec![if legal { "legal" } else { "finance" }.to_string()],
+        risk: pb::Risk::High as i32,
+        side_effect: pb::SideEffect::Write as i32,
+        ..pb::CreateApprovalRequest::default()
+    }
+}
+
+/// Creates approval number `number` (every [`LEGAL_EVERY`]-th of type
+/// `legal`) and files its id under `expected` or `legal`.
+async fn create_numbered(
+    client: &Client,
+    number: usize,
+    expected: &mut BTreeSet<String>,
+    legal: &mut BTreeSet<String>,
+) {
+    let id = format!("apr-{number:03}");
+    let is_legal = number.is_multiple_of(LEGAL_EVERY);
+    client.create_approval(create(&id, is_legal)).await.expect("create");
+    if is_legal { legal } else { expected }.insert(id);
+}
+
+/// Starts `gavel notify` as the notifier principal.
+/// Its log goes to `notify.log` beside the state directory.
+fn spawn_notifier(cluster: &Cluster, receiver: &str, state_dir: &Path, secret: &Path) -> tokio::process::Child {
+    let log_path = state_dir.with_file_name("notify.log");
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("the notifier's log");
+    let who = principal(NOTIFIER);
+    cluster.credentials(&who).expect("a client certificate");
+    let certs = cluster.certs().expect("a secure cluster");
+    let mut command = tokio::process::Command::new(gavel_testkit::resolve_gavel_binary(None).expect("gavel binary"));
+    command
+        .arg("notify")
+        .arg(format!("--endpoints={}", cluster.addrs().join(",")))
+        .arg("--ca")
+        .arg(certs.ca_cert())
+        .arg("--cert")
+        .arg(certs.cert(&who))
+        .arg("--key")
+        .arg(certs.key(&who))
+        .arg("--webhook")
+        .arg(format!("slack=http://{receiver}/hook/slack"))
+        .arg("--webhook")
+        .arg(format!("generic=http://{receiver}/hook/generic"))
+        .arg("--hmac-secret-file")
+        .arg(secret)
+        .arg("--console-url")
+        .arg(CONSOLE_URL)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .env("GAVEL_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true);
+    for variable in ["GAVEL_TOKEN", "GAVEL_TOKEN_FILE", "GAVEL_INSECURE", "GAVEL_ENDPOINTS"] {
+        command.env_remove(variable);
+    }
+    command.spawn().expect("start gavel notify")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_marked_redeliveries() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut spec = ClusterSpec::new(gavel_testkit::resolve_gavel_binary(None).expect("gavel binary"), dir.path());
+    spec.security = Security::secure(principal(ADMIN));
+    spec.start_timeout = WAIT;
+    let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
+    cluster.grant(&principal(SUBMITTER), &[gavel_pki::GrantName::Submitter], WAIT).await.expect("grant");
+    cluster.grant(&principal(DECIDER), &[gavel_pki::GrantName::Approver], WAIT).await.expect("grant");
+    gavel_as(&cluster, &principal(ADMIN), &["access", "grant", NOTIFIER, "approver", "--scope", "finance"])
+        .await
+        .succeeded();
+    let submitter = Client::with_config(
+        &cluster.addrs(),
+        cluster.client_config_as(&principal(SUBMITTER)).expect("submitter credentials"),
+    )
+    .expect("client");
+    let decider =
+        Client::with_config(&cluster.addrs(), cluster.client_config_as(&principal(DECIDER)).expect("credentials"))
+            .expect("client");
+
+    // The receiver.
+    let shared: Shared = Arc::default();
+    let app = axum::Router::new().route("/hook/{sink}", post(receive)).with_state(shared.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the receiver");
+    let receiver_addr = listener.local_addr().expect("address").to_string();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let state_dir = dir.path().join("notify-state");
+    let secret = dir.path().join("hmac.secret");
+    std::fs::write(&secret, format!("{SECRET}\n")).expect("write the secret");
+
+    // Before the first start: pending approvals, and one already decided.
+    let mut expected = BTreeSet::new();
+    let mut legal = BTreeSet::new();
+    for number in 1..=BEFORE_START {
+        create_numbered(&submitter, number, &mut expected, &mut legal).await;
+    }
+    let decided = "apr-decided".to_string();
+    submitter.create_approval(create(&decided, false)).await.expect("create");
+    decider
+        .decide_approval(pb::DecideApprovalRequest {
+            request_id: "decide-1".into(),
+            id: decided.clone(),
+            status: pb::ApprovalStatus::Approved as i32,
+            ..pb::DecideApprovalRequest::default()
+        })
+        .await
+        .expect("decide");
+
+    // Create the rest while the notifier runs; kill it at each held post.
+    let mut notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret);
+    let mut kills = 0;
+    let started = Instant::now();
+    let mut created = 0;
+    while created < WHILE_RUNNING || kills < KILL_AFTER_ACCEPTED.len() {
+        assert!(started.elapsed() < WAIT * 2, "the stream did not finish: {kills} kills, {created} created");
+        if created < WHILE_RUNNING {
+            create_numbered(&submitter, BEFORE_START + created + 1, &mut expected, &mut legal).await;
+            created += 1;
+        }
+        let held = shared.lock().expect("receiver").holds;
+        if held > kills {
+            notifier.start_kill().expect("SIGKILL the notifier");
+            notifier.wait().await.expect("reap the notifier");
+            kills += 1;
+            notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret);
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+
+    // Wait until every expected approval was accepted by both webhooks.
+    let accepted_by = |posts: &[Post], sink: &str| -> BTreeSet<String> {
+        posts
+            .iter()
+            .filter(|post| post.sink == sink && post.answered == Some(200))
+            .filter_map(|post| post.delivery.clone())
+            .collect()
+    };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let posts = shared.lock().expect("receiver").posts.clone();
+        if accepted_by(&posts, "slack").is_superset(&expected) && accepted_by(&posts, "generic").is_superset(&expected)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not every approval was posted: {posts:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A moment for any (wrong) extra post to arrive, then stop.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    notifier.start_kill().expect("stop the notifier");
+    notifier.wait().await.expect("reap");
+    server.abort();
+
+    let receiver = shared.lock().expect("receiver");
+    let posts = &receiver.posts;
+    assert_eq!(kills, KILL_AFTER_ACCEPTED.len());
+    assert!(
+        posts.iter().take(FAILING_POSTS).all(|post| post.answered == Some(500)),
+        "the first posts were answered 500"
+    );
+    for sink in ["slack", "generic"] {
+        let mine: Vec<&Post> = posts.iter().filter(|post| post.sink == sink && post.answered == Some(200)).collect();
+        let mut plain: BTreeMap<String, usize> = BTreeMap::new();
+        let mut redelivered: BTreeMap<String, usize> = BTreeMap::new();
+        for post in &mine {
+            let id = post.delivery.clone().expect("every post names its delivery");
+            *if post.redelivery { &mut redelivered } else { &mut plain }.entry(id).or_default() += 1;
+        }
+        let posted: BTreeSet<String> = plain.keys().chain(redelivered.keys()).cloned().collect();
+        assert_eq!(posted, expected, "{sink}: exactly the pending finance approvals, no legal, no decided one");
+        assert!(plain.values().all(|count| *count == 1), "{sink}: an unmarked duplicate: {plain:?}");
+        assert!(redelivered.values().sum::<usize>() <= kills, "{sink}: more redeliveries than kills: {redelivered:?}");
+        for post in &mine {
+            let id = post.delivery.clone().unwrap_or_default();
+            let link = format!("{CONSOLE_URL}/approvals/{id}");
+            if sink == "slack" {
+                assert!(post.body["text"].as_str().is_some_and(|text| text.contains(&link)), "{:?}", post.body);
+                let blocks = post.body["blocks"].as_array().expect("blocks");
+                assert_eq!(blocks[0]["type"], "section");
+                assert_eq!(blocks[1]["elements"][0]["url"], link.as_str());
+            } else {
+                assert!(post.signature_valid, "a generic post with a bad signature: {post:?}");
+                assert_eq!(post.body["url"], link.as_str());
+                assert_eq!(post.body["deliveryId"], id.as_str());
+                assert_eq!(post.body["redelivery"], post.redelivery);
+                assert_eq!(post.body["approval"]["id"], id.as_str());
+                assert!(post.body["approval"]["inputHash"].as_str().is_some_and(|hash| hash.len() == 64));
+            }
+        }
+    }
+    assert!(legal.iter().all(|id| posts.iter().all(|post| post.delivery.as_ref() != Some(id))));
+    assert!(posts.iter().all(|post| post.delivery.as_ref() != Some(&decided)));
+    // Each held post came back marked as a redelivery, to the webhook it was held at.
+    let held: Vec<&Post> = posts.iter().filter(|post| post.answered.is_none()).collect();
+    assert_eq!(held.len(), kills);
+    for post in held {
+        assert!(
+            posts.iter().any(|again| again.sink == post.sink
+                && again.delivery == post.delivery
+                && again.redelivery
+                && again.answered == Some(200)),
+            "the post held at a kill ({:?} to {}) was not redelivered with the mark",
+            post.delivery,
+            post.sink
+        );
+    }
+    // The state file counts what happened.
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(state_dir.join("notify-state.json")).expect("state file")).expect("JSON");
+    assert_eq!(state["inFlight"], Value::Null);
+    let accepted = posts.iter().filter(|post| post.answered == Some(200));
+    let redelivered = posts.iter().filter(|post| post.answered == Some(200) && post.redelivery);
+    assert_eq!(state["counts"]["delivered"].as_u64(), Some(accepted.count() as u64));
+    assert_eq!(state["counts"]["redelivered"].as_u64(), Some(redelivered.count() as u64));
+}
