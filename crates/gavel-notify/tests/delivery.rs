@@ -1,0 +1,99 @@
+//! One post's delivery rules against a real HTTP receiver on loopback: what
+//! is retried (5xx, 408, 429 with its `Retry-After`, a refused connection),
+//! what is refused for good (another 4xx), and the headers every attempt
+//! carries.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use gavel_client::pb;
+use gavel_notify::webhook::{Outcome, Poster, Webhook};
+
+/// The statuses a receiver answers, in order (then 200), and the headers it saw.
+#[derive(Default)]
+struct Script {
+    answers: Vec<(u16, Option<&'static str>)>,
+    seen: Vec<HeaderMap>,
+}
+
+type Shared = Arc<Mutex<Script>>;
+
+async fn answer(State(shared): State<Shared>, headers: HeaderMap) -> axum::response::Response {
+    let mut script = shared.lock().expect("script");
+    script.seen.push(headers);
+    let (status, retry_after) = if script.answers.is_empty() { (200, None) } else { script.answers.remove(0) };
+    let status = StatusCode::from_u16(status).expect("a status");
+    match retry_after {
+        Some(seconds) => (status, [("retry-after", seconds)]).into_response(),
+        None => status.into_response(),
+    }
+}
+
+/// A receiver answering `answers` in turn; its URL and what it saw.
+async fn receiver(answers: Vec<(u16, Option<&'static str>)>) -> (String, Shared) {
+    let shared: Shared = Arc::new(Mutex::new(Script { answers, seen: Vec::new() }));
+    let app = axum::Router::new().route("/hook", post(answer)).with_state(shared.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, shared)
+}
+
+fn approval() -> pb::Approval {
+    pb::Approval { id: "apr-7".into(), capability_id: "payments.refund".into(), ..pb::Approval::default() }
+}
+
+async fn deliver(url: &str, redelivery: bool) -> Outcome {
+    let secret: Arc<[u8]> = Arc::from(&b"0123456789abcdef"[..]);
+    let webhook = Webhook::parse(&format!("generic={url}"), Some(&secret)).expect("webhook");
+    Poster::new().expect("poster").deliver(&webhook, &approval(), "http://console/approvals/apr-7", redelivery).await
+}
+
+#[tokio::test]
+async fn server_errors_timeouts_and_rate_limits_are_retried_with_the_same_delivery_id() {
+    let (url, shared) = receiver(vec![(500, None), (408, None), (429, Some("1"))]).await;
+    let started = Instant::now();
+    assert_eq!(deliver(&url, false).await, Outcome::Delivered);
+    // The 429's Retry-After of one second was honoured.
+    assert!(started.elapsed() >= Duration::from_secs(1), "{:?}", started.elapsed());
+    let script = shared.lock().expect("script");
+    assert_eq!(script.seen.len(), 4);
+    for headers in &script.seen {
+        assert_eq!(headers.get("gavel-delivery").map(|value| value.as_bytes()), Some(&b"apr-7"[..]));
+        assert!(headers.get("gavel-redelivery").is_none());
+        assert!(headers.get("gavel-signature").is_some_and(|value| value.as_bytes().starts_with(b"t=")));
+    }
+}
+
+#[tokio::test]
+async fn another_client_error_is_refused_for_good_after_one_attempt() {
+    let (url, shared) = receiver(vec![(404, None)]).await;
+    assert_eq!(deliver(&url, true).await, Outcome::Refused(404));
+    let script = shared.lock().expect("script");
+    assert_eq!(script.seen.len(), 1);
+    assert_eq!(script.seen[0].get("gavel-redelivery").map(|value| value.as_bytes()), Some(&b"1"[..]));
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_retried_until_the_receiver_answers() {
+    // A port nobody listens on yet: the first attempts fail to connect,
+    // then a receiver starts on it.
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = probe.local_addr().expect("address");
+    drop(probe);
+    let url = format!("http://{address}/hook");
+    let late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let shared: Shared = Arc::default();
+        let app = axum::Router::new().route("/hook", post(answer)).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind(address).await.expect("bind the late receiver");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        shared
+    });
+    assert_eq!(deliver(&url, false).await, Outcome::Delivered);
+    assert_eq!(late.await.expect("receiver").lock().expect("script").seen.len(), 1);
+}
