@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
 use gavel_notify::webhook::{read_secret, Webhook};
-use gavel_notify::{Notifier, NotifierConfig};
+use gavel_notify::{Notifier, NotifierConfig, NotifyError};
+
+use crate::node_security::NodeUsageError;
 
 use crate::commands::GlobalArgs;
 
@@ -36,16 +37,30 @@ pub struct NotifyArgs {
     pub state_dir: PathBuf,
 }
 
+/// A notifier error as the binary reports it: its stable code first; a bad
+/// flag (`NOTIFY_CONFIG`) exits 2 like every usage error.
+fn reported(error: NotifyError) -> anyhow::Error {
+    let message = format!("{}: {error}", error.code());
+    match error {
+        NotifyError::Config(_) => NodeUsageError(message).into(),
+        _ => anyhow::anyhow!(message),
+    }
+}
+
 /// Runs `gavel notify` until Ctrl-C or SIGTERM.
 pub async fn run(args: NotifyArgs) -> anyhow::Result<()> {
-    let secret = args.hmac_secret_file.as_deref().map(read_secret).transpose()?;
-    let webhooks =
-        args.webhooks.iter().map(|text| Webhook::parse(text, secret.as_ref())).collect::<Result<Vec<_>, _>>()?;
-    let client = args.global.client().map_err(|error| anyhow::anyhow!("{error}"))?;
+    let secret = args.hmac_secret_file.as_deref().map(read_secret).transpose().map_err(reported)?;
+    let webhooks = args
+        .webhooks
+        .iter()
+        .map(|text| Webhook::parse(text, secret.as_ref()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(reported)?;
+    let client = args.global.client().map_err(|error| NodeUsageError(error.to_string()))?;
     let config = NotifierConfig { webhooks, console_url: args.console_url, state_dir: args.state_dir };
-    let notifier = Notifier::start(client, config).await.context("starting the notifier")?;
+    let notifier = Notifier::start(client, config).await.map_err(reported)?;
     println!("gavel notify: following the cluster from cursor {}", notifier.state().cursor);
-    let state = notifier.run(crate::console::shutdown_signal()).await.context("notifying")?;
+    let state = notifier.run(crate::console::shutdown_signal()).await.map_err(reported)?;
     let counts = &state.counts;
     println!(
         "gavel notify: stopped at cursor {}: {} delivered ({} redelivered), {} refused, {} abandoned, {} skipped",

@@ -38,7 +38,35 @@ fn every_top_level_command_is_listed_in_the_help() {
         "token",
         "chaos",
         "bench",
+        "notify",
     ] {
         assert!(help.contains(command), "`{command}` missing from:\n{help}");
+    }
+}
+
+#[test]
+fn gavel_notify_refuses_bad_webhooks_and_secrets_with_exit_2_before_any_call() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let short = dir.path().join("short.secret");
+    std::fs::write(&short, "too short\n").expect("write");
+    let state = dir.path().join("state");
+    let base = ["notify", "--console-url", "http://127.0.0.1:7500", "--state-dir"];
+    for (webhook, secret, needle) in [
+        ("teams=https://example.com/x", None, "unknown webhook kind"),
+        ("slack=ftp://example.com/x", None, "http:// or https://"),
+        ("generic=http://127.0.0.1:9/x", None, "--hmac-secret-file"),
+        ("generic=http://127.0.0.1:9/x", Some(&short), "must hold 16 to 4096"),
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gavel"));
+        command.args(base).arg(&state).args(["--webhook", webhook, "--insecure"]);
+        command.env_remove("GAVEL_NOTIFY_HMAC_SECRET_FILE");
+        if let Some(secret) = secret {
+            command.arg("--hmac-secret-file").arg(secret);
+        }
+        let output = command.output().expect("run gavel notify");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{webhook}: {output:?}");
+        assert!(stderr.contains("NOTIFY_CONFIG") && stderr.contains(needle), "{webhook}: {stderr}");
+        assert!(!state.exists(), "no state is written for a refused command line");
     }
 }

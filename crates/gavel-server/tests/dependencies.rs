@@ -82,6 +82,7 @@ fn library_crates_return_their_own_errors_not_anyhow() {
         "gavel-pki",
         "gavel-bench",
         "gavel-console",
+        "gavel-notify",
     ] {
         let tree = cargo_tree(library, &["--depth", "1"]);
         assert!(tree.iter().any(|name| name == library), "the tree of {library} is read: {tree:?}");
@@ -91,13 +92,26 @@ fn library_crates_return_their_own_errors_not_anyhow() {
     assert!(cli.iter().any(|name| name == "anyhow"), "the check sees anyhow where it is: {cli:?}");
 }
 
-#[test]
-fn the_console_reaches_the_cluster_through_the_sdk_only() {
-    // The console holds no power of its own: no node, Raft, state machine or
-    // signing-key crate, only the SDK it calls the cluster with.
-    let tree = dependency_tree("gavel-console");
+/// Asserts that `library` reaches the cluster through the SDK only: no
+/// node, Raft, state machine or signing-key crate.
+fn assert_sdk_only(library: &str) {
+    let tree = dependency_tree(library);
     assert!(tree.iter().any(|name| name == "gavel-client"), "the tree is read: {tree:?}");
     for forbidden in ["gavel-server", "gavel-raft", "gavel-core", "gavel-pki", "openraft"] {
-        assert!(!tree.iter().any(|name| name == forbidden), "gavel-console depends on {forbidden}");
+        assert!(!tree.iter().any(|name| name == forbidden), "{library} depends on {forbidden}");
     }
+}
+
+#[test]
+fn the_console_reaches_the_cluster_through_the_sdk_only() {
+    // The console holds no power of its own, only the SDK it calls the
+    // cluster with as the signed-in person.
+    assert_sdk_only("gavel-console");
+}
+
+#[test]
+fn the_notifier_reaches_the_cluster_through_the_sdk_only() {
+    // The notifier reads as the principal it is given and holds no power
+    // of its own.
+    assert_sdk_only("gavel-notify");
 }
