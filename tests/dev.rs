@@ -57,9 +57,15 @@ struct Dev {
 
 impl Dev {
     fn start(base_port: u16, data_dir: &Path, stderr: std::path::PathBuf) -> Dev {
+        Dev::start_with(base_port, data_dir, stderr, &[])
+    }
+
+    /// [`Dev::start`] with `extra` flags.
+    fn start_with(base_port: u16, data_dir: &Path, stderr: std::path::PathBuf, extra: &[&str]) -> Dev {
         let mut child = Command::new(support::gavel_binary())
             .args(["dev", "--base-port", &base_port.to_string(), "--data-dir"])
             .arg(data_dir)
+            .args(extra)
             .env_remove("RUST_BACKTRACE")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))
@@ -276,4 +282,88 @@ fn a_sigterm_right_after_the_export_line_stops_every_node() {
         let state = state.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).unwrap_or("");
         assert!(state.is_empty() || state == "Z", "node pid {pid} still runs (state {state}) after gavel dev exited");
     }
+}
+
+/// One HTTP/1.1 POST received on `listener`, answered 200: its head
+/// (request line and headers, lower-cased) and body.
+fn receive_post(listener: &std::net::TcpListener) -> (String, String) {
+    use std::io::{Read, Write};
+    let (mut stream, _) = listener.accept().expect("a post");
+    stream.set_read_timeout(Some(STARTS_WITHIN)).expect("read timeout");
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let read = stream.read(&mut buffer).expect("read the post");
+        assert!(read > 0, "the post ended early: {}", String::from_utf8_lossy(&received));
+        received.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&received).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let head = head.to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .and_then(|value| value.trim().parse().ok())
+                .expect("a content-length");
+            if body.len() >= length {
+                stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").expect("answer");
+                return (head, body.to_string());
+            }
+        }
+    }
+}
+
+/// `gavel dev --notify generic=URL` runs a notifier beside the console: an
+/// approval created after the start reaches the webhook, signed, with a
+/// link to the dev console.
+#[test]
+fn gavel_dev_notify_posts_a_new_approval_with_a_link_to_its_console() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = free_base_port();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the receiver");
+    let webhook = format!("generic=http://{}/hook", listener.local_addr().expect("address"));
+    let dev = Dev::start_with(base, &dir.path().join("dev"), dir.path().join("dev.stderr"), &["--notify", &webhook]);
+    let printed = dev.read_until("export GAVEL_ENDPOINTS=", STARTS_WITHIN);
+    let env = exported(printed.last().expect("the export line"));
+    let notifier = dev.read_until("gavel dev: notifier posting", STARTS_WITHIN);
+    let secret_file = notifier.last().and_then(|line| line.rsplit(' ').next()).map(|path| path.trim_end_matches(')'));
+    assert!(secret_file.is_some_and(|path| Path::new(path).is_file()), "{notifier:#?}");
+
+    // An approval, created as alice by the dev admin (it holds act-for).
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let value = |name: &str| env.iter().find(|(key, _)| key == name).map(|(_, value)| value.clone());
+    let credentials = gavel_client::Credentials {
+        ca: value("GAVEL_CA").map(Into::into),
+        cert: value("GAVEL_CERT").map(Into::into),
+        key: value("GAVEL_KEY").map(Into::into),
+        token: None,
+        token_file: None,
+        insecure: false,
+    };
+    let config = credentials.apply(gavel_client::ClientConfig::default()).expect("credentials");
+    let endpoints: Vec<String> = value("GAVEL_ENDPOINTS").unwrap_or_default().split(',').map(String::from).collect();
+    let _in_runtime = runtime.enter();
+    let client = gavel_client::Client::with_config(&endpoints, config).expect("client");
+    runtime
+        .block_on(client.create_approval(gavel_client::pb::CreateApprovalRequest {
+            id: "apr-dev-2".into(),
+            capability_id: "orders.refund".into(),
+            surface: "dev-test".into(),
+            input_json: "{}".into(),
+            types: vec!["finance".into()],
+            risk: gavel_client::pb::Risk::High as i32,
+            side_effect: gavel_client::pb::SideEffect::Write as i32,
+            actor: Some(gavel_client::pb::Actor {
+                id: "alice".into(),
+                kind: gavel_client::pb::ActorKind::User as i32,
+                ..gavel_client::pb::Actor::default()
+            }),
+            ..gavel_client::pb::CreateApprovalRequest::default()
+        }))
+        .expect("create an approval");
+    let (head, body) = receive_post(&listener);
+    assert!(head.contains("gavel-delivery: apr-dev-2"), "{head}");
+    assert!(head.contains("gavel-signature: t="), "{head}");
+    let body: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
+    assert_eq!(body["url"], format!("http://127.0.0.1:{}/approvals/apr-dev-2", base + 99));
 }

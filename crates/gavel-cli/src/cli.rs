@@ -269,6 +269,11 @@ pub struct DevArgs {
     /// Port of the web console on 127.0.0.1 (default: --base-port + 99, 7500).
     #[arg(long, env = "GAVEL_CONSOLE_PORT")]
     pub console_port: Option<u16>,
+    /// Also run a notifier posting new pending approvals to this webhook
+    /// (`slack=URL` or `generic=URL`; repeat for several), as
+    /// `service:notify`, linking to the dev console (docs/notifications.md).
+    #[arg(long = "notify", value_name = "KIND=URL")]
+    pub notify: Vec<String>,
     /// Raft timings for the three nodes.
     #[command(flatten)]
     pub timings: TimingArgs,

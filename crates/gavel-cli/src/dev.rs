@@ -141,6 +141,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         );
         let console = start_console(&cluster, certs, console_port).await?;
         println!("gavel dev: console {console} (DEVELOPMENT sign-in: pick user:bob-finance, user:carol or user:alice)");
+        if !args.notify.is_empty() {
+            crate::notify::start_dev(&cluster, &args.notify, &console, &data_dir).await?;
+        }
         println!("gavel dev: Ctrl-C stops the cluster");
         watch(&cluster, &mut stop).await
     }

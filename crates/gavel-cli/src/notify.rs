@@ -2,7 +2,10 @@
 //! own process, with its own credentials (the global options: a client
 //! certificate or a token file).
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use std::time::Duration;
 
 use clap::Args;
 use gavel_notify::webhook::{read_secret, Webhook};
@@ -66,5 +69,50 @@ pub async fn run(args: NotifyArgs) -> anyhow::Result<()> {
         "gavel notify: stopped at cursor {}: {} delivered ({} redelivered), {} refused, {} abandoned, {} skipped",
         state.cursor, counts.delivered, counts.redelivered, counts.refused, counts.abandoned, counts.skipped
     );
+    Ok(())
+}
+
+/// The principal of the notifier `gavel dev --notify` runs: an unscoped
+/// approver, so it announces every approval of the dev cluster.
+const DEV_NOTIFIER: &str = "service:notify";
+
+/// `gavel dev --notify KIND=URL...`: a notifier in the dev process beside
+/// the console, authenticated by a client certificate the dev cluster
+/// issues to [`DEV_NOTIFIER`]; its state in `<data dir>/notify`, the generic
+/// webhooks' HMAC secret (32 random bytes, hex) in
+/// `<data dir>/notify-hmac.secret`, printed.
+pub async fn start_dev(
+    cluster: &gavel_testkit::Cluster,
+    webhooks: &[String],
+    console_url: &str,
+    data_dir: &Path,
+) -> anyhow::Result<()> {
+    let principal = gavel_pki::Principal::parse(DEV_NOTIFIER).map_err(anyhow::Error::msg)?;
+    cluster.grant(&principal, &[gavel_pki::GrantName::Approver], Duration::from_secs(30)).await?;
+    let secret_path = data_dir.join("notify-hmac.secret");
+    if !secret_path.exists() {
+        let mut random = [0u8; 32];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut random)?;
+        std::fs::write(&secret_path, hex::encode(random))?;
+    }
+    let secret = read_secret(&secret_path).map_err(reported)?;
+    let webhooks = webhooks
+        .iter()
+        .map(|text| Webhook::parse(text, Some(&secret)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(reported)?;
+    let config = gavel_client::ClientConfig { tls: Some(cluster.credentials(&principal)?), ..Default::default() };
+    let client = gavel_client::Client::with_config(&cluster.addrs(), config)?;
+    let config = NotifierConfig { webhooks, console_url: console_url.to_string(), state_dir: data_dir.join("notify") };
+    let notifier = Notifier::start(client, config).await.map_err(reported)?;
+    println!(
+        "gavel dev: notifier posting new pending approvals as {DEV_NOTIFIER} (generic webhooks signed with the key in {})",
+        secret_path.display()
+    );
+    tokio::spawn(async move {
+        if let Err(error) = notifier.run(std::future::pending()).await {
+            tracing::error!(code = error.code(), "the notifier stopped: {error}");
+        }
+    });
     Ok(())
 }
