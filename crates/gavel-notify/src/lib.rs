@@ -32,11 +32,9 @@ use gavel_client::{pb, Client};
 
 pub use error::NotifyError;
 use limits::{CURSOR_SAVE_EVENTS_MAX, LISTED_APPROVALS_MAX, LIST_PAGE_APPROVALS, RECONNECT_PAUSE, WEBHOOKS_MAX};
+pub use state::APPROVAL_REQUESTED;
 use state::{InFlight, NotifyState, PostSource, StateStore};
 use webhook::{approval_link, Outcome, Poster, Webhook};
-
-/// The trail event that says an approval was created.
-pub const APPROVAL_REQUESTED: &str = "capability.approval_requested";
 
 /// The notifier's settings.
 #[derive(Debug, Clone)]
@@ -192,10 +190,7 @@ impl Notifier {
              and posting each as a redelivery"
         );
         let ids = list_pending(&self.client).await?;
-        let counts = self.state.counts.clone();
-        self.state = NotifyState::listing(ids, true);
-        self.state.counts = counts;
-        self.state.counts.relisted += 1;
+        self.state = self.state.relisted(ids);
         self.store.save(&self.state)
     }
 
@@ -206,13 +201,12 @@ impl Notifier {
         while let Some(event) = events.recv().await {
             let event = event?;
             let cursor = event.cursor;
-            match event.approval_id {
-                Some(approval_id) if event.r#type == APPROVAL_REQUESTED && !self.state.listed.remove(&approval_id) => {
+            match self.state.on_event(&event.r#type, event.approval_id, cursor) {
+                Some(approval_id) => {
                     self.post(approval_id, PostSource::Event { cursor }, BTreeSet::new(), false).await?;
                     unsaved = 0;
                 }
-                _ => {
-                    self.state.cursor = self.state.cursor.max(cursor);
+                None => {
                     unsaved += 1;
                     if unsaved >= CURSOR_SAVE_EVENTS_MAX {
                         self.store.save(&self.state)?;

@@ -15,6 +15,9 @@ use crate::limits::STATE_FILE_BYTES_MAX;
 /// The state file's name inside the state directory.
 pub const STATE_FILE: &str = "notify-state.json";
 
+/// The trail event that says an approval was created.
+pub const APPROVAL_REQUESTED: &str = "capability.approval_requested";
+
 /// The format version written; another version is refused, not guessed at.
 pub const STATE_VERSION: u32 = 1;
 
@@ -101,6 +104,29 @@ impl NotifyState {
             in_flight: None,
             counts: Counts::default(),
         }
+    }
+
+    /// The state after the cursor fell behind retention: a fresh listing of
+    /// `approval_ids`, each to be posted as a redelivery, the trail read
+    /// again from its start; the counts carry over, `relisted` counts it.
+    pub fn relisted(&self, approval_ids: Vec<String>) -> NotifyState {
+        let mut state = NotifyState::listing(approval_ids, true);
+        state.counts = Counts { relisted: self.counts.relisted + 1, ..self.counts.clone() };
+        state
+    }
+
+    /// What a trail event at `cursor` asks for: the approval to post (the
+    /// cursor then moves when its post finishes), or nothing, and the
+    /// cursor moves past the event now. An approval the listing posted is
+    /// not posted again when the trail shows its creation; it leaves
+    /// `listed` then.
+    pub fn on_event(&mut self, event_type: &str, approval_id: Option<String>, cursor: u64) -> Option<String> {
+        let created = approval_id.filter(|_| event_type == APPROVAL_REQUESTED);
+        let to_post = created.filter(|approval_id| !self.listed.remove(approval_id));
+        if to_post.is_none() {
+            self.cursor = self.cursor.max(cursor);
+        }
+        to_post
     }
 
     /// Marks the post in flight finished: the listing moves on, or the
@@ -221,6 +247,32 @@ mod tests {
         std::fs::write(store.path(), serde_json::to_vec(&state).expect("encode")).expect("write");
         let error = store.load().expect_err("version 7");
         assert_eq!(error.code(), "NOTIFY_STATE_CORRUPT");
+    }
+
+    #[test]
+    fn a_relisting_posts_everything_pending_as_redeliveries_from_the_trail_start_keeping_the_counts() {
+        let mut state = NotifyState::listing(vec!["old".into()], false);
+        state.cursor = 900;
+        state.listed.insert("seen".into());
+        state.counts.delivered = 7;
+        let relisted = state.relisted(vec!["a".into(), "b".into()]);
+        assert_eq!(relisted.to_post, vec!["a".to_string(), "b".to_string()]);
+        assert!(relisted.to_post_redelivery);
+        assert_eq!((relisted.cursor, relisted.listed.len(), relisted.in_flight.clone()), (0, 0, None));
+        assert_eq!((relisted.counts.delivered, relisted.counts.relisted), (7, 1));
+    }
+
+    #[test]
+    fn only_the_creation_of_an_approval_not_listed_asks_for_a_post() {
+        let mut state = NotifyState::listing(Vec::new(), false);
+        state.listed.insert("listed".into());
+        assert_eq!(state.on_event(APPROVAL_REQUESTED, Some("new".into()), 3), Some("new".to_string()));
+        assert_eq!(state.cursor, 0, "the cursor waits for the post to finish");
+        assert_eq!(state.on_event(APPROVAL_REQUESTED, Some("listed".into()), 4), None);
+        assert!(state.listed.is_empty(), "a listed approval leaves the set once its creation is seen");
+        assert_eq!(state.on_event("capability.approved", Some("new".into()), 5), None);
+        assert_eq!(state.on_event("capability.requested", None, 6), None);
+        assert_eq!(state.cursor, 6);
     }
 
     #[test]
