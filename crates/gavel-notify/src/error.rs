@@ -28,6 +28,9 @@ pub enum NotifyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Another notifier runs on the same state directory.
+    #[error("another notifier holds the state directory {0}; run one notifier per state directory")]
+    StateLocked(PathBuf),
     /// More pending approvals in the principal's view than a listing posts
     /// ([`crate::limits::LISTED_APPROVALS_MAX`]).
     #[error("more than {0} pending approvals to list; narrow the notifier's grant (an approver scope)")]
@@ -44,13 +47,14 @@ impl NotifyError {
     }
 
     /// The stable code: `NOTIFY_CONFIG`, `NOTIFY_STATE_IO`,
-    /// `NOTIFY_STATE_CORRUPT`, `NOTIFY_LISTING_TOO_LARGE`, or the cluster's
+    /// `NOTIFY_STATE_CORRUPT`, `NOTIFY_STATE_LOCKED`, `NOTIFY_LISTING_TOO_LARGE`, or the cluster's
     /// domain code.
     pub fn code(&self) -> &str {
         match self {
             NotifyError::Config(_) => "NOTIFY_CONFIG",
             NotifyError::State { .. } => "NOTIFY_STATE_IO",
             NotifyError::StateCorrupt { .. } => "NOTIFY_STATE_CORRUPT",
+            NotifyError::StateLocked(_) => "NOTIFY_STATE_LOCKED",
             NotifyError::ListingTooLarge(_) => "NOTIFY_LISTING_TOO_LARGE",
             NotifyError::Cluster(error) => error.code(),
         }

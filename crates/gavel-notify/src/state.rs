@@ -18,6 +18,11 @@ pub const STATE_FILE: &str = "notify-state.json";
 /// The trail event that says an approval was created.
 pub const APPROVAL_REQUESTED: &str = "capability.approval_requested";
 
+/// The lock file: a notifier holds an exclusive `flock` on it while it
+/// runs, so two notifiers never share a state directory (each would post
+/// every approval). The kernel drops the lock when the process dies.
+pub const LOCK_FILE: &str = "notify.lock";
+
 /// The format version written; another version is refused, not guessed at.
 pub const STATE_VERSION: u32 = 1;
 
@@ -152,17 +157,34 @@ impl NotifyState {
     }
 }
 
-/// Reads and writes the state file of one state directory.
-#[derive(Debug, Clone)]
+/// Reads and writes the state file of one state directory, holding its lock.
+#[derive(Debug)]
 pub struct StateStore {
     dir: PathBuf,
+    _lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 impl StateStore {
-    /// The store in `dir`, created if missing.
+    /// The store in `dir`, created if missing; refused with
+    /// [`NotifyError::StateLocked`] while another notifier holds it.
     pub fn open(dir: &Path) -> Result<StateStore, NotifyError> {
         std::fs::create_dir_all(dir).map_err(|error| NotifyError::state(dir, "creating the state directory", error))?;
-        Ok(StateStore { dir: dir.to_path_buf() })
+        let path = dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|error| NotifyError::state(&path, "opening", error))?;
+        let lock =
+            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+                if errno == nix::errno::Errno::EWOULDBLOCK {
+                    NotifyError::StateLocked(dir.to_path_buf())
+                } else {
+                    NotifyError::state(&path, "locking", std::io::Error::from(errno))
+                }
+            })?;
+        Ok(StateStore { dir: dir.to_path_buf(), _lock: lock })
     }
 
     /// The state file's path.
@@ -234,6 +256,16 @@ mod tests {
         store.save(&state).expect("save");
         assert_eq!(store.load().expect("load"), Some(state));
         assert!(!dir.path().join(format!("{STATE_FILE}.tmp")).exists());
+    }
+
+    #[test]
+    fn a_second_notifier_on_the_same_state_directory_is_refused_until_the_first_is_gone() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let first = StateStore::open(dir.path()).expect("open");
+        let error = StateStore::open(dir.path()).expect_err("the directory is taken");
+        assert_eq!(error.code(), "NOTIFY_STATE_LOCKED");
+        drop(first);
+        StateStore::open(dir.path()).expect("free again");
     }
 
     #[test]
