@@ -232,17 +232,35 @@ pub fn generic_body(approval: &pb::Approval, link: &str, redelivery: bool) -> Va
     })
 }
 
+/// `unix_ms` as `YYYY-MM-DD HH:MM UTC` (the proleptic Gregorian calendar,
+/// Howard Hinnant's days-to-civil algorithm): the text a Slack client shows
+/// when it cannot render the date in the reader's time zone.
+pub fn utc_minute(unix_ms: i64) -> String {
+    let minutes = unix_ms.div_euclid(60_000);
+    let (days, minute_of_day) = (minutes.div_euclid(1_440), minutes.rem_euclid(1_440));
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", minute_of_day / 60, minute_of_day % 60)
+}
+
 /// The Slack incoming-webhook body: a plain `text` (what notifications
 /// show) and `blocks` (a section and a button to the console).
 pub fn slack_body(approval: &pb::Approval, link: &str) -> Value {
     let capability = slack_escaped(&approval.capability_id);
     let who = slack_escaped(&requester(approval));
     let mut details = format!(
-        "*Approval waiting*: `{capability}`\nRequested by {who}\nRisk: {} · Side effect: {} · Expires <!date^{}^{{date_short_pretty}} {{time}}|at {} ms>",
+        "*Approval waiting*: `{capability}`\nRequested by {who}\nRisk: {} · Side effect: {} · Expires <!date^{}^{{date_short_pretty}} {{time}}|{}>",
         risk(approval),
         side_effect(approval),
-        approval.expires_at_ms / 1000,
-        approval.expires_at_ms,
+        approval.expires_at_ms.div_euclid(1000),
+        utc_minute(approval.expires_at_ms),
     );
     for reason in approval.reasons.iter().take(REASONS_SHOWN_MAX) {
         details.push_str(&format!("\n• {}", slack_escaped(reason)));
@@ -496,6 +514,14 @@ mod tests {
     fn the_debug_form_hides_the_webhook_path() {
         let webhook = Webhook::parse("slack=https://hooks.slack.com/services/T/B/secret", None).expect("parse");
         assert!(!format!("{webhook:?}").contains("secret"));
+    }
+
+    #[test]
+    fn utc_dates_match_known_instants() {
+        assert_eq!(utc_minute(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc_minute(951_782_400_000), "2000-02-29 00:00 UTC");
+        assert_eq!(utc_minute(1_764_770_400_000), "2025-12-03 14:00 UTC");
+        assert_eq!(utc_minute(-60_000), "1969-12-31 23:59 UTC");
     }
 
     #[test]
