@@ -41,6 +41,7 @@
 
 mod admin;
 mod backoff;
+pub mod calendar;
 mod client;
 mod credentials;
 mod error;

@@ -232,21 +232,12 @@ pub fn generic_body(approval: &pb::Approval, link: &str, redelivery: bool) -> Va
     })
 }
 
-/// `unix_ms` as `YYYY-MM-DD HH:MM UTC` (the proleptic Gregorian calendar,
-/// Howard Hinnant's days-to-civil algorithm): the text a Slack client shows
-/// when it cannot render the date in the reader's time zone.
+/// `unix_ms` as `YYYY-MM-DD HH:MM UTC`: the text a Slack client shows when
+/// it cannot render the date in the reader's time zone.
 pub fn utc_minute(unix_ms: i64) -> String {
     let minutes = unix_ms.div_euclid(60_000);
     let (days, minute_of_day) = (minutes.div_euclid(1_440), minutes.rem_euclid(1_440));
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = gavel_client::calendar::civil_from_days(days);
     format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", minute_of_day / 60, minute_of_day % 60)
 }
 
