@@ -274,7 +274,7 @@ pub enum Outcome {
     Delivered,
     /// Refused for good: a 4xx other than 408 and 429 (or a 1xx/3xx).
     Refused(u16),
-    /// Still failing after [`POST_ATTEMPTS_MAX`] attempts or [`POST_AGE_MAX`].
+    /// Still failing after the policy's attempts or age ([`POST_ATTEMPTS_MAX`], [`POST_AGE_MAX`]).
     Abandoned(String),
 }
 
@@ -284,10 +284,39 @@ enum Attempt {
     Failed(String),
 }
 
+/// The bounds of one post's retries; [`RetryPolicy::default`] is the
+/// named limits of [`crate::limits`]. A test hands in shorter ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// [`POST_ATTEMPTS_MAX`].
+    pub attempts_max: u32,
+    /// [`POST_AGE_MAX`].
+    pub age_max: Duration,
+    /// [`POST_TIMEOUT`].
+    pub timeout: Duration,
+    /// [`BACKOFF_BASE`].
+    pub backoff_base: Duration,
+    /// [`BACKOFF_MAX`].
+    pub backoff_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts_max: POST_ATTEMPTS_MAX,
+            age_max: POST_AGE_MAX,
+            timeout: POST_TIMEOUT,
+            backoff_base: BACKOFF_BASE,
+            backoff_max: BACKOFF_MAX,
+        }
+    }
+}
+
 /// Sends posts over HTTP/1.1, plain or TLS (the web PKI's roots).
 #[derive(Clone)]
 pub struct Poster {
     tls: tokio_rustls::TlsConnector,
+    policy: RetryPolicy,
 }
 
 impl Poster {
@@ -299,7 +328,12 @@ impl Poster {
             .map_err(|error| NotifyError::Config(format!("TLS for webhooks: {error}")))?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        Ok(Poster { tls: tokio_rustls::TlsConnector::from(Arc::new(config)) })
+        Ok(Poster { tls: tokio_rustls::TlsConnector::from(Arc::new(config)), policy: RetryPolicy::default() })
+    }
+
+    /// The same poster with other retry bounds.
+    pub fn with_policy(self, policy: RetryPolicy) -> Poster {
+        Poster { policy, ..self }
     }
 
     /// Posts `approval` to `webhook`, retrying network errors, 5xx, 408 and
@@ -310,18 +344,19 @@ impl Poster {
             WebhookKind::Generic => generic_body(approval, link, redelivery),
         };
         let body = Bytes::from(body.to_string());
+        let policy = self.policy;
         let first = Instant::now();
         let mut attempts = 0;
         loop {
             attempts += 1;
             let attempt = match tokio::time::timeout(
-                POST_TIMEOUT,
+                policy.timeout,
                 self.attempt(webhook, &approval.id, &body, redelivery),
             )
             .await
             {
                 Ok(attempt) => attempt,
-                Err(_) => Attempt::Failed(format!("no answer within {} s", POST_TIMEOUT.as_secs())),
+                Err(_) => Attempt::Failed(format!("no answer within {} ms", policy.timeout.as_millis())),
             };
             let (why, retry_after) = match attempt {
                 Attempt::Answered { status, .. } if status.is_success() => return Outcome::Delivered,
@@ -335,9 +370,10 @@ impl Poster {
                 Attempt::Answered { status, .. } => return Outcome::Refused(status.as_u16()),
                 Attempt::Failed(why) => (why, None),
             };
-            let pause = retry_pause(attempts, retry_after);
-            if attempts >= POST_ATTEMPTS_MAX || first.elapsed() + pause > POST_AGE_MAX {
-                return Outcome::Abandoned(format!("{why} after {attempts} attempts"));
+            let pause = retry_pause(&policy, attempts, retry_after);
+            if attempts >= policy.attempts_max || first.elapsed() + pause > policy.age_max {
+                let noun = if attempts == 1 { "attempt" } else { "attempts" };
+                return Outcome::Abandoned(format!("{why} after {attempts} {noun}"));
             }
             tracing::info!(
                 webhook = webhook.kind.name(), host = %webhook.host(), approval = %approval.id, attempts,
@@ -427,12 +463,12 @@ where
 }
 
 /// The pause after failed attempt number `attempts` (1-based): the backoff
-/// `BACKOFF_BASE * 2^(attempts-1)` capped at [`BACKOFF_MAX`], with jitter in
+/// `backoff_base * 2^(attempts-1)` capped at `backoff_max`, with jitter in
 /// its upper half, and never less than the receiver's `Retry-After` (capped
 /// at [`RETRY_AFTER_MAX`]).
-pub fn retry_pause(attempts: u32, retry_after: Option<Duration>) -> Duration {
-    let doubled = BACKOFF_BASE.saturating_mul(1u32 << attempts.saturating_sub(1).min(16));
-    let backoff = doubled.min(BACKOFF_MAX);
+pub fn retry_pause(policy: &RetryPolicy, attempts: u32, retry_after: Option<Duration>) -> Duration {
+    let doubled = policy.backoff_base.saturating_mul(1u32 << attempts.saturating_sub(1).min(16));
+    let backoff = doubled.min(policy.backoff_max);
     let half = backoff / 2;
     let jittered = half + half.mul_f64(fastrand::f64());
     jittered.max(retry_after.map_or(Duration::ZERO, |asked| asked.min(RETRY_AFTER_MAX)))
@@ -468,11 +504,12 @@ mod tests {
     fn the_backoff_doubles_with_jitter_is_capped_and_honours_retry_after() {
         for attempts in 1..=20 {
             let backoff = BACKOFF_BASE.saturating_mul(1u32 << (attempts - 1).min(16)).min(BACKOFF_MAX);
-            let pause = retry_pause(attempts, None);
+            let pause = retry_pause(&RetryPolicy::default(), attempts, None);
             assert!(pause >= backoff / 2 && pause <= backoff, "attempt {attempts}: {pause:?}");
         }
-        assert!(retry_pause(1, Some(Duration::from_secs(7))) >= Duration::from_secs(7));
-        assert_eq!(retry_pause(1, Some(Duration::from_secs(86_400))), RETRY_AFTER_MAX);
+        let policy = RetryPolicy::default();
+        assert!(retry_pause(&policy, 1, Some(Duration::from_secs(7))) >= Duration::from_secs(7));
+        assert_eq!(retry_pause(&policy, 1, Some(Duration::from_secs(86_400))), RETRY_AFTER_MAX);
     }
 
     #[test]

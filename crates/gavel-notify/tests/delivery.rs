@@ -1,7 +1,8 @@
 //! One post's delivery rules against a real HTTP receiver on loopback: what
 //! is retried (5xx, 408, 429 with its `Retry-After`, a refused connection),
-//! what is refused for good (another 4xx), and the headers every attempt
-//! carries.
+//! what is refused for good (another 4xx), what is abandoned (attempts,
+//! per-attempt timeout, age, with a short `RetryPolicy`), and the headers
+//! every attempt carries.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use gavel_client::pb;
-use gavel_notify::webhook::{Outcome, Poster, Webhook};
+use gavel_notify::webhook::{Outcome, Poster, RetryPolicy, Webhook};
 
 /// The statuses a receiver answers, in order (then 200), and the headers it saw.
 #[derive(Default)]
@@ -47,10 +48,26 @@ fn approval() -> pb::Approval {
     pb::Approval { id: "apr-7".into(), capability_id: "payments.refund".into(), ..pb::Approval::default() }
 }
 
-async fn deliver(url: &str, redelivery: bool) -> Outcome {
+async fn deliver_with(poster: Poster, url: &str, redelivery: bool) -> Outcome {
     let secret: Arc<[u8]> = Arc::from(&b"0123456789abcdef"[..]);
     let webhook = Webhook::parse(&format!("generic={url}"), Some(&secret)).expect("webhook");
-    Poster::new().expect("poster").deliver(&webhook, &approval(), "http://console/approvals/apr-7", redelivery).await
+    poster.deliver(&webhook, &approval(), "http://console/approvals/apr-7", redelivery).await
+}
+
+async fn deliver(url: &str, redelivery: bool) -> Outcome {
+    deliver_with(Poster::new().expect("poster"), url, redelivery).await
+}
+
+/// Retry bounds short enough for a test: 3 attempts, 200 ms each, 50 ms
+/// backoff.
+fn short_policy() -> RetryPolicy {
+    RetryPolicy {
+        attempts_max: 3,
+        age_max: Duration::from_secs(10),
+        timeout: Duration::from_millis(200),
+        backoff_base: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(100),
+    }
 }
 
 #[tokio::test]
@@ -96,4 +113,42 @@ async fn a_refused_connection_is_retried_until_the_receiver_answers() {
     });
     assert_eq!(deliver(&url, false).await, Outcome::Delivered);
     assert_eq!(late.await.expect("receiver").lock().expect("script").seen.len(), 1);
+}
+
+#[tokio::test]
+async fn a_post_that_keeps_failing_is_abandoned_after_its_attempts() {
+    let (url, shared) = receiver(vec![(503, None); 10]).await;
+    let outcome = deliver_with(Poster::new().expect("poster").with_policy(short_policy()), &url, false).await;
+    assert!(matches!(&outcome, Outcome::Abandoned(why) if why.contains("HTTP 503 after 3 attempts")), "{outcome:?}");
+    assert_eq!(shared.lock().expect("script").seen.len(), 3);
+}
+
+#[tokio::test]
+async fn a_receiver_that_never_answers_times_out_each_attempt_and_is_abandoned() {
+    // Accepts connections and reads, never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("address"));
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let started = Instant::now();
+    let outcome = deliver_with(Poster::new().expect("poster").with_policy(short_policy()), &url, false).await;
+    assert!(
+        matches!(&outcome, Outcome::Abandoned(why) if why.contains("no answer within 200 ms after 3 attempts")),
+        "{outcome:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(600), "three timed-out attempts: {:?}", started.elapsed());
+    silent.abort();
+}
+
+#[tokio::test]
+async fn a_post_is_abandoned_when_its_next_pause_would_pass_its_age() {
+    let (url, shared) = receiver(vec![(429, Some("5"))]).await;
+    let policy = RetryPolicy { age_max: Duration::from_secs(2), ..short_policy() };
+    let outcome = deliver_with(Poster::new().expect("poster").with_policy(policy), &url, false).await;
+    assert!(matches!(&outcome, Outcome::Abandoned(why) if why.contains("HTTP 429 after 1 attempt")), "{outcome:?}");
+    assert_eq!(shared.lock().expect("script").seen.len(), 1);
 }
