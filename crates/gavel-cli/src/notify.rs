@@ -34,6 +34,10 @@ pub struct NotifyArgs {
     /// The console's URL; each post links to `<URL>/approvals/<id>`.
     #[arg(long, env = "GAVEL_CONSOLE_URL", value_name = "URL")]
     pub console_url: String,
+    /// Certificates (PEM) to trust for `https` webhooks besides the web
+    /// PKI's roots, for a receiver with a private CA.
+    #[arg(long, env = "GAVEL_NOTIFY_WEBHOOK_CA", value_name = "FILE")]
+    pub webhook_ca: Option<PathBuf>,
     /// The directory of the stored cursor (`notify-state.json`); one
     /// notifier per directory.
     #[arg(long, env = "GAVEL_NOTIFY_STATE_DIR", value_name = "DIR")]
@@ -60,7 +64,13 @@ pub async fn run(args: NotifyArgs) -> anyhow::Result<()> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(reported)?;
     let client = args.global.client().map_err(|error| NodeUsageError(error.to_string()))?;
-    let config = NotifierConfig { webhooks, console_url: args.console_url, state_dir: args.state_dir };
+    let webhook_ca_pem = match &args.webhook_ca {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|error| {
+            reported(NotifyError::Config(format!("reading the webhook CA {}: {error}", path.display())))
+        })?),
+        None => None,
+    };
+    let config = NotifierConfig { webhooks, console_url: args.console_url, state_dir: args.state_dir, webhook_ca_pem };
     let notifier = Notifier::start(client, config).await.map_err(reported)?;
     println!("gavel notify: following the cluster from cursor {}", notifier.state().cursor);
     let state = notifier.run(crate::console::shutdown_signal()).await.map_err(reported)?;
@@ -103,7 +113,12 @@ pub async fn start_dev(
         .map_err(reported)?;
     let config = gavel_client::ClientConfig { tls: Some(cluster.credentials(&principal)?), ..Default::default() };
     let client = gavel_client::Client::with_config(&cluster.addrs(), config)?;
-    let config = NotifierConfig { webhooks, console_url: console_url.to_string(), state_dir: data_dir.join("notify") };
+    let config = NotifierConfig {
+        webhooks,
+        console_url: console_url.to_string(),
+        state_dir: data_dir.join("notify"),
+        webhook_ca_pem: None,
+    };
     let notifier = Notifier::start(client, config).await.map_err(reported)?;
     println!(
         "gavel dev: notifier posting new pending approvals as {DEV_NOTIFIER} (generic webhooks signed with the key in {})",

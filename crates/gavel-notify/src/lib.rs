@@ -45,6 +45,9 @@ pub struct NotifierConfig {
     pub console_url: String,
     /// The directory of the state file.
     pub state_dir: PathBuf,
+    /// Certificates (PEM) trusted for `https` webhooks besides the web
+    /// PKI's roots: a private receiver's CA.
+    pub webhook_ca_pem: Option<String>,
 }
 
 impl NotifierConfig {
@@ -106,6 +109,7 @@ impl Notifier {
     /// on a first start, created by listing into) the state directory.
     pub async fn start(client: Client, config: NotifierConfig) -> Result<Notifier, NotifyError> {
         config.check()?;
+        let poster = Poster::with_roots(config.webhook_ca_pem.as_deref())?;
         let store = StateStore::open(&config.state_dir)?;
         let state = match store.load()? {
             Some(state) => {
@@ -125,7 +129,7 @@ impl Notifier {
                 state
             }
         };
-        Ok(Notifier { client, config, store, poster: Poster::new()?, state })
+        Ok(Notifier { client, config, store, poster, state })
     }
 
     /// What the notifier has stored so far.

@@ -322,7 +322,28 @@ pub struct Poster {
 impl Poster {
     /// A poster trusting the web PKI roots (Mozilla's, built in).
     pub fn new() -> Result<Poster, NotifyError> {
-        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        Poster::with_roots(None)
+    }
+
+    /// A poster trusting the web PKI roots and, when given, the
+    /// certificates of `extra_roots_pem` (a private receiver's CA).
+    pub fn with_roots(extra_roots_pem: Option<&str>) -> Result<Poster, NotifyError> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        if let Some(pem) = extra_roots_pem {
+            let mut added = 0;
+            for certificate in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let certificate = certificate
+                    .map_err(|error| NotifyError::Config(format!("the webhook CA is not PEM certificates: {error}")))?;
+                roots
+                    .add(certificate)
+                    .map_err(|error| NotifyError::Config(format!("the webhook CA holds a bad certificate: {error}")))?;
+                added += 1;
+            }
+            if added == 0 {
+                return Err(NotifyError::Config("the webhook CA file holds no certificate".to_string()));
+            }
+        }
         let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .map_err(|error| NotifyError::Config(format!("TLS for webhooks: {error}")))?

@@ -2,7 +2,8 @@
 //! is retried (5xx, 408, 429 with its `Retry-After`, a refused connection),
 //! what is refused for good (another 4xx), what is abandoned (attempts,
 //! per-attempt timeout, age, with a short `RetryPolicy`), and the headers
-//! every attempt carries.
+//! every attempt carries; and a post over TLS to a receiver whose private CA
+//! is trusted, refused while it is not.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -151,4 +152,82 @@ async fn a_post_is_abandoned_when_its_next_pause_would_pass_its_age() {
     let outcome = deliver_with(Poster::new().expect("poster").with_policy(policy), &url, false).await;
     assert!(matches!(&outcome, Outcome::Abandoned(why) if why.contains("HTTP 429 after 1 attempt")), "{outcome:?}");
     assert_eq!(shared.lock().expect("script").seen.len(), 1);
+}
+
+/// A TLS receiver on 127.0.0.1 with a certificate from a fresh private CA,
+/// answering every request 200; the CA (PEM), the URL and the requests'
+/// heads.
+async fn tls_receiver() -> (String, String, Arc<Mutex<Vec<String>>>) {
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = gavel_pki::Authority::create("notify test CA", gavel_pki::Validity::days(1)).expect("a CA");
+    let node = gavel_pki::Principal::parse("node:1").expect("a principal");
+    let issued =
+        authority.issue(&node, &["127.0.0.1".to_string()], gavel_pki::Validity::days(1)).expect("a certificate");
+    let certificates = rustls::pki_types::CertificateDer::pem_slice_iter(issued.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("certificate PEM");
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).expect("key PEM");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(certificates, key)
+        .expect("server TLS");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("https://{}/hook", listener.local_addr().expect("address"));
+    let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                // A refused handshake (an untrusted CA on the client side) ends here.
+                let Ok(mut stream) = acceptor.accept(stream).await else { return };
+                let mut received = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while let Ok(read) = stream.read(&mut buffer).await {
+                    if read == 0 {
+                        return;
+                    }
+                    received.extend_from_slice(&buffer[..read]);
+                    let text = String::from_utf8_lossy(&received).to_string();
+                    let Some((head, body)) = text.split_once("\r\n\r\n") else { continue };
+                    let length: usize = head
+                        .to_ascii_lowercase()
+                        .lines()
+                        .find_map(|line| line.strip_prefix("content-length:").map(|value| value.trim().to_string()))
+                        .and_then(|value| value.parse().ok())
+                        .unwrap_or(0);
+                    if body.len() >= length {
+                        seen.lock().expect("heads").push(head.to_string());
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+                        let _ = stream.shutdown().await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (authority.cert_pem().to_string(), url, heads)
+}
+
+#[tokio::test]
+async fn a_post_over_tls_reaches_a_receiver_whose_private_ca_is_trusted_and_only_then() {
+    let (ca_pem, url, heads) = tls_receiver().await;
+    let trusting = Poster::with_roots(Some(&ca_pem)).expect("poster").with_policy(short_policy());
+    assert_eq!(deliver_with(trusting, &url, false).await, Outcome::Delivered);
+    assert!(heads
+        .lock()
+        .expect("heads")
+        .iter()
+        .any(|head| head.to_ascii_lowercase().contains("gavel-delivery: apr-7")));
+    // The web PKI's roots alone do not trust the private CA: every attempt
+    // fails its handshake, and the post is abandoned, never sent in clear.
+    let outcome = deliver_with(Poster::new().expect("poster").with_policy(short_policy()), &url, false).await;
+    assert!(matches!(&outcome, Outcome::Abandoned(why) if why.contains("TLS")), "{outcome:?}");
+    assert_eq!(heads.lock().expect("heads").len(), 1);
+    assert!(Poster::with_roots(Some("not a certificate")).is_err());
 }
