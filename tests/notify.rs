@@ -15,6 +15,10 @@
 //! a valid HMAC-SHA256 signature (checked with the `hmac` crate, not the
 //! notifier's own code) and the delivery id header; the Slack body has
 //! `text` and `blocks`; every link points at the console URL.
+//!
+//! A second test stops every node under a running notifier: it keeps
+//! trying (it does not exit) and posts what is created once the nodes are
+//! back.
 
 mod admin_cli;
 
@@ -72,6 +76,10 @@ struct Post {
 
 #[derive(Default)]
 struct Receiver {
+    /// The first posts answered 500.
+    failing_posts: usize,
+    /// Accepted counts after which the next post is held unanswered.
+    hold_after_accepted: Vec<usize>,
     posts: Vec<Post>,
     accepted: usize,
     /// Kill points already used.
@@ -121,8 +129,7 @@ async fn receive(
     };
     let hold = {
         let mut receiver = shared.lock().expect("receiver");
-        let hold =
-            receiver.holds < KILL_AFTER_ACCEPTED.len() && receiver.accepted >= KILL_AFTER_ACCEPTED[receiver.holds];
+        let hold = receiver.hold_after_accepted.get(receiver.holds).is_some_and(|after| receiver.accepted >= *after);
         if hold {
             receiver.holds += 1;
             receiver.held.push(post.delivery.clone().unwrap_or_default());
@@ -136,7 +143,8 @@ async fn receive(
         return StatusCode::SERVICE_UNAVAILABLE;
     }
     let mut receiver = shared.lock().expect("receiver");
-    let status = if receiver.posts.len() < FAILING_POSTS { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK };
+    let status =
+        if receiver.posts.len() < receiver.failing_posts { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::OK };
     if status == StatusCode::OK {
         receiver.accepted += 1;
     }
@@ -176,7 +184,13 @@ async fn create_numbered(
 
 /// Starts `gavel notify` as the notifier principal.
 /// Its log goes to `notify.log` beside the state directory.
-fn spawn_notifier(cluster: &Cluster, receiver: &str, state_dir: &Path, secret: &Path) -> tokio::process::Child {
+fn spawn_notifier(
+    cluster: &Cluster,
+    receiver: &str,
+    state_dir: &Path,
+    secret: &Path,
+    extra: &[&str],
+) -> tokio::process::Child {
     let log_path = state_dir.with_file_name("notify.log");
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).expect("the notifier's log");
     let who = principal(NOTIFIER);
@@ -202,6 +216,7 @@ fn spawn_notifier(cluster: &Cluster, receiver: &str, state_dir: &Path, secret: &
         .arg(CONSOLE_URL)
         .arg("--state-dir")
         .arg(state_dir)
+        .args(extra)
         .env("GAVEL_LOG", "info")
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -212,10 +227,11 @@ fn spawn_notifier(cluster: &Cluster, receiver: &str, state_dir: &Path, secret: &
     command.spawn().expect("start gavel notify")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_marked_redeliveries() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let mut spec = ClusterSpec::new(gavel_testkit::resolve_gavel_binary(None).expect("gavel binary"), dir.path());
+/// A secure three-node cluster where alice submits, carol approves, and
+/// the notifier's principal is an approver scoped to `finance`; a client
+/// as alice.
+async fn secure_cluster(dir: &Path) -> (Cluster, Client) {
+    let mut spec = ClusterSpec::new(gavel_testkit::resolve_gavel_binary(None).expect("gavel binary"), dir);
     spec.security = Security::secure(principal(ADMIN));
     spec.start_timeout = WAIT;
     let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
@@ -229,16 +245,54 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
         cluster.client_config_as(&principal(SUBMITTER)).expect("submitter credentials"),
     )
     .expect("client");
+    (cluster, submitter)
+}
+
+/// The receiver on a loopback port: its address, its record, its task.
+async fn start_receiver(receiver: Receiver) -> (String, Shared, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let shared: Shared = Arc::new(Mutex::new(receiver));
+    let app = axum::Router::new().route("/hook/{sink}", post(receive)).with_state(shared.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the receiver");
+    let address = listener.local_addr().expect("address").to_string();
+    (address, shared, tokio::spawn(async move { axum::serve(listener, app).await }))
+}
+
+/// The delivery ids `sink` acknowledged (answered 200).
+fn accepted_by(posts: &[Post], sink: &str) -> BTreeSet<String> {
+    posts
+        .iter()
+        .filter(|post| post.sink == sink && post.answered == Some(200))
+        .filter_map(|post| post.delivery.clone())
+        .collect()
+}
+
+/// Waits (bounded) until both webhooks acknowledged every id of `expected`.
+async fn wait_posted(shared: &Shared, expected: &BTreeSet<String>) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let posts = shared.lock().expect("receiver").posts.clone();
+        if accepted_by(&posts, "slack").is_superset(expected) && accepted_by(&posts, "generic").is_superset(expected) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not every approval was posted: {posts:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_marked_redeliveries() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (cluster, submitter) = secure_cluster(dir.path()).await;
     let decider =
         Client::with_config(&cluster.addrs(), cluster.client_config_as(&principal(DECIDER)).expect("credentials"))
             .expect("client");
 
-    // The receiver.
-    let shared: Shared = Arc::default();
-    let app = axum::Router::new().route("/hook/{sink}", post(receive)).with_state(shared.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the receiver");
-    let receiver_addr = listener.local_addr().expect("address").to_string();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let (receiver_addr, shared, server) = start_receiver(Receiver {
+        failing_posts: FAILING_POSTS,
+        hold_after_accepted: KILL_AFTER_ACCEPTED.to_vec(),
+        ..Receiver::default()
+    })
+    .await;
 
     let state_dir = dir.path().join("notify-state");
     let secret = dir.path().join("hmac.secret");
@@ -263,7 +317,7 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
         .expect("decide");
 
     // Create the rest while the notifier runs; kill it at each held post.
-    let mut notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret);
+    let mut notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret, &[]);
     let mut kills = 0;
     let started = Instant::now();
     let mut created = 0;
@@ -278,29 +332,12 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
             notifier.start_kill().expect("SIGKILL the notifier");
             notifier.wait().await.expect("reap the notifier");
             kills += 1;
-            notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret);
+            notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret, &[]);
         }
         tokio::time::sleep(Duration::from_millis(40)).await;
     }
 
-    // Wait until every expected approval was accepted by both webhooks.
-    let accepted_by = |posts: &[Post], sink: &str| -> BTreeSet<String> {
-        posts
-            .iter()
-            .filter(|post| post.sink == sink && post.answered == Some(200))
-            .filter_map(|post| post.delivery.clone())
-            .collect()
-    };
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let posts = shared.lock().expect("receiver").posts.clone();
-        if accepted_by(&posts, "slack").is_superset(&expected) && accepted_by(&posts, "generic").is_superset(&expected)
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not every approval was posted: {posts:#?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_posted(&shared, &expected).await;
     // A moment for any (wrong) extra post to arrive, then stop.
     tokio::time::sleep(Duration::from_millis(500)).await;
     notifier.start_kill().expect("stop the notifier");
@@ -368,4 +405,44 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
     let redelivered = posts.iter().filter(|post| post.answered == Some(200) && post.redelivery);
     assert_eq!(state["counts"]["delivered"].as_u64(), Some(accepted.count() as u64));
     assert_eq!(state["counts"]["redelivered"].as_u64(), Some(redelivered.count() as u64));
+}
+
+/// The notifier outlives a whole-cluster outage: with a short SDK retry
+/// budget, its stream gives up while every node is down, it logs that the
+/// cluster is unreachable and keeps trying, and once the nodes are back it
+/// posts the approval created after the outage, still the same process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_notifier_waits_out_a_cluster_outage_and_posts_what_comes_after() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (cluster, submitter) = secure_cluster(dir.path()).await;
+    let (receiver_addr, shared, server) = start_receiver(Receiver::default()).await;
+    let state_dir = dir.path().join("notify-state");
+    let secret = dir.path().join("hmac.secret");
+    std::fs::write(&secret, SECRET).expect("write the secret");
+    let mut expected = BTreeSet::new();
+    let mut legal = BTreeSet::new();
+    let mut notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret, &["--retry-budget-ms", "300"]);
+    create_numbered(&submitter, 1, &mut expected, &mut legal).await;
+    wait_posted(&shared, &expected).await;
+
+    cluster.stop_all(Duration::from_secs(5)).expect("stop every node");
+    let log = state_dir.with_file_name("notify.log");
+    let deadline = Instant::now() + WAIT;
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("cluster unreachable; trying again") {
+        assert!(Instant::now() < deadline, "the notifier never noticed the outage");
+        assert!(notifier.try_wait().expect("poll").is_none(), "the notifier exited during the outage");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for id in cluster.ids() {
+        cluster.start_node(id).expect("restart a node");
+    }
+    cluster.wait_for_leader(WAIT).await.expect("a leader again");
+    create_numbered(&submitter, 2, &mut expected, &mut legal).await;
+    wait_posted(&shared, &expected).await;
+    assert!(notifier.try_wait().expect("poll").is_none(), "the same notifier process posted it");
+    notifier.start_kill().expect("stop the notifier");
+    notifier.wait().await.expect("reap");
+    server.abort();
+    let posts = shared.lock().expect("receiver").posts.clone();
+    assert_eq!(posts.iter().filter(|post| post.answered == Some(200)).count(), 2 * expected.len(), "{posts:#?}");
 }

@@ -137,10 +137,11 @@ impl Notifier {
         &self.state
     }
 
-    /// Runs until `shutdown` resolves (the cursor is then saved) or the
-    /// cluster refuses the principal or stays unreachable past the SDK's
-    /// retry budget (an error: the process exits and its supervisor starts
-    /// it again, from the stored cursor).
+    /// Runs until `shutdown` resolves (the cursor is then saved), or until
+    /// the cluster refuses the principal or the state file cannot be
+    /// written (an error: the process exits and its supervisor starts it
+    /// again, from the stored cursor). While no node answers, it waits and
+    /// tries again every [`RECONNECT_PAUSE`].
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<NotifyState, NotifyError> {
         tokio::pin!(shutdown);
         tokio::select! {
@@ -154,9 +155,12 @@ impl Notifier {
 
     async fn follow(&mut self) -> Result<(), NotifyError> {
         loop {
-            match self.post_and_watch().await {
-                Ok(()) => return Ok(()),
-                Err(NotifyError::Cluster(error)) if error.code() == "OUT_OF_RANGE" => self.relist(&error).await?,
+            let outcome = match self.post_and_watch().await {
+                Err(NotifyError::Cluster(error)) if error.code() == "OUT_OF_RANGE" => self.relist(&error).await,
+                other => other,
+            };
+            match outcome {
+                Ok(()) => {}
                 // The SDK already retried for its whole budget; the
                 // notifier keeps waiting for the cluster rather than exit.
                 Err(NotifyError::Cluster(error)) if error.code() == "UNAVAILABLE" => {
