@@ -247,12 +247,17 @@ pub fn slack_body(approval: &pb::Approval, link: &str) -> Value {
     let capability = slack_escaped(&approval.capability_id);
     let who = slack_escaped(&requester(approval));
     let mut details = format!(
-        "*Approval waiting*: `{capability}`\nRequested by {who}\nRisk: {} · Side effect: {} · Expires <!date^{}^{{date_short_pretty}} {{time}}|{}>",
+        "*Approval waiting*: `{capability}`\nRequested by {who}\nRisk: {} · Side effect: {}",
         risk(approval),
         side_effect(approval),
-        approval.expires_at_ms.div_euclid(1000),
-        utc_minute(approval.expires_at_ms),
     );
+    if approval.expires_at_ms > 0 {
+        details.push_str(&format!(
+            " · Expires <!date^{}^{{date_short_pretty}} {{time}}|{}>",
+            approval.expires_at_ms.div_euclid(1000),
+            utc_minute(approval.expires_at_ms)
+        ));
+    }
     for reason in approval.reasons.iter().take(REASONS_SHOWN_MAX) {
         details.push_str(&format!("\n• {}", slack_escaped(reason)));
     }
@@ -604,7 +609,12 @@ mod tests {
         assert!(text.contains("&lt;!channel&gt;"));
         assert_eq!(body["blocks"][1]["elements"][0]["url"], "http://c/approvals/apr_1");
         assert!(body["text"].as_str().is_some_and(|text| text.ends_with("http://c/approvals/apr_1")));
-        assert!(body["blocks"][0]["text"]["text"].as_str().is_some_and(|text| text.chars().count() < 3_000));
+        let details = body["blocks"][0]["text"]["text"].as_str().unwrap_or_default();
+        assert!(details.chars().count() < 3_000);
+        assert!(!details.contains("Expires"), "no expiry, no date: {details}");
+        let expiring = pb::Approval { expires_at_ms: 1_764_770_400_000, ..hostile() };
+        let details = slack_body(&expiring, "l")["blocks"][0]["text"]["text"].to_string();
+        assert!(details.contains("<!date^1764770400^{date_short_pretty} {time}|2025-12-03 14:00 UTC>"), "{details}");
     }
 
     #[test]
