@@ -10,11 +10,12 @@
 //! Asserted: every pending `finance` approval reached both webhooks; no
 //! `legal` approval (outside the notifier's view) and no decided one did;
 //! per webhook, each delivery id was acknowledged once without the
-//! redelivery mark, and the marked redeliveries are at most one per kill;
-//! the post held at each kill came back marked; every generic post carries
-//! a valid HMAC-SHA256 signature (checked with the `hmac` crate, not the
-//! notifier's own code) and the delivery id header; the Slack body has
-//! `text` and `blocks`; every link points at the console URL.
+//! redelivery mark, and exactly the posts interrupted by a kill came back
+//! marked (one per kill), to the webhook it was held at; every generic
+//! post carries a valid HMAC-SHA256 signature (checked with the `hmac`
+//! crate, not the notifier's own code) and the delivery id header; the
+//! Slack body has `text` and `blocks`; every link points at the console
+//! URL.
 //!
 //! A second test stops every node under a running notifier: it keeps
 //! trying (it does not exit) and posts what is created once the nodes are
@@ -383,9 +384,18 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
     }
     assert!(legal.iter().all(|id| posts.iter().all(|post| post.delivery.as_ref() != Some(id))));
     assert!(posts.iter().all(|post| post.delivery.as_ref() != Some(&decided)));
-    // Each held post came back marked as a redelivery, to the webhook it was held at.
+    // Each held post came back marked as a redelivery, to the webhook it
+    // was held at, and no other post was marked: one per kill in all.
     let held: Vec<&Post> = posts.iter().filter(|post| post.answered.is_none()).collect();
     assert_eq!(held.len(), kills);
+    let marked: Vec<&Post> = posts.iter().filter(|post| post.redelivery && post.answered == Some(200)).collect();
+    assert_eq!(marked.len(), kills, "{marked:#?}");
+    for post in &marked {
+        assert!(
+            held.iter().any(|interrupted| interrupted.sink == post.sink && interrupted.delivery == post.delivery),
+            "a post marked as a redelivery that no kill interrupted: {post:?}"
+        );
+    }
     for post in held {
         assert!(
             posts.iter().any(|again| again.sink == post.sink

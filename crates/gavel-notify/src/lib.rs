@@ -95,6 +95,18 @@ async fn list_pending(client: &Client) -> Result<Vec<String>, NotifyError> {
     }
 }
 
+/// Which posts of one approval carry `Gavel-Redelivery: 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Redelivery {
+    /// None: a first post.
+    None,
+    /// The first webhook that had not answered when the process stopped:
+    /// the one the post may have reached.
+    Interrupted,
+    /// Every webhook: a re-listing cannot tell what was posted before.
+    All,
+}
+
 /// Follows the cluster and posts pending approvals; see the crate docs.
 pub struct Notifier {
     client: Client,
@@ -177,12 +189,14 @@ impl Notifier {
     async fn post_and_watch(&mut self) -> Result<(), NotifyError> {
         if let Some(in_flight) = self.state.in_flight.clone() {
             // The post in flight when the process stopped: nobody knows
-            // whether its receivers saw it, so it goes again, marked.
-            self.post(in_flight.approval_id, in_flight.source, in_flight.done, true).await?;
+            // whether the webhook it was at saw it, so it goes again,
+            // marked there (and everywhere, when the post was a re-listing's).
+            let marks = if in_flight.redelivery { Redelivery::All } else { Redelivery::Interrupted };
+            self.post(in_flight.approval_id, in_flight.source, in_flight.done, marks).await?;
         }
         while let Some(approval_id) = self.state.to_post.first().cloned() {
-            let redelivery = self.state.to_post_redelivery;
-            self.post(approval_id, PostSource::Listing, BTreeSet::new(), redelivery).await?;
+            let marks = if self.state.to_post_redelivery { Redelivery::All } else { Redelivery::None };
+            self.post(approval_id, PostSource::Listing, BTreeSet::new(), marks).await?;
         }
         self.watch().await
     }
@@ -211,7 +225,7 @@ impl Notifier {
             let cursor = event.cursor;
             match self.state.on_event(&event.r#type, event.approval_id, cursor) {
                 Some(approval_id) => {
-                    self.post(approval_id, PostSource::Event { cursor }, BTreeSet::new(), false).await?;
+                    self.post(approval_id, PostSource::Event { cursor }, BTreeSet::new(), Redelivery::None).await?;
                     unsaved = 0;
                 }
                 None => {
@@ -227,13 +241,14 @@ impl Notifier {
     }
 
     /// Posts one approval to every webhook not in `done`, if it is still
-    /// pending; records it in flight first and finished last.
+    /// pending, marked as `marks` says; records it in flight first and
+    /// finished last.
     async fn post(
         &mut self,
         approval_id: String,
         source: PostSource,
         mut done: BTreeSet<usize>,
-        redelivery: bool,
+        marks: Redelivery,
     ) -> Result<(), NotifyError> {
         let Some(approval) = pending(&self.client, &approval_id).await? else {
             tracing::info!(approval = %approval_id, "no longer pending (or no longer readable): not posted");
@@ -246,13 +261,23 @@ impl Notifier {
             return self.store.save(&self.state);
         };
         let link = approval_link(&self.config.console_url, &approval.id);
+        let relisted = marks == Redelivery::All;
         self.state.in_flight =
-            Some(InFlight { approval_id: approval_id.clone(), source, done: done.clone(), redelivery });
+            Some(InFlight { approval_id: approval_id.clone(), source, done: done.clone(), redelivery: relisted });
         self.store.save(&self.state)?;
+        // Webhooks are posted to in order, so of an interrupted post only the
+        // first webhook that had not answered may have seen it.
+        let mut first_pending = true;
         for (index, webhook) in self.config.webhooks.iter().enumerate() {
             if done.contains(&index) {
                 continue;
             }
+            let redelivery = match marks {
+                Redelivery::None => false,
+                Redelivery::Interrupted => first_pending,
+                Redelivery::All => true,
+            };
+            first_pending = false;
             let outcome = self.poster.deliver(webhook, &approval, &link, redelivery).await;
             let counts = &mut self.state.counts;
             match &outcome {
