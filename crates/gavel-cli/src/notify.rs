@@ -18,11 +18,6 @@ use crate::commands::GlobalArgs;
 /// `gavel notify`.
 #[derive(Debug, Args)]
 pub struct NotifyArgs {
-    /// The cluster and the notifier's credentials: give it a principal with
-    /// the `approver` grant (scoped to the approval types it announces) or
-    /// `auditor`; it posts what that principal may read.
-    #[command(flatten, next_help_heading = "Global options")]
-    pub global: GlobalArgs,
     /// Where to post: `slack=URL` (a Slack incoming webhook) or
     /// `generic=URL` (signed JSON); repeat for several.
     #[arg(long = "webhook", value_name = "KIND=URL", required = true)]
@@ -42,6 +37,11 @@ pub struct NotifyArgs {
     /// notifier per directory.
     #[arg(long, env = "GAVEL_NOTIFY_STATE_DIR", value_name = "DIR")]
     pub state_dir: PathBuf,
+    /// The cluster and the notifier's credentials: give it a principal with
+    /// the `approver` grant (scoped to the approval types it announces) or
+    /// `auditor`; it posts what that principal may read.
+    #[command(flatten, next_help_heading = "Global options")]
+    pub global: GlobalArgs,
 }
 
 /// A notifier error as the binary reports it: its stable code first; a bad
