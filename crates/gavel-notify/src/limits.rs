@@ -32,6 +32,10 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// receiver cannot park the notifier for hours with one header.
 pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(120);
 
+/// Bytes of a webhook's answer read (and dropped): Slack answers `ok`; a
+/// receiver cannot make the notifier buffer more than this.
+pub const RESPONSE_BYTES_MAX: usize = 64 * 1024;
+
 /// Webhooks one notifier posts to: each post goes to every one in turn, so
 /// the count multiplies the time an approval's post takes.
 pub const WEBHOOKS_MAX: usize = 8;

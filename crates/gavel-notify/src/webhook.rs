@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::error::NotifyError;
 use crate::limits::{
     BACKOFF_BASE, BACKOFF_MAX, FIELD_CHARS_MAX, HMAC_SECRET_BYTES_MAX, HMAC_SECRET_BYTES_MIN, POST_AGE_MAX,
-    POST_ATTEMPTS_MAX, POST_TIMEOUT, REASONS_SHOWN_MAX, RETRY_AFTER_MAX, URL_BYTES_MAX,
+    POST_ATTEMPTS_MAX, POST_TIMEOUT, REASONS_SHOWN_MAX, RESPONSE_BYTES_MAX, RETRY_AFTER_MAX, URL_BYTES_MAX,
 };
 
 /// The header naming the delivery: the approval id, the same on every
@@ -478,8 +478,10 @@ where
                 .and_then(|value| value.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
             let status = response.status();
-            // The body is read (and dropped) so the receiver sees a clean end.
-            let _ = response.into_body().collect().await;
+            // The body is read (and dropped) so the receiver sees a clean
+            // end, up to a bound: a receiver cannot make the notifier buffer
+            // an endless answer.
+            let _ = http_body_util::Limited::new(response.into_body(), RESPONSE_BYTES_MAX).collect().await;
             Ok(Attempt::Answered { status, retry_after })
         }
         Err(error) => Err(error),

@@ -231,3 +231,24 @@ async fn a_post_over_tls_reaches_a_receiver_whose_private_ca_is_trusted_and_only
     assert_eq!(heads.lock().expect("heads").len(), 1);
     assert!(Poster::with_roots(Some("not a certificate")).is_err());
 }
+
+#[tokio::test]
+async fn an_endless_answer_is_read_only_up_to_its_bound_and_the_post_counts_as_delivered() {
+    // 200 with a body that never ends: headers, then chunks forever.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("address"));
+    let endless = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok((mut stream, _)) = listener.accept().await else { return };
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request).await;
+        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n").await;
+        let chunk = format!("{:x}\r\n{}\r\n", 8192, "x".repeat(8192));
+        while stream.write_all(chunk.as_bytes()).await.is_ok() {}
+    });
+    let policy = RetryPolicy { timeout: Duration::from_secs(5), ..short_policy() };
+    let started = Instant::now();
+    assert_eq!(deliver_with(Poster::new().expect("poster").with_policy(policy), &url, false).await, Outcome::Delivered);
+    assert!(started.elapsed() < Duration::from_secs(5), "stopped reading at the bound: {:?}", started.elapsed());
+    endless.abort();
+}
