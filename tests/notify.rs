@@ -19,7 +19,8 @@
 //!
 //! A second test stops every node under a running notifier: it keeps
 //! trying (it does not exit) and posts what is created once the nodes are
-//! back.
+//! back. A third gives it a stored cursor the trail does not hold: it
+//! re-lists the pending approvals and posts them marked as redeliveries.
 
 mod admin_cli;
 
@@ -258,6 +259,37 @@ async fn start_receiver(receiver: Receiver) -> (String, Shared, tokio::task::Joi
     (address, shared, tokio::spawn(async move { axum::serve(listener, app).await }))
 }
 
+/// What each test here runs against: a secure cluster, alice's client,
+/// the receiver, and the notifier's state directory and HMAC secret.
+struct Rig {
+    cluster: Cluster,
+    submitter: Client,
+    receiver_addr: String,
+    shared: Shared,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    state_dir: std::path::PathBuf,
+    secret: std::path::PathBuf,
+    /// Last: removed after the cluster stopped.
+    _dir: tempfile::TempDir,
+}
+
+async fn rig(receiver: Receiver) -> Rig {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (cluster, submitter) = secure_cluster(dir.path()).await;
+    let (receiver_addr, shared, server) = start_receiver(receiver).await;
+    let state_dir = dir.path().join("notify-state");
+    let secret = dir.path().join("hmac.secret");
+    std::fs::write(&secret, format!("{SECRET}\n")).expect("write the secret");
+    Rig { cluster, submitter, receiver_addr, shared, server, state_dir, secret, _dir: dir }
+}
+
+impl Rig {
+    /// Starts `gavel notify` on this rig with `extra` flags.
+    fn spawn(&self, extra: &[&str]) -> tokio::process::Child {
+        spawn_notifier(&self.cluster, &self.receiver_addr, &self.state_dir, &self.secret, extra)
+    }
+}
+
 /// The delivery ids `sink` acknowledged (answered 200).
 fn accepted_by(posts: &[Post], sink: &str) -> BTreeSet<String> {
     posts
@@ -282,28 +314,22 @@ async fn wait_posted(shared: &Shared, expected: &BTreeSet<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_marked_redeliveries() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let (cluster, submitter) = secure_cluster(dir.path()).await;
-    let decider =
-        Client::with_config(&cluster.addrs(), cluster.client_config_as(&principal(DECIDER)).expect("credentials"))
-            .expect("client");
-
-    let (receiver_addr, shared, server) = start_receiver(Receiver {
+    let rig = rig(Receiver {
         failing_posts: FAILING_POSTS,
         hold_after_accepted: KILL_AFTER_ACCEPTED.to_vec(),
         ..Receiver::default()
     })
     .await;
-
-    let state_dir = dir.path().join("notify-state");
-    let secret = dir.path().join("hmac.secret");
-    std::fs::write(&secret, format!("{SECRET}\n")).expect("write the secret");
+    let Rig { cluster, submitter, shared, state_dir, .. } = &rig;
+    let decider =
+        Client::with_config(&cluster.addrs(), cluster.client_config_as(&principal(DECIDER)).expect("credentials"))
+            .expect("client");
 
     // Before the first start: pending approvals, and one already decided.
     let mut expected = BTreeSet::new();
     let mut legal = BTreeSet::new();
     for number in 1..=BEFORE_START {
-        create_numbered(&submitter, number, &mut expected, &mut legal).await;
+        create_numbered(submitter, number, &mut expected, &mut legal).await;
     }
     let decided = "apr-decided".to_string();
     submitter.create_approval(create(&decided, false)).await.expect("create");
@@ -318,14 +344,14 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
         .expect("decide");
 
     // Create the rest while the notifier runs; kill it at each held post.
-    let mut notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret, &[]);
+    let mut notifier = rig.spawn(&[]);
     let mut kills = 0;
     let started = Instant::now();
     let mut created = 0;
     while created < WHILE_RUNNING || kills < KILL_AFTER_ACCEPTED.len() {
         assert!(started.elapsed() < WAIT * 2, "the stream did not finish: {kills} kills, {created} created");
         if created < WHILE_RUNNING {
-            create_numbered(&submitter, BEFORE_START + created + 1, &mut expected, &mut legal).await;
+            create_numbered(submitter, BEFORE_START + created + 1, &mut expected, &mut legal).await;
             created += 1;
         }
         let held = shared.lock().expect("receiver").holds;
@@ -333,17 +359,17 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
             notifier.start_kill().expect("SIGKILL the notifier");
             notifier.wait().await.expect("reap the notifier");
             kills += 1;
-            notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret, &[]);
+            notifier = rig.spawn(&[]);
         }
         tokio::time::sleep(Duration::from_millis(40)).await;
     }
 
-    wait_posted(&shared, &expected).await;
+    wait_posted(shared, &expected).await;
     // A moment for any (wrong) extra post to arrive, then stop.
     tokio::time::sleep(Duration::from_millis(500)).await;
     notifier.start_kill().expect("stop the notifier");
     notifier.wait().await.expect("reap");
-    server.abort();
+    rig.server.abort();
 
     let receiver = shared.lock().expect("receiver");
     let posts = &receiver.posts;
@@ -423,17 +449,13 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
 /// posts the approval created after the outage, still the same process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_notifier_waits_out_a_cluster_outage_and_posts_what_comes_after() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let (cluster, submitter) = secure_cluster(dir.path()).await;
-    let (receiver_addr, shared, server) = start_receiver(Receiver::default()).await;
-    let state_dir = dir.path().join("notify-state");
-    let secret = dir.path().join("hmac.secret");
-    std::fs::write(&secret, SECRET).expect("write the secret");
+    let rig = rig(Receiver::default()).await;
+    let Rig { cluster, submitter, shared, state_dir, .. } = &rig;
     let mut expected = BTreeSet::new();
     let mut legal = BTreeSet::new();
-    let mut notifier = spawn_notifier(&cluster, &receiver_addr, &state_dir, &secret, &["--retry-budget-ms", "300"]);
-    create_numbered(&submitter, 1, &mut expected, &mut legal).await;
-    wait_posted(&shared, &expected).await;
+    let mut notifier = rig.spawn(&["--retry-budget-ms", "300"]);
+    create_numbered(submitter, 1, &mut expected, &mut legal).await;
+    wait_posted(shared, &expected).await;
 
     cluster.stop_all(Duration::from_secs(5)).expect("stop every node");
     let log = state_dir.with_file_name("notify.log");
@@ -447,12 +469,65 @@ async fn the_notifier_waits_out_a_cluster_outage_and_posts_what_comes_after() {
         cluster.start_node(id).expect("restart a node");
     }
     cluster.wait_for_leader(WAIT).await.expect("a leader again");
-    create_numbered(&submitter, 2, &mut expected, &mut legal).await;
-    wait_posted(&shared, &expected).await;
+    create_numbered(submitter, 2, &mut expected, &mut legal).await;
+    wait_posted(shared, &expected).await;
     assert!(notifier.try_wait().expect("poll").is_none(), "the same notifier process posted it");
     notifier.start_kill().expect("stop the notifier");
     notifier.wait().await.expect("reap");
-    server.abort();
+    rig.server.abort();
     let posts = shared.lock().expect("receiver").posts.clone();
     assert_eq!(posts.iter().filter(|post| post.answered == Some(200)).count(), 2 * expected.len(), "{posts:#?}");
+}
+
+/// A stored cursor the trail does not hold (here ahead of it, as after a
+/// restore from an older backup; retention dropping the events after it
+/// is refused the same way, `OUT_OF_RANGE`) is never skipped over: the
+/// notifier logs `NOTIFY_CURSOR_DROPPED`, lists the pending approvals again
+/// and posts each marked as a redelivery, then follows new ones unmarked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cursor_outside_the_trail_relists_the_pending_approvals_as_redeliveries() {
+    let rig = rig(Receiver::default()).await;
+    let Rig { submitter, shared, state_dir, .. } = &rig;
+    let mut expected = BTreeSet::new();
+    let mut legal = BTreeSet::new();
+    for number in 1..=2 {
+        create_numbered(submitter, number, &mut expected, &mut legal).await;
+    }
+    let mut notifier = rig.spawn(&[]);
+    wait_posted(shared, &expected).await;
+    notifier.start_kill().expect("stop the notifier");
+    notifier.wait().await.expect("reap");
+
+    // The cursor moved far past the trail's head.
+    let path = state_dir.join("notify-state.json");
+    let mut state: Value = serde_json::from_slice(&std::fs::read(&path).expect("state file")).expect("JSON");
+    assert_eq!(state["inFlight"], Value::Null);
+    state["cursor"] = Value::from(1_000_000_000u64);
+    std::fs::write(&path, serde_json::to_vec(&state).expect("encode")).expect("rewrite the state file");
+
+    let before = shared.lock().expect("receiver").posts.len();
+    let mut notifier = rig.spawn(&[]);
+    let deadline = Instant::now() + WAIT;
+    while shared.lock().expect("receiver").posts.len() < before + 2 * expected.len() {
+        assert!(Instant::now() < deadline, "the pending approvals were not posted again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    create_numbered(submitter, 3, &mut expected, &mut legal).await;
+    wait_posted(shared, &expected).await;
+    notifier.start_kill().expect("stop the notifier");
+    notifier.wait().await.expect("reap");
+    rig.server.abort();
+
+    let posts = shared.lock().expect("receiver").posts.clone();
+    let (relisted, after) = posts[before..].split_at(2 * expected.len() - 2);
+    assert!(relisted.iter().all(|post| post.redelivery && post.answered == Some(200)), "{relisted:#?}");
+    assert_eq!(
+        relisted.iter().filter_map(|post| post.delivery.clone()).collect::<BTreeSet<_>>(),
+        ["apr-001".to_string(), "apr-002".to_string()].into(),
+    );
+    assert!(after.iter().all(|post| !post.redelivery && post.delivery.as_deref() == Some("apr-003")), "{after:#?}");
+    let log = std::fs::read_to_string(state_dir.with_file_name("notify.log")).expect("the notifier's log");
+    assert!(log.contains("NOTIFY_CURSOR_DROPPED") && log.contains("OUT_OF_RANGE"), "{log}");
+    let state: Value = serde_json::from_slice(&std::fs::read(&path).expect("state file")).expect("JSON");
+    assert_eq!(state["counts"]["relisted"], 1);
 }

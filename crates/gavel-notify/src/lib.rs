@@ -201,15 +201,16 @@ impl Notifier {
         self.watch().await
     }
 
-    /// The cursor fell behind retention: the events after it are gone, so
-    /// the pending approvals are listed again and each is posted as a
-    /// redelivery (it may have been posted before the gap). Never a silent
-    /// skip.
+    /// The stored cursor is not in the trail: retention dropped the events
+    /// after it, or it is ahead of the trail (a cluster restored from an
+    /// older backup, a state directory moved to another cluster). The
+    /// pending approvals are listed again and each is posted as a
+    /// redelivery (it may have been posted before). Never a silent skip.
     async fn relist(&mut self, error: &gavel_client::Error) -> Result<(), NotifyError> {
         tracing::error!(
             code = "NOTIFY_CURSOR_DROPPED", cursor = self.state.cursor, %error,
-            "the stored cursor fell behind the trail's retention; listing the pending approvals again \
-             and posting each as a redelivery"
+            "the stored cursor is not in the trail (dropped by retention, or ahead of it); listing the \
+             pending approvals again and posting each as a redelivery"
         );
         let ids = list_pending(&self.client).await?;
         self.state = self.state.relisted(ids);
