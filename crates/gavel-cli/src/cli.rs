@@ -38,7 +38,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum TopCommand {
     /// Run one cluster node.
-    Node(NodeArgs),
+    Node(Box<NodeArgs>),
     /// Run a local three-node cluster as three processes on 127.0.0.1 (the embedded default).
     Dev(DevArgs),
     /// The approver's desk: a web console that calls the cluster as the signed-in person.
@@ -242,6 +242,27 @@ pub struct NodeSecurityArgs {
         value_parser = crate::commands::token::parse_lifetime_max
     )]
     pub token_lifetime_max: Option<std::time::Duration>,
+    /// Accept ID tokens of this OpenID Provider as bearer tokens (its exact
+    /// `iss`; https, or http on loopback only). Its discovery document gives
+    /// the JWKS unless --oidc-jwks does.
+    #[arg(long, env = "GAVEL_OIDC_ISSUER", value_name = "URL", requires = "oidc_audience")]
+    pub oidc_issuer: Option<String>,
+    /// The `aud` the provider's ID tokens must carry: the console's OAuth
+    /// client id.
+    #[arg(long, env = "GAVEL_OIDC_AUDIENCE", value_name = "CLIENT_ID", requires = "oidc_issuer")]
+    pub oidc_audience: Option<String>,
+    /// The provider's JWKS, a file or an http(s) URL, instead of discovery's `jwks_uri`.
+    #[arg(long, env = "GAVEL_OIDC_JWKS", value_name = "FILE_OR_URL", requires = "oidc_issuer")]
+    pub oidc_jwks: Option<String>,
+    /// CA certificates (PEM) to trust for the provider's https; the system's without.
+    #[arg(long, env = "GAVEL_OIDC_CA_FILE", value_name = "FILE", requires = "oidc_issuer")]
+    pub oidc_ca_file: Option<PathBuf>,
+    /// The ID-token claim whose value names the person.
+    #[arg(long, env = "GAVEL_OIDC_PRINCIPAL_CLAIM", default_value = "email")]
+    pub oidc_principal_claim: String,
+    /// Put before the claim's value to make the principal.
+    #[arg(long, env = "GAVEL_OIDC_PRINCIPAL_PREFIX", default_value = "user:")]
+    pub oidc_principal_prefix: String,
     /// The first admin (kind:id, e.g. user:admin), granted once this node
     /// leads a new cluster.
     #[arg(long, env = "GAVEL_BOOTSTRAP_ADMIN", value_name = "PRINCIPAL")]

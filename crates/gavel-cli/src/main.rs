@@ -65,7 +65,7 @@ fn main() -> ExitCode {
 /// Runs the parsed command on `runtime`.
 fn run(cli: Cli, runtime: &tokio::runtime::Runtime) -> ExitCode {
     match cli.command {
-        TopCommand::Node(args) => served(runtime.block_on(run_node(args))),
+        TopCommand::Node(args) => served(runtime.block_on(run_node(*args))),
         TopCommand::Dev(args) => served(runtime.block_on(dev::run(args))),
         TopCommand::Console(args) => served(runtime.block_on(console::run(args))),
         TopCommand::Approval(args) => finish(runtime.block_on(commands::approval::run(args))),

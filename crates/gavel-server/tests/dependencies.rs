@@ -82,6 +82,7 @@ fn library_crates_return_their_own_errors_not_anyhow() {
         "gavel-pki",
         "gavel-bench",
         "gavel-console",
+        "gavel-oidc",
     ] {
         let tree = cargo_tree(library, &["--depth", "1"]);
         assert!(tree.iter().any(|name| name == library), "the tree of {library} is read: {tree:?}");
