@@ -206,6 +206,45 @@ pub struct NodeArgs {
     pub security: NodeSecurityArgs,
 }
 
+/// What `gavel node` and `gavel console` share about an OpenID Provider:
+/// how it is trusted and how a principal is made from its ID tokens (the
+/// two must agree, or the console refuses the sign-in).
+#[derive(Debug, Clone, Default, Args)]
+pub struct OidcPrincipalArgs {
+    /// CA certificates (PEM) to trust for the provider's https; the system's without.
+    #[arg(long, env = "GAVEL_OIDC_CA_FILE", value_name = "FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
+    /// The ID-token claim whose value names the person.
+    #[arg(long, env = "GAVEL_OIDC_PRINCIPAL_CLAIM", default_value = "email")]
+    pub oidc_principal_claim: String,
+    /// Put before the claim's value to make the principal.
+    #[arg(long, env = "GAVEL_OIDC_PRINCIPAL_PREFIX", default_value = "user:")]
+    pub oidc_principal_prefix: String,
+}
+
+impl OidcPrincipalArgs {
+    /// The provider settings for `issuer` and `audience` (the client id),
+    /// with the clock skew Gavel's own tokens are checked with.
+    pub fn provider_settings(
+        &self,
+        issuer: &str,
+        audience: &str,
+        jwks: gavel_oidc::JwksSource,
+    ) -> gavel_oidc::ProviderSettings {
+        gavel_oidc::ProviderSettings {
+            rules: gavel_oidc::TokenRules {
+                issuer: issuer.to_string(),
+                audience: audience.to_string(),
+                principal_claim: self.oidc_principal_claim.clone(),
+                principal_prefix: self.oidc_principal_prefix.clone(),
+                clock_skew_seconds: gavel_pki::limits::TOKEN_CLOCK_SKEW_SECONDS,
+            },
+            jwks,
+            ca_file: self.oidc_ca_file.clone(),
+        }
+    }
+}
+
 /// How `gavel node` secures its port (docs/security.md).
 #[derive(Debug, Clone, Default, Args)]
 pub struct NodeSecurityArgs {
@@ -254,15 +293,9 @@ pub struct NodeSecurityArgs {
     /// The provider's JWKS, a file or an http(s) URL, instead of discovery's `jwks_uri`.
     #[arg(long, env = "GAVEL_OIDC_JWKS", value_name = "FILE_OR_URL", requires = "oidc_issuer")]
     pub oidc_jwks: Option<String>,
-    /// CA certificates (PEM) to trust for the provider's https; the system's without.
-    #[arg(long, env = "GAVEL_OIDC_CA_FILE", value_name = "FILE", requires = "oidc_issuer")]
-    pub oidc_ca_file: Option<PathBuf>,
-    /// The ID-token claim whose value names the person.
-    #[arg(long, env = "GAVEL_OIDC_PRINCIPAL_CLAIM", default_value = "email")]
-    pub oidc_principal_claim: String,
-    /// Put before the claim's value to make the principal.
-    #[arg(long, env = "GAVEL_OIDC_PRINCIPAL_PREFIX", default_value = "user:")]
-    pub oidc_principal_prefix: String,
+    /// The provider's CA, principal claim and prefix.
+    #[command(flatten)]
+    pub oidc: OidcPrincipalArgs,
     /// The first admin (kind:id, e.g. user:admin), granted once this node
     /// leads a new cluster.
     #[arg(long, env = "GAVEL_BOOTSTRAP_ADMIN", value_name = "PRINCIPAL")]

@@ -80,24 +80,14 @@ fn oidc(args: &NodeSecurityArgs) -> Result<Option<gavel_oidc::ProviderSettings>,
     let (Some(issuer), Some(audience)) = (&args.oidc_issuer, &args.oidc_audience) else {
         return Ok(None);
     };
-    if let Some(file) = &args.oidc_ca_file {
+    if let Some(file) = &args.oidc.oidc_ca_file {
         readable("--oidc-ca-file", file)?;
     }
     let jwks = gavel_oidc::JwksSource::from_flag(args.oidc_jwks.as_deref());
     if let gavel_oidc::JwksSource::File(file) = &jwks {
         readable("--oidc-jwks", file)?;
     }
-    Ok(Some(gavel_oidc::ProviderSettings {
-        rules: gavel_oidc::TokenRules {
-            issuer: issuer.clone(),
-            audience: audience.clone(),
-            principal_claim: args.oidc_principal_claim.clone(),
-            principal_prefix: args.oidc_principal_prefix.clone(),
-            clock_skew_seconds: gavel_pki::limits::TOKEN_CLOCK_SKEW_SECONDS,
-        },
-        jwks,
-        ca_file: args.oidc_ca_file.clone(),
-    }))
+    Ok(Some(args.oidc.provider_settings(issuer, audience, jwks)))
 }
 
 fn bootstrap_admin(args: &NodeSecurityArgs) -> Result<Option<Principal>, NodeUsageError> {
@@ -146,8 +136,11 @@ mod tests {
     fn args() -> NodeSecurityArgs {
         NodeSecurityArgs {
             token_audience: "gavel".to_string(),
-            oidc_principal_claim: "email".to_string(),
-            oidc_principal_prefix: "user:".to_string(),
+            oidc: crate::cli::OidcPrincipalArgs {
+                oidc_ca_file: None,
+                oidc_principal_claim: "email".to_string(),
+                oidc_principal_prefix: "user:".to_string(),
+            },
             ..NodeSecurityArgs::default()
         }
     }

@@ -39,3 +39,9 @@ pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// skipped unless they are at most this old: a fresh stream notifies about
 /// what happens from now on, not the whole history.
 pub const STREAM_REPLAY_WINDOW: Duration = Duration::from_secs(2);
+/// How long a sign-in may stay at the provider (login and consent pages)
+/// before its callback is refused: minutes of typing, not a day.
+pub const SIGN_IN_PENDING_TTL: Duration = Duration::from_secs(10 * 60);
+/// Sign-ins at the provider at once: each holds a state, nonce and PKCE
+/// verifier in memory, so a flood of `/oidc/start` stays bounded.
+pub const SIGN_INS_PENDING_MAX: usize = 10_000;

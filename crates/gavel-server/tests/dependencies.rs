@@ -95,10 +95,23 @@ fn library_crates_return_their_own_errors_not_anyhow() {
 #[test]
 fn the_console_reaches_the_cluster_through_the_sdk_only() {
     // The console holds no power of its own: no node, Raft, state machine or
-    // signing-key crate, only the SDK it calls the cluster with.
+    // signing-key crate, only the SDK it calls the cluster with and the
+    // ID-token verification it shares with the nodes.
     let tree = dependency_tree("gavel-console");
-    assert!(tree.iter().any(|name| name == "gavel-client"), "the tree is read: {tree:?}");
+    for expected in ["gavel-client", "gavel-oidc"] {
+        assert!(tree.iter().any(|name| name == expected), "the tree is read: {tree:?}");
+    }
     for forbidden in ["gavel-server", "gavel-raft", "gavel-core", "gavel-pki", "openraft"] {
         assert!(!tree.iter().any(|name| name == forbidden), "gavel-console depends on {forbidden}");
     }
+}
+
+#[test]
+fn the_oidc_verifier_depends_on_none_of_gavel_s_crates() {
+    // Shared by the node and the console, it must not bring either's
+    // dependencies to the other.
+    let tree = dependency_tree("gavel-oidc");
+    assert!(tree.iter().any(|name| name == "jsonwebtoken"), "the tree is read: {tree:?}");
+    let ours: Vec<&String> = tree.iter().filter(|name| name.starts_with("gavel-") && *name != "gavel-oidc").collect();
+    assert!(ours.is_empty(), "gavel-oidc depends on {ours:?}");
 }
