@@ -63,7 +63,11 @@ pub struct Discovery {
 struct Cache {
     discovery: Option<Discovery>,
     keys: Arc<KeySet>,
+    /// When the keys were last fetched, or a fetch last failed.
     fetched_at: Option<Instant>,
+    /// Why the last fetch failed, until one succeeds: what a token that
+    /// needs a fetch is told while the next one is not yet allowed.
+    failure: Option<OidcError>,
 }
 
 /// One provider: verifies its ID tokens, fetching what it needs lazily, so
@@ -151,40 +155,55 @@ impl Provider {
     /// another caller's refresh already brought the `kid`).
     async fn refresh(&self, kid: Option<&str>) -> Result<Arc<KeySet>, OidcError> {
         let _one_at_a_time = self.refreshing.lock().await;
-        let (keys, fetched_at) = {
+        let (keys, fetched_at, failure) = {
             let cache = self.read_cache();
-            (cache.keys.clone(), cache.fetched_at)
+            (cache.keys.clone(), cache.fetched_at, cache.failure.clone())
         };
         let satisfied = kid.map_or(!keys.is_empty(), |kid| keys.has_kid(kid));
-        if satisfied || !refresh_allowed(fetched_at, Instant::now()) {
+        if satisfied {
             return Ok(keys);
         }
-        let body = match &self.settings.jwks {
+        if !refresh_allowed(fetched_at, Instant::now()) {
+            return match failure {
+                Some(failure) => Err(failure),
+                None => Ok(keys),
+            };
+        }
+        match self.fetch_key_set().await {
+            Ok(keys) => {
+                let keys = Arc::new(keys);
+                let mut cache = self.write_cache();
+                cache.keys = keys.clone();
+                cache.fetched_at = Some(Instant::now());
+                cache.failure = None;
+                Ok(keys)
+            }
+            Err(failure) => {
+                // A failed fetch counts against the rate too: a provider
+                // that is down is not asked again on every token, and no
+                // call waits out another timeout before the interval ends.
+                let mut cache = self.write_cache();
+                cache.fetched_at = Some(Instant::now());
+                cache.failure = Some(failure.clone());
+                Err(failure)
+            }
+        }
+    }
+
+    /// The provider's current key set, from its source.
+    async fn fetch_key_set(&self) -> Result<KeySet, OidcError> {
+        let body: bytes::Bytes = match &self.settings.jwks {
             JwksSource::File(path) => tokio::fs::read(path)
                 .await
                 .map_err(|error| OidcError::Provider(format!("reading {}: {error}", path.display())))?
                 .into(),
-            JwksSource::Url(url) => self.fetch_keys(url).await?,
+            JwksSource::Url(url) => self.http.get(url).await?,
             JwksSource::Discovery => {
                 let url = self.discovery().await?.jwks_uri;
-                self.fetch_keys(&url).await?
+                self.http.get(&url).await?
             }
         };
-        let keys = Arc::new(KeySet::from_jwks(&body)?);
-        let mut cache = self.write_cache();
-        cache.keys = keys.clone();
-        cache.fetched_at = Some(Instant::now());
-        Ok(keys)
-    }
-
-    async fn fetch_keys(&self, url: &str) -> Result<bytes::Bytes, OidcError> {
-        let result = self.http.get(url).await;
-        if result.is_err() {
-            // A failed fetch counts against the rate too: a provider that is
-            // down is not asked again on every token.
-            self.write_cache().fetched_at = Some(Instant::now());
-        }
-        result
+        KeySet::from_jwks(&body)
     }
 
     fn read_cache(&self) -> std::sync::RwLockReadGuard<'_, Cache> {

@@ -249,6 +249,9 @@ async fn an_unreachable_provider_refuses_tokens_with_a_clear_code() {
     let token = sign(Algorithm::EdDSA, &with(json!({"iss": issuer})));
     let refusal = provider.verify(&token, NOW, None).await.expect_err("no provider");
     assert_eq!(refusal.code(), "OIDC_PROVIDER_UNAVAILABLE");
+    // Within the refresh interval the failure is remembered, not retried.
+    let again = provider.verify(&token, NOW, None).await.expect_err("still no provider");
+    assert_eq!(again, refusal);
 }
 
 #[test]
