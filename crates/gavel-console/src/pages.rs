@@ -834,6 +834,56 @@ mod tests {
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     }
 
+    /// A console signing in with a provider that is not there (port 1 of
+    /// loopback): whatever it refuses below, it refuses without it.
+    fn oidc_console() -> Router {
+        let settings = gavel_oidc::ProviderSettings {
+            rules: gavel_oidc::TokenRules {
+                issuer: "http://127.0.0.1:1".to_string(),
+                audience: "gavel-console".to_string(),
+                principal_claim: "email".to_string(),
+                principal_prefix: "user:".to_string(),
+                clock_skew_seconds: 30,
+            },
+            jwks: gavel_oidc::JwksSource::Discovery,
+            ca_file: None,
+        };
+        let provider = Arc::new(gavel_oidc::Provider::new(settings).expect("provider settings"));
+        let oidc = crate::OidcSignIn { provider, client_id: "gavel-console".to_string(), client_secret: None };
+        let config = ConsoleConfig {
+            endpoints: vec!["127.0.0.1:1".into()],
+            tls: None,
+            origin: ORIGIN.into(),
+            dev_sign_in: None,
+            oidc: Some(oidc),
+        };
+        router(config).expect("the templates parse")
+    }
+
+    #[tokio::test]
+    async fn openid_sign_in_refuses_a_foreign_or_unknown_state_and_says_when_it_is_off() {
+        let (status, _, page) = send(oidc_console(), get("/signin")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(page.contains("href=\"/oidc/start\"") && !page.contains("Development sign-in"), "{page}");
+        let (status, _, page) = send(console(false), get("/oidc/start")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(page.contains("OIDC_SIGN_IN_DISABLED"), "{page}");
+        // No state cookie (another browser), or one naming no pending sign-in.
+        let mut with_cookie = get("/oidc/callback?code=c&state=s1");
+        with_cookie.headers_mut().insert(header::COOKIE, "gavel_oidc_state=s1".parse().expect("a header"));
+        for request in [get("/oidc/callback?code=c&state=s1"), with_cookie, get("/oidc/callback?code=c")] {
+            let (status, headers, page) = send(oidc_console(), request).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST);
+            assert!(page.contains("OIDC_STATE_INVALID"), "{page}");
+            let cleared = headers.get(header::SET_COOKIE).expect("the state cookie is cleared");
+            assert!(cleared.to_str().expect("text").starts_with("gavel_oidc_state=;"), "{cleared:?}");
+        }
+        // The provider is down: a clear code, no redirect.
+        let (status, _, page) = send(oidc_console(), get("/oidc/start")).await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert!(page.contains("OIDC_PROVIDER_UNAVAILABLE"), "{page}");
+    }
+
     #[test]
     fn status_names_are_short() {
         assert_eq!(status_name(pb::ApprovalStatus::Pending as i32), "pending");
