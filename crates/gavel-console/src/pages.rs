@@ -321,33 +321,40 @@ where
 
 async fn inbox(State(app): Shared, headers: HeaderMap, Query(query): Query<LiveQuery>) -> Response {
     with_session(app, headers, |app, session| async move {
-        let mut pending = Vec::new();
+        let page = query.page.unwrap_or(0);
+        // This page's rows and one more, which says whether an older page exists.
+        let wanted = (page + 1).saturating_mul(PAGE_SIZE).saturating_add(1);
         let mut request = pb::ListApprovalsRequest {
             status: Some(pb::ApprovalStatus::Pending as i32),
             limit: LIST_PAGE_LIMIT,
+            newest_first: true,
             ..pb::ListApprovalsRequest::default()
         };
-        let mut truncated = false;
+        let (mut decidable, mut read) = (Vec::new(), 0usize);
+        let (mut complete, mut truncated) = (false, false);
         loop {
-            let page = session.client.list_approvals(request.clone()).await?;
-            pending.extend(page.approvals);
-            if page.next_page_token.is_empty() {
+            let listed = session.client.list_approvals(request.clone()).await?;
+            read += listed.approvals.len();
+            // The inbox is what the person may decide: not their own requests.
+            decidable
+                .extend(listed.approvals.into_iter().filter(|approval| refusal_reason(&session, approval).is_none()));
+            if listed.next_page_token.is_empty() {
+                complete = true;
                 break;
             }
-            if pending.len() >= INBOX_SCAN_MAX {
+            if decidable.len() >= wanted {
+                break;
+            }
+            if read >= INBOX_SCAN_MAX {
                 truncated = true;
                 break;
             }
-            request.page_token = page.next_page_token;
+            request.page_token = listed.next_page_token;
         }
-        // The inbox is what the person may decide: not their own requests.
-        pending.retain(|approval| refusal_reason(&session, approval).is_none());
-        pending.sort_by(|left, right| (right.requested_at_ms, &right.id).cmp(&(left.requested_at_ms, &left.id)));
-        let total = pending.len();
-        let page = query.page.unwrap_or(0);
         let rows: Vec<Value> =
-            pending.iter().skip(page.saturating_mul(PAGE_SIZE)).take(PAGE_SIZE).map(approval_view).collect();
-        let more = total > (page + 1).saturating_mul(PAGE_SIZE);
+            decidable.iter().skip(page.saturating_mul(PAGE_SIZE)).take(PAGE_SIZE).map(approval_view).collect();
+        let more = decidable.len() > (page + 1).saturating_mul(PAGE_SIZE);
+        let total = complete.then_some(decidable.len());
         app.render(
             "inbox.html",
             query.live_only(),
