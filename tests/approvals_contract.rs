@@ -528,6 +528,26 @@ async fn list_filters_compose_and_pages_follow_requested_at_then_id(cluster: &Cl
     assert_eq!(pages.concat(), ["lst-c", "lst-a", "lst-b", "lst-d"], "pages: {pages:?}");
     assert_eq!(pages[0], ["lst-c", "lst-a"]);
     assert_eq!(pages[1], ["lst-b", "lst-d"]);
+
+    // Newest first, in pages of three through the follower: the same list reversed.
+    let mut newest = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let request = pb::ListApprovalsRequest {
+            limit: 3,
+            newest_first: true,
+            page_token: page_token.clone(),
+            ..query(None, Some("list.cap"), None)
+        };
+        let page = list(cluster, nodes.follower, request).await;
+        newest.push(page.approvals.iter().map(|approval| approval.id.clone()).collect::<Vec<_>>());
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        assert!(newest.len() < 10, "pagination terminates");
+        page_token = page.next_page_token;
+    }
+    assert_eq!(newest, [vec!["lst-d", "lst-b", "lst-a"], vec!["lst-c"]]);
 }
 
 async fn cancel_withdraws_only_a_pending_approval(cluster: &Cluster, nodes: &Nodes) {

@@ -7,7 +7,10 @@
 //! of [`PRINCIPALS`] (one per grant, a second worker that does not hold the
 //! lease, one with no grants, and one holding two grants whose token's
 //! `roles` keep only one), once with a client certificate and once with a
-//! bearer token. A call the table allows must not be refused with
+//! bearer token; the approver also with an OpenID Connect ID token (the nodes
+//! run with `--oidc-issuer` and a JWKS file of gavel-oidc's test keys, so no
+//! provider process is needed: the token names `user:approver` by its
+//! `email` claim and must get exactly the certificate's verdicts). A call the table allows must not be refused with
 //! `PERMISSION_DENIED` / `UNAUTHENTICATED`, and the fixtures make it really
 //! succeed; a call it refuses must be `PERMISSION_DENIED`, and a refused
 //! mutation must leave no trace: the leader's applied index does not move
@@ -236,6 +239,8 @@ struct Who {
     /// Whether it calls with a token too (the ownership callers call with
     /// a certificate only, to keep the matrix short).
     with_token: bool,
+    /// Whether it calls with an OpenID Connect ID token too.
+    with_oidc: bool,
 }
 
 const PRINCIPALS: &[Who] = &[
@@ -243,7 +248,7 @@ const PRINCIPALS: &[Who] = &[
     // what its other grants show it.
     who("admin", ADMIN, &[Admin, Submitter], false, None),
     who("submitter", OWNER, &[Submitter], false, None),
-    who("approver", "user:approver", &[Approver], false, None),
+    Who { with_oidc: true, ..who("approver", "user:approver", &[Approver], false, None) },
     who("worker", "worker:w1", &[Worker], true, None),
     who("worker2", "worker:w2", &[Worker], false, None),
     who("auditor", "user:auditor", &[Auditor], false, None),
@@ -262,7 +267,7 @@ const fn who(
     lease_holder: bool,
     token_roles: Option<&'static [GrantName]>,
 ) -> Who {
-    Who { role, principal, grants, lease_holder, token_roles, approver_scope: &[], with_token: true }
+    Who { role, principal, grants, lease_holder, token_roles, approver_scope: &[], with_token: true, with_oidc: false }
 }
 
 impl Allowed {
@@ -302,6 +307,8 @@ impl Allowed {
 enum Credential {
     Certificate,
     Token,
+    /// An ID token of the test OpenID Provider (it carries no Gavel roles).
+    OidcToken,
 }
 
 /// Adds `authorization: Bearer <token>` to every call when it has one.
@@ -332,6 +339,7 @@ impl Caller {
         let how = match self.credential {
             Credential::Certificate => "cert",
             Credential::Token => "token",
+            Credential::OidcToken => "oidc",
         };
         format!("{}/{how}", self.who.role)
     }
@@ -1037,6 +1045,7 @@ async fn world(root: &std::path::Path) -> World {
     spec.security = Security::secure(Principal::parse(ADMIN).expect("a principal"));
     spec.start_timeout = WAIT;
     spec.status_timeout = Duration::from_secs(5);
+    spec.args.extend(oidc_node_flags());
     let mut cluster = gavel_testkit::Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
     let mut joiners = BTreeMap::new();
     for credential in [Credential::Certificate, Credential::Token] {
@@ -1049,14 +1058,20 @@ async fn world(root: &std::path::Path) -> World {
     let mut callers = Vec::new();
     for who in PRINCIPALS {
         let principal = Principal::parse(who.principal).expect("a principal");
-        let credentials: &[Credential] =
-            if who.with_token { &[Credential::Certificate, Credential::Token] } else { &[Credential::Certificate] };
-        for &credential in credentials {
+        let mut credentials = vec![Credential::Certificate];
+        credentials.extend(who.with_token.then_some(Credential::Token));
+        credentials.extend(who.with_oidc.then_some(Credential::OidcToken));
+        for credential in credentials {
             let (tls, bearer): (ClientTls, _) = match credential {
                 Credential::Certificate => (cluster.credentials(&principal).expect("a client certificate"), None),
                 Credential::Token => {
                     let token = cluster.token(&principal, who.token_roles).expect("a token");
                     let value = MetadataValue::try_from(format!("Bearer {token}")).expect("a header value");
+                    (cluster.ca_only().expect("the CA"), Some(value))
+                }
+                Credential::OidcToken => {
+                    let value = MetadataValue::try_from(format!("Bearer {}", oidc_id_token(&principal)))
+                        .expect("a header value");
                     (cluster.ca_only().expect("the CA"), Some(value))
                 }
             };
@@ -1109,6 +1124,36 @@ async fn world(root: &std::path::Path) -> World {
     world.approval_id = world.pending_approval().await;
     world.execution_id = world.approved_execution().await;
     world
+}
+
+/// The test OpenID Provider the nodes accept ID tokens of: never reached,
+/// its keys are gavel-oidc's fixtures.
+const OIDC_ISSUER: &str = "https://id.example.test";
+/// The console's client id: the audience of the provider's ID tokens.
+const OIDC_AUDIENCE: &str = "gavel-console";
+const OIDC_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/gavel-oidc/tests/fixtures");
+
+fn oidc_node_flags() -> Vec<String> {
+    vec![
+        format!("--oidc-issuer={OIDC_ISSUER}"),
+        format!("--oidc-audience={OIDC_AUDIENCE}"),
+        format!("--oidc-jwks={OIDC_FIXTURES}/jwks.json"),
+        "--oidc-principal-claim=email".to_string(),
+        format!("--oidc-principal-prefix={}:", "user"),
+    ]
+}
+
+/// An RS256 ID token of the test provider whose `email` claim is the id of
+/// `principal` (a `user:`), valid for an hour.
+fn oidc_id_token(principal: &Principal) -> String {
+    let key = std::fs::read(format!("{OIDC_FIXTURES}/rsa.pem")).expect("the fixture RSA key");
+    let key = jsonwebtoken::EncodingKey::from_rsa_pem(&key).expect("an RSA key");
+    let now = gavel_pki::unix_seconds();
+    let claims = serde_json::json!({"iss": OIDC_ISSUER, "aud": OIDC_AUDIENCE, "sub": principal.id,
+        "email": principal.id, "iat": now, "exp": now + 3600});
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some("rsa-1".to_string());
+    jsonwebtoken::encode(&header, &claims, &key).expect("sign an ID token")
 }
 
 /// Health answers without credentials on every node; a public call without

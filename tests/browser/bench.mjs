@@ -52,6 +52,9 @@ try {
   const capability = join(cluster.dataDir, "refund.toml");
   writeFileSync(capability, cluster.capabilityFile().replace('type = "human"', 'type = "finance"'));
   await cluster.gavel(["capability", "register", capability]);
+  // The fill submits as the dev admin (acting for alice): past the default
+  // quota of 10,000 pending approvals per principal without this.
+  await cluster.gavel(["access", "quota", "set", "user:admin", "--pending-approvals", String(PENDING + 2 * UPDATES + 100)]);
   await new Promise((resolveWait) => setTimeout(resolveWait, 500));
   const rssStarted = rssMiB(consoleProcess.pid);
 

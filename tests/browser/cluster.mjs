@@ -36,13 +36,26 @@ async function freeBasePort() {
   throw new Error("no free loopback ports for the test cluster");
 }
 
+/** A free loopback port (the OS picks; it may be taken again, rarely). */
+export function freePort() {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address();
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
 export class DevCluster {
-  static async start() {
+  /** Starts `gavel dev`; `env` reaches its nodes too (e.g. GAVEL_OIDC_ISSUER). */
+  static async start(extraEnv = {}) {
     const dataDir = mkdtempSync(join(tmpdir(), "gavel-browser-test-"));
     const base = await freeBasePort();
     const dev = spawn(gavelBin, ["dev", "--base-port", String(base), "--data-dir", join(dataDir, "dev")], {
       stdio: ["ignore", "pipe", "pipe"],
-      env: { ...process.env, RUST_LOG: "warn" },
+      env: { ...process.env, ...extraEnv, RUST_LOG: "warn" },
     });
     let output = "";
     const ready = await new Promise((resolveReady, reject) => {

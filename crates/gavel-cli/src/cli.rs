@@ -38,7 +38,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum TopCommand {
     /// Run one cluster node.
-    Node(NodeArgs),
+    Node(Box<NodeArgs>),
     /// Run a local three-node cluster as three processes on 127.0.0.1 (the embedded default).
     Dev(DevArgs),
     /// The approver's desk: a web console that calls the cluster as the signed-in person.
@@ -208,6 +208,45 @@ pub struct NodeArgs {
     pub security: NodeSecurityArgs,
 }
 
+/// What `gavel node` and `gavel console` share about an OpenID Provider:
+/// how it is trusted and how a principal is made from its ID tokens (the
+/// two must agree, or the console refuses the sign-in).
+#[derive(Debug, Clone, Default, Args)]
+pub struct OidcPrincipalArgs {
+    /// CA certificates (PEM) to trust for the provider's https; the system's without.
+    #[arg(long, env = "GAVEL_OIDC_CA_FILE", value_name = "FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
+    /// The ID-token claim whose value names the person.
+    #[arg(long, env = "GAVEL_OIDC_PRINCIPAL_CLAIM", default_value = "email")]
+    pub oidc_principal_claim: String,
+    /// Put before the claim's value to make the principal.
+    #[arg(long, env = "GAVEL_OIDC_PRINCIPAL_PREFIX", default_value = "user:")]
+    pub oidc_principal_prefix: String,
+}
+
+impl OidcPrincipalArgs {
+    /// The provider settings for `issuer` and `audience` (the client id),
+    /// with the clock skew Gavel's own tokens are checked with.
+    pub fn provider_settings(
+        &self,
+        issuer: &str,
+        audience: &str,
+        jwks: gavel_oidc::JwksSource,
+    ) -> gavel_oidc::ProviderSettings {
+        gavel_oidc::ProviderSettings {
+            rules: gavel_oidc::TokenRules {
+                issuer: issuer.to_string(),
+                audience: audience.to_string(),
+                principal_claim: self.oidc_principal_claim.clone(),
+                principal_prefix: self.oidc_principal_prefix.clone(),
+                clock_skew_seconds: gavel_pki::limits::TOKEN_CLOCK_SKEW_SECONDS,
+            },
+            jwks,
+            ca_file: self.oidc_ca_file.clone(),
+        }
+    }
+}
+
 /// How `gavel node` secures its port (docs/security.md).
 #[derive(Debug, Clone, Default, Args)]
 pub struct NodeSecurityArgs {
@@ -244,6 +283,21 @@ pub struct NodeSecurityArgs {
         value_parser = crate::commands::token::parse_lifetime_max
     )]
     pub token_lifetime_max: Option<std::time::Duration>,
+    /// Accept ID tokens of this OpenID Provider as bearer tokens (its exact
+    /// `iss`; https, or http on loopback only). Its discovery document gives
+    /// the JWKS unless --oidc-jwks does.
+    #[arg(long, env = "GAVEL_OIDC_ISSUER", value_name = "URL", requires = "oidc_audience")]
+    pub oidc_issuer: Option<String>,
+    /// The `aud` the provider's ID tokens must carry: the console's OAuth
+    /// client id.
+    #[arg(long, env = "GAVEL_OIDC_AUDIENCE", value_name = "CLIENT_ID", requires = "oidc_issuer")]
+    pub oidc_audience: Option<String>,
+    /// The provider's JWKS, a file or an http(s) URL, instead of discovery's `jwks_uri`.
+    #[arg(long, env = "GAVEL_OIDC_JWKS", value_name = "FILE_OR_URL", requires = "oidc_issuer")]
+    pub oidc_jwks: Option<String>,
+    /// The provider's CA, principal claim and prefix.
+    #[command(flatten)]
+    pub oidc: OidcPrincipalArgs,
     /// The first admin (kind:id, e.g. user:admin), granted once this node
     /// leads a new cluster.
     #[arg(long, env = "GAVEL_BOOTSTRAP_ADMIN", value_name = "PRINCIPAL")]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use gavel_client::ClientTls;
-use gavel_console::{ConsoleConfig, DevSignIn};
+use gavel_console::{ConsoleConfig, DevSignIn, OidcSignIn};
 use gavel_pki::{Principal, TokenClaims, TokenKey, DEFAULT_AUDIENCE};
 
 /// `gavel console`.
@@ -37,6 +37,45 @@ pub struct ConsoleArgs {
     /// Personas offered by the development sign-in, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "user:bob-finance,user:carol,user:alice")]
     pub dev_personas: Vec<String>,
+    /// Sign people in with this OpenID Provider (its exact issuer; https,
+    /// or http on loopback only): authorization code with PKCE. Give the
+    /// nodes the same issuer with `--oidc-audience` = the client id.
+    #[arg(
+        long,
+        env = "GAVEL_OIDC_ISSUER",
+        value_name = "URL",
+        requires = "oidc_client_id",
+        conflicts_with = "dev_sign_in_key"
+    )]
+    pub oidc_issuer: Option<String>,
+    /// The console's OAuth client id at the provider.
+    #[arg(long, env = "GAVEL_OIDC_CLIENT_ID", value_name = "ID", requires = "oidc_issuer")]
+    pub oidc_client_id: Option<String>,
+    /// A file holding the client secret, for a confidential client; without
+    /// it the console is a public client (PKCE only).
+    #[arg(long, env = "GAVEL_OIDC_CLIENT_SECRET_FILE", value_name = "FILE", requires = "oidc_issuer")]
+    pub oidc_client_secret_file: Option<PathBuf>,
+    /// The provider's CA, principal claim and prefix (the nodes' own).
+    #[command(flatten)]
+    pub oidc: crate::cli::OidcPrincipalArgs,
+}
+
+/// The OpenID Connect sign-in of `--oidc-*`, when given.
+fn oidc_sign_in(args: &ConsoleArgs) -> anyhow::Result<Option<OidcSignIn>> {
+    let (Some(issuer), Some(client_id)) = (&args.oidc_issuer, &args.oidc_client_id) else {
+        return Ok(None);
+    };
+    let client_secret = match &args.oidc_client_secret_file {
+        None => None,
+        Some(path) => {
+            let secret = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the client secret {}", path.display()))?;
+            Some(secret.trim_end().to_string()).filter(|secret| !secret.is_empty())
+        }
+    };
+    let settings = args.oidc.provider_settings(issuer, client_id, gavel_oidc::JwksSource::Discovery);
+    let provider = gavel_oidc::Provider::new(settings).context("--oidc-issuer")?;
+    Ok(Some(OidcSignIn { provider: Arc::new(provider), client_id: client_id.clone(), client_secret }))
 }
 
 /// A development sign-in that mints tokens with the key at `key_path`.
@@ -63,6 +102,7 @@ pub fn config(args: &ConsoleArgs, listen: SocketAddr) -> anyhow::Result<ConsoleC
         tls: Some(ClientTls { ca_pem, identity: None }),
         origin: args.public_url.clone().unwrap_or_else(|| format!("http://{listen}")).trim_end_matches('/').to_string(),
         dev_sign_in,
+        oidc: oidc_sign_in(args)?,
     })
 }
 
@@ -74,6 +114,15 @@ pub async fn run(args: ConsoleArgs) -> anyhow::Result<()> {
     let config = config(&args, listen)?;
     if config.dev_sign_in.is_some() {
         println!("gavel console: DEVELOPMENT sign-in is on: anyone who reaches it may sign in as anyone");
+    }
+    if let Some(oidc) = &config.oidc {
+        println!(
+            "gavel console: sign-in with {} as client {}; register the redirect URI {}{}",
+            oidc.provider.rules().issuer,
+            oidc.client_id,
+            config.origin,
+            gavel_console::CALLBACK_PATH
+        );
     }
     println!("gavel console: {}", config.origin);
     gavel_console::serve(listener, config, shutdown_signal()).await.context("serving the console")

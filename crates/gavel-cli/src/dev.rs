@@ -181,6 +181,7 @@ async fn start_console(cluster: &Cluster, certs: &gavel_pki::CertsDir, port: u16
         tls: Some(gavel_client::ClientTls { ca_pem: std::fs::read_to_string(certs.ca_cert())?, identity: None }),
         origin: origin.clone(),
         dev_sign_in: Some(crate::console::dev_sign_in(&certs.token_key(), personas)?),
+        oidc: None,
     };
     tokio::spawn(async move {
         if let Err(error) = gavel_console::serve(listener, config, std::future::pending()).await {

@@ -72,7 +72,7 @@ fn main() -> ExitCode {
 /// Runs the parsed command on `runtime`.
 fn run(cli: Cli, runtime: &tokio::runtime::Runtime) -> ExitCode {
     match cli.command {
-        TopCommand::Node(args) => served(runtime.block_on(run_node(args))),
+        TopCommand::Node(args) => served(runtime.block_on(run_node(*args))),
         TopCommand::Dev(args) => served(runtime.block_on(dev::run(args))),
         TopCommand::Console(args) => served(runtime.block_on(console::run(args))),
         TopCommand::Notify(args) => served(runtime.block_on(notify::run(args))),

@@ -25,12 +25,12 @@ fn usage<T>(message: impl Into<String>) -> Result<T, NodeUsageError> {
 pub fn node_security(id: u64, args: &NodeSecurityArgs) -> Result<Security, NodeUsageError> {
     let explicit = [&args.tls_ca, &args.tls_cert, &args.tls_key];
     let any_explicit = explicit.iter().any(|file| file.is_some());
-    let wants_tokens = !args.token_keys.is_empty() || args.token_hs256_secret.is_some();
+    let wants_tokens = !args.token_keys.is_empty() || args.token_hs256_secret.is_some() || args.oidc_issuer.is_some();
     if args.insecure {
         if args.certs_dir.is_some() || any_explicit || wants_tokens {
             return usage(
-                "--insecure runs plaintext without authentication: drop --certs-dir, --tls-*, --token-key and \
-                 --token-hs256-secret, or drop --insecure",
+                "--insecure runs plaintext without authentication: drop --certs-dir, --tls-*, --token-key, \
+                 --token-hs256-secret and --oidc-*, or drop --insecure",
             );
         }
         return Ok(Security { bootstrap_admin: bootstrap_admin(args)?, ..Security::insecure() });
@@ -71,7 +71,23 @@ pub fn node_security(id: u64, args: &NodeSecurityArgs) -> Result<Security, NodeU
         hs256_secret: args.token_hs256_secret.clone(),
         lifetime_max: args.token_lifetime_max.unwrap_or(TOKEN_LIFETIME_MAX_DEFAULT),
     });
-    Ok(Security { tls: Some(tls), tokens, bootstrap_admin: bootstrap_admin(args)? })
+    Ok(Security { tls: Some(tls), tokens, oidc: oidc(args)?, bootstrap_admin: bootstrap_admin(args)? })
+}
+
+/// The OpenID Provider settings of `--oidc-*`, with the clock skew Gavel's
+/// own tokens are checked with.
+fn oidc(args: &NodeSecurityArgs) -> Result<Option<gavel_oidc::ProviderSettings>, NodeUsageError> {
+    let (Some(issuer), Some(audience)) = (&args.oidc_issuer, &args.oidc_audience) else {
+        return Ok(None);
+    };
+    if let Some(file) = &args.oidc.oidc_ca_file {
+        readable("--oidc-ca-file", file)?;
+    }
+    let jwks = gavel_oidc::JwksSource::from_flag(args.oidc_jwks.as_deref());
+    if let gavel_oidc::JwksSource::File(file) = &jwks {
+        readable("--oidc-jwks", file)?;
+    }
+    Ok(Some(args.oidc.provider_settings(issuer, audience, jwks)))
 }
 
 fn bootstrap_admin(args: &NodeSecurityArgs) -> Result<Option<Principal>, NodeUsageError> {
@@ -97,7 +113,10 @@ pub fn describe(security: &Security) -> String {
         None => "plaintext (--insecure)".to_string(),
         Some(tls) => {
             let tokens = security.tokens.as_ref().map_or(0, |tokens| tokens.public_keys.len());
-            format!("TLS with {} (CA {}), {tokens} token key(s)", display(&tls.cert), display(&tls.ca))
+            let oidc = security.oidc.as_ref().map_or(String::new(), |oidc| {
+                format!(", ID tokens of {} for {}", oidc.rules.issuer, oidc.rules.audience)
+            });
+            format!("TLS with {} (CA {}), {tokens} token key(s){oidc}", display(&tls.cert), display(&tls.ca))
         }
     }
 }
@@ -115,7 +134,41 @@ mod tests {
     use super::*;
 
     fn args() -> NodeSecurityArgs {
-        NodeSecurityArgs { token_audience: "gavel".to_string(), ..NodeSecurityArgs::default() }
+        NodeSecurityArgs {
+            token_audience: "gavel".to_string(),
+            oidc: crate::cli::OidcPrincipalArgs {
+                oidc_ca_file: None,
+                oidc_principal_claim: "email".to_string(),
+                oidc_principal_prefix: "user:".to_string(),
+            },
+            ..NodeSecurityArgs::default()
+        }
+    }
+
+    #[test]
+    fn oidc_flags_reach_the_node_with_gavel_s_clock_skew_and_need_tls() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let admin = Principal::parse("user:root").expect("a principal");
+        create_dev_material(dir.path(), &[DevNode { id: 1, hosts: vec![] }], &admin).expect("material");
+        let with_oidc = NodeSecurityArgs {
+            certs_dir: Some(dir.path().to_path_buf()),
+            oidc_issuer: Some("https://id.example.com".to_string()),
+            oidc_audience: Some("gavel-console".to_string()),
+            ..args()
+        };
+        let oidc = node_security(1, &with_oidc).expect("secure").oidc.expect("oidc");
+        assert_eq!(oidc.rules.audience, "gavel-console");
+        assert_eq!(oidc.rules.clock_skew_seconds, gavel_pki::limits::TOKEN_CLOCK_SKEW_SECONDS);
+        assert_eq!(oidc.jwks, gavel_oidc::JwksSource::Discovery);
+        let missing_jwks = NodeSecurityArgs { oidc_jwks: Some("/nonexistent/jwks.json".to_string()), ..with_oidc };
+        assert!(node_security(1, &missing_jwks).expect_err("no file").0.contains("--oidc-jwks"));
+        let insecure = NodeSecurityArgs {
+            insecure: true,
+            oidc_issuer: Some("http://127.0.0.1:9".to_string()),
+            oidc_audience: Some("c".to_string()),
+            ..args()
+        };
+        assert!(node_security(1, &insecure).expect_err("insecure").0.contains("--oidc-*"));
     }
 
     #[test]

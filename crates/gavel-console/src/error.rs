@@ -29,6 +29,26 @@ pub enum ConsoleError {
     /// Development sign-in was asked for on a console that has none.
     #[error("this console has no development sign-in")]
     NoDevSignIn,
+    /// An OpenID Connect callback with an unknown, used, expired or foreign `state`.
+    #[error("this sign-in expired, was already used, or was started in another browser; sign in again")]
+    SignInState,
+    /// The provider sent the person back with an error (`error=` on the callback).
+    #[error("the identity provider did not sign you in: {0}")]
+    ProviderRefused(String),
+    /// The ID token or the provider was refused.
+    #[error("signing in with the identity provider failed: {0}")]
+    Oidc(#[from] gavel_oidc::OidcError),
+    /// The console's principal claim settings name another principal than the cluster's.
+    #[error("the console makes principal {console} from the ID token, but the cluster says {cluster}; give the console the nodes' --oidc-principal-claim and --oidc-principal-prefix")]
+    PrincipalDisagrees {
+        /// The console's reading.
+        console: String,
+        /// The cluster's (WhoAmI).
+        cluster: String,
+    },
+    /// OpenID Connect sign-in was asked for on a console that has none.
+    #[error("this console has no OpenID Connect sign-in (--oidc-issuer)")]
+    NoOidcSignIn,
     /// Too many sessions or live streams.
     #[error("{0}")]
     Busy(String),
@@ -53,6 +73,11 @@ impl ConsoleError {
             ConsoleError::InputHashChanged { .. } => "INPUT_HASH_CHANGED",
             ConsoleError::BadInput(_) => "INVALID_ARGUMENT",
             ConsoleError::NoDevSignIn => "DEV_SIGN_IN_DISABLED",
+            ConsoleError::NoOidcSignIn => "OIDC_SIGN_IN_DISABLED",
+            ConsoleError::SignInState => "OIDC_STATE_INVALID",
+            ConsoleError::ProviderRefused(_) => "OIDC_SIGN_IN_REFUSED",
+            ConsoleError::Oidc(error) => error.code(),
+            ConsoleError::PrincipalDisagrees { .. } => "OIDC_PRINCIPAL_MISMATCH",
             ConsoleError::Busy(_) => "RESOURCE_EXHAUSTED",
             ConsoleError::NotFound => "NOT_FOUND",
             ConsoleError::Cluster(error) => error.code(),
@@ -64,9 +89,17 @@ impl ConsoleError {
     pub fn status(&self) -> StatusCode {
         match self {
             ConsoleError::SignedOut => StatusCode::UNAUTHORIZED,
-            ConsoleError::CsrfToken | ConsoleError::Origin | ConsoleError::NoDevSignIn => StatusCode::FORBIDDEN,
+            ConsoleError::CsrfToken | ConsoleError::Origin | ConsoleError::NoDevSignIn | ConsoleError::NoOidcSignIn => {
+                StatusCode::FORBIDDEN
+            }
             ConsoleError::InputHashChanged { .. } => StatusCode::CONFLICT,
-            ConsoleError::BadInput(_) => StatusCode::BAD_REQUEST,
+            ConsoleError::BadInput(_) | ConsoleError::SignInState => StatusCode::BAD_REQUEST,
+            ConsoleError::ProviderRefused(_) => StatusCode::UNAUTHORIZED,
+            ConsoleError::Oidc(gavel_oidc::OidcError::Provider(_)) => StatusCode::BAD_GATEWAY,
+            ConsoleError::Oidc(gavel_oidc::OidcError::Settings(_)) | ConsoleError::PrincipalDisagrees { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            ConsoleError::Oidc(_) => StatusCode::UNAUTHORIZED,
             ConsoleError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             ConsoleError::NotFound => StatusCode::NOT_FOUND,
             ConsoleError::Render(_) => StatusCode::INTERNAL_SERVER_ERROR,

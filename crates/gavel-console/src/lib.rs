@@ -1,21 +1,25 @@
 //! `gavel-console`: the approver's desk, a stateless web process.
 //!
-//! People sign in (development sign-in for `gavel dev`; see
+//! People sign in with an OpenID Provider (authorization code with PKCE,
+//! [`OidcSignIn`]; the person's ID token is their bearer towards the
+//! cluster), or, for `gavel dev` only, with a development sign-in (see
 //! `docs/console.md`), and every page and form is served by SDK calls
 //! ([`gavel_client::Client`]) made with the signed-in person's bearer token:
 //! the cluster authorizes the person, never the console, and the console
 //! adds no RPC. It holds no cluster data; its sessions live in memory.
 //!
-//! Key types: [`ConsoleConfig`], [`DevSignIn`], [`serve`]. Templates are
+//! Key types: [`ConsoleConfig`], [`OidcSignIn`], [`DevSignIn`], [`serve`]. Templates are
 //! minijinja with auto-escaping (`templates/`), and the stylesheet and the
 //! one script are built into the binary (`assets/`), served under a strict
 //! Content-Security-Policy.
 //!
-//! It depends on `gavel-client` (and its re-exported proto types) only:
-//! never on gavel-server, gavel-raft or gavel-core.
+//! It depends on `gavel-client` (and its re-exported proto types) and
+//! `gavel-oidc` (the ID-token verification the nodes use too) only: never
+//! on gavel-server, gavel-raft, gavel-core or gavel-pki.
 
 mod error;
 pub mod limits;
+mod oidc;
 mod pages;
 mod security;
 mod session;
@@ -25,6 +29,7 @@ use std::time::Duration;
 
 pub use error::ConsoleError;
 use gavel_client::ClientTls;
+pub use oidc::{OidcSignIn, CALLBACK_PATH};
 
 /// Mints a bearer token for a principal (`kind:id`) valid for a duration;
 /// the development sign-in uses the dev cluster's token key through it.
@@ -52,6 +57,8 @@ pub struct ConsoleConfig {
     pub origin: String,
     /// Development sign-in; `None` outside `gavel dev`.
     pub dev_sign_in: Option<DevSignIn>,
+    /// Sign-in with an OpenID Provider; `None` when not configured.
+    pub oidc: Option<OidcSignIn>,
 }
 
 impl ConsoleConfig {
@@ -80,7 +87,7 @@ mod tests {
     use super::*;
 
     fn config(origin: &str) -> ConsoleConfig {
-        ConsoleConfig { endpoints: vec![], tls: None, origin: origin.to_string(), dev_sign_in: None }
+        ConsoleConfig { endpoints: vec![], tls: None, origin: origin.to_string(), dev_sign_in: None, oidc: None }
     }
 
     #[test]

@@ -20,10 +20,10 @@ pub const COMMENT_MAX_BYTES: usize = 4 * 1024;
 pub const PRINCIPAL_MAX_BYTES: usize = 160;
 /// Approvals shown on one inbox or history page.
 pub const PAGE_SIZE: usize = 25;
-/// Pending approvals the inbox reads to order them newest first (the
-/// cluster lists oldest first, so the newest are on the last pages): 50
-/// calls of 1,000 at most per inbox load. Past it the inbox says that newer
-/// approvals may be missing; a newest-first listing in the API would lift it.
+/// Pending approvals one inbox load reads at most (newest first, in pages
+/// of [`LIST_PAGE_LIMIT`]) looking for the ones the person may decide: a
+/// person whose own requests fill the newest 50,000 is told that older
+/// approvals may be missing rather than costing 50 calls more per load.
 pub const INBOX_SCAN_MAX: usize = 50_000;
 /// Page size of each ListApprovals call the inbox makes (the cluster's own
 /// cap, APPROVALS_PAGE_MAX).
@@ -39,3 +39,9 @@ pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// skipped unless they are at most this old: a fresh stream notifies about
 /// what happens from now on, not the whole history.
 pub const STREAM_REPLAY_WINDOW: Duration = Duration::from_secs(2);
+/// How long a sign-in may stay at the provider (login and consent pages)
+/// before its callback is refused: minutes of typing, not a day.
+pub const SIGN_IN_PENDING_TTL: Duration = Duration::from_secs(10 * 60);
+/// Sign-ins at the provider at once: each holds a state, nonce and PKCE
+/// verifier in memory, so a flood of `/oidc/start` stays bounded.
+pub const SIGN_INS_PENDING_MAX: usize = 10_000;

@@ -21,6 +21,7 @@ use serde_json::json;
 
 use crate::error::ConsoleError;
 use crate::limits::*;
+use crate::oidc::{cleared_state_cookie, cookie_state, state_cookie, PendingSignIns, CALLBACK_PATH};
 use crate::session::{cleared_cookie, cookie_session_id, session_cookie, Session, Sessions};
 use crate::{security, ConsoleConfig};
 
@@ -28,6 +29,7 @@ struct App {
     config: ConsoleConfig,
     templates: Environment<'static>,
     sessions: Sessions,
+    pending_sign_ins: PendingSignIns,
 }
 
 type Shared = State<Arc<App>>;
@@ -38,6 +40,7 @@ pub fn router(config: ConsoleConfig) -> Result<Router, minijinja::Error> {
     for (name, source) in [
         ("base.html", include_str!("../templates/base.html")),
         ("signin.html", include_str!("../templates/signin.html")),
+        ("signed_in.html", include_str!("../templates/signed_in.html")),
         ("inbox.html", include_str!("../templates/inbox.html")),
         ("approval.html", include_str!("../templates/approval.html")),
         ("execution.html", include_str!("../templates/execution.html")),
@@ -46,11 +49,14 @@ pub fn router(config: ConsoleConfig) -> Result<Router, minijinja::Error> {
     ] {
         templates.add_template(name, source)?;
     }
-    let app = Arc::new(App { config, templates, sessions: Sessions::default() });
+    let app =
+        Arc::new(App { config, templates, sessions: Sessions::default(), pending_sign_ins: PendingSignIns::default() });
     Ok(Router::new()
         .route("/", get(|| async { Redirect::to("/inbox") }))
         .route("/signin", get(signin_page).post(signin))
         .route("/signout", post(signout))
+        .route("/oidc/start", get(oidc_start))
+        .route(CALLBACK_PATH, get(oidc_callback))
         .route("/inbox", get(inbox))
         .route("/{kind}/{id}", get(record_page))
         .route("/approvals/{id}/decide", post(decide))
@@ -135,7 +141,9 @@ impl LiveQuery {
 
 async fn signin_page(State(app): Shared) -> Response {
     let personas = app.config.dev_sign_in.as_ref().map(|dev| dev.personas.clone());
-    app.render("signin.html", false, context! { personas => personas }).unwrap_or_else(|error| app.refusal(error, None))
+    let oidc = app.config.oidc.is_some();
+    app.render("signin.html", false, context! { personas => personas, oidc => oidc })
+        .unwrap_or_else(|error| app.refusal(error, None))
 }
 
 #[derive(Deserialize)]
@@ -162,23 +170,115 @@ async fn sign_in(app: &App, headers: &HeaderMap, form: SignInForm) -> Result<Res
         )));
     }
     let token = (dev.mint)(principal, SESSION_TTL).map_err(ConsoleError::BadInput)?;
-    let config = ClientConfig { tls: app.config.tls.clone(), token: Some(token), ..ClientConfig::default() };
-    let client = Client::with_config(&app.config.endpoints, config)?;
-    // The cluster says who the token is; the console takes its word.
-    let me = client.who_am_i(pb::WhoAmIRequest::default()).await?;
-    let session = Session {
-        principal: me.principal,
-        client,
-        csrf: crate::session::random_token(),
-        grants: me.grants,
-        development: true,
-        expires_at: std::time::Instant::now() + SESSION_TTL,
-        cursor: Default::default(),
-        streams: Default::default(),
-    };
-    let id = app.sessions.insert(session)?;
-    let cookie = session_cookie(&id, app.config.secure_cookies());
+    let (cookie, _) = app.start_session(token, true, SESSION_TTL, None).await?;
     Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/inbox")).into_response())
+}
+
+impl App {
+    /// Starts a session whose calls carry `token`, living `lifetime` (at
+    /// most [`SESSION_TTL`]); returns its cookie and principal. The cluster
+    /// says who the token is (WhoAmI); when the console read a principal
+    /// from the token itself, the two must agree.
+    async fn start_session(
+        &self,
+        token: String,
+        development: bool,
+        lifetime: std::time::Duration,
+        expected_principal: Option<&str>,
+    ) -> Result<(String, String), ConsoleError> {
+        let config = ClientConfig { tls: self.config.tls.clone(), token: Some(token), ..ClientConfig::default() };
+        let client = Client::with_config(&self.config.endpoints, config)?;
+        let me = client.who_am_i(pb::WhoAmIRequest::default()).await?;
+        if let Some(expected) = expected_principal.filter(|expected| *expected != me.principal) {
+            return Err(ConsoleError::PrincipalDisagrees { console: expected.to_string(), cluster: me.principal });
+        }
+        let lifetime = lifetime.min(SESSION_TTL);
+        let principal = me.principal.clone();
+        let session = Session {
+            principal: me.principal,
+            client,
+            csrf: crate::session::random_token(),
+            grants: me.grants,
+            development,
+            expires_at: std::time::Instant::now() + lifetime,
+            cursor: Default::default(),
+            streams: Default::default(),
+        };
+        let id = self.sessions.insert(session)?;
+        Ok((session_cookie(&id, self.config.secure_cookies(), lifetime), principal))
+    }
+}
+
+/// `/oidc/start`: a new pending sign-in, and the browser sent to the
+/// provider's authorization endpoint. A GET (a link), since the CSP's
+/// `form-action 'self'` would stop a form from being redirected off-site;
+/// it changes no session, and the callback is bound to this browser.
+async fn oidc_start(State(app): Shared) -> Response {
+    let started = async {
+        let oidc = app.config.oidc.as_ref().ok_or(ConsoleError::NoOidcSignIn)?;
+        let discovery = oidc.provider.discovery().await?;
+        let redirect_uri = format!("{}{CALLBACK_PATH}", app.config.origin);
+        app.pending_sign_ins.start(&discovery.authorization_endpoint, &oidc.client_id, &redirect_uri)
+    };
+    match started.await {
+        Ok(start) => {
+            let cookie = state_cookie(&start.state, app.config.secure_cookies());
+            ([(header::SET_COOKIE, cookie)], Redirect::to(&start.location)).into_response()
+        }
+        Err(error) => app.refusal(error, None),
+    }
+}
+
+#[derive(Deserialize)]
+struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+/// `/oidc/callback`: the provider's answer. The state must be this
+/// browser's pending sign-in (once); the code is exchanged with the PKCE
+/// verifier; the ID token must verify, with the nonce; the cluster then
+/// says who it is. The session ends no later than the ID token.
+async fn oidc_callback(State(app): Shared, headers: HeaderMap, Query(query): Query<CallbackQuery>) -> Response {
+    let secure = app.config.secure_cookies();
+    let signed_in = async {
+        let oidc = app.config.oidc.as_ref().ok_or(ConsoleError::NoOidcSignIn)?;
+        let cookies = headers.get(header::COOKIE).and_then(|value| value.to_str().ok()).unwrap_or("");
+        let state = query.state.as_deref().ok_or(ConsoleError::SignInState)?;
+        let (nonce, verifier) = app.pending_sign_ins.finish(state, cookie_state(cookies))?;
+        if let Some(error) = &query.error {
+            let description = query.error_description.as_deref().unwrap_or("");
+            return Err(ConsoleError::ProviderRefused(format!("{error} {description}").trim().to_string()));
+        }
+        let code = query.code.as_deref().ok_or_else(|| ConsoleError::ProviderRefused("no code".to_string()))?;
+        let redirect_uri = format!("{}{CALLBACK_PATH}", app.config.origin);
+        let (id_token, identity) = crate::oidc::redeem(oidc, code, &verifier, &nonce, &redirect_uri).await?;
+        let seconds_left = identity.expires_at.saturating_sub(gavel_oidc::unix_seconds());
+        let lifetime = std::time::Duration::from_secs(seconds_left);
+        let (cookie, principal) = app.start_session(id_token, false, lifetime, Some(&identity.principal)).await?;
+        Ok::<_, ConsoleError>((cookie, principal, lifetime.min(SESSION_TTL)))
+    };
+    match signed_in.await {
+        Ok((cookie, principal, lifetime)) => {
+            let minutes = lifetime.as_secs() / 60;
+            match app.render("signed_in.html", false, context! { principal => principal, minutes => minutes }) {
+                Ok(page) => {
+                    let cookies = [(header::SET_COOKIE, cookie), (header::SET_COOKIE, cleared_state_cookie(secure))];
+                    (axum::response::AppendHeaders(cookies), page).into_response()
+                }
+                Err(error) => app.refusal(error, None),
+            }
+        }
+        Err(error) => {
+            let mut page = app.refusal(error, None);
+            if let Ok(value) = cleared_state_cookie(secure).parse() {
+                page.headers_mut().append(header::SET_COOKIE, value);
+            }
+            page
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -221,33 +321,40 @@ where
 
 async fn inbox(State(app): Shared, headers: HeaderMap, Query(query): Query<LiveQuery>) -> Response {
     with_session(app, headers, |app, session| async move {
-        let mut pending = Vec::new();
+        let page = query.page.unwrap_or(0);
+        // This page's rows and one more, which says whether an older page exists.
+        let wanted = (page + 1).saturating_mul(PAGE_SIZE).saturating_add(1);
         let mut request = pb::ListApprovalsRequest {
             status: Some(pb::ApprovalStatus::Pending as i32),
             limit: LIST_PAGE_LIMIT,
+            newest_first: true,
             ..pb::ListApprovalsRequest::default()
         };
-        let mut truncated = false;
+        let (mut decidable, mut read) = (Vec::new(), 0usize);
+        let (mut complete, mut truncated) = (false, false);
         loop {
-            let page = session.client.list_approvals(request.clone()).await?;
-            pending.extend(page.approvals);
-            if page.next_page_token.is_empty() {
+            let listed = session.client.list_approvals(request.clone()).await?;
+            read += listed.approvals.len();
+            // The inbox is what the person may decide: not their own requests.
+            decidable
+                .extend(listed.approvals.into_iter().filter(|approval| refusal_reason(&session, approval).is_none()));
+            if listed.next_page_token.is_empty() {
+                complete = true;
                 break;
             }
-            if pending.len() >= INBOX_SCAN_MAX {
+            if decidable.len() >= wanted {
+                break;
+            }
+            if read >= INBOX_SCAN_MAX {
                 truncated = true;
                 break;
             }
-            request.page_token = page.next_page_token;
+            request.page_token = listed.next_page_token;
         }
-        // The inbox is what the person may decide: not their own requests.
-        pending.retain(|approval| refusal_reason(&session, approval).is_none());
-        pending.sort_by(|left, right| (right.requested_at_ms, &right.id).cmp(&(left.requested_at_ms, &left.id)));
-        let total = pending.len();
-        let page = query.page.unwrap_or(0);
         let rows: Vec<Value> =
-            pending.iter().skip(page.saturating_mul(PAGE_SIZE)).take(PAGE_SIZE).map(approval_view).collect();
-        let more = total > (page + 1).saturating_mul(PAGE_SIZE);
+            decidable.iter().skip(page.saturating_mul(PAGE_SIZE)).take(PAGE_SIZE).map(approval_view).collect();
+        let more = decidable.len() > (page + 1).saturating_mul(PAGE_SIZE);
+        let total = complete.then_some(decidable.len());
         app.render(
             "inbox.html",
             query.live_only(),
@@ -641,8 +748,13 @@ mod tests {
             personas: vec!["user:carol".to_string()],
             mint: Arc::new(|principal: &str, _| Err(format!("no key for {principal} in this test"))),
         });
-        let config =
-            ConsoleConfig { endpoints: vec!["127.0.0.1:1".into()], tls: None, origin: ORIGIN.into(), dev_sign_in };
+        let config = ConsoleConfig {
+            endpoints: vec!["127.0.0.1:1".into()],
+            tls: None,
+            origin: ORIGIN.into(),
+            dev_sign_in,
+            oidc: None,
+        };
         router(config).expect("the templates parse")
     }
 
@@ -727,6 +839,56 @@ mod tests {
         let body = format!("principal={}", "a".repeat(FORM_BODY_MAX_BYTES + 1));
         let (status, _, _) = send(console(true), form_post("/signin", Some(ORIGIN), &body)).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    /// A console signing in with a provider that is not there (port 1 of
+    /// loopback): whatever it refuses below, it refuses without it.
+    fn oidc_console() -> Router {
+        let settings = gavel_oidc::ProviderSettings {
+            rules: gavel_oidc::TokenRules {
+                issuer: "http://127.0.0.1:1".to_string(),
+                audience: "gavel-console".to_string(),
+                principal_claim: "email".to_string(),
+                principal_prefix: "user:".to_string(),
+                clock_skew_seconds: 30,
+            },
+            jwks: gavel_oidc::JwksSource::Discovery,
+            ca_file: None,
+        };
+        let provider = Arc::new(gavel_oidc::Provider::new(settings).expect("provider settings"));
+        let oidc = crate::OidcSignIn { provider, client_id: "gavel-console".to_string(), client_secret: None };
+        let config = ConsoleConfig {
+            endpoints: vec!["127.0.0.1:1".into()],
+            tls: None,
+            origin: ORIGIN.into(),
+            dev_sign_in: None,
+            oidc: Some(oidc),
+        };
+        router(config).expect("the templates parse")
+    }
+
+    #[tokio::test]
+    async fn openid_sign_in_refuses_a_foreign_or_unknown_state_and_says_when_it_is_off() {
+        let (status, _, page) = send(oidc_console(), get("/signin")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(page.contains("href=\"/oidc/start\"") && !page.contains("Development sign-in"), "{page}");
+        let (status, _, page) = send(console(false), get("/oidc/start")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(page.contains("OIDC_SIGN_IN_DISABLED"), "{page}");
+        // No state cookie (another browser), or one naming no pending sign-in.
+        let mut with_cookie = get("/oidc/callback?code=c&state=s1");
+        with_cookie.headers_mut().insert(header::COOKIE, "gavel_oidc_state=s1".parse().expect("a header"));
+        for request in [get("/oidc/callback?code=c&state=s1"), with_cookie, get("/oidc/callback?code=c")] {
+            let (status, headers, page) = send(oidc_console(), request).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST);
+            assert!(page.contains("OIDC_STATE_INVALID"), "{page}");
+            let cleared = headers.get(header::SET_COOKIE).expect("the state cookie is cleared");
+            assert!(cleared.to_str().expect("text").starts_with("gavel_oidc_state=;"), "{cleared:?}");
+        }
+        // The provider is down: a clear code, no redirect.
+        let (status, _, page) = send(oidc_console(), get("/oidc/start")).await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert!(page.contains("OIDC_PROVIDER_UNAVAILABLE"), "{page}");
     }
 
     #[test]

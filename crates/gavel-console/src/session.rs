@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gavel_client::{pb, Client};
 
@@ -80,11 +80,13 @@ impl Sessions {
     }
 }
 
-/// The `Set-Cookie` value that starts a session: HttpOnly, SameSite=Strict,
-/// and Secure unless the console is served on loopback over plain HTTP.
-pub fn session_cookie(id: &str, secure: bool) -> String {
+/// The `Set-Cookie` value that starts a session living `lifetime`
+/// (at most [`SESSION_TTL`]): HttpOnly, SameSite=Strict, and Secure unless
+/// the console is served on loopback over plain HTTP.
+pub fn session_cookie(id: &str, secure: bool, lifetime: Duration) -> String {
     let secure = if secure { "; Secure" } else { "" };
-    format!("{COOKIE_NAME}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}", SESSION_TTL.as_secs())
+    let max_age = lifetime.min(SESSION_TTL).as_secs();
+    format!("{COOKIE_NAME}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
 }
 
 /// The `Set-Cookie` value that ends a session.
@@ -109,9 +111,11 @@ mod tests {
 
     #[test]
     fn the_cookie_is_http_only_strict_and_secure_off_loopback() {
-        let cookie = session_cookie("abc", true);
+        let cookie = session_cookie("abc", true, SESSION_TTL);
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Secure"));
-        assert!(!session_cookie("abc", false).contains("Secure"));
+        assert!(!session_cookie("abc", false, SESSION_TTL).contains("Secure"));
+        assert!(session_cookie("abc", false, Duration::from_secs(90)).contains("Max-Age=90"));
+        assert!(session_cookie("abc", false, SESSION_TTL * 3).contains(&format!("Max-Age={}", SESSION_TTL.as_secs())));
         assert!(cleared_cookie(false).contains("Max-Age=0"));
     }
 

@@ -21,6 +21,16 @@ use crate::cold::{ColdRecords, ColdTable};
 use crate::error::{DomainError, ErrorCode};
 use crate::model::{Actor, Approval, ApprovalStatus, Decision, StoredApprovalStatus};
 
+/// Which way [`crate::State::list_approvals`] runs through (requested_at, id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ListOrder {
+    /// Oldest first; a page continues after the cursor.
+    #[default]
+    OldestFirst,
+    /// Newest first; a page continues before the cursor.
+    NewestFirst,
+}
+
 /// Filters for [`crate::State::list_approvals`]; they compose.
 #[derive(Debug, Clone, Default)]
 pub struct ApprovalFilter {
@@ -122,6 +132,10 @@ fn time_key(time_ms: u64, id: &str) -> Vec<u8> {
     key.extend_from_slice(id.as_bytes());
     key
 }
+
+/// A key after every [`time_key`]: where a newest-first listing of closed
+/// approvals starts (no approval is requested at `u64::MAX` ms).
+const AFTER_EVERY_TIME_KEY: [u8; 9] = [0xff; 9];
 
 /// The time at the start of a [`time_key`].
 fn key_time(key: &[u8]) -> u64 {
@@ -308,45 +322,71 @@ impl Approvals {
     }
 
     /// Approvals ordered by (requested_at, id), filtered, starting after `after`:
-    /// the open ones and the closed ones merged in that order. The status
-    /// filter sees lazily computed expiry at `now_ms`.
+    /// the open ones and the closed ones merged in that order; newest first,
+    /// in the reverse order, starting before `after`. The
+    /// status filter sees lazily computed expiry at `now_ms`.
     pub(crate) fn list(
         &self,
         filter: &ApprovalFilter,
         now_ms: u64,
         after: Option<&(u64, String)>,
         limit: usize,
+        order: ListOrder,
     ) -> Vec<Cow<'_, Approval>> {
-        let mut open = match after {
-            Some(after) => self.by_time.range((Bound::Excluded(after.clone()), Bound::Unbounded)),
-            None => self.by_time.range(..),
-        }
-        .peekable();
-        let mut closed_from = match after {
-            Some((time, id)) => {
+        let newest_first = order == ListOrder::NewestFirst;
+        let bounds = match (after, newest_first) {
+            (None, _) => (Bound::Unbounded, Bound::Unbounded),
+            (Some(after), false) => (Bound::Excluded(after.clone()), Bound::Unbounded),
+            (Some(after), true) => (Bound::Unbounded, Bound::Excluded(after.clone())),
+        };
+        let open = self.by_time.range(bounds);
+        let open: Box<dyn Iterator<Item = &(u64, String)>> =
+            if newest_first { Box::new(open.rev()) } else { Box::new(open) };
+        let mut open = open.peekable();
+        // The closed cursor: at or after it going forward, before it going back.
+        let mut closed_cursor = match (after, newest_first) {
+            (Some((time, id)), false) => {
                 let mut key = time_key(*time, id);
                 key.push(0);
                 key
             }
-            None => Vec::new(),
+            (Some((time, id)), true) => time_key(*time, id),
+            (None, false) => Vec::new(),
+            (None, true) => AFTER_EVERY_TIME_KEY.to_vec(),
         };
-        let mut closed_next = self.closed_by_time.seek(&closed_from).map(|(key, _)| key);
+        let closed_at = |cursor: &[u8]| {
+            let found =
+                if newest_first { self.closed_by_time.seek_before(cursor) } else { self.closed_by_time.seek(cursor) };
+            found.map(|(key, _)| key)
+        };
+        let mut closed_next = closed_at(&closed_cursor);
         let mut listed = Vec::new();
         while listed.len() < limit {
             let open_key = open.peek().map(|(time, id)| time_key(*time, id));
             // Keys never tie: an id is either open or closed.
+            let open_comes_first = |open_key: &Vec<u8>, closed_key: &Vec<u8>| {
+                if newest_first {
+                    open_key > closed_key
+                } else {
+                    open_key < closed_key
+                }
+            };
             let approval = match (open_key, &closed_next) {
                 (None, None) => break,
-                (Some(open_key), Some(closed_key)) if open_key < *closed_key => self.next_open(&mut open),
+                (Some(open_key), Some(closed_key)) if open_comes_first(&open_key, closed_key) => {
+                    self.next_open(&mut open)
+                }
                 (Some(_), None) => self.next_open(&mut open),
                 (_, Some(closed_key)) => {
                     let approval: Approval = self
                         .closed_records
                         .get(&closed_key[8..])
                         .expect("the closed listing index points at retained approvals");
-                    closed_from.clone_from(closed_key);
-                    closed_from.push(0);
-                    closed_next = self.closed_by_time.seek(&closed_from).map(|(key, _)| key);
+                    closed_cursor.clone_from(closed_key);
+                    if !newest_first {
+                        closed_cursor.push(0);
+                    }
+                    closed_next = closed_at(&closed_cursor);
                     Cow::Owned(approval)
                 }
             };

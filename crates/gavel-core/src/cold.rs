@@ -111,6 +111,8 @@ pub trait ColdStore: Send + Sync + 'static {
     fn get(&self, table: ColdTable, key: &[u8]) -> Option<Vec<u8>>;
     /// The first entry whose key is at or after `from`.
     fn seek(&self, table: ColdTable, from: &[u8]) -> Option<(Vec<u8>, Vec<u8>)>;
+    /// The last entry whose key is before `before` (newest-first listings).
+    fn seek_before(&self, table: ColdTable, before: &[u8]) -> Option<(Vec<u8>, Vec<u8>)>;
     /// Applies the mutations atomically, in order.
     fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError>;
     /// Up to `limit` entries in key order from `from` on. The default seeks
@@ -167,6 +169,12 @@ impl ColdStore for MemoryColdStore {
         let tables = self.tables.read().expect("memory cold store lock");
         let ((found, key), value) = tables.range((table, from.to_vec())..).next()?;
         (*found == table).then(|| (key.clone(), value.clone()))
+    }
+
+    fn seek_before(&self, table: ColdTable, before: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+        let tables = self.tables.read().expect("memory cold store lock");
+        let ((_, key), value) = tables.range((table, Vec::new())..(table, before.to_vec())).next_back()?;
+        Some((key.clone(), value.clone()))
     }
 
     fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
@@ -311,6 +319,33 @@ impl ColdRecords {
             self.overlay.range(from.to_vec()..).find_map(|(key, value)| value.as_ref().map(|value| (key, value)));
         match (stored, overlaid) {
             (Some((stored_key, _)), Some((key, value))) if *key <= stored_key => {
+                Some((key.clone(), Cow::Borrowed(value.as_slice())))
+            }
+            (Some((key, value)), _) => Some((key, Cow::Owned(value))),
+            (None, Some((key, value))) => Some((key.clone(), Cow::Borrowed(value.as_slice()))),
+            (None, None) => None,
+        }
+    }
+
+    /// The last present entry whose key is before `before`: the store's,
+    /// unless the overlay decides that key or holds a later one.
+    pub(crate) fn seek_before(&self, before: &[u8]) -> Option<(Vec<u8>, Cow<'_, [u8]>)> {
+        let mut cursor = before.to_vec();
+        let stored = loop {
+            match self.store.0.seek_before(self.table, &cursor) {
+                None => break None,
+                Some((key, value)) if !self.overlay.contains_key(&key) => break Some((key, value)),
+                // The overlay decides this key: look before it in the store.
+                Some((key, _)) => cursor = key,
+            }
+        };
+        let overlaid = self
+            .overlay
+            .range(..before.to_vec())
+            .rev()
+            .find_map(|(key, value)| value.as_ref().map(|value| (key, value)));
+        match (stored, overlaid) {
+            (Some((stored_key, _)), Some((key, value))) if *key >= stored_key => {
                 Some((key.clone(), Cow::Borrowed(value.as_slice())))
             }
             (Some((key, value)), _) => Some((key, Cow::Owned(value))),

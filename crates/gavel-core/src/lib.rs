@@ -62,7 +62,7 @@ pub mod retry;
 pub mod validate;
 
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
-pub use approvals::{ApprovalFilter, ApprovalView};
+pub use approvals::{ApprovalFilter, ApprovalView, ListOrder};
 pub use audit::{Event, EventKind};
 pub use cold::{
     ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, SnapshotRecords, SnapshotWriter,

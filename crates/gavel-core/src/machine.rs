@@ -27,7 +27,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Caller, Grant, Principal};
-use crate::approvals::{ApprovalFilter, Approvals};
+use crate::approvals::{ApprovalFilter, Approvals, ListOrder};
 use crate::audit::{AuditLog, Event, EventKind, EventSubject};
 use crate::canonical_json::sha256_hex;
 use crate::cold::{ColdMutation, ColdRecords, ColdStore, ColdTable, SnapshotRecords, SnapshotWriter};
@@ -383,16 +383,18 @@ impl State {
         self.approvals.get(id)
     }
 
-    /// Approvals ordered by (requested_at, id), filtered, starting after `after`.
-    /// The status filter sees lazily computed expiry at `now_ms`.
+    /// Approvals ordered by (requested_at, id), filtered, starting after
+    /// `after`; newest first, the reverse, starting before it. The status
+    /// filter sees lazily computed expiry at `now_ms`.
     pub fn list_approvals(
         &self,
         filter: &ApprovalFilter,
         now_ms: u64,
         after: Option<&(u64, String)>,
         limit: usize,
+        order: ListOrder,
     ) -> Vec<Cow<'_, Approval>> {
-        self.approvals.list(filter, now_ms, after, limit)
+        self.approvals.list(filter, now_ms, after, limit, order)
     }
 
     /// A capability's latest version, or a given one.

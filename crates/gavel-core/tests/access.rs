@@ -662,7 +662,12 @@ fn an_approver_scope_limits_which_approvals_it_reads_and_decides() {
     let listed = |caller: &Caller, limit: usize| -> Vec<String> {
         let filter =
             ApprovalFilter { readable_by: script.state.approval_view(Some(caller)), ..ApprovalFilter::default() };
-        script.state.list_approvals(&filter, script.now_ms, None, limit).iter().map(|a| a.id.clone()).collect()
+        script
+            .state
+            .list_approvals(&filter, script.now_ms, None, limit, gavel_core::ListOrder::OldestFirst)
+            .iter()
+            .map(|a| a.id.clone())
+            .collect()
     };
     assert_eq!(listed(&finance, 10), ["fin-1"]);
     assert_eq!(listed(&finance, 1), ["fin-1"]);

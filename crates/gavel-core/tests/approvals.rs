@@ -101,7 +101,13 @@ fn pending_past_expiry_reads_as_expired_and_is_never_written_back() {
     assert_eq!(stored.status, StoredApprovalStatus::Pending, "expiry is computed on read, never stored");
     assert_eq!(stored.status_at(script.state.clock_ms()), ApprovalStatus::Expired);
     let expired = ApprovalFilter { status: Some(ApprovalStatus::Expired), ..ApprovalFilter::default() };
-    assert_eq!(script.state.list_approvals(&expired, script.state.clock_ms(), None, 10).len(), 1);
+    assert_eq!(
+        script
+            .state
+            .list_approvals(&expired, script.state.clock_ms(), None, 10, gavel_core::ListOrder::OldestFirst)
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -307,9 +313,7 @@ fn list_filters_compose_and_results_are_ordered_by_requested_at_then_id() {
     script.create_approval(at("e", START_MS, "delete", "alice"));
     approval_of(script.decide("b", ApprovalStatus::Approved, bob()));
     let now = script.state.clock_ms();
-    let ids = |filter: ApprovalFilter| -> Vec<String> {
-        script.state.list_approvals(&filter, now, None, 100).into_iter().map(|approval| approval.id.clone()).collect()
-    };
+    let ids = |filter: ApprovalFilter| listed_ids(&script, &filter, now);
 
     assert_eq!(ids(ApprovalFilter::default()), vec!["d", "e", "b", "a", "c"]);
     let refund = ApprovalFilter { capability_id: Some("refund".to_string()), ..ApprovalFilter::default() };
@@ -331,8 +335,7 @@ fn list_status_filter_sees_lazily_expired_approvals() {
     script.create_approval(short("later", START_MS + 1_000));
     let now = START_MS + 11;
     let ids = |status: ApprovalStatus| -> Vec<String> {
-        let filter = ApprovalFilter { status: Some(status), ..ApprovalFilter::default() };
-        script.state.list_approvals(&filter, now, None, 100).into_iter().map(|approval| approval.id.clone()).collect()
+        listed_ids(&script, &ApprovalFilter { status: Some(status), ..ApprovalFilter::default() }, now)
     };
 
     assert_eq!(ids(ApprovalStatus::Expired), vec!["soon"]);
@@ -509,4 +512,10 @@ fn an_absolute_expiry_more_than_30_days_after_the_cluster_clock_is_refused_at_ap
         gavel_core::CreateApproval { expires_at_ms: Some(START_MS + thirty_days_ms), ..approval_request("apr-cap") };
     let (approval, _) = approval_of(script.apply(Command::CreateApproval(at_the_cap)));
     assert_eq!(approval.expires_at_ms, START_MS + thirty_days_ms);
+}
+
+/// The ids of the first 100 approvals listed oldest first under `filter` at `now`.
+fn listed_ids(script: &Script, filter: &ApprovalFilter, now: u64) -> Vec<String> {
+    let listed = script.state.list_approvals(filter, now, None, 100, gavel_core::ListOrder::OldestFirst);
+    listed.into_iter().map(|approval| approval.id.clone()).collect()
 }

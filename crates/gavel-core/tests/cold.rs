@@ -10,7 +10,9 @@ mod support;
 use std::sync::Arc;
 
 use gavel_core::command::{Command, Retention, Submit};
-use gavel_core::{ApprovalFilter, ApprovalStatus, ColdStore, ColdTable, ErrorCode, MemoryColdStore, SideEffect};
+use gavel_core::{
+    ApprovalFilter, ApprovalStatus, ColdStore, ColdTable, ErrorCode, ListOrder, MemoryColdStore, SideEffect,
+};
 use support::*;
 
 /// Runs `count` lifecycles (submit, lease, complete) numbered from `first`.
@@ -91,14 +93,19 @@ fn close_approvals(script: &mut Script, first: usize, count: usize) {
     }
 }
 
-/// Every approval listed, in pages of `page` under `filter`.
+/// Every approval listed, in pages of `page` under `filter`, oldest first.
 fn list_all(script: &Script, filter: &ApprovalFilter, page: usize) -> Vec<String> {
+    list_in(script, filter, page, ListOrder::OldestFirst)
+}
+
+/// Every approval listed in `order`, in pages of `page` under `filter`.
+fn list_in(script: &Script, filter: &ApprovalFilter, page: usize, order: ListOrder) -> Vec<String> {
     let mut ids = Vec::new();
-    let mut after = None;
+    let mut cursor = None;
     loop {
-        let listed = script.state.list_approvals(filter, script.now_ms, after.as_ref(), page);
+        let listed = script.state.list_approvals(filter, script.now_ms, cursor.as_ref(), page, order);
         let Some(last) = listed.last() else { return ids };
-        after = Some((last.requested_at_ms, last.id.clone()));
+        cursor = Some((last.requested_at_ms, last.id.clone()));
         ids.extend(listed.iter().map(|approval| approval.id.clone()));
     }
 }
@@ -162,6 +169,10 @@ fn once_flushed_closed_approvals_leave_the_hot_state_and_read_back_the_same() {
         let whole = list_all(&script, &filter, 1_200);
         assert_eq!(whole, list_all(&never_flushed, &filter, 1_200), "{filter:?}");
         assert_eq!(whole, list_all(&script, &filter, 7), "pages of 7 make the same list under {filter:?}");
+        let mut reversed = whole.clone();
+        reversed.reverse();
+        assert_eq!(list_in(&script, &filter, 7, ListOrder::NewestFirst), reversed, "newest first under {filter:?}");
+        assert_eq!(list_in(&never_flushed, &filter, 1_200, ListOrder::NewestFirst), reversed, "{filter:?}");
     }
     assert_eq!(list_all(&script, &ApprovalFilter::default(), 1_200).len(), 1_120);
 

@@ -168,7 +168,10 @@ fn repeating_an_approval_required_submit_returns_the_same_approval() {
         panic!("expected approval-required, got {reply:?}");
     };
     assert_eq!(approval.id, approval_id);
-    assert_eq!(script.state.list_approvals(&Default::default(), START_MS, None, 100).len(), 1);
+    assert_eq!(
+        script.state.list_approvals(&Default::default(), START_MS, None, 100, gavel_core::ListOrder::OldestFirst).len(),
+        1
+    );
     assert_eq!(script.events().len(), events_before);
     refused(script.submit("exec-1", "refund", r#"{"amount":6}"#), ErrorCode::AlreadyExists);
 }

@@ -26,7 +26,7 @@ use gavel_core::ids::{approval_id_for, idempotency_key};
 use gavel_core::limits::{DEDUP_TTL_MS, TIMESTAMP_MS_MAX};
 use gavel_core::{
     Actor, ActorKind, Approval, ApprovalFilter, ApprovalPolicySpec, ApprovalStatus, CancelCode, CapabilitySpec,
-    Command, CreateApproval, Envelope, ErrorCode, Event, EventKind, Execution, ExecutionState, Lease, Reply,
+    Command, CreateApproval, Envelope, ErrorCode, Event, EventKind, Execution, ExecutionState, Lease, ListOrder, Reply,
     ReportOutcome, ResultEnvelope, Retention, RetrySpec, Risk, SideEffect, State, StoredApprovalStatus, Submit,
 };
 use proptest::prelude::*;
@@ -556,8 +556,11 @@ fn check_approval_reads(tiered: &State, reference: &State, ids: &[String], conte
     );
     filters.extend(ACTORS.map(|actor| ApprovalFilter { actor_id: Some(actor.to_string()), ..Default::default() }));
     for filter in &filters {
-        let list = |state: &State, after: Option<&(u64, String)>, limit: usize| -> Vec<Approval> {
-            state.list_approvals(filter, now_ms, after, limit).into_iter().map(Cow::into_owned).collect()
+        let listed = |state: &State, after: Option<&(u64, String)>, limit: usize, order: ListOrder| -> Vec<Approval> {
+            state.list_approvals(filter, now_ms, after, limit, order).into_iter().map(Cow::into_owned).collect()
+        };
+        let list = |state: &State, after: Option<&(u64, String)>, limit: usize| {
+            listed(state, after, limit, ListOrder::OldestFirst)
         };
         let whole = list(tiered, None, 100);
         ensure!(context, whole == list(reference, None, 100), "the same listing under {filter:?}");
@@ -577,6 +580,21 @@ fn check_approval_reads(tiered: &State, reference: &State, ids: &[String], conte
             paged.extend(page);
         }
         ensure!(context, paged == whole, "pages of two under {filter:?} make the whole listing");
+        // Newest first: the same approvals in reverse, in pages of two
+        // across the open ones and the cold ones (flushed or in the overlay).
+        let mut newest_first = Vec::new();
+        let mut before = None;
+        loop {
+            let page = listed(tiered, before.as_ref(), 2, ListOrder::NewestFirst);
+            let Some(last) = page.last() else { break };
+            before = Some((last.requested_at_ms, last.id.clone()));
+            newest_first.extend(page);
+        }
+        ensure!(
+            context,
+            newest_first.iter().eq(whole.iter().rev()),
+            "pages of two newest first under {filter:?} are the whole listing reversed"
+        );
     }
     Ok(())
 }

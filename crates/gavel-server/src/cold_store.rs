@@ -317,6 +317,18 @@ impl ColdStore for RedbColdStore {
         Some((key.value().to_vec(), value.value().to_vec()))
     }
 
+    fn seek_before(&self, table: ColdTable, before: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+        let transaction = self.database.begin_read().expect("the cold store can begin a read transaction");
+        let opened = match transaction.open_table(definition(table)) {
+            Ok(opened) => opened,
+            Err(TableError::TableDoesNotExist(_)) => return None,
+            Err(error) => panic!("the cold store cannot open table {table:?}: {error}"),
+        };
+        let mut range = opened.range(..before).expect("the cold store ranges over its records");
+        let (key, value) = range.next_back()?.expect("the cold store reads its records");
+        Some((key.value().to_vec(), value.value().to_vec()))
+    }
+
     /// Durable; the tables move past any checkpoint, which is dropped.
     fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
         self.write_with(mutations, Durability::Immediate, drop_checkpoint)
@@ -606,9 +618,13 @@ mod tests {
             for key in [&b""[..], b"a", b"b", b"c"] {
                 assert_eq!(disk.get(table, key), memory.get(table, key), "{table:?} {key:?}");
                 assert_eq!(disk.seek(table, key), memory.seek(table, key), "seek {table:?} {key:?}");
+                let before = (disk.seek_before(table, key), memory.seek_before(table, key));
+                assert_eq!(before.0, before.1, "seek_before {table:?} {key:?}");
                 assert_eq!(disk.range(table, key, 2), memory.range(table, key, 2), "range {table:?} {key:?}");
             }
         }
+        assert_eq!(disk.seek_before(ColdTable::Executions, b"c"), Some((b"b".to_vec(), b"2".to_vec())));
+        assert_eq!(disk.seek_before(ColdTable::Executions, b"b"), None, "a was deleted");
         assert_eq!(disk.len(), 2);
         disk.clear().expect("clear");
         assert!(disk.is_empty());

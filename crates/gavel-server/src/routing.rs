@@ -207,7 +207,7 @@ where
         Some((_, Ok(permit))) => Some(permit),
         None => None,
     };
-    let caller = match authenticate(node, &mut request) {
+    let caller = match authenticate(node, &mut request).await {
         Ok(caller) => caller,
         Err(refusal) => return refusal.into_http(),
     };
@@ -271,7 +271,7 @@ fn admit_peer(node: &Node, peer: &Peer) -> Result<(), Status> {
 /// `gavel-forwarded-for`) must come from a member node's certificate and
 /// is made by the principal the header names (the node itself when it names
 /// none); any other call is authenticated by its token or certificate.
-fn authenticate(node: &Node, request: &mut Request<Body>) -> Result<Option<Caller>, Status> {
+async fn authenticate(node: &Node, request: &mut Request<Body>) -> Result<Option<Caller>, Status> {
     let Some(secured) = &node.secured else {
         request.headers_mut().remove(metadata::FORWARDED_FOR);
         return Ok(None);
@@ -279,7 +279,7 @@ fn authenticate(node: &Node, request: &mut Request<Body>) -> Result<Option<Calle
     let peer = Peer::of(request.extensions());
     let headers = request.headers();
     if !headers.contains_key(metadata::FORWARDED) && !headers.contains_key(metadata::FORWARDED_FOR) {
-        return secured.authenticate(headers, &peer).map(Some);
+        return secured.authenticate(headers, &peer).await.map(Some);
     }
     let Some(node_id) = peer.node_id().filter(|node_id| node.raft.admits_peer(*node_id)) else {
         return Err(permission_denied(&format!(

@@ -4,9 +4,11 @@
 //!
 //! [`Security`] is what the shell configures (file paths); [`Secured`] is
 //! what a secured node runs with once they are loaded: the server TLS
-//! configuration, the TLS identity it dials peers with, and the token
-//! verifier. The routing layer ([`crate::routing`]) authenticates every call
-//! with it: a bearer token, else the client certificate, else
+//! configuration, the TLS identity it dials peers with, the token verifier
+//! and the OpenID Provider whose ID tokens it accepts. The routing layer
+//! ([`crate::routing`]) authenticates every call with it: a bearer token
+//! (the provider's ID token when its `iss` is the configured issuer, else
+//! one of Gavel's own tokens), else the client certificate, else
 //! `UNAUTHENTICATED`.
 
 use std::collections::BTreeSet;
@@ -30,6 +32,9 @@ pub struct Security {
     /// Bearer tokens the node accepts, besides client certificates. Needs
     /// `tls`: a token sent in plaintext could be replayed by anyone on the path.
     pub tokens: Option<TokenSettings>,
+    /// An OpenID Provider whose ID tokens the node accepts as bearer tokens
+    /// (`--oidc-*`). Needs `tls`, as tokens do.
+    pub oidc: Option<gavel_oidc::ProviderSettings>,
     /// The first admin, named by this node once it leads (like etcd's root
     /// user). Give it to the bootstrapping node; naming the same admin again
     /// (after a restart, or from another node) changes nothing.
@@ -45,7 +50,7 @@ impl Security {
     /// Reads the TLS material and token keys: `None` for an insecure node.
     pub fn load(&self) -> Result<Option<Arc<Secured>>, SecurityError> {
         let Some(tls) = &self.tls else {
-            if self.tokens.is_some() {
+            if self.tokens.is_some() || self.oidc.is_some() {
                 return Err(SecurityError::TokensWithoutTls);
             }
             return Ok(None);
@@ -64,7 +69,14 @@ impl Security {
                 Some(TokenVerifier::new(&verifier_settings).map_err(SecurityError::Tokens)?)
             }
         };
-        Ok(Some(Arc::new(Secured { peer_tls, tokens })))
+        let oidc = match &self.oidc {
+            None => None,
+            Some(settings) => {
+                principal_prefix_usable(&settings.rules.principal_prefix)?;
+                Some(gavel_oidc::Provider::new(settings.clone()).map_err(SecurityError::Oidc)?)
+            }
+        };
+        Ok(Some(Arc::new(Secured { peer_tls, tokens, oidc })))
     }
 }
 
@@ -114,9 +126,25 @@ pub enum SecurityError {
     /// The TLS material does not parse or does not fit together.
     #[error("TLS material: {0}")]
     Tls(String),
+    /// The OpenID Provider settings are not usable.
+    #[error("{0}")]
+    Oidc(#[source] gavel_oidc::OidcError),
     /// Tokens were configured on a node without TLS.
     #[error("bearer tokens need TLS material: a token sent in plaintext can be replayed by anyone on the path")]
     TokensWithoutTls,
+}
+
+/// Refuses a principal prefix that cannot start a principal other than a
+/// node's (`user:` or `agent:`, with or without the start of an id).
+fn principal_prefix_usable(prefix: &str) -> Result<(), SecurityError> {
+    let refused = |reason: String| {
+        SecurityError::Oidc(gavel_oidc::OidcError::Settings(format!("--oidc-principal-prefix {prefix:?}: {reason}")))
+    };
+    let principal = Principal::parse(&format!("{prefix}x")).map_err(refused)?;
+    if principal.kind == PrincipalKind::Node {
+        return Err(refused("nodes authenticate with their certificate only".to_string()));
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<String, SecurityError> {
@@ -128,11 +156,12 @@ pub struct Secured {
     /// The cluster CA and this node's certificate and key (PEM).
     pub peer_tls: PeerTls,
     tokens: Option<TokenVerifier>,
+    oidc: Option<gavel_oidc::Provider>,
 }
 
 impl std::fmt::Debug for Secured {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Secured").field("tokens", &self.tokens).finish_non_exhaustive()
+        f.debug_struct("Secured").field("tokens", &self.tokens).field("oidc", &self.oidc).finish_non_exhaustive()
     }
 }
 
@@ -200,13 +229,18 @@ impl Secured {
     /// Who makes a call that came on a connection from `peer`: the bearer
     /// token's principal when the call carries one, else the client
     /// certificate's, else `UNAUTHENTICATED`.
-    pub fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Status> {
+    pub async fn authenticate(&self, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Status> {
         if let Some(value) = headers.get(gavel_proto::metadata::AUTHORIZATION) {
             let token = value
                 .to_str()
                 .ok()
                 .and_then(|text| text.strip_prefix("Bearer "))
                 .ok_or_else(|| unauthenticated("the authorization header must be \"Bearer <token>\""))?;
+            if let Some(provider) = &self.oidc {
+                if gavel_oidc::unverified_issuer(token.trim()).as_deref() == Some(provider.rules().issuer.as_str()) {
+                    return oidc_caller(provider, token.trim(), gavel_oidc::unix_seconds()).await;
+                }
+            }
             let verifier = self.tokens.as_ref().ok_or_else(|| unauthenticated("this node accepts no bearer tokens"))?;
             return verifier
                 .verify(token.trim())
@@ -220,6 +254,25 @@ impl Secured {
             )),
         }
     }
+}
+
+/// The caller an ID token of `provider` names at `now`: the principal made
+/// from its claim, with every grant bound to it (an ID token carries no
+/// Gavel roles). Every refusal is `UNAUTHENTICATED`, its `OIDC_…` code in
+/// the message.
+pub async fn oidc_caller(provider: &gavel_oidc::Provider, token: &str, now: u64) -> Result<Caller, Status> {
+    let refused = |error: gavel_oidc::OidcError| {
+        unauthenticated(&format!("OpenID Connect token refused ({}): {error}", error.code()))
+    };
+    let identity = provider.verify(token, now, None).await.map_err(refused)?;
+    let bad_principal = |reason: String| {
+        refused(gavel_oidc::OidcError::BadPrincipal { claim: provider.rules().principal_claim.clone(), reason })
+    };
+    let principal = Principal::parse(&identity.principal).map_err(bad_principal)?;
+    if principal.kind == PrincipalKind::Node {
+        return Err(bad_principal("a node principal cannot come from a token".to_string()));
+    }
+    Ok(Caller::of(principal))
 }
 
 /// The `gavel-forwarded-for` value a forwarding node sends for `caller`:
@@ -284,5 +337,15 @@ mod tests {
             ..Security::default()
         };
         assert!(matches!(tokens_only.load(), Err(SecurityError::TokensWithoutTls)));
+    }
+
+    #[test]
+    fn an_oidc_principal_prefix_must_start_a_principal_that_is_not_a_node() {
+        assert!(principal_prefix_usable("user:").is_ok());
+        assert!(principal_prefix_usable("service:corp-").is_ok());
+        for refused in ["node:", "user", "robot:", "user: "] {
+            let error = principal_prefix_usable(refused).expect_err(refused);
+            assert!(error.to_string().contains("--oidc-principal-prefix"), "{refused}: {error}");
+        }
     }
 }

@@ -83,6 +83,7 @@ fn library_crates_return_their_own_errors_not_anyhow() {
         "gavel-bench",
         "gavel-console",
         "gavel-notify",
+        "gavel-oidc",
     ] {
         let tree = cargo_tree(library, &["--depth", "1"]);
         assert!(tree.iter().any(|name| name == library), "the tree of {library} is read: {tree:?}");
@@ -105,8 +106,11 @@ fn assert_sdk_only(library: &str) {
 #[test]
 fn the_console_reaches_the_cluster_through_the_sdk_only() {
     // The console holds no power of its own, only the SDK it calls the
-    // cluster with as the signed-in person.
+    // cluster with as the signed-in person, and the ID-token verification
+    // it shares with the nodes.
     assert_sdk_only("gavel-console");
+    let tree = dependency_tree("gavel-console");
+    assert!(tree.iter().any(|name| name == "gavel-oidc"), "the tree is read: {tree:?}");
 }
 
 #[test]
@@ -114,4 +118,14 @@ fn the_notifier_reaches_the_cluster_through_the_sdk_only() {
     // The notifier reads as the principal it is given and holds no power
     // of its own.
     assert_sdk_only("gavel-notify");
+}
+
+#[test]
+fn the_oidc_verifier_depends_on_none_of_gavel_s_crates() {
+    // Shared by the node and the console, it must not bring either's
+    // dependencies to the other.
+    let tree = dependency_tree("gavel-oidc");
+    assert!(tree.iter().any(|name| name == "jsonwebtoken"), "the tree is read: {tree:?}");
+    let ours: Vec<&String> = tree.iter().filter(|name| name.starts_with("gavel-") && *name != "gavel-oidc").collect();
+    assert!(ours.is_empty(), "gavel-oidc depends on {ours:?}");
 }

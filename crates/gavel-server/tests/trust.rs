@@ -36,6 +36,14 @@ use support::WAIT;
 /// The token audience the nodes accept.
 const AUDIENCE: &str = "gavel";
 
+/// The OpenID Provider the nodes accept ID tokens of; never reached (its
+/// JWKS is a file).
+const OIDC_ISSUER: &str = "https://id.example.test";
+/// The console's client id, the `aud` of the provider's ID tokens.
+const OIDC_AUDIENCE: &str = "gavel-console";
+/// gavel-oidc's test keys (RSA, P-256, Ed25519) and their JWKS.
+const OIDC_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../gavel-oidc/tests/fixtures");
+
 /// A cluster CA, a token key, and secured nodes started in this process.
 struct SecureCluster {
     dir: tempfile::TempDir,
@@ -83,6 +91,19 @@ impl SecureCluster {
                 public_keys: vec![dir.join("token.pub")],
                 hs256_secret: None,
                 lifetime_max: gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT,
+            }),
+            // Every node also accepts the ID tokens of a provider whose
+            // keys are the gavel-oidc fixtures (a JWKS file: nothing fetched).
+            oidc: Some(gavel_oidc::ProviderSettings {
+                rules: gavel_oidc::TokenRules {
+                    issuer: OIDC_ISSUER.to_string(),
+                    audience: OIDC_AUDIENCE.to_string(),
+                    principal_claim: "email".to_string(),
+                    principal_prefix: "user:".to_string(),
+                    clock_skew_seconds: gavel_pki::limits::TOKEN_CLOCK_SKEW_SECONDS,
+                },
+                jwks: gavel_oidc::JwksSource::File(PathBuf::from(OIDC_FIXTURES).join("jwks.json")),
+                ca_file: None,
             }),
             // The bootstrapping node names the first admin once it leads:
             // one command every replica applies.
@@ -635,5 +656,93 @@ async fn a_scoped_approver_lists_only_the_approvals_its_scope_covers() {
     }
     let all = approvals.list_approvals(pb::ListApprovalsRequest::default()).await.expect("root lists").into_inner();
     assert_eq!(all.approvals.len(), 3, "a submitter sees every approval");
+    cluster.stop().await;
+}
+
+/// An ID token of the fixture provider signed with `alg`'s fixture key
+/// (`kid` as given), carrying `claims` over the defaults.
+fn id_token(alg: jsonwebtoken::Algorithm, kid: &str, claims: serde_json::Value) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey};
+    let fixture = |name: &str| std::fs::read(Path::new(OIDC_FIXTURES).join(name)).expect("a fixture key");
+    let key = match alg {
+        Algorithm::RS256 => EncodingKey::from_rsa_pem(&fixture("rsa.pem")).expect("rsa"),
+        Algorithm::ES256 => EncodingKey::from_ec_pem(&fixture("ec.pem")).expect("ec"),
+        Algorithm::EdDSA => EncodingKey::from_ed_pem(&fixture("ed25519.pem")).expect("ed25519"),
+        _ => EncodingKey::from_secret(b"a public value"),
+    };
+    let now = gavel_pki::unix_seconds();
+    let mut all = serde_json::json!({"iss": OIDC_ISSUER, "aud": OIDC_AUDIENCE, "sub": "24400320",
+        "email": "ada@example.com", "iat": now, "exp": now + 600});
+    for (name, value) in claims.as_object().expect("an object") {
+        match value {
+            serde_json::Value::Null => drop(all.as_object_mut().expect("an object").remove(name)),
+            value => all[name] = value.clone(),
+        }
+    }
+    let mut header = jsonwebtoken::Header::new(alg);
+    header.kid = Some(kid.to_string());
+    jsonwebtoken::encode(&header, &all, &key).expect("sign")
+}
+
+#[tokio::test]
+async fn provider_id_tokens_name_their_claim_principal_beside_gavel_tokens_and_bad_ones_are_unauthenticated() {
+    use jsonwebtoken::Algorithm;
+    use serde_json::json;
+    let cluster = SecureCluster::start(1).await;
+    cluster.leader_and_follower().await;
+    let channel = cluster.channel(0, None).await.expect("connect");
+    for (alg, kid) in [(Algorithm::RS256, "rsa-1"), (Algorithm::ES256, "ec-1"), (Algorithm::EdDSA, "ed25519-1")] {
+        let token = id_token(alg, kid, json!({}));
+        let answer = cluster.who_am_i(channel.clone(), Some(&token)).await.expect("a provider token is served");
+        assert_eq!(answer.principal, "user:ada@example.com", "{alg:?}");
+        assert!(answer.token_scope.is_empty(), "an ID token carries no Gavel roles");
+    }
+    // Gavel's own tokens keep working beside the provider's.
+    let answer = cluster.who_am_i(channel.clone(), Some(&cluster.token("user:bob"))).await.expect("a gavel token");
+    assert_eq!(answer.principal, "user:bob");
+
+    let now = gavel_pki::unix_seconds();
+    let unsigned_with_issuer = unsigned_token(
+        r#"{"alg":"none","typ":"JWT"}"#,
+        &format!(
+            r#"{{"iss":"{OIDC_ISSUER}","aud":"{OIDC_AUDIENCE}","email":"root@x","sub":"1","exp":{},"iat":{now}}}"#,
+            now + 600
+        ),
+    );
+    let cases = [
+        (
+            "wrong audience",
+            id_token(Algorithm::RS256, "rsa-1", json!({"aud": "another-client"})),
+            "OIDC_WRONG_AUDIENCE",
+        ),
+        (
+            "expired",
+            id_token(Algorithm::ES256, "ec-1", json!({"iat": now - 4000, "exp": now - 3600})),
+            "OIDC_TOKEN_EXPIRED",
+        ),
+        (
+            "not yet valid",
+            id_token(Algorithm::EdDSA, "ed25519-1", json!({"nbf": now + 3600})),
+            "OIDC_TOKEN_NOT_YET_VALID",
+        ),
+        ("alg none", unsigned_with_issuer, "OIDC_ALGORITHM_REFUSED"),
+        ("HS256", id_token(Algorithm::HS256, "rsa-1", json!({})), "OIDC_ALGORITHM_REFUSED"),
+        ("unknown kid", id_token(Algorithm::RS256, "rotated", json!({})), "OIDC_UNKNOWN_KEY"),
+        ("no email claim", id_token(Algorithm::RS256, "rsa-1", json!({"email": null})), "OIDC_CLAIM_MISSING"),
+        (
+            "bad principal",
+            id_token(Algorithm::RS256, "rsa-1", json!({"email": "ada lovelace@x"})),
+            "OIDC_BAD_PRINCIPAL",
+        ),
+    ];
+    for (case, token, code) in cases {
+        let message = assert_unauthenticated(cluster.who_am_i(channel.clone(), Some(&token)).await, case);
+        assert!(message.contains(code), "{case}: {message}");
+    }
+    // A token of another issuer is not the provider's: the Gavel verifier
+    // refuses it (it is not signed by the cluster's token key).
+    let other_issuer = id_token(Algorithm::EdDSA, "ed25519-1", json!({"iss": "https://elsewhere.example"}));
+    let message = assert_unauthenticated(cluster.who_am_i(channel, Some(&other_issuer)).await, "other issuer");
+    assert!(message.starts_with("bearer token refused: "), "{message}");
     cluster.stop().await;
 }

@@ -1,6 +1,6 @@
 //! Approval messages.
 
-use gavel_core::{Approval, ApprovalFilter, ApprovalStatus, Caller, Command, CreateApproval, DomainError};
+use gavel_core::{Approval, ApprovalFilter, ApprovalStatus, Caller, Command, CreateApproval, DomainError, ListOrder};
 use gavel_proto::v1 as pb;
 
 use super::common::{
@@ -145,8 +145,10 @@ pub struct ApprovalsQuery {
     pub filter: ApprovalFilter,
     /// The caller's clock for lazy expiry, if it gave one.
     pub caller_now_ms: Option<u64>,
-    /// Start after this `(requestedAtMs, id)`.
+    /// Start after this `(requestedAtMs, id)` (before it, newest first).
     pub after: Option<(u64, String)>,
+    /// Oldest or newest first.
+    pub order: ListOrder,
     /// Page size.
     pub limit: usize,
 }
@@ -170,6 +172,7 @@ pub fn list_in(request: &pb::ListApprovalsRequest) -> Result<ApprovalsQuery, Dom
         },
         caller_now_ms: timestamp_in("callerNowMs", request.caller_now_ms)?,
         after: page_token_in(&request.page_token)?,
+        order: if request.newest_first { ListOrder::NewestFirst } else { ListOrder::OldestFirst },
         limit: limit as usize,
     })
 }

@@ -96,7 +96,7 @@ impl ApprovalService for Approvals {
                 // cursor and its length hold only approvals it may read.
                 let filter = ApprovalFilter { readable_by: state.approval_view(caller.as_ref()), ..query.filter };
                 // Closed approvals are read back from the cold records, so the page owns them.
-                let page = state.list_approvals(&filter, now_ms, query.after.as_ref(), query.limit);
+                let page = state.list_approvals(&filter, now_ms, query.after.as_ref(), query.limit, query.order);
                 approvals_page_out(&page.iter().map(AsRef::as_ref).collect::<Vec<_>>(), query.limit, now_ms)
             })
             .await?;
