@@ -4,8 +4,8 @@
 //! reads, for every node process: CPU time (`utime + stime` of
 //! `/proc/<pid>/stat`), voluntary and involuntary context switches (summed
 //! over the live threads' `/proc/<pid>/task/<tid>/status`), and the I/O
-//! counters of `/proc/<pid>/io` (bytes sent to the storage layer, bytes and
-//! calls of the read and write families, sockets included). During the
+//! counters of `/proc/<pid>/io` (page cache dirtied, bytes and calls of the
+//! read and write families, sockets included). During the
 //! window it runs `perf stat -e raw_syscalls:sys_enter -p <pid>` per node to
 //! count every system call; without `perf` (or without the permission to
 //! count another process's tracepoint) that column says why it is empty and
@@ -115,8 +115,11 @@ pub struct NodeCost {
     pub syscalls: Option<f64>,
     /// Read-family plus write-family system calls per operation (`/proc/<pid>/io`).
     pub read_write_calls: f64,
-    /// Bytes sent to the storage layer per operation.
-    pub disk_bytes: f64,
+    /// Bytes of page cache the node dirtied per operation (`write_bytes` of
+    /// `/proc/<pid>/io`). Not bytes that reached the disk: on a kernel
+    /// whose page cache holds files in large folios, every write into a
+    /// clean folio counts the whole folio (see docs/performance.md).
+    pub dirtied_bytes: f64,
     /// Bytes passed to write-family calls (files and sockets) per operation.
     pub written_bytes: f64,
 }
@@ -158,7 +161,7 @@ pub(crate) fn report(
             involuntary_switches: per_op(delta(after.switches.involuntary, before.switches.involuntary)),
             syscalls: syscalls.as_ref().ok().and_then(|counts| counts.get(index)).map(|count| per_op(*count as f64)),
             read_write_calls: per_op(delta(after.io.syscr + after.io.syscw, before.io.syscr + before.io.syscw)),
-            disk_bytes: per_op(delta(after.io.write_bytes, before.io.write_bytes)),
+            dirtied_bytes: per_op(delta(after.io.write_bytes, before.io.write_bytes)),
             written_bytes: per_op(delta(after.io.wchar, before.io.wchar)),
         })
         .collect();
@@ -178,7 +181,7 @@ pub(crate) fn table(cost: &CostReport) -> String {
     let _ = writeln!(
         out,
         "  {:<12} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>7}",
-        "node", "CPU ms", "sys ms", "vol cs", "invol cs", "syscalls", "r/w calls", "disk B", "written B", "threads"
+        "node", "CPU ms", "sys ms", "vol cs", "invol cs", "syscalls", "r/w calls", "dirtied B", "written B", "threads"
     );
     let row = |out: &mut String, name: &str, cost: &NodeCost| {
         let syscalls = cost.syscalls.map_or("-".to_string(), |count| format!("{count:.1}"));
@@ -190,7 +193,7 @@ pub(crate) fn table(cost: &CostReport) -> String {
             cost.voluntary_switches,
             cost.involuntary_switches,
             cost.read_write_calls,
-            cost.disk_bytes,
+            cost.dirtied_bytes,
             cost.written_bytes,
             cost.threads
         );
@@ -216,7 +219,7 @@ fn total(nodes: &[NodeCost]) -> NodeCost {
         involuntary_switches: sum(|node| node.involuntary_switches),
         syscalls: nodes.iter().map(|node| node.syscalls).sum(),
         read_write_calls: sum(|node| node.read_write_calls),
-        disk_bytes: sum(|node| node.disk_bytes),
+        dirtied_bytes: sum(|node| node.dirtied_bytes),
         written_bytes: sum(|node| node.written_bytes),
     }
 }
@@ -244,7 +247,7 @@ mod tests {
         assert_eq!((leader.cpu_ms, leader.cpu_system_ms), (20.0, 10.0));
         assert_eq!((leader.voluntary_switches, leader.involuntary_switches), (20.0, 2.0));
         assert_eq!((leader.syscalls, leader.read_write_calls), (Some(200.0), 15.0));
-        assert_eq!((leader.disk_bytes, leader.written_bytes), (4_096.0, 8_192.0));
+        assert_eq!((leader.dirtied_bytes, leader.written_bytes), (4_096.0, 8_192.0));
         assert!(!cost.nodes[1].leader);
         assert_eq!(cost.nodes[1].syscalls, Some(90.0));
         let table = table(&cost);

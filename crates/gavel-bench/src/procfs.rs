@@ -199,7 +199,9 @@ pub struct IoCounters {
     pub syscr: u64,
     /// Write-family system calls (`write`, `writev`, `sendmsg`, ...).
     pub syscw: u64,
-    /// Bytes the process caused to be sent to the storage layer.
+    /// Bytes of page cache the process dirtied (the kernel calls them bytes
+    /// "sent to the storage layer"; with large folios a small write into a
+    /// clean folio counts the whole folio).
     pub write_bytes: u64,
 }
 
