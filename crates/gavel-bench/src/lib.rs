@@ -64,6 +64,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 mod cluster;
+pub mod cost;
 mod error;
 pub mod fault;
 pub mod figures;
@@ -76,6 +77,7 @@ mod stats;
 pub mod watchdog;
 mod workload;
 
+pub use cost::{CostReport, NodeCost};
 pub use error::BenchError;
 pub use fault::{Fault, FaultReport, Injection};
 pub use figures::{Figure, FiguresReport};
@@ -228,6 +230,10 @@ pub struct BenchArgs {
     /// Fault mode: how long the fault is held before the node is started again, resumed or reconnected.
     #[arg(long, value_parser = parse_duration, default_value = "3s", requires = "fault")]
     pub fault_hold: Duration,
+    /// Also print what one operation costs each node: CPU time, context switches, system calls (with `perf`),
+    /// read and write calls, bytes written to disk and in all (see docs/performance.md).
+    #[arg(long, conflicts_with_all = ["scale", "figures", "fault", "rolling_restart"])]
+    pub cost: bool,
     /// Rolling-restart mode: restart the local cluster's nodes one at a time (SIGTERM, start, catch up) under
     /// the load of the largest --clients count; report each node's downtime and every failed lifecycle.
     #[arg(long, conflicts_with_all = ["endpoints", "scale", "figures", "fault"])]
@@ -332,6 +338,9 @@ fn validate(args: &BenchArgs) -> Result<(), BenchError> {
     }
     if args.scale.is_some() && args.scale_deadline.is_zero() {
         return invalid("--scale-deadline must be positive");
+    }
+    if args.cost && !args.endpoints.is_empty() && args.node_pids.is_empty() {
+        return invalid("--cost with --endpoints needs --node-pids (one pid per endpoint)");
     }
     if !args.node_pids.is_empty() && args.node_pids.len() != args.endpoints.len() {
         return invalid("--node-pids needs one pid per endpoint, in the same order");
@@ -559,12 +568,16 @@ async fn measure(
             leader_only: args.leader_only,
             verify_samples: args.verify_samples,
             retained: None,
+            cost: args.cost,
         };
         let metrics_addrs = local.map(|local| local.metrics_addrs.clone()).unwrap_or_default();
         let stages_before = stages::scrape_all(&metrics_addrs).await?;
         let report =
             workload::run_config(dial, endpoints, leader, &pids(local), &spec, &format!("{tag}-{position}")).await?;
         printer.config(&report)?;
+        if let Some(cost) = &report.cost {
+            printer.human(&cost::table(cost))?;
+        }
         if !metrics_addrs.is_empty() {
             let breakdown = stages::scrape_all(&metrics_addrs).await?.since(&stages_before);
             printer.human(&stages::table(&breakdown))?;
@@ -672,6 +685,10 @@ mod tests {
         assert!(validate(&parse(&["bench", "--scale", "1000"])).is_ok());
         assert!(validate(&parse(&["bench", "--scale", "1000", "--scale-deadline", "0s"])).is_err());
         assert!(validate(&parse(&["bench"])).is_ok());
+        assert!(validate(&parse(&["bench", "--cost"])).is_ok());
+        assert!(validate(&parse(&["bench", "--cost", "--endpoints", "a:1"])).is_err(), "--cost needs the pids");
+        assert!(validate(&parse(&["bench", "--cost", "--endpoints", "a:1", "--node-pids", "7"])).is_ok());
+        assert!(Cli::try_parse_from(["bench", "--cost", "--scale", "10"]).is_err());
         assert!(validate(&parse(&["bench", "--figures", "failover", "--figure-runs", "0"])).is_err());
         assert!(validate(&parse(&["bench", "--figures", "idle-worker", "--figure-idle", "0s"])).is_err());
         assert!(validate(&parse(&["bench", "--figures", "restart", "--figure-executions", "0"])).is_err());

@@ -5,7 +5,9 @@
 //! tick rate from the `AT_CLKTCK` entry of `/proc/self/auxv`, resident
 //! memory and its peak from the `VmRSS` and `VmHWM` lines of
 //! `/proc/<pid>/status`, and the machine's available memory from the
-//! `MemAvailable` line of `/proc/meminfo`.
+//! `MemAvailable` line of `/proc/meminfo`. For `gavel bench --cost`: the
+//! I/O counters of `/proc/<pid>/io` and the context switches of each live
+//! thread's `/proc/<pid>/task/<tid>/status`.
 
 use std::path::Path;
 
@@ -169,8 +171,99 @@ pub fn peak_resident_bytes(pid: u32) -> Result<u64, ProcfsError> {
 }
 
 fn read_status(pid: u32, parse: fn(&str) -> Result<u64, ProcfsError>) -> Result<u64, ProcfsError> {
-    let path = Path::new("/proc").join(pid.to_string()).join("status");
+    read_proc_file(pid, "status", parse)
+}
+
+/// Parses `/proc/<pid>/<name>` with `parse`, naming the file in an error.
+fn read_proc_file<T>(pid: u32, name: &str, parse: fn(&str) -> Result<T, ProcfsError>) -> Result<T, ProcfsError> {
+    let path = Path::new("/proc").join(pid.to_string()).join(name);
     parse(&read(&path)?).map_err(|error| in_file(error, &path))
+}
+
+/// The number after `field` (such as `syscr:`) on the line starting with it.
+fn number_after(text: &str, field: &str) -> Result<u64, ProcfsError> {
+    let name = field.trim_end_matches(':');
+    let line = text.lines().find(|line| line.starts_with(field)).ok_or_else(|| garbled(format!("no {name} line")))?;
+    line[field.len()..].trim().parse().map_err(|_| garbled(format!("{name} is not a number")))
+}
+
+/// I/O counters of a process (`/proc/<pid>/io`): every thread, including
+/// threads that have exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoCounters {
+    /// Bytes passed to read-family calls (files and sockets alike).
+    pub rchar: u64,
+    /// Bytes passed to write-family calls (files and sockets alike).
+    pub wchar: u64,
+    /// Read-family system calls (`read`, `readv`, `recvmsg`, ...).
+    pub syscr: u64,
+    /// Write-family system calls (`write`, `writev`, `sendmsg`, ...).
+    pub syscw: u64,
+    /// Bytes of page cache the process dirtied (the kernel calls them bytes
+    /// "sent to the storage layer"; with large folios a small write into a
+    /// clean folio counts the whole folio).
+    pub write_bytes: u64,
+}
+
+/// Parses the text of `/proc/<pid>/io`.
+pub fn parse_io(text: &str) -> Result<IoCounters, ProcfsError> {
+    Ok(IoCounters {
+        rchar: number_after(text, "rchar:")?,
+        wchar: number_after(text, "wchar:")?,
+        syscr: number_after(text, "syscr:")?,
+        syscw: number_after(text, "syscw:")?,
+        write_bytes: number_after(text, "write_bytes:")?,
+    })
+}
+
+/// I/O counters of process `pid`.
+pub fn io_counters(pid: u32) -> Result<IoCounters, ProcfsError> {
+    read_proc_file(pid, "io", parse_io)
+}
+
+/// Context switches of a set of threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContextSwitches {
+    /// The thread gave up the CPU itself (it blocked: a wait, a sleep, I/O).
+    pub voluntary: u64,
+    /// The scheduler took the CPU away (preempted).
+    pub involuntary: u64,
+    /// Threads counted.
+    pub threads: u64,
+}
+
+/// Parses the `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches`
+/// lines of one thread's `status`.
+pub fn parse_context_switches(text: &str) -> Result<ContextSwitches, ProcfsError> {
+    Ok(ContextSwitches {
+        voluntary: number_after(text, "voluntary_ctxt_switches:")?,
+        involuntary: number_after(text, "nonvoluntary_ctxt_switches:")?,
+        threads: 1,
+    })
+}
+
+/// Context switches of process `pid`, summed over its live threads
+/// (`/proc/<pid>/status` has the main thread's only). A thread that exits
+/// between two readings takes its switches with it: a difference undercounts
+/// by what such threads did.
+pub fn context_switches(pid: u32) -> Result<ContextSwitches, ProcfsError> {
+    let tasks = Path::new("/proc").join(pid.to_string()).join("task");
+    let entries =
+        std::fs::read_dir(&tasks).map_err(|source| ProcfsError::Read { path: tasks.display().to_string(), source })?;
+    let mut total = ContextSwitches::default();
+    for entry in entries.flatten() {
+        let path = entry.path().join("status");
+        // A thread that exited since the directory was listed is skipped.
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let thread = parse_context_switches(&text).map_err(|error| in_file(error, &path))?;
+        total.voluntary += thread.voluntary;
+        total.involuntary += thread.involuntary;
+        total.threads += 1;
+    }
+    if total.threads == 0 {
+        return Err(ProcfsError::Parse { path: tasks.display().to_string(), detail: "no live thread".to_string() });
+    }
+    Ok(total)
 }
 
 /// The machine's load averages over 1, 5 and 15 minutes (`/proc/loadavg`).
@@ -231,6 +324,29 @@ mod tests {
         assert!(parse_mem_available("MemTotal: 1 kB\n").is_err());
         assert_eq!(parse_loadavg("1.23 1.93 2.32 1/210 31000\n").expect("parses"), [1.23, 1.93, 2.32]);
         assert!(parse_loadavg("1.23 x").is_err());
+    }
+
+    #[test]
+    fn io_counters_and_context_switches() {
+        let io = "rchar: 6976\nwchar: 120\nsyscr: 10\nsyscw: 3\nread_bytes: 0\nwrite_bytes: 4096\n\
+                  cancelled_write_bytes: 0\n";
+        let expected = IoCounters { rchar: 6976, wchar: 120, syscr: 10, syscw: 3, write_bytes: 4096 };
+        assert_eq!(parse_io(io).expect("parses"), expected);
+        assert!(parse_io("rchar: 1\nwchar: 2\n").is_err(), "a missing line is an error");
+        assert!(parse_io(&io.replace("syscw: 3", "syscw: x")).is_err());
+        let status = "Name:\tgavel\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t7\n";
+        let expected = ContextSwitches { voluntary: 150, involuntary: 7, threads: 1 };
+        assert_eq!(parse_context_switches(status).expect("parses"), expected);
+        assert!(parse_context_switches("voluntary_ctxt_switches:\t150\n").is_err());
+        // This process: a sleep is a voluntary switch, and the sum covers every thread.
+        let before = context_switches(std::process::id()).expect("own tasks");
+        std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(5))).join().expect("joins");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let after = context_switches(std::process::id()).expect("own tasks");
+        assert!(after.voluntary > before.voluntary, "{before:?} -> {after:?}");
+        assert!(after.threads >= 1);
+        let own = io_counters(std::process::id()).expect("own io");
+        assert!(own.syscr > 0 && own.rchar > 0, "{own:?}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use gavel_client::{pb, Client};
 use serde::Serialize;
 
 use crate::cluster::Dial;
+use crate::cost::{self, CostReport};
 use crate::procfs;
 use crate::stats::{ClientStats, Latency};
 use crate::{BenchError, Workload};
@@ -86,6 +87,8 @@ pub(crate) struct ConfigSpec {
     pub verify_samples: usize,
     /// In scale mode: finalized executions retained before this measurement.
     pub retained: Option<u64>,
+    /// Also count what one operation costs each node (`--cost`).
+    pub cost: bool,
 }
 
 /// CPU consumed during the measured window.
@@ -140,6 +143,8 @@ pub struct ConfigReport {
     pub lifecycle_latency: BTreeMap<String, Latency>,
     /// CPU during the window.
     pub cpu: CpuReport,
+    /// With `--cost`: what one operation cost each node.
+    pub cost: Option<CostReport>,
     /// Lifecycles completed and checked, window or not.
     pub completed_lifecycles: u64,
     /// Polls that returned no task and were repeated.
@@ -547,6 +552,7 @@ where
         leader_only: false,
         verify_samples: load.verify_samples,
         retained: None,
+        cost: false,
     };
     run_config_during(dial, endpoints, leader, &[], &config, prefix, disrupt).await
 }
@@ -601,13 +607,23 @@ where
     }
 
     let ticks = procfs::clock_ticks_per_second();
+    let counts_cost = spec.cost && !pids.is_empty();
     let window = async {
         tokio::time::sleep_until(tokio::time::Instant::from_std(window_start)).await;
         let before = cpu_snapshot(pids);
-        tokio::time::sleep_until(tokio::time::Instant::from_std(end)).await;
-        (before, cpu_snapshot(pids))
+        let cost_before = counts_cost.then(|| cost::snapshot(pids));
+        let syscalls = async {
+            if counts_cost {
+                Some(cost::count_syscalls(pids, spec.duration).await)
+            } else {
+                None
+            }
+        };
+        let ((), syscalls) = tokio::join!(tokio::time::sleep_until(tokio::time::Instant::from_std(end)), syscalls);
+        let cost_after = counts_cost.then(|| cost::snapshot(pids));
+        (before, cpu_snapshot(pids), cost_before.zip(cost_after).zip(syscalls))
     };
-    let ((before, after), disruption) = tokio::join!(window, disrupt(window_start));
+    let ((before, after, cost_counters), disruption) = tokio::join!(window, disrupt(window_start));
 
     let mut total = ClientStats::new(window_start, end);
     let mut samples = Vec::new();
@@ -662,6 +678,19 @@ where
         (Some(before), Some(after)) => after.total().saturating_sub(before.total()) as f64 / ticks as f64,
         _ => 0.0,
     };
+    if spec.cost && pids.is_empty() {
+        total.error("--cost needs the nodes' pids (the local cluster, or --node-pids)".to_string());
+    }
+    let cost = match cost_counters {
+        Some(((Ok(before), Ok(after)), syscalls)) => {
+            Some(cost::report(&before, &after, &syscalls, operations, leader, ticks))
+        }
+        Some(((Err(error), _) | (_, Err(error)), _)) => {
+            total.error(format!("--cost could not read the nodes' counters: {error}"));
+            None
+        }
+        None => None,
+    };
     let cpu = CpuReport {
         clock_ticks_per_s: ticks,
         node_cpu_s_per_op: node_total.and_then(|total| per(total, operations)),
@@ -691,6 +720,7 @@ where
             .map(|(kind, histogram)| (kind.to_string(), Latency::of(histogram)))
             .collect(),
         cpu,
+        cost,
         completed_lifecycles: total.completed,
         empty_polls: total.empty_polls,
         retries: attempts.saturating_sub(total.calls),

@@ -62,6 +62,24 @@ fn check_config(config: &ConfigReport, operations: &[&str]) {
     assert!(config.cpu.node_cpu_s_per_op.is_some_and(|per_op| per_op > 0.0), "{:?}", config.cpu);
 }
 
+/// Every node spent CPU, blocked, called read and write and wrote to its
+/// peers during the window; exactly one row is the leader's.
+fn check_cost(cost: &gavel_bench::CostReport, operations: u64) {
+    assert_eq!(cost.operations, operations);
+    assert_eq!(cost.nodes.len(), 3, "{cost:#?}");
+    assert_eq!(cost.nodes.iter().filter(|node| node.leader).count(), 1, "{cost:#?}");
+    for node in &cost.nodes {
+        assert!(node.cpu_ms > 0.0 && node.cpu_system_ms <= node.cpu_ms, "{node:?}");
+        assert!(node.voluntary_switches > 0.0 && node.read_write_calls > 0.0, "{node:?}");
+        assert!(node.written_bytes > 0.0 && node.threads > 1, "{node:?}");
+        // With perf every node made system calls; without it the report says why.
+        match node.syscalls {
+            Some(syscalls) => assert!(syscalls > 0.0, "{node:?}"),
+            None => assert!(cost.syscalls_source.starts_with("not counted"), "{cost:#?}"),
+        }
+    }
+}
+
 fn check_json(lines: &[serde_json::Value], configs: usize) {
     assert_eq!(lines.len(), configs + 1, "one line per configuration and the summary: {lines:#?}");
     for (line, clients) in lines.iter().zip([1, 4]) {
@@ -89,14 +107,19 @@ fn smoke_with(workload: &str, operations: &[&str], extra: &[&str]) {
     for config in &outcome.configs {
         assert_eq!(config.workload, workload);
         check_config(config, if config.clients == 1 { &operations[..3] } else { operations });
+        match (&config.cost, extra.contains(&"--cost")) {
+            (Some(cost), true) => check_cost(cost, config.operations),
+            (None, false) => {}
+            (cost, asked) => panic!("--cost given: {asked}, cost report: {cost:?}"),
+        }
     }
     check_json(&lines, 2);
     assert_eq!(outcome.summary["ok"], true);
 }
 
 #[test]
-fn approvals_smoke() {
-    smoke("approvals", &["create", "decide", "consume"]);
+fn approvals_smoke_with_cost() {
+    smoke_with("approvals", &["create", "decide", "consume"], &["--cost"]);
 }
 
 #[test]

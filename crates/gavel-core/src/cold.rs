@@ -381,13 +381,26 @@ impl ColdRecords {
         self.overlay.insert(key, Some(value));
     }
 
-    /// The unflushed writes, in key order.
-    pub(crate) fn pending(&self) -> impl Iterator<Item = ColdMutation> + '_ {
-        self.overlay.iter().map(|(key, value)| ColdMutation {
-            table: self.table,
-            key: key.clone(),
-            value: value.clone(),
-        })
+    /// Moves the unflushed writes, in key order, to the end of `into`,
+    /// leaving the overlay empty until [`ColdRecords::restore_pending`] or
+    /// [`ColdRecords::clear_pending`].
+    pub(crate) fn take_pending(&mut self, into: &mut Vec<ColdMutation>) {
+        let table = self.table;
+        into.extend(std::mem::take(&mut self.overlay).into_iter().map(|(key, value)| ColdMutation {
+            table,
+            key,
+            value,
+        }));
+    }
+
+    /// Moves this table's writes out of `taken` back into the overlay (a
+    /// flush failed), leaving the other tables' writes in `taken`.
+    pub(crate) fn restore_pending(&mut self, taken: &mut Vec<ColdMutation>) {
+        let table = self.table;
+        let (mine, others): (Vec<ColdMutation>, Vec<ColdMutation>) =
+            std::mem::take(taken).into_iter().partition(|mutation| mutation.table == table);
+        self.overlay.extend(mine.into_iter().map(|mutation| (mutation.key, mutation.value)));
+        *taken = others;
     }
 
     /// How many writes are unflushed.
@@ -610,7 +623,8 @@ mod tests {
         for key in [1u8, 2, 3] {
             records.put(vec![key], &u32::from(key));
         }
-        let flushed: Vec<ColdMutation> = records.pending().collect();
+        let mut flushed = Vec::new();
+        records.take_pending(&mut flushed);
         store.write(&flushed).expect("memory write");
         records.clear_pending();
         records.delete(&[2]);
@@ -639,7 +653,9 @@ mod tests {
             flushed.put(vec![key], &"x");
             unflushed.put(vec![key], &"x");
             if key == 2 {
-                store.write(&flushed.pending().collect::<Vec<_>>()).expect("memory write");
+                let mut taken = Vec::new();
+                flushed.take_pending(&mut taken);
+                store.write(&taken).expect("memory write");
                 flushed.clear_pending();
             }
         }
@@ -649,5 +665,42 @@ mod tests {
         assert_eq!(flushed.entries(), unflushed.entries());
         unflushed.put(vec![7], &"y");
         assert_ne!(flushed, unflushed);
+    }
+
+    #[test]
+    fn taken_writes_move_out_in_key_order_and_back_untouched() {
+        let mut leases = ColdRecords::new(ColdTable::Leases);
+        let mut events = ColdRecords::new(ColdTable::Events);
+        leases.attach(MemoryColdStore::new());
+        for key in [3u8, 1, 2] {
+            leases.put(vec![key], &u32::from(key));
+        }
+        leases.delete(&[9]);
+        events.put(vec![5], &"e");
+        let before = (leases.entries(), leases.pending_count(), events.entries());
+
+        let mut taken = Vec::new();
+        leases.take_pending(&mut taken);
+        events.take_pending(&mut taken);
+        let order: Vec<(ColdTable, Vec<u8>, bool)> =
+            taken.iter().map(|m| (m.table, m.key.clone(), m.value.is_some())).collect();
+        assert_eq!(
+            order,
+            vec![
+                (ColdTable::Leases, vec![1], true),
+                (ColdTable::Leases, vec![2], true),
+                (ColdTable::Leases, vec![3], true),
+                (ColdTable::Leases, vec![9], false),
+                (ColdTable::Events, vec![5], true),
+            ]
+        );
+        assert_eq!((leases.pending_count(), events.pending_count()), (0, 0), "taken, not copied");
+
+        // A failed write: every table takes its own writes back.
+        leases.restore_pending(&mut taken);
+        assert_eq!(taken.len(), 1, "the other table's write stays in the batch");
+        events.restore_pending(&mut taken);
+        assert!(taken.is_empty());
+        assert_eq!((leases.entries(), leases.pending_count(), events.entries()), before);
     }
 }

@@ -512,9 +512,21 @@ impl State {
     /// keeps alongside, such as [`State::hot_snapshot`] and its applied log
     /// position), and forgets them once it succeeded. On an error nothing is
     /// forgotten. Returns how many writes were flushed.
+    ///
+    /// The writes are moved out of the overlays, not copied (a checkpoint
+    /// at scale hands over hundreds of thousands of records), and moved back
+    /// if `write` fails.
     pub fn flush_cold<E>(&mut self, write: impl FnOnce(&[ColdMutation]) -> Result<(), E>) -> Result<usize, E> {
-        let pending: Vec<ColdMutation> = self.cold_records().iter().flat_map(|records| records.pending()).collect();
-        write(&pending)?;
+        let mut pending = Vec::with_capacity(self.cold_pending_count());
+        for records in self.cold_records_mut() {
+            records.take_pending(&mut pending);
+        }
+        if let Err(error) = write(&pending) {
+            for records in self.cold_records_mut() {
+                records.restore_pending(&mut pending);
+            }
+            return Err(error);
+        }
         for records in self.cold_records_mut() {
             records.clear_pending();
         }

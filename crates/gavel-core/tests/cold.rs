@@ -74,6 +74,36 @@ fn once_flushed_the_hot_state_stays_the_same_size_however_much_history_is_retain
     );
 }
 
+#[test]
+fn a_failed_flush_forgets_nothing_and_the_next_one_writes_the_same_records() {
+    let (mut script, store) = tiered();
+    script.register(capability("docs.read", SideEffect::Read));
+    run_lifecycles(&mut script, 0, 50);
+    let pending = script.state.cold_pending_count();
+    let hash = script.state.state_hash();
+    let mut offered = Vec::new();
+    let failed = script.state.flush_cold(|mutations| {
+        offered = mutations.to_vec();
+        Err(gavel_core::ColdStoreError::Write("disk full".to_string()))
+    });
+    assert!(failed.is_err());
+    assert_eq!(offered.len(), pending, "every pending write was offered");
+    assert_eq!(script.state.cold_pending_count(), pending, "a failed flush keeps every write");
+    assert_eq!(script.state.state_hash(), hash);
+    assert!(store.is_empty());
+    assert!(script.execution("exec-000000").result.is_some(), "reads still see the overlay");
+
+    let mut written = Vec::new();
+    let flushed = script.state.flush_cold(|mutations| {
+        written = mutations.to_vec();
+        store.write(mutations)
+    });
+    assert_eq!(flushed.expect("a memory store write"), pending);
+    assert_eq!(written, offered, "the retry writes the same records in the same order");
+    assert_eq!((script.state.cold_pending_count(), store.len()), (0, pending));
+    assert_eq!(script.state.state_hash(), hash);
+}
+
 /// Closes `count` approvals numbered from `first`, in turn rejected,
 /// consumed and cancelled, and leaves one open (pending) per ten.
 fn close_approvals(script: &mut Script, first: usize, count: usize) {
