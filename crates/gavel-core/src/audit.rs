@@ -527,15 +527,17 @@ impl AuditLog {
     }
 
     /// Drops events stamped at or before `horizon` (`None`: nothing is old
-    /// enough yet) with their index entries, so an execution's entries go
+    /// enough yet) and below cursor `sealed_below` (the events the audit
+    /// tree holds: an event is hashed before it may go) with their index
+    /// entries, so an execution's entries go
     /// with the last of its events (or earlier, with [`AuditLog::forget_execution`]).
     /// Returns how many events were dropped. Reads only ever return retained
     /// events, so `_retained` (which executions are still retained) decides
     /// nothing here any more; it is kept for the orchestrator's call.
-    pub(crate) fn compact(&mut self, horizon: Option<u64>, _retained: impl Fn(&str) -> bool) -> u32 {
+    pub(crate) fn compact(&mut self, horizon: Option<u64>, sealed_below: u64, _retained: impl Fn(&str) -> bool) -> u32 {
         let Some(horizon) = horizon else { return 0 };
         let mut dropped = 0;
-        while self.first_cursor < self.next_cursor {
+        while self.first_cursor < self.next_cursor.min(sealed_below) {
             let key = self.first_cursor.to_be_bytes();
             let event = self.load(self.first_cursor).expect("retained cursors have events").event;
             if event.timestamp_ms > horizon {

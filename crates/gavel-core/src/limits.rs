@@ -168,3 +168,10 @@ pub const QUOTA_WRITE_BURST_MAX: u64 = 10_000_000;
 /// and snapshot; like [`PRINCIPALS_WITH_GRANTS_MAX`], enough for every
 /// principal of a large fleet.
 pub const QUOTA_OVERRIDES_MAX: usize = 10_000;
+
+/// Hashes in one tile of the audit trail's Merkle tree (C2SP `tlog-tiles`
+/// width). It bounds the tree's hot memory: per tile level, fewer than this
+/// many hashes of the tile being filled (8 KiB), the full tiles being cold;
+/// three levels cover 16 million events. A proof reads one tile per level
+/// and rehashes at most half a tile per node.
+pub const AUDIT_TILE_WIDTH: u64 = 256;

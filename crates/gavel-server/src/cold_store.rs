@@ -42,6 +42,7 @@ fn definition(table: ColdTable) -> TableDefinition<'static, &'static [u8], &'sta
         ColdTable::Approvals => TableDefinition::new("approvals"),
         ColdTable::ApprovalsByTime => TableDefinition::new("approvals_by_time"),
         ColdTable::ApprovalsClosed => TableDefinition::new("approvals_closed"),
+        ColdTable::AuditTiles => TableDefinition::new("audit_tiles"),
     }
 }
 
