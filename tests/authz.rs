@@ -99,6 +99,10 @@ enum Rpc {
     ListEvents,
     GetEvent,
     RecordEvent,
+    GetCheckpoint,
+    GetInclusionProof,
+    GetConsistencyProof,
+    ListLeaves,
     Status,
     AddLearner,
     Promote,
@@ -206,6 +210,10 @@ const TABLE: &[Row] = &[
     row(Rpc::ListEvents, Allowed::AnyOf(&[Auditor]), false, true),
     row(Rpc::GetEvent, Allowed::AnyOf(&[Auditor]), false, false),
     row(Rpc::RecordEvent, Allowed::RecordsAbout, true, true),
+    row(Rpc::GetCheckpoint, Allowed::AnyOf(&[Auditor]), false, true),
+    row(Rpc::GetInclusionProof, Allowed::AnyOf(&[Auditor]), false, false),
+    row(Rpc::GetConsistencyProof, Allowed::AnyOf(&[Auditor]), false, false),
+    row(Rpc::ListLeaves, Allowed::AnyOf(&[Auditor]), false, true),
     row(Rpc::Status, Allowed::Anyone, false, true),
     row(Rpc::AddLearner, Allowed::AnyOf(&[Admin]), true, false),
     row(Rpc::Promote, Allowed::AnyOf(&[Admin]), true, false),
@@ -812,6 +820,25 @@ impl World {
             Rpc::GetEvent => {
                 let answer = AuditServiceClient::new(channel).get_event(pb::GetEventRequest { cursor: 1 }).await?;
                 found(answer.into_inner().event, "audit event 1")
+            }
+            Rpc::GetCheckpoint => {
+                let answer = AuditServiceClient::new(channel).get_checkpoint(pb::GetCheckpointRequest {}).await?;
+                nonempty(answer.into_inner().size as usize, "audit tree leaves")
+            }
+            Rpc::GetInclusionProof => {
+                let request = pb::GetInclusionProofRequest { index: 0, size: 0 };
+                let answer = AuditServiceClient::new(channel).get_inclusion_proof(request).await?;
+                found(answer.into_inner().canonical_event, "audit event 1's canonical bytes")
+            }
+            Rpc::GetConsistencyProof => {
+                let request = pb::GetConsistencyProofRequest { old_size: 1, new_size: 0 };
+                let answer = AuditServiceClient::new(channel).get_consistency_proof(request).await?;
+                nonempty(answer.into_inner().new_root.len(), "the newer root")
+            }
+            Rpc::ListLeaves => {
+                let request = pb::ListLeavesRequest { start_index: 0, limit: 10 };
+                let answer = AuditServiceClient::new(channel).list_leaves(request).await?;
+                nonempty(answer.into_inner().leaves.len(), "audit tree leaves")
             }
             Rpc::RecordEvent => {
                 let request = pb::RecordEventRequest {

@@ -40,6 +40,7 @@
 pub mod access;
 mod approvals;
 pub mod audit;
+pub mod audit_export;
 mod audit_tree;
 /// RFC 8785 canonical JSON, the input hash and the I-JSON (RFC 7493) checks:
 /// the `gavel-json` crate, which the client SDK shares.

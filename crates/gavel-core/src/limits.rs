@@ -175,3 +175,8 @@ pub const QUOTA_OVERRIDES_MAX: usize = 10_000;
 /// three levels cover 16 million events. A proof reads one tile per level
 /// and rehashes at most half a tile per node.
 pub const AUDIT_TILE_WIDTH: u64 = 256;
+
+/// Most leaves one `ListLeaves` page returns. A leaf carries its event's
+/// canonical bytes (a few hundred bytes, up to an application event's
+/// payload), so a page is bounded like an events page.
+pub const AUDIT_LEAVES_PAGE_MAX: u32 = 1_000;

@@ -96,6 +96,24 @@ pub fn event_leaf_hash(event: &Event) -> Hash {
     leaf_hash(&event_canonical_bytes(event))
 }
 
+/// The body of a C2SP `tlog-checkpoint` for a tree: the origin line, the
+/// size in decimal and the root in standard base64, each ending in a newline.
+pub fn checkpoint_body(origin: &str, size: u64, root: &Hash) -> String {
+    use base64::Engine as _;
+    format!("{origin}\n{size}\n{}\n", base64::engine::general_purpose::STANDARD.encode(root))
+}
+
+/// The origin line of a Gavel cluster's audit log: `gavel-audit/` and the
+/// first 16 hex digits of the hash of its first event, which no other
+/// cluster shares (a cluster's first event names its bootstrap and its
+/// time); `gavel-audit/empty` before any event.
+pub fn origin(first_leaf: Option<&Hash>) -> String {
+    match first_leaf {
+        Some(leaf) => format!("gavel-audit/{}", hex::encode(&leaf[..8])),
+        None => "gavel-audit/empty".to_string(),
+    }
+}
+
 /// The largest power of two strictly below `n` (`n >= 2`).
 fn split_point(n: u64) -> u64 {
     debug_assert!(n >= 2);

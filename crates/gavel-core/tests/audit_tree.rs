@@ -7,23 +7,8 @@ mod support;
 
 use gavel_core::command::{Command, Retention};
 use gavel_core::merkle::{self, MemoryTree};
-use gavel_core::{ApprovalStatus, Caller, Principal, PrincipalKind, SideEffect, State};
+use gavel_core::{Caller, Principal, PrincipalKind, SideEffect, State};
 use support::*;
-
-/// Runs a few lifecycles of each kind: plain, gated (approved, resumed), cancelled.
-fn history(script: &mut Script, rounds: usize) {
-    for round in 0..rounds {
-        let id = format!("exec-{round}");
-        script.submit_ok(&id, "docs.read", r#"{"query":"raft"}"#);
-        let task = script.lease("worker-1", "docs.read");
-        script.report_ok(task.lease.lease_id, "worker-1", r#"{"hits":3}"#);
-        let approval = format!("apr-{round}");
-        script.create_approval(approval_request(&approval));
-        script.decide(&approval, ApprovalStatus::Approved, bob());
-        script.consume(&approval, &format!("consumer-{round}"));
-        script.advance(100);
-    }
-}
 
 /// The tree an auditor rebuilds from the events the state serves.
 fn rebuilt(state: &State) -> MemoryTree {
@@ -47,7 +32,7 @@ fn ready() -> Script {
 #[test]
 fn every_event_is_a_leaf_at_its_cursor_and_the_root_is_the_one_an_auditor_rebuilds() {
     let mut script = ready();
-    history(&mut script, 40);
+    lifecycles_and_approvals(&mut script, 40);
     let state = &script.state;
     assert_eq!(state.audit_tree_size(), state.next_cursor() - 1);
     let tree = rebuilt(state);
@@ -86,7 +71,7 @@ fn a_leaf_is_the_event_with_its_principal_stamped() {
 #[test]
 fn the_root_is_in_the_state_hash_and_survives_a_snapshot() {
     let mut script = ready();
-    history(&mut script, 10);
+    lifecycles_and_approvals(&mut script, 10);
     let restored = State::restore(&script.state.snapshot()).expect("a snapshot of this build");
     assert_eq!(restored.state_hash(), script.state.state_hash());
     assert_eq!(restored.audit_tree_root(), script.state.audit_tree_root());
@@ -102,14 +87,14 @@ fn the_root_is_in_the_state_hash_and_survives_a_snapshot() {
 #[test]
 fn retention_drops_event_bodies_but_never_their_hashes_and_kept_events_still_prove_inclusion() {
     let mut script = ready();
-    history(&mut script, 20);
+    lifecycles_and_approvals(&mut script, 20);
     let before = rebuilt(&script.state);
     let size_before = before.size();
     script.advance(10_000_000);
     let retention = Retention { records_ms: 1_000, events_ms: 1_000 };
     script.tick_with(retention);
     // Events recorded after retention ran are kept; the old ones are gone.
-    history(&mut script, 3);
+    lifecycles_and_approvals(&mut script, 3);
     let kept = script.events();
     assert!(kept.first().expect("recent events are kept").cursor > size_before, "old bodies were dropped");
     let state = &script.state;
@@ -149,8 +134,8 @@ fn an_event_a_tick_records_is_sealed_even_when_retention_in_that_tick_would_drop
 fn replicas_applying_the_same_commands_have_the_same_root() {
     let mut first = ready();
     let mut second = ready();
-    history(&mut first, 15);
-    history(&mut second, 15);
+    lifecycles_and_approvals(&mut first, 15);
+    lifecycles_and_approvals(&mut second, 15);
     assert_eq!(first.state.audit_tree_root(), second.state.audit_tree_root());
     assert_eq!(first.state.state_hash(), second.state.state_hash());
 }
