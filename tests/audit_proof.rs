@@ -32,6 +32,17 @@ fn json(run: &Run) -> Value {
     serde_json::from_str(&run.stdout).unwrap_or_else(|error| panic!("not JSON ({error}): {}", run.stdout))
 }
 
+/// Waits until the last cosigned checkpoint covers the whole tree (the
+/// leader starts one within `AUDIT_CHECKPOINT_INTERVAL_MS` of new events).
+async fn cosigned_at_head(endpoints: &str) {
+    support::eventually("a checkpoint cosigned at the tree's head", || async {
+        let head = json(&gavel(endpoints, &["audit", "checkpoint", "--json"]).await);
+        let signed = head["signedCheckpoint"].as_str()?.to_string();
+        (signed.lines().nth(1)?.parse::<u64>().ok()? == head["size"].as_u64()?).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_verifies_offline_and_names_a_changed_event_and_proofs_verify_on_their_own() {
     let cluster = Cluster::start(3).await;
@@ -44,8 +55,10 @@ async fn an_export_verifies_offline_and_names_a_changed_event_and_proofs_verify_
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = |name: &str| dir.path().join(name).to_str().expect("a UTF-8 path").to_string();
 
-    // An early checkpoint, saved as an auditor would.
+    // An early checkpoint, cosigned by a quorum, saved as an auditor would.
+    cosigned_at_head(&endpoints).await;
     let early = gavel(&endpoints, &["audit", "checkpoint"]).await;
+    assert!(early.stdout.contains("\n\n\u{2014} "), "a signed note: {}", early.stdout);
     assert_eq!(early.code, 0, "{}", early.stderr);
     std::fs::write(path("early.checkpoint"), &early.stdout).expect("write the checkpoint");
     let early_size: u64 = early.stdout.lines().nth(1).and_then(|line| line.parse().ok()).expect("a size line");
@@ -54,7 +67,11 @@ async fn an_export_verifies_offline_and_names_a_changed_event_and_proofs_verify_
     }
 
     // Every node serves the same tree once converged.
+    cosigned_at_head(&endpoints).await;
     cluster.wait_converged().await;
+    let keys = gavel(&endpoints, &["audit", "keys"]).await;
+    assert_eq!(keys.stdout.lines().count(), 3, "one note key per node: {}", keys.stdout);
+    std::fs::write(path("keys.txt"), &keys.stdout).expect("write the keys");
     let mut heads = Vec::new();
     for node in &cluster.nodes {
         let head = json(&gavel(&node.addr, &["audit", "checkpoint", "--json"]).await);
@@ -67,8 +84,29 @@ async fn an_export_verifies_offline_and_names_a_changed_event_and_proofs_verify_
     let export =
         gavel(&endpoints, &["audit", "export", &path("trail.jsonl"), "--checkpoint", &path("early.checkpoint")]).await;
     assert_eq!(export.code, 0, "{}", export.stderr);
-    let verified = json(&gavel("127.0.0.1:1", &["audit", "verify", &path("trail.jsonl"), "--json"]).await);
+    let verified = json(
+        &gavel("127.0.0.1:1", &["audit", "verify", &path("trail.jsonl"), "--keys", &path("keys.txt"), "--json"]).await,
+    );
     assert_eq!(verified["verified"], true);
+    assert_eq!(verified["signaturesChecked"], true);
+    // A key the checkpoints were not signed with vouches for nothing.
+    let foreign = gavel_core::note::verifier_key("someone-else", &[1; 32]);
+    std::fs::write(path("foreign-key.txt"), &foreign).expect("write a foreign key");
+    let unvouched =
+        gavel("127.0.0.1:1", &["audit", "verify", &path("trail.jsonl"), "--keys", &path("foreign-key.txt")]).await;
+    assert_eq!(unvouched.code, 3, "{}", unvouched.stderr);
+    assert!(
+        unvouched.stderr.contains("0 of the listed keys signed the checkpoint, fewer than 1"),
+        "{}",
+        unvouched.stderr
+    );
+    std::fs::write(path("one-key.txt"), keys.stdout.lines().next().expect("a key")).expect("write one key");
+    let impossible = gavel(
+        "127.0.0.1:1",
+        &["audit", "verify", &path("trail.jsonl"), "--keys", &path("one-key.txt"), "--quorum", "2"],
+    )
+    .await;
+    assert_eq!(impossible.code, 2, "a quorum above the keys listed is a usage error: {}", impossible.stderr);
     assert_eq!(verified["consistencyProofs"], 1);
     assert_eq!(verified["leaves"], heads[0].0);
 
@@ -87,7 +125,10 @@ async fn an_export_verifies_offline_and_names_a_changed_event_and_proofs_verify_
     let follower = cluster.follower().await;
     let proved = gavel(&cluster.addr(follower), &["audit", "proof", "3", "--out", &path("event.proof")]).await;
     assert_eq!(proved.code, 0, "{}", proved.stderr);
-    let checked = json(&gavel("127.0.0.1:1", &["audit", "verify-proof", &path("event.proof"), "--json"]).await);
+    let checked = json(
+        &gavel("127.0.0.1:1", &["audit", "verify-proof", &path("event.proof"), "--keys", &path("keys.txt"), "--json"])
+            .await,
+    );
     assert_eq!(checked["cursor"], 3);
     let proof_text = std::fs::read_to_string(path("event.proof")).expect("read the proof");
     assert!(proof_text.contains("c2sp.org/tlog-proof@v1"), "{proof_text}");

@@ -103,6 +103,8 @@ enum Rpc {
     GetInclusionProof,
     GetConsistencyProof,
     ListLeaves,
+    RegisterNoteKey,
+    CosignCheckpoint,
     Status,
     AddLearner,
     Promote,
@@ -214,6 +216,9 @@ const TABLE: &[Row] = &[
     row(Rpc::GetInclusionProof, Allowed::AnyOf(&[Auditor]), false, false),
     row(Rpc::GetConsistencyProof, Allowed::AnyOf(&[Auditor]), false, false),
     row(Rpc::ListLeaves, Allowed::AnyOf(&[Auditor]), false, true),
+    // Only a node, for itself (its certificate): no principal of this table.
+    row(Rpc::RegisterNoteKey, Allowed::AnyOf(&[]), true, true),
+    row(Rpc::CosignCheckpoint, Allowed::AnyOf(&[]), true, false),
     row(Rpc::Status, Allowed::Anyone, false, true),
     row(Rpc::AddLearner, Allowed::AnyOf(&[Admin]), true, false),
     row(Rpc::Promote, Allowed::AnyOf(&[Admin]), true, false),
@@ -839,6 +844,14 @@ impl World {
                 let request = pb::ListLeavesRequest { start_index: 0, limit: 10 };
                 let answer = AuditServiceClient::new(channel).list_leaves(request).await?;
                 nonempty(answer.into_inner().leaves.len(), "audit tree leaves")
+            }
+            Rpc::RegisterNoteKey => {
+                let request = pb::RegisterNoteKeyRequest { node_id: 1, public_key: vec![7; 32] };
+                done(AuditServiceClient::new(channel).register_note_key(request).await)
+            }
+            Rpc::CosignCheckpoint => {
+                let request = pb::CosignCheckpointRequest { node_id: 1, size: 1, signature: vec![7; 64] };
+                done(AuditServiceClient::new(channel).cosign_checkpoint(request).await)
             }
             Rpc::RecordEvent => {
                 let request = pb::RecordEventRequest {

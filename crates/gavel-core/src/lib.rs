@@ -58,6 +58,7 @@ pub mod machine;
 pub mod merkle;
 pub mod model;
 pub mod mutants;
+pub mod note;
 pub mod precheck;
 mod quotas;
 pub mod registry;

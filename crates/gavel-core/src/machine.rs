@@ -15,6 +15,7 @@
 
 mod access_commands;
 mod approval_commands;
+pub(crate) mod checkpoints;
 mod execution_commands;
 mod ownership;
 mod quota_commands;
@@ -81,6 +82,8 @@ pub struct State {
     quotas: Quotas,
     /// The RFC 6962 tree over the audit trail: leaf `i` is the event at cursor `i + 1`.
     audit_tree: AuditTree,
+    /// The nodes' note keys and the audit checkpoints they cosign.
+    audit_checkpoints: checkpoints::AuditCheckpoints,
     /// The planted bug this replica runs with (chaos harness only).
     #[serde(skip)]
     planted_bug: Option<Mutant>,
@@ -243,6 +246,10 @@ impl State {
             Command::BootstrapAdmin { admin } => self.bootstrap_admin(admin, principal),
             Command::RecordEvent(event) => self.record_event(event, principal),
             Command::SetQuota { principal: subject, change } => self.set_quota(subject, change, principal),
+            Command::RegisterNoteKey { node_id, public_key } => self.register_note_key(*node_id, public_key),
+            Command::CosignCheckpoint { node_id, size, signature } => {
+                self.cosign_checkpoint(*node_id, *size, signature)
+            }
         };
         result.unwrap_or_else(Reply::Error)
     }

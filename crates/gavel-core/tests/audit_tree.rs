@@ -139,3 +139,59 @@ fn replicas_applying_the_same_commands_have_the_same_root() {
     assert_eq!(first.state.audit_tree_root(), second.state.audit_tree_root());
     assert_eq!(first.state.state_hash(), second.state.state_hash());
 }
+
+fn node(id: u64) -> Caller {
+    Caller::of(Principal::node(id))
+}
+
+fn cosign(script: &mut Script, id: u64, size: u64) -> gavel_core::Reply {
+    let command = Command::CosignCheckpoint { node_id: id, size, signature: vec![id as u8; 64] };
+    script.apply_by(&node(id), command)
+}
+
+#[test]
+fn a_checkpoint_is_published_once_a_majority_of_the_registered_keys_cosigned_it() {
+    let mut script = ready();
+    lifecycles_and_approvals(&mut script, 3);
+    for id in 1..=3 {
+        let reply =
+            script.apply_by(&node(id), Command::RegisterNoteKey { node_id: id, public_key: vec![id as u8; 32] });
+        assert!(matches!(reply, gavel_core::Reply::Cosigned { .. }), "{reply:?}");
+    }
+    let size = script.state.audit_tree_size();
+    assert!(matches!(cosign(&mut script, 1, size - 2), gavel_core::Reply::Cosigned { published: false, .. }));
+    // The leader moves on to a larger size before the first was published: the older one is dropped.
+    assert!(matches!(cosign(&mut script, 1, size), gavel_core::Reply::Cosigned { published: false, .. }));
+    assert!(matches!(cosign(&mut script, 2, size - 2), gavel_core::Reply::Cosigned { published: false, .. }));
+    assert_eq!(script.state.pending_checkpoint().map(|pending| pending.signatures.len()), Some(1));
+    assert!(matches!(cosign(&mut script, 3, size), gavel_core::Reply::Cosigned { published: true, .. }));
+    let published = script.state.published_checkpoint().expect("published");
+    assert_eq!((published.size, published.signatures.len()), (size, 2));
+    assert!(script.state.pending_checkpoint().is_none());
+    // The signed note names the two signers' keys over the body of that size.
+    let note = script.state.signed_checkpoint().expect("a signed note");
+    let body = script.state.checkpoint_body_at(size).expect("reached");
+    assert!(note.starts_with(&format!("{body}\n\u{2014} ")), "{note}");
+    assert_eq!(note.lines().filter(|line| line.starts_with('\u{2014}')).count(), 2);
+    assert_eq!(script.state.note_verifier_keys().len(), 3);
+}
+
+#[test]
+fn checkpoint_commands_are_refused_from_another_node_for_an_unknown_key_or_past_the_tree() {
+    let mut script = ready();
+    lifecycles_and_approvals(&mut script, 1);
+    let size = script.state.audit_tree_size();
+    let forged = script.apply_by(&node(2), Command::RegisterNoteKey { node_id: 1, public_key: vec![0; 32] });
+    assert!(refused(forged, gavel_core::ErrorCode::PermissionDenied).message.contains("only that node"));
+    let short = script.apply_by(&node(1), Command::RegisterNoteKey { node_id: 1, public_key: vec![0; 31] });
+    refused(short, gavel_core::ErrorCode::InvalidArgument);
+    refused(cosign(&mut script, 1, size), gavel_core::ErrorCode::FailedPrecondition);
+    script.apply_by(&node(1), Command::RegisterNoteKey { node_id: 1, public_key: vec![1; 32] });
+    refused(cosign(&mut script, 1, size + 1), gavel_core::ErrorCode::FailedPrecondition);
+    refused(cosign(&mut script, 1, 0), gavel_core::ErrorCode::FailedPrecondition);
+    let user = Caller::of(Principal::new(PrincipalKind::User, "mallory").expect("an id"));
+    let as_user = script.apply_by(&user, Command::CosignCheckpoint { node_id: 1, size, signature: vec![0; 64] });
+    refused(as_user, gavel_core::ErrorCode::PermissionDenied);
+    // One key of one registered: a quorum of one publishes at once.
+    assert!(matches!(cosign(&mut script, 1, size), gavel_core::Reply::Cosigned { published: true, .. }));
+}

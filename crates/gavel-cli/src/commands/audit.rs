@@ -76,9 +76,14 @@ pub enum AuditCommand {
         #[arg(long = "attribute", value_name = "KEY=VALUE", value_parser = parse_attribute)]
         attributes: Vec<(String, String)>,
     },
-    /// Print the audit tree's head: a C2SP tlog-checkpoint body (origin,
-    /// size, base64 root). Save it to compare with a later export.
+    /// Print the last checkpoint a quorum of the nodes cosigned: a C2SP
+    /// tlog-checkpoint (origin, size, base64 root) as a signed note. Before
+    /// the first is published, the unsigned tree head (and a warning). Save
+    /// it to check a later export against it.
     Checkpoint,
+    /// Print the nodes' note keys as C2SP verifier keys (name+hash+key), one
+    /// per line: the --keys file of `gavel audit verify`.
+    Keys,
     /// Prove that the event at CURSOR is in the audit log: writes a
     /// C2SP tlog-proof with the event's canonical bytes, which
     /// `gavel audit verify-proof` checks with no cluster.
@@ -112,12 +117,27 @@ pub enum AuditCommand {
         /// The export to verify.
         #[arg(value_name = "FILE")]
         file: std::path::PathBuf,
+        /// Verifier keys, one per line (`gavel audit keys`): every checkpoint
+        /// must carry the signatures of --quorum of them. Without it the
+        /// signatures are not checked (and the output says so).
+        #[arg(long, value_name = "FILE")]
+        keys: Option<std::path::PathBuf>,
+        /// How many of the listed keys must have signed each checkpoint
+        /// (default: a majority of them).
+        #[arg(long, value_name = "K")]
+        quorum: Option<usize>,
     },
     /// Verify an event proof (from `gavel audit proof`) with no cluster.
     VerifyProof {
         /// The proof to verify.
         #[arg(value_name = "FILE")]
         file: std::path::PathBuf,
+        /// Verifier keys, as for `verify`.
+        #[arg(long, value_name = "FILE")]
+        keys: Option<std::path::PathBuf>,
+        /// How many of the listed keys must have signed (default: a majority).
+        #[arg(long, value_name = "K")]
+        quorum: Option<usize>,
     },
 }
 
@@ -135,9 +155,14 @@ pub async fn run(args: AuditArgs) -> Result<(), CommandError> {
     // The verifiers read files only: they need no endpoint, no credentials.
     let client = || args.global.client();
     match args.command {
-        AuditCommand::Verify { file } => super::audit_proof::verify(&file, json),
-        AuditCommand::VerifyProof { file } => super::audit_proof::verify_proof(&file, json),
+        AuditCommand::Verify { file, keys, quorum } => {
+            super::audit_proof::verify(&file, &super::audit_proof::Signers::read(keys.as_deref(), quorum)?, json)
+        }
+        AuditCommand::VerifyProof { file, keys, quorum } => {
+            super::audit_proof::verify_proof(&file, &super::audit_proof::Signers::read(keys.as_deref(), quorum)?, json)
+        }
         AuditCommand::Checkpoint => super::audit_proof::checkpoint(&client()?, json).await,
+        AuditCommand::Keys => super::audit_proof::keys(&client()?, json).await,
         AuditCommand::Proof { cursor, size, out } => {
             super::audit_proof::proof(&client()?, cursor, size, out.as_deref(), json).await
         }

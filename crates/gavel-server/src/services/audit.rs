@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use gavel_core::limits::EVENTS_PAGE_MAX;
-use gavel_core::{Action, Event, State};
+use gavel_core::{Action, Command, Event, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::audit_service_server::AuditService;
 use tonic::{Code, Request, Response, Status};
@@ -295,6 +295,27 @@ impl AuditService for Audit {
             })
             .await?;
         Ok(Response::new(page))
+    }
+
+    async fn register_note_key(
+        &self,
+        request: Request<pb::RegisterNoteKeyRequest>,
+    ) -> Result<Response<pb::CosignResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
+        let command = Command::RegisterNoteKey { node_id: message.node_id, public_key: message.public_key };
+        Ok(Response::new(self.node.call(caller.as_ref(), "", command).await?))
+    }
+
+    async fn cosign_checkpoint(
+        &self,
+        request: Request<pb::CosignCheckpointRequest>,
+    ) -> Result<Response<pb::CosignResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
+        let command =
+            Command::CosignCheckpoint { node_id: message.node_id, size: message.size, signature: message.signature };
+        Ok(Response::new(self.node.call(caller.as_ref(), "", command).await?))
     }
 
     /// Appends an application event through the log, like any command: checked

@@ -50,7 +50,14 @@ pub(crate) fn checkpoint(state: &State) -> pb::GetCheckpointResponse {
     let (size, root) = (state.audit_tree_size(), state.audit_tree_root());
     let origin = origin(state);
     let checkpoint = merkle::checkpoint_body(&origin, size, &root);
-    pb::GetCheckpointResponse { origin, size, root: root.to_vec(), checkpoint }
+    pb::GetCheckpointResponse {
+        origin,
+        size,
+        root: root.to_vec(),
+        checkpoint,
+        signed_checkpoint: state.signed_checkpoint(),
+        note_keys: state.note_verifier_keys(),
+    }
 }
 
 fn bytes(hashes: Vec<Hash>) -> Vec<Vec<u8>> {
