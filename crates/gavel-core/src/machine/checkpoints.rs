@@ -33,8 +33,19 @@ const SIGNATURE_BYTES: usize = 64;
 pub struct Cosigned {
     /// Its tree size.
     pub size: u64,
-    /// Ed25519 signatures over its body, by node id.
-    pub signatures: BTreeMap<u64, Vec<u8>>,
+    /// Ed25519 signatures over its body, by node id, each with the public
+    /// key it was made with (a node restored from a backup has a new key:
+    /// the checkpoints its old key signed still name the old one).
+    pub signatures: BTreeMap<u64, NodeSignature>,
+}
+
+/// One node's signature of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSignature {
+    /// The node's note key when it signed.
+    pub public_key: Vec<u8>,
+    /// The Ed25519 signature over the checkpoint body.
+    pub signature: Vec<u8>,
 }
 
 /// The part of the state for checkpoints. Invariant: `pending`, when set,
@@ -112,6 +123,7 @@ impl State {
             ));
         }
         let checkpoints = &mut self.audit_checkpoints;
+        let public_key = checkpoints.keys.get(&node_id).expect("checked above").clone();
         let published_size = checkpoints.published.as_ref().map_or(0, |published| published.size);
         let pending_size = checkpoints.pending.as_ref().map_or(0, |pending| pending.size);
         if size <= published_size || size < pending_size {
@@ -121,7 +133,7 @@ impl State {
             checkpoints.pending = Some(Cosigned { size, signatures: BTreeMap::new() });
         }
         let pending = checkpoints.pending.as_mut().expect("a pending checkpoint of this size");
-        pending.signatures.insert(node_id, signature.to_vec());
+        pending.signatures.insert(node_id, NodeSignature { public_key, signature: signature.to_vec() });
         let quorum = checkpoints.keys.len() / 2 + 1;
         if pending.signatures.len() < quorum {
             return Ok(Reply::Cosigned { size, published: false });
@@ -168,14 +180,13 @@ impl State {
         let published = self.audit_checkpoints.published.as_ref()?;
         let origin = self.audit_origin();
         let body = self.checkpoint_body_at(published.size).expect("a published checkpoint is of the tree");
-        let keys = &self.audit_checkpoints.keys;
         let signatures: Vec<note::NoteSignature> = published
             .signatures
             .iter()
-            .filter_map(|(node_id, signature)| {
+            .map(|(node_id, signed)| {
                 let name = note_key_name(&origin, *node_id);
-                let key = keys.get(node_id)?;
-                Some(note::NoteSignature { id: note::key_id(&name, key), name, signature: signature.clone() })
+                let id = note::key_id(&name, &signed.public_key);
+                note::NoteSignature { id, name, signature: signed.signature.clone() }
             })
             .collect();
         Some(note::signed_note(&body, &signatures))
