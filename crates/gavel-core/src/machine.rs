@@ -171,14 +171,14 @@ impl State {
 
     /// Appends the leaf of every event recorded since the last seal to the
     /// audit tree, once the command is done with them (its principal is
-    /// stamped): the leaf is the hash of the event as a reader sees it.
+    /// stamped): the leaf is the hash of the event as a reader sees it,
+    /// taken from the whole events the log kept aside (no read-back).
     fn seal_events(&mut self) {
-        let next_cursor = self.audit.next_cursor();
-        while self.audit_tree.size() + 1 < next_cursor {
-            let cursor = self.audit_tree.size() + 1;
-            let event = self.event(cursor).expect("retention keeps every event until it is sealed");
+        for event in self.audit.take_unsealed() {
+            assert_eq!(event.cursor, self.audit_tree.size() + 1, "events are sealed in cursor order, once");
             self.audit_tree.append(crate::merkle::event_leaf_hash(&event));
         }
+        assert_eq!(self.audit_tree.size() + 1, self.audit.next_cursor(), "every event is sealed in its apply");
     }
 
     /// `apply` after authorization: deduplication, then the command; true

@@ -77,18 +77,18 @@ pub fn empty_root() -> Hash {
 }
 
 /// The canonical bytes of an event, the bytes its leaf hash is taken over:
-/// the RFC 8785 (JCS) canonical form of the event's JSON as `gavel audit
-/// export` writes it (serde's form of [`Event`]). An event whose JSON holds
-/// an integer a double cannot hold exactly (above 2^53, which JCS refuses)
-/// is taken as serde_json writes it instead: keys in declaration order, no
-/// whitespace. Both are functions of the event alone, so a verifier that
-/// reads the exported event recomputes the same bytes.
+/// the event's JSON (serde's form of [`Event`]) with every object's members
+/// sorted by key (byte order), no whitespace, integers in decimal, strings
+/// escaped as `JSON.stringify` does. That is the RFC 8785 (JCS) form of the
+/// event whenever its keys are ASCII (every key but an application event's
+/// attribute names, which JCS orders by UTF-16 units) and its integers are
+/// at most 2^53 (JCS refuses larger ones; they are written exactly here).
+/// The export and every proof carry these bytes, so a verifier hashes the
+/// string it is given. Written by `serde_json::Value` (whose maps are
+/// ordered): `event_canonical_bytes_are_stable` pins the form.
 pub fn event_canonical_bytes(event: &Event) -> Vec<u8> {
-    let json = serde_json::to_string(event).expect("events serialize to JSON: every field is plain data");
-    match crate::canonical_json::canonicalize(&json) {
-        Ok(canonical) => canonical.into_bytes(),
-        Err(_) => json.into_bytes(),
-    }
+    let value = serde_json::to_value(event).expect("events serialize to JSON: every field is plain data");
+    serde_json::to_vec(&value).expect("a JSON value serializes")
 }
 
 /// The leaf hash of an event ([`event_canonical_bytes`]).
@@ -465,6 +465,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn event_canonical_bytes_are_stable() {
+        let event = Event {
+            cursor: 7,
+            kind: crate::audit::EventKind::Started { attempt: 1, lease_id: 42, worker_id: "w-1".into() },
+            timestamp_ms: 1_760_000_000_000,
+            actor: crate::model::Actor::new("alice", crate::model::ActorKind::User),
+            execution_id: Some("exe-1".into()),
+            capability_id: Some("docs.read".into()),
+            approval_id: None,
+            correlation_id: Some("c\u{1f}\"é".into()),
+            input_hash: None,
+            principal: None,
+        };
+        let canonical = String::from_utf8(event_canonical_bytes(&event)).expect("UTF-8");
+        let expected = concat!(
+            r#"{"actor":{"attributes":{},"display_name":null,"id":"alice","kind":"User"},"approval_id":null,"#,
+            r#""capability_id":"docs.read","correlation_id":"c\u001f\"é","cursor":7,"execution_id":"exe-1","#,
+            r#""input_hash":null,"kind":{"Started":{"attempt":1,"lease_id":42,"worker_id":"w-1"}},"#,
+            r#""principal":null,"timestamp_ms":1760000000000}"#
+        );
+        assert_eq!(canonical, expected);
+        // With ASCII keys and small integers, the RFC 8785 form.
+        let json = serde_json::to_string(&event).expect("JSON");
+        assert_eq!(crate::canonical_json::canonicalize(&json).expect("JCS"), canonical);
     }
 
     #[test]

@@ -47,6 +47,12 @@ fn every_event_is_a_leaf_at_its_cursor_and_the_root_is_the_one_an_auditor_rebuil
             assert_eq!(merkle::verify_inclusion(&merkle::event_leaf_hash(event), index, size, &proof, &root), Ok(()));
         }
     }
+    // Gavel's events have ASCII keys and small integers: their canonical bytes are RFC 8785's.
+    for event in script.events() {
+        let json = serde_json::to_string(&event).expect("JSON");
+        let jcs = gavel_core::canonical_json::canonicalize(&json).expect("JCS");
+        assert_eq!(merkle::event_canonical_bytes(&event), jcs.into_bytes(), "event {}", event.cursor);
+    }
     let old = state.audit_tree_size() / 3;
     let proof = state.audit_consistency_proof(old, state.audit_tree_size()).expect("ordered");
     let (old_root, new_root) = (tree.root_at(old), state.audit_tree_root());
