@@ -124,6 +124,7 @@ fn record(seen: &mut Vec<Seen>, keys_seen: &mut Vec<String>, checkpoint: Option<
 async fn secure_cluster(root: &std::path::Path) -> Cluster {
     let mut spec = ClusterSpec::new(gavel_testkit::resolve_gavel_binary(None).expect("gavel binary"), root);
     spec.nodes = 3;
+    spec.args.push("--audit-checkpoints=true".to_string());
     spec.security = Security::secure(principal(ADMIN));
     spec.start_timeout = WAIT;
     spec.status_timeout = Duration::from_secs(5);

@@ -45,7 +45,7 @@ async fn cosigned_at_head(endpoints: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_verifies_offline_and_names_a_changed_event_and_proofs_verify_on_their_own() {
-    let cluster = Cluster::start(3).await;
+    let cluster = Cluster::start_with(3, &["--audit-checkpoints=true"]).await;
     let leader = cluster.wait_for_leader().await;
     support::register(&cluster, leader, support::capability("docs.read", pb::SideEffect::Read)).await;
     for round in 0..4 {

@@ -260,8 +260,10 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         let caller = secured.is_some().then(|| Caller::of(Principal::node(options.id)));
         tokio::spawn(bootstrap_admin(node.clone(), admin, caller, shutdown_rx.clone()));
     }
-    let note_key = crate::checkpointer::load_or_create_note_key(&options.data_dir).map_err(ServerError::NoteKey)?;
-    tokio::spawn(crate::checkpointer::run(node.clone(), note_key, shutdown_rx.clone()));
+    if options.settings.audit_checkpoints {
+        let note_key = crate::checkpointer::load_or_create_note_key(&options.data_dir).map_err(ServerError::NoteKey)?;
+        tokio::spawn(crate::checkpointer::run(node.clone(), note_key, shutdown_rx.clone()));
+    }
     let ticker = tokio::spawn(crate::ticker::run(node.clone(), shutdown_rx));
     tracing::info!(id = options.id, %addr, "gavel node serving");
     Ok(RunningNode { node, addr, shutdown, server, ticker, health })
