@@ -102,6 +102,12 @@ enum Rpc {
     ListEvents,
     GetEvent,
     RecordEvent,
+    GetCheckpoint,
+    GetInclusionProof,
+    GetConsistencyProof,
+    ListLeaves,
+    RegisterNoteKey,
+    CosignCheckpoint,
     Status,
     AddLearner,
     Promote,
@@ -209,6 +215,13 @@ const TABLE: &[Row] = &[
     row(Rpc::ListEvents, Allowed::AnyOf(&[Auditor]), false, true),
     row(Rpc::GetEvent, Allowed::AnyOf(&[Auditor]), false, false),
     row(Rpc::RecordEvent, Allowed::RecordsAbout, true, true),
+    row(Rpc::GetCheckpoint, Allowed::AnyOf(&[Auditor]), false, true),
+    row(Rpc::GetInclusionProof, Allowed::AnyOf(&[Auditor]), false, false),
+    row(Rpc::GetConsistencyProof, Allowed::AnyOf(&[Auditor]), false, false),
+    row(Rpc::ListLeaves, Allowed::AnyOf(&[Auditor]), false, true),
+    // Only a node, for itself (its certificate): no principal of this table.
+    row(Rpc::RegisterNoteKey, Allowed::AnyOf(&[]), true, true),
+    row(Rpc::CosignCheckpoint, Allowed::AnyOf(&[]), true, false),
     row(Rpc::Status, Allowed::Anyone, false, true),
     row(Rpc::AddLearner, Allowed::AnyOf(&[Admin]), true, false),
     row(Rpc::Promote, Allowed::AnyOf(&[Admin]), true, false),
@@ -820,6 +833,33 @@ impl World {
             Rpc::GetEvent => {
                 let answer = AuditServiceClient::new(channel).get_event(pb::GetEventRequest { cursor: 1 }).await?;
                 found(answer.into_inner().event, "audit event 1")
+            }
+            Rpc::GetCheckpoint => {
+                let answer = AuditServiceClient::new(channel).get_checkpoint(pb::GetCheckpointRequest {}).await?;
+                nonempty(answer.into_inner().size as usize, "audit tree leaves")
+            }
+            Rpc::GetInclusionProof => {
+                let request = pb::GetInclusionProofRequest { index: 0, size: 0 };
+                let answer = AuditServiceClient::new(channel).get_inclusion_proof(request).await?;
+                found(answer.into_inner().canonical_event, "audit event 1's canonical bytes")
+            }
+            Rpc::GetConsistencyProof => {
+                let request = pb::GetConsistencyProofRequest { old_size: 1, new_size: 0 };
+                let answer = AuditServiceClient::new(channel).get_consistency_proof(request).await?;
+                nonempty(answer.into_inner().new_root.len(), "the newer root")
+            }
+            Rpc::ListLeaves => {
+                let request = pb::ListLeavesRequest { start_index: 0, limit: 10 };
+                let answer = AuditServiceClient::new(channel).list_leaves(request).await?;
+                nonempty(answer.into_inner().leaves.len(), "audit tree leaves")
+            }
+            Rpc::RegisterNoteKey => {
+                let request = pb::RegisterNoteKeyRequest { node_id: 1, public_key: vec![7; 32] };
+                done(AuditServiceClient::new(channel).register_note_key(request).await)
+            }
+            Rpc::CosignCheckpoint => {
+                let request = pb::CosignCheckpointRequest { node_id: 1, size: 1, signature: vec![7; 64] };
+                done(AuditServiceClient::new(channel).cosign_checkpoint(request).await)
             }
             Rpc::RecordEvent => {
                 let request = pb::RecordEventRequest {

@@ -192,6 +192,12 @@ pub struct NodeArgs {
     /// Lower: less memory and more, smaller writes.
     #[arg(long, env = "GAVEL_CHECKPOINT_COLD_WRITES", default_value_t = gavel_server::app::COLD_PENDING_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub checkpoint_cold_writes: u64,
+    /// Keep a note key (`audit-note.key` in the data directory) and cosign
+    /// the audit trail's checkpoints (docs/audit.md). `false` takes this
+    /// node out: it signs nothing, and a majority of the registered keys
+    /// must still sign for a checkpoint to be published.
+    #[arg(long, env = "GAVEL_AUDIT_CHECKPOINTS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub audit_checkpoints: bool,
     /// How log lines are written to standard error: `text` for people,
     /// `json` (one object per line, with the span fields such as `trace_id`) for collectors.
     #[arg(long, env = "GAVEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -192,6 +192,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
                 reads_in_flight_max: usize::try_from(args.reads_in_flight_max).unwrap_or(usize::MAX),
             },
             checkpoint_cold_writes: usize::try_from(args.checkpoint_cold_writes).unwrap_or(usize::MAX),
+            audit_checkpoints: args.audit_checkpoints,
             connections: gavel_server::connections::ConnectionLimits {
                 auth_deadline: std::time::Duration::from_millis(args.auth_deadline_ms),
                 idle_timeout: std::time::Duration::from_millis(args.idle_timeout_ms),

@@ -396,6 +396,14 @@ impl Client {
         read list_events, AuditServiceClient, pb::ListEventsRequest, pb::ListEventsResponse);
     rpc!(/// Reads the audit event at one cursor.
         read get_event, AuditServiceClient, pb::GetEventRequest, pb::GetEventResponse);
+    rpc!(/// The audit tree's head: size, root and tlog-checkpoint body (auditor).
+        read get_checkpoint, AuditServiceClient, pb::GetCheckpointRequest, pb::GetCheckpointResponse);
+    rpc!(/// Proves one audit event's inclusion in the audit tree (auditor).
+        read get_inclusion_proof, AuditServiceClient, pb::GetInclusionProofRequest, pb::GetInclusionProofResponse);
+    rpc!(/// Proves that an older audit tree is a prefix of a newer one (auditor).
+        read get_consistency_proof, AuditServiceClient, pb::GetConsistencyProofRequest, pb::GetConsistencyProofResponse);
+    rpc!(/// One page of the audit tree's leaves, with their events' canonical bytes (auditor).
+        read list_leaves, AuditServiceClient, pb::ListLeavesRequest, pb::ListLeavesResponse);
     rpc!(/// Appends an application event (`policy.denied`, ...) to the audit trail (submitter).
         /// Its payload is checked before sending, as `create_approval`'s input is.
         mutating record_event checking json::check, AuditServiceClient, pb::RecordEventRequest, pb::RecordEventResponse);

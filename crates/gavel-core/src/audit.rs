@@ -332,7 +332,7 @@ fn fill_from(event: &mut Event, execution: &Execution) {
 /// reference names a retained execution: when retention drops the
 /// execution first, [`AuditLog::forget_execution`] writes its remaining
 /// events out in full.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct AuditLog {
     /// Events by cursor (big-endian).
     events: ColdRecords,
@@ -342,7 +342,24 @@ pub(crate) struct AuditLog {
     first_cursor: u64,
     /// The cursor the next event gets; cursors start at 1.
     next_cursor: u64,
+    /// The events the command being applied recorded, whole (references
+    /// resolved, principal stamped), for the audit tree to hash at the end
+    /// of the apply ([`AuditLog::take_unsealed`]) without reading them back.
+    /// Empty between applies, so neither serialized nor compared.
+    #[serde(skip)]
+    unsealed: Vec<Event>,
 }
+
+/// The unsealed events are transient (empty between applies): equal logs
+/// are equal in their records.
+impl PartialEq for AuditLog {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.events, &self.by_execution, self.first_cursor, self.next_cursor)
+            == (&other.events, &other.by_execution, other.first_cursor, other.next_cursor)
+    }
+}
+
+impl Eq for AuditLog {}
 
 impl Default for AuditLog {
     fn default() -> Self {
@@ -351,6 +368,7 @@ impl Default for AuditLog {
             by_execution: ColdRecords::new(ColdTable::ExecutionEvents),
             first_cursor: 1,
             next_cursor: 1,
+            unsealed: Vec::new(),
         }
     }
 }
@@ -381,8 +399,8 @@ impl AuditLog {
             self.by_execution.put(index_key(execution_id, cursor), &());
         }
         let by_reference = subject.of_execution;
-        let copy = |field: Option<&str>| field.filter(|_| !by_reference).map(str::to_string);
-        let event = Event {
+        let copy = |field: Option<&str>| field.map(str::to_string);
+        let whole = Event {
             cursor,
             kind,
             timestamp_ms: now_ms,
@@ -395,7 +413,18 @@ impl AuditLog {
             input_hash: copy(subject.input_hash),
             principal: None,
         };
+        let event = if by_reference {
+            Event { capability_id: None, approval_id: None, correlation_id: None, input_hash: None, ..whole.clone() }
+        } else {
+            whole.clone()
+        };
+        self.unsealed.push(whole);
         self.store(cursor, StoredEvent { event, by_reference });
+    }
+
+    /// The events recorded since the last call, whole, oldest first.
+    pub(crate) fn take_unsealed(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.unsealed)
     }
 
     /// Writes an event at its cursor (the key: the value holds 0 in its place).
@@ -413,6 +442,9 @@ impl AuditLog {
     /// the command being applied recorded (still in the overlay: nothing is
     /// flushed during an apply).
     pub(crate) fn stamp_principal(&mut self, first: u64, principal: &Principal) {
+        for event in self.unsealed.iter_mut().filter(|event| event.cursor >= first) {
+            event.principal = Some(principal.clone());
+        }
         for cursor in first.max(self.first_cursor)..self.next_cursor {
             let mut stored = self.load(cursor).expect("retained cursors have events");
             stored.event.principal = Some(principal.clone());
@@ -527,15 +559,17 @@ impl AuditLog {
     }
 
     /// Drops events stamped at or before `horizon` (`None`: nothing is old
-    /// enough yet) with their index entries, so an execution's entries go
+    /// enough yet) and below cursor `sealed_below` (the events the audit
+    /// tree holds: an event is hashed before it may go) with their index
+    /// entries, so an execution's entries go
     /// with the last of its events (or earlier, with [`AuditLog::forget_execution`]).
     /// Returns how many events were dropped. Reads only ever return retained
     /// events, so `_retained` (which executions are still retained) decides
     /// nothing here any more; it is kept for the orchestrator's call.
-    pub(crate) fn compact(&mut self, horizon: Option<u64>, _retained: impl Fn(&str) -> bool) -> u32 {
+    pub(crate) fn compact(&mut self, horizon: Option<u64>, sealed_below: u64, _retained: impl Fn(&str) -> bool) -> u32 {
         let Some(horizon) = horizon else { return 0 };
         let mut dropped = 0;
-        while self.first_cursor < self.next_cursor {
+        while self.first_cursor < self.next_cursor.min(sealed_below) {
             let key = self.first_cursor.to_be_bytes();
             let event = self.load(self.first_cursor).expect("retained cursors have events").event;
             if event.timestamp_ms > horizon {

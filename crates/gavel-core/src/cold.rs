@@ -56,11 +56,15 @@ pub enum ColdTable {
     /// The closed approvals' retention index: closed-at (big-endian) then
     /// id, no value.
     ApprovalsClosed = 8,
+    /// Full tiles of the audit trail's Merkle tree (`audit_tree.rs`): tile
+    /// level (one byte), then tile index (big-endian); the value is 256
+    /// hashes. Never compacted.
+    AuditTiles = 9,
 }
 
 impl ColdTable {
     /// Every table, in tag order.
-    pub const ALL: [ColdTable; 8] = [
+    pub const ALL: [ColdTable; 9] = [
         ColdTable::Executions,
         ColdTable::Finalized,
         ColdTable::Leases,
@@ -69,6 +73,7 @@ impl ColdTable {
         ColdTable::Approvals,
         ColdTable::ApprovalsByTime,
         ColdTable::ApprovalsClosed,
+        ColdTable::AuditTiles,
     ];
 
     /// The table's stable tag.
@@ -444,7 +449,9 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"GAVELSNP";
 /// cold records' encodings. Bump it whenever either changes. Format 2: cold
 /// values in varint bincode, input hashes as bytes, events by reference,
 /// closed approvals cold (format 1, never named in the bytes, was before).
-pub const SNAPSHOT_FORMAT: u32 = 2;
+/// Format 3: the audit trail's Merkle tree (frontier and tile tails in the
+/// hot state, full tiles in the `AuditTiles` table).
+pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// Reads and checks the snapshot header ([`SNAPSHOT_MAGIC`],
 /// [`SNAPSHOT_FORMAT`]) at the start of `reader`.

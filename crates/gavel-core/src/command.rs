@@ -130,6 +130,25 @@ pub enum Command {
     /// Append an application's own event to the audit trail
     /// (`AuditService.RecordEvent`).
     RecordEvent(RecordEvent),
+    /// A node registers (or replaces) the Ed25519 public key of its note
+    /// key, which signs audit checkpoints. Only that node may send it.
+    RegisterNoteKey {
+        /// The node.
+        node_id: u64,
+        /// Its Ed25519 public key (32 bytes).
+        public_key: Vec<u8>,
+    },
+    /// A node cosigns the audit checkpoint of the first `size` leaves,
+    /// computed from its own tree (`machine/checkpoints.rs`). Only that node
+    /// may send it.
+    CosignCheckpoint {
+        /// The signing node.
+        node_id: u64,
+        /// The checkpoint's tree size.
+        size: u64,
+        /// The Ed25519 signature over the checkpoint body (64 bytes).
+        signature: Vec<u8>,
+    },
     /// Name the first admin of a secured cluster, like etcd's root user.
     /// Proposed by the bootstrapping node; accepted only while no admin
     /// exists, and a repeat naming the same admin changes nothing.
@@ -360,6 +379,14 @@ pub enum Reply {
     },
     /// The event a `RecordEvent` appended.
     Event(Event),
+    /// A note key registered, or a cosignature taken: the checkpoint being
+    /// cosigned (0 when none) and whether this command published it.
+    Cosigned {
+        /// The size of the checkpoint the command was about.
+        size: u64,
+        /// Whether a quorum has now signed it (it is published).
+        published: bool,
+    },
     /// A principal's grants after a `Grant`, `Revoke` or `BootstrapAdmin`.
     Grants {
         /// Whose grants.

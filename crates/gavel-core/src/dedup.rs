@@ -168,6 +168,7 @@ pub(crate) enum RememberedReply {
     Grants { principal: Principal },
     Quota { principal: Principal },
     Event { cursor: u64 },
+    Cosigned { size: u64, published: bool },
 }
 
 impl RememberedReply {
@@ -199,6 +200,7 @@ impl RememberedReply {
             Reply::Grants { principal, .. } => RememberedReply::Grants { principal: principal.clone() },
             Reply::Quota(view) => RememberedReply::Quota { principal: view.principal.clone() },
             Reply::Event(event) => RememberedReply::Event { cursor: event.cursor },
+            Reply::Cosigned { size, published } => RememberedReply::Cosigned { size: *size, published: *published },
         }
     }
 }

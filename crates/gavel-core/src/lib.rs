@@ -40,6 +40,8 @@
 pub mod access;
 mod approvals;
 pub mod audit;
+pub mod audit_export;
+mod audit_tree;
 /// RFC 8785 canonical JSON, the input hash and the I-JSON (RFC 7493) checks:
 /// the `gavel-json` crate, which the client SDK shares.
 pub use gavel_json as canonical_json;
@@ -53,8 +55,10 @@ pub mod ids;
 mod leases;
 pub mod limits;
 pub mod machine;
+pub mod merkle;
 pub mod model;
 pub mod mutants;
+pub mod note;
 pub mod precheck;
 mod quotas;
 pub mod registry;

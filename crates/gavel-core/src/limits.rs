@@ -168,3 +168,31 @@ pub const QUOTA_WRITE_BURST_MAX: u64 = 10_000_000;
 /// and snapshot; like [`PRINCIPALS_WITH_GRANTS_MAX`], enough for every
 /// principal of a large fleet.
 pub const QUOTA_OVERRIDES_MAX: usize = 10_000;
+
+/// Hashes in one tile of the audit trail's Merkle tree (C2SP `tlog-tiles`
+/// width). It bounds the tree's hot memory: per tile level, fewer than this
+/// many hashes of the tile being filled (8 KiB), the full tiles being cold;
+/// three levels cover 16 million events. A proof reads one tile per level
+/// and rehashes at most half a tile per node.
+pub const AUDIT_TILE_WIDTH: u64 = 256;
+
+/// Most leaves one `ListLeaves` page returns. A leaf carries its event's
+/// canonical bytes (a few hundred bytes, up to an application event's
+/// payload), so a page is bounded like an events page.
+pub const AUDIT_LEAVES_PAGE_MAX: u32 = 1_000;
+
+/// Most nodes with a registered note key. Keys live in every replica and
+/// snapshot; a cluster has 3 or 5 voters, and replaced nodes keep theirs
+/// (old checkpoints name them), so 32 leaves room for years of replacements.
+pub const NOTE_KEYS_MAX: usize = 32;
+
+/// Events after which the leader proposes a new audit checkpoint (it also
+/// does after [`AUDIT_CHECKPOINT_INTERVAL_MS`]). Each checkpoint costs one
+/// log entry per voter (its cosignature); one per thousand events is a
+/// tenth of a percent of the log.
+pub const AUDIT_CHECKPOINT_EVENTS: u64 = 1_000;
+
+/// Longest time, in ms, a new event waits for a checkpoint that covers it
+/// when fewer than [`AUDIT_CHECKPOINT_EVENTS`] arrive: an auditor sees a
+/// cosigned head at most this much (plus a round trip) behind.
+pub const AUDIT_CHECKPOINT_INTERVAL_MS: u64 = 1_000;

@@ -15,6 +15,7 @@
 
 mod access_commands;
 mod approval_commands;
+pub(crate) mod checkpoints;
 mod execution_commands;
 mod ownership;
 mod quota_commands;
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::access::{Caller, Grant, Principal};
 use crate::approvals::{ApprovalFilter, Approvals, ListOrder};
 use crate::audit::{AuditLog, Event, EventKind, EventSubject};
+use crate::audit_tree::AuditTree;
 use crate::canonical_json::sha256_hex;
 use crate::cold::{ColdMutation, ColdRecords, ColdStore, ColdTable, SnapshotRecords, SnapshotWriter};
 use crate::command::{CapabilitySpec, Command, Envelope, RecordEvent, Reply, Retention};
@@ -78,6 +80,10 @@ pub struct State {
     next_compaction_ms: u64,
     /// Per-principal quota overrides, usage counters and write buckets.
     quotas: Quotas,
+    /// The RFC 6962 tree over the audit trail: leaf `i` is the event at cursor `i + 1`.
+    audit_tree: AuditTree,
+    /// The nodes' note keys and the audit checkpoints they cosign.
+    audit_checkpoints: checkpoints::AuditCheckpoints,
     /// The planted bug this replica runs with (chaos harness only).
     #[serde(skip)]
     planted_bug: Option<Mutant>,
@@ -159,7 +165,20 @@ impl State {
         if let Some(caller) = caller {
             self.audit.stamp_principal(first_cursor, &caller.principal);
         }
+        self.seal_events();
         (reply, replayed)
+    }
+
+    /// Appends the leaf of every event recorded since the last seal to the
+    /// audit tree, once the command is done with them (its principal is
+    /// stamped): the leaf is the hash of the event as a reader sees it,
+    /// taken from the whole events the log kept aside (no read-back).
+    fn seal_events(&mut self) {
+        for event in self.audit.take_unsealed() {
+            assert_eq!(event.cursor, self.audit_tree.size() + 1, "events are sealed in cursor order, once");
+            self.audit_tree.append(crate::merkle::event_leaf_hash(&event));
+        }
+        assert_eq!(self.audit_tree.size() + 1, self.audit.next_cursor(), "every event is sealed in its apply");
     }
 
     /// `apply` after authorization: deduplication, then the command; true
@@ -227,6 +246,10 @@ impl State {
             Command::BootstrapAdmin { admin } => self.bootstrap_admin(admin, principal),
             Command::RecordEvent(event) => self.record_event(event, principal),
             Command::SetQuota { principal: subject, change } => self.set_quota(subject, change, principal),
+            Command::RegisterNoteKey { node_id, public_key } => self.register_note_key(*node_id, public_key),
+            Command::CosignCheckpoint { node_id, size, signature } => {
+                self.cosign_checkpoint(*node_id, *size, signature)
+            }
         };
         result.unwrap_or_else(Reply::Error)
     }
@@ -302,8 +325,11 @@ impl State {
         // in full when it is dropped (`AuditLog::forget_execution`), and those
         // old enough go now without that.
         let executions = &self.executions;
-        let mut compacted =
-            self.audit.compact(self.clock_ms.checked_sub(retention.events_ms), |id| executions.contains(id));
+        // Only sealed events go: an event recorded by this very tick is
+        // hashed into the tree at the end of the apply, after compaction.
+        let events_horizon = self.clock_ms.checked_sub(retention.events_ms);
+        let sealed_below = self.audit_tree.size() + 1;
+        let mut compacted = self.audit.compact(events_horizon, sealed_below, |id| executions.contains(id));
         for execution in self.executions.compact(horizon) {
             self.leases.forget(&execution.lease_ids);
             self.audit.forget_execution(&execution);
@@ -468,6 +494,48 @@ impl State {
     /// The cursor the next event will get.
     pub fn next_cursor(&self) -> u64 {
         self.audit.next_cursor()
+    }
+
+    // ----- the audit tree (crate::merkle) -----
+
+    /// How many events the audit tree holds (every event recorded so far:
+    /// event `cursor` is leaf `cursor - 1`).
+    pub fn audit_tree_size(&self) -> u64 {
+        self.audit_tree.size()
+    }
+
+    /// The audit tree's root now.
+    pub fn audit_tree_root(&self) -> crate::merkle::Hash {
+        self.audit_tree.root()
+    }
+
+    /// The root of the audit tree's first `size` leaves.
+    pub fn audit_tree_root_at(&self, size: u64) -> Result<crate::merkle::Hash, crate::merkle::ProofError> {
+        self.audit_tree.root_at(size)
+    }
+
+    /// The leaf hash of leaf `index` (the event at cursor `index + 1`),
+    /// kept after retention dropped the event itself.
+    pub fn audit_leaf_hash(&self, index: u64) -> Option<crate::merkle::Hash> {
+        self.audit_tree.leaf(index)
+    }
+
+    /// The inclusion proof of leaf `index` in the audit tree's first `size` leaves.
+    pub fn audit_inclusion_proof(
+        &self,
+        index: u64,
+        size: u64,
+    ) -> Result<Vec<crate::merkle::Hash>, crate::merkle::ProofError> {
+        self.audit_tree.inclusion_proof(index, size)
+    }
+
+    /// The consistency proof between the audit tree's first `old` and first `new` leaves.
+    pub fn audit_consistency_proof(
+        &self,
+        old: u64,
+        new: u64,
+    ) -> Result<Vec<crate::merkle::Hash>, crate::merkle::ProofError> {
+        self.audit_tree.consistency_proof(old, new)
     }
 
     /// Every grant bound to `principal`, by grant name (what the bindings
@@ -636,7 +704,7 @@ impl State {
         sha256_hex(&self.hot_snapshot())
     }
 
-    fn cold_records(&self) -> [&ColdRecords; 8] {
+    fn cold_records(&self) -> [&ColdRecords; 9] {
         let [executions, finalized] = self.executions.cold();
         let [events, by_execution] = self.audit.cold();
         let [approvals, approvals_by_time, approvals_closed] = self.approvals.cold();
@@ -649,14 +717,16 @@ impl State {
             approvals,
             approvals_by_time,
             approvals_closed,
+            self.audit_tree.cold(),
         ]
     }
 
-    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 8] {
+    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 9] {
         let [executions, finalized] = self.executions.cold_mut();
         let [events, by_execution] = self.audit.cold_mut();
         let [approvals, approvals_by_time, approvals_closed] = self.approvals.cold_mut();
         let leases = self.leases.cold_mut();
-        [executions, finalized, leases, events, by_execution, approvals, approvals_by_time, approvals_closed]
+        let tiles = self.audit_tree.cold_mut();
+        [executions, finalized, leases, events, by_execution, approvals, approvals_by_time, approvals_closed, tiles]
     }
 }

@@ -96,6 +96,8 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
         }
         Command::RecordEvent(event) => record_event(event).map(drop),
         Command::Tick { .. } => Ok(()),
+        Command::RegisterNoteKey { public_key, .. } => crate::machine::checkpoints::check_note_key(public_key),
+        Command::CosignCheckpoint { signature, .. } => crate::machine::checkpoints::check_signature(signature),
         Command::SetQuota { principal, change } => set_quota(principal, change),
     }
 }

@@ -260,6 +260,17 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
         ),
         ("BootstrapAdmin", Operation::Command(|_| Command::BootstrapAdmin { admin: user("root") }), Allowed::Node),
         ("Tick", Operation::Command(|_| Command::Tick { retention: Retention::default() }), Allowed::Node),
+        // Node 1 for itself: the grid's node is node 1 (another node is refused, tests/audit_tree.rs).
+        (
+            "RegisterNoteKey",
+            Operation::Command(|_| Command::RegisterNoteKey { node_id: 1, public_key: vec![1; 32] }),
+            Allowed::Node,
+        ),
+        (
+            "CosignCheckpoint",
+            Operation::Command(|_| Command::CosignCheckpoint { node_id: 1, size: 1, signature: vec![1; 64] }),
+            Allowed::Node,
+        ),
         ("GetApproval/ListApprovals", Operation::Read(Action::ReadApprovals), Allowed::OneOf(READERS)),
         (
             "GetExecution/WaitExecution/ListExecutionEvents",
@@ -303,6 +314,8 @@ fn row_name(command: &Command) -> &'static str {
         Command::Tick { .. } => "Tick",
         Command::RecordEvent(_) => "RecordEvent",
         Command::SetQuota { .. } => "SetQuota",
+        Command::RegisterNoteKey { .. } => "RegisterNoteKey",
+        Command::CosignCheckpoint { .. } => "CosignCheckpoint",
     }
 }
 
@@ -353,6 +366,8 @@ fn the_table_names_every_command() {
         "Revoke",
         "BootstrapAdmin",
         "Tick",
+        "RegisterNoteKey",
+        "CosignCheckpoint",
     ];
     for command in commands {
         assert!(named.contains(command), "the table has no row for {command}");

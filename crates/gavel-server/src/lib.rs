@@ -26,6 +26,7 @@
 //! with `caller = None`, exactly as before authentication existed.
 
 pub mod app;
+pub mod checkpointer;
 pub mod cold_store;
 pub mod connections;
 pub mod convert;

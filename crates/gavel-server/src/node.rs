@@ -46,6 +46,9 @@ pub struct ServerSettings {
     pub checkpoint_cold_writes: usize,
     /// The caps, deadline and idle timeout of connections to the gRPC port ([`crate::connections`]).
     pub connections: crate::connections::ConnectionLimits,
+    /// Whether this node keeps a note key and cosigns audit checkpoints
+    /// ([`crate::checkpointer`]); on by default.
+    pub audit_checkpoints: bool,
 }
 
 impl Default for ServerSettings {
@@ -57,6 +60,7 @@ impl Default for ServerSettings {
             overload: crate::overload::OverloadLimits::default(),
             checkpoint_cold_writes: crate::app::COLD_PENDING_MAX,
             connections: crate::connections::ConnectionLimits::default(),
+            audit_checkpoints: true,
         }
     }
 }

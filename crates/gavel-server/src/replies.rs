@@ -125,6 +125,7 @@ from_reply!(Event, Reply::Event(event) => event);
 
 // A registered capability.
 from_reply!(Capability, Reply::Capability(capability) => capability);
+from_reply!(gavel_proto::v1::CosignResponse, Reply::Cosigned { size, published } => gavel_proto::v1::CosignResponse { size, published });
 
 /// Any reply, untyped: for the ticker, which only needs to know that its
 /// tick committed.

@@ -57,6 +57,9 @@ pub enum ServerError {
     /// The TLS material or token keys could not be loaded.
     #[error("security settings: {0}")]
     Security(#[source] crate::security::SecurityError),
+    /// The note key that signs audit checkpoints could not be loaded or made.
+    #[error("the audit note key: {0}")]
+    NoteKey(#[source] crate::checkpointer::NoteKeyError),
 }
 
 /// Everything needed to start a node.
@@ -256,6 +259,10 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         // an insecure node stamps no caller.
         let caller = secured.is_some().then(|| Caller::of(Principal::node(options.id)));
         tokio::spawn(bootstrap_admin(node.clone(), admin, caller, shutdown_rx.clone()));
+    }
+    if options.settings.audit_checkpoints {
+        let note_key = crate::checkpointer::load_or_create_note_key(&options.data_dir).map_err(ServerError::NoteKey)?;
+        tokio::spawn(crate::checkpointer::run(node.clone(), note_key, shutdown_rx.clone()));
     }
     let ticker = tokio::spawn(crate::ticker::run(node.clone(), shutdown_rx));
     tracing::info!(id = options.id, %addr, "gavel node serving");

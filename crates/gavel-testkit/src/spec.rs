@@ -158,9 +158,19 @@ impl ClusterSpec {
 
     /// Every flag node `id` gets after its identity flags: timings, snapshot
     /// policy, [`ClusterSpec::args`], then its own [`ClusterSpec::node_args`].
+    ///
+    /// A kit cluster's nodes cosign no audit checkpoints
+    /// (`--audit-checkpoints=false`) unless the args set the flag: a
+    /// checkpoint is log entries proposed up to a second after the last
+    /// write, and the kit's users compare applied indexes and state hashes
+    /// across quiet windows. A test of checkpoints turns them on.
     pub fn flags_of(&self, id: u64) -> Vec<String> {
         let mut flags = self.timings.to_flags();
         flags.extend(self.snapshots.to_flags());
+        let own = self.node_args.get(&id).into_iter().flatten();
+        if !self.args.iter().chain(own).any(|flag| flag.starts_with("--audit-checkpoints")) {
+            flags.push("--audit-checkpoints=false".to_string());
+        }
         flags.extend(self.args.iter().cloned());
         flags.extend(self.node_args.get(&id).into_iter().flatten().cloned());
         flags
@@ -187,12 +197,17 @@ mod tests {
     #[test]
     fn flags_come_in_order_and_only_when_set() {
         let mut spec = ClusterSpec::new("/bin/gavel", "/tmp/x");
-        assert!(spec.flags_of(1).is_empty());
+        assert_eq!(spec.flags_of(1), vec!["--audit-checkpoints=false"], "quiet by default");
         spec.timings.heartbeat_ms = Some(100);
         spec.snapshots.logs_to_keep = Some(5);
         spec.args.push("--retention-ms=1000".to_string());
         spec.node_args.insert(2, vec!["--join".to_string()]);
-        assert_eq!(spec.flags_of(1), vec!["--heartbeat-ms=100", "--logs-to-keep=5", "--retention-ms=1000"]);
+        assert_eq!(
+            spec.flags_of(1),
+            vec!["--heartbeat-ms=100", "--logs-to-keep=5", "--audit-checkpoints=false", "--retention-ms=1000"]
+        );
+        spec.node_args.insert(3, vec!["--audit-checkpoints=true".to_string()]);
+        assert_eq!(spec.flags_of(3).iter().filter(|flag| flag.starts_with("--audit-checkpoints")).count(), 1);
         spec.snapshots.commands_since_last = Some(200);
         assert_eq!(spec.flags_of(1)[1..3], ["--snapshot-commands-since-last=200", "--logs-to-keep=5"]);
         assert_eq!(spec.flags_of(2).last().map(String::as_str), Some("--join"));

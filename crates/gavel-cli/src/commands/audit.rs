@@ -1,6 +1,8 @@
 //! `gavel audit tail`: read or follow the audit trail from a cursor;
 //! `gavel audit get`: one event by its cursor; `gavel audit record`: append
-//! an application event (`AuditService.RecordEvent`).
+//! an application event (`AuditService.RecordEvent`). The audit tree's
+//! verbs (`checkpoint`, `proof`, `export`, `verify`, `verify-proof`) are in
+//! `audit_proof.rs`; the last two need no cluster.
 
 use std::collections::BTreeMap;
 
@@ -74,6 +76,69 @@ pub enum AuditCommand {
         #[arg(long = "attribute", value_name = "KEY=VALUE", value_parser = parse_attribute)]
         attributes: Vec<(String, String)>,
     },
+    /// Print the last checkpoint a quorum of the nodes cosigned: a C2SP
+    /// tlog-checkpoint (origin, size, base64 root) as a signed note. Before
+    /// the first is published, the unsigned tree head (and a warning). Save
+    /// it to check a later export against it.
+    Checkpoint,
+    /// Print the nodes' note keys as C2SP verifier keys (name+hash+key), one
+    /// per line: the --keys file of `gavel audit verify`.
+    Keys,
+    /// Prove that the event at CURSOR is in the audit log: writes a
+    /// C2SP tlog-proof with the event's canonical bytes, which
+    /// `gavel audit verify-proof` checks with no cluster.
+    Proof {
+        /// The event's cursor (its leaf is cursor - 1).
+        #[arg(value_name = "CURSOR")]
+        cursor: u64,
+        /// The tree size to prove against (default: the tree now).
+        #[arg(long, value_name = "SIZE", default_value_t = 0)]
+        size: u64,
+        /// Write the proof here instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Export the whole audit tree to FILE: every leaf with its event's
+    /// canonical bytes (null where retention dropped it), the checkpoint now,
+    /// and with --checkpoint the proof that an earlier checkpoint is a prefix.
+    Export {
+        /// The file to write (JSON lines, gavel-audit-export/1).
+        #[arg(value_name = "FILE")]
+        file: std::path::PathBuf,
+        /// An earlier checkpoint (as `gavel audit checkpoint` printed it) to
+        /// include, with the consistency proof from it to now; repeatable.
+        #[arg(long = "checkpoint", value_name = "FILE")]
+        checkpoints: Vec<std::path::PathBuf>,
+    },
+    /// Verify an export with no cluster: recomputes the tree, checks every
+    /// event against its leaf and every checkpoint and consistency proof,
+    /// and names the index of any changed, dropped or reordered event.
+    Verify {
+        /// The export to verify.
+        #[arg(value_name = "FILE")]
+        file: std::path::PathBuf,
+        /// Verifier keys, one per line (`gavel audit keys`): every checkpoint
+        /// must carry the signatures of --quorum of them. Without it the
+        /// signatures are not checked (and the output says so).
+        #[arg(long, value_name = "FILE")]
+        keys: Option<std::path::PathBuf>,
+        /// How many of the listed keys must have signed each checkpoint
+        /// (default: a majority of them).
+        #[arg(long, value_name = "K")]
+        quorum: Option<usize>,
+    },
+    /// Verify an event proof (from `gavel audit proof`) with no cluster.
+    VerifyProof {
+        /// The proof to verify.
+        #[arg(value_name = "FILE")]
+        file: std::path::PathBuf,
+        /// Verifier keys, as for `verify`.
+        #[arg(long, value_name = "FILE")]
+        keys: Option<std::path::PathBuf>,
+        /// How many of the listed keys must have signed (default: a majority).
+        #[arg(long, value_name = "K")]
+        quorum: Option<usize>,
+    },
 }
 
 /// Parses `KEY=VALUE`; the value may be empty and may contain `=`.
@@ -86,12 +151,27 @@ fn parse_attribute(text: &str) -> Result<(String, String), String> {
 
 /// Runs one `gavel audit` command.
 pub async fn run(args: AuditArgs) -> Result<(), CommandError> {
-    let client = args.global.client()?;
     let json = args.global.json;
+    // The verifiers read files only: they need no endpoint, no credentials.
+    let client = || args.global.client();
     match args.command {
-        AuditCommand::Tail { after, execution_id, follow: false } => tail(&client, after, execution_id, json).await,
-        AuditCommand::Tail { after, execution_id, follow: true } => follow(&client, after, execution_id, json).await,
-        AuditCommand::Get { cursor } => get(&client, cursor, json).await,
+        AuditCommand::Verify { file, keys, quorum } => {
+            super::audit_proof::verify(&file, &super::audit_proof::Signers::read(keys.as_deref(), quorum)?, json)
+        }
+        AuditCommand::VerifyProof { file, keys, quorum } => {
+            super::audit_proof::verify_proof(&file, &super::audit_proof::Signers::read(keys.as_deref(), quorum)?, json)
+        }
+        AuditCommand::Checkpoint => super::audit_proof::checkpoint(&client()?, json).await,
+        AuditCommand::Keys => super::audit_proof::keys(&client()?, json).await,
+        AuditCommand::Proof { cursor, size, out } => {
+            super::audit_proof::proof(&client()?, cursor, size, out.as_deref(), json).await
+        }
+        AuditCommand::Export { file, checkpoints } => {
+            super::audit_proof::export(&client()?, &file, &checkpoints, json).await
+        }
+        AuditCommand::Tail { after, execution_id, follow: false } => tail(&client()?, after, execution_id, json).await,
+        AuditCommand::Tail { after, execution_id, follow: true } => follow(&client()?, after, execution_id, json).await,
+        AuditCommand::Get { cursor } => get(&client()?, cursor, json).await,
         AuditCommand::Record {
             event_type,
             execution_id,
@@ -112,7 +192,7 @@ pub async fn run(args: AuditArgs) -> Result<(), CommandError> {
                 attributes: attributes.into_iter().collect::<BTreeMap<_, _>>(),
                 ..pb::RecordEventRequest::default()
             };
-            let event = client.record_event(request).await?.event.ok_or_else(|| {
+            let event = client()?.record_event(request).await?.event.ok_or_else(|| {
                 CommandError::refused("INTERNAL", "the cluster recorded the event but returned none".to_string())
             })?;
             print_event(&event, json)

@@ -11,6 +11,7 @@
 pub mod access;
 pub mod approval;
 pub mod audit;
+mod audit_proof;
 pub mod backup;
 pub mod capability;
 pub mod cert;

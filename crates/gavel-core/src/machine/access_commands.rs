@@ -65,6 +65,14 @@ impl State {
         Err(denied(format!("{} may not {what}: only a node may", caller.principal)))
     }
 
+    /// Only node `node_id` itself: a node signs for no other.
+    fn require_node_itself(caller: &Caller, node_id: u64, what: &str) -> Result<(), DomainError> {
+        if caller.principal == Principal::node(node_id) {
+            return Ok(());
+        }
+        Err(denied(format!("{} may not {what} for node {node_id}: only that node may", caller.principal)))
+    }
+
     /// Naming `actor` as the requester needs `act-for` unless it is the caller itself.
     fn check_acting_as(&self, caller: &Caller, actor: &Actor, what: &str) -> Result<(), DomainError> {
         if caller.principal.is_actor(actor) {
@@ -143,6 +151,9 @@ impl State {
         match command {
             Command::Tick { .. } => State::require_node(caller, "advance cluster time"),
             Command::BootstrapAdmin { .. } => State::require_node(caller, "bootstrap the first admin"),
+            Command::RegisterNoteKey { node_id, .. } | Command::CosignCheckpoint { node_id, .. } => {
+                State::require_node_itself(caller, *node_id, "sign audit checkpoints")
+            }
             Command::RegisterCapability(_) => self.require(caller, GrantName::Admin, "register capabilities").map(drop),
             Command::Grant { .. } => self.require(caller, GrantName::Admin, "grant access").map(drop),
             Command::Revoke { .. } => self.require(caller, GrantName::Admin, "revoke access").map(drop),

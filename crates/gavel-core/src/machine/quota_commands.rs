@@ -57,6 +57,8 @@ impl State {
             | Command::Revoke { .. }
             | Command::SetQuota { .. }
             | Command::BootstrapAdmin { .. }
+            | Command::RegisterNoteKey { .. }
+            | Command::CosignCheckpoint { .. }
             | Command::Tick { .. } => return None,
         };
         Some(opens)

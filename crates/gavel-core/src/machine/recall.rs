@@ -54,6 +54,7 @@ impl State {
                 backoffs_ended: *backoffs_ended,
                 records_compacted: *records_compacted,
             },
+            RememberedReply::Cosigned { size, published } => Reply::Cosigned { size: *size, published: *published },
             RememberedReply::Grants { principal } => self.grants_reply(principal),
             RememberedReply::Quota { principal } => Reply::Quota(self.quota(principal)),
             RememberedReply::Event { cursor } => match self.event(*cursor) {

@@ -309,3 +309,20 @@ pub fn reported(reply: Reply) -> (Execution, bool) {
         other => panic!("expected an accepted report, got {other:?}"),
     }
 }
+
+/// Runs `rounds` rounds of history on a script with `docs.read` registered:
+/// a lifecycle (submitted, leased, completed) and an approval (created,
+/// approved, consumed), then 100 ms.
+pub fn lifecycles_and_approvals(script: &mut Script, rounds: usize) {
+    for round in 0..rounds {
+        let id = format!("exec-{round}");
+        script.submit_ok(&id, "docs.read", r#"{"query":"raft"}"#);
+        let task = script.lease("worker-1", "docs.read");
+        script.report_ok(task.lease.lease_id, "worker-1", r#"{"hits":3}"#);
+        let approval = format!("apr-{round}");
+        script.create_approval(approval_request(&approval));
+        script.decide(&approval, ApprovalStatus::Approved, bob());
+        script.consume(&approval, &format!("consumer-{round}"));
+        script.advance(100);
+    }
+}

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use gavel_core::limits::EVENTS_PAGE_MAX;
-use gavel_core::{Action, Event, State};
+use gavel_core::{Action, Command, Event, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::audit_service_server::AuditService;
 use tonic::{Code, Request, Response, Status};
@@ -243,6 +243,81 @@ impl AuditService for Audit {
         Ok(Response::new(pb::GetEventResponse { event }))
     }
 
+    async fn get_checkpoint(
+        &self,
+        request: Request<pb::GetCheckpointRequest>,
+    ) -> Result<Response<pb::GetCheckpointResponse>, Status> {
+        let caller = super::caller(request.extensions())?;
+        let head = self.node.read(caller.as_ref(), Action::ReadAudit, super::audit_proof::checkpoint).await?;
+        Ok(Response::new(head))
+    }
+
+    async fn get_inclusion_proof(
+        &self,
+        request: Request<pb::GetInclusionProofRequest>,
+    ) -> Result<Response<pb::GetInclusionProofResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
+        let proof = self
+            .node
+            .read(caller.as_ref(), Action::ReadAudit, |state| {
+                super::audit_proof::inclusion_proof(state, message.index, message.size)
+            })
+            .await??;
+        Ok(Response::new(proof))
+    }
+
+    async fn get_consistency_proof(
+        &self,
+        request: Request<pb::GetConsistencyProofRequest>,
+    ) -> Result<Response<pb::GetConsistencyProofResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
+        let proof = self
+            .node
+            .read(caller.as_ref(), Action::ReadAudit, |state| {
+                super::audit_proof::consistency_proof(state, message.old_size, message.new_size)
+            })
+            .await??;
+        Ok(Response::new(proof))
+    }
+
+    async fn list_leaves(
+        &self,
+        request: Request<pb::ListLeavesRequest>,
+    ) -> Result<Response<pb::ListLeavesResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
+        let page = self
+            .node
+            .read(caller.as_ref(), Action::ReadAudit, |state| {
+                super::audit_proof::leaves(state, message.start_index, message.limit)
+            })
+            .await?;
+        Ok(Response::new(page))
+    }
+
+    async fn register_note_key(
+        &self,
+        request: Request<pb::RegisterNoteKeyRequest>,
+    ) -> Result<Response<pb::CosignResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
+        let command = Command::RegisterNoteKey { node_id: message.node_id, public_key: message.public_key };
+        Ok(Response::new(self.node.call(caller.as_ref(), "", command).await?))
+    }
+
+    async fn cosign_checkpoint(
+        &self,
+        request: Request<pb::CosignCheckpointRequest>,
+    ) -> Result<Response<pb::CosignResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = super::caller(&extensions)?;
+        let command =
+            Command::CosignCheckpoint { node_id: message.node_id, size: message.size, signature: message.signature };
+        Ok(Response::new(self.node.call(caller.as_ref(), "", command).await?))
+    }
+
     /// Appends an application event through the log, like any command: checked
     /// and authorized before it is proposed, and again where it is applied.
     async fn record_event(
@@ -258,13 +333,13 @@ impl AuditService for Audit {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use gavel_core::{Command, Envelope, Retention};
 
     /// A state whose trail holds events 1..=`count`: one capability
     /// registration each, event `n` at time `n` seconds.
-    fn state_with_events(count: u64) -> State {
+    pub(in crate::services) fn state_with_events(count: u64) -> State {
         let mut state = State::new();
         for index in 0..count {
             let spec = gavel_core::CapabilitySpec {
