@@ -168,6 +168,7 @@ pub(crate) enum RememberedReply {
     Grants { principal: Principal },
     Quota { principal: Principal },
     Event { cursor: u64 },
+    Policy { policy: crate::policies::Policy, voided: u32 },
 }
 
 impl RememberedReply {
@@ -199,6 +200,7 @@ impl RememberedReply {
             Reply::Grants { principal, .. } => RememberedReply::Grants { principal: principal.clone() },
             Reply::Quota(view) => RememberedReply::Quota { principal: view.principal.clone() },
             Reply::Event(event) => RememberedReply::Event { cursor: event.cursor },
+            Reply::Policy { policy, voided } => RememberedReply::Policy { policy: policy.clone(), voided: *voided },
         }
     }
 }

@@ -55,6 +55,7 @@ pub mod limits;
 pub mod machine;
 pub mod model;
 pub mod mutants;
+pub mod policies;
 pub mod precheck;
 mod quotas;
 pub mod registry;
@@ -75,4 +76,5 @@ pub use command::{
 pub use error::{DomainError, ErrorClass, ErrorCode, QuotaKind, RefusedApproval, RefusedQuota};
 pub use machine::{SnapshotError, State, StateCounts};
 pub use model::*;
+pub use policies::{Approvers, Factor, Policy, PolicySpec, Quorum, Vote};
 pub use quotas::{QuotaChange, QuotaLimits, QuotaUsage, QuotaView};

@@ -168,3 +168,33 @@ pub const QUOTA_WRITE_BURST_MAX: u64 = 10_000_000;
 /// and snapshot; like [`PRINCIPALS_WITH_GRANTS_MAX`], enough for every
 /// principal of a large fleet.
 pub const QUOTA_OVERRIDES_MAX: usize = 10_000;
+
+/// Most approval policies (`SetPolicy`). Policies live in every replica's
+/// memory and every snapshot, and each approval created looks up the one
+/// that governs it; a few hundred covers every approval type and
+/// capability of a large deployment.
+pub const POLICIES_MAX: usize = 256;
+
+/// Most factors in one policy. The vote assignment tries every subset of
+/// factors (largest first) to meet the most of them, so the count is small:
+/// 2^4 subsets; "finance AND legal AND security AND on-call" is four.
+pub const POLICY_FACTORS_MAX: usize = 4;
+
+/// Largest `k` of one factor (distinct principals it needs). Larger
+/// quorums are organisational votes, not approvals; 10 keeps the vote list
+/// of an approval short.
+pub const FACTOR_K_MAX: u32 = 10;
+
+/// Most principals named in one factor's group. Groups are copied into
+/// the policy and scanned for each vote.
+pub const FACTOR_GROUP_MAX: usize = 64;
+
+/// Most votes (approving and denying, withdrawn ones not counted) one
+/// approval holds. Votes are stored on the approval and the assignment is
+/// recomputed over them on each vote; this bounds both. It is at least
+/// [`POLICY_FACTORS_MAX`] × [`FACTOR_K_MAX`], so a quorum always fits.
+pub const VOTES_PER_APPROVAL_MAX: usize = 48;
+
+/// Most approval types plus capabilities one policy governs. Each is a key
+/// the policy claims; an approval's lookup scans its own types only.
+pub const POLICY_GOVERNS_MAX: usize = 64;

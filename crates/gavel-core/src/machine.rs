@@ -17,6 +17,9 @@ mod access_commands;
 mod approval_commands;
 mod execution_commands;
 mod ownership;
+mod policy_commands;
+
+pub(crate) use policy_commands::check_vote;
 mod quota_commands;
 mod recall;
 
@@ -39,6 +42,7 @@ use crate::grants::Bindings;
 use crate::leases::Leases;
 use crate::model::{Actor, Approval, Capability, Execution};
 use crate::mutants::Mutant;
+use crate::policies::Policies;
 use crate::quotas::Quotas;
 use crate::registry::{Registered, Registry};
 
@@ -78,6 +82,8 @@ pub struct State {
     next_compaction_ms: u64,
     /// Per-principal quota overrides, usage counters and write buckets.
     quotas: Quotas,
+    /// Approval policies and their version counter.
+    policies: Policies,
     /// The planted bug this replica runs with (chaos harness only).
     #[serde(skip)]
     planted_bug: Option<Mutant>,
@@ -203,7 +209,7 @@ impl State {
             Command::RegisterCapability(spec) => self.register_capability(spec).map(Reply::Capability),
             Command::CreateApproval(request) => self.create_approval(request, principal),
             Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms } => {
-                self.decide_approval(approval_id, *status, approver, comment.as_deref(), *caller_now_ms, principal)
+                self.decide_approval(approval_id, *status, approver, comment.as_deref(), *caller_now_ms, caller)
             }
             Command::ConsumeApproval { approval_id, execution_id, caller_now_ms } => {
                 self.consume_approval(approval_id, execution_id, *caller_now_ms, principal)
@@ -227,6 +233,18 @@ impl State {
             Command::BootstrapAdmin { admin } => self.bootstrap_admin(admin, principal),
             Command::RecordEvent(event) => self.record_event(event, principal),
             Command::SetQuota { principal: subject, change } => self.set_quota(subject, change, principal),
+            Command::SetPolicy(spec) => self.set_policy(spec, principal),
+            Command::DeletePolicy { name, non_retroactive } => self.delete_policy(name, *non_retroactive, principal),
+            Command::CastVote { approval_id, approve, input_hash, approver, comment } => self.cast_vote(
+                approval_id,
+                *approve,
+                Some(input_hash),
+                approver,
+                comment.as_deref(),
+                caller,
+                self.clock_ms,
+            ),
+            Command::WithdrawVote { approval_id, approver } => self.withdraw_vote(approval_id, approver, caller),
         };
         result.unwrap_or_else(Reply::Error)
     }

@@ -97,6 +97,14 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
         Command::RecordEvent(event) => record_event(event).map(drop),
         Command::Tick { .. } => Ok(()),
         Command::SetQuota { principal, change } => set_quota(principal, change),
+        Command::SetPolicy(spec) => crate::policies::check_spec(spec),
+        Command::DeletePolicy { name, .. } => crate::policies::check_name(name),
+        Command::CastVote { approval_id, input_hash, approver, comment, .. } => {
+            crate::machine::check_vote(approval_id, Some(input_hash), approver, comment.as_deref())
+        }
+        Command::WithdrawVote { approval_id, approver } => {
+            crate::machine::check_vote(approval_id, None, approver, None)
+        }
     }
 }
 

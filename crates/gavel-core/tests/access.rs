@@ -243,6 +243,51 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
             Allowed::OneOf(&[GrantName::Admin]),
         ),
         (
+            "SetPolicy",
+            Operation::Command(|_| {
+                Command::SetPolicy(gavel_core::PolicySpec {
+                    name: "table-policy".to_string(),
+                    approval_types: ["table-type".to_string()].into(),
+                    capability_ids: Default::default(),
+                    factors: vec![gavel_core::Factor {
+                        name: "any".to_string(),
+                        k: 1,
+                        approvers: gavel_core::Approvers::Scope("table-type".to_string()),
+                    }],
+                    deny_threshold: None,
+                    non_retroactive: false,
+                })
+            }),
+            Allowed::OneOf(&[GrantName::Admin]),
+        ),
+        (
+            "DeletePolicy",
+            Operation::Command(|_| Command::DeletePolicy {
+                name: "missing-policy".to_string(),
+                non_retroactive: false,
+            }),
+            Allowed::OneOf(&[GrantName::Admin]),
+        ),
+        (
+            "CastVote",
+            Operation::Command(|principal| Command::CastVote {
+                approval_id: "missing-approval".to_string(),
+                approve: true,
+                input_hash: "0".repeat(64),
+                approver: principal.as_actor(),
+                comment: None,
+            }),
+            Allowed::OneOf(&[GrantName::Approver]),
+        ),
+        (
+            "WithdrawVote",
+            Operation::Command(|principal| Command::WithdrawVote {
+                approval_id: "missing-approval".to_string(),
+                approver: principal.as_actor(),
+            }),
+            Allowed::OneOf(&[GrantName::Approver]),
+        ),
+        (
             "RecordEvent",
             Operation::Command(|principal| {
                 Command::RecordEvent(gavel_core::RecordEvent {
@@ -303,6 +348,10 @@ fn row_name(command: &Command) -> &'static str {
         Command::Tick { .. } => "Tick",
         Command::RecordEvent(_) => "RecordEvent",
         Command::SetQuota { .. } => "SetQuota",
+        Command::SetPolicy(_) => "SetPolicy",
+        Command::DeletePolicy { .. } => "DeletePolicy",
+        Command::CastVote { .. } => "CastVote",
+        Command::WithdrawVote { .. } => "WithdrawVote",
     }
 }
 
@@ -353,6 +402,10 @@ fn the_table_names_every_command() {
         "Revoke",
         "BootstrapAdmin",
         "Tick",
+        "SetPolicy",
+        "DeletePolicy",
+        "CastVote",
+        "WithdrawVote",
     ];
     for command in commands {
         assert!(named.contains(command), "the table has no row for {command}");

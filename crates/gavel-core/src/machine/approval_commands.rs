@@ -2,7 +2,7 @@
 //! validates its input, asks the approvals part for the transition and
 //! records the audit event in the same command.
 
-use crate::access::Principal;
+use crate::access::{Caller, Principal};
 use crate::audit::{EventKind, EventSubject};
 use crate::command::{CreateApproval, Reply};
 use crate::error::{DomainError, ErrorCode, RefusedApproval};
@@ -79,13 +79,15 @@ impl State {
             capability_version: None,
             correlation_id: None,
             closed_at_ms: None,
+            quorum: None,
         };
         let approval = self.store_approval(approval);
         Ok(approval_reply(approval, now_ms))
     }
 
     /// Stores a new approval and records `capability.approval_requested`.
-    pub(super) fn store_approval(&mut self, approval: Approval) -> &Approval {
+    pub(super) fn store_approval(&mut self, mut approval: Approval) -> &Approval {
+        approval.quorum = self.quorum_for(&approval.capability_id, &approval.types);
         if let Some(requester) = &approval.requester_principal {
             self.quotas.approval_opened(requester);
         }
@@ -109,10 +111,21 @@ impl State {
         approver: &Actor,
         comment: Option<&str>,
         caller_now_ms: Option<u64>,
-        principal: Option<&Principal>,
+        caller: Option<&Caller>,
     ) -> Result<Reply, DomainError> {
         if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
             return Err(DomainError::invalid("invalid decision status"));
+        }
+        let principal = caller.map(|caller| &caller.principal);
+        // A decision on an approval a policy governs is one vote, on the
+        // input stored (the decide request names no hash; docs/policies.md).
+        if self.approvals.get(id).is_some_and(|approval| approval.quorum.is_some()) {
+            let mut problems = Problems::new();
+            problems.timestamp("now", caller_now_ms);
+            invalid_if_any(problems, "invalid decision")?;
+            let approve = status == ApprovalStatus::Approved;
+            let now_ms = self.approval_now(caller_now_ms);
+            return self.cast_vote(id, approve, None, approver, comment, caller, now_ms);
         }
         check_actor("approver", approver).map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
         let mut problems = Problems::new();

@@ -170,6 +170,7 @@ impl State {
             capability_version: Some(capability.version),
             correlation_id: submit.correlation_id.clone(),
             closed_at_ms: None,
+            quorum: None,
         };
         let now_ms = self.clock_ms;
         let approval = self.store_approval(approval);
@@ -216,6 +217,12 @@ impl State {
                     ErrorCode::ApprovalConsumed,
                     format!("approval {approval_id} was already consumed by {by}"),
                 );
+            }
+            ApprovalStatus::Voided => {
+                return refuse(
+                    ErrorCode::ApprovalVoided,
+                    format!("approval {approval_id} was voided by a change of the policy it was created under"),
+                )
             }
             ApprovalStatus::Approved => {}
         }

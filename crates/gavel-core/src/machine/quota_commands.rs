@@ -48,7 +48,9 @@ impl State {
             | Command::ConsumeApproval { .. }
             | Command::CancelApproval { .. }
             | Command::CancelExecution { .. }
-            | Command::RecordEvent(_) => None,
+            | Command::RecordEvent(_)
+            | Command::CastVote { .. }
+            | Command::WithdrawVote { .. } => None,
             Command::Poll { .. }
             | Command::Heartbeat { .. }
             | Command::Report { .. }
@@ -56,6 +58,8 @@ impl State {
             | Command::Grant { .. }
             | Command::Revoke { .. }
             | Command::SetQuota { .. }
+            | Command::SetPolicy(_)
+            | Command::DeletePolicy { .. }
             | Command::BootstrapAdmin { .. }
             | Command::Tick { .. } => return None,
         };

@@ -56,6 +56,7 @@ impl State {
             },
             RememberedReply::Grants { principal } => self.grants_reply(principal),
             RememberedReply::Quota { principal } => Reply::Quota(self.quota(principal)),
+            RememberedReply::Policy { policy, voided } => Reply::Policy { policy: policy.clone(), voided: *voided },
             RememberedReply::Event { cursor } => match self.event(*cursor) {
                 Some(event) => Reply::Event(event.clone()),
                 None => gone("event", &cursor.to_string()),

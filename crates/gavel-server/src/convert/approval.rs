@@ -27,6 +27,7 @@ fn status_named(value: i32) -> Option<ApprovalStatus> {
         Ok(pb::ApprovalStatus::Cancelled) => Some(ApprovalStatus::Cancelled),
         Ok(pb::ApprovalStatus::Expired) => Some(ApprovalStatus::Expired),
         Ok(pb::ApprovalStatus::Consumed) => Some(ApprovalStatus::Consumed),
+        Ok(pb::ApprovalStatus::Voided) => Some(ApprovalStatus::Voided),
         Ok(pb::ApprovalStatus::Unspecified) | Err(_) => None,
     }
 }
@@ -40,6 +41,7 @@ pub fn status_out(value: ApprovalStatus) -> i32 {
         ApprovalStatus::Cancelled => pb::ApprovalStatus::Cancelled,
         ApprovalStatus::Expired => pb::ApprovalStatus::Expired,
         ApprovalStatus::Consumed => pb::ApprovalStatus::Consumed,
+        ApprovalStatus::Voided => pb::ApprovalStatus::Voided,
     }) as i32
 }
 
@@ -69,6 +71,40 @@ pub fn approval_out(approval: &Approval, status: ApprovalStatus) -> pb::Approval
         consumed_by_execution_id: approval.consumed_by_execution_id.clone(),
         execution_id: approval.execution_id.clone(),
         capability_version: approval.capability_version,
+        quorum: approval.quorum.as_ref().map(quorum_out),
+    }
+}
+
+/// Encodes an approval's quorum progress.
+pub fn quorum_out(quorum: &gavel_core::Quorum) -> pb::Quorum {
+    let counted = quorum.counted();
+    let factor_name = |index: u32| quorum.factors[index as usize].0.clone();
+    pb::Quorum {
+        policy: quorum.policy.clone(),
+        policy_version: quorum.policy_version,
+        factors: quorum
+            .factors
+            .iter()
+            .zip(counted)
+            .map(|((name, k), counted)| pb::FactorProgress { name: name.clone(), k: *k, counted })
+            .collect(),
+        deny_threshold: quorum.deny_threshold,
+        denials: quorum.denials(),
+        votes: quorum
+            .votes
+            .iter()
+            .map(|vote| pb::Vote {
+                principal: vote.principal.to_string(),
+                approver: Some(actor_out(&vote.approver)),
+                approve: vote.approve,
+                eligible_factors: vote.eligible.iter().map(|index| factor_name(*index)).collect(),
+                factor: vote.factor.map(factor_name),
+                input_hash: vote.input_hash.clone(),
+                self_approval: vote.self_approval,
+                comment: vote.comment.clone(),
+                cast_at_ms: timestamp_out(vote.cast_at_ms),
+            })
+            .collect(),
     }
 }
 
