@@ -317,6 +317,7 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
         ("AccessService.List", Operation::Read(Action::ReadAccess), Allowed::OneOf(&[GrantName::Admin])),
         ("AccessService.WhoAmI", Operation::Read(Action::ReadOwnAccess), Allowed::Anyone),
         ("ClusterService.Status", Operation::Read(Action::ReadClusterStatus), Allowed::Anyone),
+        ("PolicyService.GetPolicy/ListPolicies", Operation::Read(Action::ReadPolicies), Allowed::Anyone),
         (
             "ClusterService.AddLearner/Promote/RemoveNode",
             Operation::Read(Action::ChangeMembership),

@@ -240,7 +240,9 @@ impl State {
         let Some(caller) = caller else { return Ok(()) };
         let what = action.describe();
         let grants: &[GrantName] = match action {
-            Action::ReadCapability | Action::ReadClusterStatus | Action::ReadOwnAccess => return Ok(()),
+            Action::ReadCapability | Action::ReadClusterStatus | Action::ReadOwnAccess | Action::ReadPolicies => {
+                return Ok(())
+            }
             Action::ReadApprovals => {
                 &[GrantName::Submitter, GrantName::ActFor, GrantName::Auditor, GrantName::Approver]
             }

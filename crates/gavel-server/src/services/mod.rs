@@ -9,6 +9,7 @@ pub mod audit;
 pub mod capability;
 pub mod cluster;
 pub mod execution;
+pub mod policy;
 pub mod worker;
 
 use gavel_core::Caller;
