@@ -303,6 +303,12 @@ impl Approvals {
             comment: comment.map(str::to_string),
             decided_at_ms: now_ms,
         });
+        if let Some(standing) = &approval.standing {
+            // A standing approval's uses are allowed for its window from the
+            // decision: its post-approval expiry, which resume checks and
+            // retention counts from.
+            approval.expires_at_ms = now_ms.saturating_add(standing.spec.window_ms);
+        }
         if status == ApprovalStatus::Rejected {
             approval.closed_at_ms = Some(now_ms);
             return Cow::Owned(self.close(id));
@@ -390,6 +396,18 @@ impl Approvals {
         let approval = self.open_mut(id);
         assert_eq!(approval.status, StoredApprovalStatus::Pending, "only a pending approval is decided by votes");
         self.settle(id, status, approver, comment, now_ms).into_owned()
+    }
+
+    /// Spends one use of the approved standing approval `id` on
+    /// `execution_id`; returns (uses spent, uses allowed). The caller
+    /// consumes it when that was the last.
+    pub(crate) fn spend_use(&mut self, id: &str, execution_id: &str) -> (u32, u32) {
+        let approval = self.open_mut(id);
+        assert_eq!(approval.status, StoredApprovalStatus::Approved, "only an approved standing approval is spent");
+        let standing = approval.standing.as_mut().expect("callers spend standing approvals only");
+        assert!(standing.uses_left() > 0, "an exhausted standing approval is consumed, never open");
+        standing.used_by.push(execution_id.to_string());
+        (u32::try_from(standing.used_by.len()).expect("uses are bounded"), standing.spec.uses_max)
     }
 
     /// Voids the open (pending or approved) approval `id` and closes it.

@@ -203,6 +203,14 @@ pub enum EventKind {
         /// The version the approval was created under.
         policy_version: u64,
     },
+    /// One use of a standing approval was spent by a resume (the event's
+    /// execution id is the one it created); the last use also consumes it.
+    StandingUseSpent {
+        /// Uses spent so far, this one included.
+        used: u32,
+        /// Uses it covers.
+        uses_max: u32,
+    },
     /// An application's own event, appended with `RecordEvent`: its type,
     /// payload and attributes are the application's; the event's principal
     /// says who recorded it.
@@ -219,7 +227,7 @@ pub enum EventKind {
 
 /// The type name of every event Gavel writes itself: an application may not
 /// record an event of one of these types, so a reader can trust them.
-pub const GAVEL_EVENT_TYPES: [&str; 23] = [
+pub const GAVEL_EVENT_TYPES: [&str; 24] = [
     "capability.registered",
     "capability.requested",
     "capability.approval_requested",
@@ -243,6 +251,7 @@ pub const GAVEL_EVENT_TYPES: [&str; 23] = [
     "approval.vote_withdrawn",
     "approval.vote_removed",
     "approval.voided",
+    "approval.standing_use_spent",
 ];
 
 /// What [`EventKind::type_name`] names an application event by; its own
@@ -287,6 +296,7 @@ impl EventKind {
             EventKind::VoteWithdrawn => "approval.vote_withdrawn",
             EventKind::VoteRemoved { .. } => "approval.vote_removed",
             EventKind::ApprovalVoided { .. } => "approval.voided",
+            EventKind::StandingUseSpent { .. } => "approval.standing_use_spent",
             EventKind::Recorded { .. } => APPLICATION_EVENT_TYPE_NAME,
         }
     }

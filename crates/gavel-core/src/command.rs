@@ -10,6 +10,7 @@ use crate::error::DomainError;
 use crate::model::{Actor, Approval, ApprovalStatus, Capability, Execution, Lease, ReportOutcome, Risk, SideEffect};
 use crate::policies::{Policy, PolicySpec};
 use crate::quotas::{QuotaChange, QuotaView};
+use crate::standing::StandingSpec;
 
 /// One replicated command: the leader's clock reading plus what to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,6 +177,15 @@ pub enum Command {
         approval_id: String,
         /// Whose vote: the caller itself.
         approver: Actor,
+    },
+    /// Store a pending standing approval: once decided, it covers up to
+    /// `standing.uses_max` resumes within `standing.window_ms`, each one
+    /// use spent atomically.
+    CreateStandingApproval {
+        /// The approval request, as for `CreateApproval`.
+        request: CreateApproval,
+        /// Its terms.
+        standing: StandingSpec,
     },
 }
 

@@ -60,6 +60,7 @@ pub mod precheck;
 mod quotas;
 pub mod registry;
 pub mod retry;
+pub mod standing;
 pub mod validate;
 
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
@@ -78,3 +79,4 @@ pub use machine::{SnapshotError, State, StateCounts};
 pub use model::*;
 pub use policies::{Approvers, Factor, Policy, PolicySpec, Quorum, Vote};
 pub use quotas::{QuotaChange, QuotaLimits, QuotaUsage, QuotaView};
+pub use standing::{Standing, StandingSpec};

@@ -198,3 +198,18 @@ pub const VOTES_PER_APPROVAL_MAX: usize = 48;
 /// Most approval types plus capabilities one policy governs. Each is a key
 /// the policy claims; an approval's lookup scans its own types only.
 pub const POLICY_GOVERNS_MAX: usize = 64;
+
+/// Most uses one standing approval covers. A standing approval trades one
+/// decision for several executions; a hundred covers a batch of refunds
+/// or a day of a routine job, and past it a person should look again.
+pub const STANDING_USES_MAX: u32 = 100;
+
+/// Longest window of a standing approval after its decision, in
+/// milliseconds (7 days): the standing "yes" is bounded in time as well as
+/// in uses, so no decision approves for ever.
+pub const STANDING_WINDOW_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Most JSON pointers a standing approval binds. Each is compared on every
+/// use; a handful (an order id, a customer id, an amount) is what a person
+/// can review.
+pub const STANDING_POINTERS_MAX: usize = 8;

@@ -245,6 +245,9 @@ impl State {
                 self.clock_ms,
             ),
             Command::WithdrawVote { approval_id, approver } => self.withdraw_vote(approval_id, approver, caller),
+            Command::CreateStandingApproval { request, standing } => {
+                self.create_approval_with(request, Some(standing), principal)
+            }
         };
         result.unwrap_or_else(Reply::Error)
     }

@@ -282,6 +282,10 @@ pub struct Approval {
     /// when it was created, which a single decision decides.
     #[serde(default)]
     pub quorum: Option<crate::policies::Quorum>,
+    /// For a standing approval: its terms (N uses within a window, the
+    /// input binding) and the uses spent; `None` for a one-use approval.
+    #[serde(default)]
+    pub standing: Option<crate::standing::Standing>,
 }
 
 impl Approval {

@@ -27,6 +27,10 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
     match command {
         Command::RegisterCapability(spec) => register(spec),
         Command::CreateApproval(request) => create_approval(request).map(|_| ()),
+        Command::CreateStandingApproval { request, standing } => {
+            let (input_json, _) = create_approval(request)?;
+            crate::standing::check_spec(standing, &input_json)
+        }
         Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms } => {
             if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
                 return Err(DomainError::invalid("invalid decision status"));

@@ -261,6 +261,18 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
             Allowed::OneOf(&[GrantName::Admin]),
         ),
         (
+            "CreateStandingApproval",
+            Operation::Command(|principal| {
+                let request = match request_by("table-standing", principal.as_actor(), &["human"]) {
+                    Command::CreateApproval(request) => request,
+                    other => unreachable!("request_by builds a CreateApproval, not {other:?}"),
+                };
+                let standing = gavel_core::StandingSpec { uses_max: 2, window_ms: 60_000, bound_pointers: Vec::new() };
+                Command::CreateStandingApproval { request, standing }
+            }),
+            Allowed::OneOf(&[GrantName::Submitter]),
+        ),
+        (
             "DeletePolicy",
             Operation::Command(|_| Command::DeletePolicy {
                 name: "missing-policy".to_string(),
@@ -353,6 +365,7 @@ fn row_name(command: &Command) -> &'static str {
         Command::DeletePolicy { .. } => "DeletePolicy",
         Command::CastVote { .. } => "CastVote",
         Command::WithdrawVote { .. } => "WithdrawVote",
+        Command::CreateStandingApproval { .. } => "CreateStandingApproval",
     }
 }
 
@@ -407,6 +420,7 @@ fn the_table_names_every_command() {
         "DeletePolicy",
         "CastVote",
         "WithdrawVote",
+        "CreateStandingApproval",
     ];
     for command in commands {
         assert!(named.contains(command), "the table has no row for {command}");

@@ -390,6 +390,7 @@ fn every_event_type_gavel_writes_is_reserved() {
         EventKind::VoteWithdrawn,
         EventKind::VoteRemoved { voter: principal },
         EventKind::ApprovalVoided { policy: "p".to_string(), policy_version: 1 },
+        EventKind::StandingUseSpent { used: 1, uses_max: 2 },
     ];
     let names: Vec<&str> = kinds.iter().map(EventKind::event_type).collect();
     assert_eq!(names, GAVEL_EVENT_TYPES.to_vec());

@@ -156,7 +156,7 @@ impl State {
             Command::CastVote { .. } | Command::WithdrawVote { .. } => {
                 self.require(caller, GrantName::Approver, "vote on approvals").map(drop)
             }
-            Command::CreateApproval(request) => {
+            Command::CreateApproval(request) | Command::CreateStandingApproval { request, .. } => {
                 self.require(caller, GrantName::Submitter, "create approvals")?;
                 self.check_acting_as(caller, &request.actor, "request approvals")?;
                 if request.allow_self_approval {

@@ -8,6 +8,7 @@ use crate::command::{CreateApproval, Reply};
 use crate::error::{DomainError, ErrorCode, RefusedApproval};
 use crate::machine::State;
 use crate::model::{Actor, Approval, ApprovalStatus, StoredApprovalStatus};
+use crate::standing::{Standing, StandingSpec};
 use crate::validate::{check_actor, invalid_if_any, Problems};
 
 /// The reply to an approval command: the record with its status at `now_ms`.
@@ -44,11 +45,25 @@ impl State {
         request: &CreateApproval,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
+        self.create_approval_with(request, None, principal)
+    }
+
+    /// [`State::create_approval`], of a standing approval when `standing`
+    /// is given (its terms are checked against the canonical input).
+    pub(super) fn create_approval_with(
+        &mut self,
+        request: &CreateApproval,
+        standing: Option<&StandingSpec>,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
         // The input hash and the validity window (at most 30 days, absolute
         // or relative) are checked by the same functions the edge runs
         // before proposing; only the default `requestedAt` (the clock) is
         // known here alone.
         let (input_json, input_hash) = crate::precheck::create_approval(request)?;
+        if let Some(standing) = standing {
+            crate::standing::check_spec(standing, &input_json)?;
+        }
         let now_ms = self.approval_now(request.caller_now_ms);
         let (requested_at_ms, expires_at_ms) = crate::precheck::approval_validity(request, now_ms)?;
         if self.approvals.contains(&request.id) {
@@ -80,6 +95,7 @@ impl State {
             correlation_id: None,
             closed_at_ms: None,
             quorum: None,
+            standing: standing.map(|spec| Standing { spec: spec.clone(), used_by: Vec::new() }),
         };
         let approval = self.store_approval(approval);
         Ok(approval_reply(approval, now_ms))

@@ -31,7 +31,7 @@ impl State {
     /// refused for another reason is still counted as the write it is.
     fn quota_cost(&self, command: &Command) -> Option<Option<QuotaKind>> {
         let opens = match command {
-            Command::CreateApproval(request) => {
+            Command::CreateApproval(request) | Command::CreateStandingApproval { request, .. } => {
                 (!self.approvals.contains(&request.id)).then_some(QuotaKind::PendingApprovals)
             }
             Command::Submit(submit) => match self.registry.get(&submit.capability_id, None) {

@@ -68,7 +68,7 @@ impl State {
 /// The caller's clock an approval command carried, if any.
 fn caller_now(command: &Command) -> Option<u64> {
     match command {
-        Command::CreateApproval(request) => request.caller_now_ms,
+        Command::CreateApproval(request) | Command::CreateStandingApproval { request, .. } => request.caller_now_ms,
         Command::DecideApproval { caller_now_ms, .. }
         | Command::ConsumeApproval { caller_now_ms, .. }
         | Command::CancelApproval { caller_now_ms, .. } => *caller_now_ms,

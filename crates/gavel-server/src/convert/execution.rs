@@ -302,6 +302,12 @@ pub fn event_out(event: &Event) -> pb::Event {
             out.attributes = attributes.into_iter().map(|(key, value)| (key.to_string(), value)).collect();
         }
         EventKind::VoteRemoved { voter } => out.subject_principal = Some(voter.to_string()),
+        EventKind::StandingUseSpent { used, uses_max } => {
+            out.attributes = [("used", used.to_string()), ("uses_max", uses_max.to_string())]
+                .into_iter()
+                .map(|(key, value)| (key.to_string(), value))
+                .collect();
+        }
         EventKind::ApprovalVoided { policy, policy_version } => {
             out.attributes = [("policy", policy.clone()), ("policy_version", policy_version.to_string())]
                 .into_iter()
