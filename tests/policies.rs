@@ -10,7 +10,10 @@
 //!   twice at once, each through a different node: exactly three votes are
 //!   counted, exactly one `capability.approved` is recorded, and every
 //!   extra vote is refused (`VOTE_DUPLICATE`, or `APPROVAL_DECIDED` once the
-//!   quorum is met).
+//!   quorum is met);
+//! - a bounded standing approval of N uses ("N refunds for one order"),
+//!   resumed by 4N concurrent callers through all three nodes: exactly N
+//!   executions, N uses spent, the rest refused `APPROVAL_CONSUMED`.
 
 mod admin_cli;
 
@@ -21,6 +24,8 @@ use gavel_proto::error_detail::read_error_detail;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::audit_service_client::AuditServiceClient;
+use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
+use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use gavel_proto::v1::policy_service_client::PolicyServiceClient;
 use gavel_testkit::Cluster;
 use tonic::transport::Channel;
@@ -165,4 +170,81 @@ async fn quorums_from_the_cli_and_a_vote_race_through_all_three_nodes() {
     };
     assert_eq!(about("capability.approved"), 1, "exactly one transition to approved");
     assert_eq!(about("approval.vote_cast"), 3, "each vote recorded once");
+}
+
+/// Uses of the standing approval of the resume race.
+const USES: u32 = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standing_approval_of_n_uses_resumed_by_4n_callers_at_once_runs_exactly_n_executions() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster = secure_cluster(dir.path(), &principal(ADMIN), WAIT).await;
+    cluster.grant(&principal(AGENT), &[gavel_pki::GrantName::Submitter], WAIT).await.expect("grant");
+    cluster.grant(&principal("user:fin"), &[gavel_pki::GrantName::Approver], WAIT).await.expect("grant");
+    let spec = pb::CapabilitySpec {
+        id: "orders.refund".into(),
+        side_effect: pb::SideEffect::Write as i32,
+        risk: pb::Risk::High as i32,
+        ..pb::CapabilitySpec::default()
+    };
+    CapabilityServiceClient::new(channel(&cluster, 1, ADMIN))
+        .register_capability(pb::RegisterCapabilityRequest { request_id: String::new(), spec: Some(spec) })
+        .await
+        .expect("register");
+    let request = pb::CreateApprovalRequest {
+        id: "refunds-o-1".into(),
+        capability_id: "orders.refund".into(),
+        surface: "policies".into(),
+        input_json: r#"{"amount":10,"order_id":"o-1"}"#.into(),
+        types: vec!["refund".into()],
+        risk: pb::Risk::High as i32,
+        side_effect: pb::SideEffect::Write as i32,
+        standing: Some(pb::StandingTerms {
+            uses_max: USES,
+            window_ms: 3_600_000,
+            bound_pointers: vec!["/order_id".into()],
+        }),
+        ..pb::CreateApprovalRequest::default()
+    };
+    ApprovalServiceClient::new(channel(&cluster, 1, AGENT)).create_approval(request).await.expect("create");
+    let decide = pb::DecideApprovalRequest {
+        id: "refunds-o-1".into(),
+        status: pb::ApprovalStatus::Approved as i32,
+        ..pb::DecideApprovalRequest::default()
+    };
+    ApprovalServiceClient::new(channel(&cluster, 2, "user:fin")).decide_approval(decide).await.expect("approve");
+
+    let callers = 4 * USES as usize;
+    let mut calls = Vec::new();
+    for index in 0..callers {
+        let mut client = ExecutionServiceClient::new(channel(&cluster, index as u64 % 3 + 1, AGENT));
+        let request = pb::ResumeRequest {
+            approval_id: "refunds-o-1".into(),
+            execution_id: Some(format!("refund-{index}")),
+            input_json: Some(format!(r#"{{"amount":{},"order_id":"o-1"}}"#, index + 1)),
+            ..pb::ResumeRequest::default()
+        };
+        calls.push(tokio::spawn(async move { client.resume(request).await }));
+    }
+    let mut executions = Vec::new();
+    for call in calls {
+        match tokio::time::timeout(WAIT, call).await.expect("a resume answers").expect("a resume") {
+            Ok(answer) => executions.push(answer.into_inner()),
+            Err(status) => {
+                let code = read_error_detail(&status).map(|detail| detail.code).unwrap_or_default();
+                assert_eq!(code, "APPROVAL_CONSUMED", "{status:?}");
+            }
+        }
+    }
+    assert_eq!(executions.len(), USES as usize, "exactly N of 4N concurrent resumes ran");
+    let approval = ApprovalServiceClient::new(channel(&cluster, 3, AGENT))
+        .get_approval(pb::GetApprovalRequest { id: "refunds-o-1".into(), caller_now_ms: None })
+        .await
+        .expect("read")
+        .into_inner()
+        .approval
+        .expect("the approval");
+    assert_eq!(approval.status, pb::ApprovalStatus::Consumed as i32, "exhausted, it closed");
+    let standing = approval.standing.expect("standing");
+    assert_eq!(standing.used_by.len(), USES as usize, "{standing:?}");
 }

@@ -72,6 +72,14 @@ pub fn approval_out(approval: &Approval, status: ApprovalStatus) -> pb::Approval
         execution_id: approval.execution_id.clone(),
         capability_version: approval.capability_version,
         quorum: approval.quorum.as_ref().map(quorum_out),
+        standing: approval.standing.as_ref().map(|standing| pb::StandingProgress {
+            terms: Some(pb::StandingTerms {
+                uses_max: standing.spec.uses_max,
+                window_ms: standing.spec.window_ms,
+                bound_pointers: standing.spec.bound_pointers.clone(),
+            }),
+            used_by: standing.used_by.clone(),
+        }),
     }
 }
 
@@ -119,7 +127,7 @@ pub fn create_in(request: &pb::CreateApprovalRequest, caller: Option<&Caller>) -
     let risk = risk_in(request.risk)?.ok_or_else(|| DomainError::invalid("risk is required"))?;
     let side_effect =
         side_effect_in(request.side_effect)?.ok_or_else(|| DomainError::invalid("sideEffect is required"))?;
-    Ok(Command::CreateApproval(CreateApproval {
+    let approval = CreateApproval {
         id: request.id.clone(),
         capability_id: request.capability_id.clone(),
         surface: request.surface.clone(),
@@ -135,7 +143,18 @@ pub fn create_in(request: &pb::CreateApprovalRequest, caller: Option<&Caller>) -
         expires_in_ms: request.expires_in_ms,
         allow_self_approval: request.allow_self_approval,
         caller_now_ms,
-    }))
+    };
+    Ok(match &request.standing {
+        Some(terms) => Command::CreateStandingApproval {
+            request: approval,
+            standing: gavel_core::StandingSpec {
+                uses_max: terms.uses_max,
+                window_ms: terms.window_ms,
+                bound_pointers: terms.bound_pointers.clone(),
+            },
+        },
+        None => Command::CreateApproval(approval),
+    })
 }
 
 /// Decodes a decide request.
