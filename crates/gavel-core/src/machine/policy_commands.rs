@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 use crate::access::{Caller, GrantName, Principal, PrincipalKind};
 use crate::audit::{EventKind, EventSubject};
 use crate::command::Reply;
-use crate::error::{DomainError, ErrorCode};
+use crate::error::{DomainError, ErrorCode, RefusedApproval};
 use crate::limits::VOTES_PER_APPROVAL_MAX;
 use crate::machine::State;
 use crate::model::{Actor, ActorKind, Approval, ApprovalStatus, StoredApprovalStatus};
@@ -253,7 +253,10 @@ impl State {
             Some(caller) => caller.principal.clone(),
             None => principal_of_actor(approver),
         };
-        let approval = self.approvals.pending_for_vote(approval_id, now_ms)?.clone();
+        let approval = match self.approvals.pending_for_vote(approval_id, now_ms) {
+            Ok(approval) => approval.clone(),
+            Err(refusal) => return Err(self.with_state_of(refusal, approval_id, now_ms)),
+        };
         if input_hash.is_some_and(|hash| hash != approval.input_hash) {
             return Err(DomainError::new(
                 ErrorCode::ApprovalInputMismatch,
@@ -366,7 +369,10 @@ impl State {
             None => principal_of_actor(approver),
         };
         let now_ms = self.clock_ms;
-        let record = self.approvals.pending_for_vote(approval_id, now_ms)?;
+        if let Err(refusal) = self.approvals.pending_for_vote(approval_id, now_ms) {
+            return Err(self.with_state_of(refusal, approval_id, now_ms));
+        }
+        let record = self.approvals.open_mut(approval_id);
         let no_vote =
             || DomainError::new(ErrorCode::NotFound, format!("{voter} has no vote on approval {approval_id}"));
         let quorum = record.quorum.as_mut().ok_or_else(no_vote)?;
@@ -377,6 +383,20 @@ impl State {
         let approval = record.clone();
         let status = approval.status_at(now_ms);
         Ok(Reply::Approval { approval, status })
+    }
+
+    /// `refusal` of a vote on approval `approval_id` with the approval's
+    /// status at `now_ms` attached (and its consumer), as a refused decide
+    /// carries it: a client says "not pending (status: …)" without a
+    /// second, racy read.
+    fn with_state_of(&self, refusal: DomainError, approval_id: &str, now_ms: u64) -> DomainError {
+        match self.approvals.get(approval_id) {
+            Some(approval) => refusal.with_approval(RefusedApproval {
+                status: approval.status_at(now_ms),
+                consumed_by_execution_id: approval.consumed_by_execution_id.clone(),
+            }),
+            None => refusal,
+        }
     }
 
     /// After `subject`'s grants changed: narrows each of its pending votes
