@@ -100,6 +100,8 @@ pub struct StateCounts {
     pub ready_by_queue: BTreeMap<String, usize>,
     /// Leases currently granted.
     pub current_leases: usize,
+    /// Approval policies.
+    pub policies: usize,
 }
 
 /// How often retention runs, by cluster time. Compaction scans the open
@@ -455,6 +457,7 @@ impl State {
         counts.ready_by_queue =
             self.executions.ready_depths().map(|(queue, depth)| (queue.to_string(), depth)).collect();
         counts.current_leases = self.leases.current_count();
+        counts.policies = self.policies.all().count();
         counts
     }
 

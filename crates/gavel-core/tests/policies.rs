@@ -398,6 +398,7 @@ fn a_snapshot_carries_policies_and_votes() {
     let f1 = approver(&mut script, "f1", &["finance"]);
     create(&mut script, "a1", "refund", "alice");
     approval_of(vote(&mut script, &f1, "a1", true));
+    assert_eq!(script.state.counts(script.now_ms).policies, 1, "the gavel_policies gauge counts it");
     let restored = State::restore(&script.state.snapshot()).expect("restores");
     assert_eq!(restored.state_hash(), script.state.state_hash());
     assert_eq!(restored.policy("refunds"), script.state.policy("refunds"));
