@@ -338,6 +338,26 @@ fn approval_view(approval: &pb::Approval) -> Value {
             comment => decision.comment,
             status => status_name(decision.status),
         }),
+        quorum => approval.quorum.as_ref().map(quorum_view),
+    }
+}
+
+/// The quorum progress of an approval a policy governs (docs/policies.md):
+/// each factor's votes against its k, denials, and who voted.
+fn quorum_view(quorum: &pb::Quorum) -> Value {
+    context! {
+        policy => quorum.policy,
+        version => quorum.policy_version,
+        factors => quorum.factors.iter().map(|factor| context! {
+            name => factor.name, k => factor.k, counted => factor.counted,
+        }).collect::<Vec<_>>(),
+        denials => quorum.denials,
+        deny_threshold => quorum.deny_threshold,
+        votes => quorum.votes.iter().map(|vote| context! {
+            principal => vote.principal,
+            vote => if vote.approve { "approve" } else { "deny" },
+            factor => vote.factor,
+        }).collect::<Vec<_>>(),
     }
 }
 
@@ -727,6 +747,36 @@ mod tests {
         let body = format!("principal={}", "a".repeat(FORM_BODY_MAX_BYTES + 1));
         let (status, _, _) = send(console(true), form_post("/signin", Some(ORIGIN), &body)).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn a_governed_approval_shows_each_factors_progress() {
+        let approval = pb::Approval {
+            quorum: Some(pb::Quorum {
+                policy: "refunds".into(),
+                policy_version: 2,
+                factors: vec![pb::FactorProgress { name: "finance".into(), k: 1, counted: 1 }],
+                deny_threshold: 1,
+                votes: vec![pb::Vote { principal: "user:fin".into(), approve: true, ..pb::Vote::default() }],
+                ..pb::Quorum::default()
+            }),
+            ..pb::Approval::default()
+        };
+        let view = approval_view(&approval);
+        let quorum = view.get_attr("quorum").expect("a quorum");
+        assert_eq!(quorum.get_attr("policy").expect("policy").as_str(), Some("refunds"));
+        let factor = quorum.get_attr("factors").expect("factors").get_item_by_index(0).expect("one factor");
+        assert_eq!(factor.get_attr("counted").expect("counted").to_string(), "1");
+        assert!(approval_view(&pb::Approval::default()).get_attr("quorum").expect("an attribute").is_none());
+        let mut templates = Environment::new();
+        templates.add_template("base.html", include_str!("../templates/base.html")).expect("base parses");
+        templates.add_template("approval.html", include_str!("../templates/approval.html")).expect("page parses");
+        let page = templates
+            .get_template("approval.html")
+            .expect("the page")
+            .render(context! { approval => view })
+            .expect("renders");
+        assert!(page.contains("finance 1/1") && page.contains("user:fin: approve"), "{page}");
     }
 
     #[test]
