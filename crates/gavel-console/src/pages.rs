@@ -276,6 +276,14 @@ fn refusal_reason(session: &Session, approval: &pb::Approval) -> Option<String> 
     let Some(approver) = approver else {
         return Some("You hold no approver grant.".to_string());
     };
+    if let Some(quorum) = &approval.quorum {
+        // A policy decides who may vote (its factors), not the approver
+        // scope's cover of the types; the cluster judges eligibility.
+        if quorum.votes.iter().any(|vote| vote.principal == session.principal) {
+            return Some("You already voted on it; a vote counts once (withdraw it to vote again).".to_string());
+        }
+        return None;
+    }
     let covered = approver.scope.is_empty()
         || (!approval.types.is_empty() && approval.types.iter().all(|kind| approver.scope.contains(kind)));
     if !covered {
@@ -777,6 +785,40 @@ mod tests {
             .render(context! { approval => view })
             .expect("renders");
         assert!(page.contains("finance 1/1") && page.contains("user:fin: approve"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn an_approver_scoped_elsewhere_may_vote_on_a_governed_approval_once() {
+        let session = Session {
+            principal: "user:fin".into(),
+            client: Client::new(&["127.0.0.1:1".to_string()]).expect("a client (never called)"),
+            csrf: String::new(),
+            grants: vec![pb::AccessGrant {
+                principal: "user:fin".into(),
+                grant: "approver".into(),
+                scope: vec!["finance".into()],
+                skew_ms_max: None,
+            }],
+            development: true,
+            expires_at: std::time::Instant::now(),
+            cursor: Default::default(),
+            streams: Default::default(),
+        };
+        let mut approval = pb::Approval {
+            status: pb::ApprovalStatus::Pending as i32,
+            types: vec!["refund".into()],
+            ..pb::Approval::default()
+        };
+        assert!(refusal_reason(&session, &approval).expect("ungoverned").contains("outside your approver scope"));
+        approval.quorum = Some(pb::Quorum { policy: "refunds".into(), ..pb::Quorum::default() });
+        assert_eq!(refusal_reason(&session, &approval), None, "the policy decides who votes");
+        approval
+            .quorum
+            .as_mut()
+            .expect("set")
+            .votes
+            .push(pb::Vote { principal: "user:fin".into(), ..pb::Vote::default() });
+        assert!(refusal_reason(&session, &approval).expect("voted").contains("already voted"));
     }
 
     #[test]
