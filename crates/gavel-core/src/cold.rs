@@ -396,7 +396,9 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"GAVELSNP";
 /// cold records' encodings. Bump it whenever either changes. Format 2: cold
 /// values in varint bincode, input hashes as bytes, events by reference,
 /// closed approvals cold (format 1, never named in the bytes, was before).
-pub const SNAPSHOT_FORMAT: u32 = 2;
+/// Format 3: approval policies in the hot state, and an approval's quorum
+/// and standing terms on its record (issue #25).
+pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// Reads and checks the snapshot header ([`SNAPSHOT_MAGIC`],
 /// [`SNAPSHOT_FORMAT`]) at the start of `reader`.
