@@ -193,6 +193,7 @@ async fn create_stores_every_field_and_refuses_a_duplicate_id(cluster: &Cluster,
         expires_at_ms: Some(requested_at_ms + 10 * MINUTE_MS),
         expires_in_ms: None,
         allow_self_approval: false,
+        standing: None,
     };
     let created = create(cluster, nodes.follower, request.clone()).await.expect("create through the follower");
     assert_eq!(created.id, "apr-fields");

@@ -47,6 +47,7 @@ use gavel_proto::v1::audit_service_client::AuditServiceClient;
 use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
 use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
+use gavel_proto::v1::policy_service_client::PolicyServiceClient;
 use gavel_proto::v1::worker_service_client::WorkerServiceClient;
 use gavel_testkit::{ClusterSpec, Security};
 use tonic::metadata::{Ascii, MetadataValue};
@@ -123,6 +124,16 @@ enum Rpc {
     /// `GetQuota` of another principal's quota.
     GetQuota,
     ListQuotas,
+    SetPolicy,
+    GetPolicy,
+    ListPolicies,
+    DeletePolicy,
+    /// `CastVote` on a fresh approval the fixed policy governs.
+    CastVote,
+    /// `CastVote` then `WithdrawVote` of it, on a fresh governed approval.
+    WithdrawVote,
+    /// `ListVotes` of the fixed (ungoverned) approval: its read rule.
+    ListVotes,
 }
 
 /// Who a row allows, and how it answers the others.
@@ -235,7 +246,22 @@ const TABLE: &[Row] = &[
     row(Rpc::GetOwnQuota, Allowed::Anyone, false, true),
     row(Rpc::GetQuota, Allowed::AnyOf(&[Admin]), false, false),
     row(Rpc::ListQuotas, Allowed::AnyOf(&[Admin]), false, true),
+    row(Rpc::SetPolicy, Allowed::AnyOf(&[Admin]), true, true),
+    row(Rpc::GetPolicy, Allowed::Anyone, false, true),
+    row(Rpc::ListPolicies, Allowed::Anyone, false, false),
+    row(Rpc::DeletePolicy, Allowed::AnyOf(&[Admin]), true, false),
+    // Both approvers are in the fixed policy's group: eligible.
+    row(Rpc::CastVote, Allowed::AnyOf(&[Approver]), true, true),
+    row(Rpc::WithdrawVote, Allowed::AnyOf(&[Approver]), true, false),
+    row(Rpc::ListVotes, Allowed::Reads(APPROVAL_READERS, Record::Approval), false, true),
 ];
+
+/// The policy the vote rows vote under: approvals of type [`VOTED_TYPE`]
+/// need two of `user:approver` and `user:fin`.
+const VOTED_POLICY: &str = "authz-votes";
+
+/// The approval type [`VOTED_POLICY`] governs.
+const VOTED_TYPE: &str = "authz-voted";
 
 /// A principal of the test, with the grants the admin binds to it.
 struct Who {
@@ -540,6 +566,30 @@ impl World {
         }
     }
 
+    /// Sets a policy named `name` governing approval type `kind`, needing
+    /// `k` of the two approvers, as the admin.
+    async fn set_policy(&self, name: &str, kind: &str, k: u32) {
+        PolicyServiceClient::new(self.ops("admin"))
+            .set_policy(policy_request(self.next("policy"), name, kind, k))
+            .await
+            .expect("the admin sets a policy");
+    }
+
+    /// A pending approval of [`VOTED_TYPE`] requested by the submitter, and its input hash.
+    async fn governed_approval(&self) -> (String, String) {
+        let mut request = self.create_request();
+        request.types = vec![VOTED_TYPE.into()];
+        let created = ApprovalServiceClient::new(self.ops("submitter"))
+            .create_approval(request)
+            .await
+            .expect("create a governed approval")
+            .into_inner()
+            .approval
+            .expect("the approval");
+        assert!(created.quorum.is_some(), "the fixed policy governs it");
+        (created.id, created.input_hash)
+    }
+
     /// A pending approval requested by the submitter.
     async fn pending_approval(&self) -> String {
         let request = self.create_request();
@@ -668,6 +718,14 @@ impl World {
                 (target.lease_id, target.execution_id) = self.lease("authz.lease", "authz-lease").await;
             }
             Rpc::Revoke => target.subject = self.bound_subject().await,
+            Rpc::CastVote | Rpc::WithdrawVote => {
+                (target.approval_id, target.subject) = self.governed_approval().await;
+            }
+            Rpc::DeletePolicy => {
+                let name = self.next("authz-deleted");
+                self.set_policy(&name, &name, 1).await;
+                target.subject = name;
+            }
             Rpc::AddLearner | Rpc::Promote | Rpc::RemoveNode => {
                 let (node, addr) = self.joiners[&for_allowed.unwrap_or(Credential::Certificate)].clone();
                 (target.node, target.addr) = (node, addr);
@@ -945,6 +1003,50 @@ impl World {
                 let answer = AccessServiceClient::new(channel).list_quotas(pb::ListQuotasRequest {}).await?;
                 nonempty(answer.into_inner().quotas.len(), "quotas")
             }
+            Rpc::SetPolicy => {
+                // Its own approval type: the change voids nothing another row uses.
+                let name = self.next("authz-set");
+                done(PolicyServiceClient::new(channel).set_policy(policy_request(request_id, &name, &name, 1)).await)
+            }
+            Rpc::GetPolicy => {
+                let request = pb::GetPolicyRequest { name: VOTED_POLICY.into() };
+                let answer = PolicyServiceClient::new(channel).get_policy(request).await?;
+                found(answer.into_inner().policy, "the fixed policy")
+            }
+            Rpc::ListPolicies => {
+                let answer = PolicyServiceClient::new(channel).list_policies(pb::ListPoliciesRequest {}).await?;
+                nonempty(answer.into_inner().policies.len(), "policies")
+            }
+            Rpc::DeletePolicy => {
+                let request =
+                    pb::DeletePolicyRequest { request_id, name: target.subject.clone(), non_retroactive: false };
+                done(PolicyServiceClient::new(channel).delete_policy(request).await)
+            }
+            Rpc::CastVote | Rpc::WithdrawVote => {
+                let mut client = PolicyServiceClient::new(channel);
+                let vote = pb::CastVoteRequest {
+                    request_id: format!("{request_id}-vote"),
+                    approval_id: target.approval_id.clone(),
+                    approve: true,
+                    input_hash: target.subject.clone(),
+                    ..pb::CastVoteRequest::default()
+                };
+                let approval = client.cast_vote(vote).await?.into_inner().approval;
+                let votes = approval.and_then(|approval| approval.quorum).map_or(0, |quorum| quorum.votes.len());
+                if votes != 1 {
+                    return Err(Status::internal(format!("the vote was recorded {votes} times")));
+                }
+                if rpc == Rpc::CastVote {
+                    return Ok(());
+                }
+                let request =
+                    pb::WithdrawVoteRequest { request_id, approval_id: target.approval_id.clone(), approver: None };
+                done(client.withdraw_vote(request).await)
+            }
+            Rpc::ListVotes => {
+                let request = pb::ListVotesRequest { approval_id: target.approval_id.clone() };
+                done(PolicyServiceClient::new(channel).list_votes(request).await)
+            }
             Rpc::WhoAmI => {
                 let answer = AccessServiceClient::new(channel).who_am_i(pb::WhoAmIRequest {}).await?.into_inner();
                 if answer.principal != caller.who.principal {
@@ -1067,6 +1169,23 @@ impl World {
     }
 }
 
+/// A SetPolicy request: `name` governs approval type `kind` and needs `k`
+/// of the group {`user:approver`, `user:fin`}.
+fn policy_request(request_id: String, name: &str, kind: &str, k: u32) -> pb::SetPolicyRequest {
+    pb::SetPolicyRequest {
+        request_id,
+        name: name.into(),
+        approval_types: vec![kind.into()],
+        factors: vec![pb::PolicyFactor {
+            name: "pair".into(),
+            k,
+            scope: None,
+            group: vec!["user:approver".into(), "user:fin".into()],
+        }],
+        ..pb::SetPolicyRequest::default()
+    }
+}
+
 fn found<T>(value: Option<T>, what: &str) -> Result<(), Status> {
     value.map(drop).ok_or_else(|| Status::not_found(format!("{what} is missing from the answer")))
 }
@@ -1163,6 +1282,7 @@ async fn world(root: &std::path::Path) -> World {
     }
     world.approval_id = world.pending_approval().await;
     world.execution_id = world.approved_execution().await;
+    world.set_policy(VOTED_POLICY, VOTED_TYPE, 2).await;
     world
 }
 

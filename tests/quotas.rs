@@ -15,11 +15,11 @@ mod admin_cli;
 
 use std::time::{Duration, Instant};
 
-use admin_cli::{gavel_as, principal};
+use admin_cli::{gavel_as, principal, secure_cluster};
 use gavel_proto::error_detail::read_error_detail;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
-use gavel_testkit::{Cluster, ClusterSpec, Security};
+
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -154,11 +154,7 @@ async fn a_flooding_submitter_is_stopped_at_the_edge_while_another_keeps_its_lat
     assert_eq!(unthrottled.write_burst, Some(gavel_core::limits::QUOTA_WRITE_BURST_MAX));
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut spec = ClusterSpec::new(gavel_testkit::resolve_gavel_binary(None).expect("gavel binary"), dir.path());
-    spec.security = Security::secure(principal(ADMIN));
-    spec.start_timeout = WAIT;
-    spec.status_timeout = Duration::from_secs(5);
-    let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
+    let cluster = secure_cluster(dir.path(), &principal(ADMIN), WAIT).await;
     let admin = principal(ADMIN);
     for name in [FLOODER, OTHER] {
         cluster.grant(&principal(name), &[gavel_pki::GrantName::Submitter], WAIT).await.expect("grant");

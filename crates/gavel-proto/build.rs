@@ -19,6 +19,7 @@ const PROTO_FILES: &[&str] = &[
     "gavel/v1/audit.proto",
     "gavel/v1/cluster.proto",
     "gavel/v1/access.proto",
+    "gavel/v1/policy.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

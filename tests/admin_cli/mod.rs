@@ -94,6 +94,17 @@ pub async fn gavel_via(cluster: &Cluster, endpoints: &[String], principal: &Prin
     gavel(all).await
 }
 
+/// Starts a secure three-node cluster of the `gavel` binary in `dir`
+/// whose first admin is `admin`, waiting up to `wait` for it.
+pub async fn secure_cluster(dir: &std::path::Path, admin: &Principal, wait: std::time::Duration) -> Cluster {
+    let binary = gavel_testkit::resolve_gavel_binary(None).expect("gavel binary");
+    let mut spec = gavel_testkit::ClusterSpec::new(binary, dir);
+    spec.security = gavel_testkit::Security::secure(admin.clone());
+    spec.start_timeout = wait;
+    spec.status_timeout = std::time::Duration::from_secs(5);
+    Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"))
+}
+
 /// `kind:id` as a principal.
 pub fn principal(text: &str) -> Principal {
     Principal::parse(text).expect("a principal")

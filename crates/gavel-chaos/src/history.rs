@@ -123,6 +123,9 @@ pub enum ApprovalState {
     Cancelled,
     /// Pending past its expiry (the workload uses long expiries).
     Expired,
+    /// Voided by a policy change (the workload sets no policies, but reads
+    /// it if seen).
+    Voided,
 }
 
 /// The operations the workload performs.

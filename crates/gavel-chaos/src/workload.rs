@@ -176,6 +176,7 @@ fn approval_state(status: i32) -> ApprovalState {
         pb::ApprovalStatus::Rejected => ApprovalState::Rejected,
         pb::ApprovalStatus::Cancelled => ApprovalState::Cancelled,
         pb::ApprovalStatus::Expired => ApprovalState::Expired,
+        pb::ApprovalStatus::Voided => ApprovalState::Voided,
         pb::ApprovalStatus::Consumed => ApprovalState::Consumed,
         pb::ApprovalStatus::Unspecified => ApprovalState::Absent,
     }

@@ -15,6 +15,7 @@ use crate::commands::capability::CapabilityArgs;
 use crate::commands::cert::CertArgs;
 use crate::commands::cluster::ClusterArgs;
 use crate::commands::exec::ExecArgs;
+use crate::commands::policy::PolicyArgs;
 use crate::commands::token::TokenArgs;
 
 /// The version `gavel --version` prints. A build with the planted bugs of
@@ -59,6 +60,8 @@ pub enum TopCommand {
     Backup(BackupArgs),
     /// Who may do what: grant, revoke, list, whoami.
     Access(AccessArgs),
+    /// Approval policies (quorum): set, get, list, delete.
+    Policy(PolicyArgs),
     /// Certificates: create-ca, create-node, create-client.
     Cert(CertArgs),
     /// Bearer tokens: issue.

@@ -83,6 +83,7 @@ fn run(cli: Cli, runtime: &tokio::runtime::Runtime) -> ExitCode {
         TopCommand::Cluster(args) => finish(runtime.block_on(commands::cluster::run(args))),
         TopCommand::Backup(args) => finish(runtime.block_on(commands::backup::run(args))),
         TopCommand::Access(args) => finish(runtime.block_on(commands::access::run(args))),
+        TopCommand::Policy(args) => finish(runtime.block_on(commands::policy::run(args))),
         TopCommand::Cert(args) => finish(commands::cert::run(args)),
         TopCommand::Token(args) => finish(commands::token::run(args)),
         TopCommand::Chaos(args) => ExitCode::from(runtime.block_on(gavel_chaos::run::run(args)) as u8),

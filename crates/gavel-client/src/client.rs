@@ -13,6 +13,7 @@ use gavel_proto::v1::audit_service_client::AuditServiceClient;
 use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
 use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
+use gavel_proto::v1::policy_service_client::PolicyServiceClient;
 use gavel_proto::v1::worker_service_client::WorkerServiceClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
@@ -429,6 +430,22 @@ impl Client {
         read get_quota, AccessServiceClient, pb::GetQuotaRequest, pb::GetQuotaResponse);
     rpc!(/// Every principal with a quota override or usage (admin).
         read list_quotas, AccessServiceClient, pb::ListQuotasRequest, pb::ListQuotasResponse);
+    rpc!(/// Creates or changes an approval policy (admin); the reply says how
+        /// many open approvals the change voided.
+        mutating set_policy, PolicyServiceClient, pb::SetPolicyRequest, pb::SetPolicyResponse);
+    rpc!(/// Reads an approval policy (absent when unknown).
+        read get_policy, PolicyServiceClient, pb::GetPolicyRequest, pb::GetPolicyResponse);
+    rpc!(/// Lists every approval policy.
+        read list_policies, PolicyServiceClient, pb::ListPoliciesRequest, pb::ListPoliciesResponse);
+    rpc!(/// Deletes an approval policy (admin), voiding its open approvals.
+        mutating delete_policy, PolicyServiceClient, pb::DeletePolicyRequest, pb::DeletePolicyResponse);
+    rpc!(/// Casts one vote on an approval a policy governs, bound to the input
+        /// hash the voter saw; the reply carries the quorum progress.
+        mutating cast_vote, PolicyServiceClient, pb::CastVoteRequest, pb::CastVoteResponse);
+    rpc!(/// Withdraws the caller's vote from a pending approval.
+        mutating withdraw_vote, PolicyServiceClient, pb::WithdrawVoteRequest, pb::WithdrawVoteResponse);
+    rpc!(/// An approval's policy, version, per-factor progress and votes.
+        read list_votes, PolicyServiceClient, pb::ListVotesRequest, pb::ListVotesResponse);
 
     /// Long-polls until the execution is final or `timeout_ms` passes.
     pub async fn wait_execution(&self, request: pb::WaitExecutionRequest) -> Result<pb::WaitExecutionResponse, Error> {

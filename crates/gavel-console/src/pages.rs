@@ -383,6 +383,14 @@ fn refusal_reason(session: &Session, approval: &pb::Approval) -> Option<String> 
     let Some(approver) = approver else {
         return Some("You hold no approver grant.".to_string());
     };
+    if let Some(quorum) = &approval.quorum {
+        // A policy decides who may vote (its factors), not the approver
+        // scope's cover of the types; the cluster judges eligibility.
+        if quorum.votes.iter().any(|vote| vote.principal == session.principal) {
+            return Some("You already voted on it; a vote counts once (withdraw it to vote again).".to_string());
+        }
+        return None;
+    }
     let covered = approver.scope.is_empty()
         || (!approval.types.is_empty() && approval.types.iter().all(|kind| approver.scope.contains(kind)));
     if !covered {
@@ -445,6 +453,26 @@ fn approval_view(approval: &pb::Approval) -> Value {
             comment => decision.comment,
             status => status_name(decision.status),
         }),
+        quorum => approval.quorum.as_ref().map(quorum_view),
+    }
+}
+
+/// The quorum progress of an approval a policy governs (docs/policies.md):
+/// each factor's votes against its k, denials, and who voted.
+fn quorum_view(quorum: &pb::Quorum) -> Value {
+    context! {
+        policy => quorum.policy,
+        version => quorum.policy_version,
+        factors => quorum.factors.iter().map(|factor| context! {
+            name => factor.name, k => factor.k, counted => factor.counted,
+        }).collect::<Vec<_>>(),
+        denials => quorum.denials,
+        deny_threshold => quorum.deny_threshold,
+        votes => quorum.votes.iter().map(|vote| context! {
+            principal => vote.principal,
+            vote => if vote.approve { "approve" } else { "deny" },
+            factor => vote.factor,
+        }).collect::<Vec<_>>(),
     }
 }
 
@@ -889,6 +917,70 @@ mod tests {
         let (status, _, page) = send(oidc_console(), get("/oidc/start")).await;
         assert_eq!(status, StatusCode::BAD_GATEWAY);
         assert!(page.contains("OIDC_PROVIDER_UNAVAILABLE"), "{page}");
+    }
+
+    #[test]
+    fn a_governed_approval_shows_each_factors_progress() {
+        let approval = pb::Approval {
+            quorum: Some(pb::Quorum {
+                policy: "refunds".into(),
+                policy_version: 2,
+                factors: vec![pb::FactorProgress { name: "finance".into(), k: 1, counted: 1 }],
+                deny_threshold: 1,
+                votes: vec![pb::Vote { principal: "user:fin".into(), approve: true, ..pb::Vote::default() }],
+                ..pb::Quorum::default()
+            }),
+            ..pb::Approval::default()
+        };
+        let view = approval_view(&approval);
+        let quorum = view.get_attr("quorum").expect("a quorum");
+        assert_eq!(quorum.get_attr("policy").expect("policy").as_str(), Some("refunds"));
+        let factor = quorum.get_attr("factors").expect("factors").get_item_by_index(0).expect("one factor");
+        assert_eq!(factor.get_attr("counted").expect("counted").to_string(), "1");
+        assert!(approval_view(&pb::Approval::default()).get_attr("quorum").expect("an attribute").is_none());
+        let mut templates = Environment::new();
+        templates.add_template("base.html", include_str!("../templates/base.html")).expect("base parses");
+        templates.add_template("approval.html", include_str!("../templates/approval.html")).expect("page parses");
+        let page = templates
+            .get_template("approval.html")
+            .expect("the page")
+            .render(context! { approval => view })
+            .expect("renders");
+        assert!(page.contains("finance 1/1") && page.contains("user:fin: approve"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn an_approver_scoped_elsewhere_may_vote_on_a_governed_approval_once() {
+        let session = Session {
+            principal: "user:fin".into(),
+            client: Client::new(&["127.0.0.1:1".to_string()]).expect("a client (never called)"),
+            csrf: String::new(),
+            grants: vec![pb::AccessGrant {
+                principal: "user:fin".into(),
+                grant: "approver".into(),
+                scope: vec!["finance".into()],
+                skew_ms_max: None,
+            }],
+            development: true,
+            expires_at: std::time::Instant::now(),
+            cursor: Default::default(),
+            streams: Default::default(),
+        };
+        let mut approval = pb::Approval {
+            status: pb::ApprovalStatus::Pending as i32,
+            types: vec!["refund".into()],
+            ..pb::Approval::default()
+        };
+        assert!(refusal_reason(&session, &approval).expect("ungoverned").contains("outside your approver scope"));
+        approval.quorum = Some(pb::Quorum { policy: "refunds".into(), ..pb::Quorum::default() });
+        assert_eq!(refusal_reason(&session, &approval), None, "the policy decides who votes");
+        approval
+            .quorum
+            .as_mut()
+            .expect("set")
+            .votes
+            .push(pb::Vote { principal: "user:fin".into(), ..pb::Vote::default() });
+        assert!(refusal_reason(&session, &approval).expect("voted").contains("already voted"));
     }
 
     #[test]

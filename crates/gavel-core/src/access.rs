@@ -304,6 +304,10 @@ pub enum Action {
     ReadClusterStatus,
     /// Read one's own principal and grants (`AccessService.WhoAmI`).
     ReadOwnAccess,
+    /// Read approval policies (`PolicyService.GetPolicy`, `ListPolicies`):
+    /// any authenticated caller; they say who may approve what, not what
+    /// is pending.
+    ReadPolicies,
 }
 
 impl Action {
@@ -320,6 +324,7 @@ impl Action {
             Action::Backup => "take a backup".to_string(),
             Action::ReadClusterStatus => "read the cluster status".to_string(),
             Action::ReadOwnAccess => "read its own grants".to_string(),
+            Action::ReadPolicies => "read approval policies".to_string(),
         }
     }
 }

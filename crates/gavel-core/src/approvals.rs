@@ -55,8 +55,12 @@ pub struct ApprovalView {
     /// With an approver grant, the approvals its scope covers (an empty
     /// scope covers every approval).
     pub approver_scope: Option<BTreeSet<String>>,
-    /// With an approver grant, the approvals this principal decided.
+    /// With an approver grant, the approvals this principal decided or
+    /// voted on.
     pub decider: Option<Principal>,
+    /// With an approver grant, the policies it is eligible to vote under:
+    /// the approvals they govern.
+    pub votable_policies: BTreeSet<String>,
 }
 
 impl ApprovalView {
@@ -71,8 +75,10 @@ impl ApprovalView {
             .is_some_and(|scope| scope.is_empty() || scope_covers_types(scope, &approval.types));
         let decided = self.decider.as_ref().is_some_and(|decider| {
             approval.decision.as_ref().is_some_and(|decision| decider.is_actor(&decision.approver))
+                || approval.quorum.as_ref().is_some_and(|quorum| quorum.votes.iter().any(|v| &v.principal == decider))
         });
-        owns || covered || decided
+        let votable = approval.quorum.as_ref().is_some_and(|quorum| self.votable_policies.contains(&quorum.policy));
+        owns || covered || decided || votable
     }
 }
 
@@ -178,6 +184,7 @@ fn closed_status(approval: &Approval) -> ApprovalStatus {
         StoredApprovalStatus::Rejected => ApprovalStatus::Rejected,
         StoredApprovalStatus::Consumed => ApprovalStatus::Consumed,
         StoredApprovalStatus::Cancelled => ApprovalStatus::Cancelled,
+        StoredApprovalStatus::Voided => ApprovalStatus::Voided,
         StoredApprovalStatus::Pending | StoredApprovalStatus::Approved => {
             unreachable!("only a closed approval moves to the cold records")
         }
@@ -286,6 +293,20 @@ impl Approvals {
                 ));
             }
         }
+        Ok(self.settle(id, status, approver, comment, now_ms))
+    }
+
+    /// Records the decision on the open approval `id` (checked pending):
+    /// approved, or rejected and closed.
+    fn settle(
+        &mut self,
+        id: &str,
+        status: ApprovalStatus,
+        approver: &Actor,
+        comment: Option<&str>,
+        now_ms: u64,
+    ) -> Cow<'_, Approval> {
+        let approval = self.open_mut(id);
         approval.status = match status {
             ApprovalStatus::Approved => StoredApprovalStatus::Approved,
             _ => StoredApprovalStatus::Rejected,
@@ -296,11 +317,17 @@ impl Approvals {
             comment: comment.map(str::to_string),
             decided_at_ms: now_ms,
         });
+        if let Some(standing) = &approval.standing {
+            // A standing approval's uses are allowed for its window from the
+            // decision: its post-approval expiry, which resume checks and
+            // retention counts from.
+            approval.expires_at_ms = now_ms.saturating_add(standing.spec.window_ms);
+        }
         if status == ApprovalStatus::Rejected {
             approval.closed_at_ms = Some(now_ms);
-            return Ok(Cow::Owned(self.close(id)));
+            return Cow::Owned(self.close(id));
         }
-        Ok(Cow::Borrowed(&self.records[id]))
+        Cow::Borrowed(&self.records[id])
     }
 
     /// The atomic compare-and-set: only an approved, unconsumed record becomes
@@ -319,6 +346,90 @@ impl Approvals {
         approval.status = StoredApprovalStatus::Cancelled;
         approval.closed_at_ms = Some(now_ms);
         Ok(self.close(id))
+    }
+
+    /// The open, pending and unexpired approval `id`, for a vote: an
+    /// approval no longer pending is `APPROVAL_DECIDED`, an expired one
+    /// `APPROVAL_EXPIRED`, an unknown one `NOT_FOUND`.
+    pub(crate) fn pending_for_vote(&mut self, id: &str, now_ms: u64) -> Result<&mut Approval, DomainError> {
+        let refuse = |approval: &Approval| match approval.status_at(now_ms) {
+            ApprovalStatus::Pending => Ok(()),
+            ApprovalStatus::Expired => Err(DomainError::new(
+                ErrorCode::ApprovalExpired,
+                format!("approval {} expired before its quorum was reached", approval.id),
+            )),
+            status => Err(DomainError::new(
+                ErrorCode::ApprovalDecided,
+                format!(
+                    "approval {} is no longer pending (status: {}); votes are closed",
+                    approval.id,
+                    status.as_str()
+                ),
+            )),
+        };
+        self.open_for(id, refuse)
+    }
+
+    /// Every open approval governed by policy `name`, by id.
+    pub(crate) fn open_governed_by(&self, name: &str) -> Vec<String> {
+        self.records
+            .values()
+            .filter(|approval| approval.quorum.as_ref().is_some_and(|quorum| quorum.policy == name))
+            .map(|approval| approval.id.clone())
+            .collect()
+    }
+
+    /// Every open pending approval with a vote by `principal`, by id.
+    pub(crate) fn pending_voted_by(&self, principal: &Principal) -> Vec<String> {
+        self.records
+            .values()
+            .filter(|approval| approval.status == StoredApprovalStatus::Pending)
+            .filter(|approval| {
+                approval.quorum.as_ref().is_some_and(|quorum| quorum.votes.iter().any(|v| &v.principal == principal))
+            })
+            .map(|approval| approval.id.clone())
+            .collect()
+    }
+
+    /// The open approval `id` (callers found it open).
+    pub(crate) fn open_mut(&mut self, id: &str) -> &mut Approval {
+        self.records.get_mut(id).expect("callers pass the id of an open approval")
+    }
+
+    /// Decides the pending approval `id` by the vote of `approver` that
+    /// met its quorum (`Approved`) or reached its deny threshold
+    /// (`Rejected`, which closes it). Returns the record after.
+    pub(crate) fn decide_by_quorum(
+        &mut self,
+        id: &str,
+        status: ApprovalStatus,
+        approver: &Actor,
+        comment: Option<&str>,
+        now_ms: u64,
+    ) -> Approval {
+        let approval = self.open_mut(id);
+        assert_eq!(approval.status, StoredApprovalStatus::Pending, "only a pending approval is decided by votes");
+        self.settle(id, status, approver, comment, now_ms).into_owned()
+    }
+
+    /// Spends one use of the approved standing approval `id` on
+    /// `execution_id`; returns (uses spent, uses allowed). The caller
+    /// consumes it when that was the last.
+    pub(crate) fn spend_use(&mut self, id: &str, execution_id: &str) -> (u32, u32) {
+        let approval = self.open_mut(id);
+        assert_eq!(approval.status, StoredApprovalStatus::Approved, "only an approved standing approval is spent");
+        let standing = approval.standing.as_mut().expect("callers spend standing approvals only");
+        assert!(standing.uses_left() > 0, "an exhausted standing approval is consumed, never open");
+        standing.used_by.push(execution_id.to_string());
+        (u32::try_from(standing.used_by.len()).expect("uses are bounded"), standing.spec.uses_max)
+    }
+
+    /// Voids the open (pending or approved) approval `id` and closes it.
+    pub(crate) fn void(&mut self, id: &str, now_ms: u64) -> Approval {
+        let approval = self.open_mut(id);
+        approval.status = StoredApprovalStatus::Voided;
+        approval.closed_at_ms = Some(now_ms);
+        self.close(id)
     }
 
     /// Approvals ordered by (requested_at, id), filtered, starting after `after`:

@@ -152,6 +152,65 @@ pub enum EventKind {
         /// Its write burst.
         write_burst: u64,
     },
+    /// An admin created or changed an approval policy.
+    PolicySet {
+        /// The policy.
+        name: String,
+        /// Its new version.
+        version: u64,
+        /// Open approvals of older versions this change voided.
+        voided: u32,
+        /// The change left approved-but-unconsumed approvals standing.
+        non_retroactive: bool,
+    },
+    /// An admin deleted an approval policy.
+    PolicyDeleted {
+        /// The policy.
+        name: String,
+        /// The version deleted.
+        version: u64,
+        /// Open approvals this deletion voided.
+        voided: u32,
+        /// The deletion left approved-but-unconsumed approvals standing.
+        non_retroactive: bool,
+    },
+    /// A vote on a governed approval (the event's input hash is the one
+    /// the voter saw, which is the approval's).
+    VoteCast {
+        /// The policy version the approval was created under.
+        policy_version: u64,
+        /// Approve (`true`) or deny.
+        approve: bool,
+        /// The factor the vote counts for in the assignment after it
+        /// (`None`: a denial, or no unmet factor needs it).
+        factor: Option<String>,
+        /// The voter is the requester and holds the self-approval grant.
+        self_approval: bool,
+    },
+    /// A voter withdrew its vote from a pending approval.
+    VoteWithdrawn,
+    /// A vote was removed from a pending approval because its voter lost
+    /// the grant that made it eligible.
+    VoteRemoved {
+        /// The voter.
+        voter: Principal,
+    },
+    /// An approval was voided because the policy it was created under
+    /// changed or was deleted.
+    ApprovalVoided {
+        /// The policy.
+        policy: String,
+        /// The version the approval was created under.
+        policy_version: u64,
+    },
+    /// One use of a standing approval was spent by a resume (the event's
+    /// execution id is the one it created); the last use also consumes it.
+    StandingUseSpent {
+        /// Uses spent so far, this one included.
+        used: u32,
+        /// Uses it covers.
+        uses_max: u32,
+    },
     /// An application's own event, appended with `RecordEvent`: its type,
     /// payload and attributes are the application's; the event's principal
     /// says who recorded it.
@@ -168,7 +227,7 @@ pub enum EventKind {
 
 /// The type name of every event Gavel writes itself: an application may not
 /// record an event of one of these types, so a reader can trust them.
-pub const GAVEL_EVENT_TYPES: [&str; 17] = [
+pub const GAVEL_EVENT_TYPES: [&str; 24] = [
     "capability.registered",
     "capability.requested",
     "capability.approval_requested",
@@ -186,6 +245,13 @@ pub const GAVEL_EVENT_TYPES: [&str; 17] = [
     "access.granted",
     "access.revoked",
     "quota.set",
+    "policy.set",
+    "policy.deleted",
+    "approval.vote_cast",
+    "approval.vote_withdrawn",
+    "approval.vote_removed",
+    "approval.voided",
+    "approval.standing_use_spent",
 ];
 
 /// What [`EventKind::type_name`] names an application event by; its own
@@ -224,6 +290,13 @@ impl EventKind {
             EventKind::AccessGranted { .. } => "access.granted",
             EventKind::AccessRevoked { .. } => "access.revoked",
             EventKind::QuotaSet { .. } => "quota.set",
+            EventKind::PolicySet { .. } => "policy.set",
+            EventKind::PolicyDeleted { .. } => "policy.deleted",
+            EventKind::VoteCast { .. } => "approval.vote_cast",
+            EventKind::VoteWithdrawn => "approval.vote_withdrawn",
+            EventKind::VoteRemoved { .. } => "approval.vote_removed",
+            EventKind::ApprovalVoided { .. } => "approval.voided",
+            EventKind::StandingUseSpent { .. } => "approval.standing_use_spent",
             EventKind::Recorded { .. } => APPLICATION_EVENT_TYPE_NAME,
         }
     }

@@ -450,7 +450,8 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"GAVELSNP";
 /// values in varint bincode, input hashes as bytes, events by reference,
 /// closed approvals cold (format 1, never named in the bytes, was before).
 /// Format 3: the audit trail's Merkle tree (frontier and tile tails in the
-/// hot state, full tiles in the `AuditTiles` table).
+/// hot state, full tiles in the `AuditTiles` table), approval policies in
+/// the hot state, and an approval's quorum and standing terms on its record.
 pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// Reads and checks the snapshot header ([`SNAPSHOT_MAGIC`],

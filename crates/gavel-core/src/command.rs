@@ -8,7 +8,9 @@ use crate::access::{Caller, Grant, GrantName, Principal};
 use crate::audit::Event;
 use crate::error::DomainError;
 use crate::model::{Actor, Approval, ApprovalStatus, Capability, Execution, Lease, ReportOutcome, Risk, SideEffect};
+use crate::policies::{Policy, PolicySpec};
 use crate::quotas::{QuotaChange, QuotaView};
+use crate::standing::StandingSpec;
 
 /// One replicated command: the leader's clock reading plus what to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,6 +162,49 @@ pub enum Command {
     Tick {
         /// Retention to apply, stamped by the leader so every replica compacts alike.
         retention: Retention,
+    },
+    /// Create or change an approval policy (admin only): a new version,
+    /// which voids the open approvals of the old one it no longer allows.
+    /// An audit event.
+    SetPolicy(PolicySpec),
+    /// Delete an approval policy (admin only), voiding its open approvals
+    /// like a change. An audit event.
+    DeletePolicy {
+        /// The policy.
+        name: String,
+        /// Leave approved-but-unconsumed approvals standing.
+        non_retroactive: bool,
+    },
+    /// One approver's vote on an approval a policy governs; the vote that
+    /// meets every factor approves it, the one that reaches the deny
+    /// threshold rejects it.
+    CastVote {
+        /// The approval.
+        approval_id: String,
+        /// Approve (`true`) or deny.
+        approve: bool,
+        /// The input hash the voter saw: must be the approval's.
+        input_hash: String,
+        /// Who votes: the caller itself (a vote is never cast for another).
+        approver: Actor,
+        /// Optional comment.
+        comment: Option<String>,
+    },
+    /// Withdraw one's own vote from a pending approval.
+    WithdrawVote {
+        /// The approval.
+        approval_id: String,
+        /// Whose vote: the caller itself.
+        approver: Actor,
+    },
+    /// Store a pending standing approval: once decided, it covers up to
+    /// `standing.uses_max` resumes within `standing.window_ms`, each one
+    /// use spent atomically.
+    CreateStandingApproval {
+        /// The approval request, as for `CreateApproval`.
+        request: CreateApproval,
+        /// Its terms.
+        standing: StandingSpec,
     },
 }
 
@@ -396,6 +441,14 @@ pub enum Reply {
     },
     /// A principal's quota after a `SetQuota`.
     Quota(QuotaView),
+    /// A policy after a `SetPolicy` (its new version) or `DeletePolicy`
+    /// (the version deleted), and how many approvals the change voided.
+    Policy {
+        /// The policy.
+        policy: Policy,
+        /// Open approvals of older versions it voided.
+        voided: u32,
+    },
     /// The command was refused; nothing changed except, where noted, the audit trail.
     Error(DomainError),
 }

@@ -169,6 +169,7 @@ pub(crate) enum RememberedReply {
     Quota { principal: Principal },
     Event { cursor: u64 },
     Cosigned { size: u64, published: bool },
+    Policy { policy: crate::policies::Policy, voided: u32 },
 }
 
 impl RememberedReply {
@@ -201,6 +202,7 @@ impl RememberedReply {
             Reply::Quota(view) => RememberedReply::Quota { principal: view.principal.clone() },
             Reply::Event(event) => RememberedReply::Event { cursor: event.cursor },
             Reply::Cosigned { size, published } => RememberedReply::Cosigned { size: *size, published: *published },
+            Reply::Policy { policy, voided } => RememberedReply::Policy { policy: policy.clone(), voided: *voided },
         }
     }
 }

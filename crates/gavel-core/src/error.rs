@@ -51,6 +51,16 @@ pub enum ErrorCode {
     /// The caller's principal is over one of its quotas (pending approvals,
     /// non-final executions, or its write rate); the refusal says which.
     QuotaExceeded,
+    /// Resume found the approval voided: the policy it was created under
+    /// changed or was deleted before it was consumed.
+    ApprovalVoided,
+    /// A vote on an approval that is no longer pending: it was already
+    /// decided (approved, rejected), consumed, cancelled or voided.
+    ApprovalDecided,
+    /// The principal already has a vote on this approval; withdraw it first.
+    VoteDuplicate,
+    /// A policy names an approval type or capability another policy governs.
+    PolicyConflict,
 }
 
 impl ErrorCode {
@@ -77,6 +87,10 @@ impl ErrorCode {
             ErrorCode::ExecutionFinal => "EXECUTION_FINAL",
             ErrorCode::RequestIdReused => "REQUEST_ID_REUSED",
             ErrorCode::QuotaExceeded => "QUOTA_EXCEEDED",
+            ErrorCode::ApprovalVoided => "APPROVAL_VOIDED",
+            ErrorCode::ApprovalDecided => "APPROVAL_DECIDED",
+            ErrorCode::VoteDuplicate => "VOTE_DUPLICATE",
+            ErrorCode::PolicyConflict => "POLICY_CONFLICT",
         }
     }
 
@@ -99,7 +113,11 @@ impl ErrorCode {
             | ErrorCode::ApprovalConsumed
             | ErrorCode::ApprovalInputMismatch
             | ErrorCode::LeaseLost
-            | ErrorCode::ExecutionFinal => ErrorClass::FailedPrecondition,
+            | ErrorCode::ExecutionFinal
+            | ErrorCode::ApprovalVoided
+            | ErrorCode::ApprovalDecided
+            | ErrorCode::VoteDuplicate
+            | ErrorCode::PolicyConflict => ErrorClass::FailedPrecondition,
             ErrorCode::QuotaExceeded => ErrorClass::ResourceExhausted,
         }
     }

@@ -59,10 +59,12 @@ pub mod merkle;
 pub mod model;
 pub mod mutants;
 pub mod note;
+pub mod policies;
 pub mod precheck;
 mod quotas;
 pub mod registry;
 pub mod retry;
+pub mod standing;
 pub mod validate;
 
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
@@ -79,4 +81,6 @@ pub use command::{
 pub use error::{DomainError, ErrorClass, ErrorCode, QuotaKind, RefusedApproval, RefusedQuota};
 pub use machine::{SnapshotError, State, StateCounts};
 pub use model::*;
+pub use policies::{Approvers, Factor, Policy, PolicySpec, Quorum, Vote};
 pub use quotas::{QuotaChange, QuotaLimits, QuotaUsage, QuotaView};
+pub use standing::{Standing, StandingSpec};

@@ -196,3 +196,47 @@ pub const AUDIT_CHECKPOINT_EVENTS: u64 = 1_000;
 /// when fewer than [`AUDIT_CHECKPOINT_EVENTS`] arrive: an auditor sees a
 /// cosigned head at most this much (plus a round trip) behind.
 pub const AUDIT_CHECKPOINT_INTERVAL_MS: u64 = 1_000;
+/// Most approval policies (`SetPolicy`). Policies live in every replica's
+/// memory and every snapshot, and each approval created looks up the one
+/// that governs it; a few hundred covers every approval type and
+/// capability of a large deployment.
+pub const POLICIES_MAX: usize = 256;
+
+/// Most factors in one policy. The vote assignment tries every subset of
+/// factors (largest first) to meet the most of them, so the count is small:
+/// 2^4 subsets; "finance AND legal AND security AND on-call" is four.
+pub const POLICY_FACTORS_MAX: usize = 4;
+
+/// Largest `k` of one factor (distinct principals it needs). Larger
+/// quorums are organisational votes, not approvals; 10 keeps the vote list
+/// of an approval short.
+pub const FACTOR_K_MAX: u32 = 10;
+
+/// Most principals named in one factor's group. Groups are copied into
+/// the policy and scanned for each vote.
+pub const FACTOR_GROUP_MAX: usize = 64;
+
+/// Most votes (approving and denying, withdrawn ones not counted) one
+/// approval holds. Votes are stored on the approval and the assignment is
+/// recomputed over them on each vote; this bounds both. It is at least
+/// [`POLICY_FACTORS_MAX`] × [`FACTOR_K_MAX`], so a quorum always fits.
+pub const VOTES_PER_APPROVAL_MAX: usize = 48;
+
+/// Most approval types plus capabilities one policy governs. Each is a key
+/// the policy claims; an approval's lookup scans its own types only.
+pub const POLICY_GOVERNS_MAX: usize = 64;
+
+/// Most uses one standing approval covers. A standing approval trades one
+/// decision for several executions; a hundred covers a batch of refunds
+/// or a day of a routine job, and past it a person should look again.
+pub const STANDING_USES_MAX: u32 = 100;
+
+/// Longest window of a standing approval after its decision, in
+/// milliseconds (7 days): the standing "yes" is bounded in time as well as
+/// in uses, so no decision approves for ever.
+pub const STANDING_WINDOW_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// Most JSON pointers a standing approval binds. Each is compared on every
+/// use; a handful (an order id, a customer id, an amount) is what a person
+/// can review.
+pub const STANDING_POINTERS_MAX: usize = 8;

@@ -18,6 +18,9 @@ mod approval_commands;
 pub(crate) mod checkpoints;
 mod execution_commands;
 mod ownership;
+mod policy_commands;
+
+pub(crate) use policy_commands::check_vote;
 mod quota_commands;
 mod recall;
 
@@ -41,6 +44,7 @@ use crate::grants::Bindings;
 use crate::leases::Leases;
 use crate::model::{Actor, Approval, Capability, Execution};
 use crate::mutants::Mutant;
+use crate::policies::Policies;
 use crate::quotas::Quotas;
 use crate::registry::{Registered, Registry};
 
@@ -84,6 +88,8 @@ pub struct State {
     audit_tree: AuditTree,
     /// The nodes' note keys and the audit checkpoints they cosign.
     audit_checkpoints: checkpoints::AuditCheckpoints,
+    /// Approval policies and their version counter.
+    policies: Policies,
     /// The planted bug this replica runs with (chaos harness only).
     #[serde(skip)]
     planted_bug: Option<Mutant>,
@@ -100,6 +106,8 @@ pub struct StateCounts {
     pub ready_by_queue: BTreeMap<String, usize>,
     /// Leases currently granted.
     pub current_leases: usize,
+    /// Approval policies.
+    pub policies: usize,
 }
 
 /// How often retention runs, by cluster time. Compaction scans the open
@@ -222,7 +230,7 @@ impl State {
             Command::RegisterCapability(spec) => self.register_capability(spec).map(Reply::Capability),
             Command::CreateApproval(request) => self.create_approval(request, principal),
             Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms } => {
-                self.decide_approval(approval_id, *status, approver, comment.as_deref(), *caller_now_ms, principal)
+                self.decide_approval(approval_id, *status, approver, comment.as_deref(), *caller_now_ms, caller)
             }
             Command::ConsumeApproval { approval_id, execution_id, caller_now_ms } => {
                 self.consume_approval(approval_id, execution_id, *caller_now_ms, principal)
@@ -249,6 +257,21 @@ impl State {
             Command::RegisterNoteKey { node_id, public_key } => self.register_note_key(*node_id, public_key),
             Command::CosignCheckpoint { node_id, size, signature } => {
                 self.cosign_checkpoint(*node_id, *size, signature)
+            }
+            Command::SetPolicy(spec) => self.set_policy(spec, principal),
+            Command::DeletePolicy { name, non_retroactive } => self.delete_policy(name, *non_retroactive, principal),
+            Command::CastVote { approval_id, approve, input_hash, approver, comment } => self.cast_vote(
+                approval_id,
+                *approve,
+                Some(input_hash),
+                approver,
+                comment.as_deref(),
+                caller,
+                self.clock_ms,
+            ),
+            Command::WithdrawVote { approval_id, approver } => self.withdraw_vote(approval_id, approver, caller),
+            Command::CreateStandingApproval { request, standing } => {
+                self.create_approval_with(request, Some(standing), principal)
             }
         };
         result.unwrap_or_else(Reply::Error)
@@ -462,6 +485,7 @@ impl State {
         counts.ready_by_queue =
             self.executions.ready_depths().map(|(queue, depth)| (queue.to_string(), depth)).collect();
         counts.current_leases = self.leases.current_count();
+        counts.policies = self.policies.all().count();
         counts
     }
 

@@ -176,6 +176,9 @@ pub enum StoredApprovalStatus {
     Cancelled,
     /// Approved and spent by one execution.
     Consumed,
+    /// Closed because the policy it was created under changed or was
+    /// deleted (issue #25): pending, or approved and not yet consumed.
+    Voided,
 }
 
 /// Approval status as seen by readers, including lazily computed expiry.
@@ -193,6 +196,8 @@ pub enum ApprovalStatus {
     Expired,
     /// Approved and spent.
     Consumed,
+    /// Closed by a change of the policy it was created under.
+    Voided,
 }
 
 impl ApprovalStatus {
@@ -205,6 +210,7 @@ impl ApprovalStatus {
             ApprovalStatus::Cancelled => "cancelled",
             ApprovalStatus::Expired => "expired",
             ApprovalStatus::Consumed => "consumed",
+            ApprovalStatus::Voided => "voided",
         }
     }
 }
@@ -269,8 +275,17 @@ pub struct Approval {
     /// For approvals created by submit: the caller's correlation id, carried to the execution.
     pub correlation_id: Option<String>,
     /// When it left the pending/approved states for good (rejected, cancelled,
-    /// consumed); retention counts from here.
+    /// consumed, voided); retention counts from here.
     pub closed_at_ms: Option<u64>,
+    /// The policy that governs it, the version it was created under and
+    /// its votes (issue #25); `None` for an approval no policy governed
+    /// when it was created, which a single decision decides.
+    #[serde(default)]
+    pub quorum: Option<crate::policies::Quorum>,
+    /// For a standing approval: its terms (N uses within a window, the
+    /// input binding) and the uses spent; `None` for a one-use approval.
+    #[serde(default)]
+    pub standing: Option<crate::standing::Standing>,
 }
 
 impl Approval {
@@ -283,6 +298,7 @@ impl Approval {
             StoredApprovalStatus::Rejected => ApprovalStatus::Rejected,
             StoredApprovalStatus::Cancelled => ApprovalStatus::Cancelled,
             StoredApprovalStatus::Consumed => ApprovalStatus::Consumed,
+            StoredApprovalStatus::Voided => ApprovalStatus::Voided,
         }
     }
 }

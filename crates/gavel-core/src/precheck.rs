@@ -27,6 +27,10 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
     match command {
         Command::RegisterCapability(spec) => register(spec),
         Command::CreateApproval(request) => create_approval(request).map(|_| ()),
+        Command::CreateStandingApproval { request, standing } => {
+            let (input_json, _) = create_approval(request)?;
+            crate::standing::check_spec(standing, &input_json)
+        }
         Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms } => {
             if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
                 return Err(DomainError::invalid("invalid decision status"));
@@ -99,6 +103,14 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
         Command::RegisterNoteKey { public_key, .. } => crate::machine::checkpoints::check_note_key(public_key),
         Command::CosignCheckpoint { signature, .. } => crate::machine::checkpoints::check_signature(signature),
         Command::SetQuota { principal, change } => set_quota(principal, change),
+        Command::SetPolicy(spec) => crate::policies::check_spec(spec),
+        Command::DeletePolicy { name, .. } => crate::policies::check_name(name),
+        Command::CastVote { approval_id, input_hash, approver, comment, .. } => {
+            crate::machine::check_vote(approval_id, Some(input_hash), approver, comment.as_deref())
+        }
+        Command::WithdrawVote { approval_id, approver } => {
+            crate::machine::check_vote(approval_id, None, approver, None)
+        }
     }
 }
 

@@ -243,6 +243,63 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
             Allowed::OneOf(&[GrantName::Admin]),
         ),
         (
+            "SetPolicy",
+            Operation::Command(|_| {
+                Command::SetPolicy(gavel_core::PolicySpec {
+                    name: "table-policy".to_string(),
+                    approval_types: ["table-type".to_string()].into(),
+                    capability_ids: Default::default(),
+                    factors: vec![gavel_core::Factor {
+                        name: "any".to_string(),
+                        k: 1,
+                        approvers: gavel_core::Approvers::Scope("table-type".to_string()),
+                    }],
+                    deny_threshold: None,
+                    non_retroactive: false,
+                })
+            }),
+            Allowed::OneOf(&[GrantName::Admin]),
+        ),
+        (
+            "CreateStandingApproval",
+            Operation::Command(|principal| {
+                let request = match request_by("table-standing", principal.as_actor(), &["human"]) {
+                    Command::CreateApproval(request) => request,
+                    other => unreachable!("request_by builds a CreateApproval, not {other:?}"),
+                };
+                let standing = gavel_core::StandingSpec { uses_max: 2, window_ms: 60_000, bound_pointers: Vec::new() };
+                Command::CreateStandingApproval { request, standing }
+            }),
+            Allowed::OneOf(&[GrantName::Submitter]),
+        ),
+        (
+            "DeletePolicy",
+            Operation::Command(|_| Command::DeletePolicy {
+                name: "missing-policy".to_string(),
+                non_retroactive: false,
+            }),
+            Allowed::OneOf(&[GrantName::Admin]),
+        ),
+        (
+            "CastVote",
+            Operation::Command(|principal| Command::CastVote {
+                approval_id: "missing-approval".to_string(),
+                approve: true,
+                input_hash: "0".repeat(64),
+                approver: principal.as_actor(),
+                comment: None,
+            }),
+            Allowed::OneOf(&[GrantName::Approver]),
+        ),
+        (
+            "WithdrawVote",
+            Operation::Command(|principal| Command::WithdrawVote {
+                approval_id: "missing-approval".to_string(),
+                approver: principal.as_actor(),
+            }),
+            Allowed::OneOf(&[GrantName::Approver]),
+        ),
+        (
             "RecordEvent",
             Operation::Command(|principal| {
                 Command::RecordEvent(gavel_core::RecordEvent {
@@ -283,6 +340,7 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
         ("AccessService.List", Operation::Read(Action::ReadAccess), Allowed::OneOf(&[GrantName::Admin])),
         ("AccessService.WhoAmI", Operation::Read(Action::ReadOwnAccess), Allowed::Anyone),
         ("ClusterService.Status", Operation::Read(Action::ReadClusterStatus), Allowed::Anyone),
+        ("PolicyService.GetPolicy/ListPolicies", Operation::Read(Action::ReadPolicies), Allowed::Anyone),
         (
             "ClusterService.AddLearner/Promote/RemoveNode",
             Operation::Read(Action::ChangeMembership),
@@ -316,6 +374,11 @@ fn row_name(command: &Command) -> &'static str {
         Command::SetQuota { .. } => "SetQuota",
         Command::RegisterNoteKey { .. } => "RegisterNoteKey",
         Command::CosignCheckpoint { .. } => "CosignCheckpoint",
+        Command::SetPolicy(_) => "SetPolicy",
+        Command::DeletePolicy { .. } => "DeletePolicy",
+        Command::CastVote { .. } => "CastVote",
+        Command::WithdrawVote { .. } => "WithdrawVote",
+        Command::CreateStandingApproval { .. } => "CreateStandingApproval",
     }
 }
 
@@ -368,6 +431,11 @@ fn the_table_names_every_command() {
         "Tick",
         "RegisterNoteKey",
         "CosignCheckpoint",
+        "SetPolicy",
+        "DeletePolicy",
+        "CastVote",
+        "WithdrawVote",
+        "CreateStandingApproval",
     ];
     for command in commands {
         assert!(named.contains(command), "the table has no row for {command}");

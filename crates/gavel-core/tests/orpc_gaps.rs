@@ -378,12 +378,19 @@ fn every_event_type_gavel_writes_is_reserved() {
         EventKind::AccessGranted { principal: principal.clone(), grant: GrantName::Admin },
         EventKind::AccessRevoked { principal: principal.clone(), grant: GrantName::Admin },
         EventKind::QuotaSet {
-            principal,
+            principal: principal.clone(),
             pending_approvals_max: 1,
             active_executions_max: 1,
             writes_per_second: 1,
             write_burst: 1,
         },
+        EventKind::PolicySet { name: "p".to_string(), version: 1, voided: 0, non_retroactive: false },
+        EventKind::PolicyDeleted { name: "p".to_string(), version: 1, voided: 0, non_retroactive: false },
+        EventKind::VoteCast { policy_version: 1, approve: true, factor: None, self_approval: false },
+        EventKind::VoteWithdrawn,
+        EventKind::VoteRemoved { voter: principal },
+        EventKind::ApprovalVoided { policy: "p".to_string(), policy_version: 1 },
+        EventKind::StandingUseSpent { used: 1, uses_max: 2 },
     ];
     let names: Vec<&str> = kinds.iter().map(EventKind::event_type).collect();
     assert_eq!(names, GAVEL_EVENT_TYPES.to_vec());

@@ -119,7 +119,9 @@ mod tests {
     fn descriptor_set_holds_every_gavel_file_and_service() {
         let set = descriptor_set();
         let files: HashSet<&str> = set.file.iter().map(|file| file.name()).collect();
-        for name in ["common", "error", "approval", "capability", "execution", "worker", "audit", "cluster", "access"] {
+        for name in
+            ["common", "error", "approval", "capability", "execution", "worker", "audit", "cluster", "access", "policy"]
+        {
             assert!(files.contains(format!("gavel/v1/{name}.proto").as_str()), "{name}.proto");
         }
         let services: HashSet<&str> =
@@ -134,6 +136,7 @@ mod tests {
                 "AuditService",
                 "ClusterService",
                 "AccessService",
+                "PolicyService",
             ])
         );
     }

@@ -216,6 +216,8 @@ pub struct Metrics {
     executions: Family<StateLabels, Gauge>,
     queue_ready: Family<QueueLabels, Gauge>,
     leases_current: Gauge,
+    /// `gavel_policies`: approval policies in the replicated state.
+    policies: Gauge,
     /// `gavel_overload_refused_total`: calls refused `RESOURCE_EXHAUSTED`.
     overload_refused: Family<KindLabels, Counter>,
     /// `gavel_quota_refused_total`: writes refused `QUOTA_EXCEEDED`, by quota.
@@ -316,6 +318,7 @@ impl Metrics {
                 "Executions waiting ready for a worker, by queue (queues past the cap as other)",
             ),
             leases_current: registered(r, "gavel_leases_current", "Leases currently granted to workers"),
+            policies: registered(r, "gavel_policies", "Approval policies in the replicated state"),
             overload_refused: registered(
                 r,
                 "gavel_overload_refused",
@@ -476,6 +479,7 @@ impl Metrics {
             self.queue_ready.get_or_create(&QueueLabels { queue }).inc_by(clamp(*depth as u64));
         }
         self.leases_current.set(clamp(counts.current_leases as u64));
+        self.policies.set(clamp(counts.policies as u64));
         let mut text = String::new();
         if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
             // Encoding into a String cannot fail; keep the scrape answerable anyway.

@@ -117,6 +117,18 @@ pub struct GrantsReply {
 
 from_reply!(GrantsReply, Reply::Grants { principal, grants } => GrantsReply { principal, grants });
 
+/// A policy after a SetPolicy (the new version) or a DeletePolicy (the
+/// version deleted), and how many approvals the change voided.
+#[derive(Debug)]
+pub struct PolicyReply {
+    /// The policy.
+    pub policy: gavel_core::Policy,
+    /// Open approvals it voided.
+    pub voided: u32,
+}
+
+from_reply!(PolicyReply, Reply::Policy { policy, voided } => PolicyReply { policy, voided });
+
 // A principal's quota after a SetQuota.
 from_reply!(QuotaView, Reply::Quota(view) => view);
 

@@ -14,6 +14,7 @@ use gavel_proto::v1::audit_service_server::AuditServiceServer;
 use gavel_proto::v1::capability_service_server::CapabilityServiceServer;
 use gavel_proto::v1::cluster_service_server::ClusterServiceServer;
 use gavel_proto::v1::execution_service_server::ExecutionServiceServer;
+use gavel_proto::v1::policy_service_server::PolicyServiceServer;
 use gavel_proto::v1::worker_service_server::WorkerServiceServer;
 use gavel_raft::{NodeConfig, RaftError, RaftNode, RaftTimings};
 use tokio::net::TcpListener;
@@ -224,6 +225,10 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         )
         .add_service(
             AccessServiceServer::new(Access { node: node.clone() }).max_decoding_message_size(REQUEST_BYTES_MAX),
+        )
+        .add_service(
+            PolicyServiceServer::new(crate::services::policy::Policies { node: node.clone() })
+                .max_decoding_message_size(REQUEST_BYTES_MAX),
         );
     let serve_one: crate::connections::ServeOne = Arc::new(move |connection, closed| {
         // One tonic server per connection, over a stream that yields it and

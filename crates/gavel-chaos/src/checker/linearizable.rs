@@ -287,7 +287,7 @@ fn build_key(
                 (ApprovalState::Rejected, _) => Expect::Is(Model::Rejected),
                 (ApprovalState::Consumed, Some(by)) => Expect::Is(Model::Consumed(intern(by))),
                 (ApprovalState::Consumed, None) => Expect::ConsumedByAnyone,
-                (ApprovalState::Cancelled | ApprovalState::Expired, _) => Expect::Impossible,
+                (ApprovalState::Cancelled | ApprovalState::Expired | ApprovalState::Voided, _) => Expect::Impossible,
             }),
             _ => None,
         };

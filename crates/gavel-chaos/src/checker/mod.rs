@@ -390,6 +390,7 @@ pub(crate) fn state_name(state: ApprovalState) -> &'static str {
         ApprovalState::Consumed => "consumed",
         ApprovalState::Cancelled => "cancelled",
         ApprovalState::Expired => "expired",
+        ApprovalState::Voided => "voided",
     }
 }
 

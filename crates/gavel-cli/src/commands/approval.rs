@@ -1,4 +1,4 @@
-//! `gavel approval list|get|approve|reject|cancel`: what an approver runs.
+//! `gavel approval list|get|approve|reject|cancel|votes`: what an approver runs.
 
 use clap::{Args, Subcommand, ValueEnum};
 use gavel_client::{pb, Client};
@@ -62,6 +62,12 @@ pub enum ApprovalCommand {
         /// Approval id.
         id: String,
     },
+    /// The policy governing an approval, each factor's progress and every
+    /// vote (on a governed approval, approve and reject each cast one vote).
+    Votes {
+        /// Approval id.
+        id: String,
+    },
 }
 
 /// The statuses `approval list --status` accepts.
@@ -79,6 +85,8 @@ pub enum StatusFilter {
     Expired,
     /// Approved and spent by an execution.
     Consumed,
+    /// Voided by a change of the policy it was created under.
+    Voided,
 }
 
 impl StatusFilter {
@@ -90,6 +98,7 @@ impl StatusFilter {
             StatusFilter::Cancelled => pb::ApprovalStatus::Cancelled,
             StatusFilter::Expired => pb::ApprovalStatus::Expired,
             StatusFilter::Consumed => pb::ApprovalStatus::Consumed,
+            StatusFilter::Voided => pb::ApprovalStatus::Voided,
         }
     }
 }
@@ -128,6 +137,7 @@ pub async fn run(args: ApprovalArgs) -> Result<(), CommandError> {
                 .await?;
             print_approval(&unwrap_approval(response.approval)?, json)
         }
+        ApprovalCommand::Votes { id } => super::policy::votes(&client, id, json).await,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The operator and approver commands of the `gavel` binary, noun then verb:
-//! `gavel approval|capability|exec|audit|cluster|access|backup <verb>`, and the
+//! `gavel approval|capability|exec|audit|cluster|access|policy|backup <verb>`, and the
 //! offline credential commands `gavel cert|token <verb>` (and `gavel backup
 //! restore|inspect`, which work on files only).
 //!
@@ -18,6 +18,7 @@ pub mod cert;
 pub mod cluster;
 pub mod exec;
 pub mod output;
+pub mod policy;
 pub mod token;
 
 use std::path::PathBuf;

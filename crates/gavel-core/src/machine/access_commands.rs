@@ -158,7 +158,16 @@ impl State {
             Command::Grant { .. } => self.require(caller, GrantName::Admin, "grant access").map(drop),
             Command::Revoke { .. } => self.require(caller, GrantName::Admin, "revoke access").map(drop),
             Command::SetQuota { .. } => self.require(caller, GrantName::Admin, "set quotas").map(drop),
-            Command::CreateApproval(request) => {
+            Command::SetPolicy(_) => self.require(caller, GrantName::Admin, "set approval policies").map(drop),
+            Command::DeletePolicy { .. } => {
+                self.require(caller, GrantName::Admin, "delete approval policies").map(drop)
+            }
+            // Which approvals a principal may vote on is its eligibility for
+            // the factors of their policy, decided by the command.
+            Command::CastVote { .. } | Command::WithdrawVote { .. } => {
+                self.require(caller, GrantName::Approver, "vote on approvals").map(drop)
+            }
+            Command::CreateApproval(request) | Command::CreateStandingApproval { request, .. } => {
                 self.require(caller, GrantName::Submitter, "create approvals")?;
                 self.check_acting_as(caller, &request.actor, "request approvals")?;
                 if request.allow_self_approval {
@@ -242,7 +251,9 @@ impl State {
         let Some(caller) = caller else { return Ok(()) };
         let what = action.describe();
         let grants: &[GrantName] = match action {
-            Action::ReadCapability | Action::ReadClusterStatus | Action::ReadOwnAccess => return Ok(()),
+            Action::ReadCapability | Action::ReadClusterStatus | Action::ReadOwnAccess | Action::ReadPolicies => {
+                return Ok(())
+            }
             Action::ReadApprovals => {
                 &[GrantName::Submitter, GrantName::ActFor, GrantName::Auditor, GrantName::Approver]
             }
@@ -267,6 +278,8 @@ impl State {
         if self.bindings.bind(subject, grant)? {
             let kind = EventKind::AccessGranted { principal: subject.clone(), grant: grant.name };
             self.audit.record(kind, &actor_of(principal), EventSubject::default(), self.clock_ms);
+            // A narrower approver scope narrows the principal's pending votes.
+            self.reconcile_votes(subject, principal);
         }
         Ok(self.grants_reply(subject))
     }
@@ -291,6 +304,8 @@ impl State {
         if self.bindings.unbind(subject, name) {
             let kind = EventKind::AccessRevoked { principal: subject.clone(), grant: name };
             self.audit.record(kind, &actor_of(principal), EventSubject::default(), self.clock_ms);
+            // A revoked approver's pending votes go with its grant.
+            self.reconcile_votes(subject, principal);
         }
         Ok(self.grants_reply(subject))
     }

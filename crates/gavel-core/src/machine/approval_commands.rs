@@ -2,12 +2,13 @@
 //! validates its input, asks the approvals part for the transition and
 //! records the audit event in the same command.
 
-use crate::access::Principal;
+use crate::access::{Caller, Principal};
 use crate::audit::{EventKind, EventSubject};
 use crate::command::{CreateApproval, Reply};
 use crate::error::{DomainError, ErrorCode, RefusedApproval};
 use crate::machine::State;
 use crate::model::{Actor, Approval, ApprovalStatus, StoredApprovalStatus};
+use crate::standing::{Standing, StandingSpec};
 use crate::validate::{check_actor, invalid_if_any, Problems};
 
 /// The reply to an approval command: the record with its status at `now_ms`.
@@ -44,11 +45,25 @@ impl State {
         request: &CreateApproval,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
+        self.create_approval_with(request, None, principal)
+    }
+
+    /// [`State::create_approval`], of a standing approval when `standing`
+    /// is given (its terms are checked against the canonical input).
+    pub(super) fn create_approval_with(
+        &mut self,
+        request: &CreateApproval,
+        standing: Option<&StandingSpec>,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
         // The input hash and the validity window (at most 30 days, absolute
         // or relative) are checked by the same functions the edge runs
         // before proposing; only the default `requestedAt` (the clock) is
         // known here alone.
         let (input_json, input_hash) = crate::precheck::create_approval(request)?;
+        if let Some(standing) = standing {
+            crate::standing::check_spec(standing, &input_json)?;
+        }
         let now_ms = self.approval_now(request.caller_now_ms);
         let (requested_at_ms, expires_at_ms) = crate::precheck::approval_validity(request, now_ms)?;
         if self.approvals.contains(&request.id) {
@@ -79,13 +94,16 @@ impl State {
             capability_version: None,
             correlation_id: None,
             closed_at_ms: None,
+            quorum: None,
+            standing: standing.map(|spec| Standing { spec: spec.clone(), used_by: Vec::new() }),
         };
         let approval = self.store_approval(approval);
         Ok(approval_reply(approval, now_ms))
     }
 
     /// Stores a new approval and records `capability.approval_requested`.
-    pub(super) fn store_approval(&mut self, approval: Approval) -> &Approval {
+    pub(super) fn store_approval(&mut self, mut approval: Approval) -> &Approval {
+        approval.quorum = self.quorum_for(&approval.capability_id, &approval.types);
         if let Some(requester) = &approval.requester_principal {
             self.quotas.approval_opened(requester);
         }
@@ -109,10 +127,21 @@ impl State {
         approver: &Actor,
         comment: Option<&str>,
         caller_now_ms: Option<u64>,
-        principal: Option<&Principal>,
+        caller: Option<&Caller>,
     ) -> Result<Reply, DomainError> {
         if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
             return Err(DomainError::invalid("invalid decision status"));
+        }
+        let principal = caller.map(|caller| &caller.principal);
+        // A decision on an approval a policy governs is one vote, on the
+        // input stored (the decide request names no hash; docs/policies.md).
+        if self.approvals.get(id).is_some_and(|approval| approval.quorum.is_some()) {
+            let mut problems = Problems::new();
+            problems.timestamp("now", caller_now_ms);
+            invalid_if_any(problems, "invalid decision")?;
+            let approve = status == ApprovalStatus::Approved;
+            let now_ms = self.approval_now(caller_now_ms);
+            return self.cast_vote(id, approve, None, approver, comment, caller, now_ms);
         }
         check_actor("approver", approver).map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
         let mut problems = Problems::new();

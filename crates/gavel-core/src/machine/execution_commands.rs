@@ -170,6 +170,8 @@ impl State {
             capability_version: Some(capability.version),
             correlation_id: submit.correlation_id.clone(),
             closed_at_ms: None,
+            quorum: None,
+            standing: None,
         };
         let now_ms = self.clock_ms;
         let approval = self.store_approval(approval);
@@ -190,10 +192,11 @@ impl State {
         problems.id("approvalId", approval_id);
         problems.id("executionId", execution_id);
         invalid_if_any(problems, "invalid resume request")?;
-        let given_hash = match input_json {
-            Some(text) => Some(check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?.1),
+        let given = match input_json {
+            Some(text) => Some(check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?),
             None => None,
         };
+        let given_hash = given.as_ref().map(|(_, hash)| hash.clone());
         let approval = self.approvals.get(approval_id).ok_or_else(|| approval_not_found(approval_id))?.into_owned();
         let now_ms = self.clock_ms;
         let refuse = |code: ErrorCode, message: String| Err(DomainError::new(code, message));
@@ -217,6 +220,12 @@ impl State {
                     format!("approval {approval_id} was already consumed by {by}"),
                 );
             }
+            ApprovalStatus::Voided => {
+                return refuse(
+                    ErrorCode::ApprovalVoided,
+                    format!("approval {approval_id} was voided by a change of the policy it was created under"),
+                )
+            }
             ApprovalStatus::Approved => {}
         }
         if now_ms > approval.expires_at_ms {
@@ -227,12 +236,29 @@ impl State {
         }
         let stored_hash =
             check_json("approval input", &approval.input_json, INPUT_BYTES_MAX, ErrorCode::ApprovalInputMismatch)?.1;
-        if stored_hash != approval.input_hash || given_hash.as_ref().is_some_and(|hash| *hash != approval.input_hash) {
+        // A standing approval bound to JSON pointers runs each use's own
+        // input, equal to the approved one at those pointers; any other
+        // approval runs exactly the approved input.
+        let pointer_bound = approval.standing.as_ref().filter(|standing| !standing.spec.bound_pointers.is_empty());
+        let hash_differs = given_hash.as_ref().is_some_and(|hash| *hash != approval.input_hash);
+        if stored_hash != approval.input_hash || (hash_differs && pointer_bound.is_none()) {
             return refuse(
                 ErrorCode::ApprovalInputMismatch,
                 format!("the input no longer matches the input approved by {approval_id}"),
             );
         }
+        let (run_input_json, run_input_hash) = match (pointer_bound, given) {
+            (Some(standing), Some((canonical, hash))) => {
+                crate::standing::check_binding(standing, &approval.input_json, &canonical)?;
+                (canonical, hash)
+            }
+            (Some(_), None) => {
+                return Err(DomainError::invalid(format!(
+                    "approval {approval_id} is a standing approval bound to JSON pointers: each resume gives its input"
+                )))
+            }
+            (None, _) => (approval.input_json.clone(), approval.input_hash.clone()),
+        };
         let approver = approval.decision.as_ref().map(|decision| decision.approver.clone());
         if approver.as_ref().is_some_and(|approver| approver.id == approval.actor.id) && !approval.allow_self_approval {
             return refuse(
@@ -254,13 +280,17 @@ impl State {
         if self.executions.contains(&execution_id) {
             return Err(already_exists(&execution_id));
         }
-        self.mark_consumed(approval_id, &execution_id, now_ms, principal)?;
+        if approval.standing.is_some() {
+            self.spend_standing_use(approval_id, &execution_id, now_ms, principal)?;
+        } else {
+            self.mark_consumed(approval_id, &execution_id, now_ms, principal)?;
+        }
         let execution = self.create_execution(NewExecution {
             execution_id,
             capability_id: &approval.capability_id,
             capability_version,
-            input_json: approval.input_json.clone(),
-            input_hash: approval.input_hash.clone(),
+            input_json: run_input_json,
+            input_hash: run_input_hash,
             actor: approval.actor.clone(),
             requester_principal: approval.requester_principal.clone(),
             surface: approval.surface.clone(),
@@ -269,6 +299,27 @@ impl State {
             approver,
         });
         Ok(Reply::Execution { execution: execution.clone(), created: true })
+    }
+
+    /// Spends one use of the standing approval `approval_id` on
+    /// `execution_id` and records `approval.standing_use_spent`; the last
+    /// use also consumes it (`approval.consumed`), which closes it.
+    fn spend_standing_use(
+        &mut self,
+        approval_id: &str,
+        execution_id: &str,
+        now_ms: u64,
+        principal: Option<&Principal>,
+    ) -> Result<(), DomainError> {
+        let (used, uses_max) = self.approvals.spend_use(approval_id, execution_id);
+        let approval = self.approvals.get(approval_id).expect("still open").into_owned();
+        let actor = principal.map_or_else(|| approval.actor.clone(), Principal::as_actor);
+        let subject = EventSubject { execution_id: Some(execution_id), ..EventSubject::of_approval(&approval) };
+        self.audit.record(EventKind::StandingUseSpent { used, uses_max }, &actor, subject, self.clock_ms);
+        if used == uses_max {
+            self.mark_consumed(approval_id, execution_id, now_ms, principal)?;
+        }
+        Ok(())
     }
 
     /// Stores a new execution at the back of its capability's queue.

@@ -78,6 +78,7 @@ impl State {
             owner: self.holds(caller, GrantName::Submitter).then(|| caller.principal.clone()),
             approver_scope: approver.map(|grant| grant.scope.clone()),
             decider: approver.map(|_| caller.principal.clone()),
+            votable_policies: if approver.is_some() { self.votable_policies(caller) } else { Default::default() },
         })
     }
 
@@ -215,7 +216,9 @@ impl State {
         approver: &Grant,
     ) -> Result<(), DomainError> {
         let Some(approval) = self.approvals.get(approval_id) else { return Ok(()) };
-        if approver.covers_types(&approval.types) {
+        // On a governed approval a decision is a vote: eligibility for the
+        // policy's factors decides, in the command.
+        if approver.covers_types(&approval.types) || approval.quorum.is_some() {
             return Ok(());
         }
         if !self.may_read_approval(Some(caller), &approval) {

@@ -31,7 +31,7 @@ impl State {
     /// refused for another reason is still counted as the write it is.
     fn quota_cost(&self, command: &Command) -> Option<Option<QuotaKind>> {
         let opens = match command {
-            Command::CreateApproval(request) => {
+            Command::CreateApproval(request) | Command::CreateStandingApproval { request, .. } => {
                 (!self.approvals.contains(&request.id)).then_some(QuotaKind::PendingApprovals)
             }
             Command::Submit(submit) => match self.registry.get(&submit.capability_id, None) {
@@ -48,7 +48,9 @@ impl State {
             | Command::ConsumeApproval { .. }
             | Command::CancelApproval { .. }
             | Command::CancelExecution { .. }
-            | Command::RecordEvent(_) => None,
+            | Command::RecordEvent(_)
+            | Command::CastVote { .. }
+            | Command::WithdrawVote { .. } => None,
             Command::Poll { .. }
             | Command::Heartbeat { .. }
             | Command::Report { .. }
@@ -56,6 +58,8 @@ impl State {
             | Command::Grant { .. }
             | Command::Revoke { .. }
             | Command::SetQuota { .. }
+            | Command::SetPolicy(_)
+            | Command::DeletePolicy { .. }
             | Command::BootstrapAdmin { .. }
             | Command::RegisterNoteKey { .. }
             | Command::CosignCheckpoint { .. }

@@ -57,6 +57,7 @@ impl State {
             RememberedReply::Cosigned { size, published } => Reply::Cosigned { size: *size, published: *published },
             RememberedReply::Grants { principal } => self.grants_reply(principal),
             RememberedReply::Quota { principal } => Reply::Quota(self.quota(principal)),
+            RememberedReply::Policy { policy, voided } => Reply::Policy { policy: policy.clone(), voided: *voided },
             RememberedReply::Event { cursor } => match self.event(*cursor) {
                 Some(event) => Reply::Event(event.clone()),
                 None => gone("event", &cursor.to_string()),
@@ -68,7 +69,7 @@ impl State {
 /// The caller's clock an approval command carried, if any.
 fn caller_now(command: &Command) -> Option<u64> {
     match command {
-        Command::CreateApproval(request) => request.caller_now_ms,
+        Command::CreateApproval(request) | Command::CreateStandingApproval { request, .. } => request.caller_now_ms,
         Command::DecideApproval { caller_now_ms, .. }
         | Command::ConsumeApproval { caller_now_ms, .. }
         | Command::CancelApproval { caller_now_ms, .. } => *caller_now_ms,

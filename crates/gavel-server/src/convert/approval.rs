@@ -27,6 +27,7 @@ fn status_named(value: i32) -> Option<ApprovalStatus> {
         Ok(pb::ApprovalStatus::Cancelled) => Some(ApprovalStatus::Cancelled),
         Ok(pb::ApprovalStatus::Expired) => Some(ApprovalStatus::Expired),
         Ok(pb::ApprovalStatus::Consumed) => Some(ApprovalStatus::Consumed),
+        Ok(pb::ApprovalStatus::Voided) => Some(ApprovalStatus::Voided),
         Ok(pb::ApprovalStatus::Unspecified) | Err(_) => None,
     }
 }
@@ -40,6 +41,7 @@ pub fn status_out(value: ApprovalStatus) -> i32 {
         ApprovalStatus::Cancelled => pb::ApprovalStatus::Cancelled,
         ApprovalStatus::Expired => pb::ApprovalStatus::Expired,
         ApprovalStatus::Consumed => pb::ApprovalStatus::Consumed,
+        ApprovalStatus::Voided => pb::ApprovalStatus::Voided,
     }) as i32
 }
 
@@ -69,6 +71,48 @@ pub fn approval_out(approval: &Approval, status: ApprovalStatus) -> pb::Approval
         consumed_by_execution_id: approval.consumed_by_execution_id.clone(),
         execution_id: approval.execution_id.clone(),
         capability_version: approval.capability_version,
+        quorum: approval.quorum.as_ref().map(quorum_out),
+        standing: approval.standing.as_ref().map(|standing| pb::StandingProgress {
+            terms: Some(pb::StandingTerms {
+                uses_max: standing.spec.uses_max,
+                window_ms: standing.spec.window_ms,
+                bound_pointers: standing.spec.bound_pointers.clone(),
+            }),
+            used_by: standing.used_by.clone(),
+        }),
+    }
+}
+
+/// Encodes an approval's quorum progress.
+pub fn quorum_out(quorum: &gavel_core::Quorum) -> pb::Quorum {
+    let counted = quorum.counted();
+    let factor_name = |index: u32| quorum.factors[index as usize].0.clone();
+    pb::Quorum {
+        policy: quorum.policy.clone(),
+        policy_version: quorum.policy_version,
+        factors: quorum
+            .factors
+            .iter()
+            .zip(counted)
+            .map(|((name, k), counted)| pb::FactorProgress { name: name.clone(), k: *k, counted })
+            .collect(),
+        deny_threshold: quorum.deny_threshold,
+        denials: quorum.denials(),
+        votes: quorum
+            .votes
+            .iter()
+            .map(|vote| pb::Vote {
+                principal: vote.principal.to_string(),
+                approver: Some(actor_out(&vote.approver)),
+                approve: vote.approve,
+                eligible_factors: vote.eligible.iter().map(|index| factor_name(*index)).collect(),
+                factor: vote.factor.map(factor_name),
+                input_hash: vote.input_hash.clone(),
+                self_approval: vote.self_approval,
+                comment: vote.comment.clone(),
+                cast_at_ms: timestamp_out(vote.cast_at_ms),
+            })
+            .collect(),
     }
 }
 
@@ -83,7 +127,7 @@ pub fn create_in(request: &pb::CreateApprovalRequest, caller: Option<&Caller>) -
     let risk = risk_in(request.risk)?.ok_or_else(|| DomainError::invalid("risk is required"))?;
     let side_effect =
         side_effect_in(request.side_effect)?.ok_or_else(|| DomainError::invalid("sideEffect is required"))?;
-    Ok(Command::CreateApproval(CreateApproval {
+    let approval = CreateApproval {
         id: request.id.clone(),
         capability_id: request.capability_id.clone(),
         surface: request.surface.clone(),
@@ -99,7 +143,18 @@ pub fn create_in(request: &pb::CreateApprovalRequest, caller: Option<&Caller>) -
         expires_in_ms: request.expires_in_ms,
         allow_self_approval: request.allow_self_approval,
         caller_now_ms,
-    }))
+    };
+    Ok(match &request.standing {
+        Some(terms) => Command::CreateStandingApproval {
+            request: approval,
+            standing: gavel_core::StandingSpec {
+                uses_max: terms.uses_max,
+                window_ms: terms.window_ms,
+                bound_pointers: terms.bound_pointers.clone(),
+            },
+        },
+        None => Command::CreateApproval(approval),
+    })
 }
 
 /// Decodes a decide request.

@@ -278,6 +278,42 @@ pub fn event_out(event: &Event) -> pb::Event {
             .map(|(key, value)| (key.to_string(), value.to_string()))
             .collect();
         }
+        EventKind::PolicySet { name, version, voided, non_retroactive }
+        | EventKind::PolicyDeleted { name, version, voided, non_retroactive } => {
+            out.attributes = [
+                ("policy", name.clone()),
+                ("policy_version", version.to_string()),
+                ("voided", voided.to_string()),
+                ("non_retroactive", non_retroactive.to_string()),
+            ]
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value))
+            .collect();
+        }
+        EventKind::VoteCast { policy_version, approve, factor, self_approval } => {
+            let mut attributes = vec![
+                ("policy_version", policy_version.to_string()),
+                ("vote", if *approve { "approve" } else { "deny" }.to_string()),
+                ("self_approval", self_approval.to_string()),
+            ];
+            if let Some(factor) = factor {
+                attributes.push(("factor", factor.clone()));
+            }
+            out.attributes = attributes.into_iter().map(|(key, value)| (key.to_string(), value)).collect();
+        }
+        EventKind::VoteRemoved { voter } => out.subject_principal = Some(voter.to_string()),
+        EventKind::StandingUseSpent { used, uses_max } => {
+            out.attributes = [("used", used.to_string()), ("uses_max", uses_max.to_string())]
+                .into_iter()
+                .map(|(key, value)| (key.to_string(), value))
+                .collect();
+        }
+        EventKind::ApprovalVoided { policy, policy_version } => {
+            out.attributes = [("policy", policy.clone()), ("policy_version", policy_version.to_string())]
+                .into_iter()
+                .map(|(key, value)| (key.to_string(), value))
+                .collect();
+        }
         EventKind::Recorded { payload_json, attributes, .. } => {
             out.recorded_by_application = true;
             out.payload_json = payload_json.clone();
@@ -288,7 +324,8 @@ pub fn event_out(event: &Event) -> pb::Event {
         | EventKind::Approved
         | EventKind::Rejected
         | EventKind::ApprovalCancelled
-        | EventKind::ApprovalConsumed => {}
+        | EventKind::ApprovalConsumed
+        | EventKind::VoteWithdrawn => {}
     }
     out
 }

@@ -9,3 +9,4 @@ pub mod audit;
 pub mod capability;
 pub mod common;
 pub mod execution;
+pub mod policy;

@@ -10,6 +10,7 @@ mod audit_proof;
 pub mod capability;
 pub mod cluster;
 pub mod execution;
+pub mod policy;
 pub mod worker;
 
 use gavel_core::Caller;

@@ -20,6 +20,7 @@ import { AuditService } from "./gen/gavel/v1/audit_pb.js";
 import { CapabilityService } from "./gen/gavel/v1/capability_pb.js";
 import { ClusterService, type StatusResponse } from "./gen/gavel/v1/cluster_pb.js";
 import { ExecutionService } from "./gen/gavel/v1/execution_pb.js";
+import { PolicyService } from "./gen/gavel/v1/policy_pb.js";
 import { WorkerService } from "./gen/gavel/v1/worker_pb.js";
 import { GavelError, fromAttempt, readErrorDetail, retryableAttempt } from "./errors.js";
 import { ConnectError } from "@connectrpc/connect";
@@ -87,6 +88,8 @@ export interface GavelClient {
   readonly audit: Client<typeof AuditService>;
   readonly cluster: Client<typeof ClusterService>;
   readonly access: Client<typeof AccessService>;
+  /** Approval policies and votes (docs/policies.md). */
+  readonly policies: Client<typeof PolicyService>;
   /** The configured endpoints, as `host:port`. */
   readonly endpoints: readonly string[];
   /** The endpoint calls go to first (the last known leader). */
@@ -384,6 +387,7 @@ function buildClient(
     audit: wrap(AuditService),
     cluster,
     access: wrap(AccessService),
+    policies: wrap(PolicyService),
     endpoints,
     preferredEndpoint: () => endpoints[state.preferred % endpoints.length]!,
     attempts: () => state.attempts,

@@ -34,5 +34,6 @@ export * from "./gen/gavel/v1/cluster_pb.js";
 export * from "./gen/gavel/v1/common_pb.js";
 export * from "./gen/gavel/v1/error_pb.js";
 export * from "./gen/gavel/v1/execution_pb.js";
+export * from "./gen/gavel/v1/policy_pb.js";
 export * from "./gen/gavel/v1/worker_pb.js";
 export type { MessageInitShape } from "@bufbuild/protobuf";

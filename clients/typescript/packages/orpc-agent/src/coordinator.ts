@@ -76,6 +76,31 @@ const ACTOR_KIND_NAMES = invert(ACTOR_KINDS);
 const RISK_NAMES = invert(RISKS);
 const SIDE_EFFECT_NAMES = invert(SIDE_EFFECTS);
 const STATUS_NAMES = invert(STATUSES);
+// orpc-agent has no "voided": an approval a policy change voided can be
+// neither decided nor consumed any more, which is what "cancelled" means to
+// it (docs/decisions.md); `quorum` on the record says which policy it was.
+STATUS_NAMES.set(PbStatus.VOIDED, "cancelled");
+
+/**
+ * The quorum progress of an approval a Gavel policy governs
+ * (docs/policies.md): the policy, the version the approval was created
+ * under, each factor's progress, and the votes. A `decide` on such an
+ * approval casts one vote.
+ */
+export interface QuorumProgress {
+  policy: string;
+  policyVersion: number;
+  /** Each factor: how many distinct principals it needs and how many count now. */
+  factors: { name: string; k: number; counted: number }[];
+  denyThreshold: number;
+  denials: number;
+  votes: { principal: string; approve: boolean; factor?: string; selfApproval: boolean; castAt: Date }[];
+  /** True when the approval was voided by a change of its policy (its status then reads "cancelled"). */
+  voided: boolean;
+}
+
+/** An orpc-agent record with Gavel's quorum progress when a policy governs the approval. */
+export type GavelApprovalRecord = ApprovalRecord & { quorum?: QuorumProgress };
 
 /** Whether `value` is a well-formed actor: a non-empty id and a known kind. */
 export function isWellFormedActor(value: unknown): value is Actor {
@@ -135,8 +160,8 @@ export function fromPbActor(actor: PbActor | undefined): Actor {
 }
 
 /** The orpc-agent record of a Gavel approval. */
-export function toRecord(approval: Approval): ApprovalRecord {
-  const record: ApprovalRecord = {
+export function toRecord(approval: Approval): GavelApprovalRecord {
+  const record: GavelApprovalRecord = {
     id: approval.id,
     capabilityId: approval.capabilityId,
     surface: approval.surface as Surface,
@@ -164,6 +189,24 @@ export function toRecord(approval: Approval): ApprovalRecord {
   }
   if (approval.consumedByExecutionId !== undefined) {
     record.consumedByExecutionId = approval.consumedByExecutionId;
+  }
+  if (approval.quorum !== undefined) {
+    const quorum = approval.quorum;
+    record.quorum = {
+      policy: quorum.policy,
+      policyVersion: Number(quorum.policyVersion),
+      factors: quorum.factors.map((factor) => ({ name: factor.name, k: factor.k, counted: factor.counted })),
+      denyThreshold: quorum.denyThreshold,
+      denials: quorum.denials,
+      votes: quorum.votes.map((vote) => ({
+        principal: vote.principal,
+        approve: vote.approve,
+        ...(vote.factor === undefined ? {} : { factor: vote.factor }),
+        selfApproval: vote.selfApproval,
+        castAt: new Date(Number(vote.castAtMs)),
+      })),
+      voided: approval.status === PbStatus.VOIDED,
+    };
   }
   return record;
 }

@@ -12,6 +12,8 @@ export {
   isWellFormedActor,
   toPbActor,
   toRecord,
+  type GavelApprovalRecord,
+  type QuorumProgress,
 } from "./coordinator.js";
 export { inputHash, canonicalJson } from "@gavel/client";
 export { type GavelAuditSinkOptions, MAX_PAYLOAD_BYTES, createGavelAuditSink } from "./audit.js";

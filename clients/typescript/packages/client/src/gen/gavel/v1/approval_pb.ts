@@ -16,7 +16,243 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/approval.proto.
  */
 export const file_gavel_v1_approval: GenFile = /*@__PURE__*/
-  fileDesc("ChdnYXZlbC92MS9hcHByb3ZhbC5wcm90bxIIZ2F2ZWwudjEikAEKCERlY2lzaW9uEigKBnN0YXR1cxgBIAEoDjIYLmdhdmVsLnYxLkFwcHJvdmFsU3RhdHVzEiEKCGFwcHJvdmVyGAIgASgLMg8uZ2F2ZWwudjEuQWN0b3ISFAoHY29tbWVudBgDIAEoCUgAiAEBEhUKDWRlY2lkZWRfYXRfbXMYBCABKANCCgoIX2NvbW1lbnQitAQKCEFwcHJvdmFsEgoKAmlkGAEgASgJEhUKDWNhcGFiaWxpdHlfaWQYAiABKAkSDwoHc3VyZmFjZRgDIAEoCRIeCgVhY3RvchgEIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhIKCmlucHV0X2pzb24YBSABKAkSEgoKaW5wdXRfaGFzaBgGIAEoCRIPCgdyZWFzb25zGAcgAygJEg0KBXR5cGVzGAggAygJEhwKBHJpc2sYCSABKA4yDi5nYXZlbC52MS5SaXNrEikKC3NpZGVfZWZmZWN0GAogASgOMhQuZ2F2ZWwudjEuU2lkZUVmZmVjdBIXCg9yZXF1ZXN0ZWRfYXRfbXMYCyABKAMSFQoNZXhwaXJlc19hdF9tcxgMIAEoAxIbChNhbGxvd19zZWxmX2FwcHJvdmFsGA0gASgIEigKBnN0YXR1cxgOIAEoDjIYLmdhdmVsLnYxLkFwcHJvdmFsU3RhdHVzEiQKCGRlY2lzaW9uGA8gASgLMhIuZ2F2ZWwudjEuRGVjaXNpb24SJQoYY29uc3VtZWRfYnlfZXhlY3V0aW9uX2lkGBAgASgJSACIAQESGQoMZXhlY3V0aW9uX2lkGBEgASgJSAGIAQESHwoSY2FwYWJpbGl0eV92ZXJzaW9uGBIgASgESAKIAQFCGwoZX2NvbnN1bWVkX2J5X2V4ZWN1dGlvbl9pZEIPCg1fZXhlY3V0aW9uX2lkQhUKE19jYXBhYmlsaXR5X3ZlcnNpb24i/QMKFUNyZWF0ZUFwcHJvdmFsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBARIKCgJpZBgDIAEoCRIVCg1jYXBhYmlsaXR5X2lkGAQgASgJEg8KB3N1cmZhY2UYBSABKAkSHgoFYWN0b3IYBiABKAsyDy5nYXZlbC52MS5BY3RvchISCgppbnB1dF9qc29uGAcgASgJEhcKCmlucHV0X2hhc2gYCCABKAlIAYgBARIPCgdyZWFzb25zGAkgAygJEg0KBXR5cGVzGAogAygJEhwKBHJpc2sYCyABKA4yDi5nYXZlbC52MS5SaXNrEikKC3NpZGVfZWZmZWN0GAwgASgOMhQuZ2F2ZWwudjEuU2lkZUVmZmVjdBIcCg9yZXF1ZXN0ZWRfYXRfbXMYDSABKANIAogBARIaCg1leHBpcmVzX2F0X21zGA4gASgDSAOIAQESGgoNZXhwaXJlc19pbl9tcxgPIAEoBEgEiAEBEhsKE2FsbG93X3NlbGZfYXBwcm92YWwYECABKAhCEAoOX2NhbGxlcl9ub3dfbXNCDQoLX2lucHV0X2hhc2hCEgoQX3JlcXVlc3RlZF9hdF9tc0IQCg5fZXhwaXJlc19hdF9tc0IQCg5fZXhwaXJlc19pbl9tcyI+ChZDcmVhdGVBcHByb3ZhbFJlc3BvbnNlEiQKCGFwcHJvdmFsGAEgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWwiTgoSR2V0QXBwcm92YWxSZXF1ZXN0EgoKAmlkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBAUIQCg5fY2FsbGVyX25vd19tcyI7ChNHZXRBcHByb3ZhbFJlc3BvbnNlEiQKCGFwcHJvdmFsGAEgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWwi1AEKFURlY2lkZUFwcHJvdmFsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBARIKCgJpZBgDIAEoCRIoCgZzdGF0dXMYBCABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIhCghhcHByb3ZlchgFIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhQKB2NvbW1lbnQYBiABKAlIAYgBAUIQCg5fY2FsbGVyX25vd19tc0IKCghfY29tbWVudCI+ChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEiQKCGFwcHJvdmFsGAEgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWwifAoWQ29uc3VtZUFwcHJvdmFsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBARIKCgJpZBgDIAEoCRIUCgxleGVjdXRpb25faWQYBCABKAlCEAoOX2NhbGxlcl9ub3dfbXMiPwoXQ29uc3VtZUFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCKJAgoUTGlzdEFwcHJvdmFsc1JlcXVlc3QSLQoGc3RhdHVzGAEgASgOMhguZ2F2ZWwudjEuQXBwcm92YWxTdGF0dXNIAIgBARIaCg1jYXBhYmlsaXR5X2lkGAIgASgJSAGIAQESFQoIYWN0b3JfaWQYAyABKAlIAogBARIaCg1jYWxsZXJfbm93X21zGAQgASgDSAOIAQESDQoFbGltaXQYBSABKA0SEgoKcGFnZV90b2tlbhgGIAEoCRIUCgxuZXdlc3RfZmlyc3QYByABKAhCCQoHX3N0YXR1c0IQCg5fY2FwYWJpbGl0eV9pZEILCglfYWN0b3JfaWRCEAoOX2NhbGxlcl9ub3dfbXMiVwoVTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEiUKCWFwcHJvdmFscxgBIAMoCzISLmdhdmVsLnYxLkFwcHJvdmFsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJlChVDYW5jZWxBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAlCEAoOX2NhbGxlcl9ub3dfbXMiPgoWQ2FuY2VsQXBwcm92YWxSZXNwb25zZRIkCghhcHByb3ZhbBgBIAEoCzISLmdhdmVsLnYxLkFwcHJvdmFsKuQBCg5BcHByb3ZhbFN0YXR1cxIfChtBUFBST1ZBTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdBUFBST1ZBTF9TVEFUVVNfUEVORElORxABEhwKGEFQUFJPVkFMX1NUQVRVU19BUFBST1ZFRBACEhwKGEFQUFJPVkFMX1NUQVRVU19SRUpFQ1RFRBADEh0KGUFQUFJPVkFMX1NUQVRVU19DQU5DRUxMRUQQBBIbChdBUFBST1ZBTF9TVEFUVVNfRVhQSVJFRBAFEhwKGEFQUFJPVkFMX1NUQVRVU19DT05TVU1FRBAGMoYECg9BcHByb3ZhbFNlcnZpY2USUwoOQ3JlYXRlQXBwcm92YWwSHy5nYXZlbC52MS5DcmVhdGVBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5DcmVhdGVBcHByb3ZhbFJlc3BvbnNlEkoKC0dldEFwcHJvdmFsEhwuZ2F2ZWwudjEuR2V0QXBwcm92YWxSZXF1ZXN0Gh0uZ2F2ZWwudjEuR2V0QXBwcm92YWxSZXNwb25zZRJTCg5EZWNpZGVBcHByb3ZhbBIfLmdhdmVsLnYxLkRlY2lkZUFwcHJvdmFsUmVxdWVzdBogLmdhdmVsLnYxLkRlY2lkZUFwcHJvdmFsUmVzcG9uc2USVgoPQ29uc3VtZUFwcHJvdmFsEiAuZ2F2ZWwudjEuQ29uc3VtZUFwcHJvdmFsUmVxdWVzdBohLmdhdmVsLnYxLkNvbnN1bWVBcHByb3ZhbFJlc3BvbnNlElAKDUxpc3RBcHByb3ZhbHMSHi5nYXZlbC52MS5MaXN0QXBwcm92YWxzUmVxdWVzdBofLmdhdmVsLnYxLkxpc3RBcHByb3ZhbHNSZXNwb25zZRJTCg5DYW5jZWxBcHByb3ZhbBIfLmdhdmVsLnYxLkNhbmNlbEFwcHJvdmFsUmVxdWVzdBogLmdhdmVsLnYxLkNhbmNlbEFwcHJvdmFsUmVzcG9uc2ViBnByb3RvMw", [file_gavel_v1_common]);
+  fileDesc("ChdnYXZlbC92MS9hcHByb3ZhbC5wcm90bxIIZ2F2ZWwudjEi6AEKBFZvdGUSEQoJcHJpbmNpcGFsGAEgASgJEiEKCGFwcHJvdmVyGAIgASgLMg8uZ2F2ZWwudjEuQWN0b3ISDwoHYXBwcm92ZRgDIAEoCBIYChBlbGlnaWJsZV9mYWN0b3JzGAQgAygJEhMKBmZhY3RvchgFIAEoCUgAiAEBEhIKCmlucHV0X2hhc2gYBiABKAkSFQoNc2VsZl9hcHByb3ZhbBgHIAEoCBIUCgdjb21tZW50GAggASgJSAGIAQESEgoKY2FzdF9hdF9tcxgJIAEoA0IJCgdfZmFjdG9yQgoKCF9jb21tZW50IkwKDVN0YW5kaW5nVGVybXMSEAoIdXNlc19tYXgYASABKA0SEQoJd2luZG93X21zGAIgASgEEhYKDmJvdW5kX3BvaW50ZXJzGAMgAygJIksKEFN0YW5kaW5nUHJvZ3Jlc3MSJgoFdGVybXMYASABKAsyFy5nYXZlbC52MS5TdGFuZGluZ1Rlcm1zEg8KB3VzZWRfYnkYAiADKAkiOgoORmFjdG9yUHJvZ3Jlc3MSDAoEbmFtZRgBIAEoCRIJCgFrGAIgASgNEg8KB2NvdW50ZWQYAyABKA0iowEKBlF1b3J1bRIOCgZwb2xpY3kYASABKAkSFgoOcG9saWN5X3ZlcnNpb24YAiABKAQSKQoHZmFjdG9ycxgDIAMoCzIYLmdhdmVsLnYxLkZhY3RvclByb2dyZXNzEhYKDmRlbnlfdGhyZXNob2xkGAQgASgNEg8KB2RlbmlhbHMYBSABKA0SHQoFdm90ZXMYBiADKAsyDi5nYXZlbC52MS5Wb3RlIpABCghEZWNpc2lvbhIoCgZzdGF0dXMYASABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIhCghhcHByb3ZlchgCIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhQKB2NvbW1lbnQYAyABKAlIAIgBARIVCg1kZWNpZGVkX2F0X21zGAQgASgDQgoKCF9jb21tZW50IoQFCghBcHByb3ZhbBIKCgJpZBgBIAEoCRIVCg1jYXBhYmlsaXR5X2lkGAIgASgJEg8KB3N1cmZhY2UYAyABKAkSHgoFYWN0b3IYBCABKAsyDy5nYXZlbC52MS5BY3RvchISCgppbnB1dF9qc29uGAUgASgJEhIKCmlucHV0X2hhc2gYBiABKAkSDwoHcmVhc29ucxgHIAMoCRINCgV0eXBlcxgIIAMoCRIcCgRyaXNrGAkgASgOMg4uZ2F2ZWwudjEuUmlzaxIpCgtzaWRlX2VmZmVjdBgKIAEoDjIULmdhdmVsLnYxLlNpZGVFZmZlY3QSFwoPcmVxdWVzdGVkX2F0X21zGAsgASgDEhUKDWV4cGlyZXNfYXRfbXMYDCABKAMSGwoTYWxsb3dfc2VsZl9hcHByb3ZhbBgNIAEoCBIoCgZzdGF0dXMYDiABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIkCghkZWNpc2lvbhgPIAEoCzISLmdhdmVsLnYxLkRlY2lzaW9uEiUKGGNvbnN1bWVkX2J5X2V4ZWN1dGlvbl9pZBgQIAEoCUgAiAEBEhkKDGV4ZWN1dGlvbl9pZBgRIAEoCUgBiAEBEh8KEmNhcGFiaWxpdHlfdmVyc2lvbhgSIAEoBEgCiAEBEiAKBnF1b3J1bRgTIAEoCzIQLmdhdmVsLnYxLlF1b3J1bRIsCghzdGFuZGluZxgUIAEoCzIaLmdhdmVsLnYxLlN0YW5kaW5nUHJvZ3Jlc3NCGwoZX2NvbnN1bWVkX2J5X2V4ZWN1dGlvbl9pZEIPCg1fZXhlY3V0aW9uX2lkQhUKE19jYXBhYmlsaXR5X3ZlcnNpb24iqAQKFUNyZWF0ZUFwcHJvdmFsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBARIKCgJpZBgDIAEoCRIVCg1jYXBhYmlsaXR5X2lkGAQgASgJEg8KB3N1cmZhY2UYBSABKAkSHgoFYWN0b3IYBiABKAsyDy5nYXZlbC52MS5BY3RvchISCgppbnB1dF9qc29uGAcgASgJEhcKCmlucHV0X2hhc2gYCCABKAlIAYgBARIPCgdyZWFzb25zGAkgAygJEg0KBXR5cGVzGAogAygJEhwKBHJpc2sYCyABKA4yDi5nYXZlbC52MS5SaXNrEikKC3NpZGVfZWZmZWN0GAwgASgOMhQuZ2F2ZWwudjEuU2lkZUVmZmVjdBIcCg9yZXF1ZXN0ZWRfYXRfbXMYDSABKANIAogBARIaCg1leHBpcmVzX2F0X21zGA4gASgDSAOIAQESGgoNZXhwaXJlc19pbl9tcxgPIAEoBEgEiAEBEhsKE2FsbG93X3NlbGZfYXBwcm92YWwYECABKAgSKQoIc3RhbmRpbmcYESABKAsyFy5nYXZlbC52MS5TdGFuZGluZ1Rlcm1zQhAKDl9jYWxsZXJfbm93X21zQg0KC19pbnB1dF9oYXNoQhIKEF9yZXF1ZXN0ZWRfYXRfbXNCEAoOX2V4cGlyZXNfYXRfbXNCEAoOX2V4cGlyZXNfaW5fbXMiPgoWQ3JlYXRlQXBwcm92YWxSZXNwb25zZRIkCghhcHByb3ZhbBgBIAEoCzISLmdhdmVsLnYxLkFwcHJvdmFsIk4KEkdldEFwcHJvdmFsUmVxdWVzdBIKCgJpZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQFCEAoOX2NhbGxlcl9ub3dfbXMiOwoTR2V0QXBwcm92YWxSZXNwb25zZRIkCghhcHByb3ZhbBgBIAEoCzISLmdhdmVsLnYxLkFwcHJvdmFsItQBChVEZWNpZGVBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAkSKAoGc3RhdHVzGAQgASgOMhguZ2F2ZWwudjEuQXBwcm92YWxTdGF0dXMSIQoIYXBwcm92ZXIYBSABKAsyDy5nYXZlbC52MS5BY3RvchIUCgdjb21tZW50GAYgASgJSAGIAQFCEAoOX2NhbGxlcl9ub3dfbXNCCgoIX2NvbW1lbnQiPgoWRGVjaWRlQXBwcm92YWxSZXNwb25zZRIkCghhcHByb3ZhbBgBIAEoCzISLmdhdmVsLnYxLkFwcHJvdmFsInwKFkNvbnN1bWVBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAkSFAoMZXhlY3V0aW9uX2lkGAQgASgJQhAKDl9jYWxsZXJfbm93X21zIj8KF0NvbnN1bWVBcHByb3ZhbFJlc3BvbnNlEiQKCGFwcHJvdmFsGAEgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWwiiQIKFExpc3RBcHByb3ZhbHNSZXF1ZXN0Ei0KBnN0YXR1cxgBIAEoDjIYLmdhdmVsLnYxLkFwcHJvdmFsU3RhdHVzSACIAQESGgoNY2FwYWJpbGl0eV9pZBgCIAEoCUgBiAEBEhUKCGFjdG9yX2lkGAMgASgJSAKIAQESGgoNY2FsbGVyX25vd19tcxgEIAEoA0gDiAEBEg0KBWxpbWl0GAUgASgNEhIKCnBhZ2VfdG9rZW4YBiABKAkSFAoMbmV3ZXN0X2ZpcnN0GAcgASgIQgkKB19zdGF0dXNCEAoOX2NhcGFiaWxpdHlfaWRCCwoJX2FjdG9yX2lkQhAKDl9jYWxsZXJfbm93X21zIlcKFUxpc3RBcHByb3ZhbHNSZXNwb25zZRIlCglhcHByb3ZhbHMYASADKAsyEi5nYXZlbC52MS5BcHByb3ZhbBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiZQoVQ2FuY2VsQXBwcm92YWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSGgoNY2FsbGVyX25vd19tcxgCIAEoA0gAiAEBEgoKAmlkGAMgASgJQhAKDl9jYWxsZXJfbm93X21zIj4KFkNhbmNlbEFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCqAAgoOQXBwcm92YWxTdGF0dXMSHwobQVBQUk9WQUxfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXQVBQUk9WQUxfU1RBVFVTX1BFTkRJTkcQARIcChhBUFBST1ZBTF9TVEFUVVNfQVBQUk9WRUQQAhIcChhBUFBST1ZBTF9TVEFUVVNfUkVKRUNURUQQAxIdChlBUFBST1ZBTF9TVEFUVVNfQ0FOQ0VMTEVEEAQSGwoXQVBQUk9WQUxfU1RBVFVTX0VYUElSRUQQBRIcChhBUFBST1ZBTF9TVEFUVVNfQ09OU1VNRUQQBhIaChZBUFBST1ZBTF9TVEFUVVNfVk9JREVEEAcyhgQKD0FwcHJvdmFsU2VydmljZRJTCg5DcmVhdGVBcHByb3ZhbBIfLmdhdmVsLnYxLkNyZWF0ZUFwcHJvdmFsUmVxdWVzdBogLmdhdmVsLnYxLkNyZWF0ZUFwcHJvdmFsUmVzcG9uc2USSgoLR2V0QXBwcm92YWwSHC5nYXZlbC52MS5HZXRBcHByb3ZhbFJlcXVlc3QaHS5nYXZlbC52MS5HZXRBcHByb3ZhbFJlc3BvbnNlElMKDkRlY2lkZUFwcHJvdmFsEh8uZ2F2ZWwudjEuRGVjaWRlQXBwcm92YWxSZXF1ZXN0GiAuZ2F2ZWwudjEuRGVjaWRlQXBwcm92YWxSZXNwb25zZRJWCg9Db25zdW1lQXBwcm92YWwSIC5nYXZlbC52MS5Db25zdW1lQXBwcm92YWxSZXF1ZXN0GiEuZ2F2ZWwudjEuQ29uc3VtZUFwcHJvdmFsUmVzcG9uc2USUAoNTGlzdEFwcHJvdmFscxIeLmdhdmVsLnYxLkxpc3RBcHByb3ZhbHNSZXF1ZXN0Gh8uZ2F2ZWwudjEuTGlzdEFwcHJvdmFsc1Jlc3BvbnNlElMKDkNhbmNlbEFwcHJvdmFsEh8uZ2F2ZWwudjEuQ2FuY2VsQXBwcm92YWxSZXF1ZXN0GiAuZ2F2ZWwudjEuQ2FuY2VsQXBwcm92YWxSZXNwb25zZWIGcHJvdG8z", [file_gavel_v1_common]);
+
+/**
+ * One vote on an approval a policy governs.
+ *
+ * @generated from message gavel.v1.Vote
+ */
+export type Vote = Message<"gavel.v1.Vote"> & {
+  /**
+   * The voting principal, written kind:id.
+   *
+   * @generated from field: string principal = 1;
+   */
+  principal: string;
+
+  /**
+   * The actor it voted as (its own).
+   *
+   * @generated from field: gavel.v1.Actor approver = 2;
+   */
+  approver?: Actor | undefined;
+
+  /**
+   * True to approve, false to deny.
+   *
+   * @generated from field: bool approve = 3;
+   */
+  approve: boolean;
+
+  /**
+   * Names of the factors it was eligible for.
+   *
+   * @generated from field: repeated string eligible_factors = 4;
+   */
+  eligibleFactors: string[];
+
+  /**
+   * The factor it counts for in the current assignment; absent for a
+   * denial or an approval no unmet factor needs.
+   *
+   * @generated from field: optional string factor = 5;
+   */
+  factor?: string | undefined;
+
+  /**
+   * The input hash it voted on (the approval's).
+   *
+   * @generated from field: string input_hash = 6;
+   */
+  inputHash: string;
+
+  /**
+   * The voter is the requester and holds the self-approval grant.
+   *
+   * @generated from field: bool self_approval = 7;
+   */
+  selfApproval: boolean;
+
+  /**
+   * Free-text justification.
+   *
+   * @generated from field: optional string comment = 8;
+   */
+  comment?: string | undefined;
+
+  /**
+   * When it was cast (Unix epoch milliseconds).
+   *
+   * @generated from field: int64 cast_at_ms = 9;
+   */
+  castAtMs: bigint;
+};
+
+/**
+ * Describes the message gavel.v1.Vote.
+ * Use `create(VoteSchema)` to create a new message.
+ */
+export const VoteSchema: GenMessage<Vote> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_approval, 0);
+
+/**
+ * The terms of a bounded standing approval (docs/policies.md): one decision
+ * covering at most uses_max resumes within window_ms of the decision.
+ *
+ * @generated from message gavel.v1.StandingTerms
+ */
+export type StandingTerms = Message<"gavel.v1.StandingTerms"> & {
+  /**
+   * Most uses (1 to 100).
+   *
+   * @generated from field: uint32 uses_max = 1;
+   */
+  usesMax: number;
+
+  /**
+   * How long after the decision uses are allowed (1 ms to 7 days).
+   *
+   * @generated from field: uint64 window_ms = 2;
+   */
+  windowMs: bigint;
+
+  /**
+   * Empty: every use runs exactly the approved input. Otherwise each resume
+   * gives its own input, equal to the approved one at these JSON pointers
+   * (e.g. "/order_id").
+   *
+   * @generated from field: repeated string bound_pointers = 3;
+   */
+  boundPointers: string[];
+};
+
+/**
+ * Describes the message gavel.v1.StandingTerms.
+ * Use `create(StandingTermsSchema)` to create a new message.
+ */
+export const StandingTermsSchema: GenMessage<StandingTerms> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_approval, 1);
+
+/**
+ * A standing approval's terms and the uses spent.
+ *
+ * @generated from message gavel.v1.StandingProgress
+ */
+export type StandingProgress = Message<"gavel.v1.StandingProgress"> & {
+  /**
+   * Its terms.
+   *
+   * @generated from field: gavel.v1.StandingTerms terms = 1;
+   */
+  terms?: StandingTerms | undefined;
+
+  /**
+   * The executions that spent a use, in order.
+   *
+   * @generated from field: repeated string used_by = 2;
+   */
+  usedBy: string[];
+};
+
+/**
+ * Describes the message gavel.v1.StandingProgress.
+ * Use `create(StandingProgressSchema)` to create a new message.
+ */
+export const StandingProgressSchema: GenMessage<StandingProgress> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_approval, 2);
+
+/**
+ * One factor's progress on an approval.
+ *
+ * @generated from message gavel.v1.FactorProgress
+ */
+export type FactorProgress = Message<"gavel.v1.FactorProgress"> & {
+  /**
+   * Factor name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Distinct principals it needs.
+   *
+   * @generated from field: uint32 k = 2;
+   */
+  k: number;
+
+  /**
+   * Votes counting for it now.
+   *
+   * @generated from field: uint32 counted = 3;
+   */
+  counted: number;
+};
+
+/**
+ * Describes the message gavel.v1.FactorProgress.
+ * Use `create(FactorProgressSchema)` to create a new message.
+ */
+export const FactorProgressSchema: GenMessage<FactorProgress> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_approval, 3);
+
+/**
+ * The policy governing an approval, the version it was created under, and
+ * the votes so far: the quorum progress.
+ *
+ * @generated from message gavel.v1.Quorum
+ */
+export type Quorum = Message<"gavel.v1.Quorum"> & {
+  /**
+   * Policy name.
+   *
+   * @generated from field: string policy = 1;
+   */
+  policy: string;
+
+  /**
+   * Policy version the approval was created under.
+   *
+   * @generated from field: uint64 policy_version = 2;
+   */
+  policyVersion: bigint;
+
+  /**
+   * Each factor's progress, in the policy's order.
+   *
+   * @generated from field: repeated gavel.v1.FactorProgress factors = 3;
+   */
+  factors: FactorProgress[];
+
+  /**
+   * Distinct eligible denials that reject.
+   *
+   * @generated from field: uint32 deny_threshold = 4;
+   */
+  denyThreshold: number;
+
+  /**
+   * Distinct eligible denials so far.
+   *
+   * @generated from field: uint32 denials = 5;
+   */
+  denials: number;
+
+  /**
+   * Votes in the order they were cast.
+   *
+   * @generated from field: repeated gavel.v1.Vote votes = 6;
+   */
+  votes: Vote[];
+};
+
+/**
+ * Describes the message gavel.v1.Quorum.
+ * Use `create(QuorumSchema)` to create a new message.
+ */
+export const QuorumSchema: GenMessage<Quorum> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_approval, 4);
 
 /**
  * The decision taken on an approval.
@@ -58,7 +294,7 @@ export type Decision = Message<"gavel.v1.Decision"> & {
  * Use `create(DecisionSchema)` to create a new message.
  */
 export const DecisionSchema: GenMessage<Decision> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 0);
+  messageDesc(file_gavel_v1_approval, 5);
 
 /**
  * An approval record, with every field of the request that created it.
@@ -196,6 +432,21 @@ export type Approval = Message<"gavel.v1.Approval"> & {
    * @generated from field: optional uint64 capability_version = 18;
    */
   capabilityVersion?: bigint | undefined;
+
+  /**
+   * The policy governing it and its votes; absent for an approval no policy
+   * governed when it was created (a single decision decides it).
+   *
+   * @generated from field: gavel.v1.Quorum quorum = 19;
+   */
+  quorum?: Quorum | undefined;
+
+  /**
+   * For a standing approval: its terms and the uses spent so far.
+   *
+   * @generated from field: gavel.v1.StandingProgress standing = 20;
+   */
+  standing?: StandingProgress | undefined;
 };
 
 /**
@@ -203,7 +454,7 @@ export type Approval = Message<"gavel.v1.Approval"> & {
  * Use `create(ApprovalSchema)` to create a new message.
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 1);
+  messageDesc(file_gavel_v1_approval, 6);
 
 /**
  * Request of ApprovalService.CreateApproval.
@@ -330,6 +581,14 @@ export type CreateApprovalRequest = Message<"gavel.v1.CreateApprovalRequest"> & 
    * @generated from field: bool allow_self_approval = 16;
    */
   allowSelfApproval: boolean;
+
+  /**
+   * Makes it a bounded standing approval: once decided, up to uses_max
+   * resumes within window_ms, each spending one use (docs/policies.md).
+   *
+   * @generated from field: gavel.v1.StandingTerms standing = 17;
+   */
+  standing?: StandingTerms | undefined;
 };
 
 /**
@@ -337,7 +596,7 @@ export type CreateApprovalRequest = Message<"gavel.v1.CreateApprovalRequest"> & 
  * Use `create(CreateApprovalRequestSchema)` to create a new message.
  */
 export const CreateApprovalRequestSchema: GenMessage<CreateApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 2);
+  messageDesc(file_gavel_v1_approval, 7);
 
 /**
  * Response of ApprovalService.CreateApproval.
@@ -358,7 +617,7 @@ export type CreateApprovalResponse = Message<"gavel.v1.CreateApprovalResponse"> 
  * Use `create(CreateApprovalResponseSchema)` to create a new message.
  */
 export const CreateApprovalResponseSchema: GenMessage<CreateApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 3);
+  messageDesc(file_gavel_v1_approval, 8);
 
 /**
  * Request of ApprovalService.GetApproval.
@@ -387,7 +646,7 @@ export type GetApprovalRequest = Message<"gavel.v1.GetApprovalRequest"> & {
  * Use `create(GetApprovalRequestSchema)` to create a new message.
  */
 export const GetApprovalRequestSchema: GenMessage<GetApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 4);
+  messageDesc(file_gavel_v1_approval, 9);
 
 /**
  * Response of ApprovalService.GetApproval.
@@ -408,7 +667,7 @@ export type GetApprovalResponse = Message<"gavel.v1.GetApprovalResponse"> & {
  * Use `create(GetApprovalResponseSchema)` to create a new message.
  */
 export const GetApprovalResponseSchema: GenMessage<GetApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 5);
+  messageDesc(file_gavel_v1_approval, 10);
 
 /**
  * Request of ApprovalService.DecideApproval.
@@ -466,7 +725,7 @@ export type DecideApprovalRequest = Message<"gavel.v1.DecideApprovalRequest"> & 
  * Use `create(DecideApprovalRequestSchema)` to create a new message.
  */
 export const DecideApprovalRequestSchema: GenMessage<DecideApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 6);
+  messageDesc(file_gavel_v1_approval, 11);
 
 /**
  * Response of ApprovalService.DecideApproval.
@@ -487,7 +746,7 @@ export type DecideApprovalResponse = Message<"gavel.v1.DecideApprovalResponse"> 
  * Use `create(DecideApprovalResponseSchema)` to create a new message.
  */
 export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 7);
+  messageDesc(file_gavel_v1_approval, 12);
 
 /**
  * Request of ApprovalService.ConsumeApproval.
@@ -530,7 +789,7 @@ export type ConsumeApprovalRequest = Message<"gavel.v1.ConsumeApprovalRequest"> 
  * Use `create(ConsumeApprovalRequestSchema)` to create a new message.
  */
 export const ConsumeApprovalRequestSchema: GenMessage<ConsumeApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 8);
+  messageDesc(file_gavel_v1_approval, 13);
 
 /**
  * Response of ApprovalService.ConsumeApproval.
@@ -551,7 +810,7 @@ export type ConsumeApprovalResponse = Message<"gavel.v1.ConsumeApprovalResponse"
  * Use `create(ConsumeApprovalResponseSchema)` to create a new message.
  */
 export const ConsumeApprovalResponseSchema: GenMessage<ConsumeApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 9);
+  messageDesc(file_gavel_v1_approval, 14);
 
 /**
  * Request of ApprovalService.ListApprovals. Filters compose with AND.
@@ -618,7 +877,7 @@ export type ListApprovalsRequest = Message<"gavel.v1.ListApprovalsRequest"> & {
  * Use `create(ListApprovalsRequestSchema)` to create a new message.
  */
 export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 10);
+  messageDesc(file_gavel_v1_approval, 15);
 
 /**
  * Response of ApprovalService.ListApprovals.
@@ -647,7 +906,7 @@ export type ListApprovalsResponse = Message<"gavel.v1.ListApprovalsResponse"> & 
  * Use `create(ListApprovalsResponseSchema)` to create a new message.
  */
 export const ListApprovalsResponseSchema: GenMessage<ListApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 11);
+  messageDesc(file_gavel_v1_approval, 16);
 
 /**
  * Request of ApprovalService.CancelApproval.
@@ -683,7 +942,7 @@ export type CancelApprovalRequest = Message<"gavel.v1.CancelApprovalRequest"> & 
  * Use `create(CancelApprovalRequestSchema)` to create a new message.
  */
 export const CancelApprovalRequestSchema: GenMessage<CancelApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 12);
+  messageDesc(file_gavel_v1_approval, 17);
 
 /**
  * Response of ApprovalService.CancelApproval.
@@ -704,7 +963,7 @@ export type CancelApprovalResponse = Message<"gavel.v1.CancelApprovalResponse"> 
  * Use `create(CancelApprovalResponseSchema)` to create a new message.
  */
 export const CancelApprovalResponseSchema: GenMessage<CancelApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 13);
+  messageDesc(file_gavel_v1_approval, 18);
 
 /**
  * Lifecycle status of an approval record. Transitions: PENDING to APPROVED,
@@ -762,6 +1021,14 @@ export enum ApprovalStatus {
    * @generated from enum value: APPROVAL_STATUS_CONSUMED = 6;
    */
   CONSUMED = 6,
+
+  /**
+   * Closed because the policy it was created under changed or was deleted
+   * while it was pending, or approved and unconsumed (docs/policies.md).
+   *
+   * @generated from enum value: APPROVAL_STATUS_VOIDED = 7;
+   */
+  VOIDED = 7,
 }
 
 /**

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/audit.proto.
  */
 export const file_gavel_v1_audit: GenFile = /*@__PURE__*/
-  fileDesc("ChRnYXZlbC92MS9hdWRpdC5wcm90bxIIZ2F2ZWwudjEi/wcKBUV2ZW50Eg4KBmN1cnNvchgBIAEoBBIMCgR0eXBlGAIgASgJEhQKDHRpbWVzdGFtcF9tcxgDIAEoAxIeCgVhY3RvchgEIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhkKDGV4ZWN1dGlvbl9pZBgFIAEoCUgAiAEBEhoKDWNhcGFiaWxpdHlfaWQYBiABKAlIAYgBARIYCgthcHByb3ZhbF9pZBgHIAEoCUgCiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAggASgJSAOIAQESFwoKaW5wdXRfaGFzaBgJIAEoCUgEiAEBEhQKB2F0dGVtcHQYCiABKA1IBYgBARIVCghsZWFzZV9pZBgLIAEoBEgGiAEBEhYKCXdvcmtlcl9pZBgMIAEoCUgHiAEBEhEKBGNvZGUYDSABKAlICIgBARIWCglyZXRyeWFibGUYDiABKAhICYgBARIYCgtkdXJhdGlvbl9tcxgPIAEoBEgKiAEBEhUKCGF0dGVtcHRzGBAgASgNSAuIAQESIAoTcHJldmlvdXNfZXJyb3JfY29kZRgRIAEoCUgMiAEBEkUKF2V4ZWN1dGVkX2JlZm9yZV9mYWlsdXJlGBIgASgOMh8uZ2F2ZWwudjEuRXhlY3V0ZWRCZWZvcmVGYWlsdXJlSA2IAQESFgoJcHJpbmNpcGFsGBMgASgJSA6IAQESHgoRc3ViamVjdF9wcmluY2lwYWwYFCABKAlID4gBARISCgVncmFudBgVIAEoCUgQiAEBEh8KF3JlY29yZGVkX2J5X2FwcGxpY2F0aW9uGBYgASgIEhkKDHBheWxvYWRfanNvbhgXIAEoCUgRiAEBEjMKCmF0dHJpYnV0ZXMYGCADKAsyHy5nYXZlbC52MS5FdmVudC5BdHRyaWJ1dGVzRW50cnkaMQoPQXR0cmlidXRlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX2V4ZWN1dGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIOCgxfYXBwcm92YWxfaWRCEQoPX2NvcnJlbGF0aW9uX2lkQg0KC19pbnB1dF9oYXNoQgoKCF9hdHRlbXB0QgsKCV9sZWFzZV9pZEIMCgpfd29ya2VyX2lkQgcKBV9jb2RlQgwKCl9yZXRyeWFibGVCDgoMX2R1cmF0aW9uX21zQgsKCV9hdHRlbXB0c0IWChRfcHJldmlvdXNfZXJyb3JfY29kZUIaChhfZXhlY3V0ZWRfYmVmb3JlX2ZhaWx1cmVCDAoKX3ByaW5jaXBhbEIUChJfc3ViamVjdF9wcmluY2lwYWxCCAoGX2dyYW50Qg8KDV9wYXlsb2FkX2pzb24iqwMKElJlY29yZEV2ZW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSHgoFYWN0b3IYAyABKAsyDy5nYXZlbC52MS5BY3RvchIZCgxleGVjdXRpb25faWQYBCABKAlIAIgBARIYCgthcHByb3ZhbF9pZBgFIAEoCUgBiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAYgASgJSAKIAQESGgoNY2FwYWJpbGl0eV9pZBgHIAEoCUgDiAEBEhkKDHBheWxvYWRfanNvbhgIIAEoCUgEiAEBEkAKCmF0dHJpYnV0ZXMYCSADKAsyLC5nYXZlbC52MS5SZWNvcmRFdmVudFJlcXVlc3QuQXR0cmlidXRlc0VudHJ5GjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg8KDV9leGVjdXRpb25faWRCDgoMX2FwcHJvdmFsX2lkQhEKD19jb3JyZWxhdGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIPCg1fcGF5bG9hZF9qc29uIjUKE1JlY29yZEV2ZW50UmVzcG9uc2USHgoFZXZlbnQYASABKAsyDy5nYXZlbC52MS5FdmVudCJWChJXYXRjaEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEhkKDGV4ZWN1dGlvbl9pZBgCIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiZAoRTGlzdEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEg0KBWxpbWl0GAIgASgNEhkKDGV4ZWN1dGlvbl9pZBgDIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiSgoSTGlzdEV2ZW50c1Jlc3BvbnNlEh8KBmV2ZW50cxgBIAMoCzIPLmdhdmVsLnYxLkV2ZW50EhMKC2xhc3RfY3Vyc29yGAIgASgEIiEKD0dldEV2ZW50UmVxdWVzdBIOCgZjdXJzb3IYASABKAQiMgoQR2V0RXZlbnRSZXNwb25zZRIeCgVldmVudBgBIAEoCzIPLmdhdmVsLnYxLkV2ZW50MqYCCgxBdWRpdFNlcnZpY2USPgoLV2F0Y2hFdmVudHMSHC5nYXZlbC52MS5XYXRjaEV2ZW50c1JlcXVlc3QaDy5nYXZlbC52MS5FdmVudDABEkcKCkxpc3RFdmVudHMSGy5nYXZlbC52MS5MaXN0RXZlbnRzUmVxdWVzdBocLmdhdmVsLnYxLkxpc3RFdmVudHNSZXNwb25zZRJBCghHZXRFdmVudBIZLmdhdmVsLnYxLkdldEV2ZW50UmVxdWVzdBoaLmdhdmVsLnYxLkdldEV2ZW50UmVzcG9uc2USSgoLUmVjb3JkRXZlbnQSHC5nYXZlbC52MS5SZWNvcmRFdmVudFJlcXVlc3QaHS5nYXZlbC52MS5SZWNvcmRFdmVudFJlc3BvbnNlYgZwcm90bzM", [file_gavel_v1_common]);
+  fileDesc("ChRnYXZlbC92MS9hdWRpdC5wcm90bxIIZ2F2ZWwudjEi/wcKBUV2ZW50Eg4KBmN1cnNvchgBIAEoBBIMCgR0eXBlGAIgASgJEhQKDHRpbWVzdGFtcF9tcxgDIAEoAxIeCgVhY3RvchgEIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhkKDGV4ZWN1dGlvbl9pZBgFIAEoCUgAiAEBEhoKDWNhcGFiaWxpdHlfaWQYBiABKAlIAYgBARIYCgthcHByb3ZhbF9pZBgHIAEoCUgCiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAggASgJSAOIAQESFwoKaW5wdXRfaGFzaBgJIAEoCUgEiAEBEhQKB2F0dGVtcHQYCiABKA1IBYgBARIVCghsZWFzZV9pZBgLIAEoBEgGiAEBEhYKCXdvcmtlcl9pZBgMIAEoCUgHiAEBEhEKBGNvZGUYDSABKAlICIgBARIWCglyZXRyeWFibGUYDiABKAhICYgBARIYCgtkdXJhdGlvbl9tcxgPIAEoBEgKiAEBEhUKCGF0dGVtcHRzGBAgASgNSAuIAQESIAoTcHJldmlvdXNfZXJyb3JfY29kZRgRIAEoCUgMiAEBEkUKF2V4ZWN1dGVkX2JlZm9yZV9mYWlsdXJlGBIgASgOMh8uZ2F2ZWwudjEuRXhlY3V0ZWRCZWZvcmVGYWlsdXJlSA2IAQESFgoJcHJpbmNpcGFsGBMgASgJSA6IAQESHgoRc3ViamVjdF9wcmluY2lwYWwYFCABKAlID4gBARISCgVncmFudBgVIAEoCUgQiAEBEh8KF3JlY29yZGVkX2J5X2FwcGxpY2F0aW9uGBYgASgIEhkKDHBheWxvYWRfanNvbhgXIAEoCUgRiAEBEjMKCmF0dHJpYnV0ZXMYGCADKAsyHy5nYXZlbC52MS5FdmVudC5BdHRyaWJ1dGVzRW50cnkaMQoPQXR0cmlidXRlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX2V4ZWN1dGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIOCgxfYXBwcm92YWxfaWRCEQoPX2NvcnJlbGF0aW9uX2lkQg0KC19pbnB1dF9oYXNoQgoKCF9hdHRlbXB0QgsKCV9sZWFzZV9pZEIMCgpfd29ya2VyX2lkQgcKBV9jb2RlQgwKCl9yZXRyeWFibGVCDgoMX2R1cmF0aW9uX21zQgsKCV9hdHRlbXB0c0IWChRfcHJldmlvdXNfZXJyb3JfY29kZUIaChhfZXhlY3V0ZWRfYmVmb3JlX2ZhaWx1cmVCDAoKX3ByaW5jaXBhbEIUChJfc3ViamVjdF9wcmluY2lwYWxCCAoGX2dyYW50Qg8KDV9wYXlsb2FkX2pzb24iqwMKElJlY29yZEV2ZW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSHgoFYWN0b3IYAyABKAsyDy5nYXZlbC52MS5BY3RvchIZCgxleGVjdXRpb25faWQYBCABKAlIAIgBARIYCgthcHByb3ZhbF9pZBgFIAEoCUgBiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAYgASgJSAKIAQESGgoNY2FwYWJpbGl0eV9pZBgHIAEoCUgDiAEBEhkKDHBheWxvYWRfanNvbhgIIAEoCUgEiAEBEkAKCmF0dHJpYnV0ZXMYCSADKAsyLC5nYXZlbC52MS5SZWNvcmRFdmVudFJlcXVlc3QuQXR0cmlidXRlc0VudHJ5GjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg8KDV9leGVjdXRpb25faWRCDgoMX2FwcHJvdmFsX2lkQhEKD19jb3JyZWxhdGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIPCg1fcGF5bG9hZF9qc29uIjUKE1JlY29yZEV2ZW50UmVzcG9uc2USHgoFZXZlbnQYASABKAsyDy5nYXZlbC52MS5FdmVudCJWChJXYXRjaEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEhkKDGV4ZWN1dGlvbl9pZBgCIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiZAoRTGlzdEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEg0KBWxpbWl0GAIgASgNEhkKDGV4ZWN1dGlvbl9pZBgDIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiSgoSTGlzdEV2ZW50c1Jlc3BvbnNlEh8KBmV2ZW50cxgBIAMoCzIPLmdhdmVsLnYxLkV2ZW50EhMKC2xhc3RfY3Vyc29yGAIgASgEIiEKD0dldEV2ZW50UmVxdWVzdBIOCgZjdXJzb3IYASABKAQiMgoQR2V0RXZlbnRSZXNwb25zZRIeCgVldmVudBgBIAEoCzIPLmdhdmVsLnYxLkV2ZW50IhYKFEdldENoZWNrcG9pbnRSZXF1ZXN0IqABChVHZXRDaGVja3BvaW50UmVzcG9uc2USDgoGb3JpZ2luGAEgASgJEgwKBHNpemUYAiABKAQSDAoEcm9vdBgDIAEoDBISCgpjaGVja3BvaW50GAQgASgJEh4KEXNpZ25lZF9jaGVja3BvaW50GAUgASgJSACIAQESEQoJbm90ZV9rZXlzGAYgAygJQhQKEl9zaWduZWRfY2hlY2twb2ludCI3ChhHZXRJbmNsdXNpb25Qcm9vZlJlcXVlc3QSDQoFaW5kZXgYASABKAQSDAoEc2l6ZRgCIAEoBCKaAQoZR2V0SW5jbHVzaW9uUHJvb2ZSZXNwb25zZRINCgVpbmRleBgBIAEoBBIMCgRzaXplGAIgASgEEhEKCWxlYWZfaGFzaBgDIAEoDBINCgVwcm9vZhgEIAMoDBIMCgRyb290GAUgASgMEhwKD2Nhbm9uaWNhbF9ldmVudBgGIAEoCUgAiAEBQhIKEF9jYW5vbmljYWxfZXZlbnQiQAoaR2V0Q29uc2lzdGVuY3lQcm9vZlJlcXVlc3QSEAoIb2xkX3NpemUYASABKAQSEAoIbmV3X3NpemUYAiABKAQidAobR2V0Q29uc2lzdGVuY3lQcm9vZlJlc3BvbnNlEhAKCG9sZF9zaXplGAEgASgEEhAKCG5ld19zaXplGAIgASgEEg0KBXByb29mGAMgAygMEhAKCG9sZF9yb290GAQgASgMEhAKCG5ld19yb290GAUgASgMIjcKEUxpc3RMZWF2ZXNSZXF1ZXN0EhMKC3N0YXJ0X2luZGV4GAEgASgEEg0KBWxpbWl0GAIgASgNIloKBExlYWYSDQoFaW5kZXgYASABKAQSEQoJbGVhZl9oYXNoGAIgASgMEhwKD2Nhbm9uaWNhbF9ldmVudBgDIAEoCUgAiAEBQhIKEF9jYW5vbmljYWxfZXZlbnQiQgoSTGlzdExlYXZlc1Jlc3BvbnNlEh4KBmxlYXZlcxgBIAMoCzIOLmdhdmVsLnYxLkxlYWYSDAoEc2l6ZRgCIAEoBCI9ChZSZWdpc3Rlck5vdGVLZXlSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAQSEgoKcHVibGljX2tleRgCIAEoDCJLChdDb3NpZ25DaGVja3BvaW50UmVxdWVzdBIPCgdub2RlX2lkGAEgASgEEgwKBHNpemUYAiABKAQSEQoJc2lnbmF0dXJlGAMgASgMIjEKDkNvc2lnblJlc3BvbnNlEgwKBHNpemUYASABKAQSEQoJcHVibGlzaGVkGAIgASgIMqMGCgxBdWRpdFNlcnZpY2USPgoLV2F0Y2hFdmVudHMSHC5nYXZlbC52MS5XYXRjaEV2ZW50c1JlcXVlc3QaDy5nYXZlbC52MS5FdmVudDABEkcKCkxpc3RFdmVudHMSGy5nYXZlbC52MS5MaXN0RXZlbnRzUmVxdWVzdBocLmdhdmVsLnYxLkxpc3RFdmVudHNSZXNwb25zZRJBCghHZXRFdmVudBIZLmdhdmVsLnYxLkdldEV2ZW50UmVxdWVzdBoaLmdhdmVsLnYxLkdldEV2ZW50UmVzcG9uc2USSgoLUmVjb3JkRXZlbnQSHC5nYXZlbC52MS5SZWNvcmRFdmVudFJlcXVlc3QaHS5nYXZlbC52MS5SZWNvcmRFdmVudFJlc3BvbnNlElAKDUdldENoZWNrcG9pbnQSHi5nYXZlbC52MS5HZXRDaGVja3BvaW50UmVxdWVzdBofLmdhdmVsLnYxLkdldENoZWNrcG9pbnRSZXNwb25zZRJcChFHZXRJbmNsdXNpb25Qcm9vZhIiLmdhdmVsLnYxLkdldEluY2x1c2lvblByb29mUmVxdWVzdBojLmdhdmVsLnYxLkdldEluY2x1c2lvblByb29mUmVzcG9uc2USYgoTR2V0Q29uc2lzdGVuY3lQcm9vZhIkLmdhdmVsLnYxLkdldENvbnNpc3RlbmN5UHJvb2ZSZXF1ZXN0GiUuZ2F2ZWwudjEuR2V0Q29uc2lzdGVuY3lQcm9vZlJlc3BvbnNlEkcKCkxpc3RMZWF2ZXMSGy5nYXZlbC52MS5MaXN0TGVhdmVzUmVxdWVzdBocLmdhdmVsLnYxLkxpc3RMZWF2ZXNSZXNwb25zZRJNCg9SZWdpc3Rlck5vdGVLZXkSIC5nYXZlbC52MS5SZWdpc3Rlck5vdGVLZXlSZXF1ZXN0GhguZ2F2ZWwudjEuQ29zaWduUmVzcG9uc2USTwoQQ29zaWduQ2hlY2twb2ludBIhLmdhdmVsLnYxLkNvc2lnbkNoZWNrcG9pbnRSZXF1ZXN0GhguZ2F2ZWwudjEuQ29zaWduUmVzcG9uc2ViBnByb3RvMw", [file_gavel_v1_common]);
 
 /**
  * One audit event. Gavel's own events carry hashes, ids and codes, never raw
@@ -460,6 +460,426 @@ export const GetEventResponseSchema: GenMessage<GetEventResponse> = /*@__PURE__*
   messageDesc(file_gavel_v1_audit, 7);
 
 /**
+ * Request of AuditService.GetCheckpoint.
+ *
+ * @generated from message gavel.v1.GetCheckpointRequest
+ */
+export type GetCheckpointRequest = Message<"gavel.v1.GetCheckpointRequest"> & {
+};
+
+/**
+ * Describes the message gavel.v1.GetCheckpointRequest.
+ * Use `create(GetCheckpointRequestSchema)` to create a new message.
+ */
+export const GetCheckpointRequestSchema: GenMessage<GetCheckpointRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 8);
+
+/**
+ * Response of AuditService.GetCheckpoint: the audit tree's head.
+ *
+ * @generated from message gavel.v1.GetCheckpointResponse
+ */
+export type GetCheckpointResponse = Message<"gavel.v1.GetCheckpointResponse"> & {
+  /**
+   * The log's origin line: "gavel/" then the cluster id.
+   *
+   * @generated from field: string origin = 1;
+   */
+  origin: string;
+
+  /**
+   * How many leaves (events) the tree holds.
+   *
+   * @generated from field: uint64 size = 2;
+   */
+  size: bigint;
+
+  /**
+   * The tree's root hash (32 bytes).
+   *
+   * @generated from field: bytes root = 3;
+   */
+  root: Uint8Array;
+
+  /**
+   * The C2SP tlog-checkpoint body: origin, size and base64 root, each on its
+   * own line ending in a newline.
+   *
+   * @generated from field: string checkpoint = 4;
+   */
+  checkpoint: string;
+
+  /**
+   * The last checkpoint a quorum of the nodes' note keys cosigned, as a
+   * C2SP signed-note (its body, a blank line, one signature line per node);
+   * absent before the first is published.
+   *
+   * @generated from field: optional string signed_checkpoint = 5;
+   */
+  signedCheckpoint?: string | undefined;
+
+  /**
+   * The note keys' verifier keys (C2SP signed-note "name+hash+key"), one
+   * per node that registered one: what `gavel audit verify --keys` takes.
+   *
+   * @generated from field: repeated string note_keys = 6;
+   */
+  noteKeys: string[];
+};
+
+/**
+ * Describes the message gavel.v1.GetCheckpointResponse.
+ * Use `create(GetCheckpointResponseSchema)` to create a new message.
+ */
+export const GetCheckpointResponseSchema: GenMessage<GetCheckpointResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 9);
+
+/**
+ * Request of AuditService.GetInclusionProof.
+ *
+ * @generated from message gavel.v1.GetInclusionProofRequest
+ */
+export type GetInclusionProofRequest = Message<"gavel.v1.GetInclusionProofRequest"> & {
+  /**
+   * The leaf: the event at cursor index + 1.
+   *
+   * @generated from field: uint64 index = 1;
+   */
+  index: bigint;
+
+  /**
+   * The tree size the proof is for; 0 means the tree's size now.
+   *
+   * @generated from field: uint64 size = 2;
+   */
+  size: bigint;
+};
+
+/**
+ * Describes the message gavel.v1.GetInclusionProofRequest.
+ * Use `create(GetInclusionProofRequestSchema)` to create a new message.
+ */
+export const GetInclusionProofRequestSchema: GenMessage<GetInclusionProofRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 10);
+
+/**
+ * Response of AuditService.GetInclusionProof.
+ *
+ * @generated from message gavel.v1.GetInclusionProofResponse
+ */
+export type GetInclusionProofResponse = Message<"gavel.v1.GetInclusionProofResponse"> & {
+  /**
+   * The leaf's index.
+   *
+   * @generated from field: uint64 index = 1;
+   */
+  index: bigint;
+
+  /**
+   * The tree size the proof is for.
+   *
+   * @generated from field: uint64 size = 2;
+   */
+  size: bigint;
+
+  /**
+   * The leaf hash: SHA-256(0x00 || canonical_event).
+   *
+   * @generated from field: bytes leaf_hash = 3;
+   */
+  leafHash: Uint8Array;
+
+  /**
+   * The audit path, nearest sibling first (32 bytes each).
+   *
+   * @generated from field: repeated bytes proof = 4;
+   */
+  proof: Uint8Array[];
+
+  /**
+   * The root of the tree of `size` leaves.
+   *
+   * @generated from field: bytes root = 5;
+   */
+  root: Uint8Array;
+
+  /**
+   * The event's canonical bytes (RFC 8785 JSON); absent when retention
+   * dropped the event (its hash stays a leaf).
+   *
+   * @generated from field: optional string canonical_event = 6;
+   */
+  canonicalEvent?: string | undefined;
+};
+
+/**
+ * Describes the message gavel.v1.GetInclusionProofResponse.
+ * Use `create(GetInclusionProofResponseSchema)` to create a new message.
+ */
+export const GetInclusionProofResponseSchema: GenMessage<GetInclusionProofResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 11);
+
+/**
+ * Request of AuditService.GetConsistencyProof.
+ *
+ * @generated from message gavel.v1.GetConsistencyProofRequest
+ */
+export type GetConsistencyProofRequest = Message<"gavel.v1.GetConsistencyProofRequest"> & {
+  /**
+   * The older tree size.
+   *
+   * @generated from field: uint64 old_size = 1;
+   */
+  oldSize: bigint;
+
+  /**
+   * The newer tree size; 0 means the tree's size now.
+   *
+   * @generated from field: uint64 new_size = 2;
+   */
+  newSize: bigint;
+};
+
+/**
+ * Describes the message gavel.v1.GetConsistencyProofRequest.
+ * Use `create(GetConsistencyProofRequestSchema)` to create a new message.
+ */
+export const GetConsistencyProofRequestSchema: GenMessage<GetConsistencyProofRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 12);
+
+/**
+ * Response of AuditService.GetConsistencyProof.
+ *
+ * @generated from message gavel.v1.GetConsistencyProofResponse
+ */
+export type GetConsistencyProofResponse = Message<"gavel.v1.GetConsistencyProofResponse"> & {
+  /**
+   * The older tree size.
+   *
+   * @generated from field: uint64 old_size = 1;
+   */
+  oldSize: bigint;
+
+  /**
+   * The newer tree size.
+   *
+   * @generated from field: uint64 new_size = 2;
+   */
+  newSize: bigint;
+
+  /**
+   * The proof (RFC 9162 2.1.4), 32 bytes each.
+   *
+   * @generated from field: repeated bytes proof = 3;
+   */
+  proof: Uint8Array[];
+
+  /**
+   * The root of the older tree.
+   *
+   * @generated from field: bytes old_root = 4;
+   */
+  oldRoot: Uint8Array;
+
+  /**
+   * The root of the newer tree.
+   *
+   * @generated from field: bytes new_root = 5;
+   */
+  newRoot: Uint8Array;
+};
+
+/**
+ * Describes the message gavel.v1.GetConsistencyProofResponse.
+ * Use `create(GetConsistencyProofResponseSchema)` to create a new message.
+ */
+export const GetConsistencyProofResponseSchema: GenMessage<GetConsistencyProofResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 13);
+
+/**
+ * Request of AuditService.ListLeaves.
+ *
+ * @generated from message gavel.v1.ListLeavesRequest
+ */
+export type ListLeavesRequest = Message<"gavel.v1.ListLeavesRequest"> & {
+  /**
+   * The first leaf index to return.
+   *
+   * @generated from field: uint64 start_index = 1;
+   */
+  startIndex: bigint;
+
+  /**
+   * Maximum number of leaves; 0 means the server's default. The server caps
+   * it at its own limit.
+   *
+   * @generated from field: uint32 limit = 2;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message gavel.v1.ListLeavesRequest.
+ * Use `create(ListLeavesRequestSchema)` to create a new message.
+ */
+export const ListLeavesRequestSchema: GenMessage<ListLeavesRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 14);
+
+/**
+ * One leaf of the audit tree.
+ *
+ * @generated from message gavel.v1.Leaf
+ */
+export type Leaf = Message<"gavel.v1.Leaf"> & {
+  /**
+   * Its index: the event at cursor index + 1.
+   *
+   * @generated from field: uint64 index = 1;
+   */
+  index: bigint;
+
+  /**
+   * SHA-256(0x00 || canonical_event).
+   *
+   * @generated from field: bytes leaf_hash = 2;
+   */
+  leafHash: Uint8Array;
+
+  /**
+   * The event's canonical bytes; absent when retention dropped the event.
+   *
+   * @generated from field: optional string canonical_event = 3;
+   */
+  canonicalEvent?: string | undefined;
+};
+
+/**
+ * Describes the message gavel.v1.Leaf.
+ * Use `create(LeafSchema)` to create a new message.
+ */
+export const LeafSchema: GenMessage<Leaf> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 15);
+
+/**
+ * Response of AuditService.ListLeaves.
+ *
+ * @generated from message gavel.v1.ListLeavesResponse
+ */
+export type ListLeavesResponse = Message<"gavel.v1.ListLeavesResponse"> & {
+  /**
+   * Leaves in index order.
+   *
+   * @generated from field: repeated gavel.v1.Leaf leaves = 1;
+   */
+  leaves: Leaf[];
+
+  /**
+   * The tree's size when the page was read.
+   *
+   * @generated from field: uint64 size = 2;
+   */
+  size: bigint;
+};
+
+/**
+ * Describes the message gavel.v1.ListLeavesResponse.
+ * Use `create(ListLeavesResponseSchema)` to create a new message.
+ */
+export const ListLeavesResponseSchema: GenMessage<ListLeavesResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 16);
+
+/**
+ * Request of AuditService.RegisterNoteKey.
+ *
+ * @generated from message gavel.v1.RegisterNoteKeyRequest
+ */
+export type RegisterNoteKeyRequest = Message<"gavel.v1.RegisterNoteKeyRequest"> & {
+  /**
+   * The calling node's id.
+   *
+   * @generated from field: uint64 node_id = 1;
+   */
+  nodeId: bigint;
+
+  /**
+   * Its Ed25519 public key (32 bytes).
+   *
+   * @generated from field: bytes public_key = 2;
+   */
+  publicKey: Uint8Array;
+};
+
+/**
+ * Describes the message gavel.v1.RegisterNoteKeyRequest.
+ * Use `create(RegisterNoteKeyRequestSchema)` to create a new message.
+ */
+export const RegisterNoteKeyRequestSchema: GenMessage<RegisterNoteKeyRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 17);
+
+/**
+ * Request of AuditService.CosignCheckpoint.
+ *
+ * @generated from message gavel.v1.CosignCheckpointRequest
+ */
+export type CosignCheckpointRequest = Message<"gavel.v1.CosignCheckpointRequest"> & {
+  /**
+   * The calling node's id.
+   *
+   * @generated from field: uint64 node_id = 1;
+   */
+  nodeId: bigint;
+
+  /**
+   * The checkpoint's tree size.
+   *
+   * @generated from field: uint64 size = 2;
+   */
+  size: bigint;
+
+  /**
+   * The Ed25519 signature over the checkpoint body (64 bytes).
+   *
+   * @generated from field: bytes signature = 3;
+   */
+  signature: Uint8Array;
+};
+
+/**
+ * Describes the message gavel.v1.CosignCheckpointRequest.
+ * Use `create(CosignCheckpointRequestSchema)` to create a new message.
+ */
+export const CosignCheckpointRequestSchema: GenMessage<CosignCheckpointRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 18);
+
+/**
+ * Response of AuditService.RegisterNoteKey and CosignCheckpoint.
+ *
+ * @generated from message gavel.v1.CosignResponse
+ */
+export type CosignResponse = Message<"gavel.v1.CosignResponse"> & {
+  /**
+   * The size of the checkpoint being cosigned (0: none).
+   *
+   * @generated from field: uint64 size = 1;
+   */
+  size: bigint;
+
+  /**
+   * Whether this call published it (a quorum has now signed).
+   *
+   * @generated from field: bool published = 2;
+   */
+  published: boolean;
+};
+
+/**
+ * Describes the message gavel.v1.CosignResponse.
+ * Use `create(CosignResponseSchema)` to create a new message.
+ */
+export const CosignResponseSchema: GenMessage<CosignResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_audit, 19);
+
+/**
  * Reads and follows the audit trail, and lets applications append their own
  * events to it.
  *
@@ -516,6 +936,82 @@ export const AuditService: GenService<{
     methodKind: "unary";
     input: typeof RecordEventRequestSchema;
     output: typeof RecordEventResponseSchema;
+  },
+  /**
+   * The audit trail's Merkle tree (RFC 6962; docs/audit.md): every event is
+   * a leaf, event `cursor` at leaf index `cursor - 1`. Returns the tree head
+   * now: its size and root, as a C2SP tlog-checkpoint body. Needs the
+   * auditor grant, like ListEvents.
+   *
+   * @generated from rpc gavel.v1.AuditService.GetCheckpoint
+   */
+  getCheckpoint: {
+    methodKind: "unary";
+    input: typeof GetCheckpointRequestSchema;
+    output: typeof GetCheckpointResponseSchema;
+  },
+  /**
+   * Proves that the leaf at index is in the tree of the first size leaves
+   * (size 0 means the tree's size now), with the event's canonical bytes
+   * when retention kept the event. Index at or past size, or a size the
+   * tree has not reached, is OUT_OF_RANGE. Needs the auditor grant.
+   *
+   * @generated from rpc gavel.v1.AuditService.GetInclusionProof
+   */
+  getInclusionProof: {
+    methodKind: "unary";
+    input: typeof GetInclusionProofRequestSchema;
+    output: typeof GetInclusionProofResponseSchema;
+  },
+  /**
+   * Proves that the tree of the first old_size leaves is a prefix of the tree
+   * of the first new_size leaves (new_size 0 means the tree's size now).
+   * old_size above new_size, or a size not reached, is OUT_OF_RANGE. Needs
+   * the auditor grant.
+   *
+   * @generated from rpc gavel.v1.AuditService.GetConsistencyProof
+   */
+  getConsistencyProof: {
+    methodKind: "unary";
+    input: typeof GetConsistencyProofRequestSchema;
+    output: typeof GetConsistencyProofResponseSchema;
+  },
+  /**
+   * Returns one page of leaves from start_index: each leaf's hash and, when
+   * retention kept the event, the event's canonical bytes, which the hash is
+   * taken over. `gavel audit export` reads the tree with it. Needs the
+   * auditor grant.
+   *
+   * @generated from rpc gavel.v1.AuditService.ListLeaves
+   */
+  listLeaves: {
+    methodKind: "unary";
+    input: typeof ListLeavesRequestSchema;
+    output: typeof ListLeavesResponseSchema;
+  },
+  /**
+   * A node registers the Ed25519 public key of its note key, which signs
+   * audit checkpoints. Only that node itself may call it (its certificate);
+   * nodes call it at start.
+   *
+   * @generated from rpc gavel.v1.AuditService.RegisterNoteKey
+   */
+  registerNoteKey: {
+    methodKind: "unary";
+    input: typeof RegisterNoteKeyRequestSchema;
+    output: typeof CosignResponseSchema;
+  },
+  /**
+   * A node cosigns the checkpoint of the first size leaves, which it
+   * computed from its own tree. Only that node itself may call it; the
+   * nodes' checkpointers do.
+   *
+   * @generated from rpc gavel.v1.AuditService.CosignCheckpoint
+   */
+  cosignCheckpoint: {
+    methodKind: "unary";
+    input: typeof CosignCheckpointRequestSchema;
+    output: typeof CosignResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_gavel_v1_audit, 0);

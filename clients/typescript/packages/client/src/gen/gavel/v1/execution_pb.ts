@@ -541,8 +541,10 @@ export type ResumeRequest = Message<"gavel.v1.ResumeRequest"> & {
 
   /**
    * The input as the caller sees it now, as JSON text. When set, its hash
-   * must equal the approval's input_hash (APPROVAL_INPUT_MISMATCH otherwise).
-   * The execution always runs the input stored in the approval.
+   * must equal the approval's input_hash (APPROVAL_INPUT_MISMATCH otherwise),
+   * and the execution runs the input stored in the approval. For a standing
+   * approval bound to JSON pointers it is required: the execution runs it,
+   * and it must equal the approved input at those pointers.
    *
    * @generated from field: optional string input_json = 4;
    */
