@@ -196,7 +196,8 @@ mod tests {
             memory.push(leaf);
             if i % 5_000 == 0 {
                 // Flush now and then, as a node does: reads go to the store.
-                let pending: Vec<_> = tiled.tiles.pending().collect();
+                let mut pending = Vec::new();
+                tiled.tiles.take_pending(&mut pending);
                 crate::cold::ColdStore::write(&*store, &pending).expect("memory store writes");
                 tiled.tiles.clear_pending();
             }
@@ -217,7 +218,8 @@ mod tests {
             (0..size).for_each(|i| frontier.push(merkle::leaf_hash(&i.to_le_bytes()), |_, _, _| {}));
             frontier
         });
-        let pending: Vec<_> = tiled.tiles.pending().collect();
+        let mut pending = Vec::new();
+        tiled.tiles.take_pending(&mut pending);
         crate::cold::ColdStore::write(&*store, &pending).expect("memory store writes");
         let stored = crate::cold::ColdStore::range(&*store, ColdTable::AuditTiles, &[], 10_000);
         let partial = stored.iter().filter(|(key, _)| key[0] == ENTRY_PREFIX).count() as u64;
