@@ -2,7 +2,7 @@
 // TypeScript tests start one: `gavel dev` of GAVEL_BIN on free loopback
 // ports, read from its printed export and console lines. Stopped by PID.
 import { execFile, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -138,6 +138,10 @@ export class DevCluster {
       const exited = new Promise((resolveExit) => this.dev.once("exit", resolveExit));
       this.dev.kill("SIGTERM");
       await Promise.race([exited, new Promise((resolveWait) => setTimeout(resolveWait, 15_000))]);
+    }
+    if (this.dev.exitCode !== null || this.dev.signalCode !== null) {
+      // The cluster's files go with it; a cluster still running keeps them.
+      rmSync(this.dataDir, { recursive: true, force: true });
     }
   }
 
