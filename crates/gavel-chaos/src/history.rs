@@ -48,6 +48,32 @@ pub struct Header {
     pub capabilities: Vec<CapabilityInfo>,
     /// Node ids.
     pub nodes: Vec<u64>,
+    /// The approval policy the workload set, if any (absent in older histories).
+    #[serde(default)]
+    pub policy: Option<PolicyInfo>,
+    /// The standing approvals the workload created (absent in older histories).
+    #[serde(default)]
+    pub standing: Vec<StandingInfo>,
+}
+
+/// What the policy checker needs to know about the workload's policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyInfo {
+    /// Approvals whose id starts with this were created under the policy.
+    pub approval_id_prefix: String,
+    /// Distinct eligible approving votes it needs (one factor).
+    pub k: u32,
+    /// The eligible principals (`kind:id`), the factor's group.
+    pub eligible: Vec<String>,
+}
+
+/// A standing approval the workload created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StandingInfo {
+    /// Approval id.
+    pub approval_id: String,
+    /// Uses it allows.
+    pub uses_max: u32,
 }
 
 /// What the checkers need to know about a capability.
@@ -450,6 +476,12 @@ pub struct AuditEvent {
     pub lease_id: Option<u64>,
     /// Failure or cancellation code.
     pub code: Option<String>,
+    /// The principal that caused it (the voter of `approval.vote_cast`).
+    #[serde(default)]
+    pub principal: Option<String>,
+    /// `approve` or `deny` for `approval.vote_cast` (its `vote` attribute).
+    #[serde(default)]
+    pub vote: Option<String>,
 }
 
 /// The audit tree's head as one node answered `GetCheckpoint`.

@@ -371,6 +371,8 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         faults: faults.clone(),
         capabilities: workload::capabilities().into_iter().map(|(_, info)| info).collect(),
         nodes: cluster.ids(),
+        policy: None,
+        standing: Vec::new(),
     }));
     let nodes: Vec<(u64, String)> =
         cluster.ids().into_iter().filter_map(|id| Some((id, cluster.addr(id)?.to_string()))).collect();
@@ -734,6 +736,8 @@ async fn final_state(
                 attempt: event.attempt,
                 lease_id: event.lease_id,
                 code: event.code,
+                principal: event.principal,
+                vote: event.attributes.get("vote").cloned(),
             });
         }
         if page.last_cursor <= cursor {

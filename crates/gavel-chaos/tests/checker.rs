@@ -9,12 +9,13 @@ use std::collections::{BTreeSet, HashMap};
 use gavel_chaos::checker::lost_writes::HashObservations;
 use gavel_chaos::checker::{
     at_most_one_consumption, audit_proofs, check_all, coverage, fencing, linearizable_approvals, liveness,
-    no_lost_writes, one_final_result, retry_discipline, CheckOptions, CheckResult, Verdict, CHECKER_NAMES,
+    no_lost_writes, one_final_result, policy_quorum, retry_discipline, CheckOptions, CheckResult, Verdict,
+    CHECKER_NAMES,
 };
 use gavel_chaos::history::{
     read_history, ApprovalState, AuditEvent, AuditProofs, CapabilityInfo, CheckpointSeen, Complete, ConsistencyRecord,
     Entry, ExecutionView, FaultKind, FinalState, Header, HistoryWriter, InclusionRecord, Invoke, LeaseGrant,
-    NemesisEvent, Op, OpResult, Outcome, Phase, TreeHead,
+    NemesisEvent, Op, OpResult, Outcome, Phase, PolicyInfo, StandingInfo, TreeHead,
 };
 use gavel_chaos::report::{fault_windows, run_stats, summary_table, svg_timeline};
 use gavel_core::merkle::{self, MemoryTree};
@@ -42,6 +43,8 @@ fn header(faults: Vec<FaultKind>) -> Header {
             capability("upsert", "write", true, Some(1)),
         ],
         nodes: vec![1, 2, 3],
+        policy: None,
+        standing: Vec::new(),
     }
 }
 
@@ -185,6 +188,8 @@ fn event(cursor: u64, event_type: &str, execution: &str, attempt: Option<u32>, l
         attempt,
         lease_id,
         code: None,
+        principal: None,
+        vote: None,
     }
 }
 
@@ -1134,8 +1139,15 @@ fn the_svg_timeline_is_well_formed_and_shades_every_fault_window() {
 #[test]
 fn a_report_sent_after_the_lease_deadline_must_not_be_accepted() {
     use gavel_chaos::history::*;
-    let header =
-        Entry::Header(Header { seed: 1, namespaces: false, faults: vec![], capabilities: vec![], nodes: vec![1] });
+    let header = Entry::Header(Header {
+        seed: 1,
+        namespaces: false,
+        faults: vec![],
+        capabilities: vec![],
+        nodes: vec![1],
+        policy: None,
+        standing: Vec::new(),
+    });
     let report = |late: bool, outcome: Outcome| {
         vec![
             Entry::Invoke(Invoke {
@@ -1361,4 +1373,112 @@ fn missing_audit_evidence_is_unknown() {
     let mut entries = audited(&[2]);
     proofs_of(&mut entries).head = None;
     assert_verdict(&audit_proofs(&entries, &options()), Verdict::Unknown);
+}
+
+// ---------------------------------------------------------------- policy_quorum
+
+/// An audit event about an approval (`vote`: approve or deny for a vote).
+fn approval_event(
+    cursor: u64,
+    event_type: &str,
+    approval: &str,
+    principal: Option<&str>,
+    vote: Option<&str>,
+) -> AuditEvent {
+    AuditEvent {
+        approval_id: Some(approval.to_string()),
+        execution_id: None,
+        principal: principal.map(str::to_string),
+        vote: vote.map(str::to_string),
+        ..event(cursor, event_type, "", None, None)
+    }
+}
+
+/// A policy of 2 of {alice, bob, carol} over `q-*`, a standing approval
+/// `s1` of 2 uses; `trail` is every node's final audit trail and
+/// `resumes` the ok resumes (approval, execution).
+fn policy_run(trail: Vec<AuditEvent>, resumes: &[(&str, &str)]) -> Vec<Entry> {
+    let mut header = header(Vec::new());
+    header.policy = Some(PolicyInfo {
+        approval_id_prefix: "q-".to_string(),
+        k: 2,
+        eligible: ["user:alice", "user:bob", "user:carol"].iter().map(|name| name.to_string()).collect(),
+    });
+    header.standing = vec![StandingInfo { approval_id: "s1".to_string(), uses_max: 2 }];
+    let mut history = History::with_header(header);
+    for (step, (approval, execution)) in resumes.iter().enumerate() {
+        let op = Op::ExecResume { execution_id: execution.to_string(), approval_id: approval.to_string() };
+        history.ok(1, 100.0 * step as f64, 100.0 * step as f64 + 5.0, op, None);
+    }
+    history.finals(three_nodes(&[], Vec::new(), trail));
+    history.entries
+}
+
+fn quorum_trail(voters: &[&str]) -> Vec<AuditEvent> {
+    let mut trail: Vec<AuditEvent> = voters
+        .iter()
+        .enumerate()
+        .map(|(step, voter)| approval_event(step as u64 + 1, "approval.vote_cast", "q-1", Some(voter), Some("approve")))
+        .collect();
+    trail.push(approval_event(voters.len() as u64 + 1, "capability.approved", "q-1", None, None));
+    trail
+}
+
+#[test]
+fn a_quorum_met_and_a_standing_approval_within_its_uses_are_valid() {
+    let mut trail = quorum_trail(&["user:alice", "user:bob"]);
+    trail.push(AuditEvent {
+        approval_id: Some("s1".to_string()),
+        ..event(4, "approval.standing_use_spent", "x1", None, None)
+    });
+    let entries = policy_run(trail, &[("q-1", "e1"), ("s1", "x1"), ("s1", "x2")]);
+    let result = policy_quorum(&entries, &options());
+    assert_verdict(&result, Verdict::Valid);
+    assert_eq!(result.stat("governed_approvals_consumed"), 1);
+}
+
+#[test]
+fn an_approval_consumed_without_its_quorum_is_invalid() {
+    // One eligible voter twice, one outsider, one deny: 1 of 2.
+    let mut trail = quorum_trail(&["user:alice", "user:alice", "user:mallory"]);
+    trail.insert(0, approval_event(10, "approval.vote_cast", "q-1", Some("user:bob"), Some("deny")));
+    trail.sort_by_key(|event| event.cursor);
+    let result = policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details[0].contains("1 distinct eligible approving votes"), "{result:#?}");
+
+    // Votes after the approval do not count.
+    let mut trail = quorum_trail(&["user:alice"]);
+    trail.push(approval_event(9, "approval.vote_cast", "q-1", Some("user:bob"), Some("approve")));
+    assert_verdict(&policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options()), Verdict::Invalid);
+
+    // Consumed with no approval in the trail at all.
+    let trail = vec![approval_event(1, "approval.vote_cast", "q-1", Some("user:alice"), Some("approve"))];
+    assert_verdict(&policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options()), Verdict::Invalid);
+}
+
+#[test]
+fn a_standing_approval_spent_beyond_its_uses_is_invalid() {
+    let trail = quorum_trail(&["user:alice", "user:carol"]);
+    let entries = policy_run(trail.clone(), &[("q-1", "e1"), ("s1", "x1"), ("s1", "x2"), ("s1", "x3")]);
+    let result = policy_quorum(&entries, &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert_eq!(result.stat("standing_overspent"), 1);
+
+    // The third use seen only in the trail counts too.
+    let mut trail = trail;
+    trail.push(AuditEvent {
+        approval_id: Some("s1".to_string()),
+        ..event(5, "approval.standing_use_spent", "x3", None, None)
+    });
+    let entries = policy_run(trail, &[("q-1", "e1"), ("s1", "x1"), ("s1", "x2")]);
+    assert_verdict(&policy_quorum(&entries, &options()), Verdict::Invalid);
+}
+
+#[test]
+fn a_policy_never_exercised_or_a_withdrawn_vote_is_unknown() {
+    assert_verdict(&policy_quorum(&policy_run(Vec::new(), &[]), &options()), Verdict::Unknown);
+    let mut trail = quorum_trail(&["user:alice", "user:bob"]);
+    trail.insert(1, approval_event(0, "approval.vote_removed", "q-1", None, None));
+    assert_verdict(&policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options()), Verdict::Unknown);
 }
