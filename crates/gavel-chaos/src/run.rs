@@ -864,3 +864,23 @@ async fn audit_proofs(
     proofs.head = Some(head);
     proofs
 }
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    #[test]
+    fn spread_keeps_short_lists_and_samples_long_ones_evenly_with_both_ends() {
+        let items: Vec<u64> = (1..=10).collect();
+        assert_eq!(spread(&items, 20), items);
+        assert_eq!(spread(&items, 10), items);
+        assert_eq!(spread(&items, 4), vec![1, 4, 7, 10]);
+        assert_eq!(spread(&items, 1), vec![1]);
+        assert!(spread(&items, 0).is_empty());
+        let long: Vec<u64> = (1..=5_000).collect();
+        let sample = spread(&long, 200);
+        assert_eq!(sample.len(), 200);
+        assert_eq!((sample[0], sample[199]), (1, 5_000));
+        assert!(sample.windows(2).all(|pair| pair[0] < pair[1]), "distinct and in order");
+    }
+}
