@@ -48,12 +48,14 @@ pub const LOG_LABEL: &str = "gavel-chaos";
 pub const NAMESPACE_PORT: u16 = 7400;
 
 /// A spec for a chaos run's three nodes: the kit's defaults, with node logs
-/// marked [`LOG_LABEL`], secure with [`admin`] as first admin unless
+/// marked [`LOG_LABEL`], audit checkpoints on, secure with [`admin`] as first admin unless
 /// `insecure`. Node `i` keeps its data in `data_root/n<i>` and its log in
 /// `data_root/n<i>.log`.
 pub fn spec(binary: impl Into<PathBuf>, data_root: impl Into<PathBuf>, insecure: bool) -> ClusterSpec {
     let mut spec = ClusterSpec::new(binary, data_root);
     spec.log_label = LOG_LABEL.to_string();
+    // The audit checker reads the cosigned tree heads the run saw.
+    spec.args.push("--audit-checkpoints=true".to_string());
     if !insecure {
         spec.security = Security::secure(admin());
     }

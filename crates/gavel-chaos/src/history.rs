@@ -28,6 +28,11 @@ pub enum Entry {
     Nemesis(NemesisEvent),
     /// What one node holds after healing: written last, once per node.
     Final(FinalState),
+    /// The audit tree's head as one node answered `GetCheckpoint` during the run.
+    Checkpoint(CheckpointSeen),
+    /// The proofs read after healing: each checkpoint seen against the
+    /// final tree, and a sample of the final trail's events in it.
+    AuditProofs(AuditProofs),
 }
 
 /// The run's parameters.
@@ -43,6 +48,32 @@ pub struct Header {
     pub capabilities: Vec<CapabilityInfo>,
     /// Node ids.
     pub nodes: Vec<u64>,
+    /// The approval policy the workload set, if any (absent in older histories).
+    #[serde(default)]
+    pub policy: Option<PolicyInfo>,
+    /// The standing approvals the workload created (absent in older histories).
+    #[serde(default)]
+    pub standing: Vec<StandingInfo>,
+}
+
+/// What the policy checker needs to know about the workload's policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyInfo {
+    /// Approvals whose id starts with this were created under the policy.
+    pub approval_id_prefix: String,
+    /// Distinct eligible approving votes it needs (one factor).
+    pub k: u32,
+    /// The eligible principals (`kind:id`), the factor's group.
+    pub eligible: Vec<String>,
+}
+
+/// A standing approval the workload created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StandingInfo {
+    /// Approval id.
+    pub approval_id: String,
+    /// Uses it allows.
+    pub uses_max: u32,
 }
 
 /// What the checkers need to know about a capability.
@@ -445,6 +476,77 @@ pub struct AuditEvent {
     pub lease_id: Option<u64>,
     /// Failure or cancellation code.
     pub code: Option<String>,
+    /// The principal that caused it (the voter of `approval.vote_cast`).
+    #[serde(default)]
+    pub principal: Option<String>,
+    /// `approve` or `deny` for `approval.vote_cast` (its `vote` attribute).
+    #[serde(default)]
+    pub vote: Option<String>,
+}
+
+/// The audit tree's head as one node answered `GetCheckpoint`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointSeen {
+    /// Milliseconds since the run started.
+    pub time_ms: f64,
+    /// The node that answered.
+    pub node: u64,
+    /// Tree size (leaves).
+    pub size: u64,
+    /// Tree root, lower-case hex.
+    pub root: String,
+}
+
+/// The proofs read after healing, all against one final tree head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditProofs {
+    /// The node the proofs were read from.
+    pub node: u64,
+    /// The final tree head (`None` when it could not be read).
+    pub head: Option<TreeHead>,
+    /// One consistency proof per distinct checkpoint seen (a bounded sample).
+    pub consistency: Vec<ConsistencyRecord>,
+    /// One inclusion proof per sampled event of the final trail.
+    pub inclusion: Vec<InclusionRecord>,
+}
+
+/// A tree size and its root (lower-case hex).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TreeHead {
+    /// Leaves.
+    pub size: u64,
+    /// Root, lower-case hex.
+    pub root: String,
+}
+
+/// `GetConsistencyProof` from a checkpoint seen to the final head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsistencyRecord {
+    /// The checkpoint seen during the run.
+    pub old: TreeHead,
+    /// The proof's hashes (lower-case hex); empty on error.
+    pub proof: Vec<String>,
+    /// The newer size and root the node answered with (`None` on error).
+    pub new: Option<TreeHead>,
+    /// The error, when the proof could not be read.
+    pub error: Option<String>,
+}
+
+/// `GetInclusionProof` of one event of the final trail in the final head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InclusionRecord {
+    /// The event's cursor (leaf `cursor - 1`).
+    pub cursor: u64,
+    /// The leaf hash the node answered with (lower-case hex).
+    pub leaf_hash: String,
+    /// The audit path (lower-case hex).
+    pub proof: Vec<String>,
+    /// The tree size and root the proof is against (`None` on error).
+    pub head: Option<TreeHead>,
+    /// The event's canonical bytes, when the node still keeps them.
+    pub canonical_event: Option<String>,
+    /// The error, when the proof could not be read.
+    pub error: Option<String>,
 }
 
 /// Appends entries to a JSONL file, one line each, flushed per line.

@@ -6,7 +6,8 @@
 //! Module map:
 //! - [`history`]: the JSONL history format (invokes, completions, nemesis events).
 //! - [`checker`]: the checkers (linearizable approvals, one consumption, one
-//!   final result, fencing, retry discipline, no lost writes, liveness, coverage).
+//!   final result, fencing, retry discipline, no lost writes, liveness,
+//!   coverage, audit proofs).
 //! - [`report`]: the summary table and the SVG timeline.
 //! - [`net`]: network namespaces, veth links and iptables partitions, and the
 //!   [`net::Namespaces`] launcher that starts nodes inside them.
@@ -16,9 +17,10 @@
 //!
 //! Library errors are `thiserror` enums ([`net::NetError`],
 //! [`workload::WorkloadError`], [`run::RunError`]). The crate must not depend
-//! on the node's internals (`gavel-core`, `gavel-raft`, `gavel-server`): it
-//! drives real `gavel node` processes through `gavel-testkit`, the SDK and
-//! the public gRPC API only.
+//! on the node's internals (`gavel-raft`, `gavel-server`, and of `gavel-core`
+//! only its pure `merkle` verification, which the audit checker uses as any
+//! offline verifier would): it drives real `gavel node` processes through
+//! `gavel-testkit`, the SDK and the public gRPC API only.
 
 pub mod checker;
 pub mod cluster;

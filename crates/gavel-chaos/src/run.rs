@@ -16,7 +16,10 @@ use tonic::transport::Channel;
 
 use crate::checker::{self, CheckOptions, CheckReport, Verdict};
 use crate::cluster::{self, Cluster, Launcher, Loopback, Namespaces};
-use crate::history::{self, AuditEvent, Entry, FaultKind, FinalState, Header, OpResult};
+use crate::history::{
+    self, AuditEvent, AuditProofs, CheckpointSeen, ConsistencyRecord, Entry, FaultKind, FinalState, Header,
+    InclusionRecord, OpResult, TreeHead,
+};
 use crate::nemesis::{self, Nemesis};
 use crate::net::{self, Net, NetError};
 use crate::recorder::Recorder;
@@ -33,6 +36,16 @@ pub const EXIT_UNKNOWN: i32 = 2;
 /// Exit code: the harness itself failed (could not start the cluster, write the history, ...).
 pub const EXIT_HARNESS_CRASH: i32 = 3;
 
+/// How often one client reads `GetCheckpoint` during the run (round-robin over
+/// the nodes): often enough that heads from before every fault are recorded,
+/// rarely enough not to be part of the load.
+const CHECKPOINT_POLL: Duration = Duration::from_secs(1);
+/// At most this many distinct checkpoints seen get a consistency proof to the
+/// final head (evenly spread over the ones seen; the rest are `unknown`).
+const CONSISTENCY_SAMPLE_MAX: usize = 200;
+/// At most this many events of the final trail get an inclusion proof
+/// (evenly spread over the trail, the first and last included).
+const INCLUSION_SAMPLE_MAX: usize = 200;
 /// How long the cluster gets to elect a leader after healing (liveness).
 const LEADER_AFTER_HEAL: Duration = Duration::from_secs(10);
 /// How long unfinished executions get to finalize after healing.
@@ -358,6 +371,8 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         faults: faults.clone(),
         capabilities: workload::capabilities().into_iter().map(|(_, info)| info).collect(),
         nodes: cluster.ids(),
+        policy: None,
+        standing: Vec::new(),
     }));
     let nodes: Vec<(u64, String)> =
         cluster.ids().into_iter().filter_map(|id| Some((id, cluster.addr(id)?.to_string()))).collect();
@@ -397,6 +412,11 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         })
+    };
+
+    let checkpoints = {
+        let (recorder, stop, tls) = (recorder.clone(), observer_stop.clone(), workload.tls().cloned());
+        tokio::spawn(poll_checkpoints(recorder, nodes.clone(), tls, stop))
     };
 
     let mut actors = Vec::new();
@@ -440,6 +460,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
     }
     observer_stop.cancel();
     let _ = observer.await;
+    let _ = checkpoints.await;
     converge(&cluster, CONVERGE_TIMEOUT).await;
 
     // Final state of every node.
@@ -447,6 +468,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
     let executions = workload.executions.lock().expect("executions lock").clone();
     let changes = leader_changes.load(Ordering::Relaxed);
     let hashes = observe_state_hashes(&cluster, AGREE_TIMEOUT).await.chosen();
+    let mut trail: Vec<u64> = Vec::new();
     for (id, addr) in &nodes {
         let mut state = final_state(&cluster, *id, addr, workload.tls(), &approvals, &executions, changes).await;
         // The hash at an applied index every node reached, not whatever one
@@ -455,8 +477,24 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
             state.applied_index = Some(*applied_index);
             state.state_hash = Some(state_hash.clone());
         }
+        if state.audit.len() > trail.len() {
+            trail = state.audit.iter().map(|event| event.cursor).collect();
+        }
         recorder.write(&Entry::Final(state));
     }
+    let seen: Vec<TreeHead> = history::read_history(&out.join("history.jsonl"))?
+        .into_iter()
+        .filter_map(|entry| match entry {
+            Entry::Checkpoint(checkpoint) => Some(TreeHead { size: checkpoint.size, root: checkpoint.root }),
+            _ => None,
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let proof_node = cluster.leader().await.unwrap_or(1);
+    let proof_addr = nodes.iter().find(|(id, _)| *id == proof_node).map(|(_, addr)| addr.clone()).unwrap_or_default();
+    let proofs = audit_proofs(proof_node, &proof_addr, workload.tls(), &seen, &trail).await;
+    recorder.write(&Entry::AuditProofs(proofs));
     drop(teardown);
     let (snapshots_built, snapshots_installed) = count_snapshots(&node_logs);
 
@@ -698,6 +736,8 @@ async fn final_state(
                 attempt: event.attempt,
                 lease_id: event.lease_id,
                 code: event.code,
+                principal: event.principal,
+                vote: event.attributes.get("vote").cloned(),
             });
         }
         if page.last_cursor <= cursor {
@@ -706,4 +746,141 @@ async fn final_state(
         cursor = page.last_cursor;
     }
     state
+}
+
+/// Records the audit tree head one node answers, every [`CHECKPOINT_POLL`],
+/// round-robin over the nodes, until `stop`. A node that does not answer
+/// (killed, paused, cut off) is skipped: the history keeps what was seen.
+async fn poll_checkpoints(
+    recorder: Arc<Recorder>,
+    nodes: Vec<(u64, String)>,
+    tls: Option<gavel_client::ClientTls>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let clients: Vec<(u64, AuditServiceClient<Channel>)> = nodes
+        .iter()
+        .filter_map(|(id, addr)| Some((*id, AuditServiceClient::new(channel(addr, tls.as_ref()).ok()?))))
+        .collect();
+    for (id, client) in clients.iter().cycle() {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(CHECKPOINT_POLL) => {}
+        }
+        if let Ok(head) = client.clone().get_checkpoint(pb::GetCheckpointRequest {}).await {
+            let head = head.into_inner();
+            recorder.write(&Entry::Checkpoint(CheckpointSeen {
+                time_ms: recorder.now_ms(),
+                node: *id,
+                size: head.size,
+                root: hex::encode(&head.root),
+            }));
+        }
+    }
+}
+
+/// At most `max` items of `items`, evenly spread, the first and last included.
+fn spread<T: Clone>(items: &[T], max: usize) -> Vec<T> {
+    if items.len() <= max {
+        return items.to_vec();
+    }
+    if max < 2 {
+        return items.iter().take(max).cloned().collect();
+    }
+    (0..max).map(|step| items[step * (items.len() - 1) / (max - 1)].clone()).collect()
+}
+
+/// Reads the final tree head from one node, then a consistency proof from
+/// each checkpoint `seen` (a bounded sample) to it and an inclusion proof of
+/// each sampled cursor of the final `trail` in it. Errors are recorded, not
+/// raised: the checker judges what is missing as `unknown`.
+async fn audit_proofs(
+    node: u64,
+    addr: &str,
+    tls: Option<&gavel_client::ClientTls>,
+    seen: &[TreeHead],
+    trail: &[u64],
+) -> AuditProofs {
+    let mut proofs = AuditProofs { node, head: None, consistency: Vec::new(), inclusion: Vec::new() };
+    let Ok(channel) = channel(addr, tls) else { return proofs };
+    let audit = AuditServiceClient::new(channel);
+    let head = read_with_retries(|| {
+        let mut client = audit.clone();
+        async move { client.get_checkpoint(pb::GetCheckpointRequest {}).await }
+    })
+    .await;
+    let Ok(head) = head else { return proofs };
+    let head = head.into_inner();
+    let head = TreeHead { size: head.size, root: hex::encode(&head.root) };
+    let hexes = |hashes: &[Vec<u8>]| hashes.iter().map(hex::encode).collect::<Vec<_>>();
+    for old in spread(seen, CONSISTENCY_SAMPLE_MAX) {
+        let request = pb::GetConsistencyProofRequest { old_size: old.size, new_size: head.size };
+        let answer = read_with_retries(|| {
+            let mut client = audit.clone();
+            async move { client.get_consistency_proof(request).await }
+        })
+        .await;
+        proofs.consistency.push(match answer {
+            Ok(answer) => {
+                let answer = answer.into_inner();
+                ConsistencyRecord {
+                    old,
+                    proof: hexes(&answer.proof),
+                    new: Some(TreeHead { size: answer.new_size, root: hex::encode(&answer.new_root) }),
+                    error: None,
+                }
+            }
+            Err(status) => ConsistencyRecord { old, proof: Vec::new(), new: None, error: Some(status.to_string()) },
+        });
+    }
+    for cursor in spread(trail, INCLUSION_SAMPLE_MAX) {
+        let request = pb::GetInclusionProofRequest { index: cursor.saturating_sub(1), size: head.size };
+        let answer = read_with_retries(|| {
+            let mut client = audit.clone();
+            async move { client.get_inclusion_proof(request).await }
+        })
+        .await;
+        proofs.inclusion.push(match answer {
+            Ok(answer) => {
+                let answer = answer.into_inner();
+                InclusionRecord {
+                    cursor,
+                    leaf_hash: hex::encode(&answer.leaf_hash),
+                    proof: hexes(&answer.proof),
+                    head: Some(TreeHead { size: answer.size, root: hex::encode(&answer.root) }),
+                    canonical_event: answer.canonical_event,
+                    error: None,
+                }
+            }
+            Err(status) => InclusionRecord {
+                cursor,
+                leaf_hash: String::new(),
+                proof: Vec::new(),
+                head: None,
+                canonical_event: None,
+                error: Some(status.to_string()),
+            },
+        });
+    }
+    proofs.head = Some(head);
+    proofs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread;
+
+    #[test]
+    fn spread_keeps_short_lists_and_samples_long_ones_evenly_with_both_ends() {
+        let items: Vec<u64> = (1..=10).collect();
+        assert_eq!(spread(&items, 20), items);
+        assert_eq!(spread(&items, 10), items);
+        assert_eq!(spread(&items, 4), vec![1, 4, 7, 10]);
+        assert_eq!(spread(&items, 1), vec![1]);
+        assert!(spread(&items, 0).is_empty());
+        let long: Vec<u64> = (1..=5_000).collect();
+        let sample = spread(&long, 200);
+        assert_eq!(sample.len(), 200);
+        assert_eq!((sample[0], sample[199]), (1, 5_000));
+        assert!(sample.windows(2).all(|pair| pair[0] < pair[1]), "distinct and in order");
+    }
 }

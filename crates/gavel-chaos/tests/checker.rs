@@ -8,14 +8,17 @@ use std::collections::{BTreeSet, HashMap};
 
 use gavel_chaos::checker::lost_writes::HashObservations;
 use gavel_chaos::checker::{
-    at_most_one_consumption, check_all, coverage, fencing, linearizable_approvals, liveness, no_lost_writes,
-    one_final_result, retry_discipline, CheckOptions, CheckResult, Verdict, CHECKER_NAMES,
+    at_most_one_consumption, audit_proofs, check_all, coverage, fencing, linearizable_approvals, liveness,
+    no_lost_writes, one_final_result, policy_quorum, retry_discipline, CheckOptions, CheckResult, Verdict,
+    CHECKER_NAMES,
 };
 use gavel_chaos::history::{
-    read_history, ApprovalState, AuditEvent, CapabilityInfo, Complete, Entry, ExecutionView, FaultKind, FinalState,
-    Header, HistoryWriter, Invoke, LeaseGrant, NemesisEvent, Op, OpResult, Outcome, Phase,
+    read_history, ApprovalState, AuditEvent, AuditProofs, CapabilityInfo, CheckpointSeen, Complete, ConsistencyRecord,
+    Entry, ExecutionView, FaultKind, FinalState, Header, HistoryWriter, InclusionRecord, Invoke, LeaseGrant,
+    NemesisEvent, Op, OpResult, Outcome, Phase, PolicyInfo, StandingInfo, TreeHead,
 };
 use gavel_chaos::report::{fault_windows, run_stats, summary_table, svg_timeline};
+use gavel_core::merkle::{self, MemoryTree};
 
 // ---------------------------------------------------------------- helpers
 
@@ -40,6 +43,8 @@ fn header(faults: Vec<FaultKind>) -> Header {
             capability("upsert", "write", true, Some(1)),
         ],
         nodes: vec![1, 2, 3],
+        policy: None,
+        standing: Vec::new(),
     }
 }
 
@@ -183,6 +188,8 @@ fn event(cursor: u64, event_type: &str, execution: &str, attempt: Option<u32>, l
         attempt,
         lease_id,
         code: None,
+        principal: None,
+        vote: None,
     }
 }
 
@@ -1005,7 +1012,9 @@ fn small_run() -> History {
     let mut finals =
         three_nodes(&[("a1", ApprovalState::Consumed, Some("e1"))], vec![view("e1", "completed", 2, Some("d"))], audit);
     finals[0].leader_changes = 2;
+    let trail = finals[0].audit.clone();
     history.finals(finals);
+    history.entries.extend(audit_evidence(&trail, &[0, 2, 5, 7]));
     history
 }
 
@@ -1130,8 +1139,15 @@ fn the_svg_timeline_is_well_formed_and_shades_every_fault_window() {
 #[test]
 fn a_report_sent_after_the_lease_deadline_must_not_be_accepted() {
     use gavel_chaos::history::*;
-    let header =
-        Entry::Header(Header { seed: 1, namespaces: false, faults: vec![], capabilities: vec![], nodes: vec![1] });
+    let header = Entry::Header(Header {
+        seed: 1,
+        namespaces: false,
+        faults: vec![],
+        capabilities: vec![],
+        nodes: vec![1],
+        policy: None,
+        standing: Vec::new(),
+    });
     let report = |late: bool, outcome: Outcome| {
         vec![
             Entry::Invoke(Invoke {
@@ -1165,4 +1181,304 @@ fn a_report_sent_after_the_lease_deadline_must_not_be_accepted() {
     };
     assert_eq!(judge(report(true, Outcome::Ok)), gavel_chaos::checker::Verdict::Invalid);
     assert_ne!(judge(report(true, Outcome::Fail)), gavel_chaos::checker::Verdict::Invalid);
+}
+
+// ---------------------------------------------------------------- audit proofs
+
+/// The canonical bytes the tests give the event (what the checker reads:
+/// cursor, execution and approval).
+fn canonical(event: &AuditEvent) -> String {
+    serde_json::json!({
+        "cursor": event.cursor,
+        "kind": event.event_type,
+        "execution_id": event.execution_id,
+        "approval_id": event.approval_id,
+    })
+    .to_string()
+}
+
+fn tree_head(tree: &MemoryTree, size: u64) -> TreeHead {
+    TreeHead { size, root: hex::encode(tree.root_at(size)) }
+}
+
+fn hexes(hashes: &[merkle::Hash]) -> Vec<String> {
+    hashes.iter().map(hex::encode).collect()
+}
+
+/// What a faithful run records over `trail`: a checkpoint at each of
+/// `seen_sizes` during the run, then the final head over the whole trail,
+/// a consistency proof from each checkpoint and an inclusion proof of each
+/// event, all from a real RFC 6962 tree.
+fn audit_evidence(trail: &[AuditEvent], seen_sizes: &[u64]) -> Vec<Entry> {
+    let mut tree = MemoryTree::new();
+    for event in trail {
+        tree.push(merkle::leaf_hash(canonical(event).as_bytes()));
+    }
+    let size = tree.size();
+    let head = tree_head(&tree, size);
+    let mut entries: Vec<Entry> = seen_sizes
+        .iter()
+        .enumerate()
+        .map(|(step, &seen)| {
+            let TreeHead { size, root } = tree_head(&tree, seen);
+            Entry::Checkpoint(CheckpointSeen { time_ms: 100.0 * step as f64, node: 1 + step as u64 % 3, size, root })
+        })
+        .collect();
+    let consistency = seen_sizes
+        .iter()
+        .map(|&seen| ConsistencyRecord {
+            old: tree_head(&tree, seen),
+            proof: hexes(&merkle::consistency_proof(&tree, seen, size).expect("a consistency proof")),
+            new: Some(head.clone()),
+            error: None,
+        })
+        .collect();
+    let inclusion = trail
+        .iter()
+        .map(|event| InclusionRecord {
+            cursor: event.cursor,
+            leaf_hash: hex::encode(tree.leaf(event.cursor - 1).expect("the leaf")),
+            proof: hexes(&merkle::inclusion_proof(&tree, event.cursor - 1, size).expect("an inclusion proof")),
+            head: Some(head.clone()),
+            canonical_event: Some(canonical(event)),
+            error: None,
+        })
+        .collect();
+    entries.push(Entry::AuditProofs(AuditProofs { node: 1, head: Some(head), consistency, inclusion }));
+    entries
+}
+
+/// A small run's finals followed by faithful audit evidence.
+fn audited(seen_sizes: &[u64]) -> Vec<Entry> {
+    let trail: Vec<AuditEvent> =
+        (1..=9).map(|cursor| event(cursor, "capability.started", &format!("e{}", cursor % 4), Some(1), None)).collect();
+    let mut history = History::new();
+    history.finals(three_nodes(&[], Vec::new(), trail.clone()));
+    history.entries.extend(audit_evidence(&trail, seen_sizes));
+    history.entries
+}
+
+fn proofs_of(entries: &mut [Entry]) -> &mut AuditProofs {
+    entries
+        .iter_mut()
+        .find_map(|entry| match entry {
+            Entry::AuditProofs(proofs) => Some(proofs),
+            _ => None,
+        })
+        .expect("the history has audit proofs")
+}
+
+#[test]
+fn audit_proofs_of_a_faithful_tree_are_valid() {
+    let entries = audited(&[0, 1, 3, 4, 8, 9]);
+    let result = audit_proofs(&entries, &options());
+    assert_verdict(&result, Verdict::Valid);
+    assert_eq!(result.stat("consistency_verified"), 6);
+    assert_eq!(result.stat("inclusion_verified"), 9);
+    assert_eq!(result.stat("final_size"), 9);
+}
+
+#[test]
+fn a_forked_checkpoint_is_invalid() {
+    let mut entries = audited(&[3, 5]);
+    // A second head of size 5 whose root is not the tree's.
+    entries.push(Entry::Checkpoint(CheckpointSeen { time_ms: 1.0, node: 2, size: 5, root: hex::encode([7u8; 32]) }));
+    let result = audit_proofs(&entries, &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details.iter().any(|detail| detail.contains("fork")), "{result:#?}");
+}
+
+#[test]
+fn a_checkpoint_that_is_not_a_prefix_of_the_final_tree_is_invalid() {
+    let mut entries = audited(&[3, 6]);
+    // The run saw size 6 with another root (the leaves before it were rewritten).
+    let forged = hex::encode([9u8; 32]);
+    for entry in entries.iter_mut() {
+        if let Entry::Checkpoint(checkpoint) = entry {
+            if checkpoint.size == 6 {
+                checkpoint.root = forged.clone();
+            }
+        }
+    }
+    let proofs = proofs_of(&mut entries);
+    proofs.consistency[1].old.root = forged;
+    let result = audit_proofs(&entries, &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details.iter().any(|detail| detail.contains("not a prefix")), "{result:#?}");
+}
+
+#[test]
+fn a_tree_that_shrank_is_invalid() {
+    let mut entries = audited(&[4]);
+    entries.push(Entry::Checkpoint(CheckpointSeen { time_ms: 2.0, node: 3, size: 12, root: hex::encode([1u8; 32]) }));
+    let result = audit_proofs(&entries, &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details.iter().any(|detail| detail.contains("shrank")), "{result:#?}");
+}
+
+#[test]
+fn an_event_missing_from_the_tree_or_with_a_bad_path_is_invalid() {
+    // A bad audit path.
+    let mut entries = audited(&[4]);
+    proofs_of(&mut entries).inclusion[2].proof[0] = hex::encode([3u8; 32]);
+    let result = audit_proofs(&entries, &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details.iter().any(|detail| detail.contains("event 3 is not in the final tree")), "{result:#?}");
+
+    // An acknowledged event past the final size.
+    let mut entries = audited(&[4]);
+    proofs_of(&mut entries).inclusion[0].cursor = 40;
+    assert_verdict(&audit_proofs(&entries, &options()), Verdict::Invalid);
+
+    // A tree whose leaf 5 names another execution than the trail read there.
+    let trail: Vec<AuditEvent> =
+        (1..=6).map(|cursor| event(cursor, "capability.started", "e1", Some(1), None)).collect();
+    let mut forged = trail.clone();
+    forged[4].execution_id = Some("e-other".to_string());
+    let mut history = History::new();
+    history.finals(three_nodes(&[], Vec::new(), trail));
+    history.entries.extend(audit_evidence(&forged, &[2]));
+    let result = audit_proofs(&history.entries, &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details.iter().any(|detail| detail.contains("name execution")), "{result:#?}");
+
+    // Canonical bytes that are not the leaf's.
+    let mut entries = audited(&[4]);
+    proofs_of(&mut entries).inclusion[1].canonical_event = Some("{}".to_string());
+    let result = audit_proofs(&entries, &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details.iter().any(|detail| detail.contains("canonical bytes")), "{result:#?}");
+}
+
+#[test]
+fn missing_audit_evidence_is_unknown() {
+    // No checkpoint seen, no proofs.
+    let mut history = History::new();
+    history.finals(three_nodes(&[], Vec::new(), vec![event(1, "capability.started", "e1", Some(1), None)]));
+    assert_verdict(&audit_proofs(&history.entries, &options()), Verdict::Unknown);
+
+    // A proof that could not be read.
+    let mut entries = audited(&[2, 4]);
+    let record = &mut proofs_of(&mut entries).consistency[0];
+    record.error = Some("unavailable".to_string());
+    record.proof.clear();
+    assert_verdict(&audit_proofs(&entries, &options()), Verdict::Unknown);
+
+    // A checkpoint seen without a consistency proof.
+    let mut entries = audited(&[2, 4]);
+    proofs_of(&mut entries).consistency.pop();
+    assert_verdict(&audit_proofs(&entries, &options()), Verdict::Unknown);
+
+    // No final head.
+    let mut entries = audited(&[2]);
+    proofs_of(&mut entries).head = None;
+    assert_verdict(&audit_proofs(&entries, &options()), Verdict::Unknown);
+}
+
+// ---------------------------------------------------------------- policy_quorum
+
+/// An audit event about an approval (`vote`: approve or deny for a vote).
+fn approval_event(
+    cursor: u64,
+    event_type: &str,
+    approval: &str,
+    principal: Option<&str>,
+    vote: Option<&str>,
+) -> AuditEvent {
+    AuditEvent {
+        approval_id: Some(approval.to_string()),
+        execution_id: None,
+        principal: principal.map(str::to_string),
+        vote: vote.map(str::to_string),
+        ..event(cursor, event_type, "", None, None)
+    }
+}
+
+/// A policy of 2 of {alice, bob, carol} over `q-*`, a standing approval
+/// `s1` of 2 uses; `trail` is every node's final audit trail and
+/// `resumes` the ok resumes (approval, execution).
+fn policy_run(trail: Vec<AuditEvent>, resumes: &[(&str, &str)]) -> Vec<Entry> {
+    let mut header = header(Vec::new());
+    header.policy = Some(PolicyInfo {
+        approval_id_prefix: "q-".to_string(),
+        k: 2,
+        eligible: ["user:alice", "user:bob", "user:carol"].iter().map(|name| name.to_string()).collect(),
+    });
+    header.standing = vec![StandingInfo { approval_id: "s1".to_string(), uses_max: 2 }];
+    let mut history = History::with_header(header);
+    for (step, (approval, execution)) in resumes.iter().enumerate() {
+        let op = Op::ExecResume { execution_id: execution.to_string(), approval_id: approval.to_string() };
+        history.ok(1, 100.0 * step as f64, 100.0 * step as f64 + 5.0, op, None);
+    }
+    history.finals(three_nodes(&[], Vec::new(), trail));
+    history.entries
+}
+
+fn quorum_trail(voters: &[&str]) -> Vec<AuditEvent> {
+    let mut trail: Vec<AuditEvent> = voters
+        .iter()
+        .enumerate()
+        .map(|(step, voter)| approval_event(step as u64 + 1, "approval.vote_cast", "q-1", Some(voter), Some("approve")))
+        .collect();
+    trail.push(approval_event(voters.len() as u64 + 1, "capability.approved", "q-1", None, None));
+    trail
+}
+
+#[test]
+fn a_quorum_met_and_a_standing_approval_within_its_uses_are_valid() {
+    let mut trail = quorum_trail(&["user:alice", "user:bob"]);
+    trail.push(AuditEvent {
+        approval_id: Some("s1".to_string()),
+        ..event(4, "approval.standing_use_spent", "x1", None, None)
+    });
+    let entries = policy_run(trail, &[("q-1", "e1"), ("s1", "x1"), ("s1", "x2")]);
+    let result = policy_quorum(&entries, &options());
+    assert_verdict(&result, Verdict::Valid);
+    assert_eq!(result.stat("governed_approvals_consumed"), 1);
+}
+
+#[test]
+fn an_approval_consumed_without_its_quorum_is_invalid() {
+    // One eligible voter twice, one outsider, one deny: 1 of 2.
+    let mut trail = quorum_trail(&["user:alice", "user:alice", "user:mallory"]);
+    trail.insert(0, approval_event(10, "approval.vote_cast", "q-1", Some("user:bob"), Some("deny")));
+    trail.sort_by_key(|event| event.cursor);
+    let result = policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details[0].contains("1 distinct eligible approving votes"), "{result:#?}");
+
+    // Votes after the approval do not count.
+    let mut trail = quorum_trail(&["user:alice"]);
+    trail.push(approval_event(9, "approval.vote_cast", "q-1", Some("user:bob"), Some("approve")));
+    assert_verdict(&policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options()), Verdict::Invalid);
+
+    // Consumed with no approval in the trail at all.
+    let trail = vec![approval_event(1, "approval.vote_cast", "q-1", Some("user:alice"), Some("approve"))];
+    assert_verdict(&policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options()), Verdict::Invalid);
+}
+
+#[test]
+fn a_standing_approval_spent_beyond_its_uses_is_invalid() {
+    let trail = quorum_trail(&["user:alice", "user:carol"]);
+    let entries = policy_run(trail.clone(), &[("q-1", "e1"), ("s1", "x1"), ("s1", "x2"), ("s1", "x3")]);
+    let result = policy_quorum(&entries, &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert_eq!(result.stat("standing_overspent"), 1);
+
+    // The third use seen only in the trail counts too.
+    let mut trail = trail;
+    trail.push(AuditEvent {
+        approval_id: Some("s1".to_string()),
+        ..event(5, "approval.standing_use_spent", "x3", None, None)
+    });
+    let entries = policy_run(trail, &[("q-1", "e1"), ("s1", "x1"), ("s1", "x2")]);
+    assert_verdict(&policy_quorum(&entries, &options()), Verdict::Invalid);
+}
+
+#[test]
+fn a_policy_never_exercised_or_a_withdrawn_vote_is_unknown() {
+    assert_verdict(&policy_quorum(&policy_run(Vec::new(), &[]), &options()), Verdict::Unknown);
+    let mut trail = quorum_trail(&["user:alice", "user:bob"]);
+    trail.insert(1, approval_event(0, "approval.vote_removed", "q-1", None, None));
+    assert_verdict(&policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options()), Verdict::Unknown);
 }
