@@ -313,6 +313,7 @@ impl AuditService for Audit {
     ) -> Result<Response<pb::CosignResponse>, Status> {
         let (_, extensions, message) = request.into_parts();
         let caller = super::caller(&extensions)?;
+        check_cosignature(&self.node.app.state(), message.node_id, message.size, &message.signature)?;
         let command =
             Command::CosignCheckpoint { node_id: message.node_id, size: message.size, signature: message.signature };
         Ok(Response::new(self.node.call(caller.as_ref(), "", command).await?))
@@ -330,6 +331,30 @@ impl AuditService for Audit {
         let event: Event = self.node.call(caller.as_ref(), &request_id, command).await?;
         Ok(Response::new(pb::RecordEventResponse { event: Some(event_out(&event)) }))
     }
+}
+
+/// Checks a node's cosignature before it is proposed: it must verify with
+/// the node's registered note key over the checkpoint body this replica
+/// computes for that size, so a published checkpoint counts only
+/// signatures an auditor's `gavel audit verify --keys` accepts. (The core
+/// cannot check it at apply: Ed25519 is not in its dependencies.) A size
+/// this replica has not reached is refused `UNAVAILABLE`, and the node
+/// sends it again; an unregistered node is left to the apply's refusal.
+fn check_cosignature(state: &State, node_id: u64, size: u64, signature: &[u8]) -> Result<(), Status> {
+    let Some(public_key) = state.note_keys().get(&node_id) else {
+        return Ok(());
+    };
+    let Ok(body) = state.checkpoint_body_at(size) else {
+        return Err(Status::unavailable(format!(
+            "this node's audit tree has not reached size {size}; send the cosignature again"
+        )));
+    };
+    let key = ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public_key);
+    key.verify(body.as_bytes(), signature).map_err(|_| {
+        let message =
+            format!("node {node_id}'s cosignature of the checkpoint of size {size} does not verify with its note key");
+        domain_status(gavel_core::DomainError::new(gavel_core::ErrorCode::InvalidArgument, message))
+    })
 }
 
 #[cfg(test)]
@@ -400,5 +425,30 @@ pub(super) mod tests {
         assert_eq!(resume_point(&state, 1), Err(CursorRefusal::Dropped { dropped_to: 2 }));
         assert_eq!(resume_point(&state, 2), Ok(2));
         assert_eq!(resume_point(&state, 0), Ok(0), "0 starts at the oldest retained event");
+    }
+
+    #[test]
+    fn a_cosignature_is_checked_against_the_node_s_key_and_this_replica_s_checkpoint_body() {
+        use ring::signature::{Ed25519KeyPair, KeyPair};
+        let mut state = state_with_events(5);
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).expect("a key");
+        let key = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).expect("the key reads");
+        let register = Command::RegisterNoteKey { node_id: 1, public_key: key.public_key().as_ref().to_vec() };
+        let caller = Some(gavel_core::Caller::of(gavel_core::Principal::node(1)));
+        state.apply(&Envelope { request_id: None, now_ms: 10_000, caller, command: register });
+        let body = state.checkpoint_body_at(4).expect("a size the tree reached");
+        let signed = key.sign(body.as_bytes()).as_ref().to_vec();
+        assert!(check_cosignature(&state, 1, 4, &signed).is_ok());
+        // Another size's body, a changed byte, another key: refused before the log.
+        for (size, signature) in [(3, signed.clone()), (4, [&signed[..63], &[signed[63] ^ 1]].concat())] {
+            let refused = check_cosignature(&state, 1, size, &signature).expect_err("a bad cosignature");
+            assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+        }
+        let other = Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).expect("a key");
+        let other = Ed25519KeyPair::from_pkcs8(other.as_ref()).expect("the key reads");
+        let forged = other.sign(body.as_bytes()).as_ref().to_vec();
+        assert_eq!(check_cosignature(&state, 1, 4, &forged).expect_err("another key").code(), Code::InvalidArgument);
+        let ahead = check_cosignature(&state, 1, 99, &signed).expect_err("past this replica's tree");
+        assert_eq!(ahead.code(), Code::Unavailable);
     }
 }
