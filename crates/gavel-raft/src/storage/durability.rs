@@ -49,6 +49,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -70,7 +71,8 @@ pub(crate) struct Durability {
     requests: mpsc::Sender<Waiter>,
 }
 
-/// Resolves once the fsync thread has exited and dropped its sled handle,
+/// Resolves once the fsync thread has exited and sled has let go of its
+/// locked data file (see [`wait_for_sled_to_unlock`]),
 /// and the log's writer thread has exited too: every file is closed.
 pub(crate) type ThreadExited = oneshot::Receiver<()>;
 
@@ -87,9 +89,10 @@ impl Durability {
         let (requests, receiver) = mpsc::channel();
         let (exited_tx, exited_rx) = oneshot::channel();
         std::thread::Builder::new().name("gavel-raft-fsync".into()).spawn(move || {
-            run(db, data_file, blobs, receiver);
+            let data_file = run(db, data_file, blobs, receiver);
             // Both threads exit once the last storage handle is dropped.
             let _ = wal_writer.join();
+            wait_for_sled_to_unlock(&data_file);
             let _ = exited_tx.send(());
         })?;
         Ok((Durability { requests }, exited_rx))
@@ -106,7 +109,9 @@ impl Durability {
     }
 }
 
-fn run(db: sled::Db, data_file: File, mut blobs: BlobSyncer, receiver: mpsc::Receiver<Waiter>) {
+/// Serves durability requests until every handle is dropped, then drops its
+/// sled handle and gives the data file back.
+fn run(db: sled::Db, data_file: File, mut blobs: BlobSyncer, receiver: mpsc::Receiver<Waiter>) -> File {
     while let Ok(first) = receiver.recv() {
         // Group commit: everyone who queued up while the previous fsync ran
         // is served by this one.
@@ -119,6 +124,36 @@ fn run(db: sled::Db, data_file: File, mut blobs: BlobSyncer, receiver: mpsc::Rec
         for waiter in group {
             waiter.complete(&result);
         }
+    }
+    data_file
+}
+
+/// How long the exit signal waits for sled's background work to let go of
+/// its data file before it is sent anyway (and a reopen may then fail).
+const SLED_UNLOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until sled's exclusive lock on its data file is released.
+///
+/// Dropping the last `sled::Db` does not close the file at once: sled 0.34
+/// hands segment writes to its own thread pool, and a task still running
+/// there holds the configuration that owns the locked file. A reopen in the
+/// same process before that task ends fails with "could not acquire lock".
+/// sled locks with `flock` (through `fs2`), which conflicts between two open
+/// descriptions of the same file, so taking the lock on our own descriptor
+/// succeeds exactly when sled's is gone. Ours is released on return.
+fn wait_for_sled_to_unlock(data_file: &File) {
+    use fs2::FileExt;
+    let deadline = Instant::now() + SLED_UNLOCK_WAIT;
+    loop {
+        if data_file.try_lock_exclusive().is_ok() {
+            let _ = FileExt::unlock(data_file);
+            return;
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!("sled still holds its data file {} s after the store closed", SLED_UNLOCK_WAIT.as_secs());
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
