@@ -154,8 +154,8 @@ pub enum ApprovalState {
     Cancelled,
     /// Pending past its expiry (the workload uses long expiries).
     Expired,
-    /// Voided by a policy change (the workload sets no policies, but reads
-    /// it if seen).
+    /// Voided by a policy change (the workload sets its policy once, before
+    /// any approval it governs exists, so it never sees one; read if seen).
     Voided,
 }
 
@@ -216,6 +216,22 @@ pub enum Op {
         /// Worker id.
         worker_id: String,
     },
+    /// CastVote on an approval a policy governs, as `voter`.
+    VoteCast {
+        /// Approval id.
+        id: String,
+        /// The voting principal (`kind:id`), whose certificate the call used.
+        voter: String,
+        /// Approve (true) or deny (false).
+        approve: bool,
+    },
+    /// WithdrawVote of `voter`'s own vote.
+    VoteWithdraw {
+        /// Approval id.
+        id: String,
+        /// The withdrawing principal (`kind:id`).
+        voter: String,
+    },
     /// A worker's Report of one attempt under a lease.
     WorkerReport {
         /// Execution id.
@@ -244,11 +260,15 @@ impl Op {
             Op::ExecCancel { .. } => "exec_cancel",
             Op::ExecGet { .. } => "exec_get",
             Op::WorkerPoll { .. } => "worker_poll",
+            Op::VoteCast { .. } => "vote_cast",
+            Op::VoteWithdraw { .. } => "vote_withdraw",
             Op::WorkerReport { .. } => "worker_report",
         }
     }
 
-    /// The approval id of an approval operation.
+    /// The approval id of an approval register operation (create, decide,
+    /// consume, get). Votes are not register operations: the policy checker
+    /// judges them from the audit trail.
     pub fn approval_id(&self) -> Option<&str> {
         match self {
             Op::ApprovalCreate { id }

@@ -7,10 +7,12 @@
 //! - [`history`]: the JSONL history format (invokes, completions, nemesis events).
 //! - [`checker`]: the checkers (linearizable approvals, one consumption, one
 //!   final result, fencing, retry discipline, no lost writes, liveness,
-//!   coverage, audit proofs).
+//!   coverage, audit proofs, policy quorum).
 //! - [`report`]: the summary table and the SVG timeline.
 //! - [`net`]: network namespaces, veth links and iptables partitions, and the
 //!   [`net::Namespaces`] launcher that starts nodes inside them.
+//! - [`workload`]: the seeded clients and workers (and [`workload::policy`]:
+//!   the quorum policy, votes and standing approvals).
 //! - [`cluster`]: the node processes, a [`gavel_testkit::Cluster`] (spawn,
 //!   SIGKILL, SIGSTOP/SIGCONT, restart, status).
 //! - [`run`]: one run from start to verdict.

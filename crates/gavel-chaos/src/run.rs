@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gavel_pki::GrantName;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::audit_service_client::AuditServiceClient;
@@ -145,6 +146,13 @@ pub struct ChaosArgs {
     /// Workers.
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
+    /// Clients that vote on approvals the run's quorum policy governs and
+    /// resume them (secure runs only: a vote is its caller's own).
+    #[arg(long, default_value_t = 2)]
+    pub quorum_clients: usize,
+    /// Clients that spend the run's standing approvals, more callers than uses.
+    #[arg(long, default_value_t = 1)]
+    pub standing_clients: usize,
     /// Minimum late reports for the coverage check.
     #[arg(long, default_value_t = 20)]
     pub min_late_reports: u64,
@@ -365,15 +373,6 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         cluster.ids().into_iter().filter_map(|id| Some(cluster.log_path(id)?.to_path_buf())).collect();
 
     let recorder = Arc::new(Recorder::create(&out.join("history.jsonl"))?);
-    recorder.write(&Entry::Header(Header {
-        seed,
-        namespaces,
-        faults: faults.clone(),
-        capabilities: workload::capabilities().into_iter().map(|(_, info)| info).collect(),
-        nodes: cluster.ids(),
-        policy: None,
-        standing: Vec::new(),
-    }));
     let nodes: Vec<(u64, String)> =
         cluster.ids().into_iter().filter_map(|id| Some((id, cluster.addr(id)?.to_string()))).collect();
     let config = WorkloadConfig {
@@ -381,17 +380,46 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         approval_clients: args.approval_clients,
         submitters: args.submitters,
         workers: args.workers,
+        quorum_clients: args.quorum_clients,
+        standing_clients: args.standing_clients,
     };
-    let workload_tls = if cluster.is_secure() {
+    let (workload_tls, voters) = if cluster.is_secure() {
         let principal = cluster::workload_principal();
         cluster.grant(&principal, &cluster::WORKLOAD_GRANTS, GRANT_TIMEOUT).await?;
-        Some(cluster.credentials(&principal)?)
+        let mut voters = Vec::new();
+        for voter in workload::policy::voter_principals() {
+            cluster.grant(&voter, &[GrantName::Approver], GRANT_TIMEOUT).await?;
+            let tls = cluster.credentials(&voter)?;
+            voters.push((voter, tls));
+        }
+        (Some(cluster.credentials(&principal)?), voters)
     } else {
-        eprintln!("gavel chaos: --insecure: plaintext, no authentication");
+        eprintln!(
+            "gavel chaos: --insecure: plaintext, no authentication, so no quorum policy (a vote is its caller's)"
+        );
+        (None, Vec::new())
+    };
+    let workload = Arc::new(Workload::new(recorder.clone(), nodes.clone(), config, workload_tls)?.with_voters(voters));
+    let admin_tls = cluster.client_config().tls;
+    workload.register(admin_tls.clone()).await?;
+    // The policy and the standing approvals are set up before the history's
+    // header, which records them for the policy checker.
+    let policy = if cluster.is_secure() {
+        workload.set_policy(admin_tls, &cluster::workload_principal()).await?;
+        Some(workload::policy::policy_info())
+    } else {
         None
     };
-    let workload = Arc::new(Workload::new(recorder.clone(), nodes.clone(), config, workload_tls)?);
-    workload.register(cluster.client_config().tls).await?;
+    let standing = workload.create_standing().await;
+    recorder.write(&Entry::Header(Header {
+        seed,
+        namespaces,
+        faults: faults.clone(),
+        capabilities: workload::capabilities().into_iter().map(|(_, info)| info).collect(),
+        nodes: cluster.ids(),
+        policy,
+        standing: standing.clone(),
+    }));
 
     // Leader observer: counts leader changes as the harness sees them.
     let leader_changes = Arc::new(AtomicU64::new(0));
@@ -425,6 +453,13 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
     }
     for index in 0..args.submitters {
         actors.push(tokio::spawn(workload.clone().submitter(index)));
+    }
+    for index in 0..args.quorum_clients {
+        actors.push(tokio::spawn(workload.clone().quorum_client(index)));
+    }
+    let standing_ids: Vec<String> = standing.into_iter().map(|info| info.approval_id).collect();
+    for index in 0..args.standing_clients {
+        actors.push(tokio::spawn(workload.clone().standing_client(index, standing_ids.clone())));
     }
     let mut workers = Vec::new();
     for index in 0..args.workers {

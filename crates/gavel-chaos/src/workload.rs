@@ -9,6 +9,9 @@
 //!   approve and resume it), sometimes cancel them, and read them until final.
 //! - **Workers** poll, then succeed, fail retryably or fatally, are slow,
 //!   crash (never report), or stall past the lease deadline and report late.
+//! - **Quorum and standing clients** ([`policy`]) vote on approvals a
+//!   policy governs and resume them, and spend standing approvals with more
+//!   callers than uses (issue #25).
 //!
 //! Mutations go through a fresh SDK client whose first endpoint is the node
 //! chosen for that operation (followers forward to the leader); reads go to
@@ -31,6 +34,8 @@ use crate::history::{ApprovalState, CapabilityInfo, ExecutionView, LeaseGrant, O
 use crate::recorder::Recorder;
 use crate::rng::Rng;
 
+pub mod policy;
+
 /// The queue every chaos capability uses.
 pub const QUEUE: &str = "chaos";
 
@@ -49,6 +54,15 @@ pub enum WorkloadError {
         /// The parse error.
         #[source]
         source: tonic::transport::Error,
+    },
+    /// The cluster kept refusing a setup step (the policy).
+    #[error("cannot set up {what}: {source}")]
+    Setup {
+        /// What was being set up.
+        what: String,
+        /// The last refusal.
+        #[source]
+        source: Error,
     },
     /// The cluster kept refusing to register a capability.
     #[error("cannot register capability {capability}: {source}")]
@@ -72,11 +86,22 @@ pub struct WorkloadConfig {
     pub submitters: usize,
     /// Workers.
     pub workers: usize,
+    /// Clients that vote on governed approvals and resume them.
+    pub quorum_clients: usize,
+    /// Clients that spend standing approvals.
+    pub standing_clients: usize,
 }
 
 impl Default for WorkloadConfig {
     fn default() -> Self {
-        WorkloadConfig { seed: 1, approval_clients: 3, submitters: 3, workers: 4 }
+        WorkloadConfig {
+            seed: 1,
+            approval_clients: 3,
+            submitters: 3,
+            workers: 4,
+            quorum_clients: 2,
+            standing_clients: 1,
+        }
     }
 }
 
@@ -104,6 +129,8 @@ pub struct Workload {
     pub late_reports: AtomicU64,
     /// The workload principal's TLS (none on an insecure cluster).
     tls: Option<ClientTls>,
+    /// The voters (`kind:id`) and their TLS; none on an insecure cluster.
+    voters: Vec<(String, ClientTls)>,
     config: WorkloadConfig,
 }
 
@@ -254,6 +281,7 @@ impl Workload {
             executions: Mutex::new(Vec::new()),
             late_reports: AtomicU64::new(0),
             tls,
+            voters: Vec::new(),
             config,
         })
     }
@@ -321,8 +349,25 @@ impl Workload {
         F: FnOnce(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, Error>>,
     {
+        self.mutate_as(process, node, op, self.tls.clone(), call, view).await
+    }
+
+    /// [`Workload::mutate`] dialling with `tls` (a voter's certificate).
+    async fn mutate_as<T, F, Fut>(
+        &self,
+        process: u64,
+        node: usize,
+        op: Op,
+        tls: Option<ClientTls>,
+        call: F,
+        view: impl Fn(&T) -> OpResult,
+    ) -> Option<T>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
         let op_id = self.recorder.invoke(process, self.nodes[node].0, op);
-        match call(self.client(node)).await {
+        match call(self.client_with(node, tls)).await {
             Ok(response) => {
                 self.recorder.complete(op_id, process, Outcome::Ok, Some(view(&response)), None);
                 Some(response)
@@ -573,23 +618,42 @@ impl Workload {
         if self.client(rng.below(nodes) as usize).decide_approval(decide).await.is_err() {
             return;
         }
+        self.resume(rng.below(nodes) as usize, execution_id, approval_id).await;
+    }
+
+    /// Resumes `execution_id` with `approval_id` through node index `node`
+    /// (recorded). An execution the resume may have created is added to the
+    /// ones drained and read at the end.
+    async fn resume(&self, node: usize, execution_id: &str, approval_id: &str) {
         let request = pb::ResumeRequest {
             approval_id: approval_id.to_string(),
             execution_id: Some(execution_id.to_string()),
             ..Default::default()
         };
         let process = self.recorder.process();
-        self.mutate(
+        let op_id = self.recorder.invoke(
             process,
-            rng.below(nodes) as usize,
+            self.nodes[node].0,
             Op::ExecResume { execution_id: execution_id.to_string(), approval_id: approval_id.to_string() },
-            |client| async move { client.resume(request).await },
-            |response| match &response.execution {
-                Some(execution) => OpResult::Execution(execution_view(execution)),
-                None => OpResult::Reported,
-            },
-        )
-        .await;
+        );
+        let (outcome, result, error) = match self.client(node).resume(request).await {
+            Ok(response) => {
+                let view = match &response.execution {
+                    Some(execution) => OpResult::Execution(execution_view(execution)),
+                    None => OpResult::Reported,
+                };
+                (Outcome::Ok, Some(view), None)
+            }
+            Err(error) if definite(&error) => (Outcome::Fail, None, Some(error.code().to_string())),
+            Err(error) => (Outcome::Info, None, Some(error.to_string())),
+        };
+        if outcome != Outcome::Fail {
+            let mut executions = self.executions.lock().expect("executions lock");
+            if !executions.iter().any(|known| known == execution_id) {
+                executions.push(execution_id.to_string());
+            }
+        }
+        self.recorder.complete(op_id, process, outcome, result, error);
     }
 
     /// One worker: poll, behave as the seed says, report.

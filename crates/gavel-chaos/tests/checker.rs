@@ -1476,9 +1476,55 @@ fn a_standing_approval_spent_beyond_its_uses_is_invalid() {
 }
 
 #[test]
-fn a_policy_never_exercised_or_a_withdrawn_vote_is_unknown() {
+fn a_policy_never_exercised_or_a_vote_removed_by_a_grant_change_is_unknown() {
     assert_verdict(&policy_quorum(&policy_run(Vec::new(), &[]), &options()), Verdict::Unknown);
     let mut trail = quorum_trail(&["user:alice", "user:bob"]);
     trail.insert(1, approval_event(0, "approval.vote_removed", "q-1", None, None));
     assert_verdict(&policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options()), Verdict::Unknown);
+}
+
+#[test]
+fn a_withdrawn_vote_does_not_count_unless_cast_again() {
+    let vote = |cursor, voter| approval_event(cursor, "approval.vote_cast", "q-1", Some(voter), Some("approve"));
+    let withdrawn = |cursor, voter| approval_event(cursor, "approval.vote_withdrawn", "q-1", Some(voter), None);
+    let approved = |cursor| approval_event(cursor, "capability.approved", "q-1", None, None);
+    // alice votes, withdraws; bob approves: 1 standing vote of 2.
+    let trail = vec![vote(1, "user:alice"), withdrawn(2, "user:alice"), vote(3, "user:bob"), approved(4)];
+    let result = policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options());
+    assert_verdict(&result, Verdict::Invalid);
+    assert!(result.details[0].contains("1 distinct eligible approving votes"), "{result:#?}");
+
+    // alice votes again before bob: 2 of 2.
+    let trail = vec![
+        vote(1, "user:alice"),
+        withdrawn(2, "user:alice"),
+        vote(3, "user:alice"),
+        vote(4, "user:bob"),
+        approved(5),
+    ];
+    assert_verdict(&policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options()), Verdict::Valid);
+}
+
+#[test]
+fn the_requesters_vote_never_counts_towards_the_quorum() {
+    // The workload principal created q-1 and is not in the header's eligible
+    // list: a node that counted its vote approved with 1 eligible vote.
+    let trail = quorum_trail(&["service:chaos-workload", "user:carol"]);
+    let result = policy_quorum(&policy_run(trail, &[("q-1", "e1")]), &options());
+    assert_verdict(&result, Verdict::Invalid);
+}
+
+#[test]
+fn a_standing_approval_spent_within_its_uses_is_not_a_double_consumption() {
+    let trail = quorum_trail(&["user:alice", "user:bob"]);
+    let entries = policy_run(trail, &[("q-1", "e1"), ("s1", "x1"), ("s1", "x2")]);
+    assert_verdict(&at_most_one_consumption(&entries, &options()), Verdict::Valid);
+    assert_verdict(&linearizable_approvals(&entries, &options()), Verdict::Valid);
+    assert_verdict(&policy_quorum(&entries, &options()), Verdict::Valid);
+
+    // The same two resumes of a one-use approval are a double consumption.
+    let trail = quorum_trail(&["user:alice", "user:bob"]);
+    let entries = policy_run(trail, &[("q-1", "e1"), ("q-1", "e2")]);
+    assert_verdict(&at_most_one_consumption(&entries, &options()), Verdict::Invalid);
+    assert_verdict(&linearizable_approvals(&entries, &options()), Verdict::Invalid);
 }

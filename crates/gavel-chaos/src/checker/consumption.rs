@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{is_readable, state_name, CheckOptions, CheckResult, Findings};
 use crate::history::{ApprovalState, Entry, Op, OpResult, Outcome};
 
-/// Checks that each approval was consumed by at most one execution:
+/// Checks that each approval was consumed by at most one execution (a
+/// standing approval the header lists is left to `policy_quorum`):
 ///
 /// - the execution ids of all `ok` consumes (`ApprovalConsume`, and
 ///   `ExecResume`, which consumes its approval) of one approval are one and
@@ -24,6 +25,8 @@ use crate::history::{ApprovalState, Entry, Op, OpResult, Outcome};
 pub fn at_most_one_consumption(history: &[Entry], options: &CheckOptions) -> CheckResult {
     let mut findings = Findings::new("at_most_one_consumption", options);
     let operations = super::operations(history);
+    // A standing approval is spent up to N times: `policy_quorum` bounds it.
+    let standing = super::standing_ids(history);
     // Per approval: consumers by ok consume, and consumers named by views.
     let mut consumers: BTreeMap<&str, BTreeMap<&str, Vec<u64>>> = BTreeMap::new();
     let mut named: BTreeMap<&str, BTreeMap<&str, Vec<String>>> = BTreeMap::new();
@@ -33,7 +36,9 @@ pub fn at_most_one_consumption(history: &[Entry], options: &CheckOptions) -> Che
             continue;
         }
         match operation.op {
-            Op::ApprovalConsume { id, execution_id } | Op::ExecResume { approval_id: id, execution_id } => {
+            Op::ApprovalConsume { id, execution_id } | Op::ExecResume { approval_id: id, execution_id }
+                if !standing.contains(id.as_str()) =>
+            {
                 ok_consumes += 1;
                 consumers.entry(id).or_default().entry(execution_id).or_default().push(operation.op_id);
             }

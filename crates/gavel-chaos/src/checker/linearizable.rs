@@ -25,6 +25,9 @@
 //! - `info` create/decide/consume/resume: may take effect at any point after
 //!   its invoke, or never (its completion is +infinity).
 //!
+//! A standing approval the header lists is left out: it is spent up to N
+//! times by design, and `policy_quorum` bounds its uses.
+//!
 //! An approval id with no create operation in the history at all was created
 //! and decided outside the recorded operations (a submit of a capability that
 //! requires approval creates it; the workload decides it unrecorded before
@@ -198,13 +201,15 @@ enum Search {
 pub fn linearizable_approvals(history: &[Entry], options: &CheckOptions) -> CheckResult {
     let mut findings = Findings::new("linearizable_approvals", options);
     let operations = super::operations(history);
+    let standing = super::standing_ids(history);
     let mut by_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (index, operation) in operations.iter().enumerate() {
         let key = match operation.op {
             Op::ExecResume { approval_id, .. } => Some(approval_id.as_str()),
             op => op.approval_id(),
         };
-        if let Some(key) = key {
+        // A standing approval is spent up to N times: not this register.
+        if let Some(key) = key.filter(|key| !standing.contains(key)) {
             by_key.entry(key).or_default().push(index);
         }
     }

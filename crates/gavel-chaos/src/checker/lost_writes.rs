@@ -251,7 +251,9 @@ pub fn no_lost_writes(history: &[Entry], options: &CheckOptions) -> CheckResult 
             untracked += 1;
         }
         let skip = match operation.op {
+            // A vote's effect is judged by `policy_quorum` from the trail.
             Op::ApprovalGet { .. } | Op::ExecGet { .. } | Op::WorkerPoll { .. } => true,
+            Op::VoteCast { .. } | Op::VoteWithdraw { .. } => true,
             Op::ApprovalCreate { .. } | Op::ApprovalDecide { .. } | Op::ApprovalConsume { .. } => !approval_tracked,
             Op::ExecSubmit { capability, .. } => {
                 requires_approval.contains(capability.as_str())
@@ -298,7 +300,11 @@ pub fn no_lost_writes(history: &[Entry], options: &CheckOptions) -> CheckResult 
                         };
                         execution_check(node, execution_id, |view| wanted == "present" || view.status == wanted, wanted)
                     }
-                    Op::ApprovalGet { .. } | Op::ExecGet { .. } | Op::WorkerPoll { .. } => Seen::Kept,
+                    Op::ApprovalGet { .. }
+                    | Op::ExecGet { .. }
+                    | Op::WorkerPoll { .. }
+                    | Op::VoteCast { .. }
+                    | Op::VoteWithdraw { .. } => Seen::Kept,
                 };
                 (node.node, seen)
             })

@@ -30,10 +30,15 @@
 //!    tree (verified consistency proofs), and sampled events of the final
 //!    trail are in it (verified inclusion proofs).
 //!
-//! [`policy_quorum`] (issue #25: no approval consumed without its quorum, no
-//! standing approval spent beyond its uses) is tested on hand-made histories
-//! but not yet part of [`check_all`]: the workload does not yet set a policy,
-//! vote or create standing approvals.
+//! 10. [`policy_quorum`]: no approval the header's policy governs was
+//!     consumed without k distinct eligible approving votes standing before
+//!     its approval in the final trail, and no standing approval of the
+//!     header was spent by more executions than its uses (issue #25).
+//!
+//! A standing approval (listed in the header) is spent up to N times by
+//! design, so it is not a one-shot register: [`linearizable_approvals`] and
+//! [`at_most_one_consumption`] leave its id to [`policy_quorum`], which
+//! bounds its uses instead ([`standing_ids`]).
 //!
 //! Operations are paired by `op_id` ([`operations`]); an invoke without a
 //! completion counts as `info` (it may or may not have happened).
@@ -70,7 +75,7 @@ pub use policy::policy_quorum;
 pub use retry::retry_discipline;
 
 /// The checkers' names, in the order [`check_all`] reports them.
-pub const CHECKER_NAMES: [&str; 9] = [
+pub const CHECKER_NAMES: [&str; 10] = [
     "linearizable_approvals",
     "at_most_one_consumption",
     "one_final_result",
@@ -80,6 +85,7 @@ pub const CHECKER_NAMES: [&str; 9] = [
     "liveness",
     "coverage",
     "audit_proofs",
+    "policy_quorum",
 ];
 
 /// A checker's judgement.
@@ -247,6 +253,7 @@ pub fn check_all(history: &[Entry], options: &CheckOptions) -> CheckReport {
         liveness(history, options),
         coverage(history, options),
         audit_proofs(history, options),
+        policy_quorum(history, options),
     ])
 }
 
@@ -342,6 +349,14 @@ pub fn operations(history: &[Entry]) -> Vec<Operation<'_>> {
     operations
 }
 
+/// The ids of the standing approvals the header lists: approvals a run
+/// spends up to their `uses_max` times, judged by [`policy_quorum`] only.
+pub fn standing_ids(history: &[Entry]) -> BTreeSet<&str> {
+    header(history)
+        .map(|header| header.standing.iter().map(|info| info.approval_id.as_str()).collect())
+        .unwrap_or_default()
+}
+
 /// The history's header, if it has one.
 pub fn header(history: &[Entry]) -> Option<&Header> {
     history.iter().find_map(|entry| match entry {
@@ -431,6 +446,10 @@ pub fn op_label(op: &Op) -> String {
             "report({execution_id}, attempt {attempt}, lease {lease_id}, {report}{})",
             if *late { ", late" } else { "" }
         ),
+        Op::VoteCast { id, voter, approve } => {
+            format!("vote({id}, {voter}, {})", if *approve { "approve" } else { "deny" })
+        }
+        Op::VoteWithdraw { id, voter } => format!("withdraw_vote({id}, {voter})"),
     }
 }
 

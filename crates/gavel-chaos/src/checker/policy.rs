@@ -9,8 +9,12 @@ use crate::history::{ApprovalState, AuditEvent, Entry, Op, Outcome};
 
 /// The audit event of an approving or denying vote.
 const VOTE_CAST: &str = "approval.vote_cast";
-/// The audit event of a vote withdrawn: one before the approval makes the
-/// count `unknown` (the history does not record whose vote it removed).
+/// The audit event of a voter withdrawing its own vote (its principal is
+/// the voter): the vote no longer counts.
+const VOTE_WITHDRAWN: &str = "approval.vote_withdrawn";
+/// The audit event of a vote removed by a grant change: one before the
+/// approval makes the count `unknown` (the history does not record whose
+/// vote it removed; the chaos workload never revokes a grant).
 const VOTE_REMOVED: &str = "approval.vote_removed";
 /// The audit event of the decision that approved.
 const APPROVED: &str = "capability.approved";
@@ -25,10 +29,14 @@ const STANDING_USE: &str = "approval.standing_use_spent";
 ///   consumed, or a standing use in the trail) has a `capability.approved`
 ///   event in the final audit trail, and before that event at least `k`
 ///   distinct principals of the eligible group cast an approving vote
-///   (`approval.vote_cast` with `vote` = `approve`) on it. Consumed without
-///   an approval event, or approved with fewer than `k` eligible votes
-///   before it, is `invalid`; a vote withdrawal in between is `unknown`
-///   (the count cannot be settled from the trail);
+///   (`approval.vote_cast` with `vote` = `approve`) on it that still stood
+///   when it was approved: the trail is replayed in order, and a voter's
+///   `approval.vote_withdrawn` takes its vote away. Consumed without an
+///   approval event, or approved with fewer than `k` standing eligible
+///   votes before it, is `invalid`; a vote removed by a grant change in
+///   between (`approval.vote_removed`, whose voter the history does not
+///   keep) is `unknown`. `eligible` must leave the requester out: its vote
+///   never counts, so a bug that counted it is caught here;
 /// - **standing**: each standing approval of the header was spent by at
 ///   most `uses_max` distinct executions, counting both the executions of
 ///   its `ok` resumes and the executions of its `approval.standing_use_spent`
@@ -90,12 +98,21 @@ pub fn policy_quorum(history: &[Entry], options: &CheckOptions) -> CheckResult {
                 findings.unknown(format!("approval {id}: a vote was withdrawn before it was approved"));
                 continue;
             }
-            let voters: BTreeSet<&str> = before
-                .iter()
-                .filter(|event| event.event_type == VOTE_CAST && event.vote.as_deref() == Some("approve"))
-                .filter_map(|event| event.principal.as_deref())
-                .filter(|principal| eligible.contains(principal))
-                .collect();
+            // Replay the votes: the ones standing when it was approved count.
+            let mut voters: BTreeSet<&str> = BTreeSet::new();
+            for event in before {
+                let Some(principal) = event.principal.as_deref() else { continue };
+                match event.event_type.as_str() {
+                    VOTE_CAST if event.vote.as_deref() == Some("approve") => {
+                        voters.insert(principal);
+                    }
+                    VOTE_CAST | VOTE_WITHDRAWN => {
+                        voters.remove(principal);
+                    }
+                    _ => {}
+                }
+            }
+            voters.retain(|principal| eligible.contains(principal));
             if voters.len() < policy.k as usize {
                 findings.invalid(format!(
                     "approval {id} was consumed with {} distinct eligible approving votes before it was approved \

@@ -135,7 +135,7 @@ pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
 }
 
 /// The input text: given inline, or read from the file after `@`.
-fn read_input(input: &str) -> Result<String, CommandError> {
+pub(crate) fn read_input(input: &str) -> Result<String, CommandError> {
     match input.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|error| CommandError::Other(anyhow::anyhow!("reading input file {path}: {error}"))),

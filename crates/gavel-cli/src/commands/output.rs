@@ -206,7 +206,7 @@ pub fn approval_json(approval: &pb::Approval) -> Value {
             "decidedAtMs": decision.decided_at_ms,
         })
     });
-    json!({
+    let mut document = json!({
         "id": approval.id,
         "status": approval_status(approval.status),
         "capabilityId": approval.capability_id,
@@ -225,7 +225,22 @@ pub fn approval_json(approval: &pb::Approval) -> Value {
         "allowSelfApproval": approval.allow_self_approval,
         "decision": decision,
         "consumedByExecutionId": approval.consumed_by_execution_id,
-    })
+    });
+    // Only on a governed or a standing approval, so the documents of the
+    // others keep their keys.
+    if let Some(quorum) = &approval.quorum {
+        document["quorum"] = super::policy::quorum_json(quorum);
+    }
+    if let Some(standing) = &approval.standing {
+        let terms = standing.terms.clone().unwrap_or_default();
+        document["standing"] = json!({
+            "usesMax": terms.uses_max,
+            "windowMs": terms.window_ms,
+            "boundPointers": terms.bound_pointers,
+            "usedBy": standing.used_by,
+        });
+    }
+    document
 }
 
 /// A registered capability version: its spec with the keys of the capability

@@ -127,11 +127,9 @@ pub async fn votes(client: &Client, approval_id: String, json: bool) -> Result<(
     if json {
         return output::print_json(&json!({ "quorum": quorum_json(&quorum) }));
     }
-    let factors: Vec<String> =
-        quorum.factors.iter().map(|factor| format!("{} {}/{}", factor.name, factor.counted, factor.k)).collect();
     output::print(&output::key_values(&[
         ("policy", format!("{} (version {})", quorum.policy, quorum.policy_version)),
-        ("factors", factors.join(", ")),
+        ("factors", factors_text(&quorum)),
         ("denials", format!("{}/{}", quorum.denials, quorum.deny_threshold)),
     ]))?;
     let mut table = Table::new(&["PRINCIPAL", "VOTE", "COUNTS_FOR", "ELIGIBLE", "SELF", "CAST"]);
@@ -146,6 +144,13 @@ pub async fn votes(client: &Client, approval_id: String, json: bool) -> Result<(
         ]);
     }
     output::print(&table.render())
+}
+
+/// Each factor's counted votes against its k: `finance 1/1, legal 0/1`.
+pub fn factors_text(quorum: &pb::Quorum) -> String {
+    let factors: Vec<String> =
+        quorum.factors.iter().map(|factor| format!("{} {}/{}", factor.name, factor.counted, factor.k)).collect();
+    factors.join(", ")
 }
 
 /// An approval's quorum as JSON.
