@@ -25,9 +25,7 @@
 //! after the read barrier. An insecure node (`--insecure`) serves plaintext
 //! with `caller = None`, exactly as before authentication existed.
 
-pub mod app;
 pub mod checkpointer;
-pub mod cold_store;
 pub mod connections;
 pub mod convert;
 pub mod health;
@@ -44,3 +42,7 @@ pub mod services;
 pub mod ticker;
 pub mod tls;
 pub mod trace;
+
+// The state machine's storage lives in `gavel-store`; its modules keep
+// their old paths here until the edge names them from there.
+pub use gavel_store::{app, cold_store};
