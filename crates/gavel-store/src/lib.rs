@@ -4,7 +4,8 @@
 //! entries to (`gavel_raft::Application`): the core `State`, its snapshots
 //! and restores, and the wake-up of readers on every apply.
 //! [`cold_store::RedbColdStore`] keeps the cold records and the checkpoints
-//! in `<data-dir>/cold.redb`.
+//! in `<data-dir>/cold.redb`. [`restore::seed_data_dir`] seeds a new node's
+//! data directory from a backup's state.
 //!
 //! It depends on `gavel-core` (the state machine) and `gavel-raft` (the
 //! `Application` trait it implements), never on `gavel-server`, tonic or
@@ -13,3 +14,4 @@
 
 pub mod app;
 pub mod cold_store;
+pub mod restore;
