@@ -2,10 +2,11 @@
 //! (`gavel.v1`), forwards what it cannot serve to the leader, runs the
 //! leader-side ticker. The `gavel` binary that runs it lives in `gavel-cli`.
 //!
-//! It depends on `gavel-core` (the state machine), `gavel-proto` (the API) and
-//! `gavel-raft` (consensus and storage); openraft's types stay inside
-//! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`]
-//! (with [`cold_store::RedbColdStore`], the cold records in `<data-dir>/cold.redb`),
+//! It depends on `gavel-core` (the state machine), `gavel-proto` (the API),
+//! `gavel-raft` (consensus and the log) and `gavel-store` (the state
+//! machine's storage: `CoreApp`, the cold store in `<data-dir>/cold.redb`,
+//! and the read port every read of state goes through); openraft's types
+//! stay inside `gavel-raft`. Key types: [`node::Node`], [`server::start`],
 //! [`metrics`] (Prometheus metrics and their `GET /metrics` listener),
 //! [`overload`] (bounds on calls taken at once, [`limits`]), [`quota`]
 //! (per-principal quotas checked before proposing, with writes in flight), [`trace`]
@@ -42,7 +43,3 @@ pub mod services;
 pub mod ticker;
 pub mod tls;
 pub mod trace;
-
-// The state machine's storage lives in `gavel-store`; its modules keep
-// their old paths here until the edge names them from there.
-pub use gavel_store::{app, cold_store};

@@ -174,16 +174,24 @@ impl CoreApp {
         self.cold_pending_max.store(writes, Ordering::Relaxed);
     }
 
-    /// Locks the state for a read. Hold it briefly: apply waits on it.
-    pub fn state(&self) -> MutexGuard<'_, State> {
+    /// Locks the state. Hold it briefly: apply waits on it. Readers
+    /// outside this crate go through [`crate::reads::ReadPort`].
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock means apply hit a broken invariant;
         // the process is already crashing, so poisoning is not recoverable.
         self.state.lock().expect("state lock poisoned by a failed invariant")
     }
 
-    /// A receiver that changes each time a command is applied (its value is the log index).
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    /// A receiver that changes each time a command is applied (its value is
+    /// the log index) or the state is restored; waiters use
+    /// [`crate::reads::AppliedWatch`].
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.applied.subscribe()
+    }
+
+    /// The index of the last log entry applied (0 before the first).
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
     }
 
     /// The state hash, recomputed only after something was applied.
