@@ -163,7 +163,7 @@ mod tests {
         assert_eq!(watch.next_apply(Some(deadline)).await, Woken::Applied, "at once: it was applied after the read");
         assert_eq!(Instant::now() + Duration::from_secs(5), deadline, "no time passed");
         assert_eq!(watch.read(capabilities), 1, "the read after the wake sees it");
-        assert_eq!(port.applied_index(), 1);
+        assert_eq!((port.read(capabilities), port.applied_index()), (1, 1), "and so does the port, at index 1");
         // Seen: the next wait waits for a later apply.
         assert_eq!(watch.next_apply(Some(deadline)).await, Woken::DeadlineReached);
     }
