@@ -193,7 +193,7 @@ pub struct NodeArgs {
     /// Cold writes (finalized records and audit events) held in memory
     /// before they are written into `cold.redb` between snapshots.
     /// Lower: less memory and more, smaller writes.
-    #[arg(long, env = "GAVEL_CHECKPOINT_COLD_WRITES", default_value_t = gavel_server::app::COLD_PENDING_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "GAVEL_CHECKPOINT_COLD_WRITES", default_value_t = gavel_store::app::COLD_PENDING_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub checkpoint_cold_writes: u64,
     /// Keep a note key (`audit-note.key` in the data directory) and cosign
     /// the audit trail's checkpoints (docs/audit.md). `false` takes this

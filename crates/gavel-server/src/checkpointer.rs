@@ -136,19 +136,19 @@ async fn send(node: &Node, caller: Option<&Caller>, command: Command) -> Result<
 pub async fn run(node: Arc<Node>, key: Ed25519KeyPair, mut shutdown: watch::Receiver<bool>) {
     let caller = node.secured.is_some().then(|| Caller::of(Principal::node(node.id)));
     let interval = Duration::from_millis(AUDIT_CHECKPOINT_INTERVAL_MS);
-    let mut applied = node.app.subscribe();
+    let mut applied = node.reads.watch();
     let mut last_started = Instant::now();
     loop {
         if *shutdown.borrow() {
             return;
         }
-        applied.borrow_and_update();
         let leader = node.raft.status().is_leader();
-        let command = next_command(&node.app.state(), node.id, &key, leader, last_started.elapsed() >= interval);
+        let command =
+            applied.read(|state| next_command(state, node.id, &key, leader, last_started.elapsed() >= interval));
         let wait = match command {
             Some(command) => {
                 let starts = matches!(&command, Command::CosignCheckpoint { size, .. }
-                    if node.app.state().pending_checkpoint().is_none_or(|pending| pending.size < *size));
+                    if node.reads.read(|state| state.pending_checkpoint().is_none_or(|pending| pending.size < *size)));
                 match send(&node, caller.as_ref(), command).await {
                     // Wait for this replica to apply it before deciding again.
                     Ok(()) => {
@@ -166,9 +166,8 @@ pub async fn run(node: Arc<Node>, key: Ed25519KeyPair, mut shutdown: watch::Rece
             None => IDLE_CHECK,
         };
         tokio::select! {
-            _ = applied.changed() => {}
+            _ = applied.next_apply(Some(tokio::time::Instant::now() + wait)) => {}
             _ = shutdown.changed() => {}
-            _ = tokio::time::sleep(wait) => {}
         }
     }
 }

@@ -2,10 +2,11 @@
 //! (`gavel.v1`), forwards what it cannot serve to the leader, runs the
 //! leader-side ticker. The `gavel` binary that runs it lives in `gavel-cli`.
 //!
-//! It depends on `gavel-core` (the state machine), `gavel-proto` (the API) and
-//! `gavel-raft` (consensus and storage); openraft's types stay inside
-//! `gavel-raft`. Key types: [`node::Node`], [`server::start`], [`app::CoreApp`]
-//! (with [`cold_store::RedbColdStore`], the cold records in `<data-dir>/cold.redb`),
+//! It depends on `gavel-core` (the state machine), `gavel-proto` (the API),
+//! `gavel-raft` (consensus and the log) and `gavel-store` (the state
+//! machine's storage: `CoreApp`, the cold store in `<data-dir>/cold.redb`,
+//! and the read port every read of state goes through); openraft's types
+//! stay inside `gavel-raft`. Key types: [`node::Node`], [`server::start`],
 //! [`metrics`] (Prometheus metrics and their `GET /metrics` listener),
 //! [`overload`] (bounds on calls taken at once, [`limits`]), [`quota`]
 //! (per-principal quotas checked before proposing, with writes in flight), [`trace`]
@@ -25,9 +26,7 @@
 //! after the read barrier. An insecure node (`--insecure`) serves plaintext
 //! with `caller = None`, exactly as before authentication existed.
 
-pub mod app;
 pub mod checkpointer;
-pub mod cold_store;
 pub mod connections;
 pub mod convert;
 pub mod health;

@@ -432,7 +432,7 @@ impl Metrics {
         let _one_scrape = self.scrape.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let status = node.raft.status();
         let applied_replays = self.dedup_replays.get_or_create(&AtLabels { at: "apply" });
-        applied_replays.inc_by(node.app.dedup_replays().saturating_sub(applied_replays.get()));
+        applied_replays.inc_by(node.reads.dedup_replays().saturating_sub(applied_replays.get()));
         drop(applied_replays);
         self.raft_term.set(clamp(status.term));
         self.raft_leader_id.set(clamp(status.leader_id.unwrap_or(0)));
@@ -460,11 +460,7 @@ impl Metrics {
         }
         // Counting holds the state lock for one scan; it is taken after the
         // Raft status so the two are read as close together as possible.
-        let counts = {
-            let state = node.app.state();
-            let now_ms = read_time_ms(&state, None);
-            state.counts(now_ms)
-        };
+        let counts = node.reads.read(|state| state.counts(read_time_ms(state, None)));
         self.approvals.clear();
         for (status, count) in &counts.approvals_by_status {
             self.approvals.get_or_create(&StatusLabels { status: status.to_string() }).set(clamp(*count as u64));

@@ -1,4 +1,4 @@
-//! One Gavel node: the Raft handle, the core application, and the two things
+//! One Gavel node: the Raft handle, the read port of its state, and the two things
 //! every handler does: [`Node::call`] (check a command, propose it, take its
 //! typed reply) and [`Node::read`] (a linearizable read of the state).
 //! Forwarding to the leader happens before a handler runs, in
@@ -15,7 +15,9 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 use tracing::Instrument;
 
-use crate::app::CoreApp;
+use gavel_store::app::CoreApp;
+use gavel_store::reads::ReadPort;
+
 use crate::replies::FromReply;
 use crate::security::Secured;
 
@@ -42,7 +44,7 @@ pub struct ServerSettings {
     /// How many calls of each kind this node takes at once ([`crate::overload`]).
     pub overload: crate::overload::OverloadLimits,
     /// Cold writes held in memory before they are written into `cold.redb`
-    /// ([`crate::app::COLD_PENDING_MAX`] by default).
+    /// ([`gavel_store::app::COLD_PENDING_MAX`] by default).
     pub checkpoint_cold_writes: usize,
     /// The caps, deadline and idle timeout of connections to the gRPC port ([`crate::connections`]).
     pub connections: crate::connections::ConnectionLimits,
@@ -58,7 +60,7 @@ impl Default for ServerSettings {
             forward_timeout: Duration::from_secs(10),
             planted_bug: None,
             overload: crate::overload::OverloadLimits::default(),
-            checkpoint_cold_writes: crate::app::COLD_PENDING_MAX,
+            checkpoint_cold_writes: gavel_store::app::COLD_PENDING_MAX,
             connections: crate::connections::ConnectionLimits::default(),
             audit_checkpoints: true,
         }
@@ -71,8 +73,8 @@ pub struct Node {
     pub id: u64,
     /// The Raft layer.
     pub raft: RaftNode,
-    /// The replicated application.
-    pub app: Arc<CoreApp>,
+    /// The one way to read the replicated state ([`gavel_store::reads`]).
+    pub reads: ReadPort,
     /// Settings.
     pub settings: ServerSettings,
     /// TLS and token verification; `None` on an insecure node.
@@ -113,7 +115,8 @@ impl Node {
         let admission = crate::overload::Admission::new(settings.overload);
         let quotas = crate::quota::InFlight::default();
         let channels = Mutex::new(BTreeMap::new());
-        Arc::new(Node { id, raft, app, settings, secured, metrics, admission, quotas, channels })
+        let reads = ReadPort::new(app);
+        Arc::new(Node { id, raft, reads, settings, secured, metrics, admission, quotas, channels })
     }
 
     /// Refuses a command `caller` may not send, before it is proposed (or,
@@ -121,7 +124,7 @@ impl Node {
     /// reaches the log. The state machine decides again at the command's
     /// position, which is what makes a revocation linearizable.
     pub fn authorize_command(&self, caller: Option<&Caller>, command: &Command) -> Result<(), Status> {
-        self.app.state().authorize_command(caller, command, wall_clock_ms()).map_err(domain_status)
+        self.reads.read(|state| state.authorize_command(caller, command, wall_clock_ms())).map_err(domain_status)
     }
 
     /// Checks a command, proposes it stamped with this node's clock and the
@@ -190,9 +193,10 @@ impl Node {
         read: impl FnOnce(&State) -> T,
     ) -> Result<T, Status> {
         self.linearizable().await?;
-        let state = self.app.state();
-        state.authorize(caller, action).map_err(domain_status)?;
-        Ok(read(&state))
+        self.reads.read(|state| {
+            state.authorize(caller, action).map_err(domain_status)?;
+            Ok(read(state))
+        })
     }
 
     /// A linearizable read that authorizes itself, for a read whose action
@@ -200,7 +204,7 @@ impl Node {
     /// state after the barrier and must call [`State::authorize`].
     pub async fn read_authorizing<T>(&self, read: impl FnOnce(&State) -> Result<T, Status>) -> Result<T, Status> {
         self.linearizable().await?;
-        read(&self.app.state())
+        self.reads.read(read)
     }
 
     /// Waits until this node may serve a linearizable read.

@@ -64,17 +64,19 @@ impl InFlight {
         // never both pass with the same count.
         let mut counts = self.counts.lock().expect("in-flight lock poisoned");
         let in_flight = counts.get(&caller.principal).copied().unwrap_or(0);
-        {
-            let state = node.app.state();
-            if !state.counts_against_quota(command) {
-                return Ok(None);
-            }
-            let request_id = (!request_id.is_empty()).then_some(request_id);
-            if let Err(error) = state.check_quota(Some(caller), request_id, command, wall_clock_ms(), in_flight) {
-                drop(state);
+        let request_id = (!request_id.is_empty()).then_some(request_id);
+        let checked = node.reads.read(|state| {
+            state
+                .counts_against_quota(command)
+                .then(|| state.check_quota(Some(caller), request_id, command, wall_clock_ms(), in_flight))
+        });
+        match checked {
+            None => return Ok(None),
+            Some(Err(error)) => {
                 drop(counts);
                 return Err(self.refused(node, error));
             }
+            Some(Ok(())) => {}
         }
         *counts.entry(caller.principal.clone()).or_default() += 1;
         Ok(Some(Admitted { counts: self.counts.clone(), principal: caller.principal.clone() }))

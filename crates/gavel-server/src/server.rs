@@ -25,7 +25,6 @@ use gavel_core::{Caller, Command, GrantName, Principal};
 
 use futures::StreamExt;
 
-use crate::app::CoreApp;
 use crate::connections::StreamsLayer;
 use crate::node::{Node, ServerSettings};
 use crate::replies::GrantsReply;
@@ -33,6 +32,7 @@ use crate::routing::{RoutingLayer, REQUEST_BYTES_MAX};
 use crate::security::Security;
 use crate::services::{access::Access, approval::Approvals, audit::Audit, capability::Capabilities, cluster::Cluster};
 use crate::services::{execution::Executions, worker::Workers};
+use gavel_store::app::CoreApp;
 
 /// Why a node could not start, or did not stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +134,7 @@ async fn bootstrap_admin(
     while tokio::time::Instant::now() < deadline {
         // Another node led first and named an admin (this one, or another
         // given elsewhere): nothing left to do, and nothing to warn about.
-        if node.app.state().bindings().iter().any(|(_, grant)| grant.name == GrantName::Admin) {
+        if node.reads.read(|state| state.bindings().iter().any(|(_, grant)| grant.name == GrantName::Admin)) {
             tracing::info!(%admin, "an admin is already named; not proposing the bootstrap admin");
             return;
         }

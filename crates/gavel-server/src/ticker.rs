@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gavel_core::{Command, Reply};
+use gavel_core::{Command, Reply, State};
 use tokio::sync::watch;
 
 use crate::node::{wall_clock_ms, Node};
@@ -18,17 +18,16 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Runs until `shutdown` becomes true.
 pub async fn run(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
-    let mut applied = node.app.subscribe();
+    let mut applied = node.reads.watch();
     let mut status = node.raft.subscribe_status();
     loop {
         if *shutdown.borrow() {
             return;
         }
-        applied.borrow_and_update();
+        let next = applied.read(State::next_deadline_ms);
         let wait = if !node.raft.status().is_leader() {
             IDLE_CHECK
         } else {
-            let next = node.app.state().next_deadline_ms();
             let now_ms = wall_clock_ms();
             match next {
                 Some(deadline) if deadline <= now_ms => {
@@ -44,10 +43,9 @@ pub async fn run(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
             }
         };
         tokio::select! {
-            _ = applied.changed() => {}
+            _ = applied.next_apply(Some(tokio::time::Instant::now() + wait)) => {}
             _ = status.changed() => {}
             _ = shutdown.changed() => {}
-            _ = tokio::time::sleep(wait) => {}
         }
     }
 }

@@ -75,6 +75,7 @@ fn library_crates_return_their_own_errors_not_anyhow() {
         "gavel-json",
         "gavel-proto",
         "gavel-raft",
+        "gavel-store",
         "gavel-server",
         "gavel-client",
         "gavel-testkit",
@@ -128,4 +129,21 @@ fn the_oidc_verifier_depends_on_none_of_gavel_s_crates() {
     assert!(tree.iter().any(|name| name == "jsonwebtoken"), "the tree is read: {tree:?}");
     let ours: Vec<&String> = tree.iter().filter(|name| name.starts_with("gavel-") && *name != "gavel-oidc").collect();
     assert!(ours.is_empty(), "gavel-oidc depends on {ours:?}");
+}
+
+#[test]
+fn the_storage_crate_depends_on_no_edge_or_api_crate() {
+    // The state machine's storage sits under the edge: `gavel backup
+    // restore` seeds a data directory through it without the gRPC server.
+    // (tonic itself comes with gavel-raft, whose Raft transport it is.)
+    let tree = dependency_tree("gavel-store");
+    for expected in ["gavel-core", "gavel-raft", "redb"] {
+        assert!(tree.iter().any(|name| name == expected), "the tree is read, so the check can fail: {tree:?}");
+    }
+    let found: Vec<&str> =
+        ["gavel-server", "gavel-proto", "gavel-client", "gavel-pki", "gavel-oidc", "tonic-health", "prometheus-client"]
+            .into_iter()
+            .filter(|name| tree.iter().any(|crate_name| crate_name == name))
+            .collect();
+    assert!(found.is_empty(), "gavel-store depends on {found:?}");
 }

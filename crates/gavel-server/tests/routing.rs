@@ -129,7 +129,7 @@ async fn a_call_through_a_follower_is_served_by_the_leader_and_names_it() {
     let named = response.metadata().get(metadata::LEADER).and_then(|value| value.to_str().ok());
     assert_eq!(named, Some(cluster.addr(leader).as_str()), "the answer names the leader that served it");
     assert!(
-        cluster.nodes[leader].node.app.state().capability("docs.read", None).is_some(),
+        cluster.nodes[leader].node.reads.read(|state| state.capability("docs.read", None).is_some()),
         "the leader applied the registration"
     );
 
@@ -159,7 +159,7 @@ async fn a_forwarded_call_is_not_forwarded_again() {
     assert_eq!(detail.leader_hint.as_deref(), Some(cluster.addr(leader).as_str()), "the refusal names the leader");
     assert!(detail.retry_after_ms.is_some(), "{detail:?}");
     assert_eq!(cluster.last_log_index(leader), log_before, "nothing reached the log");
-    assert!(cluster.nodes[leader].node.app.state().capability("docs.read", None).is_none());
+    assert!(cluster.nodes[leader].node.reads.read(|state| state.capability("docs.read", None).is_none()));
     cluster.stop().await;
 }
 
@@ -182,7 +182,7 @@ async fn the_request_id_assigned_before_forwarding_is_the_one_the_leader_dedupli
         answers.push((execution.execution_id, created));
     }
     assert_eq!(answers[0], answers[1], "the retry is deduplicated");
-    assert_eq!(cluster.nodes[leader].node.app.state().execution_count(), 1, "one execution");
+    assert_eq!(cluster.nodes[leader].node.reads.read(gavel_core::State::execution_count), 1, "one execution");
 
     // Without any id, the layer assigns a fresh one to each call.
     let mut ids = Vec::new();
@@ -192,7 +192,7 @@ async fn the_request_id_assigned_before_forwarding_is_the_one_the_leader_dedupli
         ids.push(execution.execution_id);
     }
     assert_ne!(ids[0], ids[1], "two calls without an id are two executions");
-    assert_eq!(cluster.nodes[leader].node.app.state().execution_count(), 3);
+    assert_eq!(cluster.nodes[leader].node.reads.read(gavel_core::State::execution_count), 3);
 
     // The message's id wins over the header's.
     let mut request = tonic::Request::new(submit("message-id-1"));

@@ -23,12 +23,12 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use gavel_client::pb;
 use gavel_raft::limits::SNAPSHOT_BYTES_MAX;
-use gavel_raft::{seed_from_snapshot, BackupError, BackupPosition};
+use gavel_raft::{BackupError, BackupPosition};
+use gavel_store::restore::{seed_data_dir, RestoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -370,21 +370,17 @@ async fn restore(file: &Path, data_dir: &Path, id: u64, members: Option<&str>, j
         let ids: Vec<String> = members.keys().map(u64::to_string).collect();
         return Err(CommandError::Usage(format!("--id {id} is not one of the members ({})", ids.join(", "))));
     }
-    // The application the node runs checks the body and its state hash
-    // before anything is written.
-    let app = gavel_server::app::CoreApp::new(None);
-    gavel_raft::Application::restore(&*app, &body).map_err(|error| corrupt(file, format!("its state: {error}")))?;
-    let state_hash = app.state_hash();
-    if state_hash != header.state_hash {
-        return Err(corrupt(file, format!("its state hashes to {state_hash}, the header says {}", header.state_hash)));
-    }
+    // The storage crate checks the body (the application the node runs
+    // restores it) and its state hash before anything is written.
     let position =
         BackupPosition { index: header.applied_index, term: header.applied_term, leader_id: header.applied_leader_id };
-    let application: Arc<dyn gavel_raft::Application> = app;
-    seed_from_snapshot(data_dir, id, &members, position, application, body).await.map_err(|error| match error {
-        BackupError::DataDirNotEmpty(_) => CommandError::refused("DATA_DIR_NOT_EMPTY", error.to_string()),
-        BackupError::Members(_) => CommandError::Usage(error.to_string()),
-        other => CommandError::Other(other.into()),
+    seed_data_dir(data_dir, id, &members, position, body, &header.state_hash).await.map_err(|error| match error {
+        RestoreError::State(_) | RestoreError::StateHash { .. } => corrupt(file, error.to_string()),
+        RestoreError::Seed(BackupError::DataDirNotEmpty(_)) => {
+            CommandError::refused("DATA_DIR_NOT_EMPTY", error.to_string())
+        }
+        RestoreError::Seed(BackupError::Members(_)) => CommandError::Usage(error.to_string()),
+        RestoreError::Seed(other) => CommandError::Other(other.into()),
     })?;
     let peers: Vec<String> = members.iter().map(|(node_id, addr)| format!("{node_id}={addr}")).collect();
     header.print(

@@ -53,7 +53,7 @@ impl ApprovalService for Approvals {
         let approval = if self.node.plants(Mutant::StaleRead) {
             // Planted bug: the routing layer let this call through on any
             // node, and it answers from local state without a read barrier.
-            read(&self.node.app.state())
+            self.node.reads.read(read)
         } else {
             self.node.read(caller.as_ref(), Action::ReadApprovals, read).await?
         };

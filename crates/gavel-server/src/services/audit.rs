@@ -23,6 +23,8 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::convert::audit::record_event_in;
 use crate::convert::execution::event_out;
+use gavel_store::reads::Woken;
+
 use crate::node::{domain_status, Node};
 
 /// Serves the audit trail.
@@ -105,13 +107,10 @@ pub(crate) fn page(
 async fn watch_start(node: &Node, after_cursor: u64) -> Result<u64, Status> {
     let exact = node.raft.status().is_leader() && node.linearizable().await.is_ok();
     let deadline = tokio::time::Instant::now() + if exact { Duration::ZERO } else { CURSOR_CATCH_UP };
-    let mut applied = node.app.subscribe();
+    let mut applied = node.reads.watch();
     loop {
-        applied.borrow_and_update();
-        let (resumed, head) = {
-            let state = node.app.state();
-            (resume_point(&state, after_cursor), state.next_cursor().saturating_sub(1))
-        };
+        let (resumed, head) =
+            applied.read(|state| (resume_point(state, after_cursor), state.next_cursor().saturating_sub(1)));
         let refusal = match resumed {
             // One past this replica's head reads "from now on", but a replica
             // that is not the leader cannot tell that cursor from one the
@@ -119,15 +118,10 @@ async fn watch_start(node: &Node, after_cursor: u64) -> Result<u64, Status> {
             // it waits (bounded) for that event before taking the cursor as
             // "from now on", or it would replay an event the caller has seen.
             Ok(start) if after_cursor > head && tokio::time::Instant::now() < deadline => {
-                tokio::select! {
-                    changed = applied.changed() => {
-                        if changed.is_err() {
-                            return Err(Status::unavailable("node is shutting down"));
-                        }
-                    }
-                    _ = tokio::time::sleep_until(deadline) => return Ok(start),
+                match applied.next_apply(Some(deadline)).await {
+                    Woken::Applied => continue,
+                    Woken::DeadlineReached => return Ok(start),
                 }
-                continue;
             }
             Ok(start) => return Ok(start),
             Err(refusal) => refusal,
@@ -135,13 +129,8 @@ async fn watch_start(node: &Node, after_cursor: u64) -> Result<u64, Status> {
         if !matches!(refusal, CursorRefusal::Ahead { .. }) {
             return Err(refusal.status());
         }
-        tokio::select! {
-            changed = applied.changed() => {
-                if changed.is_err() {
-                    return Err(Status::unavailable("node is shutting down"));
-                }
-            }
-            _ = tokio::time::sleep_until(deadline) => return Err(refusal.status()),
+        if applied.next_apply(Some(deadline)).await == Woken::DeadlineReached {
+            return Err(refusal.status());
         }
     }
 }
@@ -165,22 +154,20 @@ impl AuditService for Audit {
         // grants, and again before every batch, so a revocation ends the
         // stream once this replica applied it. An auditor watches every
         // event; anyone else those of the records it may read.
-        self.node.app.state().authorize(caller.as_ref(), Action::WatchEvents).map_err(domain_status)?;
+        self.node.reads.read(|state| state.authorize(caller.as_ref(), Action::WatchEvents)).map_err(domain_status)?;
         let start = watch_start(&self.node, message.after_cursor).await?;
         let node = self.node.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(256);
         tokio::spawn(async move {
             let mut cursor = start;
-            let mut applied = node.app.subscribe();
+            let mut applied = node.reads.watch();
             loop {
-                applied.borrow_and_update();
-                let batch = {
-                    let state = node.app.state();
+                let batch = applied.read(|state| {
                     let visible = |event: &Event| state.may_read_event(caller.as_ref(), event);
                     state
                         .authorize(caller.as_ref(), Action::WatchEvents)
-                        .map(|()| page(&state, cursor, EVENTS_PAGE_MAX, message.execution_id.as_deref(), &visible))
-                };
+                        .map(|()| page(state, cursor, EVENTS_PAGE_MAX, message.execution_id.as_deref(), &visible))
+                });
                 let batch = match batch {
                     Ok(batch) => batch,
                     Err(refusal) => {
@@ -195,9 +182,7 @@ impl AuditService for Audit {
                     }
                     // Nothing new was read: wait for the next applied entry.
                     Ok((_, last_cursor)) if last_cursor <= cursor => {
-                        if applied.changed().await.is_err() {
-                            return;
-                        }
+                        applied.next_apply(None).await;
                     }
                     // The events past the caller's view are skipped, and the
                     // stream moves past them all the same.
@@ -313,7 +298,7 @@ impl AuditService for Audit {
     ) -> Result<Response<pb::CosignResponse>, Status> {
         let (_, extensions, message) = request.into_parts();
         let caller = super::caller(&extensions)?;
-        check_cosignature(&self.node.app.state(), message.node_id, message.size, &message.signature)?;
+        self.node.reads.read(|state| check_cosignature(state, message.node_id, message.size, &message.signature))?;
         let command =
             Command::CosignCheckpoint { node_id: message.node_id, size: message.size, signature: message.signature };
         Ok(Response::new(self.node.call(caller.as_ref(), "", command).await?))

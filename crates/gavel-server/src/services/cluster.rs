@@ -30,7 +30,7 @@ pub fn status_of(node: &Node) -> pb::StatusResponse {
 /// whole state, under the state lock, when the state changed since the last one).
 fn status_with(node: &Node, with_state_hash: bool) -> pb::StatusResponse {
     let status = node.raft.status();
-    let state_hash = if with_state_hash { node.app.state_hash() } else { String::new() };
+    let state_hash = if with_state_hash { node.reads.state_hash() } else { String::new() };
     let role = match status.role {
         Role::Leader => "Leader",
         Role::Follower => "Follower",
@@ -176,9 +176,8 @@ impl ClusterService for Cluster {
         // its own replica's grants, without a barrier.
         let caller = super::caller(request.extensions())?;
         self.node
-            .app
-            .state()
-            .authorize(caller.as_ref(), Action::ReadClusterStatus)
+            .reads
+            .read(|state| state.authorize(caller.as_ref(), Action::ReadClusterStatus))
             .map_err(crate::node::domain_status)?;
         Ok(Response::new(status_with(&self.node, !request.get_ref().without_state_hash)))
     }

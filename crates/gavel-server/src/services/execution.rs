@@ -10,6 +10,8 @@ use gavel_proto::v1::execution_service_server::ExecutionService;
 use tonic::{Request, Response, Status};
 
 use super::{caller, request_id};
+use gavel_store::reads::Woken;
+
 use crate::convert::execution::{cancel_execution_in, execution_out, resume_in, submit_in, submit_out};
 use crate::node::{domain_status, Node};
 use crate::replies::{ExecutionReply, SubmitReply};
@@ -113,21 +115,19 @@ async fn wait_final(
     wait: Duration,
 ) -> Result<(Execution, bool), Status> {
     let deadline = tokio::time::Instant::now() + wait;
-    let mut applied = node.app.subscribe();
+    let mut applied = node.reads.watch();
     // One linearizable read, on the leader; afterwards the leader's own
     // applied state only moves forward, so re-reading it stays linearizable.
     // The caller is authorized once, at that read.
     node.read(caller, Action::ReadExecution, |_| ()).await?;
     loop {
-        applied.borrow_and_update();
-        let execution = {
-            let state = node.app.state();
-            // An execution outside the caller's view reads as an unknown one.
+        // An execution outside the caller's view reads as an unknown one.
+        let execution = applied.read(|state| {
             state
                 .execution(execution_id)
                 .filter(|execution| state.may_read_execution(caller, execution))
                 .map(std::borrow::Cow::into_owned)
-        };
+        });
         let Some(execution) = execution else {
             let message = format!("execution {execution_id} was not found");
             return Err(domain_status(DomainError::new(ErrorCode::NotFound, message)));
@@ -135,13 +135,8 @@ async fn wait_final(
         if execution.state.is_final() {
             return Ok((execution, false));
         }
-        tokio::select! {
-            changed = applied.changed() => {
-                if changed.is_err() {
-                    return Err(Status::unavailable("node is shutting down"));
-                }
-            }
-            _ = tokio::time::sleep_until(deadline) => return Ok((execution, true)),
+        if applied.next_apply(Some(deadline)).await == Woken::DeadlineReached {
+            return Ok((execution, true));
         }
     }
 }

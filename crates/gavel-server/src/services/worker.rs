@@ -12,6 +12,8 @@ use tonic::{Request, Response, Status};
 use super::{caller, request_id};
 use crate::convert::common::timestamp_out;
 use crate::convert::execution::{execution_out, heartbeat_in, poll_in, report_in, task_out};
+use gavel_store::reads::Woken;
+
 use crate::node::{domain_status, wall_clock_ms, Node};
 use crate::replies::{HeartbeatReply, ReportReply, TasksReply};
 
@@ -82,15 +84,14 @@ async fn long_poll(
     // whether or not work is ready there.
     node.authorize_command(caller, &poll)?;
     let deadline = tokio::time::Instant::now() + wait;
-    let mut applied = node.app.subscribe();
-    if let Some(tasks) = node.app.state().replayed_grants_for(request_id, caller, &poll) {
+    let mut applied = node.reads.watch();
+    if let Some(tasks) = applied.read(|state| state.replayed_grants_for(request_id, caller, &poll)) {
         node.metrics.count_poll_replay();
         return Ok(tasks);
     }
     let mut attempt = 0u32;
     loop {
-        applied.borrow_and_update();
-        let ready = node.app.state().has_ready_work(queues, wall_clock_ms());
+        let ready = applied.read(|state| state.has_ready_work(queues, wall_clock_ms()));
         if ready {
             let grant_request_id = gavel_core::ids::grant_request_id(request_id, attempt);
             attempt += 1;
@@ -99,13 +100,8 @@ async fn long_poll(
                 return Ok(reply.tasks);
             }
         }
-        tokio::select! {
-            changed = applied.changed() => {
-                if changed.is_err() {
-                    return Err(Status::unavailable("node is shutting down"));
-                }
-            }
-            _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+        if applied.next_apply(Some(deadline)).await == Woken::DeadlineReached {
+            return Ok(Vec::new());
         }
     }
 }

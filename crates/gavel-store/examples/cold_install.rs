@@ -3,7 +3,7 @@
 //! (`CoreApp::restore_at`, the call the Raft layer makes with a received
 //! snapshot file) on a synthetic snapshot.
 //!
-//! `cargo run --release -p gavel-server --example cold_install -- [LIFECYCLES] [DIR]`
+//! `cargo run --release -p gavel-store --example cold_install -- [LIFECYCLES] [DIR]`
 //!
 //! Writes a snapshot file of LIFECYCLES (default 200,000) synthetic finalized
 //! lifecycles in the whole-state format (`gavel_core::SnapshotWriter`: an
@@ -16,7 +16,7 @@ use std::io::BufReader;
 
 use gavel_core::{ColdTable, SnapshotWriter, State};
 use gavel_raft::Application;
-use gavel_server::app::CoreApp;
+use gavel_store::app::CoreApp;
 
 /// Per lifecycle: (table, records, value bytes); roughly a fill's lifecycle.
 const SHAPE: [(ColdTable, u64, usize); 5] = [

@@ -110,19 +110,7 @@ impl CoreApp {
     /// An empty application whose state machine runs with `planted_bug`
     /// (`None` outside the chaos harness; it acts only in a `mutants` build).
     pub fn new(planted_bug: Option<Mutant>) -> Arc<CoreApp> {
-        let (applied, _) = watch::channel(0);
-        let mut state = State::new();
-        state.set_planted_bug(planted_bug);
-        Arc::new(CoreApp {
-            state: Mutex::new(state),
-            cold_store: None,
-            cold_pending_max: AtomicUsize::new(COLD_PENDING_MAX),
-            checkpoint_due: AtomicBool::new(false),
-            planted_bug,
-            applied,
-            hash_cache: Mutex::new(None),
-            dedup_replays: AtomicU64::new(0),
-        })
+        CoreApp::over(planted_bug, None)
     }
 
     /// An empty application whose cold records go to `<data_dir>/cold.redb`
@@ -147,20 +135,28 @@ impl CoreApp {
         planted_bug: Option<Mutant>,
         store: Arc<RedbColdStore>,
     ) -> Result<Arc<CoreApp>, gavel_core::ColdStoreError> {
+        Ok(CoreApp::over(planted_bug, Some(store)))
+    }
+
+    /// An empty application over `cold_store` (or keeping its cold records
+    /// in memory without one).
+    fn over(planted_bug: Option<Mutant>, cold_store: Option<Arc<RedbColdStore>>) -> Arc<CoreApp> {
         let (applied, _) = watch::channel(0);
         let mut state = State::new();
         state.set_planted_bug(planted_bug);
-        state.attach_cold_store(store.clone());
-        Ok(Arc::new(CoreApp {
+        if let Some(store) = &cold_store {
+            state.attach_cold_store(store.clone());
+        }
+        Arc::new(CoreApp {
             state: Mutex::new(state),
-            cold_store: Some(store),
+            cold_store,
             cold_pending_max: AtomicUsize::new(COLD_PENDING_MAX),
             checkpoint_due: AtomicBool::new(false),
             planted_bug,
             applied,
             hash_cache: Mutex::new(None),
             dedup_replays: AtomicU64::new(0),
-        }))
+        })
     }
 
     /// Commands this node applied whose reply came from the dedup table.
@@ -174,16 +170,24 @@ impl CoreApp {
         self.cold_pending_max.store(writes, Ordering::Relaxed);
     }
 
-    /// Locks the state for a read. Hold it briefly: apply waits on it.
-    pub fn state(&self) -> MutexGuard<'_, State> {
+    /// Locks the state. Hold it briefly: apply waits on it. Readers
+    /// outside this crate go through [`crate::reads::ReadPort`].
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock means apply hit a broken invariant;
         // the process is already crashing, so poisoning is not recoverable.
         self.state.lock().expect("state lock poisoned by a failed invariant")
     }
 
-    /// A receiver that changes each time a command is applied (its value is the log index).
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    /// A receiver that changes each time a command is applied (its value is
+    /// the log index) or the state is restored; waiters use
+    /// [`crate::reads::AppliedWatch`].
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.applied.subscribe()
+    }
+
+    /// The index of the last log entry applied (0 before the first).
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
     }
 
     /// The state hash, recomputed only after something was applied.
