@@ -416,7 +416,8 @@ impl CoreApp {
                 .name("cold-restore".into())
                 .spawn_scoped(scope, move || {
                     // `None` is the decoder's "that was the last batch"; a
-                    // channel closed without it aborts the transaction.
+                    // channel closed without it (the snapshot turned out
+                    // corrupt) stops the writes before the checkpoint.
                     let batches = std::iter::from_fn(|| match receive.recv() {
                         Ok(Some(batch)) => Some(Ok(batch)),
                         Ok(None) => None,
@@ -434,7 +435,10 @@ impl CoreApp {
                         return Ok(());
                     }
                 }
-                let _ = send.send(Some(batch));
+                // A send fails only if the writer stopped: its error says why.
+                if !batch.is_empty() {
+                    let _ = send.send(Some(batch));
+                }
                 let _ = send.send(None);
                 Ok(())
             })();
