@@ -560,6 +560,17 @@ impl<R: std::io::Read> SnapshotRecords<R> {
 
     /// The next record (always with a value), or `None` after the last.
     pub fn next_record(&mut self) -> Result<Option<ColdMutation>, crate::SnapshotError> {
+        let mut key = Vec::new();
+        let Some(record) = self.next_record_into(&mut key)? else { return Ok(None) };
+        let value = key.split_off(record.key_len);
+        Ok(Some(ColdMutation { table: record.table, key, value: Some(value) }))
+    }
+
+    /// Appends the next record's key, then its value, to `bytes` and says
+    /// where they are, or returns `None` after the last record: the records
+    /// of [`SnapshotRecords::next_record`] without an allocation per record,
+    /// for a shell that writes them in batches.
+    pub fn next_record_into(&mut self, bytes: &mut Vec<u8>) -> Result<Option<RecordPlace>, crate::SnapshotError> {
         if self.records_left == 0 {
             return Ok(None);
         }
@@ -568,10 +579,22 @@ impl<R: std::io::Read> SnapshotRecords<R> {
         read_exact(&mut self.reader, &mut tag)?;
         let table = ColdTable::from_tag(tag[0])
             .ok_or_else(|| crate::SnapshotError::Decode(format!("unknown cold table tag {}", tag[0])))?;
-        let key = read_bytes(&mut self.reader)?;
-        let value = read_bytes(&mut self.reader)?;
-        Ok(Some(ColdMutation { table, key, value: Some(value) }))
+        let key_len = read_bytes_into(&mut self.reader, bytes)?;
+        let value_len = read_bytes_into(&mut self.reader, bytes)?;
+        Ok(Some(RecordPlace { table, key_len, value_len }))
     }
+}
+
+/// Where [`SnapshotRecords::next_record_into`] put a record: its table, and
+/// the lengths of its key and of its value, appended in that order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordPlace {
+    /// The record's table.
+    pub table: ColdTable,
+    /// The key's length, in bytes.
+    pub key_len: usize,
+    /// The value's length, in bytes.
+    pub value_len: usize,
 }
 
 fn truncated(what: String) -> crate::SnapshotError {
@@ -588,14 +611,21 @@ fn read_u64<R: std::io::Read>(reader: &mut std::io::Take<R>) -> Result<u64, crat
     Ok(u64::from_le_bytes(bytes))
 }
 
-fn read_bytes<R: std::io::Read>(reader: &mut std::io::Take<R>) -> Result<Vec<u8>, crate::SnapshotError> {
+/// Reads a length-prefixed byte string onto the end of `bytes` and returns
+/// its length; a length longer than what the stream has left is an error
+/// before anything is allocated.
+fn read_bytes_into<R: std::io::Read>(
+    reader: &mut std::io::Take<R>,
+    bytes: &mut Vec<u8>,
+) -> Result<usize, crate::SnapshotError> {
     let length = read_u64(reader)?;
     if length > reader.limit() {
         return Err(truncated(format!("a record of {length} bytes with {} bytes left", reader.limit())));
     }
-    let mut bytes = vec![0u8; length as usize];
-    read_exact(reader, &mut bytes)?;
-    Ok(bytes)
+    let start = bytes.len();
+    bytes.resize(start + length as usize, 0);
+    read_exact(reader, &mut bytes[start..])?;
+    Ok(length as usize)
 }
 
 /// The encoding of cold record values: bincode with variable-length

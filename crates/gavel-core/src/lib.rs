@@ -71,7 +71,7 @@ pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 pub use approvals::{ApprovalFilter, ApprovalView, ListOrder};
 pub use audit::{Event, EventKind};
 pub use cold::{
-    ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, SnapshotRecords, SnapshotWriter,
+    ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, RecordPlace, SnapshotRecords, SnapshotWriter,
     SNAPSHOT_FORMAT, SNAPSHOT_MAGIC,
 };
 pub use command::{

@@ -3,14 +3,18 @@
 //! (`CoreApp::restore_at`, the call the Raft layer makes with a received
 //! snapshot file) on a synthetic snapshot.
 //!
-//! `cargo run --release -p gavel-store --example cold_install -- [LIFECYCLES] [DIR]`
+//! `cargo run --release -p gavel-store --example cold_install -- [LIFECYCLES] [DIR] [RUNS]`
 //!
 //! Writes a snapshot file of LIFECYCLES (default 200,000) synthetic finalized
 //! lifecycles in the whole-state format (`gavel_core::SnapshotWriter`: an
 //! empty hot state, then the records table by table in key order), then
-//! times its restore into a new `cold.redb` under DIR; prints records/s,
-//! the time per record and the snapshot's MB/s (the unit of
-//! `gavel bench --scale`'s install rate).
+//! restores it RUNS times (default 3) into a new `cold.redb` under DIR, each
+//! run into its own empty data directory. Per run it prints records/s, the
+//! time per record, the snapshot's MB/s (the unit of `gavel bench --scale`'s
+//! install rate), the CPU time the process used (all threads), the size of
+//! the `cold.redb` it wrote and the process's peak RSS during that run (`VmHWM`, reset
+//! before each run through `/proc/self/clear_refs`); then the median and the
+//! spread (lowest–highest) of the runs.
 
 use std::io::BufReader;
 
@@ -54,6 +58,8 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let lifecycles: u64 = args.next().map_or(200_000, |arg| arg.parse().expect("LIFECYCLES is a number"));
     let dir = args.next().map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let runs: usize = args.next().map_or(3, |arg| arg.parse().expect("RUNS is a number"));
+    assert!(runs > 0, "RUNS is at least 1");
     let work = dir.join(format!("cold-install-{}", std::process::id()));
     std::fs::create_dir_all(&work).expect("create the work directory");
     let snapshot_path = work.join("snapshot");
@@ -74,20 +80,67 @@ fn main() {
     drop(file);
     let bytes = std::fs::metadata(&snapshot_path).expect("the snapshot's size").len();
 
-    let app = CoreApp::open(None, &work.join("node")).expect("open the application");
-    app.resume(None, &|_| false).expect("start empty");
-    let mut reader = BufReader::new(std::fs::File::open(&snapshot_path).expect("open the snapshot"));
-    let started = std::time::Instant::now();
-    app.restore_at(b"cold_install", &mut reader, bytes).expect("restore the snapshot");
-    let took = started.elapsed().as_secs_f64();
+    let mut runs_measured = Vec::new();
+    for run in 1..=runs {
+        let node = work.join(format!("node-{run}"));
+        let app = CoreApp::open(None, &node).expect("open the application");
+        app.resume(None, &|_| false).expect("start empty");
+        let mut reader = BufReader::new(std::fs::File::open(&snapshot_path).expect("open the snapshot"));
+        // Resets VmHWM to the current RSS, so each run's peak is its own.
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let (started, cpu_before) = (std::time::Instant::now(), cpu_seconds());
+        app.restore_at(b"cold_install", &mut reader, bytes).expect("restore the snapshot");
+        let took = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds().zip(cpu_before).map_or(f64::NAN, |(after, before)| after - before);
+        let file_mb = std::fs::metadata(node.join(gavel_server::app::COLD_STORE_FILE))
+            .map_or(f64::NAN, |metadata| metadata.len() as f64 / 1e6);
+        let peak_mib = peak_rss_kib().map_or(f64::NAN, |kib| kib as f64 / 1024.0);
+        let measured = (bytes as f64 / 1e6 / took, records as f64 / took);
+        println!(
+            "run {run}: {lifecycles} lifecycles, {records} records, snapshot {:.1} MB: installed in {took:.2} s; \
+             {:.0} records/s, {:.2} us/record, {:.1} MB/s; CPU {cpu:.2} s ({:.2} us/record), peak RSS {peak_mib:.1} MiB, cold.redb {file_mb:.1} MB",
+            bytes as f64 / 1e6,
+            measured.1,
+            took * 1e6 / records as f64,
+            measured.0,
+            cpu * 1e6 / records as f64,
+        );
+        runs_measured.push(measured);
+        drop(app);
+        let _ = std::fs::remove_dir_all(&node);
+    }
+    let (megabytes, records_per_second): (Vec<f64>, Vec<f64>) = runs_measured.into_iter().unzip();
+    let (megabytes, records_per_second) = (median_and_spread(megabytes), median_and_spread(records_per_second));
     println!(
-        "{lifecycles} lifecycles, {records} records, snapshot {:.1} MB: installed in {took:.2} s; \
-         {:.0} records/s, {:.2} us/record, {:.1} MB/s",
-        bytes as f64 / 1e6,
-        records as f64 / took,
-        took * 1e6 / records as f64,
-        bytes as f64 / 1e6 / took,
+        "median of {runs}: {:.1} MB/s ({:.1}-{:.1}), {:.0} records/s ({:.0}-{:.0})",
+        megabytes.0, megabytes.1, megabytes.2, records_per_second.0, records_per_second.1, records_per_second.2
     );
-    drop(app);
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The median, lowest and highest of `values` (not empty).
+fn median_and_spread(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    let median = if values.len() % 2 == 1 { values[middle] } else { (values[middle - 1] + values[middle]) / 2.0 };
+    (median, values[0], values[values.len() - 1])
+}
+
+/// CPU time this process used so far, all threads, user and system
+/// (`/proc/self/stat`, in clock ticks of 10 ms): on a shared machine the
+/// CPU per record moves less than the wall-clock rate.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let user: u64 = fields.nth(11)?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some((user + system) as f64 / 100.0)
+}
+
+/// This process's peak resident set (`VmHWM` in `/proc/self/status`), KiB.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -40,8 +40,9 @@
 //! on another thread while later commands apply and checkpoint
 //! (`cold_store::ColdSnapshot`). An install decodes the received file as it
 //! reads it ([`gavel_raft::Application::restore_at`]): the hot state first,
-//! then the cold records written into the store in transactions of at most
-//! [`COLD_RESTORE_BATCH_BYTES`], the last one a durable checkpoint. Memory
+//! then the cold records, decoded in batches of [`COLD_RESTORE_BATCH_BYTES`]
+//! on one thread and written on another, a transaction per batch, the
+//! checkpoint last and durable. Memory
 //! for a snapshot is the hot state plus fixed buffers, whatever the number
 //! of retained records; redb's own cache is bounded by [`COLD_CACHE_BYTES`].
 
@@ -50,10 +51,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gavel_core::mutants::Mutant;
-use gavel_core::{ColdStore, DomainError, Envelope, Reply, State};
+use gavel_core::{DomainError, Envelope, Reply, State};
 use tokio::sync::watch;
 
-use crate::cold_store::RedbColdStore;
+use crate::cold_store::{RecordBatch, RedbColdStore};
 
 /// How many unflushed cold writes the application lets the overlay hold
 /// before it asks for them to be written into the cold store (without the
@@ -64,12 +65,29 @@ use crate::cold_store::RedbColdStore;
 /// non-durable redb transaction.
 pub const COLD_PENDING_MAX: usize = 20_000;
 
-/// Cold records written into the cold store per transaction while a
-/// snapshot is restored: the records of one batch are in memory together
-/// (and in redb's dirty pages until the transaction commits), so this
-/// bounds an install's memory whatever the snapshot's size, while batches
-/// large enough keep the per-transaction cost small next to the data.
-pub const COLD_RESTORE_BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// Bytes of cold records (keys and values) per batch while a snapshot is
+/// restored: the decoding thread hands batches ([`RecordBatch`]) to the
+/// writing thread, which writes each in one redb transaction that does not
+/// wait for the disk. A batch's records are in memory together, so this and
+/// [`COLD_RESTORE_BATCHES_QUEUED`] bound an install's memory for records
+/// whatever the snapshot's size. And a batch's transaction must dirty
+/// fewer pages than redb's write cache holds (a tenth of
+/// [`COLD_CACHE_BYTES`], 6.4 MiB): records inserted in key order fill
+/// leaves about half, so a batch dirties about 2.2 times its bytes, and a
+/// transaction that dirties more than the cache spills pages to the file,
+/// then reads every spilled page back at its commit to checksum it and
+/// writes it again (8 MiB batches did: 81,000 reads and every page written
+/// twice for a 188 MB snapshot).
+pub const COLD_RESTORE_BATCH_BYTES: usize = 2 * 1024 * 1024;
+
+// A batch's dirty pages, with room for the B-trees' right edges, fit in redb's write cache.
+const _: () = assert!(3 * COLD_RESTORE_BATCH_BYTES <= COLD_CACHE_BYTES / 10);
+
+/// Full batches that may wait for the writing thread while a snapshot is
+/// restored, so that decoding goes on while redb writes: at most this many
+/// plus the one being filled and the one being written are in memory, about
+/// 6 MiB with [`COLD_RESTORE_BATCH_BYTES`].
+pub const COLD_RESTORE_BATCHES_QUEUED: usize = 1;
 
 /// redb's page cache for the cold store. redb's default (1 GiB) would let a
 /// snapshot build or install, which reads or writes every cold record once,
@@ -366,9 +384,13 @@ impl CoreApp {
     /// Restores a snapshot of `bytes` bytes as `snapshot` reads it. With a
     /// cold store: decodes the hot state first (a snapshot that is not one
     /// is refused before anything changes), then clears the store and
-    /// writes the cold records into it in transactions of at most
-    /// [`COLD_RESTORE_BATCH_BYTES`], the last one durable and with the
-    /// checkpoint at `position`, if given. All under the state lock: no
+    /// writes the cold records into it, decoding them on this thread in
+    /// batches of [`COLD_RESTORE_BATCH_BYTES`] while another thread writes
+    /// each batch in a transaction that does not wait for the disk, then
+    /// the checkpoint at `position`, if given, durably
+    /// ([`RedbColdStore::write_records`]). A crash in between leaves a store
+    /// without a checkpoint, which the Raft layer rebuilds from its stored
+    /// snapshot on restart. All under the state lock: no
     /// read sees the store half rewritten. A snapshot found corrupt after
     /// the store was cleared leaves an empty state over an empty store and
     /// an error; the Raft layer then stops, and on restart rebuilds the
@@ -384,36 +406,55 @@ impl CoreApp {
         let (mut restored, mut records) =
             State::read_snapshot_hot(snapshot, bytes).map_err(|error| error.to_string())?;
         restored.set_planted_bug(self.planted_bug);
+        let hot = restored.hot_snapshot();
         let mut state = self.state();
         let started = std::time::Instant::now();
         store.clear().map_err(|error| error.to_string())?;
         let write_behind = store.write_behind();
-        let rewritten = (|| -> Result<(), String> {
-            let (mut batch, mut batch_bytes) = (Vec::new(), 0usize);
-            while let Some(record) = records.next_record().map_err(|error| error.to_string())? {
-                batch_bytes += record.key.len() + record.value.as_ref().map_or(0, Vec::len);
-                batch.push(record);
-                if batch_bytes >= COLD_RESTORE_BATCH_BYTES {
-                    store.write_eventually(&batch).map_err(|error| error.to_string())?;
-                    (batch, batch_bytes) = (Vec::new(), 0);
+        // This thread decodes (the snapshot's reader is not `Send`), a
+        // second one writes into redb: the writes are most of the cost, and
+        // the decoding runs beside them instead of before each batch.
+        let rewritten = std::thread::scope(|scope| -> Result<(), String> {
+            let (send, receive) = std::sync::mpsc::sync_channel::<Option<RecordBatch>>(COLD_RESTORE_BATCHES_QUEUED);
+            let writer = std::thread::Builder::new()
+                .name("cold-restore".into())
+                .spawn_scoped(scope, move || {
+                    // `None` is the decoder's "that was the last batch"; a
+                    // channel closed without it (the snapshot turned out
+                    // corrupt) stops the writes before the checkpoint.
+                    let batches = std::iter::from_fn(|| match receive.recv() {
+                        Ok(Some(batch)) => Some(Ok(batch)),
+                        Ok(None) => None,
+                        Err(_) => Some(Err("the snapshot's records stopped before their end".to_string())),
+                    });
+                    store.write_records(batches, position.map(|position| (position, hot.as_slice())))
+                })
+                .map_err(|error| format!("cannot start the thread that rewrites the cold store: {error}"))?;
+            let decoded = (|| -> Result<(), String> {
+                let mut batch = RecordBatch::default();
+                while batch.read_from(&mut records).map_err(|error| error.to_string())? {
+                    if batch.bytes() >= COLD_RESTORE_BATCH_BYTES && send.send(Some(std::mem::take(&mut batch))).is_err()
+                    {
+                        // The writer stopped: its error says why.
+                        return Ok(());
+                    }
                 }
-            }
-            restored.attach_cold_store(store.clone());
-            let hot = restored.hot_snapshot();
-            let records_written = started.elapsed();
+                // A send fails only if the writer stopped: its error says why.
+                if !batch.is_empty() {
+                    let _ = send.send(Some(batch));
+                }
+                let _ = send.send(None);
+                Ok(())
+            })();
+            drop(send);
+            let written = writer.join().map_err(|_| "the thread that rewrites the cold store panicked".to_string())?;
+            decoded?;
+            let written = written.map_err(|error| error.to_string())?;
             drop(write_behind);
-            match position {
-                Some(position) => store.write_checkpoint(&batch, position, &hot, true),
-                None => store.write(&batch),
-            }
-            .map_err(|error| error.to_string())?;
-            tracing::info!(
-                records = ?records_written,
-                durable = ?started.elapsed().saturating_sub(records_written),
-                "cold store rewritten from a snapshot"
-            );
+            restored.attach_cold_store(store.clone());
+            tracing::info!(records = written, took = ?started.elapsed(), "cold store rewritten from a snapshot");
             Ok(())
-        })();
+        });
         if let Err(error) = rewritten {
             let cleared = store.clear();
             let mut empty = State::new();

@@ -255,12 +255,8 @@ impl RedbColdStore {
         durable: bool,
     ) -> Result<(), ColdStoreError> {
         let durability = if durable { Durability::Immediate } else { Durability::None };
-        self.write_with(mutations, durability, |checkpoint| {
-            checkpoint.insert(POSITION_KEY, position)?;
-            checkpoint.insert(HOT_KEY, hot)?;
-            checkpoint.remove(DIRTY_KEY)?;
-            Ok(())
-        })
+        self.write_with(as_records(mutations), durability, |checkpoint| set_checkpoint(checkpoint, position, hot))
+            .map(drop)
     }
 
     /// How many records the store holds, over all tables.
@@ -332,7 +328,7 @@ impl ColdStore for RedbColdStore {
 
     /// Durable; the tables move past any checkpoint, which is dropped.
     fn write(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
-        self.write_with(mutations, Durability::Immediate, drop_checkpoint)
+        self.write_with(as_records(mutations), Durability::Immediate, drop_checkpoint).map(drop)
     }
 
     /// One read transaction for the whole batch.
@@ -362,19 +358,51 @@ impl RedbColdStore {
     /// application does not resume from it. Pages they free are reclaimed at
     /// the next durable write.
     pub fn write_eventually(&self, mutations: &[ColdMutation]) -> Result<(), ColdStoreError> {
-        self.write_with(mutations, Durability::None, |checkpoint| {
-            checkpoint.insert(DIRTY_KEY, &[][..])?;
-            Ok(())
-        })
+        self.write_with(as_records(mutations), Durability::None, mark_stale).map(drop)
     }
 
-    /// One transaction: the mutations, then `checkpoint` on the checkpoint table.
-    fn write_with(
+    /// Writes a snapshot's records into the store, one transaction per
+    /// batch without waiting for the disk and marking the checkpoint stale
+    /// (as [`RedbColdStore::write_eventually`]), then the checkpoint
+    /// (`position` and `hot`; none given: the checkpoint is dropped) in a
+    /// durable transaction, which makes the batches durable too: the install
+    /// of a received snapshot. The batches come from `batches`, which another
+    /// thread fills as it decodes the snapshot; an `Err` batch (the snapshot
+    /// turned out corrupt, or ended early) stops the writes and is returned,
+    /// leaving the checkpoint stale. Returns the number of records written.
+    ///
+    /// A batch should dirty fewer pages than redb's write cache holds (a
+    /// tenth of [`crate::app::COLD_CACHE_BYTES`]): a transaction that dirties
+    /// more spills pages to the file, and its commit reads each spilled page
+    /// back to checksum it and writes it a second time.
+    pub fn write_records(
         &self,
-        mutations: &[ColdMutation],
+        batches: impl Iterator<Item = Result<RecordBatch, String>>,
+        checkpoint: Option<(&[u8], &[u8])>,
+    ) -> Result<u64, ColdStoreError> {
+        let mut written = 0u64;
+        for batch in batches {
+            let batch = batch.map_err(ColdStoreError::Write)?;
+            let records = batch.records().map(|(table, key, value)| (table, key, Some(value)));
+            written += self.write_with(records, Durability::None, mark_stale)?;
+        }
+        match checkpoint {
+            Some((position, hot)) => self.write_with(std::iter::empty(), Durability::Immediate, |opened| {
+                set_checkpoint(opened, position, hot)
+            })?,
+            None => self.write_with(std::iter::empty(), Durability::Immediate, drop_checkpoint)?,
+        };
+        Ok(written)
+    }
+
+    /// One transaction: the mutations (a value, or `None` to delete), then
+    /// `checkpoint` on the checkpoint table; returns how many it wrote.
+    fn write_with<'a>(
+        &self,
+        mutations: impl Iterator<Item = (ColdTable, &'a [u8], Option<&'a [u8]>)>,
         durability: Durability,
         checkpoint: impl FnOnce(&mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError>,
-    ) -> Result<(), ColdStoreError> {
+    ) -> Result<u64, ColdStoreError> {
         let mut transaction = self.database.begin_write().map_err(write_error)?;
         transaction.set_quick_repair(matches!(durability, Durability::Immediate));
         transaction.set_durability(durability);
@@ -382,27 +410,82 @@ impl RedbColdStore {
             let mut opened = transaction.open_table(CHECKPOINT).map_err(write_error)?;
             checkpoint(&mut opened).map_err(write_error)?;
         }
+        let mut written = 0u64;
         {
             let mut tables = Vec::new();
             for table in ColdTable::ALL {
                 tables.push((table, transaction.open_table(definition(table)).map_err(write_error)?));
             }
-            for mutation in mutations {
-                let (_, opened) =
-                    tables.iter_mut().find(|(table, _)| *table == mutation.table).expect("every table is open");
-                match &mutation.value {
-                    Some(value) => {
-                        opened.insert(mutation.key.as_slice(), value.as_slice()).map_err(write_error)?;
-                    }
-                    None => {
-                        opened.remove(mutation.key.as_slice()).map_err(write_error)?;
-                    }
+            // A snapshot's records come table by table: remember the last one.
+            let mut current = 0;
+            for (table, key, value) in mutations {
+                if tables[current].0 != table {
+                    current = tables.iter().position(|(opened, _)| *opened == table).expect("every table is open");
                 }
+                match value {
+                    Some(value) => tables[current].1.insert(key, value).map(drop),
+                    None => tables[current].1.remove(key).map(drop),
+                }
+                .map_err(write_error)?;
+                written += 1;
             }
         }
         transaction.commit().map_err(write_error)?;
-        self.writes.fetch_add(mutations.len() as u64, Ordering::Relaxed);
-        Ok(())
+        self.writes.fetch_add(written, Ordering::Relaxed);
+        Ok(written)
+    }
+}
+
+/// Cold records decoded from a snapshot, in one buffer
+/// ([`gavel_core::SnapshotRecords::next_record_into`] appends each key and
+/// value to it) with their places, so that a batch costs two allocations
+/// however many records it holds. [`RedbColdStore::write_records`] writes it.
+#[derive(Debug, Default)]
+pub struct RecordBatch {
+    bytes: Vec<u8>,
+    places: Vec<gavel_core::RecordPlace>,
+}
+
+impl RecordBatch {
+    /// Reads the next record of `records` into the batch; `false` after the
+    /// last record.
+    pub fn read_from<R: std::io::Read>(
+        &mut self,
+        records: &mut gavel_core::SnapshotRecords<R>,
+    ) -> Result<bool, gavel_core::SnapshotError> {
+        match records.next_record_into(&mut self.bytes)? {
+            Some(place) => {
+                self.places.push(place);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The bytes of keys and values the batch holds.
+    pub fn bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// How many records the batch holds.
+    pub fn len(&self) -> usize {
+        self.places.len()
+    }
+
+    /// Whether the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.places.is_empty()
+    }
+
+    /// The records, in the order they were read: table, key, value.
+    pub fn records(&self) -> impl Iterator<Item = (ColdTable, &[u8], &[u8])> + '_ {
+        let mut start = 0;
+        self.places.iter().map(move |place| {
+            let key = &self.bytes[start..start + place.key_len];
+            let value = &self.bytes[start + place.key_len..start + place.key_len + place.value_len];
+            start += place.key_len + place.value_len;
+            (place.table, key, value)
+        })
     }
 }
 
@@ -444,6 +527,29 @@ impl gavel_raft::SnapshotSource for ColdSnapshot {
         }
         writer.finish().map(drop)
     }
+}
+
+/// The mutations as [`RedbColdStore::write_with`] takes them.
+fn as_records(mutations: &[ColdMutation]) -> impl Iterator<Item = (ColdTable, &[u8], Option<&[u8]>)> {
+    mutations.iter().map(|mutation| (mutation.table, mutation.key.as_slice(), mutation.value.as_deref()))
+}
+
+/// The tables are at `position`, with the `hot` state.
+fn set_checkpoint(
+    checkpoint: &mut redb::Table<'_, &'static str, &'static [u8]>,
+    position: &[u8],
+    hot: &[u8],
+) -> Result<(), redb::StorageError> {
+    checkpoint.insert(POSITION_KEY, position)?;
+    checkpoint.insert(HOT_KEY, hot)?;
+    checkpoint.remove(DIRTY_KEY)?;
+    Ok(())
+}
+
+/// A write without a checkpoint: the checkpoint no longer matches the tables.
+fn mark_stale(checkpoint: &mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError> {
+    checkpoint.insert(DIRTY_KEY, &[][..])?;
+    Ok(())
 }
 
 /// A plain write moves the tables past the checkpoint: forget it.
@@ -602,6 +708,67 @@ mod tests {
         );
         assert!(written <= DISK_FILE_BYTES_PER_EXECUTION_MAX, "{written} B per execution in the file");
         assert!(allocated <= DISK_PAGE_BYTES_PER_EXECUTION_MAX, "{allocated} B per execution in pages");
+    }
+
+    /// A batch read back from a snapshot stream of `records`, as an install decodes one.
+    fn batch_of(records: &[(ColdTable, &[u8], &[u8])]) -> RecordBatch {
+        let hot = gavel_core::State::new().hot_snapshot();
+        let mut writer = gavel_core::SnapshotWriter::start(Vec::new(), &hot, records.len() as u64).expect("start");
+        for (table, key, value) in records {
+            writer.record(*table, key, value).expect("a record");
+        }
+        let bytes = writer.finish().expect("every record written");
+        let (_, mut stream) = gavel_core::State::read_snapshot_hot(&bytes[..], bytes.len() as u64).expect("decodes");
+        let mut batch = RecordBatch::default();
+        while batch.read_from(&mut stream).expect("a record decodes") {}
+        batch
+    }
+
+    #[test]
+    fn records_of_an_install_count_only_with_the_checkpoint_written_after_them() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let path = directory.path().join("cold.redb");
+        let store = RedbColdStore::open(&path).expect("open");
+        store.write_checkpoint(&[put(ColdTable::Executions, b"old", b"0")], b"p1", b"hot1", true).expect("checkpoint");
+        let records: [(ColdTable, &[u8], &[u8]); 4] = [
+            (ColdTable::Executions, b"a", b"1"),
+            (ColdTable::Executions, b"b", b""),
+            (ColdTable::Events, b"\0\0\0\0\0\0\0\x01", b"event"),
+            (ColdTable::Leases, b"l", &[7u8; 5000]),
+        ];
+        let batch = batch_of(&records);
+        assert_eq!(batch.len(), 4);
+        assert_eq!(batch.records().collect::<Vec<_>>(), records, "a batch gives back the records it decoded");
+
+        // A batch that fails (a corrupt snapshot) stops the install: the
+        // store no longer claims any checkpoint, so a restart does not
+        // resume from a half-written store.
+        let failed = store.write_records(
+            [Ok(batch_of(&records[..2])), Err("snapshot is truncated".to_string())].into_iter(),
+            Some((&b"p2"[..], &b"hot2"[..])),
+        );
+        assert!(failed.expect_err("the failure is returned").to_string().contains("snapshot is truncated"));
+        assert_eq!(store.checkpoint().expect("reads"), None, "the old checkpoint is stale, the new one not written");
+
+        // Split over batches, the records land with the new checkpoint, durably.
+        let written = store
+            .write_records(
+                [Ok(batch_of(&records[..1])), Ok(batch_of(&records[1..])), Ok(RecordBatch::default())].into_iter(),
+                Some((&b"p2"[..], &b"hot2"[..])),
+            )
+            .expect("an install");
+        assert_eq!(written, 4);
+        drop(store);
+        let store = RedbColdStore::open(&path).expect("reopen");
+        for (table, key, value) in records {
+            assert_eq!(store.get(table, key), Some(value.to_vec()), "{table:?} {key:?}");
+        }
+        let after = store.checkpoint().expect("reads").expect("the install's checkpoint");
+        assert_eq!((after.position.as_slice(), after.hot.as_slice()), (&b"p2"[..], &b"hot2"[..]));
+
+        // Without a position (a restore with no log position) the checkpoint is dropped.
+        store.write_records([Ok(batch_of(&records[..1]))].into_iter(), None).expect("a restore");
+        assert_eq!(store.checkpoint().expect("reads"), None);
     }
 
     #[test]
