@@ -92,7 +92,7 @@ fn main() {
         app.restore_at(b"cold_install", &mut reader, bytes).expect("restore the snapshot");
         let took = started.elapsed().as_secs_f64();
         let cpu = cpu_seconds().zip(cpu_before).map_or(f64::NAN, |(after, before)| after - before);
-        let file_mb = std::fs::metadata(node.join(gavel_server::app::COLD_STORE_FILE))
+        let file_mb = std::fs::metadata(node.join(gavel_store::app::COLD_STORE_FILE))
             .map_or(f64::NAN, |metadata| metadata.len() as f64 / 1e6);
         let peak_mib = peak_rss_kib().map_or(f64::NAN, |kib| kib as f64 / 1024.0);
         let measured = (bytes as f64 / 1e6 / took, records as f64 / took);
