@@ -12,7 +12,10 @@
 //!   `gavel approval votes` lists both votes;
 //! - a standing approval of 3 uses created with `gavel approval standing
 //!   create`, approved once, resumed 3 times with `gavel exec resume` and
-//!   refused `APPROVAL_CONSUMED` the 4th time.
+//!   refused `APPROVAL_CONSUMED` the 4th time;
+//! - a standing approval bound to `/order_id`: a resume with another
+//!   order's input is refused `APPROVAL_INPUT_MISMATCH`; one with the same
+//!   order (`--input`, `--execution-id`) runs its own input.
 //!
 //! Each command and its output are printed (`cargo test -p gavel-tests
 //! --test policy_cli -- --nocapture`): docs/policies.md shows one run.
@@ -158,4 +161,34 @@ async fn finance_and_legal_and_a_standing_approval_of_three_uses_run_end_to_end_
     assert_eq!(spent["standing"]["usedBy"].as_array().map(Vec::len), Some(3), "{spent}");
     let spent = gavel(&cluster, AGENT, &["approval", "get", "standing-o-2"]).await;
     assert!(spent.stdout.contains("3 of 3 uses spent"), "{spent:#?}");
+
+    // ----- bound to /order_id: each use brings its own input -----
+    let bound = [
+        "approval",
+        "standing",
+        "create",
+        "--id",
+        "standing-o-3",
+        "--capability",
+        "orders.refund",
+        "--uses",
+        "2",
+        "--window",
+        "1h",
+        "--input",
+        r#"{"amount":10,"order_id":"o-3"}"#,
+        "--bind",
+        "/order_id",
+    ];
+    gavel(&cluster, AGENT, &bound).await.succeeded();
+    gavel(&cluster, "user:oc1", &["approval", "approve", "standing-o-3"]).await.succeeded();
+    let other_order = ["exec", "resume", "standing-o-3", "--input", r#"{"amount":10,"order_id":"o-4"}"#];
+    gavel(&cluster, AGENT, &other_order).await.refused(3, "APPROVAL_INPUT_MISMATCH");
+    let same_order =
+        ["exec", "resume", "standing-o-3", "--input", r#"{"amount":25,"order_id":"o-3"}"#, "--execution-id", "o-3-a"];
+    let resumed = gavel(&cluster, AGENT, &same_order).await;
+    assert_eq!(field(&resumed, "execution"), "o-3-a", "{resumed:#?}");
+    assert_eq!(field(&resumed, "input"), r#"{"amount":25,"order_id":"o-3"}"#, "the use runs its own input");
+    let bound_spent = read_json(&cluster, AGENT, &["approval", "get", "standing-o-3"]).await;
+    assert_eq!(bound_spent["standing"]["usedBy"].as_array().map(Vec::len), Some(1), "{bound_spent}");
 }

@@ -48,6 +48,16 @@ pub enum ExecCommand {
     Resume {
         /// Approval id (printed by `exec submit`).
         approval_id: String,
+        /// The input as the caller sees it now, JSON text or @PATH. Checked
+        /// against the approved input's hash; required for a standing
+        /// approval bound to JSON pointers (`approval standing create
+        /// --bind`), whose use runs this input.
+        #[arg(long, value_name = "JSON|@PATH")]
+        input: Option<String>,
+        /// Id of the execution to create when the approval names none (a
+        /// standing approval's uses); the cluster assigns one otherwise.
+        #[arg(long, value_name = "ID")]
+        execution_id: Option<String>,
         /// Then wait (up to this many ms) until the execution is final and show it.
         #[arg(long, value_name = "MS")]
         wait: Option<u64>,
@@ -97,9 +107,11 @@ pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
             let response = client.submit(request).await?;
             print_submitted(&response, json)
         }
-        ExecCommand::Resume { approval_id, wait: wait_ms } => {
+        ExecCommand::Resume { approval_id, input, execution_id, wait: wait_ms } => {
+            let input_json = input.as_deref().map(read_input).transpose()?;
             let client = args.global.client()?;
-            let response = client.resume(pb::ResumeRequest { approval_id, ..pb::ResumeRequest::default() }).await?;
+            let request = pb::ResumeRequest { approval_id, execution_id, input_json, ..pb::ResumeRequest::default() };
+            let response = client.resume(request).await?;
             let execution = unwrap_execution(response.execution)?;
             match wait_ms {
                 Some(timeout_ms) => wait(&client, execution.execution_id, timeout_ms, json).await,
