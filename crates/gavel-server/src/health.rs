@@ -22,7 +22,11 @@
 //! reflection by [`crate::server::start`].
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, which a simulator drives (the OS clock would make a
+// simulated run depend on how fast it ran).
+use tokio::time::Instant;
 
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_server::ApprovalServiceServer;
