@@ -102,6 +102,15 @@ pub fn set_clock(clock: fn() -> u64) -> bool {
     CLOCK.set(clock).is_ok()
 }
 
+/// Waits for the next change seen by `receiver`. Once its sender is gone
+/// (Raft has stopped) it never returns, so a loop that waits on it next to
+/// a timer sleeps instead of spinning.
+pub async fn changed_or_never<T>(receiver: &mut tokio::sync::watch::Receiver<T>) {
+    if receiver.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// The random numbers of every node in this process, when a simulator set
 /// a source.
 static RANDOM: std::sync::OnceLock<fn() -> u128> = std::sync::OnceLock::new();
@@ -369,6 +378,16 @@ fn unexpected(reply: &Reply) -> Status {
 mod tests {
     use super::*;
     use gavel_proto::error_detail::read_error_detail;
+
+    #[tokio::test]
+    async fn a_wait_on_a_closed_watch_never_ends_so_a_loop_sleeps_instead_of_spinning() {
+        let (sender, mut receiver) = tokio::sync::watch::channel(0);
+        sender.send(1).expect("a receiver is open");
+        changed_or_never(&mut receiver).await;
+        drop(sender);
+        let waited = tokio::time::timeout(Duration::from_millis(50), changed_or_never(&mut receiver)).await;
+        assert!(waited.is_err(), "a closed channel ended the wait");
+    }
 
     #[test]
     fn a_node_deposed_before_its_proposal_answers_unavailable_with_the_leader_hint() {

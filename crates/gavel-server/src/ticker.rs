@@ -43,9 +43,11 @@ pub async fn run(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
                 None => IDLE_CHECK,
             }
         };
+        // A closed channel (Raft stopped) must not end the wait at once,
+        // or the loop spins (found by gavel-sim after a simulated power cut).
         tokio::select! {
-            _ = applied.changed() => {}
-            _ = status.changed() => {}
+            _ = crate::node::changed_or_never(&mut applied) => {}
+            _ = crate::node::changed_or_never(&mut status) => {}
             _ = shutdown.changed() => {}
             _ = tokio::time::sleep(wait) => {}
         }

@@ -56,9 +56,6 @@ const SETTLE: Duration = Duration::from_secs(5);
 /// How long workers keep draining after the clients stop.
 const DRAIN: Duration = Duration::from_secs(8);
 
-/// How much simulated time one turmoil step advances every host.
-const TICK: Duration = Duration::from_millis(1);
-
 /// What one simulated run does besides its seed.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -72,6 +69,9 @@ pub struct SimConfig {
     pub workers: usize,
     /// Whether the seed's faults are injected at all.
     pub faults: bool,
+    /// How much simulated time one turmoil step advances every host: the
+    /// network delivers between steps, so it is also the least latency.
+    pub tick: Duration,
 }
 
 impl Default for SimConfig {
@@ -82,6 +82,7 @@ impl Default for SimConfig {
             submitters: 2,
             workers: 2,
             faults: true,
+            tick: Duration::from_millis(5),
         }
     }
 }
@@ -239,10 +240,10 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
 
     let mut sim = turmoil::Builder::new()
         .simulation_duration(Duration::from_secs(24 * 3600))
-        .tick_duration(TICK)
+        .tick_duration(config.tick)
         .epoch(UNIX_EPOCH + Duration::from_millis(EPOCH_MS))
-        .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(schedule.max_latency_ms))
+        .min_message_latency(config.tick)
+        .max_message_latency(config.tick.max(Duration::from_millis(schedule.max_latency_ms)))
         .rng_seed(seed)
         .build();
 
@@ -346,6 +347,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         while pending.last().is_some_and(|event| event.at <= now) {
             let event = pending.pop().expect("checked above");
             apply_fault(&mut sim, &nodes, &event.fault, now, &mut crashed);
+            tracing::info!(simulated_ms = now.as_millis() as u64, "{}", event.fault);
             faults_log.push(format!("{} ms: {}", now.as_millis(), event.fault));
         }
         // A node whose armed power cut has happened (or whose cut never came
@@ -353,6 +355,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         for node in &nodes {
             if node.disk.power_is_cut() && !crashed.iter().any(|(id, _)| *id == node.id) {
                 crash_node(&mut sim, node, now, seed, &mut crashed, Duration::from_millis(800));
+                tracing::info!(simulated_ms = now.as_millis() as u64, "power cut on n{}, crashed", node.id);
                 faults_log.push(format!("{} ms: power cut on n{}, crashed", now.as_millis(), node.id));
             }
         }
@@ -361,6 +364,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
             if *until <= now {
                 sim.bounce(host_name(*id));
                 restarted.push(*id);
+                tracing::info!(simulated_ms = now.as_millis() as u64, "n{id} restarted");
                 faults_log.push(format!("{} ms: n{id} restarted", now.as_millis()));
             }
         }
