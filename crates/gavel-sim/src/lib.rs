@@ -200,6 +200,9 @@ fn simulated_random() -> u128 {
     })
 }
 
+/// Every host of the simulation: the nodes and the workload's client.
+const HOSTS: [&str; 4] = ["n1", "n2", "n3", "workload"];
+
 fn host_name(id: u64) -> String {
     format!("n{id}")
 }
@@ -490,7 +493,21 @@ fn crash_node(
     if crashed.iter().any(|(id, _)| *id == node.id) {
         return;
     }
-    sim.crash(host_name(node.id));
+    // A host that loses power sends nothing more. Cut its links while its
+    // tasks are dropped: tokio drops them in an order set by process-wide
+    // task ids, and each dropped connection would send a FIN that draws
+    // its latency from the seeded network generator, so the drop order
+    // would leak into the run. Dropped at a cut link, the segments draw
+    // nothing. (What the host had in flight is lost with them.)
+    let host = host_name(node.id);
+    let others: Vec<String> = HOSTS.iter().filter(|other| **other != host).map(|other| other.to_string()).collect();
+    for other in &others {
+        sim.partition(host.as_str(), other.as_str());
+    }
+    sim.crash(host.as_str());
+    for other in &others {
+        sim.repair(host.as_str(), other.as_str());
+    }
     node.disk.crash(torn);
     crashed.push((node.id, now + down));
 }

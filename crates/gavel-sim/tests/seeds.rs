@@ -15,9 +15,10 @@ const CI_SEEDS: u64 = 16;
 /// Simulated seconds of workload per seed (override with `GAVEL_SIM_SECONDS`).
 const CI_WORKLOAD_SECONDS: u64 = 15;
 
-/// Seeds run twice by the determinism test.
+/// Seeds run twice by the determinism test: both crash a node (seed 1 by a
+/// power cut with a torn log tail), partition and drop messages.
 #[cfg(tokio_unstable)]
-const TWICE: [u64; 2] = [7, 1_000_003];
+const TWICE: [u64; 2] = [1, 10];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|value| value.parse().ok())
@@ -122,8 +123,10 @@ fn every_ci_seed_keeps_every_rule() {
 #[cfg(tokio_unstable)]
 #[test]
 fn a_seed_replays_to_the_same_trace_hash() {
-    let config = SimConfig { workload_time: Duration::from_secs(8), ..SimConfig::default() };
-    let seeds: Vec<u64> = TWICE.iter().flat_map(|seed| [*seed, *seed]).collect();
+    let config = config();
+    // Each seed runs once first and once second on its thread, next to the
+    // other seed: what ran before in the process must not matter.
+    let seeds = vec![TWICE[0], TWICE[1], TWICE[1], TWICE[0]];
     let reports: Vec<SimReport> =
         run_all(&seeds, &config).into_iter().map(|result| result.unwrap_or_else(|error| panic!("{error}"))).collect();
     for pair in reports.chunks(2) {
