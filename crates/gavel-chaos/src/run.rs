@@ -419,17 +419,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         tokio::spawn(poll_checkpoints(recorder, nodes.clone(), tls, stop))
     };
 
-    let mut actors = Vec::new();
-    for index in 0..args.approval_clients {
-        actors.push(tokio::spawn(workload.clone().approval_client(index)));
-    }
-    for index in 0..args.submitters {
-        actors.push(tokio::spawn(workload.clone().submitter(index)));
-    }
-    let mut workers = Vec::new();
-    for index in 0..args.workers {
-        workers.push(tokio::spawn(workload.clone().worker(index)));
-    }
+    let (actors, workers) = workload.spawn_actors();
 
     let mut nemesis = Nemesis {
         cluster: cluster.clone(),

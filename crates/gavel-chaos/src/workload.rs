@@ -299,6 +299,21 @@ impl Workload {
         })
     }
 
+    /// Spawns every actor of the config: the approval clients and
+    /// submitters (stopped by `stop_clients`), then the workers (stopped by
+    /// `stop_workers`). Returns their handles in that grouping.
+    pub fn spawn_actors(self: &Arc<Self>) -> (Vec<tokio::task::JoinHandle<()>>, Vec<tokio::task::JoinHandle<()>>) {
+        let mut clients = Vec::new();
+        for index in 0..self.config.approval_clients {
+            clients.push(tokio::spawn(self.clone().approval_client(index)));
+        }
+        for index in 0..self.config.submitters {
+            clients.push(tokio::spawn(self.clone().submitter(index)));
+        }
+        let workers = (0..self.config.workers).map(|index| tokio::spawn(self.clone().worker(index))).collect();
+        (clients, workers)
+    }
+
     /// The workload principal's TLS, for the harness's final reads.
     pub fn tls(&self) -> Option<&ClientTls> {
         self.tls.as_ref()

@@ -313,17 +313,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
             let workload =
                 Arc::new(Workload::new_simulated(recorder, node_addrs, workload_config, net::dial(), clock_ms)?);
             workload.register(None).await?;
-            let mut clients = Vec::new();
-            for index in 0..config.approval_clients {
-                clients.push(tokio::spawn(workload.clone().approval_client(index)));
-            }
-            for index in 0..config.submitters {
-                clients.push(tokio::spawn(workload.clone().submitter(index)));
-            }
-            let mut workers = Vec::new();
-            for index in 0..config.workers {
-                workers.push(tokio::spawn(workload.clone().worker(index)));
-            }
+            let (clients, workers) = workload.spawn_actors();
             tokio::time::sleep(config.workload_time).await;
             workload.stop_clients.cancel();
             workload.draining.store(true, std::sync::atomic::Ordering::Relaxed);
