@@ -87,9 +87,10 @@ impl SimDisk {
     /// A power cut: every file loses the writes made since its last sync,
     /// except that one file, chosen by `torn`, keeps a prefix of them that
     /// may end inside a write (a torn tail). Call it while no node runs on
-    /// the disk.
-    pub fn crash(&self, torn: u64) {
-        self.0.crash(torn);
+    /// the disk. Returns how many unsynced writes were dropped, whole or in
+    /// part.
+    pub fn crash(&self, torn: u64) -> usize {
+        self.0.crash(torn)
     }
 
     /// Arms a power cut after `operations` more writes, syncs, creations,

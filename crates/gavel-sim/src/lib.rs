@@ -347,9 +347,10 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         // within its window) is crashed now and restarted after its downtime.
         for node in &nodes {
             if node.disk.power_is_cut() && !crashed.iter().any(|(id, _)| *id == node.id) {
-                crash_node(&mut sim, node, now, seed, &mut crashed, Duration::from_millis(800));
-                tracing::info!(simulated_ms = now.as_millis() as u64, "power cut on n{}, crashed", node.id);
-                faults_log.push(format!("{} ms: power cut on n{}, crashed", now.as_millis(), node.id));
+                let dropped = crash_node(&mut sim, node, now, seed, &mut crashed, Duration::from_millis(800));
+                let what = format!("power cut on n{}: crashed, {dropped} unsynced log writes dropped", node.id);
+                tracing::info!(simulated_ms = now.as_millis() as u64, "{what}");
+                faults_log.push(format!("{} ms: {what}", now.as_millis()));
             }
         }
         let mut restarted = Vec::new();
@@ -471,7 +472,8 @@ fn apply_fault(
 }
 
 /// Crashes `node`'s host, then its disk (losing unsynced writes but a torn
-/// prefix chosen by `torn`); it restarts after `down`.
+/// prefix chosen by `torn`); it restarts after `down`. Returns how many
+/// unsynced writes the disk dropped, whole or in part.
 fn crash_node(
     sim: &mut turmoil::Sim<'_>,
     node: &SimNode,
@@ -479,9 +481,9 @@ fn crash_node(
     torn: u64,
     crashed: &mut Vec<(u64, Duration)>,
     down: Duration,
-) {
+) -> usize {
     if crashed.iter().any(|(id, _)| *id == node.id) {
-        return;
+        return 0;
     }
     // A host that loses power sends nothing more. Cut its links while its
     // tasks are dropped: tokio drops them in an order set by process-wide
@@ -498,8 +500,9 @@ fn crash_node(
     for other in &others {
         sim.repair(host.as_str(), other.as_str());
     }
-    node.disk.crash(torn);
+    let dropped = node.disk.crash(torn);
     crashed.push((node.id, now + down));
+    dropped
 }
 
 /// Repairs every link between nodes.

@@ -127,24 +127,29 @@ impl SimFs {
     /// A crash: every file loses its unsynced writes, except that the file
     /// chosen by `torn` keeps a prefix of them (`torn` picks the file, how
     /// many writes and how many bytes of the next one survive).
-    pub(crate) fn crash(&self, torn: u64) {
+    /// Returns how many unsynced writes it dropped whole or in part.
+    pub(crate) fn crash(&self, torn: u64) -> usize {
         *lock(&self.power.countdown) = None;
         self.power.cut.store(false, Ordering::SeqCst);
         let files = lock(&self.files);
         let dirty: Vec<&Arc<Mutex<FileState>>> =
             files.values().filter(|file| !lock(file).unsynced.is_empty()).collect();
         let torn_file = if dirty.is_empty() { usize::MAX } else { (torn % dirty.len() as u64) as usize };
+        let mut dropped = 0;
         for (position, file) in dirty.into_iter().enumerate() {
             let mut file = lock(file);
+            let writes = file.unsynced.len();
             if position == torn_file {
-                let writes = file.unsynced.len() as u64;
-                let keep_writes = (((torn >> 16) & 0xffff) % (writes + 1)) as usize;
+                let keep_writes = (((torn >> 16) & 0xffff) % (writes as u64 + 1)) as usize;
                 let keep_bytes = ((torn >> 32) % 4096) as usize;
                 file.lose_unsynced(keep_writes, keep_bytes);
+                dropped += writes - keep_writes;
             } else {
                 file.lose_unsynced(0, 0);
+                dropped += writes;
             }
         }
+        dropped
     }
 
     /// Cuts the power after `operations` more mutating operations: from then
@@ -274,7 +279,7 @@ mod tests {
         file.write_all_at(b"xyz", 8).expect("grow");
         assert_eq!(fs.unsynced_writes(), 2);
         // The only dirty file keeps no unsynced write.
-        fs.crash(0);
+        assert_eq!(fs.crash(0), 2);
         assert_eq!(content(&fs, path), b"abcd\0\0\0\0");
         assert_eq!(fs.unsynced_writes(), 0);
     }
@@ -287,7 +292,7 @@ mod tests {
         file.write_all_at(b"ab", 0).expect("write");
         file.write_all_at(b"cdef", 2).expect("write, growing the file");
         // Keep one whole write and 1 byte of the next.
-        fs.crash((1 << 16) | (1 << 32));
+        assert_eq!(fs.crash((1 << 16) | (1 << 32)), 1);
         assert_eq!(content(&fs, path), b"abc\0");
     }
 
@@ -300,7 +305,7 @@ mod tests {
         assert!(file.sync_data().is_err());
         assert!(fs.power_is_cut());
         assert!(file.write_all_at(b"b", 1).is_err());
-        fs.crash(0);
+        assert_eq!(fs.crash(0), 1);
         assert!(!fs.power_is_cut());
         assert_eq!(content(&fs, Path::new("/log/a.wal")), b"\0\0\0\0");
     }
