@@ -101,6 +101,12 @@ impl SimDisk {
         self.0.cut_power_after(operations);
     }
 
+    /// Disarms a power cut that has not happened yet (a simulation that
+    /// heals every fault before it ends).
+    pub fn disarm_power_cut(&self) {
+        self.0.disarm_power_cut();
+    }
+
     /// Whether an armed power cut has happened.
     pub fn power_is_cut(&self) -> bool {
         self.0.power_is_cut()

@@ -1,6 +1,6 @@
 //! The seed's faults: a schedule of partitions, held (delayed) messages,
-//! lossy links, power cuts with a torn log tail, and plain crashes, each
-//! healed before the workload stops. Everything here is a function of the
+//! lossy links, power cuts with a torn log tail, worker stalls past their
+//! leases, and plain crashes, each healed before the workload stops. Everything here is a function of the
 //! seed alone.
 
 use std::fmt;
@@ -64,6 +64,12 @@ pub enum Fault {
         /// Disk operations before the cut.
         after_operations: u64,
     },
+    /// Workers stall past their lease deadline and report late (`true`), or
+    /// behave again (`false`).
+    WorkerStall {
+        /// Whether they stall from now on.
+        stall: bool,
+    },
     /// Crash `node` now (losing its unsynced writes, keeping a prefix chosen
     /// by `torn`) and restart it after `down`.
     Crash {
@@ -87,6 +93,8 @@ impl fmt::Display for Fault {
             Fault::PowerCut { node, after_operations } => {
                 write!(f, "power cut on n{node} after {after_operations} disk operations")
             }
+            Fault::WorkerStall { stall: true } => write!(f, "workers stall past their leases"),
+            Fault::WorkerStall { stall: false } => write!(f, "workers behave again"),
             Fault::Crash { node, torn, down } => write!(f, "crash n{node} (torn {torn:x}), down {down:?}"),
         }
     }
@@ -127,7 +135,7 @@ impl Schedule {
             let peer = *rng.pick(&others);
             let at = Duration::from_millis(at_ms);
             let healed = Duration::from_millis(at_ms + lasts_ms);
-            match rng.below(5) {
+            match rng.below(6) {
                 0 => {
                     events.push(Event { at, fault: Fault::Partition { node, others: others.clone() } });
                     events.push(Event { at: healed, fault: Fault::Repair { node, others } });
@@ -142,8 +150,14 @@ impl Schedule {
                     events.push(Event { at: healed, fault: Fault::Repair { node, others: vec![peer] } });
                 }
                 3 => {
-                    let after_operations = rng.below(40);
+                    // A follower may do only a few disk operations a second
+                    // (one append per replication round): keep the cut near.
+                    let after_operations = rng.below(12);
                     events.push(Event { at, fault: Fault::PowerCut { node, after_operations } });
+                }
+                4 => {
+                    events.push(Event { at, fault: Fault::WorkerStall { stall: true } });
+                    events.push(Event { at: healed, fault: Fault::WorkerStall { stall: false } });
                 }
                 _ => {
                     let torn = rng.next_u64();

@@ -300,8 +300,11 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         standing: Vec::new(),
     }));
     let finished = Rc::new(RefCell::new(false));
+    // The workload's stall switch, set by the worker-stall fault.
+    let stall = Rc::new(RefCell::new(None::<Arc<std::sync::atomic::AtomicBool>>));
     {
         let (recorder, finished, config) = (recorder.clone(), finished.clone(), config.clone());
+        let stall = stall.clone();
         let workload_config = WorkloadConfig {
             seed,
             approval_clients: config.approval_clients,
@@ -313,6 +316,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
             let workload =
                 Arc::new(Workload::new_simulated(recorder, node_addrs, workload_config, net::dial(), clock_ms)?);
             workload.register(None).await?;
+            *stall.borrow_mut() = Some(workload.stall.clone());
             let (clients, workers) = workload.spawn_actors();
             tokio::time::sleep(config.workload_time).await;
             workload.stop_clients.cancel();
@@ -339,6 +343,11 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         let now = sim.elapsed();
         while pending.last().is_some_and(|event| event.at <= now) {
             let event = pending.pop().expect("checked above");
+            if let Fault::WorkerStall { stall: on } = event.fault {
+                if let Some(switch) = stall.borrow().as_ref() {
+                    switch.store(on, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
             apply_fault(&mut sim, &nodes, &event.fault, now, &mut crashed);
             tracing::info!(simulated_ms = now.as_millis() as u64, "{}", event.fault);
             faults_log.push(format!("{} ms: {}", now.as_millis(), event.fault));
@@ -375,6 +384,11 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         if now > deadline {
             return Err(SimError::Stuck(deadline));
         }
+    }
+    // A power cut armed late and not yet hit would stop a node while the
+    // cluster settles, with no restart to follow.
+    for node in &nodes {
+        node.disk.disarm_power_cut();
     }
     heal(&sim, &ids);
     let settle_until = sim.elapsed() + SETTLE;
@@ -468,6 +482,8 @@ fn apply_fault(
                 crash_node(sim, target, now, *torn, crashed, *down);
             }
         }
+        // The workload's switch, flipped by the caller.
+        Fault::WorkerStall { .. } => {}
     }
 }
 

@@ -15,10 +15,11 @@ const CI_SEEDS: u64 = 16;
 /// Simulated seconds of workload per seed (override with `GAVEL_SIM_SECONDS`).
 const CI_WORKLOAD_SECONDS: u64 = 15;
 
-/// Seeds run twice by the determinism test: both crash a node (seed 1 by a
-/// power cut with a torn log tail), partition and drop messages.
+/// Seeds run twice by the determinism test: seed 1 crashes a node and cuts
+/// another's power (dropping an unsynced log write), seed 4 partitions a
+/// node and cuts its power; both restart the nodes they crash.
 #[cfg(tokio_unstable)]
-const TWICE: [u64; 2] = [1, 10];
+const TWICE: [u64; 2] = [1, 4];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|value| value.parse().ok())

@@ -159,6 +159,11 @@ impl SimFs {
         *lock(&self.power.countdown) = Some(operations);
     }
 
+    /// Disarms a power cut that has not happened yet.
+    pub(crate) fn disarm_power_cut(&self) {
+        *lock(&self.power.countdown) = None;
+    }
+
     /// Whether an armed power cut has happened.
     pub(crate) fn power_is_cut(&self) -> bool {
         self.power.cut.load(Ordering::SeqCst)
