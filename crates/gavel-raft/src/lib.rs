@@ -50,6 +50,12 @@
 //! Who may send Raft messages at all is the server's decision (it admits
 //! member node certificates only, using [`RaftNode::admits_peer`]).
 //!
+//! **IO comes in from outside** ([`io`]): [`RaftNode::start_with_io`] takes a
+//! [`RaftIo`] (how peers are dialled, which disk the log is on, threads or
+//! inline); production passes the default, the simulator (`gavel-sim`)
+//! [`RaftIo::simulated`] with a [`SimDisk`]. openraft's runtime is ours
+//! (`runtime.rs`) so that [`seed_thread_rng`] can seed election timeouts.
+//!
 //! Reads: call [`RaftNode::ensure_linearizable`] on the leader before reading
 //! the application. Writes: openraft does not forward; a follower answers
 //! [`WriteError::ForwardToLeader`] with the leader's id and address.

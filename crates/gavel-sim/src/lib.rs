@@ -339,6 +339,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     pending.reverse();
     let deadline = config.workload_time + DRAIN + Duration::from_secs(120);
     let mut crashed: Vec<(u64, Duration)> = Vec::new();
+    let mut links = Links::default();
     loop {
         let now = sim.elapsed();
         while pending.last().is_some_and(|event| event.at <= now) {
@@ -348,7 +349,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
                     switch.store(on, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            apply_fault(&mut sim, &nodes, &event.fault, now, &mut crashed);
+            apply_fault(&mut sim, &nodes, &event.fault, now, &mut crashed, &mut links);
             tracing::info!(simulated_ms = now.as_millis() as u64, "{}", event.fault);
             faults_log.push(format!("{} ms: {}", now.as_millis(), event.fault));
         }
@@ -356,7 +357,8 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         // within its window) is crashed now and restarted after its downtime.
         for node in &nodes {
             if node.disk.power_is_cut() && !crashed.iter().any(|(id, _)| *id == node.id) {
-                let dropped = crash_node(&mut sim, node, now, seed, &mut crashed, Duration::from_millis(800));
+                let down = Duration::from_millis(800);
+                let dropped = crash_node(&mut sim, node, now, (seed, down), &mut crashed, &links);
                 let what = format!("power cut on n{}: crashed, {dropped} unsynced log writes dropped", node.id);
                 tracing::info!(simulated_ms = now.as_millis() as u64, "{what}");
                 faults_log.push(format!("{} ms: {what}", now.as_millis()));
@@ -446,21 +448,41 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     })
 }
 
+/// The partitions and holds in force between nodes, which a crash must
+/// leave in force (it cuts and repairs the crashed host's links).
+#[derive(Default)]
+struct Links {
+    partitioned: std::collections::BTreeSet<(u64, u64)>,
+    held: std::collections::BTreeSet<(u64, u64)>,
+}
+
+fn pair(a: u64, b: u64) -> (u64, u64) {
+    (a.min(b), a.max(b))
+}
+
 fn apply_fault(
     sim: &mut turmoil::Sim<'_>,
     nodes: &[SimNode],
     fault: &Fault,
     now: Duration,
     crashed: &mut Vec<(u64, Duration)>,
+    links: &mut Links,
 ) {
     match fault {
         Fault::Partition { node, others } => {
             for other in others {
                 sim.partition(host_name(*node), host_name(*other));
+                links.partitioned.insert(pair(*node, *other));
             }
         }
-        Fault::Hold { a, b } => sim.hold(host_name(*a), host_name(*b)),
-        Fault::Release { a, b } => sim.release(host_name(*a), host_name(*b)),
+        Fault::Hold { a, b } => {
+            sim.hold(host_name(*a), host_name(*b));
+            links.held.insert(pair(*a, *b));
+        }
+        Fault::Release { a, b } => {
+            sim.release(host_name(*a), host_name(*b));
+            links.held.remove(&pair(*a, *b));
+        }
         Fault::LinkLoss { a, b, percent } => {
             sim.set_link_fail_rate(host_name(*a), host_name(*b), f64::from(*percent) / 100.0);
         }
@@ -468,6 +490,7 @@ fn apply_fault(
             for other in others {
                 sim.repair(host_name(*node), host_name(*other));
                 sim.set_link_fail_rate(host_name(*node), host_name(*other), 0.0);
+                links.partitioned.remove(&pair(*node, *other));
             }
         }
         Fault::PowerCut { node, after_operations } => {
@@ -479,7 +502,7 @@ fn apply_fault(
         }
         Fault::Crash { node, torn, down } => {
             if let Some(target) = nodes.iter().find(|candidate| candidate.id == *node) {
-                crash_node(sim, target, now, *torn, crashed, *down);
+                crash_node(sim, target, now, (*torn, *down), crashed, links);
             }
         }
         // The workload's switch, flipped by the caller.
@@ -494,9 +517,9 @@ fn crash_node(
     sim: &mut turmoil::Sim<'_>,
     node: &SimNode,
     now: Duration,
-    torn: u64,
+    (torn, down): (u64, Duration),
     crashed: &mut Vec<(u64, Duration)>,
-    down: Duration,
+    links: &Links,
 ) -> usize {
     if crashed.iter().any(|(id, _)| *id == node.id) {
         return 0;
@@ -515,6 +538,13 @@ fn crash_node(
     sim.crash(host.as_str());
     for other in &others {
         sim.repair(host.as_str(), other.as_str());
+    }
+    // What the schedule cut or held stays so.
+    for (a, b) in links.partitioned.iter().filter(|(a, b)| *a == node.id || *b == node.id) {
+        sim.partition(host_name(*a), host_name(*b));
+    }
+    for (a, b) in links.held.iter().filter(|(a, b)| *a == node.id || *b == node.id) {
+        sim.hold(host_name(*a), host_name(*b));
     }
     let dropped = node.disk.crash(torn);
     crashed.push((node.id, now + down));
