@@ -7,28 +7,65 @@ use std::time::Instant;
 
 use crate::history::{Complete, Entry, FaultKind, HistoryWriter, Invoke, NemesisEvent, Op, OpResult, Outcome, Phase};
 
-/// The run's history file plus the clock every entry is stamped with.
+/// The run's history (a file, or memory) plus the clock every entry is
+/// stamped with.
 pub struct Recorder {
-    writer: Mutex<HistoryWriter>,
-    start: Instant,
+    writer: Mutex<Sink>,
+    clock: Clock,
     next_op: AtomicU64,
     next_process: AtomicU64,
+}
+
+/// Where the entries go.
+enum Sink {
+    File(HistoryWriter),
+    Memory(Vec<Entry>),
+}
+
+/// What the entries' `time_ms` measure.
+enum Clock {
+    /// The monotonic OS clock since the run started.
+    Os(Instant),
+    /// A simulator's clock, in milliseconds since its run started.
+    Injected(fn() -> f64),
 }
 
 impl Recorder {
     /// Creates the history file.
     pub fn create(path: &Path) -> std::io::Result<Recorder> {
         Ok(Recorder {
-            writer: Mutex::new(HistoryWriter::create(path)?),
-            start: Instant::now(),
+            writer: Mutex::new(Sink::File(HistoryWriter::create(path)?)),
+            clock: Clock::Os(Instant::now()),
             next_op: AtomicU64::new(1),
             next_process: AtomicU64::new(1),
         })
     }
 
+    /// A history kept in memory ([`Recorder::entries`]) and stamped with
+    /// `clock_ms` (a simulator's simulated milliseconds since its run began).
+    pub fn in_memory(clock_ms: fn() -> f64) -> Recorder {
+        Recorder {
+            writer: Mutex::new(Sink::Memory(Vec::new())),
+            clock: Clock::Injected(clock_ms),
+            next_op: AtomicU64::new(1),
+            next_process: AtomicU64::new(1),
+        }
+    }
+
+    /// The entries of an in-memory history so far (none for a file's).
+    pub fn entries(&self) -> Vec<Entry> {
+        match &*self.writer.lock().expect("history writer lock poisoned") {
+            Sink::Memory(entries) => entries.clone(),
+            Sink::File(_) => Vec::new(),
+        }
+    }
+
     /// Milliseconds since the run started.
     pub fn now_ms(&self) -> f64 {
-        self.start.elapsed().as_secs_f64() * 1000.0
+        match &self.clock {
+            Clock::Os(start) => start.elapsed().as_secs_f64() * 1000.0,
+            Clock::Injected(clock_ms) => clock_ms(),
+        }
     }
 
     /// A fresh process id: one per concurrent actor, so a process never has
@@ -41,6 +78,13 @@ impl Recorder {
     /// meaningless, so a write failure ends the process.
     pub fn write(&self, entry: &Entry) {
         let mut writer = self.writer.lock().expect("history writer lock poisoned");
+        let writer = match &mut *writer {
+            Sink::File(writer) => writer,
+            Sink::Memory(entries) => {
+                entries.push(entry.clone());
+                return;
+            }
+        };
         if let Err(error) = writer.write(entry) {
             eprintln!("gavel chaos: cannot write the history: {error}");
             std::process::exit(crate::run::EXIT_HARNESS_CRASH);

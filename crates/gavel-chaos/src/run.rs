@@ -447,24 +447,8 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         tokio::spawn(poll_checkpoints(recorder, nodes.clone(), tls, stop))
     };
 
-    let mut actors = Vec::new();
-    for index in 0..args.approval_clients {
-        actors.push(tokio::spawn(workload.clone().approval_client(index)));
-    }
-    for index in 0..args.submitters {
-        actors.push(tokio::spawn(workload.clone().submitter(index)));
-    }
-    for index in 0..args.quorum_clients {
-        actors.push(tokio::spawn(workload.clone().quorum_client(index)));
-    }
     let standing_ids: Vec<String> = standing.into_iter().map(|info| info.approval_id).collect();
-    for index in 0..args.standing_clients {
-        actors.push(tokio::spawn(workload.clone().standing_client(index, standing_ids.clone())));
-    }
-    let mut workers = Vec::new();
-    for index in 0..args.workers {
-        workers.push(tokio::spawn(workload.clone().worker(index)));
-    }
+    let (actors, workers) = workload.spawn_actors(&standing_ids);
 
     let mut nemesis = Nemesis {
         cluster: cluster.clone(),

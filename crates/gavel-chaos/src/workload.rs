@@ -132,6 +132,14 @@ pub struct Workload {
     /// The voters (`kind:id`) and their TLS; none on an insecure cluster.
     voters: Vec<(String, ClientTls)>,
     config: WorkloadConfig,
+    /// How channels connect: real TCP, or a simulator's network.
+    dial: Option<gavel_client::Dial>,
+    /// Clients made so far: each gets its own retry-jitter seed, derived
+    /// from the workload's seed, when the workload runs in a simulator.
+    clients_made: AtomicU64,
+    /// The cluster's clock (milliseconds since the Unix epoch): this
+    /// machine's, or a simulator's.
+    clock_ms: fn() -> i64,
 }
 
 /// The capabilities the workload registers.
@@ -257,6 +265,32 @@ impl Workload {
         config: WorkloadConfig,
         tls: Option<ClientTls>,
     ) -> Result<Workload, WorkloadError> {
+        Workload::build(recorder, nodes, config, tls, None, gavel_testkit::wall_clock_ms)
+    }
+
+    /// A workload inside a simulator: plaintext channels through `dial`
+    /// (its network), the cluster's clock read through `clock_ms` (the
+    /// nodes' simulated one, to stall past a lease deadline), and its
+    /// clients' request ids and retry jitter drawn from the workload's
+    /// seed, so a seed replays the same calls.
+    pub fn new_simulated(
+        recorder: Arc<Recorder>,
+        nodes: Vec<(u64, String)>,
+        config: WorkloadConfig,
+        dial: gavel_client::Dial,
+        clock_ms: fn() -> i64,
+    ) -> Result<Workload, WorkloadError> {
+        Workload::build(recorder, nodes, config, None, Some(dial), clock_ms)
+    }
+
+    fn build(
+        recorder: Arc<Recorder>,
+        nodes: Vec<(u64, String)>,
+        config: WorkloadConfig,
+        tls: Option<ClientTls>,
+        dial: Option<gavel_client::Dial>,
+        clock_ms: fn() -> i64,
+    ) -> Result<Workload, WorkloadError> {
         let channels = nodes
             .iter()
             .map(|(_, addr)| {
@@ -266,7 +300,11 @@ impl Workload {
                 if let Some(tls) = &tls {
                     endpoint = endpoint.tls_config(tls.tonic_config()).map_err(address)?;
                 }
-                Ok(endpoint.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect_lazy())
+                let endpoint = endpoint.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true);
+                Ok(match &dial {
+                    Some(dial) => dial(endpoint),
+                    None => endpoint.connect_lazy(),
+                })
             })
             .collect::<Result<Vec<_>, WorkloadError>>()?;
         Ok(Workload {
@@ -283,7 +321,35 @@ impl Workload {
             tls,
             voters: Vec::new(),
             config,
+            dial,
+            clients_made: AtomicU64::new(0),
+            clock_ms,
         })
+    }
+
+    /// Spawns every actor of the config: the approval clients,
+    /// submitters, quorum clients and standing clients (spending
+    /// `standing_ids`), all stopped by `stop_clients`, then the workers
+    /// (stopped by `stop_workers`). Returns their handles in that grouping.
+    pub fn spawn_actors(
+        self: &Arc<Self>,
+        standing_ids: &[String],
+    ) -> (Vec<tokio::task::JoinHandle<()>>, Vec<tokio::task::JoinHandle<()>>) {
+        let mut clients = Vec::new();
+        for index in 0..self.config.approval_clients {
+            clients.push(tokio::spawn(self.clone().approval_client(index)));
+        }
+        for index in 0..self.config.submitters {
+            clients.push(tokio::spawn(self.clone().submitter(index)));
+        }
+        for index in 0..self.config.quorum_clients {
+            clients.push(tokio::spawn(self.clone().quorum_client(index)));
+        }
+        for index in 0..self.config.standing_clients {
+            clients.push(tokio::spawn(self.clone().standing_client(index, standing_ids.to_vec())));
+        }
+        let workers = (0..self.config.workers).map(|index| tokio::spawn(self.clone().worker(index))).collect();
+        (clients, workers)
     }
 
     /// The workload principal's TLS, for the harness's final reads.
@@ -310,6 +376,11 @@ impl Workload {
             follow_leader: false,
             tls,
             token: None,
+            jitter_seed: self.dial.as_ref().map(|_| {
+                let made = self.clients_made.fetch_add(1, Ordering::Relaxed);
+                Rng::new(self.config.seed).fork(made).next_u64()
+            }),
+            dial: self.dial.clone(),
         };
         Client::with_config(&endpoints, config).expect("endpoints are well-formed host:port addresses")
     }
@@ -716,7 +787,7 @@ impl Workload {
             return;
         }
         if stall {
-            let now = gavel_testkit::wall_clock_ms();
+            let now = (self.clock_ms)();
             let past = (lease.deadline_ms - now).max(0) as u64 + rng.between(300, 700);
             tokio::time::sleep(Duration::from_millis(past)).await;
         } else if roll >= 80 {

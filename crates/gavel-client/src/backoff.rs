@@ -49,9 +49,34 @@ pub(crate) fn is_transport_reset(status: &Status) -> bool {
 pub(crate) fn jittered(pause: Duration) -> Duration {
     // A v4 uuid is 122 random bits from the OS; the low 32 are plenty here,
     // and the SDK needs no random-number crate for them.
-    let random = uuid::Uuid::new_v4().as_u128() as u32;
+    jittered_by(pause, uuid::Uuid::new_v4().as_u128() as u32)
+}
+
+/// [`jittered`] with the random extra taken from `random`.
+pub(crate) fn jittered_by(pause: Duration, random: u32) -> Duration {
     let extra = pause.mul_f64(f64::from(random) / f64::from(u32::MAX) / 2.0);
     pause + extra
+}
+
+/// A seeded sequence of jitter values (SplitMix64), for a client whose
+/// retries a simulator replays ([`crate::ClientConfig::jitter_seed`]).
+#[derive(Debug)]
+pub(crate) struct SeededJitter(std::sync::Mutex<u64>);
+
+impl SeededJitter {
+    pub(crate) fn new(seed: u64) -> SeededJitter {
+        SeededJitter(std::sync::Mutex::new(seed))
+    }
+
+    /// The next 32 random bits of the sequence.
+    pub(crate) fn next(&self) -> u32 {
+        let mut state = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 32) as u32
+    }
 }
 
 /// A node's overload refusal, as the server makes it: `RESOURCE_EXHAUSTED`

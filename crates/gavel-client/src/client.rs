@@ -3,7 +3,9 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use gavel_proto::error_detail::read_error_detail;
 use gavel_proto::v1 as pb;
@@ -47,7 +49,18 @@ pub struct ClientConfig {
     /// A bearer token (JWT) sent as `authorization: Bearer <token>` on every
     /// call; it takes precedence over the client certificate's principal.
     pub token: Option<String>,
+    /// How a channel to a node connects: `None` over real TCP (tonic's own
+    /// connector); a simulator passes one that dials its simulated network.
+    pub dial: Option<Dial>,
+    /// The seed of the retry jitter and of generated request ids: `None`
+    /// draws them from the OS; a simulator sets one so that a seed replays
+    /// the same retries and the same commands.
+    pub jitter_seed: Option<u64>,
 }
+
+/// Makes the channel to a node from its endpoint (address, TLS and
+/// timeouts already set).
+pub type Dial = Arc<dyn Fn(Endpoint) -> Channel + Send + Sync>;
 
 impl Default for ClientConfig {
     fn default() -> Self {
@@ -58,6 +71,8 @@ impl Default for ClientConfig {
             follow_leader: true,
             tls: None,
             token: None,
+            dial: None,
+            jitter_seed: None,
         }
     }
 }
@@ -72,6 +87,8 @@ impl std::fmt::Debug for ClientConfig {
             .field("follow_leader", &self.follow_leader)
             .field("tls", &self.tls)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("dial", &self.dial.as_ref().map(|_| "<injected>"))
+            .field("jitter_seed", &self.jitter_seed)
             .finish()
     }
 }
@@ -91,6 +108,9 @@ struct Inner {
     preferred: AtomicUsize,
     /// RPC attempts sent, for measuring a client's load on the cluster.
     attempts: std::sync::atomic::AtomicU64,
+    /// The seeded sequence of retry jitter, request ids and trace ids, when
+    /// the config seeds it.
+    jitter: Option<Arc<crate::backoff::SeededJitter>>,
     config: ClientConfig,
 }
 
@@ -136,7 +156,8 @@ impl Client {
         if endpoints.is_empty() {
             return Err(Error::Config("at least one endpoint is required".to_string()));
         }
-        let authorization = Authorization::bearer(config.token.as_deref())?;
+        let jitter = config.jitter_seed.map(|seed| Arc::new(crate::backoff::SeededJitter::new(seed)));
+        let authorization = Authorization::bearer(config.token.as_deref())?.with_trace_ids(jitter.clone());
         let tls = config.tls.as_ref().map(ClientTls::tonic_config);
         let mut channels = Vec::new();
         let mut normalized = Vec::new();
@@ -150,12 +171,15 @@ impl Client {
                     .tls_config(tls.clone())
                     .map_err(|error| Error::Config(format!("TLS for endpoint {endpoint}: {error}")))?;
             }
-            let channel = builder
+            let builder = builder
                 .connect_timeout(config.connect_timeout)
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10))
-                .keep_alive_while_idle(true)
-                .connect_lazy();
+                .keep_alive_while_idle(true);
+            let channel = match &config.dial {
+                Some(dial) => dial(builder),
+                None => builder.connect_lazy(),
+            };
             channels.push(channel);
             normalized.push(uri.trim_start_matches("http://").trim_start_matches("https://").to_string());
         }
@@ -166,9 +190,19 @@ impl Client {
                 authorization,
                 preferred: AtomicUsize::new(0),
                 attempts: std::sync::atomic::AtomicU64::new(0),
+                jitter,
                 config,
             }),
         })
+    }
+
+    /// A request id for one logical call: random, or from the seeded
+    /// sequence of a client a simulator replays ([`ClientConfig::jitter_seed`]).
+    fn fresh_request_id(&self) -> String {
+        match &self.inner.jitter {
+            Some(sequence) => format!("cli-sim-{:08x}{:08x}", sequence.next(), sequence.next()),
+            None => new_request_id(),
+        }
     }
 
     /// The configured endpoints.
@@ -244,7 +278,11 @@ impl Client {
             if started.elapsed() + pause > self.inner.config.retry_budget {
                 return Err(self.gave_up(&failure).await);
             }
-            tokio::time::sleep(crate::backoff::jittered(pause)).await;
+            let pause_jittered = match &self.inner.jitter {
+                Some(jitter) => crate::backoff::jittered_by(pause, jitter.next()),
+                None => crate::backoff::jittered(pause),
+            };
+            tokio::time::sleep(pause_jittered).await;
             pause = (pause * 2).min(Duration::from_secs(1));
         }
     }
@@ -332,7 +370,7 @@ macro_rules! rpc {
         pub async fn $name(&self, mut request: $request) -> Result<$response, Error> {
             $($check(&request)?;)?
             if request.request_id.is_empty() {
-                request.request_id = new_request_id();
+                request.request_id = self.fresh_request_id();
             }
             self.call(Duration::ZERO, move |channel, timeout| {
                 let request = request.clone();
@@ -460,7 +498,7 @@ impl Client {
     /// Long-polls for up to `max_tasks` tasks.
     pub async fn poll(&self, mut request: pb::PollRequest) -> Result<pb::PollResponse, Error> {
         if request.request_id.is_empty() {
-            request.request_id = new_request_id();
+            request.request_id = self.fresh_request_id();
         }
         let wait = Duration::from_millis(request.wait_ms);
         self.call(wait, move |channel, timeout| {

@@ -2,6 +2,7 @@
 //! flags and `GAVEL_*` variables every binary reads them from.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
@@ -155,17 +156,23 @@ fn read(path: &Path, what: &str) -> Result<String, Error> {
 /// configured, and a W3C `traceparent` ([`crate::trace_context`]) unless the
 /// request has one.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Authorization(Option<MetadataValue<Ascii>>);
+pub(crate) struct Authorization(Option<MetadataValue<Ascii>>, Option<Arc<crate::backoff::SeededJitter>>);
 
 impl Authorization {
     /// The header for `token`; refuses a token that is not a header value.
     pub(crate) fn bearer(token: Option<&str>) -> Result<Authorization, Error> {
-        let Some(token) = token else { return Ok(Authorization(None)) };
+        let Some(token) = token else { return Ok(Authorization(None, None)) };
         let mut value: MetadataValue<Ascii> = format!("Bearer {token}")
             .parse()
             .map_err(|_| Error::Config("the token has characters a header cannot carry".to_string()))?;
         value.set_sensitive(true);
-        Ok(Authorization(Some(value)))
+        Ok(Authorization(Some(value), None))
+    }
+
+    /// The same, drawing fresh trace ids from `sequence` (a simulator's
+    /// seeded one) instead of the OS.
+    pub(crate) fn with_trace_ids(self, sequence: Option<Arc<crate::backoff::SeededJitter>>) -> Authorization {
+        Authorization(self.0, sequence)
     }
 }
 
@@ -175,7 +182,8 @@ impl Interceptor for Authorization {
             request.metadata_mut().insert(gavel_proto::metadata::AUTHORIZATION, value.clone());
         }
         if !request.metadata().contains_key(crate::trace_context::TRACEPARENT) {
-            request.metadata_mut().insert(crate::trace_context::TRACEPARENT, crate::trace_context::traceparent());
+            let traceparent = crate::trace_context::traceparent(self.1.as_deref());
+            request.metadata_mut().insert(crate::trace_context::TRACEPARENT, traceparent);
         }
         Ok(request)
     }

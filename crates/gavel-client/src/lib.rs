@@ -51,7 +51,7 @@ mod trace_context;
 mod worker;
 
 pub use admin::{BackupDownload, ADD_NODE_WAIT, BACKUP_CHUNK_TIMEOUT, BACKUP_TAKE_WAIT};
-pub use client::{Client, ClientConfig};
+pub use client::{Client, ClientConfig, Dial};
 pub use credentials::{env, ClientTls, Credentials};
 pub use error::{ApprovalRefusal, Error};
 pub use gavel_proto::v1 as pb;

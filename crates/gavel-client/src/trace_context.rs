@@ -17,8 +17,9 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// The W3C trace context header.
 pub(crate) const TRACEPARENT: &str = "traceparent";
 
-/// The `traceparent` for a call made now.
-pub(crate) fn traceparent() -> MetadataValue<Ascii> {
+/// The `traceparent` for a call made now; a fresh trace's ids come from
+/// `sequence` when given (a simulator's seeded sequence), else from the OS.
+pub(crate) fn traceparent(sequence: Option<&crate::backoff::SeededJitter>) -> MetadataValue<Ascii> {
     let from_span = tracing::Span::current().context().span().span_context().clone();
     let ambient = if from_span.is_valid() {
         Some(from_span)
@@ -28,7 +29,10 @@ pub(crate) fn traceparent() -> MetadataValue<Ascii> {
     };
     let text = match ambient {
         Some(context) => format_traceparent(&context),
-        None => fresh_traceparent(),
+        None => match sequence {
+            Some(sequence) => seeded_traceparent(sequence),
+            None => fresh_traceparent(),
+        },
     };
     text.parse()
         .unwrap_or_else(|_| MetadataValue::from_static("00-00000000000000000000000000000000-0000000000000000-00"))
@@ -46,14 +50,37 @@ fn fresh_traceparent() -> String {
     format!("00-{trace_id:032x}-{parent_id:016x}-01")
 }
 
+/// A sampled trace whose ids are drawn from `sequence` (never all zeros:
+/// the parent id's low bit is set, and so is the trace id's).
+fn seeded_traceparent(sequence: &crate::backoff::SeededJitter) -> String {
+    let draw = || u128::from(sequence.next());
+    let trace_id = (draw() << 96 | draw() << 64 | draw() << 32 | draw()) | 1;
+    let parent_id = ((draw() << 32 | draw()) as u64) | 1;
+    format!("00-{trace_id:032x}-{parent_id:016x}-01")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    fn a_seeded_sequence_gives_the_same_valid_traceparents_again() {
+        let draw = |seed| {
+            let sequence = crate::backoff::SeededJitter::new(seed);
+            [traceparent(Some(&sequence)), traceparent(Some(&sequence))]
+        };
+        let (first, again) = (draw(5), draw(5));
+        assert_eq!(first, again);
+        assert_ne!(first[0], first[1]);
+        let text = first[0].to_str().expect("ascii");
+        let parts: Vec<&str> = text.split('-').collect();
+        assert_eq!((parts[0], parts[1].len(), parts[2].len(), parts[3]), ("00", 32, 16, "01"), "{text}");
+    }
+
+    #[test]
     fn without_a_context_each_call_gets_a_fresh_valid_traceparent() {
-        let first = traceparent();
-        let second = traceparent();
+        let first = traceparent(None);
+        let second = traceparent(None);
         let text = first.to_str().expect("ascii");
         let parts: Vec<&str> = text.split('-').collect();
         assert_eq!(parts.len(), 4, "{text}");
@@ -69,6 +96,6 @@ mod tests {
         let span_id = SpanId::from_hex("00f067aa0ba902b7").expect("hex");
         let remote = SpanContext::new(trace_id, span_id, TraceFlags::SAMPLED, true, TraceState::default());
         let _attached = opentelemetry::Context::new().with_remote_span_context(remote).attach();
-        assert_eq!(traceparent().to_str().ok(), Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        assert_eq!(traceparent(None).to_str().ok(), Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
     }
 }

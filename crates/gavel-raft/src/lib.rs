@@ -50,6 +50,12 @@
 //! Who may send Raft messages at all is the server's decision (it admits
 //! member node certificates only, using [`RaftNode::admits_peer`]).
 //!
+//! **IO comes in from outside** ([`io`]): [`RaftNode::start_with_io`] takes a
+//! [`RaftIo`] (how peers are dialled, which disk the log is on, threads or
+//! inline); production passes the default, the simulator (`gavel-sim`)
+//! [`RaftIo::simulated`] with a [`SimDisk`]. openraft's runtime is ours
+//! (`runtime.rs`) so that [`seed_thread_rng`] can seed election timeouts.
+//!
 //! Reads: call [`RaftNode::ensure_linearizable`] on the leader before reading
 //! the application. Writes: openraft does not forward; a follower answers
 //! [`WriteError::ForwardToLeader`] with the leader's id and address.
@@ -59,9 +65,11 @@ mod backup;
 mod batch;
 mod config;
 mod error;
+pub mod io;
 pub mod limits;
 mod network;
 mod node;
+mod runtime;
 mod service;
 pub mod stats;
 mod status;
@@ -79,8 +87,10 @@ pub use application::{Application, SnapshotSource};
 pub use backup::{seed_from_snapshot, Backup, BackupError, BackupPosition};
 pub use config::{NodeConfig, PeerTls, RaftTimings};
 pub use error::{RaftError, WriteError};
+pub use io::{Dial, RaftIo, SimDisk};
 pub use node::{CatchUp, RaftNode};
 pub use pb::raft_service_server::RaftServiceServer;
+pub use runtime::{seed_thread_rng, unseed_thread_rng};
 pub use service::RaftGrpcService;
 pub use status::{LeaderProgress, LeaderRoute, Member, RaftStatus, Role};
 

@@ -31,12 +31,14 @@ use openraft::RPCTypes;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
 
+use crate::io::RaftIo;
 use crate::limits::{
     APPEND_ENTRIES_BYTES_MAX, PEER_KEEPALIVE_INTERVAL, PEER_KEEPALIVE_TIMEOUT, SNAPSHOT_CHUNK_BYTES,
     UNREACHABLE_BACKOFF_MAX,
 };
 use crate::pb::raft_service_client::RaftServiceClient;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk, SnapshotHeader};
+use crate::storage::wal::Threading;
 use crate::storage::SnapshotFile;
 use crate::typ::{Node, NodeId, Snapshot, SnapshotMeta, TypeConfig, Vote};
 use crate::RaftTimings;
@@ -52,11 +54,18 @@ pub(crate) struct NetworkFactory {
     /// Mutual TLS towards peers; `None` dials in plaintext.
     tls: Option<ClientTlsConfig>,
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    /// How a channel connects, and where blocking work runs ([`RaftIo`]).
+    io: RaftIo,
 }
 
 impl NetworkFactory {
     pub(crate) fn new(node_id: NodeId, timings: RaftTimings, tls: Option<ClientTlsConfig>) -> Self {
-        Self { node_id, timings, tls, channels: Arc::default() }
+        Self { node_id, timings, tls, channels: Arc::default(), io: RaftIo::default() }
+    }
+
+    /// The same factory, dialling and blocking as `io` says.
+    pub(crate) fn with_io(self, io: RaftIo) -> Self {
+        Self { io, ..self }
     }
 
     /// The cached channel to `target` at `addr`, or a new lazily connected one
@@ -77,13 +86,13 @@ impl NetworkFactory {
             // name the host dialled; ours identifies this node to it.
             endpoint = endpoint.tls_config(tls.clone()).map_err(|e| format!("peer TLS for {addr:?}: {e}"))?;
         }
-        let channel = endpoint
+        let endpoint = endpoint
             .connect_timeout(rpc_timeout)
             .http2_keep_alive_interval(PEER_KEEPALIVE_INTERVAL)
             .keep_alive_timeout(PEER_KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true)
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        let channel = self.io.channel(endpoint);
         channels.insert(target, (addr.to_string(), channel.clone()));
         Ok(channel)
     }
@@ -98,7 +107,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
                 .max_decoding_message_size(APPEND_ENTRIES_BYTES_MAX)
                 .max_encoding_message_size(APPEND_ENTRIES_BYTES_MAX)
         });
-        PeerClient { node_id: self.node_id, target, client, timings: self.timings.clone() }
+        let threading = self.io.threading();
+        PeerClient { node_id: self.node_id, target, client, timings: self.timings.clone(), threading }
     }
 }
 
@@ -110,6 +120,8 @@ pub(crate) struct PeerClient {
     /// fails as unreachable (and backs off) until the membership fixes it.
     client: Result<RaftServiceClient<Channel>, String>,
     timings: RaftTimings,
+    /// Where the blocking reads of a snapshot being sent run.
+    threading: Threading,
 }
 
 /// How one RPC failed, before it is mapped to the error type of its call.
@@ -240,7 +252,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         // A view of the application's store is written to a file first
         // (removed when the transfer ends): the header gives the size.
         let (data, started) = (*snapshot.snapshot, std::time::Instant::now());
-        let file = tokio::task::spawn_blocking(move || data.into_file())
+        let threading = self.threading;
+        let file = threading
+            .run(move || data.into_file())
             .await
             .map_err(|e| network(format!("cannot write the snapshot to send: {e}")))?
             .map_err(|e| network(format!("cannot write the snapshot to send: {e}")))?;
@@ -264,12 +278,12 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         // from the file when the transport asks for it, so one chunk is in
         // memory at a time whatever the snapshot's size. A read error ends
         // the stream early; the receiver refuses a short stream.
-        let chunks = stream::unfold((file, 0u64), |(file, offset)| async move {
+        let chunks = stream::unfold((file, 0u64), move |(file, offset)| async move {
             if offset >= file.bytes() {
                 return None;
             }
             let reading = file.clone();
-            let read = tokio::task::spawn_blocking(move || reading.read_chunk(offset, SNAPSHOT_CHUNK_BYTES)).await;
+            let read = threading.run(move || reading.read_chunk(offset, SNAPSHOT_CHUNK_BYTES)).await;
             match read {
                 Ok(Ok(chunk)) if !chunk.is_empty() => {
                     let next = offset + chunk.len() as u64;

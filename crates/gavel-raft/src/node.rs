@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::application::Application;
 use crate::batch::Batcher;
+use crate::io::RaftIo;
 use crate::limits::{APPEND_ENTRIES_BYTES_MAX, PROMOTE_LAG_ENTRIES_MAX, STORAGE_CLOSE_TIMEOUT};
 use crate::network::NetworkFactory;
 use crate::pb::raft_service_server::RaftServiceServer;
@@ -66,22 +67,35 @@ impl RaftNode {
     /// peers once [`RaftNode::service`] is mounted on a gRPC server listening
     /// on `config.addr`.
     pub async fn start(config: NodeConfig, app: Arc<dyn Application>) -> Result<RaftNode, RaftError> {
+        RaftNode::start_with_io(config, app, RaftIo::default()).await
+    }
+
+    /// [`RaftNode::start`] on the IO `io` gives ([`RaftIo`]): production
+    /// passes the default, the simulator its own network and disk.
+    pub async fn start_with_io(
+        config: NodeConfig,
+        app: Arc<dyn Application>,
+        io: RaftIo,
+    ) -> Result<RaftNode, RaftError> {
         config.timings.validate()?;
         let raft_config = Arc::new(openraft_config(&config.timings)?);
         let (data_dir, plant_early_ack) = (config.data_dir.clone(), config.plant_early_ack);
         let incoming_dir = crate::service::incoming_dir(&config.data_dir);
         let spool_dir = incoming_dir.clone();
         // Opening the storage replays the WAL's segments and opens sled: blocking work.
-        let mut storage = tokio::task::spawn_blocking(move || {
-            crate::service::clear_incoming(&spool_dir).map_err(|e| {
-                RaftError::Storage(format!("cannot prepare the snapshot spool {}: {e}", spool_dir.display()))
-            })?;
-            storage::open(&data_dir, app, plant_early_ack)
-        })
-        .await
-        .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;
+        let storage_io = io.clone();
+        let mut storage = io
+            .threading()
+            .run(move || {
+                crate::service::clear_incoming(&spool_dir).map_err(|e| {
+                    RaftError::Storage(format!("cannot prepare the snapshot spool {}: {e}", spool_dir.display()))
+                })?;
+                storage::open_with(&data_dir, app, plant_early_ack, &storage_io)
+            })
+            .await
+            .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;
         let peer_tls = config.peer_tls.as_ref().map(crate::PeerTls::client_config);
-        let network = NetworkFactory::new(config.node_id, config.timings.clone(), peer_tls);
+        let network = NetworkFactory::new(config.node_id, config.timings.clone(), peer_tls).with_io(io);
         let snapshots_due = storage.state_machine.snapshot_after_commands(config.timings.snapshot_commands_since_last);
         let install_fence = storage.log_store.install_fence();
         let raft = Raft::new(config.node_id, raft_config, network, storage.log_store, storage.state_machine)

@@ -20,7 +20,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = crate::storage::SnapshotData,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = crate::runtime::GavelRuntime,
 );
 
 /// A node id.

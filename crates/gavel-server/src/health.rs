@@ -22,7 +22,11 @@
 //! reflection by [`crate::server::start`].
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, which a simulator drives (the OS clock would make a
+// simulated run depend on how fast it ran).
+use tokio::time::Instant;
 
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_server::ApprovalServiceServer;
@@ -100,9 +104,18 @@ pub async fn run(node: Arc<Node>, reporter: HealthReporter, mut shutdown: watch:
             reported = Some(verdict);
         }
         let seen = shape(&status.borrow_and_update());
+        // Once Raft has stopped, its status channel is closed and
+        // `wait_for` returns at once: sleep the interval instead, or this
+        // loop would spin (found by gavel-sim: a power cut stopped a node's
+        // log, and its health task never yielded to the clock again).
+        let changed = async {
+            if status.wait_for(|now| shape(now) != seen).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
-            _ = tokio::time::timeout(HEALTH_CHECK_INTERVAL, status.wait_for(|now| shape(now) != seen)) => {}
+            _ = tokio::time::timeout(HEALTH_CHECK_INTERVAL, changed) => {}
         }
     }
 }

@@ -87,12 +87,61 @@ pub struct Node {
     /// quota check before proposing ([`crate::quota`]).
     pub quotas: crate::quota::InFlight,
     channels: Mutex<BTreeMap<String, Channel>>,
+    /// How a channel to another node connects: `None` over real TCP, the
+    /// simulator's network otherwise ([`crate::server::InjectedIo`]).
+    dial: Option<gavel_raft::Dial>,
 }
 
-/// Milliseconds since the Unix epoch on this node's clock. Only the leader's
-/// reading matters: it is stamped into each command.
+/// The clock of every node in this process, when a simulator set one.
+static CLOCK: std::sync::OnceLock<fn() -> u64> = std::sync::OnceLock::new();
+
+/// Makes [`wall_clock_ms`] read `clock` instead of the OS clock, for the
+/// whole process, from now on; the first call wins (returns whether this
+/// one did). For a simulator only, whose clock reads simulated time (of
+/// the simulation running on the calling thread); production never calls
+/// it.
+pub fn set_clock(clock: fn() -> u64) -> bool {
+    CLOCK.set(clock).is_ok()
+}
+
+/// Waits for the next change seen by `receiver`. Once its sender is gone
+/// (Raft has stopped) it never returns, so a loop that waits on it next to
+/// a timer sleeps instead of spinning.
+pub async fn changed_or_never<T>(receiver: &mut tokio::sync::watch::Receiver<T>) {
+    if receiver.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The random numbers of every node in this process, when a simulator set
+/// a source.
+static RANDOM: std::sync::OnceLock<fn() -> u128> = std::sync::OnceLock::new();
+
+/// Makes [`random_u128`] draw from `source` instead of the OS, for the whole
+/// process, from now on; the first call wins (returns whether this one
+/// did). For a simulator only (a source seeded per simulation, on the
+/// thread that runs it); production never calls it.
+pub fn set_random(source: fn() -> u128) -> bool {
+    RANDOM.set(source).is_ok()
+}
+
+/// 128 random bits: from the OS (a v4 uuid, 122 of them random), or from
+/// the simulator's source ([`set_random`]).
+pub fn random_u128() -> u128 {
+    match RANDOM.get() {
+        Some(source) => source(),
+        None => uuid::Uuid::new_v4().as_u128(),
+    }
+}
+
+/// Milliseconds since the Unix epoch on this node's clock (or the
+/// simulator's, [`set_clock`]). Only the leader's reading matters: it is
+/// stamped into each command.
 pub fn wall_clock_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64)
+    match CLOCK.get() {
+        Some(clock) => clock(),
+        None => SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64),
+    }
 }
 
 /// The time a read judges lazy expiry at: the caller's clock when it gave
@@ -111,12 +160,25 @@ impl Node {
         settings: ServerSettings,
         secured: Option<Arc<Secured>>,
     ) -> Arc<Node> {
+        Node::with_dial(id, raft, app, settings, secured, None)
+    }
+
+    /// [`Node::new`] whose channels to other nodes connect through `dial`
+    /// (the simulator's network) when it is given.
+    pub fn with_dial(
+        id: u64,
+        raft: RaftNode,
+        app: Arc<CoreApp>,
+        settings: ServerSettings,
+        secured: Option<Arc<Secured>>,
+        dial: Option<gavel_raft::Dial>,
+    ) -> Arc<Node> {
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let admission = crate::overload::Admission::new(settings.overload);
         let quotas = crate::quota::InFlight::default();
         let channels = Mutex::new(BTreeMap::new());
         let reads = ReadPort::new(app);
-        Arc::new(Node { id, raft, reads, settings, secured, metrics, admission, quotas, channels })
+        Arc::new(Node { id, raft, reads, settings, secured, metrics, admission, quotas, channels, dial })
     }
 
     /// Refuses a command `caller` may not send, before it is proposed (or,
@@ -253,7 +315,10 @@ impl Node {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_while_idle(true);
-        let channel = endpoint.connect_lazy();
+        let channel = match &self.dial {
+            Some(dial) => dial(endpoint),
+            None => endpoint.connect_lazy(),
+        };
         channels.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }
@@ -317,6 +382,16 @@ fn unexpected(reply: &Reply) -> Status {
 mod tests {
     use super::*;
     use gavel_proto::error_detail::read_error_detail;
+
+    #[tokio::test]
+    async fn a_wait_on_a_closed_watch_never_ends_so_a_loop_sleeps_instead_of_spinning() {
+        let (sender, mut receiver) = tokio::sync::watch::channel(0);
+        sender.send(1).expect("a receiver is open");
+        changed_or_never(&mut receiver).await;
+        drop(sender);
+        let waited = tokio::time::timeout(Duration::from_millis(50), changed_or_never(&mut receiver)).await;
+        assert!(waited.is_err(), "a closed channel ended the wait");
+    }
 
     #[test]
     fn a_node_deposed_before_its_proposal_answers_unavailable_with_the_leader_hint() {

@@ -218,7 +218,7 @@ where
         return serve(inner, request).await;
     }
     if !request.headers().contains_key(metadata::REQUEST_ID) {
-        let assigned = format!("srv-{}", uuid::Uuid::new_v4());
+        let assigned = format!("srv-{}", uuid::Uuid::from_u128(crate::node::random_u128()));
         let value = HeaderValue::from_str(&assigned).expect("a uuid is a valid header value");
         request.headers_mut().insert(metadata::REQUEST_ID, value);
     }

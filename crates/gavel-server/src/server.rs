@@ -61,6 +61,88 @@ pub enum ServerError {
     /// The note key that signs audit checkpoints could not be loaded or made.
     #[error("the audit note key: {0}")]
     NoteKey(#[source] crate::checkpointer::NoteKeyError),
+    /// A node given its connections from outside ([`Serving::Injected`])
+    /// was configured with TLS, which it does not terminate.
+    #[error("a node served over injected connections runs plaintext only; start it insecure")]
+    InjectedTls,
+}
+
+/// Where a node's connections come from, and what its Raft layer runs on.
+pub enum Serving {
+    /// A bound TCP listener, served through [`crate::connections`]
+    /// (connection caps, TLS, authentication deadline, idle timeout), with
+    /// real peers and disks: production.
+    Listener(TcpListener),
+    /// Connections accepted by the caller and the Raft layer's IO handed in:
+    /// the simulator (`gavel-sim`).
+    Injected(InjectedIo),
+}
+
+/// The IO of a node run inside a simulator. Connections are served
+/// plaintext, straight by tonic: the connection layer's caps and timeouts
+/// measure the OS clock, which a simulation must not read.
+pub struct InjectedIo {
+    /// The address the node reports as bound.
+    pub addr: SocketAddr,
+    /// The accepted connections.
+    pub incoming: IncomingConnections,
+    /// The Raft layer's network, disk and threading.
+    pub raft: gavel_raft::RaftIo,
+    /// How this node dials other nodes' public ports (leader forwarding).
+    pub dial: gavel_raft::Dial,
+}
+
+/// A stream of connections accepted by the caller.
+pub type IncomingConnections =
+    std::pin::Pin<Box<dyn futures::Stream<Item = std::io::Result<InjectedConnection>> + Send>>;
+
+/// Any byte stream a simulator hands in as one accepted connection.
+pub trait ByteStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static> ByteStream for T {}
+
+/// One connection accepted by the caller. Its requests carry no
+/// [`crate::connections::ConnectionInfo`]: they come from an anonymous peer.
+pub struct InjectedConnection(pub std::pin::Pin<Box<dyn ByteStream>>);
+
+impl tonic::transport::server::Connected for InjectedConnection {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) {}
+}
+
+impl tokio::io::AsyncRead for InjectedConnection {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.0.as_mut().poll_read(context, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for InjectedConnection {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.0.as_mut().poll_write(context, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.0.as_mut().poll_flush(context)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.0.as_mut().poll_shutdown(context)
+    }
 }
 
 /// Everything needed to start a node.
@@ -162,8 +244,21 @@ async fn bootstrap_admin(
 
 /// Starts a node on an already bound listener.
 pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<RunningNode, ServerError> {
-    let addr = listener.local_addr().map_err(ServerError::Listener)?;
+    start_serving(options, Serving::Listener(listener)).await
+}
+
+/// Starts a node on the connections and IO `serving` gives.
+pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<RunningNode, ServerError> {
+    let (addr, raft_io, dial) = match &serving {
+        Serving::Listener(listener) => {
+            (listener.local_addr().map_err(ServerError::Listener)?, gavel_raft::RaftIo::default(), None)
+        }
+        Serving::Injected(io) => (io.addr, io.raft.clone(), Some(io.dial.clone())),
+    };
     let secured = options.security.load().map_err(ServerError::Security)?;
+    if secured.is_some() && matches!(serving, Serving::Injected(_)) {
+        return Err(ServerError::InjectedTls);
+    }
     // Bad TLS material is refused here, before Raft starts.
     let server_tls =
         secured.as_ref().map(|secured| secured.server_config()).transpose().map_err(ServerError::Security)?;
@@ -179,8 +274,8 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
         plant_early_ack: planted_bug == Some(gavel_core::mutants::Mutant::EarlyAck),
         peer_tls: secured.as_ref().map(|secured| secured.peer_tls.clone()),
     };
-    let raft = RaftNode::start(config, app.clone()).await.map_err(ServerError::Raft)?;
-    let node = Node::new(options.id, raft.clone(), app, options.settings.clone(), secured.clone());
+    let raft = RaftNode::start_with_io(config, app.clone(), raft_io).await.map_err(ServerError::Raft)?;
+    let node = Node::with_dial(options.id, raft.clone(), app, options.settings.clone(), secured.clone(), dial);
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let reflection = tonic_reflection::server::Builder::configure()
@@ -230,31 +325,49 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
             PolicyServiceServer::new(crate::services::policy::Policies { node: node.clone() })
                 .max_decoding_message_size(REQUEST_BYTES_MAX),
         );
-    let serve_one: crate::connections::ServeOne = Arc::new(move |connection, closed| {
-        // One tonic server per connection, over a stream that yields it and
-        // then waits: its shutdown signal closes this connection alone, with
-        // `GOAWAY` (see `crate::connections`).
-        let router = router.clone();
-        Box::pin(async move {
-            let incoming = futures::stream::once(std::future::ready(Ok::<_, std::io::Error>(connection)))
-                .chain(futures::stream::pending());
-            let closed = async move {
-                let _ = closed.await;
+    let server = match serving {
+        Serving::Listener(listener) => {
+            let serve_one: crate::connections::ServeOne = Arc::new(move |connection, closed| {
+                // One tonic server per connection, over a stream that yields it and
+                // then waits: its shutdown signal closes this connection alone, with
+                // `GOAWAY` (see `crate::connections`).
+                let router = router.clone();
+                Box::pin(async move {
+                    let incoming = futures::stream::once(std::future::ready(Ok::<_, std::io::Error>(connection)))
+                        .chain(futures::stream::pending());
+                    let closed = async move {
+                        let _ = closed.await;
+                    };
+                    if let Err(error) = router.serve_with_incoming_shutdown(incoming, closed).await {
+                        tracing::debug!(%error, "serving a connection failed");
+                    }
+                })
+            });
+            let limits = options.settings.connections;
+            let acceptor = crate::connections::Acceptor {
+                limits,
+                table: crate::connections::ConnectionTable::new(
+                    limits.connections_max,
+                    limits.connections_per_source_max,
+                ),
+                tls: server_tls,
+                metrics: node.metrics.clone(),
+                serve_one,
             };
-            if let Err(error) = router.serve_with_incoming_shutdown(incoming, closed).await {
-                tracing::debug!(%error, "serving a connection failed");
-            }
-        })
-    });
-    let limits = options.settings.connections;
-    let acceptor = crate::connections::Acceptor {
-        limits,
-        table: crate::connections::ConnectionTable::new(limits.connections_max, limits.connections_per_source_max),
-        tls: server_tls,
-        metrics: node.metrics.clone(),
-        serve_one,
+            tokio::spawn(crate::connections::serve(listener, acceptor, shutdown_rx.clone()))
+        }
+        Serving::Injected(io) => {
+            let mut stop = shutdown_rx.clone();
+            tokio::spawn(async move {
+                let stopped = async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                };
+                if let Err(error) = router.serve_with_incoming_shutdown(io.incoming, stopped).await {
+                    tracing::debug!(%error, "serving injected connections failed");
+                }
+            })
+        }
     };
-    let server = tokio::spawn(crate::connections::serve(listener, acceptor, shutdown_rx.clone()));
 
     if options.bootstrap {
         raft.initialize(options.peers.clone()).await.map_err(ServerError::Initialize)?;

@@ -42,9 +42,11 @@ pub async fn run(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
                 None => IDLE_CHECK,
             }
         };
+        // A closed channel (Raft stopped) must not end the wait at once,
+        // or the loop spins (found by gavel-sim after a simulated power cut).
         tokio::select! {
             _ = applied.next_apply(Some(tokio::time::Instant::now() + wait)) => {}
-            _ = status.changed() => {}
+            _ = crate::node::changed_or_never(&mut status) => {}
             _ = shutdown.changed() => {}
         }
     }

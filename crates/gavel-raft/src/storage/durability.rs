@@ -48,10 +48,12 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
+
+use super::wal::{Threading, WriterThread};
 
 /// One caller (a snapshot write) waiting for its writes to be durable.
 struct Waiter(oneshot::Sender<Result<(), String>>);
@@ -64,11 +66,48 @@ impl Waiter {
     }
 }
 
-/// Handle to the fsync thread. Cheap to clone; the thread exits (and releases
-/// its sled handle) once every handle is dropped.
+/// Handle to the fsync thread (or, inline, to the sled handle it would
+/// own). Cheap to clone; the thread exits (and releases its sled handle)
+/// once every handle is dropped.
 #[derive(Clone)]
 pub(crate) struct Durability {
-    requests: mpsc::Sender<Waiter>,
+    syncer: Syncer,
+}
+
+#[derive(Clone)]
+enum Syncer {
+    /// Requests go to the fsync thread, which groups them.
+    Thread(mpsc::Sender<Waiter>),
+    /// Each request is served by its caller (the simulator: no completion
+    /// arrives at a moment the OS scheduler chose).
+    Inline(Arc<InlineSyncer>),
+}
+
+/// What the fsync thread owns, owned by the handles instead.
+struct InlineSyncer {
+    /// sled, its data file and the blob syncer; taken when the last handle drops.
+    state: Mutex<Option<(sled::Db, File, BlobSyncer)>>,
+    exited: Mutex<Option<oneshot::Sender<()>>>,
+    wal_writer: Mutex<Option<WriterThread>>,
+}
+
+impl Drop for InlineSyncer {
+    fn drop(&mut self) {
+        // As the thread does on exit: let go of sled, wait until it has
+        // unlocked its data file, then signal.
+        let Some((db, data_file, _)) = self.state.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+        else {
+            return;
+        };
+        drop(db);
+        if let Some(writer) = self.wal_writer.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            let _ = writer.join();
+        }
+        wait_for_sled_to_unlock(&data_file);
+        if let Some(exited) = self.exited.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            let _ = exited.send(());
+        }
+    }
 }
 
 /// Resolves once the fsync thread has exited and sled has let go of its
@@ -77,17 +116,27 @@ pub(crate) struct Durability {
 pub(crate) type ThreadExited = oneshot::Receiver<()>;
 
 impl Durability {
-    /// Starts the fsync thread for the sled database in `sled_dir`. Its exit
-    /// signal also waits for `wal_writer`, the log's writer thread.
+    /// Starts the fsync thread for the sled database in `sled_dir` (or,
+    /// with [`Threading::Inline`], none). Its exit signal also waits for
+    /// `wal_writer`, the log's writer thread.
     pub(crate) fn start(
         db: sled::Db,
         sled_dir: &Path,
-        wal_writer: std::thread::JoinHandle<()>,
+        wal_writer: WriterThread,
+        threading: Threading,
     ) -> io::Result<(Durability, ThreadExited)> {
         let data_file = File::open(sled_dir.join("db"))?;
         let blobs = BlobSyncer::new(sled_dir.join("blobs"));
-        let (requests, receiver) = mpsc::channel();
         let (exited_tx, exited_rx) = oneshot::channel();
+        if threading == Threading::Inline {
+            let inline = InlineSyncer {
+                state: Mutex::new(Some((db, data_file, blobs))),
+                exited: Mutex::new(Some(exited_tx)),
+                wal_writer: Mutex::new(Some(wal_writer)),
+            };
+            return Ok((Durability { syncer: Syncer::Inline(Arc::new(inline)) }, exited_rx));
+        }
+        let (requests, receiver) = mpsc::channel();
         std::thread::Builder::new().name("gavel-raft-fsync".into()).spawn(move || {
             let data_file = run(db, data_file, blobs, receiver);
             // Both threads exit once the last storage handle is dropped.
@@ -95,13 +144,23 @@ impl Durability {
             wait_for_sled_to_unlock(&data_file);
             let _ = exited_tx.send(());
         })?;
-        Ok((Durability { requests }, exited_rx))
+        Ok((Durability { syncer: Syncer::Thread(requests) }, exited_rx))
     }
 
     /// Returns once every sled write made before the call is on stable storage.
     pub(crate) async fn wait_durable(&self) -> io::Result<()> {
+        let requests = match &self.syncer {
+            Syncer::Thread(requests) => requests,
+            Syncer::Inline(inline) => {
+                let mut state = inline.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let Some((db, data_file, blobs)) = &mut *state else {
+                    return Err(io::Error::other("the store is closed"));
+                };
+                return make_durable(db, data_file, blobs);
+            }
+        };
         let (reply, done) = oneshot::channel();
-        self.requests.send(Waiter(reply)).map_err(|_| io::Error::other("the fsync thread has stopped"))?;
+        requests.send(Waiter(reply)).map_err(|_| io::Error::other("the fsync thread has stopped"))?;
         match done.await {
             Ok(result) => result.map_err(io::Error::other),
             Err(_) => Err(io::Error::other("the fsync thread stopped before answering")),

@@ -111,7 +111,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let wal = self.shared.wal.clone();
         let vote = *vote;
         let write_vote = |e: &dyn std::fmt::Display| StorageIOError::write_vote(AnyError::error(e.to_string()));
-        tokio::task::spawn_blocking(move || wal.save_vote(&vote))
+        self.shared
+            .threading
+            .run(move || wal.save_vote(&vote))
             .await
             .map_err(|e| write_vote(&e))?
             .map_err(|e| write_vote(&e))?;

@@ -125,6 +125,9 @@ pub(crate) struct Shared {
     snapshot_seq: AtomicU64,
     /// Holds purges behind the stored snapshot while one is installed.
     install_fence: Arc<InstallFence>,
+    /// Where blocking work runs: tokio's blocking pool, or inline in the
+    /// simulator ([`crate::io`]).
+    threading: wal::Threading,
     /// The planted bug `early-ack`, when planted: entries acknowledged but
     /// not yet written.
     #[cfg(feature = "mutants")]
@@ -225,6 +228,16 @@ pub(crate) fn open(
     app: Arc<dyn Application>,
     plant_early_ack: bool,
 ) -> Result<OpenedStorage, RaftError> {
+    open_with(data_dir, app, plant_early_ack, &crate::io::RaftIo::default())
+}
+
+/// [`open`] on the IO `io` gives: the log's disk and who writes it.
+pub(crate) fn open_with(
+    data_dir: &Path,
+    app: Arc<dyn Application>,
+    plant_early_ack: bool,
+    io: &crate::io::RaftIo,
+) -> Result<OpenedStorage, RaftError> {
     #[cfg(not(feature = "mutants"))]
     let _ = plant_early_ack;
     let storage_error =
@@ -252,11 +265,14 @@ pub(crate) fn open(
     std::fs::create_dir_all(&snapshot_dir).map_err(|e| storage_error("cannot create the snapshot directory", &e))?;
     // sled's lock on its `db` file, taken above, also keeps a second process
     // from opening this log.
-    let (wal, wal_writer) = Wal::open(&wal_dir(data_dir)).map_err(|e| RaftError::Storage(e.to_string()))?;
+    let (log_fs, segment_bytes) = io.log_disk();
+    let threading = io.threading();
+    let (wal, wal_writer) = Wal::open_threaded(&wal_dir(data_dir), log_fs, segment_bytes, threading)
+        .map_err(|e| RaftError::Storage(e.to_string()))?;
     durability::sync_created_files(data_dir, &sled_dir)
         .map_err(|e| storage_error("cannot fsync the new database files", &e))?;
-    let (durability, closed) =
-        Durability::start(db, &sled_dir, wal_writer).map_err(|e| storage_error("cannot start the fsync thread", &e))?;
+    let (durability, closed) = Durability::start(db, &sled_dir, wal_writer, threading)
+        .map_err(|e| storage_error("cannot start the fsync thread", &e))?;
     let shared = Arc::new(Shared {
         wal,
         meta,
@@ -266,6 +282,7 @@ pub(crate) fn open(
         snapshot_write: tokio::sync::Mutex::new(()),
         snapshot_seq: AtomicU64::new(0),
         install_fence: Arc::default(),
+        threading,
         #[cfg(feature = "mutants")]
         early_ack: plant_early_ack.then(Arc::default),
     });

@@ -230,7 +230,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             }
         };
         let path = snapshot_file::temporary_path(&self.shared.snapshot_dir, "build");
-        let mut file = tokio::task::spawn_blocking(move || SnapshotFile::write(path, source))
+        let mut file = self
+            .shared
+            .threading
+            .run(move || SnapshotFile::write(path, source))
             .await
             .map_err(|e| write_error(&e))?
             .map_err(|e| write_error(&e))?;
@@ -327,7 +330,7 @@ async fn place_snapshot_file(shared: &Shared, meta: &SnapshotMeta, file: &mut Sn
     let temporary = snapshot_file::temporary_path(&shared.snapshot_dir, "copy");
     let target = shared.snapshot_dir.join(&name);
     let dir = shared.snapshot_dir.clone();
-    let placed = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+    let placed = shared.threading.run(move || -> std::io::Result<()> {
         let source = match (owned, other) {
             (Some(owned), _) => owned,
             (None, Some(other)) => other.copy_to(temporary)?.adopt().expect("a copy is owned"),
@@ -442,7 +445,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
         let write_error = |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(None, AnyError::error(e));
         let path = snapshot_file::temporary_path(&self.shared.snapshot_dir, "receive");
-        let file = tokio::task::spawn_blocking(move || SnapshotFile::write(path, Box::new(Vec::new())))
+        let file = self
+            .shared
+            .threading
+            .run(move || SnapshotFile::write(path, Box::new(Vec::new())))
             .await
             .map_err(|e| write_error(&e))?
             .map_err(|e| write_error(&e))?;
@@ -461,7 +467,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let refused =
             |e: &dyn std::fmt::Display| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e));
         let started = std::time::Instant::now();
-        let mut file = tokio::task::spawn_blocking(move || snapshot.into_file())
+        let mut file = self
+            .shared
+            .threading
+            .run(move || snapshot.into_file())
             .await
             .map_err(|e| refused(&e))?
             .map_err(|e| refused(&e))?;
@@ -470,12 +479,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         let stored = started.elapsed();
         let (app, owned_meta) = (self.app.clone(), meta.clone());
-        let (restored, mut file) = tokio::task::spawn_blocking(move || {
-            let restored = restore_from_file(&*app, &owned_meta, &file);
-            (restored, file)
-        })
-        .await
-        .map_err(|e| refused(&e))?;
+        let (restored, mut file) = self
+            .shared
+            .threading
+            .run(move || {
+                let restored = restore_from_file(&*app, &owned_meta, &file);
+                (restored, file)
+            })
+            .await
+            .map_err(|e| refused(&e))?;
         restored.map_err(|e| refused(&e))?;
         // `stored`: the received file made durable (and, for an application
         // that keeps its own state, named in sled) before the restore.

@@ -4,7 +4,7 @@
 //! # On disk
 //!
 //! `<data_dir>/raft-log/` holds numbered segment files `<seq:016x>.wal` and
-//! the vote file `vote` (see [`vote`]). A segment is [`WAL_SEGMENT_BYTES`]
+//! the vote file `vote` (see [`vote`]). A segment is [`crate::limits::WAL_SEGMENT_BYTES`]
 //! of zeros, written before use (the next one is prepared as
 //! `<seq:016x>.wal.tmp` off the writer thread and renamed into place), and
 //! holds framed records ([`record`]): a segment
@@ -41,12 +41,13 @@
 //! segment, with nothing valid after it, is a torn write that was never
 //! acknowledged: it is dropped and zeroed. Damage followed by any valid
 //! record, or damage in an earlier segment, is in data that was durable, and
-//! [`Wal::open`] refuses with [`WalError::Corrupt`] instead of guessing.
+//! [`Wal::open_threaded`] refuses with [`WalError::Corrupt`] instead of guessing.
 
 // Nothing here knows openraft's `StorageError`: log_store.rs converts.
 mod file;
 mod record;
 mod recovery;
+mod sim_fs;
 mod vote;
 mod writer;
 
@@ -59,8 +60,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 pub(crate) use file::{FileSystem, RealFs, WalFile};
+pub(crate) use sim_fs::SimFs;
 
-use crate::limits::WAL_SEGMENT_BYTES;
 use crate::typ::{Entry, LogId, Vote};
 use writer::{Op, PendingRecord};
 
@@ -263,27 +264,57 @@ fn parse_segment_file_name(name: &str) -> Option<u64> {
 #[derive(Clone)]
 pub(crate) struct Wal {
     shared: Arc<WalShared>,
-    ops: mpsc::Sender<Op>,
+    /// To the writer thread; `None` when the log writes inline (the
+    /// simulator's [`Threading::Inline`]).
+    ops: Option<mpsc::Sender<Op>>,
     /// The one writer: the writer thread's, or an idle-time appender's
     /// (see [`Wal::append`]).
     writer: Arc<Mutex<writer::Writer>>,
 }
 
-/// Joined to learn that the writer thread has exited and closed its files.
-pub(crate) type WriterThread = std::thread::JoinHandle<()>;
+/// Joined to learn that the writer thread has exited and closed its files
+/// (nothing to wait for when the log writes inline).
+pub(crate) struct WriterThread(Option<std::thread::JoinHandle<()>>);
+
+impl WriterThread {
+    /// Waits for the writer thread to exit.
+    pub(crate) fn join(self) -> std::thread::Result<()> {
+        self.0.map_or(Ok(()), std::thread::JoinHandle::join)
+    }
+}
+
+/// Who writes the log: a writer thread (production), or the caller itself,
+/// inline, so that a simulation on one thread stays deterministic: no write
+/// completes at a moment the OS scheduler chose.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Threading {
+    /// A writer thread groups what is queued while it writes (group commit).
+    #[default]
+    Writer,
+    /// Every operation is written and synced by its caller before it returns.
+    Inline,
+}
 
 impl Wal {
-    /// Opens (or creates) the log in `dir` on the real file system.
-    /// Blocking: replays every segment.
-    pub(crate) fn open(dir: &Path) -> Result<(Wal, WriterThread), WalError> {
-        Self::open_with(dir, Arc::new(RealFs), WAL_SEGMENT_BYTES)
-    }
-
-    /// Opens the log through `fs`, with segments of `segment_bytes`.
+    /// Opens the log through `fs`, with segments of `segment_bytes`, and a
+    /// writer thread.
+    #[cfg(test)]
     pub(crate) fn open_with(
         dir: &Path,
         fs: Arc<dyn FileSystem>,
         segment_bytes: u64,
+    ) -> Result<(Wal, WriterThread), WalError> {
+        Self::open_threaded(dir, fs, segment_bytes, Threading::Writer)
+    }
+
+    /// Opens (or creates) the log in `dir` through `fs`, with segments of
+    /// `segment_bytes`, written as `threading` says. Blocking: replays every
+    /// segment.
+    pub(crate) fn open_threaded(
+        dir: &Path,
+        fs: Arc<dyn FileSystem>,
+        segment_bytes: u64,
+        threading: Threading,
     ) -> Result<(Wal, WriterThread), WalError> {
         let recovered = recovery::recover(&*fs, dir, segment_bytes)?;
         let shared = Arc::new(WalShared {
@@ -292,14 +323,18 @@ impl Wal {
             index: Mutex::new(recovered.index),
             vote: Mutex::new(()),
         });
+        let inline = threading == Threading::Inline;
+        let writer = Arc::new(Mutex::new(writer::Writer::new(shared.clone(), recovered.tail, segment_bytes, inline)));
+        if inline {
+            return Ok((Wal { shared, ops: None, writer }, WriterThread(None)));
+        }
         let (ops, receiver) = mpsc::channel();
-        let writer = Arc::new(Mutex::new(writer::Writer::new(shared.clone(), recovered.tail, segment_bytes)));
         let thread_writer = writer.clone();
         let thread = std::thread::Builder::new()
             .name("gavel-raft-wal".into())
             .spawn(move || writer::run(&thread_writer, receiver))
             .map_err(|e| WalError::io("cannot start the log writer thread", &e))?;
-        Ok((Wal { shared, ops, writer }, thread))
+        Ok((Wal { shared, ops: Some(ops), writer }, WriterThread(Some(thread))))
     }
 
     /// Appends `entries` (consecutive, continuing the log or replacing a
@@ -367,7 +402,7 @@ impl Wal {
         }
         // Sent under the lock, so the writer sees operations in the order
         // the index changed.
-        self.send(op, &mut index)
+        self.send(op, index)
     }
 
     /// Removes the entries at and after `index`; `done` fires once the
@@ -375,7 +410,7 @@ impl Wal {
     pub(crate) fn truncate(&self, index_from: u64, done: Option<Done>) -> Result<(), WalError> {
         let mut index = self.shared.lock();
         index.truncate(index_from);
-        self.send(Op::Truncate { index: index_from, done }, &mut index)
+        self.send(Op::Truncate { index: index_from, done }, index)
     }
 
     /// Removes the entries up to and including `log_id`. The writer records
@@ -383,17 +418,32 @@ impl Wal {
     pub(crate) fn purge(&self, log_id: LogId) -> Result<(), WalError> {
         let mut index = self.shared.lock();
         index.purge(log_id);
-        self.send(Op::Purge { log_id }, &mut index)
+        self.send(Op::Purge { log_id }, index)
     }
 
-    fn send(&self, op: Op, index: &mut Index) -> Result<(), WalError> {
+    /// Hands `op` to the writer thread while `index` is still locked, or,
+    /// inline, writes it here once the lock is released (the writer takes it).
+    fn send(&self, op: Op, mut index: MutexGuard<'_, Index>) -> Result<(), WalError> {
         let stopped = index.stopped.clone();
+        let Some(ops) = &self.ops else {
+            drop(index);
+            if let Some(reason) = stopped {
+                op.complete(Err(WalError::Stopped(reason.clone())));
+                return Err(WalError::Stopped(reason));
+            }
+            let mut writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            writer.serve(vec![op]);
+            return match self.shared.lock().stopped.clone() {
+                Some(reason) => Err(WalError::Stopped(reason)),
+                None => Ok(()),
+            };
+        };
         match stopped {
             Some(reason) => {
                 op.complete(Err(WalError::Stopped(reason.clone())));
                 Err(WalError::Stopped(reason))
             }
-            None => match self.ops.send(op) {
+            None => match ops.send(op) {
                 Ok(()) => {
                     index.queued_ops += 1;
                     Ok(())

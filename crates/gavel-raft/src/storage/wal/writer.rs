@@ -92,6 +92,9 @@ pub(super) struct Writer {
     position: u64,
     segment_bytes: u64,
     next: Option<Preparing>,
+    /// Writing inline ([`super::Threading::Inline`]): no thread prepares the
+    /// next segment; the rotation does.
+    inline: bool,
 }
 
 /// The temporary name of a segment being prepared.
@@ -135,15 +138,16 @@ fn write_segment_header(fs: &dyn FileSystem, dir: &Path, file: &dyn WalFile, seg
 }
 
 impl Writer {
-    pub(super) fn new(shared: Arc<WalShared>, tail: Tail, segment_bytes: u64) -> Writer {
-        Writer { shared, segment: tail.segment, file: tail.file, position: tail.position, segment_bytes, next: None }
+    pub(super) fn new(shared: Arc<WalShared>, tail: Tail, segment_bytes: u64, inline: bool) -> Writer {
+        let (segment, file, position) = (tail.segment, tail.file, tail.position);
+        Writer { shared, segment, file, position, segment_bytes, next: None, inline }
     }
 
     /// Starts zero-filling the segment after the current one once this one
     /// is half full (a small log never pays for a second segment). If no
     /// thread can be started, the rotation prepares it itself.
     fn prepare_next_when_due(&mut self) {
-        if self.next.is_some() || self.position < self.segment_bytes / 2 {
+        if self.inline || self.next.is_some() || self.position < self.segment_bytes / 2 {
             return;
         }
         let fs = self.shared.fs.clone();

@@ -1,0 +1,138 @@
+//! The IO a node is given from outside: how it dials its peers, which disk
+//! its log is on, and whether blocking work runs on threads or inline.
+//!
+//! Production uses [`RaftIo::default`]: real TCP (tonic's own connector),
+//! the real file system, a log writer thread, an fsync thread and tokio's
+//! blocking pool. The simulator (`gavel-sim`) uses [`RaftIo::simulated`]:
+//! its own connector (turmoil's TCP), a [`SimDisk`] for the log and the
+//! vote, and every blocking step inline on the caller's thread. Inline is
+//! what keeps a simulation deterministic: a write completed by another OS
+//! thread would wake the simulated node at a moment the OS chose, and the
+//! same seed would not replay the same run.
+//!
+//! What stays real in the simulator: sled (the committed pointer and the
+//! snapshot's meta, in the node's data directory on disk; its reads and
+//! writes answer synchronously, so its own threads do not reorder what the
+//! node sees) and snapshot files.
+
+use std::sync::Arc;
+
+use tonic::transport::{Channel, Endpoint};
+
+use crate::limits::WAL_SEGMENT_BYTES;
+use crate::storage::wal::{FileSystem, RealFs, SimFs, Threading};
+
+/// Makes the channel to a peer from its endpoint (address, timeouts and
+/// keep-alive already set): production connects lazily over TCP, the
+/// simulator over its own network.
+pub type Dial = Arc<dyn Fn(Endpoint) -> Channel + Send + Sync>;
+
+/// The segment size of a simulated log: small, so a simulated run rotates
+/// segments (and a crash can tear one) without holding megabytes of zeros
+/// per node in memory.
+const SIM_WAL_SEGMENT_BYTES: u64 = 256 * 1024;
+
+/// The IO one node runs on. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct RaftIo {
+    dial: Option<Dial>,
+    disk: Option<SimDisk>,
+}
+
+impl RaftIo {
+    /// Simulated IO: peers dialled through `dial`, the log on `disk`, and
+    /// every write, fsync and blocking step done inline by its caller.
+    pub fn simulated(dial: Dial, disk: SimDisk) -> RaftIo {
+        RaftIo { dial: Some(dial), disk: Some(disk) }
+    }
+
+    /// The channel to a peer at `endpoint`.
+    pub(crate) fn channel(&self, endpoint: Endpoint) -> Channel {
+        match &self.dial {
+            Some(dial) => dial(endpoint),
+            None => endpoint.connect_lazy(),
+        }
+    }
+
+    /// The file system of the log and the vote, and its segment size.
+    pub(crate) fn log_disk(&self) -> (Arc<dyn FileSystem>, u64) {
+        match &self.disk {
+            Some(disk) => (disk.0.clone(), SIM_WAL_SEGMENT_BYTES),
+            None => (Arc::new(RealFs), WAL_SEGMENT_BYTES),
+        }
+    }
+
+    /// Who runs blocking work and the log's writes.
+    pub(crate) fn threading(&self) -> Threading {
+        if self.disk.is_some() {
+            Threading::Inline
+        } else {
+            Threading::Writer
+        }
+    }
+}
+
+/// A simulated disk for one node's Raft log and vote, kept by the simulator
+/// across the node's crashes and restarts. It knows which bytes were
+/// synced: [`SimDisk::crash`] loses the rest, but for a torn prefix.
+#[derive(Clone, Default)]
+pub struct SimDisk(Arc<SimFs>);
+
+impl SimDisk {
+    /// An empty disk.
+    pub fn new() -> SimDisk {
+        SimDisk::default()
+    }
+
+    /// A power cut: every file loses the writes made since its last sync,
+    /// except that one file, chosen by `torn`, keeps a prefix of them that
+    /// may end inside a write (a torn tail). Call it while no node runs on
+    /// the disk. Returns how many unsynced writes were dropped, whole or in
+    /// part.
+    pub fn crash(&self, torn: u64) -> usize {
+        self.0.crash(torn)
+    }
+
+    /// Arms a power cut after `operations` more writes, syncs, creations,
+    /// renames or removals: from then on each of them fails (the node's log
+    /// stops, and openraft stops the node) until [`SimDisk::crash`]. This is
+    /// how a crash lands inside a write that was never synced.
+    pub fn cut_power_after(&self, operations: u64) {
+        self.0.cut_power_after(operations);
+    }
+
+    /// Disarms a power cut that has not happened yet (a simulation that
+    /// heals every fault before it ends).
+    pub fn disarm_power_cut(&self) {
+        self.0.disarm_power_cut();
+    }
+
+    /// Whether an armed power cut has happened.
+    pub fn power_is_cut(&self) -> bool {
+        self.0.power_is_cut()
+    }
+
+    /// How many writes a crash now would lose.
+    pub fn unsynced_writes(&self) -> usize {
+        self.0.unsynced_writes()
+    }
+}
+
+/// Why blocking work did not finish.
+#[derive(Debug, thiserror::Error)]
+#[error("blocking work failed: {0}")]
+pub(crate) struct BlockingFailed(String);
+
+impl Threading {
+    /// Runs `work` on tokio's blocking pool, or inline.
+    pub(crate) async fn run<T, F>(self, work: F) -> Result<T, BlockingFailed>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match self {
+            Threading::Writer => tokio::task::spawn_blocking(work).await.map_err(|e| BlockingFailed(e.to_string())),
+            Threading::Inline => Ok(work()),
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Gavel's openraft [`AsyncRuntime`]: tokio, as openraft's own
+//! `TokioRuntime`, except for the random numbers.
+//!
+//! openraft 0.9 draws each election timeout from `AsyncRuntime::thread_rng`.
+//! In production that is `rand::thread_rng()`; a simulator that seeds this
+//! thread ([`seed_thread_rng`]) gets the same draws in the same order, so the
+//! same seed elects the same leaders. The simulator runs every node on one
+//! thread, in an order its seed fixes, so one RNG per thread is one RNG per
+//! simulated cluster and the draws are replayed exactly.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::time::Duration;
+
+use openraft::{AsyncRuntime, OptionalSend, TokioInstant, TokioRuntime};
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
+
+thread_local! {
+    /// The seeded generator of this thread, if a simulator seeded it.
+    static SEEDED: RefCell<Option<StdRng>> = const { RefCell::new(None) };
+}
+
+/// Makes every random draw the Raft layer takes on this thread (election
+/// timeouts) come from a generator seeded with `seed`, until
+/// [`unseed_thread_rng`]. For the simulator; production never calls it.
+pub fn seed_thread_rng(seed: u64) {
+    SEEDED.with(|seeded| *seeded.borrow_mut() = Some(StdRng::seed_from_u64(seed)));
+}
+
+/// Returns this thread to real randomness.
+pub fn unseed_thread_rng() {
+    SEEDED.with(|seeded| *seeded.borrow_mut() = None);
+}
+
+/// openraft's runtime with Gavel's random numbers.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct GavelRuntime;
+
+/// The random numbers of [`GavelRuntime`]: this thread's seeded generator
+/// when there is one, `rand::thread_rng()` otherwise.
+pub(crate) struct RuntimeRng;
+
+impl RuntimeRng {
+    fn draw<T>(with: impl FnOnce(&mut dyn RngCore) -> T) -> T {
+        SEEDED.with(|seeded| match seeded.borrow_mut().as_mut() {
+            Some(rng) => with(rng),
+            None => with(&mut rand::thread_rng()),
+        })
+    }
+}
+
+impl RngCore for RuntimeRng {
+    fn next_u32(&mut self) -> u32 {
+        Self::draw(|rng| rng.next_u32())
+    }
+    fn next_u64(&mut self) -> u64 {
+        Self::draw(|rng| rng.next_u64())
+    }
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        Self::draw(|rng| rng.fill_bytes(dest));
+    }
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand::Error> {
+        Self::draw(|rng| rng.try_fill_bytes(dest))
+    }
+}
+
+impl AsyncRuntime for GavelRuntime {
+    type JoinError = <TokioRuntime as AsyncRuntime>::JoinError;
+    type JoinHandle<T: OptionalSend + 'static> = <TokioRuntime as AsyncRuntime>::JoinHandle<T>;
+    type Sleep = <TokioRuntime as AsyncRuntime>::Sleep;
+    type Instant = TokioInstant;
+    type TimeoutError = <TokioRuntime as AsyncRuntime>::TimeoutError;
+    type Timeout<R, T: Future<Output = R> + OptionalSend> = <TokioRuntime as AsyncRuntime>::Timeout<R, T>;
+    type ThreadLocalRng = RuntimeRng;
+    type OneshotSender<T: OptionalSend> = <TokioRuntime as AsyncRuntime>::OneshotSender<T>;
+    type OneshotReceiverError = <TokioRuntime as AsyncRuntime>::OneshotReceiverError;
+    type OneshotReceiver<T: OptionalSend> = <TokioRuntime as AsyncRuntime>::OneshotReceiver<T>;
+
+    fn spawn<T>(future: T) -> Self::JoinHandle<T::Output>
+    where
+        T: Future + OptionalSend + 'static,
+        T::Output: OptionalSend + 'static,
+    {
+        TokioRuntime::spawn(future)
+    }
+
+    fn sleep(duration: Duration) -> Self::Sleep {
+        TokioRuntime::sleep(duration)
+    }
+
+    fn sleep_until(deadline: Self::Instant) -> Self::Sleep {
+        TokioRuntime::sleep_until(deadline)
+    }
+
+    fn timeout<R, F: Future<Output = R> + OptionalSend>(duration: Duration, future: F) -> Self::Timeout<R, F> {
+        TokioRuntime::timeout(duration, future)
+    }
+
+    fn timeout_at<R, F: Future<Output = R> + OptionalSend>(deadline: Self::Instant, future: F) -> Self::Timeout<R, F> {
+        TokioRuntime::timeout_at(deadline, future)
+    }
+
+    fn is_panic(join_error: &Self::JoinError) -> bool {
+        TokioRuntime::is_panic(join_error)
+    }
+
+    fn thread_rng() -> Self::ThreadLocalRng {
+        RuntimeRng
+    }
+
+    fn oneshot<T>() -> (Self::OneshotSender<T>, Self::OneshotReceiver<T>)
+    where
+        T: OptionalSend,
+    {
+        TokioRuntime::oneshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::Rng;
+
+    use super::*;
+
+    fn draws() -> Vec<u64> {
+        (0..4).map(|_| GavelRuntime::thread_rng().gen_range(400..800)).collect()
+    }
+
+    #[test]
+    fn a_seeded_thread_draws_the_same_election_timeouts_again() {
+        seed_thread_rng(7);
+        let first = draws();
+        seed_thread_rng(7);
+        assert_eq!(draws(), first);
+        seed_thread_rng(8);
+        assert_ne!(draws(), first);
+        unseed_thread_rng();
+        assert!(draws().iter().all(|draw| (400..800).contains(draw)));
+    }
+}

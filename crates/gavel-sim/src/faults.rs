@@ -1,0 +1,189 @@
+//! The seed's faults: a schedule of partitions, held (delayed) messages,
+//! lossy links, power cuts with a torn log tail, worker stalls past their
+//! leases, and plain crashes, each healed before the workload stops. Everything here is a function of the
+//! seed alone.
+
+use std::fmt;
+use std::time::Duration;
+
+use gavel_chaos::rng::Rng;
+
+/// Quiet time between two faults, in simulated milliseconds.
+const CALM_MS: (u64, u64) = (1_000, 4_000);
+/// How long a fault lasts before it heals, in simulated milliseconds.
+const FAULT_MS: (u64, u64) = (500, 3_000);
+/// The simulated network's latency cap ranges over this (milliseconds).
+const MAX_LATENCY_MS: (u64, u64) = (2, 25);
+
+/// One fault or its healing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Cut `node` off from `others` (both directions).
+    Partition {
+        /// The isolated node.
+        node: u64,
+        /// The nodes it cannot reach.
+        others: Vec<u64>,
+    },
+    /// Hold every message between `a` and `b` (they arrive on release, late).
+    Hold {
+        /// One end.
+        a: u64,
+        /// The other end.
+        b: u64,
+    },
+    /// Deliver what [`Fault::Hold`] held.
+    Release {
+        /// One end.
+        a: u64,
+        /// The other end.
+        b: u64,
+    },
+    /// Drop this percentage of the messages between `a` and `b` (a dropped
+    /// TCP segment breaks its connection).
+    LinkLoss {
+        /// One end.
+        a: u64,
+        /// The other end.
+        b: u64,
+        /// Percent of messages lost.
+        percent: u8,
+    },
+    /// Undo a partition or a lossy link.
+    Repair {
+        /// The node.
+        node: u64,
+        /// Its peers.
+        others: Vec<u64>,
+    },
+    /// Cut `node`'s disk after that many more operations: its log stops
+    /// mid-write, then the node is crashed with a torn tail and restarted.
+    PowerCut {
+        /// The node.
+        node: u64,
+        /// Disk operations before the cut.
+        after_operations: u64,
+    },
+    /// Workers stall past their lease deadline and report late (`true`), or
+    /// behave again (`false`).
+    WorkerStall {
+        /// Whether they stall from now on.
+        stall: bool,
+    },
+    /// Crash `node` now (losing its unsynced writes, keeping a prefix chosen
+    /// by `torn`) and restart it after `down`.
+    Crash {
+        /// The node.
+        node: u64,
+        /// Chooses the torn prefix.
+        torn: u64,
+        /// Downtime.
+        down: Duration,
+    },
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Partition { node, others } => write!(f, "partition n{node} from {others:?}"),
+            Fault::Hold { a, b } => write!(f, "hold messages n{a}<->n{b}"),
+            Fault::Release { a, b } => write!(f, "release messages n{a}<->n{b}"),
+            Fault::LinkLoss { a, b, percent } => write!(f, "lose {percent}% of messages n{a}<->n{b}"),
+            Fault::Repair { node, others } => write!(f, "repair n{node} to {others:?}"),
+            Fault::PowerCut { node, after_operations } => {
+                write!(f, "power cut on n{node} after {after_operations} disk operations")
+            }
+            Fault::WorkerStall { stall: true } => write!(f, "workers stall past their leases"),
+            Fault::WorkerStall { stall: false } => write!(f, "workers behave again"),
+            Fault::Crash { node, torn, down } => write!(f, "crash n{node} (torn {torn:x}), down {down:?}"),
+        }
+    }
+}
+
+/// A fault at a simulated time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// When, since the simulation started.
+    pub at: Duration,
+    /// What.
+    pub fault: Fault,
+}
+
+/// The faults of one seed, in time order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// The network's latency cap for the run, in milliseconds.
+    pub max_latency_ms: u64,
+    /// The faults.
+    pub events: Vec<Event>,
+}
+
+impl Schedule {
+    /// The schedule of `seed` for a workload of `length` over `nodes`; no
+    /// events when `inject` is false. Every fault heals before `length`.
+    pub fn from_seed(seed: u64, length: Duration, nodes: &[u64], inject: bool) -> Schedule {
+        let mut rng = Rng::new(seed).fork(0x51);
+        let max_latency_ms = rng.between(MAX_LATENCY_MS.0, MAX_LATENCY_MS.1);
+        let mut events = Vec::new();
+        // The first fault waits for the cluster to elect and the workload to start.
+        let mut at_ms = 3_000 + rng.between(CALM_MS.0, CALM_MS.1);
+        let end_ms = length.as_millis() as u64;
+        while inject && at_ms + FAULT_MS.1 < end_ms {
+            let lasts_ms = rng.between(FAULT_MS.0, FAULT_MS.1);
+            let node = *rng.pick(nodes);
+            let others: Vec<u64> = nodes.iter().copied().filter(|other| *other != node).collect();
+            let peer = *rng.pick(&others);
+            let at = Duration::from_millis(at_ms);
+            let healed = Duration::from_millis(at_ms + lasts_ms);
+            match rng.below(6) {
+                0 => {
+                    events.push(Event { at, fault: Fault::Partition { node, others: others.clone() } });
+                    events.push(Event { at: healed, fault: Fault::Repair { node, others } });
+                }
+                1 => {
+                    events.push(Event { at, fault: Fault::Hold { a: node, b: peer } });
+                    events.push(Event { at: healed, fault: Fault::Release { a: node, b: peer } });
+                }
+                2 => {
+                    let percent = rng.between(1, 20) as u8;
+                    events.push(Event { at, fault: Fault::LinkLoss { a: node, b: peer, percent } });
+                    events.push(Event { at: healed, fault: Fault::Repair { node, others: vec![peer] } });
+                }
+                3 => {
+                    // A follower may do only a few disk operations a second
+                    // (one append per replication round): keep the cut near.
+                    let after_operations = rng.below(12);
+                    events.push(Event { at, fault: Fault::PowerCut { node, after_operations } });
+                }
+                4 => {
+                    events.push(Event { at, fault: Fault::WorkerStall { stall: true } });
+                    events.push(Event { at: healed, fault: Fault::WorkerStall { stall: false } });
+                }
+                _ => {
+                    let torn = rng.next_u64();
+                    let down = Duration::from_millis(lasts_ms);
+                    events.push(Event { at, fault: Fault::Crash { node, torn, down } });
+                }
+            }
+            at_ms += lasts_ms + rng.between(CALM_MS.0, CALM_MS.1);
+        }
+        events.sort_by_key(|event| event.at);
+        Schedule { max_latency_ms, events }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_always_gives_the_same_schedule_and_every_fault_heals_in_time() {
+        let length = Duration::from_secs(60);
+        let first = Schedule::from_seed(42, length, &[1, 2, 3], true);
+        assert_eq!(first, Schedule::from_seed(42, length, &[1, 2, 3], true));
+        assert_ne!(first, Schedule::from_seed(43, length, &[1, 2, 3], true));
+        assert!(!first.events.is_empty());
+        assert!(first.events.iter().all(|event| event.at < length));
+        assert!(Schedule::from_seed(42, length, &[1, 2, 3], false).events.is_empty());
+    }
+}
