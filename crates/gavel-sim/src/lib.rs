@@ -411,7 +411,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
             Some(running) => NodeEnd {
                 id: node.id,
                 last_applied_index: running.raft.status().last_applied_index,
-                state_hash: running.app.state_hash(),
+                state_hash: running.reads.state_hash(),
             },
             None => NodeEnd { id: node.id, last_applied_index: None, state_hash: String::new() },
         })
