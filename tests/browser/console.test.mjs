@@ -226,3 +226,46 @@ test("refused: a POST without the CSRF token, from another origin, or with a cha
   assert.equal(after.status ?? after.approval?.status, "pending", "nothing was decided");
   await context.close();
 });
+
+// Last in this file: the policy it sets governs every "finance" approval
+// until the test deletes it.
+test("finance AND on-call from the console: the first vote meets one factor of two, the second approves", async () => {
+  const factors = ["--factor", "finance=1/scope/finance", "--factor", "on-call=1/group/user:carol"];
+  await cluster.gavel(["policy", "set", "finance-and-on-call", "--types", "finance", ...factors]);
+  try {
+    const approval = await requestRefund();
+    const bob = await signedIn("user:bob-finance");
+    await bob.page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
+    assert.match(await bob.page.textContent("#quorum"), /finance-and-on-call.*finance 0\/1, on-call 0\/1/s);
+    await bob.page.click("button.approve");
+    await bob.page.waitForSelector(".votes li");
+    assert.equal(await bob.page.textContent("#approval-status"), "pending", "one factor of two decides nothing");
+    assert.match(await bob.page.textContent("#quorum"), /finance 1\/1, on-call 0\/1/);
+    assert.match(await bob.page.textContent(".votes"), /user:bob-finance: approve \(counts for finance\)/);
+    assert.match(await bob.page.textContent("#why-not"), /already voted/);
+
+    // The requester may not vote on its own request.
+    const alice = await signedIn("user:alice");
+    await alice.page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
+    assert.equal(await alice.page.locator("#decide").count(), 0);
+
+    const carol = await signedIn("user:carol");
+    await carol.page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
+    await carol.page.click("button.approve");
+    await carol.page.waitForSelector("#approval-status:text('approved'), #refused");
+    assert.equal(await carol.page.locator("#refused").count(), 0, await carol.page.textContent("main"));
+    assert.match(await carol.page.textContent("#quorum"), /finance 1\/1, on-call 1\/1/);
+    await carol.page.screenshot({ path: join(shots, "quorum.png"), fullPage: true });
+    assert.deepEqual(await axeSeriousViolations(carol.page), []);
+
+    const votes = await cluster.gavel(["approval", "votes", approval.id]);
+    const voters = votes.quorum.votes.map((vote) => vote.principal).sort();
+    assert.deepEqual(voters, ["user:bob-finance", "user:carol"], JSON.stringify(votes));
+    for (const { context, page } of [bob, alice, carol]) {
+      assert.deepEqual(page.errors, []);
+      await context.close();
+    }
+  } finally {
+    await cluster.gavel(["policy", "delete", "finance-and-on-call"]);
+  }
+});

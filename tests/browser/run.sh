@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 npm ci --no-audit --no-fund --prefer-offline --loglevel=error
 node --test --test-concurrency=1 --test-timeout=120000 console.test.mjs oidc.test.mjs
 if [ "${GAVEL_UPDATE_DOCS_IMG:-}" = 1 ]; then
-  for name in inbox approval execution; do
+  for name in inbox approval execution quorum; do
     cp "out/$name.png" "../../docs/img/console-$name.png"
   done
 fi
