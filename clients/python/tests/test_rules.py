@@ -66,6 +66,14 @@ def test_what_is_retried_with_the_same_request_id() -> None:
     cut = "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:7401: handshaker shutdown"
     assert retryable_attempt(Refusal(grpc.StatusCode.UNAVAILABLE, cut))
     assert from_attempt(Refusal(grpc.StatusCode.UNAVAILABLE, cut), "n1:1").code == "UNAVAILABLE"
+    # So is a handshake the peer reset (a node SIGKILLed mid-handshake; seen
+    # in test_client.py's leader SIGKILL).
+    reset = (
+        "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:27990: "
+        "Handshake read failed (recvmsg:Connection reset by peer (104))"
+    )
+    assert retryable_attempt(Refusal(grpc.StatusCode.UNAVAILABLE, reset))
+    assert from_attempt(Refusal(grpc.StatusCode.UNAVAILABLE, reset), "n1:1").code == "UNAVAILABLE"
 
 
 def test_the_domain_code_and_the_approval_state_come_from_the_error_detail() -> None:

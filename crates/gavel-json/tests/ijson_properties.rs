@@ -71,7 +71,11 @@ proptest! {
     fn a_double_written_as_its_shortest_literal_is_kept_unless_an_unsafe_integer(bits in any::<u64>()) {
         let number = f64::from_bits(bits);
         prop_assume!(number.is_finite());
-        let literal = format!("{number:e}");
+        // ECMAScript's shortest literal (the closest of the shortest, as
+        // RFC 8785 writes numbers). Rust's `{:e}` is shortest but not always
+        // the closest at 17 digits, and such a literal is another number
+        // (see the test below).
+        let literal = ryu_js::Buffer::new().format_finite(number).to_string();
         let unsafe_integer = number.abs() > SAFE_INTEGER_MAX as f64 && number.abs() < 1e21;
         match canonicalize(&literal) {
             Ok(canonical) => {
@@ -130,4 +134,23 @@ proptest! {
         let escape = format!("\\u{surrogate:04x}");
         prop_assert_eq!(canonicalize(&text), Err(CanonicalJsonError::LoneSurrogate { pointer, in_key: false, escape }));
     }
+}
+
+/// Found by the property above when it wrote literals with Rust's `{:e}`:
+/// this double's 17-digit literal from `{:e}` round-trips to it but is not
+/// the closest 17-digit literal, so as a decimal it is another number than
+/// the canonical one, and it is refused naming the canonical form.
+#[test]
+fn a_shortest_literal_that_is_not_the_closest_is_refused_naming_the_canonical_one() {
+    let number = f64::from_bits(14_041_200_999_778_482_408);
+    let literal = format!("{number:e}");
+    assert_eq!(literal, "-1.2475876393776363e14");
+    assert_eq!(literal.parse::<f64>().ok(), Some(number), "it round-trips");
+    let expected = CanonicalJsonError::InexactNumber {
+        pointer: String::new(),
+        literal: literal.clone(),
+        problem: NumberProblem::Changed { canonical: "-124758763937763.62".to_string() },
+    };
+    assert_eq!(canonicalize(&literal), Err(expected));
+    assert_eq!(canonicalize("-124758763937763.62"), Ok("-124758763937763.62".to_string()));
 }

@@ -47,8 +47,12 @@ _TLS_FAILURE = re.compile(r"ssl|tls|handshake|certificate|CERTIFICATE_VERIFY_FAI
 # A handshake that was cut, not refused: gRPC core's "handshaker shutdown"
 # when the connection closed or the attempt ran out of time mid-handshake (a
 # node closes a handshake that outlasts its authentication deadline, and a
-# starved node is slow to finish one). Asking again can succeed.
-_HANDSHAKE_CUT = re.compile(r"handshaker shutdown", re.IGNORECASE)
+# starved node is slow to finish one), and a handshake read or write that met
+# a connection reset by the peer or a broken pipe (a node SIGKILLed or
+# restarting mid-handshake: "Handshake read failed (recvmsg:Connection reset
+# by peer (104))"). A refusal comes with a TLS alert instead. Asking again
+# can succeed.
+_HANDSHAKE_CUT = re.compile(r"handshaker shutdown|connection reset by peer|broken pipe", re.IGNORECASE)
 
 
 def _trailers(error: grpc.RpcError) -> list[tuple[str, Any]]:
