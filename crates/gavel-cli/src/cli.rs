@@ -72,6 +72,10 @@ pub enum TopCommand {
     /// Benchmark: closed-loop throughput, latency and CPU per operation of a
     /// durable three-node cluster (see docs/performance.md).
     Bench(gavel_bench::BenchArgs),
+    /// Deterministic simulation: a whole cluster in one process under
+    /// simulated time and network, faults chosen by the seed; replays one
+    /// seed (`--seed`) or runs many (`--seeds`) (see docs/testing.md).
+    Sim(gavel_sim::cli::SimArgs),
 }
 
 /// Raft timings, every one configurable.

@@ -6,7 +6,8 @@
 //! --cert --key --token --token-file --insecure` or the `GAVEL_*` variables
 //! (`gavel backup restore|inspect` work on files only); `gavel cert`
 //! and `gavel token` make certificates and tokens; `gavel chaos` and `gavel
-//! bench` run the chaos harness and the benchmark. Logs are `tracing`
+//! bench` run the chaos harness and the benchmark, `gavel sim` the
+//! deterministic simulation. Logs are `tracing`
 //! events as text or JSON lines (`--log-format`); `gavel node
 //! --otlp-endpoint` also exports spans over OTLP ([`logging`]).
 
@@ -38,7 +39,15 @@ fn main() -> ExitCode {
             | TopCommand::Chaos(_)
     );
     // Operator commands keep standard error for their own messages.
-    let default_filter = if serving { "info,openraft=warn" } else { "warn" };
+    // A simulation's nodes log every fault they meet; `gavel sim` prints
+    // its own report, and `GAVEL_LOG` turns their logs back on.
+    let default_filter = if serving {
+        "info,openraft=warn"
+    } else if matches!(cli.command, TopCommand::Sim(_)) {
+        "off"
+    } else {
+        "warn"
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => return finish(Err(CommandError::Other(error.into()))),
@@ -87,6 +96,7 @@ fn run(cli: Cli, runtime: &tokio::runtime::Runtime) -> ExitCode {
         TopCommand::Cert(args) => finish(commands::cert::run(args)),
         TopCommand::Token(args) => finish(commands::token::run(args)),
         TopCommand::Chaos(args) => ExitCode::from(runtime.block_on(gavel_chaos::run::run(args)) as u8),
+        TopCommand::Sim(args) => ExitCode::from(gavel_sim::cli::run(args) as u8),
         TopCommand::Bench(args) => match runtime.block_on(gavel_bench::run(args)) {
             Ok(outcome) if outcome.ok => ExitCode::SUCCESS,
             Ok(_) => ExitCode::FAILURE,

@@ -19,12 +19,16 @@
 //!   from a generator seeded per run ([`gavel_raft::seed_thread_rng`]), the
 //!   workload's choices, request ids and retry jitter from the seed.
 //!
-//! Key items: [`SimConfig`], [`run_seed`], [`SimReport`], [`replay_command`].
+//! Key items: [`SimConfig`], [`run_seed`], [`SimReport`], [`replay_command`],
+//! [`runner::run_seeds`] (many seeds on several threads) and [`cli`]
+//! (`gavel sim`).
 //!
 //! **Dependency rule:** only tests and the CLI depend on this crate.
 
+pub mod cli;
 pub mod faults;
 pub mod net;
+pub mod runner;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -48,6 +52,11 @@ use crate::faults::{Fault, Schedule};
 /// The simulated wall clock starts here (2026-01-01T00:00:00Z), whatever
 /// the machine's clock says.
 const EPOCH_MS: u64 = 1_767_225_600_000;
+
+/// Simulated seconds of workload in a seed unless told otherwise: what the
+/// CI seeds and `gavel sim` run (the workers' drain and the settling time
+/// come after it, so a seed lasts about 74 simulated seconds).
+pub const DEFAULT_WORKLOAD_SECONDS: u64 = 60;
 
 /// How long the cluster gets after the last fault heals for every replica
 /// to apply the whole log, before the trace is taken.
@@ -77,7 +86,7 @@ pub struct SimConfig {
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
-            workload_time: Duration::from_secs(20),
+            workload_time: Duration::from_secs(DEFAULT_WORKLOAD_SECONDS),
             approval_clients: 2,
             submitters: 2,
             workers: 2,
@@ -163,9 +172,12 @@ impl SimReport {
     }
 }
 
-/// The one command that replays `seed`.
+/// The command that replays `seed` (with the default workload length), and
+/// the same through cargo.
 pub fn replay_command(seed: u64) -> String {
-    format!("GAVEL_SIM_SEED={seed} cargo test -p gavel-sim --test seeds -- replay_one_seed --nocapture")
+    format!(
+        "gavel sim --seed {seed}   (or: GAVEL_SIM_SEED={seed} cargo test -p gavel-sim --test seeds -- replay_one_seed --nocapture)"
+    )
 }
 
 /// The simulated milliseconds since the run started, as the history's clock.

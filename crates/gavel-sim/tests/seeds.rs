@@ -5,15 +5,21 @@
 //! A failing seed is printed with the one command that replays it
 //! ([`gavel_sim::replay_command`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use gavel_sim::runner::{run_seeds, summary};
 use gavel_sim::{replay_command, run_seed, SimConfig, SimReport};
 
 /// Seeds the CI run judges (override with `GAVEL_SIM_SEEDS`).
-const CI_SEEDS: u64 = 16;
+const CI_SEEDS: u64 = 200;
 
-/// Simulated seconds of workload per seed (override with `GAVEL_SIM_SECONDS`).
-const CI_WORKLOAD_SECONDS: u64 = 15;
+/// Every how many CI seeds one runs twice and must give the same trace
+/// hash (the determinism sample: 10 of the 200).
+#[cfg(tokio_unstable)]
+const CI_RERUN_EVERY: usize = 20;
+/// Without `--cfg tokio_unstable` a second run may differ (docs/testing.md).
+#[cfg(not(tokio_unstable))]
+const CI_RERUN_EVERY: usize = 0;
 
 /// Seeds run twice by the determinism test: seed 1 crashes a node and cuts
 /// another's power (dropping an unsynced log write), seed 4 partitions a
@@ -25,11 +31,12 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|value| value.parse().ok())
 }
 
+/// The CI seeds' configuration: [`SimConfig::default`] (60 simulated
+/// seconds of workload), changed by `GAVEL_SIM_SECONDS` and friends.
 fn config() -> SimConfig {
-    let seconds = env_u64("GAVEL_SIM_SECONDS").unwrap_or(CI_WORKLOAD_SECONDS);
     let defaults = SimConfig::default();
     SimConfig {
-        workload_time: Duration::from_secs(seconds),
+        workload_time: env_u64("GAVEL_SIM_SECONDS").map_or(defaults.workload_time, Duration::from_secs),
         approval_clients: env_u64("GAVEL_SIM_APPROVAL_CLIENTS").map_or(defaults.approval_clients, |n| n as usize),
         submitters: env_u64("GAVEL_SIM_SUBMITTERS").map_or(defaults.submitters, |n| n as usize),
         workers: env_u64("GAVEL_SIM_WORKERS").map_or(defaults.workers, |n| n as usize),
@@ -42,25 +49,16 @@ fn run(seed: u64, config: &SimConfig) -> Result<SimReport, String> {
     run_seed(seed, config).map_err(|error| format!("seed {seed}: {error}\n  replay: {}", replay_command(seed)))
 }
 
-fn summary(report: &SimReport) -> String {
-    format!(
-        "seed {}: {} ops, {} faults, {:.1} simulated s in {:.1} wall s ({:.1}x), applied {:?}, {:?}, trace {}",
-        report.seed,
-        report.operations,
-        report.faults.len(),
-        report.simulated_ms as f64 / 1000.0,
-        report.wall_ms as f64 / 1000.0,
-        report.simulated_ms as f64 / report.wall_ms.max(1) as f64,
-        report.nodes.iter().map(|node| node.last_applied_index).collect::<Vec<_>>(),
-        report.checks.verdict,
-        &report.trace_hash[..16]
-    )
+/// Simulations at a time: the machine's cores, at most two.
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from).clamp(1, 2)
 }
 
 /// Runs `seeds` on up to two threads (one simulation per thread), returning
 /// the reports or the errors in seed order.
+#[cfg(tokio_unstable)]
 fn run_all(seeds: &[u64], config: &SimConfig) -> Vec<Result<SimReport, String>> {
-    let threads = std::thread::available_parallelism().map_or(1, usize::from).clamp(1, 2);
+    let threads = threads();
     let chunks: Vec<Vec<u64>> =
         (0..threads).map(|t| seeds.iter().copied().skip(t).step_by(threads).collect()).collect();
     let handles: Vec<_> = chunks
@@ -77,42 +75,47 @@ fn run_all(seeds: &[u64], config: &SimConfig) -> Vec<Result<SimReport, String>> 
 }
 
 /// Every CI seed runs to the end with no checker finding the history
-/// invalid and no two replicas diverging.
+/// invalid and no two replicas diverging, and every seed of the
+/// determinism sample (every [`CI_RERUN_EVERY`]th) gives the same trace
+/// hash twice.
 #[test]
 fn every_ci_seed_keeps_every_rule() {
     let count = env_u64("GAVEL_SIM_SEEDS").unwrap_or(CI_SEEDS);
     let seeds: Vec<u64> = (1..=count).collect();
     let config = config();
-    let started = Instant::now();
     let mut failures = Vec::new();
-    let (mut simulated_ms, mut operations, mut faults) = (0u64, 0usize, 0usize);
-    for result in run_all(&seeds, &config) {
-        match result {
-            Ok(report) => {
-                println!("{}", summary(&report));
-                simulated_ms += report.simulated_ms;
-                operations += report.operations;
-                faults += report.faults.len();
-                if report.failed() {
-                    failures.push(format!(
-                        "seed {}: {}\n  replay: {}",
-                        report.seed,
-                        report.failures().join("; "),
-                        replay_command(report.seed)
-                    ));
-                }
-            }
-            Err(error) => failures.push(error),
+    let totals = run_seeds(&seeds, &config, threads(), CI_RERUN_EVERY, |outcome| {
+        if let Ok(report) = &outcome.report {
+            println!("{}", summary(report));
         }
-    }
-    let wall = started.elapsed();
+        let failed = outcome.failures();
+        if !failed.is_empty() {
+            failures.push(format!(
+                "seed {}: {}\n  replay: {}",
+                outcome.seed,
+                failed.join("; "),
+                replay_command(outcome.seed)
+            ));
+        }
+    });
     println!(
-        "{count} seeds, {:.0} simulated s in {:.1} wall s ({:.1}x), {operations} operations, {faults} fault events",
-        simulated_ms as f64 / 1000.0,
-        wall.as_secs_f64(),
-        simulated_ms as f64 / 1000.0 / wall.as_secs_f64()
+        "{} seeds ({} s of workload each), {:.0} simulated s in {:.1} wall s ({:.1}x on {} threads), {} operations, {} fault events; {} run twice, {} with the same trace",
+        totals.seeds,
+        config.workload_time.as_secs(),
+        totals.simulated_ms as f64 / 1000.0,
+        totals.wall_ms as f64 / 1000.0,
+        totals.speedup(),
+        threads(),
+        totals.operations,
+        totals.fault_events,
+        totals.reruns,
+        totals.reruns_equal
     );
-    assert!(operations > 0, "the workload ran no operation");
+    assert_eq!(totals.seeds, seeds.len(), "every seed reports");
+    assert!(totals.operations > 0, "the workload ran no operation");
+    if CI_RERUN_EVERY > 0 {
+        assert!(totals.reruns > 0, "the determinism sample ran no seed twice");
+    }
     assert!(failures.is_empty(), "failing seeds:\n{}", failures.join("\n"));
 }
 
