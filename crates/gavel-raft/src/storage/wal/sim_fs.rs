@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use super::file::{FileSystem, WalFile};
 
@@ -373,7 +373,10 @@ mod tests {
         assert_eq!(refused.kind(), io::ErrorKind::StorageFull);
         let refused = fs.create_preallocated(Path::new("/log/b.wal"), 4).err().expect("no room for a segment");
         assert_eq!(refused.kind(), io::ErrorKind::StorageFull);
-        assert_eq!(fs.write_synced(Path::new("/log/vote"), b"v").expect_err("no room").kind(), io::ErrorKind::StorageFull);
+        assert_eq!(
+            fs.write_synced(Path::new("/log/vote"), b"v").expect_err("no room").kind(),
+            io::ErrorKind::StorageFull
+        );
         // What was written before stays, and can still be synced.
         file.sync_data().expect("a sync needs no space");
         assert_eq!(content(&fs, path), b"ab\0\0");
