@@ -62,6 +62,11 @@ impl RaftIo {
         }
     }
 
+    /// The simulated disk whose latency the log store waits for, if any.
+    pub(crate) fn slow_disk(&self) -> Option<SimDisk> {
+        self.disk.clone()
+    }
+
     /// Who runs blocking work and the log's writes.
     pub(crate) fn threading(&self) -> Threading {
         if self.disk.is_some() {
@@ -79,6 +84,14 @@ impl RaftIo {
 pub struct SimDisk(Arc<SimFs>);
 
 impl SimDisk {
+    /// Waits the latency [`SimDisk::set_latency`] set, in the runtime's time.
+    pub(crate) async fn wait_latency(&self) {
+        let latency = self.0.latency();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
+
     /// An empty disk.
     pub fn new() -> SimDisk {
         SimDisk::default()
@@ -110,6 +123,26 @@ impl SimDisk {
     /// Whether an armed power cut has happened.
     pub fn power_is_cut(&self) -> bool {
         self.0.power_is_cut()
+    }
+
+    /// Fills the disk (`true`): every log write, segment creation and vote
+    /// write fails with `std::io::ErrorKind::StorageFull` and changes
+    /// nothing (openraft stops the node on the error) until the disk is
+    /// emptied (`false`).
+    pub fn set_full(&self, full: bool) {
+        self.0.set_full(full);
+    }
+
+    /// How many writes the full disk refused since the last call.
+    pub fn take_refused_full(&self) -> u64 {
+        self.0.take_refused_full()
+    }
+
+    /// Makes the disk slow: each log append, truncation and vote write
+    /// first waits `latency` of the runtime's (simulated) time;
+    /// [`Duration::ZERO`](std::time::Duration::ZERO) makes it fast again.
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.0.set_latency(latency);
     }
 
     /// How many writes a crash now would lose.

@@ -70,7 +70,7 @@ use tonic::body::Body;
 use tonic::codegen::http::{HeaderMap, Response};
 use tonic::Status;
 
-use crate::node::{read_time_ms, Node};
+use crate::node::Node;
 
 /// How many distinct method names keep their own label; the public API has
 /// about forty methods, and a caller may send any path.
@@ -460,7 +460,7 @@ impl Metrics {
         }
         // Counting holds the state lock for one scan; it is taken after the
         // Raft status so the two are read as close together as possible.
-        let counts = node.reads.read(|state| state.counts(read_time_ms(state, None)));
+        let counts = node.reads.read(|state| state.counts(node.read_time_ms(state, None)));
         self.approvals.clear();
         for (status, count) in &counts.approvals_by_status {
             self.approvals.get_or_create(&StatusLabels { status: status.to_string() }).set(clamp(*count as u64));

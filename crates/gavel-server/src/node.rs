@@ -90,18 +90,35 @@ pub struct Node {
     /// How a channel to another node connects: `None` over real TCP, the
     /// simulator's network otherwise ([`crate::server::InjectedIo`]).
     dial: Option<gavel_raft::Dial>,
+    /// This node's wall clock: the system clock, or the simulator's.
+    pub clock: Clock,
 }
 
-/// The clock of every node in this process, when a simulator set one.
-static CLOCK: std::sync::OnceLock<fn() -> u64> = std::sync::OnceLock::new();
+/// A node's wall clock: the OS clock ([`Clock::system`], production), or
+/// one a simulator hands in ([`Clock::from_fn`], through
+/// [`crate::server::InjectedIo`]): simulated time plus that node's own skew
+/// and jumps. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Clock(Option<Arc<dyn Fn() -> u64 + Send + Sync>>);
 
-/// Makes [`wall_clock_ms`] read `clock` instead of the OS clock, for the
-/// whole process, from now on; the first call wins (returns whether this
-/// one did). For a simulator only, whose clock reads simulated time (of
-/// the simulation running on the calling thread); production never calls
-/// it.
-pub fn set_clock(clock: fn() -> u64) -> bool {
-    CLOCK.set(clock).is_ok()
+impl Clock {
+    /// The OS clock.
+    pub fn system() -> Clock {
+        Clock(None)
+    }
+
+    /// A clock that reads `now_ms` (milliseconds since the Unix epoch).
+    pub fn from_fn(now_ms: impl Fn() -> u64 + Send + Sync + 'static) -> Clock {
+        Clock(Some(Arc::new(now_ms)))
+    }
+
+    /// Milliseconds since the Unix epoch on this clock.
+    pub fn now_ms(&self) -> u64 {
+        match &self.0 {
+            Some(now_ms) => now_ms(),
+            None => SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64),
+        }
+    }
 }
 
 /// Waits for the next change seen by `receiver`. Once its sender is gone
@@ -134,23 +151,21 @@ pub fn random_u128() -> u128 {
     }
 }
 
-/// Milliseconds since the Unix epoch on this node's clock (or the
-/// simulator's, [`set_clock`]). Only the leader's reading matters: it is
-/// stamped into each command.
-pub fn wall_clock_ms() -> u64 {
-    match CLOCK.get() {
-        Some(clock) => clock(),
-        None => SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64),
-    }
-}
-
-/// The time a read judges lazy expiry at: the caller's clock when it gave
-/// one, else the later of the cluster clock and this node's.
-pub fn read_time_ms(state: &State, caller_now_ms: Option<u64>) -> u64 {
-    caller_now_ms.unwrap_or_else(|| state.clock_ms().max(wall_clock_ms()))
-}
-
 impl Node {
+    /// Milliseconds since the Unix epoch on this node's clock
+    /// ([`Node::clock`]). Only the leader's reading decides anything: it is
+    /// stamped into each command, and the state machine keeps the largest
+    /// stamp as the cluster clock.
+    pub fn wall_clock_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The time a read judges lazy expiry at: the caller's clock when it
+    /// gave one, else the later of the cluster clock and this node's.
+    pub fn read_time_ms(&self, state: &State, caller_now_ms: Option<u64>) -> u64 {
+        caller_now_ms.unwrap_or_else(|| state.clock_ms().max(self.wall_clock_ms()))
+    }
+
     /// Wraps a started Raft node and its application; `secured` is `None`
     /// for an insecure node.
     pub fn new(
@@ -160,11 +175,11 @@ impl Node {
         settings: ServerSettings,
         secured: Option<Arc<Secured>>,
     ) -> Arc<Node> {
-        Node::with_dial(id, raft, app, settings, secured, None)
+        Node::with_dial(id, raft, app, settings, secured, None, Clock::system())
     }
 
     /// [`Node::new`] whose channels to other nodes connect through `dial`
-    /// (the simulator's network) when it is given.
+    /// (the simulator's network) when it is given, reading `clock`.
     pub fn with_dial(
         id: u64,
         raft: RaftNode,
@@ -172,13 +187,14 @@ impl Node {
         settings: ServerSettings,
         secured: Option<Arc<Secured>>,
         dial: Option<gavel_raft::Dial>,
+        clock: Clock,
     ) -> Arc<Node> {
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let admission = crate::overload::Admission::new(settings.overload);
         let quotas = crate::quota::InFlight::default();
         let channels = Mutex::new(BTreeMap::new());
         let reads = ReadPort::new(app);
-        Arc::new(Node { id, raft, reads, settings, secured, metrics, admission, quotas, channels, dial })
+        Arc::new(Node { id, raft, reads, settings, secured, metrics, admission, quotas, channels, dial, clock })
     }
 
     /// Refuses a command `caller` may not send, before it is proposed (or,
@@ -186,7 +202,7 @@ impl Node {
     /// reaches the log. The state machine decides again at the command's
     /// position, which is what makes a revocation linearizable.
     pub fn authorize_command(&self, caller: Option<&Caller>, command: &Command) -> Result<(), Status> {
-        self.reads.read(|state| state.authorize_command(caller, command, wall_clock_ms())).map_err(domain_status)
+        self.reads.read(|state| state.authorize_command(caller, command, self.wall_clock_ms())).map_err(domain_status)
     }
 
     /// Checks a command, proposes it stamped with this node's clock and the
@@ -215,7 +231,7 @@ impl Node {
     async fn propose(&self, caller: Option<&Caller>, request_id: &str, command: Command) -> Result<Reply, Status> {
         let envelope = Envelope {
             request_id: (!request_id.is_empty()).then(|| request_id.to_string()),
-            now_ms: wall_clock_ms(),
+            now_ms: self.wall_clock_ms(),
             caller: caller.cloned(),
             command,
         };

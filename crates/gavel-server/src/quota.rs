@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use gavel_core::{Caller, Command, DomainError, ErrorCode, Principal};
 use tonic::Status;
 
-use crate::node::{domain_status, wall_clock_ms, Node};
+use crate::node::{domain_status, Node};
 
 /// Each principal's writes proposed by this node and not yet answered.
 #[derive(Debug, Default)]
@@ -68,7 +68,7 @@ impl InFlight {
         let checked = node.reads.read(|state| {
             state
                 .counts_against_quota(command)
-                .then(|| state.check_quota(Some(caller), request_id, command, wall_clock_ms(), in_flight))
+                .then(|| state.check_quota(Some(caller), request_id, command, node.wall_clock_ms(), in_flight))
         });
         match checked {
             None => return Ok(None),

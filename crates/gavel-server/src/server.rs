@@ -90,6 +90,8 @@ pub struct InjectedIo {
     pub raft: gavel_raft::RaftIo,
     /// How this node dials other nodes' public ports (leader forwarding).
     pub dial: gavel_raft::Dial,
+    /// This node's wall clock (simulated time, with the node's own skew).
+    pub clock: crate::node::Clock,
 }
 
 /// A stream of connections accepted by the caller.
@@ -249,11 +251,14 @@ pub async fn start(options: NodeOptions, listener: TcpListener) -> Result<Runnin
 
 /// Starts a node on the connections and IO `serving` gives.
 pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<RunningNode, ServerError> {
-    let (addr, raft_io, dial) = match &serving {
-        Serving::Listener(listener) => {
-            (listener.local_addr().map_err(ServerError::Listener)?, gavel_raft::RaftIo::default(), None)
-        }
-        Serving::Injected(io) => (io.addr, io.raft.clone(), Some(io.dial.clone())),
+    let (addr, raft_io, dial, clock) = match &serving {
+        Serving::Listener(listener) => (
+            listener.local_addr().map_err(ServerError::Listener)?,
+            gavel_raft::RaftIo::default(),
+            None,
+            crate::node::Clock::system(),
+        ),
+        Serving::Injected(io) => (io.addr, io.raft.clone(), Some(io.dial.clone()), io.clock.clone()),
     };
     let secured = options.security.load().map_err(ServerError::Security)?;
     if secured.is_some() && matches!(serving, Serving::Injected(_)) {
@@ -275,7 +280,7 @@ pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<Run
         peer_tls: secured.as_ref().map(|secured| secured.peer_tls.clone()),
     };
     let raft = RaftNode::start_with_io(config, app.clone(), raft_io).await.map_err(ServerError::Raft)?;
-    let node = Node::with_dial(options.id, raft.clone(), app, options.settings.clone(), secured.clone(), dial);
+    let node = Node::with_dial(options.id, raft.clone(), app, options.settings.clone(), secured.clone(), dial, clock);
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let reflection = tonic_reflection::server::Builder::configure()

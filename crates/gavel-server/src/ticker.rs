@@ -9,7 +9,7 @@ use std::time::Duration;
 use gavel_core::{Command, Reply, State};
 use tokio::sync::watch;
 
-use crate::node::{wall_clock_ms, Node};
+use crate::node::Node;
 
 /// Longest sleep between checks, so a leader whose clock jumps still ticks.
 const IDLE_CHECK: Duration = Duration::from_millis(1000);
@@ -28,7 +28,7 @@ pub async fn run(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
         let wait = if !node.raft.status().is_leader() {
             IDLE_CHECK
         } else {
-            let now_ms = wall_clock_ms();
+            let now_ms = node.wall_clock_ms();
             match next {
                 Some(deadline) if deadline <= now_ms => {
                     node.metrics.observe_tick_lag(Duration::from_millis(now_ms - deadline));

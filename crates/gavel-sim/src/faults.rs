@@ -1,7 +1,9 @@
 //! The seed's faults: a schedule of partitions, held (delayed) messages,
 //! lossy links, power cuts with a torn log tail, worker stalls past their
-//! leases, and plain crashes, each healed before the workload stops. Everything here is a function of the
-//! seed alone.
+//! leases, and plain crashes, each healed before the workload stops; with
+//! them the clock and disk faults of [`crate::clock_disk`] (skewed and
+//! jumping clocks, slow and full disks). Everything here is a function of
+//! the seed alone.
 
 use std::fmt;
 use std::time::Duration;
@@ -80,6 +82,36 @@ pub enum Fault {
         /// Downtime.
         down: Duration,
     },
+    /// Set `node`'s clock to read simulated time plus `offset_ms`.
+    ClockSkew {
+        /// The node.
+        node: u64,
+        /// Its clock's offset, in milliseconds, either way.
+        offset_ms: i64,
+    },
+    /// Move `node`'s clock by `by_ms` (forward or backward).
+    ClockJump {
+        /// The node.
+        node: u64,
+        /// How far, in milliseconds.
+        by_ms: i64,
+    },
+    /// Make `node`'s log writes wait `latency_ms` of simulated time each
+    /// (0: a fast disk again).
+    SlowDisk {
+        /// The node.
+        node: u64,
+        /// The extra time per append, truncation or vote write.
+        latency_ms: u64,
+    },
+    /// Fill `node`'s disk (`full`: its log writes fail with ENOSPC) or give
+    /// it space again; a node the full disk stopped restarts then.
+    FullDisk {
+        /// The node.
+        node: u64,
+        /// Whether the disk is full from now on.
+        full: bool,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -96,6 +128,12 @@ impl fmt::Display for Fault {
             Fault::WorkerStall { stall: true } => write!(f, "workers stall past their leases"),
             Fault::WorkerStall { stall: false } => write!(f, "workers behave again"),
             Fault::Crash { node, torn, down } => write!(f, "crash n{node} (torn {torn:x}), down {down:?}"),
+            Fault::ClockSkew { node, offset_ms } => write!(f, "n{node}'s clock skewed by {offset_ms} ms"),
+            Fault::ClockJump { node, by_ms } => write!(f, "n{node}'s clock jumps {by_ms} ms"),
+            Fault::SlowDisk { node, latency_ms: 0 } => write!(f, "n{node}'s disk is fast again"),
+            Fault::SlowDisk { node, latency_ms } => write!(f, "n{node}'s disk slow: +{latency_ms} ms per write"),
+            Fault::FullDisk { node, full: true } => write!(f, "n{node}'s disk full (ENOSPC)"),
+            Fault::FullDisk { node, full: false } => write!(f, "n{node}'s disk has space again"),
         }
     }
 }
@@ -167,6 +205,7 @@ impl Schedule {
             }
             at_ms += lasts_ms + rng.between(CALM_MS.0, CALM_MS.1);
         }
+        events.extend(crate::clock_disk::events(seed, length, nodes, inject));
         events.sort_by_key(|event| event.at);
         Schedule { max_latency_ms, events }
     }

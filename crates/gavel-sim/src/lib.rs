@@ -9,13 +9,16 @@
 //! - **network**: every channel dials turmoil's TCP ([`net::dial`]); every
 //!   node serves the connections turmoil accepts ([`net::incoming`]);
 //!   partitions, held (delayed) messages and dropped links are turmoil's;
+//! - **faults of clock and disk** ([`clock_disk`]): skew, clock jumps, slow
+//!   and full disks;
 //! - **disk**: each node's Raft log and vote are on a [`gavel_raft::SimDisk`]
 //!   that survives the node's crash but loses its unsynced writes (a torn
 //!   tail, after an armed power cut);
 //! - **threads**: the log's writes, its fsyncs and every blocking step run
 //!   inline ([`gavel_raft::RaftIo::simulated`]);
-//! - **clock and randomness**: the nodes' clock is turmoil's
-//!   ([`gavel_server::node::set_clock`]), openraft's election timeouts come
+//! - **clock and randomness**: each node's clock is turmoil's simulated
+//!   time plus that node's skew and jumps ([`clock_disk::NodeClock`],
+//!   handed in as `InjectedIo::clock`), openraft's election timeouts come
 //!   from a generator seeded per run ([`gavel_raft::seed_thread_rng`]), the
 //!   workload's choices, request ids and retry jitter from the seed.
 //!
@@ -26,6 +29,7 @@
 //! **Dependency rule:** only tests and the CLI depend on this crate.
 
 pub mod cli;
+pub mod clock_disk;
 pub mod faults;
 pub mod net;
 pub mod runner;
@@ -187,7 +191,7 @@ fn simulated_ms() -> f64 {
 
 /// The nodes' wall clock: the simulated epoch plus simulated time (the real
 /// clock when no simulation runs on this thread).
-fn simulated_wall_clock_ms() -> u64 {
+pub(crate) fn simulated_wall_clock_ms() -> u64 {
     match turmoil::sim_elapsed() {
         Some(elapsed) => EPOCH_MS + elapsed.as_millis() as u64,
         None => std::time::SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis() as u64),
@@ -237,12 +241,15 @@ struct SimNode {
     disk: gavel_raft::SimDisk,
     data_dir: PathBuf,
     running: Rc<RefCell<Weak<Node>>>,
+    /// The node's clock offset (kept across restarts).
+    clock: clock_disk::NodeClock,
+    /// Whether its disk is full now (a restart waits for space).
+    disk_full: std::cell::Cell<bool>,
 }
 
 /// Runs one seed: builds the cluster and the workload, injects the seed's
 /// faults, heals, settles, checks the history and hashes the trace.
 pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
-    gavel_server::node::set_clock(simulated_wall_clock_ms);
     gavel_server::node::set_random(simulated_random);
     RANDOM.with(|random| *random.borrow_mut() = Some(Rng::new(seed).fork(0x5eed)));
     gavel_raft::seed_thread_rng(seed);
@@ -266,11 +273,19 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     for id in ids {
         let data_dir = scratch.path().join(host_name(id));
         std::fs::create_dir_all(&data_dir).map_err(SimError::DataDir)?;
-        let node = SimNode { id, disk: gavel_raft::SimDisk::new(), data_dir, running: Rc::default() };
-        let (disk, data_dir, running, peers) =
-            (node.disk.clone(), node.data_dir.clone(), node.running.clone(), peers.clone());
+        let node = SimNode {
+            id,
+            disk: gavel_raft::SimDisk::new(),
+            data_dir,
+            running: Rc::default(),
+            clock: clock_disk::NodeClock::default(),
+            disk_full: std::cell::Cell::new(false),
+        };
+        let (disk, data_dir, running, peers, clock) =
+            (node.disk.clone(), node.data_dir.clone(), node.running.clone(), peers.clone(), node.clock.clone());
         sim.host(host_name(id), move || {
             let (disk, data_dir, running, peers) = (disk.clone(), data_dir.clone(), running.clone(), peers.clone());
+            let clock = clock.clock();
             async move {
                 let listener = turmoil::net::TcpListener::bind(("0.0.0.0", net::NODE_PORT)).await?;
                 let addr = listener.local_addr()?;
@@ -289,6 +304,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
                     incoming: net::incoming(listener),
                     raft: gavel_raft::RaftIo::simulated(net::dial(), disk),
                     dial: net::dial(),
+                    clock,
                 };
                 let node = gavel_server::server::start_serving(options, Serving::Injected(io)).await?;
                 *running.borrow_mut() = Arc::downgrade(&node.node);
@@ -328,7 +344,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
             standing_clients: 0,
         };
         sim.client("workload", async move {
-            let clock_ms = || simulated_wall_clock_ms() as i64;
+            let clock_ms = clock_disk::workload_clock_ms;
             let workload =
                 Arc::new(Workload::new_simulated(recorder, node_addrs, workload_config, net::dial(), clock_ms)?);
             workload.register(None).await?;
@@ -365,9 +381,13 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
                     switch.store(on, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            apply_fault(&mut sim, &nodes, &event.fault, now, &mut crashed, &mut links);
+            let note = apply_fault(&mut sim, &nodes, &event.fault, now, &mut crashed, &mut links);
             tracing::info!(simulated_ms = now.as_millis() as u64, "{}", event.fault);
             faults_log.push(format!("{} ms: {}", now.as_millis(), event.fault));
+            if let Some(note) = note {
+                tracing::info!(simulated_ms = now.as_millis() as u64, "{note}");
+                faults_log.push(format!("{} ms: {note}", now.as_millis()));
+            }
         }
         // A node whose armed power cut has happened (or whose cut never came
         // within its window) is crashed now and restarted after its downtime.
@@ -382,7 +402,8 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         }
         let mut restarted = Vec::new();
         for (id, until) in &crashed {
-            if *until <= now {
+            let disk_full = nodes.iter().any(|node| node.id == *id && node.disk_full.get());
+            if *until <= now && !disk_full {
                 sim.bounce(host_name(*id));
                 restarted.push(*id);
                 tracing::info!(simulated_ms = now.as_millis() as u64, "n{id} restarted");
@@ -483,7 +504,8 @@ fn apply_fault(
     now: Duration,
     crashed: &mut Vec<(u64, Duration)>,
     links: &mut Links,
-) {
+) -> Option<String> {
+    let mut note = None;
     match fault {
         Fault::Partition { node, others } => {
             for other in others {
@@ -523,7 +545,29 @@ fn apply_fault(
         }
         // The workload's switch, flipped by the caller.
         Fault::WorkerStall { .. } => {}
+        Fault::ClockSkew { node, .. } | Fault::ClockJump { node, .. } | Fault::SlowDisk { node, .. } => {
+            if let Some(target) = nodes.iter().find(|candidate| candidate.id == *node) {
+                clock_disk::apply(target, fault);
+            }
+        }
+        Fault::FullDisk { node, full } => {
+            if let Some(target) = nodes.iter().find(|candidate| candidate.id == *node) {
+                target.disk_full.set(*full);
+                target.disk.set_full(*full);
+                // A node that met the full disk stopped (openraft stops on a
+                // storage error): with space back, it restarts.
+                let refused = if *full { 0 } else { target.disk.take_refused_full() };
+                if refused > 0 {
+                    let dropped = crash_node(sim, target, now, (0, clock_disk::FULL_DISK_RESTART), crashed, links);
+                    note = Some(format!(
+                        "n{node} met the full disk ({refused} writes refused): stopped, restarted from its disk \
+                         ({dropped} unsynced log writes dropped)"
+                    ));
+                }
+            }
+        }
     }
+    note
 }
 
 /// Crashes `node`'s host, then its disk (losing unsynced writes but a torn

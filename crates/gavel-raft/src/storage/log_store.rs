@@ -111,6 +111,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let wal = self.shared.wal.clone();
         let vote = *vote;
         let write_vote = |e: &dyn std::fmt::Display| StorageIOError::write_vote(AnyError::error(e.to_string()));
+        self.shared.wait_for_disk().await;
         self.shared
             .threading
             .run(move || wal.save_vote(&vote))
@@ -174,6 +175,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // callback has fired when it returns: openraft 0.9 awaits the
         // callback before running its next command, so it loses nothing.
         let done: Done = Box::new(move |result| callback.log_io_completed(result.map_err(std::io::Error::other)));
+        // A slow simulated disk: the entries are written (and acknowledged)
+        // only after its latency, in simulated time.
+        self.shared.wait_for_disk().await;
         self.shared.wal.append(entries.into_iter().collect(), Some(done)).map_err(write_error)
     }
 
@@ -186,6 +190,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // them back next to the entries that replace them. Truncation is rare
         // (only after a leader change), so the wait costs nothing overall.
         let (done, durable) = reply_when_done();
+        self.shared.wait_for_disk().await;
         self.shared.wal.truncate(log_id.index, Some(done)).map_err(write_error)?;
         match durable.await {
             Ok(result) => result.map_err(write_error),

@@ -128,6 +128,9 @@ pub(crate) struct Shared {
     /// Where blocking work runs: tokio's blocking pool, or inline in the
     /// simulator ([`crate::io`]).
     threading: wal::Threading,
+    /// The simulated disk, whose latency appends, truncations and vote
+    /// writes wait for (`None` in production).
+    sim_disk: Option<crate::io::SimDisk>,
     /// The planted bug `early-ack`, when planted: entries acknowledged but
     /// not yet written.
     #[cfg(feature = "mutants")]
@@ -283,6 +286,7 @@ pub(crate) fn open_with(
         snapshot_seq: AtomicU64::new(0),
         install_fence: Arc::default(),
         threading,
+        sim_disk: io.slow_disk(),
         #[cfg(feature = "mutants")]
         early_ack: plant_early_ack.then(Arc::default),
     });
@@ -292,6 +296,14 @@ pub(crate) fn open_with(
 }
 
 impl Shared {
+    /// Waits the simulated disk's latency, if it is slow (nothing in
+    /// production).
+    async fn wait_for_disk(&self) {
+        if let Some(disk) = &self.sim_disk {
+            disk.wait_latency().await;
+        }
+    }
+
     /// Opens the stored snapshot, if any: its meta and a handle to its file
     /// (`None`: the snapshot is a checkpoint in the application's own store).
     fn read_snapshot(&self) -> Result<Option<(SnapshotMeta, Option<SnapshotFile>)>, StorageError> {

@@ -435,3 +435,58 @@ async fn an_install_stores_the_file_before_an_application_with_its_own_state_rew
     let (applied, _) = state_machine.applied_state().await.expect("applied state");
     assert_eq!(applied, meta.last_log_id);
 }
+
+/// Opens storage in `dir` with its log on the simulated `disk` (inline IO).
+fn open_on_sim_disk(dir: &Path, disk: &crate::io::SimDisk) -> OpenedStorage {
+    let dial: crate::io::Dial = Arc::new(|endpoint: tonic::transport::Endpoint| endpoint.connect_lazy());
+    super::open_with(dir, Arc::new(RecordingApp::default()), false, &crate::io::RaftIo::simulated(dial, disk.clone()))
+        .expect("open storage on the simulated disk")
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_the_append_with_storage_full_and_loses_no_acknowledged_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = crate::io::SimDisk::new();
+    {
+        let OpenedStorage { mut log_store, state_machine, closed } = open_on_sim_disk(dir.path(), &disk);
+        log_store.save_vote(&Vote::new(3, 1)).await.expect("save vote");
+        log_store.blocking_append([membership_entry(3, 1)]).await.expect("append");
+        for index in 2..=20 {
+            log_store.blocking_append([command_entry(3, index)]).await.expect("append");
+        }
+        disk.set_full(true);
+        let refused = log_store.blocking_append([command_entry(3, 21)]).await.expect_err("the disk is full");
+        assert!(refused.to_string().contains("no space left"), "the error names the cause: {refused}");
+        assert!(log_store.save_vote(&Vote::new(4, 1)).await.is_err(), "no room for a vote either");
+        assert!(disk.take_refused_full() >= 2);
+        disk.set_full(false);
+        // The log stops for good after a failed write (openraft stops the node).
+        assert!(log_store.blocking_append([command_entry(3, 21)]).await.is_err(), "a stopped log stays stopped");
+        close(log_store, state_machine, closed).await;
+    }
+    // The node restarts on what the disk kept (losing unsynced writes too).
+    disk.crash(0);
+    let OpenedStorage { mut log_store, .. } = open_on_sim_disk(dir.path(), &disk);
+    assert_eq!(log_store.read_vote().await.expect("read vote"), Some(Vote::new(3, 1)));
+    assert_eq!(log_store.get_log_state().await.expect("log state").last_log_id, Some(log_id(3, 20)));
+    let entries = log_store.try_get_log_entries(2..=20).await.expect("read entries");
+    assert_eq!(entries, (2..=20).map(|index| command_entry(3, index)).collect::<Vec<_>>());
+    log_store.blocking_append([command_entry(3, 21)]).await.expect("room again: the append succeeds");
+    assert_eq!(log_store.get_log_state().await.expect("log state").last_log_id, Some(log_id(3, 21)));
+}
+
+#[tokio::test]
+async fn a_slow_disk_acknowledges_an_append_only_after_its_latency() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = crate::io::SimDisk::new();
+    let OpenedStorage { mut log_store, .. } = open_on_sim_disk(dir.path(), &disk);
+    log_store.blocking_append([membership_entry(1, 1)]).await.expect("append");
+    disk.set_latency(Duration::from_millis(40));
+    let started = tokio::time::Instant::now();
+    log_store.blocking_append([command_entry(1, 2)]).await.expect("append");
+    // A lower bound only: a sleep never ends early.
+    assert!(started.elapsed() >= Duration::from_millis(40), "acknowledged after {:?}", started.elapsed());
+    disk.set_latency(Duration::ZERO);
+    log_store.blocking_append([command_entry(1, 3)]).await.expect("append on a fast disk again");
+    assert_eq!(log_store.get_log_state().await.expect("log state").last_log_id, Some(log_id(1, 3)));
+}

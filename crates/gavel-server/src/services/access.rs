@@ -108,7 +108,7 @@ impl AccessService for Access {
             .node
             .read_authorizing(|state| {
                 state.authorize_quota_read(caller.as_ref(), Some(&principal)).map_err(domain_status)?;
-                Ok(quota_out(&state.quota_at(&principal, crate::node::read_time_ms(state, None))))
+                Ok(quota_out(&state.quota_at(&principal, self.node.read_time_ms(state, None))))
             })
             .await?;
         Ok(Response::new(pb::GetQuotaResponse { quota: Some(quota) }))
@@ -123,7 +123,7 @@ impl AccessService for Access {
             .node
             .read_authorizing(|state| {
                 state.authorize_quota_read(caller.as_ref(), None).map_err(domain_status)?;
-                let now_ms = crate::node::read_time_ms(state, None);
+                let now_ms = self.node.read_time_ms(state, None);
                 Ok(state.quotas(now_ms).iter().map(quota_out).collect())
             })
             .await?;

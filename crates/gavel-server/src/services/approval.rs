@@ -13,7 +13,7 @@ use crate::convert::approval::{
     approval_out, approval_reply_out, approvals_page_out, cancel_in, consume_in, create_in, decide_in, list_in,
 };
 use crate::convert::common::timestamp_in;
-use crate::node::{domain_status, read_time_ms, Node};
+use crate::node::{domain_status, Node};
 use crate::replies::ApprovalReply;
 
 /// Serves approvals.
@@ -44,7 +44,7 @@ impl ApprovalService for Approvals {
         let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms).map_err(domain_status)?;
         // An approval outside the caller's view reads as an unknown one.
         let read = |state: &State| {
-            let now_ms = read_time_ms(state, caller_now_ms);
+            let now_ms = self.node.read_time_ms(state, caller_now_ms);
             state
                 .approval(&message.id)
                 .filter(|approval| state.may_read_approval(caller.as_ref(), approval))
@@ -91,7 +91,7 @@ impl ApprovalService for Approvals {
         let page = self
             .node
             .read(caller.as_ref(), Action::ReadApprovals, |state| {
-                let now_ms = read_time_ms(state, query.caller_now_ms);
+                let now_ms = self.node.read_time_ms(state, query.caller_now_ms);
                 // The caller's view filters before paging, so a page, its
                 // cursor and its length hold only approvals it may read.
                 let filter = ApprovalFilter { readable_by: state.approval_view(caller.as_ref()), ..query.filter };

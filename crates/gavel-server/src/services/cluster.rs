@@ -131,7 +131,7 @@ fn backup_header(node: &Node, backup: &Backup) -> Result<pb::BackupHeader, Statu
         body_bytes: backup.bytes.len() as u64,
         body_sha256,
         taken_by_node_id: node.id,
-        taken_at_ms: crate::node::wall_clock_ms(),
+        taken_at_ms: node.wall_clock_ms(),
         members: backup
             .members
             .iter()

@@ -14,7 +14,7 @@ use crate::convert::common::timestamp_out;
 use crate::convert::execution::{execution_out, heartbeat_in, poll_in, report_in, task_out};
 use gavel_store::reads::Woken;
 
-use crate::node::{domain_status, wall_clock_ms, Node};
+use crate::node::{domain_status, Node};
 use crate::replies::{HeartbeatReply, ReportReply, TasksReply};
 
 /// Serves workers.
@@ -91,7 +91,7 @@ async fn long_poll(
     }
     let mut attempt = 0u32;
     loop {
-        let ready = applied.read(|state| state.has_ready_work(queues, wall_clock_ms()));
+        let ready = applied.read(|state| state.has_ready_work(queues, node.wall_clock_ms()));
         if ready {
             let grant_request_id = gavel_core::ids::grant_request_id(request_id, attempt);
             attempt += 1;

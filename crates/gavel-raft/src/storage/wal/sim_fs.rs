@@ -11,6 +11,13 @@
 //! mid-way, so the crash that follows may tear the log inside a group that
 //! was being written (inline, every append is synced before it returns, so
 //! without a cut there would never be an unsynced tail to lose).
+//! The disk can also be full ([`SimFs::set_full`]): every write and creation
+//! fails with `StorageFull` (ENOSPC) and changes nothing, as on a
+//! copy-on-write file system, where even a write into preallocated space
+//! allocates; syncs, renames and removals still succeed. And it can be slow
+//! ([`SimFs::set_latency`]): the log store awaits that much simulated time
+//! before each append, truncation and vote write (the file calls themselves
+//! stay synchronous, so the wait is in the caller's task, not a thread).
 //! Namespace operations (create, rename, remove) count as durable at once:
 //! the WAL fsyncs its directory right after each of them, so a crash between
 //! the two is not a state the WAL's recovery is asked to handle here.
@@ -18,8 +25,9 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use super::file::{FileSystem, WalFile};
 
@@ -78,14 +86,28 @@ impl FileState {
 
 type Files = BTreeMap<PathBuf, Arc<Mutex<FileState>>>;
 
-/// Whether the power is on, and how many mutating operations it stays on.
+/// Whether the power is on, and how many mutating operations it stays on;
+/// whether the disk is full, and how many writes it refused for that.
 #[derive(Default)]
 struct Power {
     countdown: Mutex<Option<u64>>,
     cut: AtomicBool,
+    full: AtomicBool,
+    refused_full: AtomicU64,
 }
 
 impl Power {
+    /// Counts one operation that needs space: fails with `StorageFull`
+    /// while the disk is full (after the power check).
+    fn spend_space(&self) -> io::Result<()> {
+        self.spend()?;
+        if self.full.load(Ordering::SeqCst) {
+            self.refused_full.fetch_add(1, Ordering::SeqCst);
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "simulated full disk: no space left on device"));
+        }
+        Ok(())
+    }
+
     /// Counts one mutating operation; fails once the power is cut.
     fn spend(&self) -> io::Result<()> {
         if self.cut.load(Ordering::SeqCst) {
@@ -113,6 +135,8 @@ impl Power {
 pub(crate) struct SimFs {
     files: Mutex<Files>,
     power: Arc<Power>,
+    /// Simulated milliseconds each append, truncation or vote write waits.
+    latency_ms: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -169,6 +193,29 @@ impl SimFs {
         self.power.cut.load(Ordering::SeqCst)
     }
 
+    /// Fills the disk (`true`): writes and creations fail with `StorageFull`
+    /// until it is emptied again (`false`).
+    pub(crate) fn set_full(&self, full: bool) {
+        self.power.full.store(full, Ordering::SeqCst);
+    }
+
+    /// How many writes and creations the full disk refused since the last
+    /// call (and resets the count).
+    pub(crate) fn take_refused_full(&self) -> u64 {
+        self.power.refused_full.swap(0, Ordering::SeqCst)
+    }
+
+    /// Makes each append, truncation and vote write wait `latency` of
+    /// simulated time ([`Duration::ZERO`]: a fast disk again).
+    pub(crate) fn set_latency(&self, latency: Duration) {
+        self.latency_ms.store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// The wait [`SimFs::set_latency`] set.
+    pub(crate) fn latency(&self) -> Duration {
+        Duration::from_millis(self.latency_ms.load(Ordering::SeqCst))
+    }
+
     /// How many writes, over all files, a crash now would lose.
     pub(crate) fn unsynced_writes(&self) -> usize {
         lock(&self.files).values().map(|file| lock(file).unsynced.len()).sum()
@@ -192,7 +239,7 @@ impl WalFile for SimFile {
         Ok(())
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.1.spend()?;
+        self.1.spend_space()?;
         lock(&self.0).write_at(buf, offset);
         Ok(())
     }
@@ -222,7 +269,7 @@ impl FileSystem for SimFs {
     }
 
     fn create_preallocated(&self, path: &Path, len: u64) -> io::Result<Arc<dyn WalFile>> {
-        self.power.spend()?;
+        self.power.spend_space()?;
         let mut files = lock(&self.files);
         if files.contains_key(path) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} exists", path.display())));
@@ -237,7 +284,7 @@ impl FileSystem for SimFs {
     }
 
     fn write_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        self.power.spend()?;
+        self.power.spend_space()?;
         let file = Arc::new(Mutex::new(FileState { bytes: bytes.to_vec(), unsynced: Vec::new() }));
         lock(&self.files).insert(path.to_path_buf(), file);
         Ok(())
@@ -313,6 +360,43 @@ mod tests {
         assert_eq!(fs.crash(0), 1);
         assert!(!fs.power_is_cut());
         assert_eq!(content(&fs, Path::new("/log/a.wal")), b"\0\0\0\0");
+    }
+
+    #[test]
+    fn a_full_disk_refuses_writes_with_storage_full_changing_nothing_and_accepts_them_after() {
+        let fs = SimFs::default();
+        let path = Path::new("/log/a.wal");
+        let file = fs.create_preallocated(path, 4).expect("create");
+        file.write_all_at(b"ab", 0).expect("write");
+        fs.set_full(true);
+        let refused = file.write_all_at(b"cd", 2).expect_err("the disk is full");
+        assert_eq!(refused.kind(), io::ErrorKind::StorageFull);
+        let refused = fs.create_preallocated(Path::new("/log/b.wal"), 4).err().expect("no room for a segment");
+        assert_eq!(refused.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(
+            fs.write_synced(Path::new("/log/vote"), b"v").expect_err("no room").kind(),
+            io::ErrorKind::StorageFull
+        );
+        // What was written before stays, and can still be synced.
+        file.sync_data().expect("a sync needs no space");
+        assert_eq!(content(&fs, path), b"ab\0\0");
+        assert!(fs.read(Path::new("/log/b.wal")).expect("read").is_none());
+        assert_eq!(fs.take_refused_full(), 3);
+        assert_eq!(fs.take_refused_full(), 0);
+        fs.set_full(false);
+        file.write_all_at(b"cd", 2).expect("room again");
+        assert_eq!(content(&fs, path), b"abcd");
+        assert!(!fs.power_is_cut(), "a full disk is not a power cut");
+    }
+
+    #[test]
+    fn a_slow_disk_reports_its_latency_until_it_is_fast_again() {
+        let fs = SimFs::default();
+        assert_eq!(fs.latency(), Duration::ZERO);
+        fs.set_latency(Duration::from_millis(120));
+        assert_eq!(fs.latency(), Duration::from_millis(120));
+        fs.set_latency(Duration::ZERO);
+        assert_eq!(fs.latency(), Duration::ZERO);
     }
 
     #[test]
