@@ -18,8 +18,8 @@ use tonic::transport::Channel;
 use crate::checker::{self, CheckOptions, CheckReport, Verdict};
 use crate::cluster::{self, Cluster, Launcher, Loopback, Namespaces};
 use crate::history::{
-    self, AuditEvent, AuditProofs, CheckpointSeen, ConsistencyRecord, Entry, FaultKind, FinalState, Header,
-    InclusionRecord, OpResult, TreeHead,
+    self, AuditProofs, CheckpointSeen, ConsistencyRecord, Entry, FaultKind, FinalState, Header, InclusionRecord,
+    OpResult, TreeHead,
 };
 use crate::nemesis::{self, Nemesis};
 use crate::net::{self, Net, NetError};
@@ -746,19 +746,7 @@ async fn final_state(
         if page.events.is_empty() {
             break;
         }
-        for event in page.events {
-            state.audit.push(AuditEvent {
-                cursor: event.cursor,
-                event_type: event.r#type,
-                execution_id: event.execution_id,
-                approval_id: event.approval_id,
-                attempt: event.attempt,
-                lease_id: event.lease_id,
-                code: event.code,
-                principal: event.principal,
-                vote: event.attributes.get("vote").cloned(),
-            });
-        }
+        state.audit.extend(page.events.iter().map(workload::audit_event));
         if page.last_cursor <= cursor {
             break;
         }

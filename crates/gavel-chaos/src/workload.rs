@@ -228,6 +228,21 @@ pub fn approval_view(approval: Option<&pb::Approval>) -> OpResult {
     }
 }
 
+/// The fields of an audit event the checkers use.
+pub fn audit_event(event: &pb::Event) -> crate::history::AuditEvent {
+    crate::history::AuditEvent {
+        cursor: event.cursor,
+        event_type: event.r#type.clone(),
+        execution_id: event.execution_id.clone(),
+        approval_id: event.approval_id.clone(),
+        attempt: event.attempt,
+        lease_id: event.lease_id,
+        code: event.code.clone(),
+        principal: event.principal.clone(),
+        vote: event.attributes.get("vote").cloned(),
+    }
+}
+
 /// A client's view of an execution, with a digest of its final result.
 pub fn execution_view(execution: &pb::Execution) -> ExecutionView {
     let state = pb::ExecutionState::try_from(execution.state).unwrap_or(pb::ExecutionState::Unspecified);

@@ -198,9 +198,12 @@ impl Client {
 
     /// A request id for one logical call: random, or from the seeded
     /// sequence of a client a simulator replays ([`ClientConfig::jitter_seed`]).
+    /// A seeded id has the random one's shape (`cli-` and hex digits from
+    /// the fifth character on), so whatever the server derives from an id's
+    /// first characters behaves in the simulation as in production.
     fn fresh_request_id(&self) -> String {
         match &self.inner.jitter {
-            Some(sequence) => format!("cli-sim-{:08x}{:08x}", sequence.next(), sequence.next()),
+            Some(sequence) => format!("cli-{:08x}{:08x}", sequence.next(), sequence.next()),
             None => new_request_id(),
         }
     }

@@ -23,12 +23,27 @@ pub enum Mutant {
     DedupWrongKey,
     /// A failed write without `idempotent` + retry config is retried once.
     RetryNonIdempotent,
+    /// The Raft log acknowledges an append after its `pwrite` and never
+    /// fdatasyncs it (only a segment rotation syncs): a SIGKILL keeps the
+    /// page cache, so only a power cut loses the acknowledged entries.
+    UnsyncedAppend,
+    /// A vote replacing an earlier one is written over it in place without
+    /// an fsync before the node grants it: a power cut brings the old vote
+    /// back, and the node may vote a second time in the same term.
+    UnsyncedVote,
 }
 
 impl Mutant {
     /// Every planted bug.
-    pub const ALL: [Mutant; 5] =
-        [Mutant::StaleRead, Mutant::EarlyAck, Mutant::NoFencing, Mutant::DedupWrongKey, Mutant::RetryNonIdempotent];
+    pub const ALL: [Mutant; 7] = [
+        Mutant::StaleRead,
+        Mutant::EarlyAck,
+        Mutant::NoFencing,
+        Mutant::DedupWrongKey,
+        Mutant::RetryNonIdempotent,
+        Mutant::UnsyncedAppend,
+        Mutant::UnsyncedVote,
+    ];
 
     /// The name `GAVEL_MUTANT` uses.
     pub fn name(self) -> &'static str {
@@ -38,6 +53,8 @@ impl Mutant {
             Mutant::NoFencing => "no-fencing",
             Mutant::DedupWrongKey => "dedup-wrong-key",
             Mutant::RetryNonIdempotent => "retry-non-idempotent",
+            Mutant::UnsyncedAppend => "unsynced-append",
+            Mutant::UnsyncedVote => "unsynced-vote",
         }
     }
 

@@ -336,7 +336,7 @@ mod tests {
             addr: format!("127.0.0.1:{}", 20_000 + node_id),
             data_dir: dir.to_path_buf(),
             timings: RaftTimings::default(),
-            plant_early_ack: false,
+            planted: Default::default(),
             peer_tls: None,
         };
         RaftNode::start(config, app).await.expect("start")

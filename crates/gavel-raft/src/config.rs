@@ -99,14 +99,29 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Timings and snapshot policy.
     pub timings: RaftTimings,
-    /// Plant the bug `early-ack` (chaos harness only): log appends are
-    /// acknowledged before they are durable. It takes effect only in a build
-    /// with the `mutants` feature; the shell sets it, the Raft layer reads no
-    /// environment for it.
-    pub plant_early_ack: bool,
+    /// The planted bugs of the Raft log (chaos harness and simulation
+    /// only). They take effect only in a build with the `mutants` feature;
+    /// the shell sets them, the Raft layer reads no environment for them.
+    pub planted: PlantedLogBugs,
     /// Mutual TLS towards peers: `None` dials them in plaintext (a node
     /// started `--insecure`).
     pub peer_tls: Option<PeerTls>,
+}
+
+/// Planted bugs of the Raft log (see `gavel_core::mutants`): each takes
+/// effect only in a build with the `mutants` feature, and none is set
+/// outside the chaos harness and the simulation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlantedLogBugs {
+    /// `early-ack`: log appends are acknowledged at once and written only
+    /// 1.5 s later.
+    pub early_ack: bool,
+    /// `unsynced-append`: log appends are acknowledged after their write,
+    /// never fdatasynced.
+    pub unsynced_append: bool,
+    /// `unsynced-vote`: a vote replacing an earlier one is written in place
+    /// without an fsync.
+    pub unsynced_vote: bool,
 }
 
 /// The TLS material a node dials its peers with: the cluster CA that a

@@ -85,7 +85,7 @@ pub mod pb {
 
 pub use application::{Application, SnapshotSource};
 pub use backup::{seed_from_snapshot, Backup, BackupError, BackupPosition};
-pub use config::{NodeConfig, PeerTls, RaftTimings};
+pub use config::{NodeConfig, PeerTls, PlantedLogBugs, RaftTimings};
 pub use error::{RaftError, WriteError};
 pub use io::{Dial, RaftIo, SimDisk};
 pub use node::{CatchUp, RaftNode};

@@ -79,7 +79,7 @@ impl RaftNode {
     ) -> Result<RaftNode, RaftError> {
         config.timings.validate()?;
         let raft_config = Arc::new(openraft_config(&config.timings)?);
-        let (data_dir, plant_early_ack) = (config.data_dir.clone(), config.plant_early_ack);
+        let (data_dir, planted) = (config.data_dir.clone(), config.planted);
         let incoming_dir = crate::service::incoming_dir(&config.data_dir);
         let spool_dir = incoming_dir.clone();
         // Opening the storage replays the WAL's segments and opens sled: blocking work.
@@ -90,7 +90,7 @@ impl RaftNode {
                 crate::service::clear_incoming(&spool_dir).map_err(|e| {
                     RaftError::Storage(format!("cannot prepare the snapshot spool {}: {e}", spool_dir.display()))
                 })?;
-                storage::open_with(&data_dir, app, plant_early_ack, &storage_io)
+                storage::open_with(&data_dir, app, planted, &storage_io)
             })
             .await
             .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;

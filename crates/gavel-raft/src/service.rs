@@ -264,7 +264,7 @@ mod tests {
             addr: addr.clone(),
             data_dir: dir.path().to_path_buf(),
             timings: RaftTimings::default(),
-            plant_early_ack: false,
+            planted: Default::default(),
             peer_tls: None,
         };
         let node = RaftNode::start(config, Arc::new(Inert)).await.expect("start");

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gavel_core::mutants::Mutant;
 use gavel_proto::v1::access_service_server::AccessServiceServer;
 use gavel_proto::v1::approval_service_server::ApprovalServiceServer;
 use gavel_proto::v1::audit_service_server::AuditServiceServer;
@@ -276,7 +277,11 @@ pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<Run
         addr: options.advertise.clone(),
         data_dir: options.data_dir.clone(),
         timings: options.timings.clone(),
-        plant_early_ack: planted_bug == Some(gavel_core::mutants::Mutant::EarlyAck),
+        planted: gavel_raft::PlantedLogBugs {
+            early_ack: planted_bug == Some(Mutant::EarlyAck),
+            unsynced_append: planted_bug == Some(Mutant::UnsyncedAppend),
+            unsynced_vote: planted_bug == Some(Mutant::UnsyncedVote),
+        },
         peer_tls: secured.as_ref().map(|secured| secured.peer_tls.clone()),
     };
     let raft = RaftNode::start_with_io(config, app.clone(), raft_io).await.map_err(ServerError::Raft)?;

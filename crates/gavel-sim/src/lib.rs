@@ -31,8 +31,12 @@
 pub mod cli;
 pub mod clock_disk;
 pub mod faults;
+pub mod finals;
 pub mod net;
+pub mod planted;
 pub mod runner;
+
+pub use gavel_core::mutants::Mutant;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -69,6 +73,10 @@ const SETTLE: Duration = Duration::from_secs(5);
 /// How long workers keep draining after the clients stop.
 const DRAIN: Duration = Duration::from_secs(8);
 
+/// After settling, how long the cluster gets at most for every running
+/// node to stand at one applied index before the final reads.
+const CONVERGE: Duration = Duration::from_secs(10);
+
 /// What one simulated run does besides its seed.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -85,6 +93,9 @@ pub struct SimConfig {
     /// How much simulated time one turmoil step advances every host: the
     /// network delivers between steps, so it is also the least latency.
     pub tick: Duration,
+    /// The planted bug every node runs with (it takes effect only in a
+    /// build with the `mutants` feature, see [`planted`]).
+    pub planted_bug: Option<Mutant>,
 }
 
 impl Default for SimConfig {
@@ -96,6 +107,7 @@ impl Default for SimConfig {
             workers: 2,
             faults: true,
             tick: Duration::from_millis(5),
+            planted_bug: None,
         }
     }
 }
@@ -270,6 +282,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         .build();
 
     let mut nodes = Vec::new();
+    let planted_bug = config.planted_bug;
     for id in ids {
         let data_dir = scratch.path().join(host_name(id));
         std::fs::create_dir_all(&data_dir).map_err(SimError::DataDir)?;
@@ -296,7 +309,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
                     data_dir,
                     timings: timings(),
                     bootstrap: id == 1,
-                    settings: ServerSettings { audit_checkpoints: false, ..ServerSettings::default() },
+                    settings: ServerSettings { audit_checkpoints: false, planted_bug, ..ServerSettings::default() },
                     security: Security::insecure(),
                 };
                 let io = InjectedIo {
@@ -330,7 +343,10 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     let finished = Rc::new(RefCell::new(false));
     // The workload's stall switch, set by the worker-stall fault.
     let stall = Rc::new(RefCell::new(None::<Arc<std::sync::atomic::AtomicBool>>));
+    // What the workload touched, for the final reads.
+    let touched = Rc::new(RefCell::new(finals::Touched::default()));
     {
+        let touched = touched.clone();
         let (recorder, finished, config) = (recorder.clone(), finished.clone(), config.clone());
         let stall = stall.clone();
         let workload_config = WorkloadConfig {
@@ -361,6 +377,10 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
             for worker in workers {
                 let _ = worker.await;
             }
+            *touched.borrow_mut() = finals::Touched {
+                approvals: workload.approvals.lock().map(|ids| ids.clone()).unwrap_or_default(),
+                executions: workload.executions.lock().map(|ids| ids.clone()).unwrap_or_default(),
+            };
             *finished.borrow_mut() = true;
             Ok(())
         });
@@ -436,6 +456,18 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
             simulated_ms: sim.elapsed().as_millis() as u64,
             message: error.to_string(),
         })?;
+    }
+    // The final reads want every running node at one applied index.
+    let converge_until = sim.elapsed() + CONVERGE;
+    while sim.elapsed() < converge_until && !converged(&nodes) {
+        sim.step().map_err(|error| SimError::Simulation {
+            simulated_ms: sim.elapsed().as_millis() as u64,
+            message: error.to_string(),
+        })?;
+    }
+    for node in &nodes {
+        let running = node.running.borrow().upgrade();
+        recorder.write(&Entry::Final(finals::final_state(node.id, running.as_deref(), &touched.borrow())));
     }
 
     let ends: Vec<NodeEnd> = nodes
@@ -611,6 +643,15 @@ fn crash_node(
     dropped
 }
 
+/// Whether every running node stands at one applied index.
+fn converged(nodes: &[SimNode]) -> bool {
+    let applied: std::collections::BTreeSet<Option<u64>> = nodes
+        .iter()
+        .filter_map(|node| node.running.borrow().upgrade().map(|running| running.raft.status().last_applied_index))
+        .collect();
+    applied.len() <= 1
+}
+
 /// Repairs every link between nodes.
 fn heal(sim: &turmoil::Sim<'_>, ids: &[u64]) {
     for a in ids {
@@ -623,8 +664,9 @@ fn heal(sim: &turmoil::Sim<'_>, ids: &[u64]) {
     }
 }
 
-/// The chaos checkers that judge a history without the process harness's
-/// final reads and fault counts (liveness, coverage and audit proofs need those).
+/// The chaos checkers that judge a history with the simulation's final
+/// reads ([`finals`]) but without the process harness's fault counts and
+/// audit trail (coverage and audit proofs need those).
 fn check(history: &[Entry]) -> CheckReport {
     let options = CheckOptions::default();
     CheckReport::from_results(vec![
@@ -633,6 +675,8 @@ fn check(history: &[Entry]) -> CheckReport {
         checker::one_final_result(history, &options),
         checker::fencing(history, &options),
         checker::retry_discipline(history, &options),
+        checker::no_lost_writes(history, &options),
+        checker::liveness(history, &options),
     ])
 }
 

@@ -151,7 +151,8 @@ fn a_seed_replays_to_the_same_trace_hash() {
 }
 
 /// Replays `GAVEL_SIM_SEED` (seed 1 when unset) and prints what it did;
-/// `GAVEL_SIM_HISTORY=path` writes its history as JSON lines.
+/// `GAVEL_SIM_HISTORY=path` writes its history as JSON lines;
+/// `GAVEL_SIM_MUTANT=name` plants that bug (in a `--features mutants` build).
 #[test]
 fn replay_one_seed() {
     if std::env::var("GAVEL_SIM_LOG").is_ok() {
@@ -161,7 +162,10 @@ fn replay_one_seed() {
         let _ = tracing_subscriber::fmt().without_time().with_ansi(false).with_env_filter(filter).try_init();
     }
     let seed = env_u64("GAVEL_SIM_SEED").unwrap_or(1);
-    let report = run(seed, &config()).unwrap_or_else(|error| panic!("{error}"));
+    let planted_bug = gavel_sim::planted::from_env().unwrap_or_else(|error| panic!("{error}"));
+    let replay = gavel_sim::planted::replay_command(seed, planted_bug);
+    let report = run_seed(seed, &SimConfig { planted_bug, ..config() })
+        .unwrap_or_else(|error| panic!("seed {seed}: {error}\n  replay: {replay}"));
     println!("{}", summary(&report));
     if let Ok(path) = std::env::var("GAVEL_SIM_HISTORY") {
         let lines: Vec<String> =
@@ -174,5 +178,5 @@ fn replay_one_seed() {
     for result in &report.checks.results {
         println!("  {}: {:?} {:?}", result.name, result.verdict, result.details.first());
     }
-    assert!(!report.failed(), "seed {seed} failed: {:?}\n  replay: {}", report.failures(), replay_command(seed));
+    assert!(!report.failed(), "seed {seed} failed: {:?}\n  replay: {replay}", report.failures());
 }

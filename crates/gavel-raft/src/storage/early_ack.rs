@@ -1,5 +1,5 @@
 //! Planted bug `early-ack` (feature `mutants`, switched on by
-//! `NodeConfig::plant_early_ack`, which the shell sets from `GAVEL_MUTANT`):
+//! `PlantedLogBugs::early_ack`, which the shell sets from `GAVEL_MUTANT`):
 //! log appends are acknowledged at once and written to the log only
 //! [`WRITE_DELAY`] later, like a write-back cache that acknowledges before
 //! the data is stable. Until then the entries live in this overlay, which
@@ -11,6 +11,7 @@ use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::wal::Threading;
 use crate::typ::Entry;
 
 /// How long an acknowledged entry stays only in memory.
@@ -28,8 +29,12 @@ impl Overlay {
     }
 
     /// Keeps `entries` in memory and writes them to the log after the
-    /// delay, unless they were truncated or purged meanwhile.
-    pub(crate) fn append(self: &Arc<Self>, wal: super::wal::Wal, entries: Vec<Entry>) {
+    /// delay, unless they were truncated or purged meanwhile. With the log
+    /// written by threads the delay is an OS thread's sleep; written inline
+    /// (the simulation) it is a task on the node's runtime sleeping in tokio
+    /// time, so the simulator's clock decides when the write lands and a
+    /// crash of the node drops the task with its entries.
+    pub(crate) fn append(self: &Arc<Self>, wal: super::wal::Wal, entries: Vec<Entry>, threading: Threading) {
         let Some(upto) = entries.last().map(|entry| entry.log_id.index) else { return };
         {
             let mut overlay = self.lock();
@@ -38,16 +43,31 @@ impl Overlay {
             }
         }
         let overlay = self.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(WRITE_DELAY);
-            // Hold the lock while writing, so a truncation cannot interleave.
-            // The log takes appends only in index order, so everything held
-            // up to this append's last index is written, oldest first.
-            let mut pending = overlay.lock();
-            let later = pending.split_off(&(upto + 1));
-            let due = std::mem::replace(&mut *pending, later);
-            let _ = wal.append(due.into_values().collect(), None);
-        });
+        match threading {
+            Threading::Inline => {
+                tokio::spawn(async move {
+                    tokio::time::sleep(WRITE_DELAY).await;
+                    overlay.write_due(&wal, upto);
+                });
+            }
+            Threading::Writer => {
+                std::thread::spawn(move || {
+                    std::thread::sleep(WRITE_DELAY);
+                    overlay.write_due(&wal, upto);
+                });
+            }
+        }
+    }
+
+    /// Writes everything held up to `upto` to the log. The lock is held
+    /// while writing, so a truncation cannot interleave; the log takes
+    /// appends only in index order, so everything held up to this append's
+    /// last index is written, oldest first.
+    fn write_due(&self, wal: &super::wal::Wal, upto: u64) {
+        let mut pending = self.lock();
+        let later = pending.split_off(&(upto + 1));
+        let due = std::mem::replace(&mut *pending, later);
+        let _ = wal.append(due.into_values().collect(), None);
     }
 
     /// The overlay's entries in `range`, to merge over what the log returned.

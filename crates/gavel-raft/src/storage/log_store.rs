@@ -162,7 +162,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             // Planted bug: acknowledge at once, write later (see early_ack.rs).
-            early_ack.append(self.shared.wal.clone(), entries.into_iter().collect());
+            early_ack.append(self.shared.wal.clone(), entries.into_iter().collect(), self.shared.threading);
             callback.log_io_completed(Ok(()));
             return Ok(());
         }

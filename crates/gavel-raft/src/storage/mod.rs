@@ -231,18 +231,20 @@ pub(crate) fn open(
     app: Arc<dyn Application>,
     plant_early_ack: bool,
 ) -> Result<OpenedStorage, RaftError> {
-    open_with(data_dir, app, plant_early_ack, &crate::io::RaftIo::default())
+    let planted = crate::config::PlantedLogBugs { early_ack: plant_early_ack, ..Default::default() };
+    open_with(data_dir, app, planted, &crate::io::RaftIo::default())
 }
 
-/// [`open`] on the IO `io` gives: the log's disk and who writes it.
+/// [`open`] on the IO `io` gives: the log's disk and who writes it, with
+/// the log's `planted` bugs (only in a `mutants` build).
 pub(crate) fn open_with(
     data_dir: &Path,
     app: Arc<dyn Application>,
-    plant_early_ack: bool,
+    planted: crate::config::PlantedLogBugs,
     io: &crate::io::RaftIo,
 ) -> Result<OpenedStorage, RaftError> {
     #[cfg(not(feature = "mutants"))]
-    let _ = plant_early_ack;
+    let _ = planted;
     let storage_error =
         |what: &str, e: &dyn std::fmt::Display| RaftError::Storage(format!("{what} in {}: {e}", data_dir.display()));
     let sled_dir = sled_dir(data_dir);
@@ -272,6 +274,8 @@ pub(crate) fn open_with(
     let threading = io.threading();
     let (wal, wal_writer) = Wal::open_threaded(&wal_dir(data_dir), log_fs, segment_bytes, threading)
         .map_err(|e| RaftError::Storage(e.to_string()))?;
+    #[cfg(feature = "mutants")]
+    wal.plant(planted);
     durability::sync_created_files(data_dir, &sled_dir)
         .map_err(|e| storage_error("cannot fsync the new database files", &e))?;
     let (durability, closed) = Durability::start(db, &sled_dir, wal_writer, threading)
@@ -288,7 +292,7 @@ pub(crate) fn open_with(
         threading,
         sim_disk: io.slow_disk(),
         #[cfg(feature = "mutants")]
-        early_ack: plant_early_ack.then(Arc::default),
+        early_ack: planted.early_ack.then(Arc::default),
     });
     shared.tidy_snapshot_dir().map_err(|e| storage_error("cannot prepare the snapshot directory", &e))?;
     let state_machine = StateMachineStore::restore(shared.clone(), app)?;

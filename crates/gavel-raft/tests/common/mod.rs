@@ -160,7 +160,7 @@ impl TestNode {
                 addr: addr.clone(),
                 data_dir: dir.to_path_buf(),
                 timings,
-                plant_early_ack: false,
+                planted: Default::default(),
                 peer_tls: None,
             },
             app.clone(),

@@ -240,7 +240,14 @@ impl Writer {
         let started = std::time::Instant::now();
         self.write_out(&mut buffer)?;
         let written_at = std::time::Instant::now();
-        self.file.sync_data().map_err(|e| WalError::io("fdatasync of the raft log failed", &e))?;
+        #[cfg(feature = "mutants")]
+        let skip_sync = self.shared.planted().unsynced_append;
+        #[cfg(not(feature = "mutants"))]
+        let skip_sync = false;
+        // Planted bug `unsynced-append`: acknowledged after the write alone.
+        if !skip_sync {
+            self.file.sync_data().map_err(|e| WalError::io("fdatasync of the raft log failed", &e))?;
+        }
         stats.wal_append.observe_duration(written_at - started);
         stats.wal_fsync.observe_duration(written_at.elapsed());
         stats.wal_group_entries.observe(written.len() as u64);
