@@ -1,7 +1,8 @@
 //! The seed's faults: a schedule of partitions, held (delayed) messages,
 //! lossy links, power cuts with a torn log tail, worker stalls past their
-//! leases, and plain crashes, each healed before the workload stops. Everything here is a function of the
-//! seed alone.
+//! leases, plain crashes, long outages and voter-set changes
+//! ([`crate::cluster_faults`]), each healed before the workload stops.
+//! Everything here is a function of the seed alone.
 
 use std::fmt;
 use std::time::Duration;
@@ -80,6 +81,18 @@ pub enum Fault {
         /// Downtime.
         down: Duration,
     },
+    /// Remove voter `node` from the cluster through the membership RPC
+    /// (`gavel cluster remove-node`): the cluster goes on with the other two.
+    RemoveVoter {
+        /// The node.
+        node: u64,
+    },
+    /// Add `node` back: as a learner, then promoted to voter once it caught
+    /// up (`gavel cluster add-learner`, `gavel cluster promote`).
+    AddVoter {
+        /// The node.
+        node: u64,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -96,6 +109,8 @@ impl fmt::Display for Fault {
             Fault::WorkerStall { stall: true } => write!(f, "workers stall past their leases"),
             Fault::WorkerStall { stall: false } => write!(f, "workers behave again"),
             Fault::Crash { node, torn, down } => write!(f, "crash n{node} (torn {torn:x}), down {down:?}"),
+            Fault::RemoveVoter { node } => write!(f, "remove voter n{node}"),
+            Fault::AddVoter { node } => write!(f, "add n{node} as a learner and promote it"),
         }
     }
 }
@@ -166,6 +181,10 @@ impl Schedule {
                 }
             }
             at_ms += lasts_ms + rng.between(CALM_MS.0, CALM_MS.1);
+        }
+        if inject {
+            // From a stream of its own: the faults above stay the seed's.
+            events.extend(crate::cluster_faults::events(seed, length, nodes));
         }
         events.sort_by_key(|event| event.at);
         Schedule { max_latency_ms, events }

@@ -128,6 +128,9 @@ pub(crate) struct Shared {
     /// Where blocking work runs: tokio's blocking pool, or inline in the
     /// simulator ([`crate::io`]).
     threading: wal::Threading,
+    /// Where snapshots built and installed are counted, if anywhere
+    /// ([`crate::RaftIo::counting_snapshots`]).
+    snapshot_counts: Option<crate::io::SnapshotCounts>,
     /// The planted bug `early-ack`, when planted: entries acknowledged but
     /// not yet written.
     #[cfg(feature = "mutants")]
@@ -283,6 +286,7 @@ pub(crate) fn open_with(
         snapshot_seq: AtomicU64::new(0),
         install_fence: Arc::default(),
         threading,
+        snapshot_counts: io.snapshot_counts(),
         #[cfg(feature = "mutants")]
         early_ack: plant_early_ack.then(Arc::default),
     });
