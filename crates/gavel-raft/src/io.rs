@@ -75,6 +75,12 @@ impl RaftIo {
         }
     }
 
+    /// Whether blocking work runs inline on its caller's thread (simulated
+    /// IO): then the application should start no thread of its own either.
+    pub fn blocking_inline(&self) -> bool {
+        self.threading() == Threading::Inline
+    }
+
     /// Who runs blocking work and the log's writes.
     pub(crate) fn threading(&self) -> Threading {
         if self.disk.is_some() {
