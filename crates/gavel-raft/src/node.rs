@@ -53,6 +53,8 @@ struct Inner {
     status: watch::Receiver<RaftStatus>,
     /// Where incoming snapshot streams are spooled.
     incoming_dir: std::path::PathBuf,
+    /// Who writes them ([`RaftIo`]'s threading).
+    threading: storage::wal::Threading,
     /// Where the service announces snapshot installs to the log store.
     install_fence: Arc<storage::InstallFence>,
     /// Taken by the first `shutdown`; resolves when the storage is closed.
@@ -84,6 +86,7 @@ impl RaftNode {
         let spool_dir = incoming_dir.clone();
         // Opening the storage replays the WAL's segments and opens sled: blocking work.
         let storage_io = io.clone();
+        let threading = io.threading();
         let mut storage = io
             .threading()
             .run(move || {
@@ -114,6 +117,7 @@ impl RaftNode {
                 timings: config.timings,
                 status,
                 incoming_dir,
+                threading,
                 install_fence,
                 storage_closed: tokio::sync::Mutex::new(Some(storage.closed)),
                 backups: crate::backup::permits(),
@@ -129,7 +133,8 @@ impl RaftNode {
     /// The internal Raft gRPC service; mount it on the node's tonic server
     /// next to the public services.
     pub fn service(&self) -> RaftServiceServer<RaftGrpcService> {
-        let service = RaftGrpcService::new(self.inner.raft.clone(), self.inner.incoming_dir.clone());
+        let service =
+            RaftGrpcService::new(self.inner.raft.clone(), self.inner.incoming_dir.clone(), self.inner.threading);
         RaftServiceServer::new(service.fenced(self.inner.install_fence.clone()))
             .max_decoding_message_size(APPEND_ENTRIES_BYTES_MAX)
             .max_encoding_message_size(APPEND_ENTRIES_BYTES_MAX)
