@@ -37,13 +37,26 @@ const SIM_WAL_SEGMENT_BYTES: u64 = 256 * 1024;
 pub struct RaftIo {
     dial: Option<Dial>,
     disk: Option<SimDisk>,
+    snapshots: Option<SnapshotCounts>,
 }
 
 impl RaftIo {
     /// Simulated IO: peers dialled through `dial`, the log on `disk`, and
     /// every write, fsync and blocking step done inline by its caller.
     pub fn simulated(dial: Dial, disk: SimDisk) -> RaftIo {
-        RaftIo { dial: Some(dial), disk: Some(disk) }
+        RaftIo { dial: Some(dial), disk: Some(disk), snapshots: None }
+    }
+
+    /// The same IO, counting the snapshots the node builds and installs
+    /// into `counts` (which outlives the node: a simulator keeps one per
+    /// node across its restarts).
+    pub fn counting_snapshots(self, counts: SnapshotCounts) -> RaftIo {
+        RaftIo { snapshots: Some(counts), ..self }
+    }
+
+    /// Where this node counts its snapshots, if anywhere.
+    pub(crate) fn snapshot_counts(&self) -> Option<SnapshotCounts> {
+        self.snapshots.clone()
     }
 
     /// The channel to a peer at `endpoint`.
@@ -65,6 +78,12 @@ impl RaftIo {
     /// The simulated disk whose latency the log store waits for, if any.
     pub(crate) fn slow_disk(&self) -> Option<SimDisk> {
         self.disk.clone()
+    }
+
+    /// Whether blocking work runs inline on its caller's thread (simulated
+    /// IO): then the application should start no thread of its own either.
+    pub fn blocking_inline(&self) -> bool {
+        self.threading() == Threading::Inline
     }
 
     /// Who runs blocking work and the log's writes.
@@ -148,6 +167,32 @@ impl SimDisk {
     /// How many writes a crash now would lose.
     pub fn unsynced_writes(&self) -> usize {
         self.0.unsynced_writes()
+    }
+}
+
+/// How many snapshots a node stored: built from its own state, and
+/// installed from a leader's. Cheap to clone (the clones share the counts).
+#[derive(Clone, Default, Debug)]
+pub struct SnapshotCounts(Arc<[std::sync::atomic::AtomicU64; 2]>);
+
+impl SnapshotCounts {
+    /// Snapshots built and stored (a build skipped for a newer stored
+    /// snapshot is not counted).
+    pub fn built(&self) -> u64 {
+        self.0[0].load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Snapshots received from a leader and installed.
+    pub fn installed(&self) -> u64 {
+        self.0[1].load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_built(&self) {
+        self.0[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_installed(&self) {
+        self.0[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

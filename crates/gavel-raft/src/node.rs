@@ -53,6 +53,8 @@ struct Inner {
     status: watch::Receiver<RaftStatus>,
     /// Where incoming snapshot streams are spooled.
     incoming_dir: std::path::PathBuf,
+    /// Who writes them ([`RaftIo`]'s threading).
+    threading: storage::wal::Threading,
     /// Where the service announces snapshot installs to the log store.
     install_fence: Arc<storage::InstallFence>,
     /// Taken by the first `shutdown`; resolves when the storage is closed.
@@ -84,6 +86,7 @@ impl RaftNode {
         let spool_dir = incoming_dir.clone();
         // Opening the storage replays the WAL's segments and opens sled: blocking work.
         let storage_io = io.clone();
+        let threading = io.threading();
         let mut storage = io
             .threading()
             .run(move || {
@@ -114,6 +117,7 @@ impl RaftNode {
                 timings: config.timings,
                 status,
                 incoming_dir,
+                threading,
                 install_fence,
                 storage_closed: tokio::sync::Mutex::new(Some(storage.closed)),
                 backups: crate::backup::permits(),
@@ -129,7 +133,8 @@ impl RaftNode {
     /// The internal Raft gRPC service; mount it on the node's tonic server
     /// next to the public services.
     pub fn service(&self) -> RaftServiceServer<RaftGrpcService> {
-        let service = RaftGrpcService::new(self.inner.raft.clone(), self.inner.incoming_dir.clone());
+        let service =
+            RaftGrpcService::new(self.inner.raft.clone(), self.inner.incoming_dir.clone(), self.inner.threading);
         RaftServiceServer::new(service.fenced(self.inner.install_fence.clone()))
             .max_decoding_message_size(APPEND_ENTRIES_BYTES_MAX)
             .max_encoding_message_size(APPEND_ENTRIES_BYTES_MAX)
@@ -185,6 +190,7 @@ impl RaftNode {
     /// once that membership change is committed. The learner catches up in
     /// the background; see [`RaftNode::promote`].
     pub async fn add_learner(&self, node_id: u64, addr: String) -> Result<(), WriteError> {
+        self.refuse_if_stepping_down()?;
         self.inner.raft.add_learner(node_id, BasicNode { addr }, false).await.map(|_| ()).map_err(client_write_error)
     }
 
@@ -195,6 +201,7 @@ impl RaftNode {
         if self.wait_caught_up(node_id, catch_up_timeout).await? == CatchUp::Voter {
             return Ok(());
         }
+        self.refuse_if_stepping_down()?;
         let voters = BTreeSet::from([node_id]);
         self.inner
             .raft
@@ -264,6 +271,7 @@ impl RaftNode {
         if !is_member {
             return Ok(());
         }
+        self.refuse_if_stepping_down()?;
         let ids = BTreeSet::from([node_id]);
         let change = if is_voter {
             // `retain: false` drops the removed voter from the node list too.
@@ -272,6 +280,27 @@ impl RaftNode {
             ChangeMembers::RemoveNodes(ids)
         };
         self.inner.raft.change_membership(change, false).await.map(|_| ()).map_err(client_write_error)
+    }
+
+    /// Refuses a membership change on a leader whose own membership no
+    /// longer holds it: a leader removed from the cluster keeps leading
+    /// until its next tick after the removal is applied (openraft 0.9 lets
+    /// it replicate that the removal committed), and a membership change
+    /// it accepted in between would be appended by a leader outside the
+    /// configuration (openraft asserts against it: the simulation found it,
+    /// an add-back sent to the removed leader). The caller retries; by then
+    /// a leader among the remaining voters answers.
+    fn refuse_if_stepping_down(&self) -> Result<(), WriteError> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        let removed = m.state == ServerState::Leader && m.membership_config.membership().get_node(&m.id).is_none();
+        if removed {
+            return Err(WriteError::Unavailable(format!(
+                "node {} was removed from the cluster and is stepping down as leader; retry on another node",
+                m.id
+            )));
+        }
+        Ok(())
     }
 
     /// This node's current view of the cluster.

@@ -16,13 +16,14 @@ use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::io::AsyncWriteExt;
+use std::io::Write;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::limits::SNAPSHOT_BYTES_MAX;
 use crate::network::SnapshotHeaderBody;
 use crate::pb::raft_service_server::RaftService;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk};
+use crate::storage::wal::Threading;
 use crate::storage::{SnapshotData, SnapshotFile};
 use crate::typ::{NodeId, Raft, Snapshot, TypeConfig};
 
@@ -35,11 +36,15 @@ pub struct RaftGrpcService {
     incoming_dir: PathBuf,
     /// Where installs are announced to the log store.
     install_fence: std::sync::Arc<crate::storage::InstallFence>,
+    /// Who writes the spool file: tokio's blocking pool, or the caller in
+    /// the simulator ([`crate::io`]), where a write completed by another
+    /// thread would wake the node at a moment the OS chose.
+    threading: Threading,
 }
 
 impl RaftGrpcService {
-    pub(crate) fn new(raft: Raft, incoming_dir: PathBuf) -> Self {
-        Self { raft, incoming_dir, install_fence: Default::default() }
+    pub(crate) fn new(raft: Raft, incoming_dir: PathBuf, threading: Threading) -> Self {
+        Self { raft, incoming_dir, install_fence: Default::default(), threading }
     }
 
     /// Announces installs on `fence` (the node's log store's).
@@ -74,34 +79,53 @@ static SPOOL_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 /// dropped, unless it was complete and handed on ([`Spool::finish`]).
 struct Spool {
     path: PathBuf,
-    file: Option<tokio::fs::File>,
+    file: Option<std::fs::File>,
     written: u64,
+    threading: Threading,
 }
 
 impl Spool {
-    async fn create(dir: &Path) -> Result<Spool, Status> {
+    async fn create(dir: &Path, threading: Threading) -> Result<Spool, Status> {
         let sequence = SPOOL_SEQUENCE.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!("{sequence:016x}.part"));
-        let file = tokio::fs::File::create(&path)
+        let creating = path.clone();
+        let file = threading
+            .run(move || std::fs::File::create(creating))
             .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|created| created)
             .map_err(|e| Status::internal(format!("cannot create the snapshot spool file {}: {e}", path.display())))?;
-        Ok(Spool { path, file: Some(file), written: 0 })
+        Ok(Spool { path, file: Some(file), written: 0, threading })
     }
 
-    async fn write(&mut self, bytes: &[u8]) -> Result<(), Status> {
-        let Some(file) = self.file.as_mut() else { return Err(Status::internal("the snapshot spool is closed")) };
-        let written = file.write_all(bytes).await;
+    /// Appends `bytes` (a chunk, moved to whoever writes it).
+    async fn write(&mut self, bytes: Vec<u8>) -> Result<(), Status> {
+        let Some(mut file) = self.file.take() else { return Err(Status::internal("the snapshot spool is closed")) };
+        let length = bytes.len() as u64;
+        let written = self
+            .threading
+            .run(move || {
+                let written = file.write_all(&bytes);
+                (file, written)
+            })
+            .await
+            .map_err(|e| self.failed("write", &std::io::Error::other(e.to_string())))?;
+        let (file, written) = written;
+        self.file = Some(file);
         written.map_err(|e| self.failed("write", &e))?;
-        self.written += bytes.len() as u64;
+        self.written += length;
         Ok(())
     }
 
     /// The complete spool file as a snapshot for `install_full_snapshot`,
     /// which owns it from here on (and removes it unless it is stored).
     async fn finish(mut self) -> Result<SnapshotFile, Status> {
-        if let Some(mut file) = self.file.take() {
-            file.flush().await.map_err(|e| self.failed("flush", &e))?;
-            file.sync_all().await.map_err(|e| self.failed("fsync", &e))?;
+        if let Some(file) = self.file.take() {
+            let synced = self.threading.run(move || file.sync_all()).await;
+            synced
+                .map_err(|e| std::io::Error::other(e.to_string()))
+                .and_then(|synced| synced)
+                .map_err(|e| self.failed("fsync", &e))?;
         }
         let path = std::mem::take(&mut self.path);
         SnapshotFile::owning(path.clone()).map_err(|e| {
@@ -178,14 +202,14 @@ impl RaftService for RaftGrpcService {
         }
         let total_bytes = header.total_bytes;
         let (vote, meta): SnapshotHeaderBody = decode(&header.vote_and_meta, "snapshot header")?;
-        let mut spool = Spool::create(&self.incoming_dir).await?;
+        let mut spool = Spool::create(&self.incoming_dir, self.threading).await?;
         while let Some(chunk) = chunks.message().await? {
             match chunk.kind {
                 Some(snapshot_chunk::Kind::Data(bytes)) => {
                     if spool.written + bytes.len() as u64 > total_bytes {
                         return Err(Status::invalid_argument("snapshot stream carries more bytes than announced"));
                     }
-                    spool.write(&bytes).await?;
+                    spool.write(bytes).await?;
                 }
                 _ => return Err(Status::invalid_argument("only data chunks may follow the snapshot header")),
             }

@@ -272,6 +272,10 @@ pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<Run
     let planted_bug = options.settings.planted_bug;
     let app = CoreApp::open(planted_bug, &options.data_dir).map_err(ServerError::ColdStore)?;
     app.set_cold_pending_max(options.settings.checkpoint_cold_writes);
+    if raft_io.blocking_inline() {
+        // The simulator runs blocking work inline: a restore starts no thread either.
+        app.restore_on_one_thread();
+    }
     let config = NodeConfig {
         node_id: options.id,
         addr: options.advertise.clone(),

@@ -1,6 +1,7 @@
 //! The seed's faults: a schedule of partitions, held (delayed) messages,
 //! lossy links, power cuts with a torn log tail, worker stalls past their
-//! leases, and plain crashes, each healed before the workload stops; with
+//! leases, plain crashes, long outages and voter-set changes
+//! ([`crate::cluster_faults`]), each healed before the workload stops; with
 //! them the clock and disk faults of [`crate::clock_disk`] (skewed and
 //! jumping clocks, slow and full disks). Everything here is a function of
 //! the seed alone.
@@ -112,6 +113,18 @@ pub enum Fault {
         /// Whether the disk is full from now on.
         full: bool,
     },
+    /// Remove voter `node` from the cluster through the membership RPC
+    /// (`gavel cluster remove-node`): the cluster goes on with the other two.
+    RemoveVoter {
+        /// The node.
+        node: u64,
+    },
+    /// Add `node` back: as a learner, then promoted to voter once it caught
+    /// up (`gavel cluster add-learner`, `gavel cluster promote`).
+    AddVoter {
+        /// The node.
+        node: u64,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -134,6 +147,8 @@ impl fmt::Display for Fault {
             Fault::SlowDisk { node, latency_ms } => write!(f, "n{node}'s disk slow: +{latency_ms} ms per write"),
             Fault::FullDisk { node, full: true } => write!(f, "n{node}'s disk full (ENOSPC)"),
             Fault::FullDisk { node, full: false } => write!(f, "n{node}'s disk has space again"),
+            Fault::RemoveVoter { node } => write!(f, "remove voter n{node}"),
+            Fault::AddVoter { node } => write!(f, "add n{node} as a learner and promote it"),
         }
     }
 }
@@ -206,6 +221,10 @@ impl Schedule {
             at_ms += lasts_ms + rng.between(CALM_MS.0, CALM_MS.1);
         }
         events.extend(crate::clock_disk::events(seed, length, nodes, inject));
+        if inject {
+            // From a stream of its own: the faults above stay the seed's.
+            events.extend(crate::cluster_faults::events(seed, length, nodes));
+        }
         events.sort_by_key(|event| event.at);
         Schedule { max_latency_ms, events }
     }

@@ -30,6 +30,7 @@
 
 pub mod cli;
 pub mod clock_disk;
+pub mod cluster_faults;
 pub mod faults;
 pub mod finals;
 pub mod net;
@@ -140,6 +141,9 @@ pub struct NodeEnd {
     pub last_applied_index: Option<u64>,
     /// The core state's hash at that index.
     pub state_hash: String,
+    /// Whether the node votes in the membership of the most advanced
+    /// running node (false for a learner or a node removed and not added back).
+    pub voter: bool,
 }
 
 /// What a simulated run produced.
@@ -165,8 +169,16 @@ pub struct SimReport {
     /// The history itself (the chaos harness's format).
     pub history: Vec<Entry>,
     /// Replicas at the same applied index whose states differ (a
-    /// divergence): each as a sentence.
+    /// divergence), membership changes the admin gave up on, and voters
+    /// that did not catch up by the end: each as a sentence.
     pub divergences: Vec<String>,
+    /// Snapshots the nodes built and stored, over every node and restart.
+    pub snapshots_built: u64,
+    /// Snapshots the nodes received from a leader and installed.
+    pub snapshots_installed: u64,
+    /// Membership changes carried out (a removal, or an addition with its
+    /// promotion, counts one).
+    pub membership_changes: u64,
 }
 
 impl SimReport {
@@ -228,29 +240,50 @@ fn simulated_random() -> u128 {
     })
 }
 
-/// Every host of the simulation: the nodes and the workload's client.
-const HOSTS: [&str; 4] = ["n1", "n2", "n3", "workload"];
+/// Every host of the simulation: the nodes, the workload's client and the
+/// admin who changes the membership.
+const HOSTS: [&str; 5] = ["n1", "n2", "n3", "workload", ADMIN_HOST];
+
+/// The host that carries out membership changes ([`cluster_faults`]).
+const ADMIN_HOST: &str = "admin";
+
+/// Snapshot policy of the simulated nodes: small, so that a seed's run
+/// builds several snapshots, purges its log behind them, and a node that
+/// was away for a few seconds catches up by a snapshot install (the
+/// workload appends roughly 10 to 20 entries a simulated second: the leader
+/// batches the commands that arrive together into one entry).
+const SNAPSHOT_LOGS_SINCE_LAST: u64 = 20;
+/// Build a snapshot after this many commands too (an entry holds up to 512).
+const SNAPSHOT_COMMANDS_SINCE_LAST: u64 = 100;
+/// Entries kept behind a snapshot: a follower a moment behind still
+/// catches up from the log; one away for a few seconds needs the snapshot.
+const LOGS_TO_KEEP: u64 = 10;
 
 fn host_name(id: u64) -> String {
     format!("n{id}")
 }
 
-/// Raft timings for the simulation: the production defaults, but no
-/// snapshots (a snapshot build writes real files on the blocking path;
-/// snapshot installs are not simulated yet, see docs/testing.md).
+/// Raft timings for the simulation: the production defaults, with the
+/// small snapshot policy above. A snapshot build is a checkpoint into the
+/// node's cold store (redb, a real file in its temporary data directory);
+/// a snapshot sent to a follower is written to a real file and streamed
+/// over the simulated network; every step runs inline on the simulation's
+/// thread ([`gavel_raft::RaftIo::simulated`]), see docs/testing.md.
 fn timings() -> gavel_raft::RaftTimings {
     gavel_raft::RaftTimings {
-        snapshot_logs_since_last: u64::MAX / 2,
-        snapshot_commands_since_last: u64::MAX / 2,
+        snapshot_logs_since_last: SNAPSHOT_LOGS_SINCE_LAST,
+        snapshot_commands_since_last: SNAPSHOT_COMMANDS_SINCE_LAST,
+        logs_to_keep: LOGS_TO_KEEP,
         ..gavel_raft::RaftTimings::default()
     }
 }
 
 /// Per node: the simulated disk (kept across crashes), the data directory
-/// (sled, the cold store), and the running node, if any.
+/// (sled, the cold store), its snapshot counts, and the running node, if any.
 struct SimNode {
     id: u64,
     disk: gavel_raft::SimDisk,
+    snapshots: gavel_raft::SnapshotCounts,
     data_dir: PathBuf,
     running: Rc<RefCell<Weak<Node>>>,
     /// The node's clock offset (kept across restarts).
@@ -289,15 +322,23 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         let node = SimNode {
             id,
             disk: gavel_raft::SimDisk::new(),
+            snapshots: gavel_raft::SnapshotCounts::default(),
             data_dir,
             running: Rc::default(),
             clock: clock_disk::NodeClock::default(),
             disk_full: std::cell::Cell::new(false),
         };
-        let (disk, data_dir, running, peers, clock) =
-            (node.disk.clone(), node.data_dir.clone(), node.running.clone(), peers.clone(), node.clock.clone());
+        let (disk, snapshots, data_dir, running, peers, clock) = (
+            node.disk.clone(),
+            node.snapshots.clone(),
+            node.data_dir.clone(),
+            node.running.clone(),
+            peers.clone(),
+            node.clock.clone(),
+        );
         sim.host(host_name(id), move || {
-            let (disk, data_dir, running, peers) = (disk.clone(), data_dir.clone(), running.clone(), peers.clone());
+            let (disk, snapshots, data_dir, running, peers) =
+                (disk.clone(), snapshots.clone(), data_dir.clone(), running.clone(), peers.clone());
             let clock = clock.clock();
             async move {
                 let listener = turmoil::net::TcpListener::bind(("0.0.0.0", net::NODE_PORT)).await?;
@@ -315,7 +356,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
                 let io = InjectedIo {
                     addr,
                     incoming: net::incoming(listener),
-                    raft: gavel_raft::RaftIo::simulated(net::dial(), disk),
+                    raft: gavel_raft::RaftIo::simulated(net::dial(), disk).counting_snapshots(snapshots),
                     dial: net::dial(),
                     clock,
                 };
@@ -386,6 +427,20 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         });
     }
 
+    let admin = cluster_faults::Admin::default();
+    admin.start(&mut sim, ADMIN_HOST, peers.values().cloned().collect(), seed);
+    let (mut membership_changes, mut stuck_changes) = (0u64, Vec::new());
+    let mut record_admin = |faults_log: &mut Vec<String>, now: Duration| {
+        for outcome in admin.take_outcomes() {
+            if outcome.gave_up {
+                stuck_changes.push(format!("a membership change got stuck: {}", outcome.line));
+            } else {
+                membership_changes += 1;
+            }
+            faults_log.push(format!("{} ms: {}", now.as_millis(), outcome.line));
+        }
+    };
+
     let mut faults_log = Vec::new();
     let mut pending = schedule.events.clone();
     pending.reverse();
@@ -401,7 +456,11 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
                     switch.store(on, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            let note = apply_fault(&mut sim, &nodes, &event.fault, now, &mut crashed, &mut links);
+            let note = if admin.queue(&event.fault) {
+                None
+            } else {
+                apply_fault(&mut sim, &nodes, &event.fault, now, &mut crashed, &mut links)
+            };
             tracing::info!(simulated_ms = now.as_millis() as u64, "{}", event.fault);
             faults_log.push(format!("{} ms: {}", now.as_millis(), event.fault));
             if let Some(note) = note {
@@ -431,13 +490,14 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
             }
         }
         crashed.retain(|(id, _)| !restarted.contains(id));
+        record_admin(&mut faults_log, now);
         match sim.step() {
             Ok(_) => {}
             Err(error) => {
                 return Err(SimError::Simulation { simulated_ms: now.as_millis() as u64, message: error.to_string() })
             }
         }
-        if *finished.borrow() && pending.is_empty() && crashed.is_empty() {
+        if *finished.borrow() && pending.is_empty() && crashed.is_empty() && admin.idle() {
             break;
         }
         if now > deadline {
@@ -470,18 +530,11 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         recorder.write(&Entry::Final(finals::final_state(node.id, running.as_deref(), &touched.borrow())));
     }
 
-    let ends: Vec<NodeEnd> = nodes
-        .iter()
-        .map(|node| match node.running.borrow().upgrade() {
-            Some(running) => NodeEnd {
-                id: node.id,
-                last_applied_index: running.raft.status().last_applied_index,
-                state_hash: running.reads.state_hash(),
-            },
-            None => NodeEnd { id: node.id, last_applied_index: None, state_hash: String::new() },
-        })
-        .collect();
-    let mut divergences = Vec::new();
+    // What the admin finished in the last steps.
+    record_admin(&mut faults_log, sim.elapsed());
+    let ends = node_ends(&nodes);
+    let mut divergences = stuck_changes;
+    divergences.extend(lagging_voters(&ends));
     for (i, a) in ends.iter().enumerate() {
         for b in &ends[i + 1..] {
             if a.last_applied_index.is_some()
@@ -500,6 +553,8 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     let trace_hash = trace_hash(&history, &faults_log, &ends);
     let operations = history.iter().filter(|entry| matches!(entry, Entry::Invoke(_))).count();
     let simulated_ms = sim.elapsed().as_millis() as u64;
+    let snapshots_built = nodes.iter().map(|node| node.snapshots.built()).sum();
+    let snapshots_installed = nodes.iter().map(|node| node.snapshots.installed()).sum();
     drop(sim);
     gavel_raft::unseed_thread_rng();
     RANDOM.with(|random| *random.borrow_mut() = None);
@@ -514,7 +569,52 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         operations,
         divergences,
         history,
+        snapshots_built,
+        snapshots_installed,
+        membership_changes,
     })
+}
+
+/// Each node at the end: its applied position and state hash, and whether
+/// it votes in the membership of the most advanced running node.
+fn node_ends(nodes: &[SimNode]) -> Vec<NodeEnd> {
+    let statuses: Vec<Option<(gavel_raft::RaftStatus, String)>> = nodes
+        .iter()
+        .map(|node| node.running.borrow().upgrade().map(|running| (running.raft.status(), running.reads.state_hash())))
+        .collect();
+    let most_advanced = statuses.iter().flatten().max_by_key(|(status, _)| status.last_applied_index);
+    let voters: Vec<u64> = most_advanced
+        .map(|(status, _)| status.members.iter().filter(|member| member.voter).map(|member| member.node_id).collect())
+        .unwrap_or_default();
+    nodes
+        .iter()
+        .zip(statuses)
+        .map(|(node, status)| match status {
+            Some((status, state_hash)) => NodeEnd {
+                id: node.id,
+                last_applied_index: status.last_applied_index,
+                state_hash,
+                voter: voters.contains(&node.id),
+            },
+            None => NodeEnd { id: node.id, last_applied_index: None, state_hash: String::new(), voter: false },
+        })
+        .collect()
+}
+
+/// Voters that had not applied the whole log by the end (the cluster had
+/// settled for [`SETTLE`] with every fault healed): each as a sentence.
+/// A node that is no voter is not expected to keep up.
+fn lagging_voters(ends: &[NodeEnd]) -> Vec<String> {
+    let newest = ends.iter().filter_map(|end| end.last_applied_index).max();
+    ends.iter()
+        .filter(|end| end.voter && end.last_applied_index < newest)
+        .map(|end| {
+            format!(
+                "voter n{} applied up to index {:?} only, after the cluster settled at {newest:?}",
+                end.id, end.last_applied_index
+            )
+        })
+        .collect()
 }
 
 /// The partitions and holds in force between nodes, which a crash must
@@ -575,8 +675,9 @@ fn apply_fault(
                 crash_node(sim, target, now, (*torn, *down), crashed, links);
             }
         }
-        // The workload's switch, flipped by the caller.
-        Fault::WorkerStall { .. } => {}
+        // The workload's switch, flipped by the caller; the admin host's
+        // membership changes, queued by the caller.
+        Fault::WorkerStall { .. } | Fault::RemoveVoter { .. } | Fault::AddVoter { .. } => {}
         Fault::ClockSkew { node, .. } | Fault::ClockJump { node, .. } | Fault::SlowDisk { node, .. } => {
             if let Some(target) = nodes.iter().find(|candidate| candidate.id == *node) {
                 clock_disk::apply(target, fault);
@@ -692,7 +793,9 @@ fn trace_hash(history: &[Entry], faults: &[String], nodes: &[NodeEnd]) -> String
         hasher.update(b"\n");
     }
     for node in nodes {
-        hasher.update(format!("{} {:?} {}\n", node.id, node.last_applied_index, node.state_hash).as_bytes());
+        hasher.update(
+            format!("{} {:?} {} {}\n", node.id, node.last_applied_index, node.state_hash, node.voter).as_bytes(),
+        );
     }
     hex::encode(hasher.finalize())
 }

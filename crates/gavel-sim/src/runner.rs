@@ -159,10 +159,14 @@ fn run_one(seed: u64, config: &SimConfig) -> Result<SimReport, String> {
 /// time, each node's applied index, the verdict and the trace hash's start.
 pub fn summary(report: &SimReport) -> String {
     format!(
-        "seed {}: {} ops, {} faults, {:.1} simulated s in {:.1} wall s ({:.1}x), applied {:?}, {:?}, trace {}",
+        "seed {}: {} ops, {} faults, {} snapshots built, {} installed, {} membership changes, \
+         {:.1} simulated s in {:.1} wall s ({:.1}x), applied {:?}, {:?}, trace {}",
         report.seed,
         report.operations,
         report.faults.len(),
+        report.snapshots_built,
+        report.snapshots_installed,
+        report.membership_changes,
         report.simulated_ms as f64 / 1000.0,
         report.wall_ms as f64 / 1000.0,
         report.simulated_ms as f64 / report.wall_ms.max(1) as f64,

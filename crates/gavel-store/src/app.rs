@@ -89,6 +89,34 @@ const _: () = assert!(3 * COLD_RESTORE_BATCH_BYTES <= COLD_CACHE_BYTES / 10);
 /// 6 MiB with [`COLD_RESTORE_BATCH_BYTES`].
 pub const COLD_RESTORE_BATCHES_QUEUED: usize = 1;
 
+/// The cold records of a snapshot, decoded from `records` in batches of
+/// [`COLD_RESTORE_BATCH_BYTES`] as the store asks for them.
+fn next_batches<R: Read>(
+    records: &mut gavel_core::SnapshotRecords<R>,
+) -> impl Iterator<Item = Result<RecordBatch, String>> + '_ {
+    let mut ended = false;
+    std::iter::from_fn(move || {
+        if ended {
+            return None;
+        }
+        let mut batch = RecordBatch::default();
+        loop {
+            match batch.read_from(records) {
+                Ok(true) if batch.bytes() < COLD_RESTORE_BATCH_BYTES => {}
+                Ok(true) => return Some(Ok(batch)),
+                Ok(false) => {
+                    ended = true;
+                    return (!batch.is_empty()).then_some(Ok(batch));
+                }
+                Err(error) => {
+                    ended = true;
+                    return Some(Err(error.to_string()));
+                }
+            }
+        }
+    })
+}
+
 /// redb's page cache for the cold store. redb's default (1 GiB) would let a
 /// snapshot build or install, which reads or writes every cold record once,
 /// fill a gigabyte of cache per node. The state machine reads a cold record
@@ -122,6 +150,10 @@ pub struct CoreApp {
     /// Commands the dedup table answered with a remembered reply (retries
     /// whose first attempt had committed), counted for the metrics.
     dedup_replays: AtomicU64,
+    /// Whether a snapshot restore runs on its caller's thread alone (the
+    /// simulator, whose blocking work is inline), instead of decoding and
+    /// writing on two threads with a third writing dirty pages back.
+    restore_on_one_thread: AtomicBool,
 }
 
 impl CoreApp {
@@ -174,7 +206,16 @@ impl CoreApp {
             applied,
             hash_cache: Mutex::new(None),
             dedup_replays: AtomicU64::new(0),
+            restore_on_one_thread: AtomicBool::new(false),
         })
+    }
+
+    /// Restores snapshots on the calling thread alone: no thread is
+    /// started, so a simulation that runs blocking work inline stays on
+    /// one thread. Slower for a large snapshot (decoding waits for each
+    /// batch's write).
+    pub fn restore_on_one_thread(&self) {
+        self.restore_on_one_thread.store(true, Ordering::Relaxed);
     }
 
     /// Commands this node applied whose reply came from the dedup table.
@@ -407,14 +448,20 @@ impl CoreApp {
             State::read_snapshot_hot(snapshot, bytes).map_err(|error| error.to_string())?;
         restored.set_planted_bug(self.planted_bug);
         let hot = restored.hot_snapshot();
-        let mut state = self.state();
+        let state = self.state();
         let started = std::time::Instant::now();
         store.clear().map_err(|error| error.to_string())?;
+        if self.restore_on_one_thread.load(Ordering::Relaxed) {
+            let checkpoint = position.map(|position| (position, hot.as_slice()));
+            let rewritten =
+                store.write_records(next_batches(&mut records), checkpoint).map_err(|error| error.to_string());
+            return self.finish_restore(state, restored, rewritten, started);
+        }
         let write_behind = store.write_behind();
         // This thread decodes (the snapshot's reader is not `Send`), a
         // second one writes into redb: the writes are most of the cost, and
         // the decoding runs beside them instead of before each batch.
-        let rewritten = std::thread::scope(|scope| -> Result<(), String> {
+        let rewritten = std::thread::scope(|scope| -> Result<u64, String> {
             let (send, receive) = std::sync::mpsc::sync_channel::<Option<RecordBatch>>(COLD_RESTORE_BATCHES_QUEUED);
             let writer = std::thread::Builder::new()
                 .name("cold-restore".into())
@@ -449,25 +496,41 @@ impl CoreApp {
             drop(send);
             let written = writer.join().map_err(|_| "the thread that rewrites the cold store panicked".to_string())?;
             decoded?;
-            let written = written.map_err(|error| error.to_string())?;
             drop(write_behind);
-            restored.attach_cold_store(store.clone());
-            tracing::info!(records = written, took = ?started.elapsed(), "cold store rewritten from a snapshot");
-            Ok(())
+            written.map_err(|error| error.to_string())
         });
-        if let Err(error) = rewritten {
-            let cleared = store.clear();
-            let mut empty = State::new();
-            empty.set_planted_bug(self.planted_bug);
-            empty.attach_cold_store(store.clone());
-            *state = empty;
-            drop(state);
-            self.state_replaced();
-            return Err(match cleared {
-                Ok(()) => error,
-                Err(clear_error) => format!("{error}; clearing the cold store failed too: {clear_error}"),
-            });
-        }
+        self.finish_restore(state, restored, rewritten, started)
+    }
+
+    /// Puts `restored` in place once its cold records were `rewritten` into
+    /// the store; or, if that failed, an empty state over an emptied store
+    /// and the error.
+    fn finish_restore(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        mut restored: State,
+        rewritten: Result<u64, String>,
+        started: std::time::Instant,
+    ) -> Result<(), String> {
+        let store = self.own_store()?;
+        let records = match rewritten {
+            Ok(records) => records,
+            Err(error) => {
+                let cleared = store.clear();
+                let mut empty = State::new();
+                empty.set_planted_bug(self.planted_bug);
+                empty.attach_cold_store(store.clone());
+                *state = empty;
+                drop(state);
+                self.state_replaced();
+                return Err(match cleared {
+                    Ok(()) => error,
+                    Err(clear_error) => format!("{error}; clearing the cold store failed too: {clear_error}"),
+                });
+            }
+        };
+        restored.attach_cold_store(store.clone());
+        tracing::info!(records, took = ?started.elapsed(), "cold store rewritten from a snapshot");
         *state = restored;
         drop(state);
         self.state_replaced();
@@ -635,6 +698,38 @@ mod tests {
         assert!(store.is_empty(), "over an empty store");
         app.restore_at(b"p", &mut &whole[..], whole.len() as u64).expect("the intact snapshot restores");
         assert_eq!((app.state_hash(), store.len()), (hash, records));
+    }
+
+    /// A restore on the caller's thread alone (the simulator's) ends in the
+    /// same state and store as the threaded one, and refuses a snapshot cut
+    /// short the same way: an empty state over an emptied store.
+    #[test]
+    fn a_restore_on_one_thread_ends_like_the_threaded_one() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let open = |name: &str| {
+            let store = RedbColdStore::open(&directory.path().join(name)).expect("open the cold store");
+            let app = CoreApp::with_cold_store(None, store.clone()).expect("a cold store app");
+            app.resume(None, &|_| false).expect("start empty");
+            (app, store)
+        };
+        let (source, _) = open("source.redb");
+        let mut log_index = 0;
+        lifecycles(&source, &mut log_index, 0..100);
+        let whole = written(snapshot_at(&source, b"p"));
+        let (threaded, threaded_store) = open("threaded.redb");
+        threaded.restore_at(b"p", &mut &whole[..], whole.len() as u64).expect("restores on two threads");
+        let (inline, inline_store) = open("inline.redb");
+        inline.restore_on_one_thread();
+        inline.restore_at(b"p", &mut &whole[..], whole.len() as u64).expect("restores on one thread");
+        assert_eq!(threaded.state_hash(), source.state_hash());
+        assert_eq!(inline.state_hash(), source.state_hash());
+        assert!(!inline_store.is_empty(), "the cold records were written");
+        assert_eq!(inline_store.len(), threaded_store.len());
+        let cut = &whole[..whole.len() - 10];
+        let error = inline.restore_at(b"q", &mut &cut[..], cut.len() as u64).expect_err("truncated");
+        assert!(error.contains("truncated"), "{error}");
+        assert_eq!(inline.state_hash(), State::new().state_hash(), "an empty state");
+        assert!(inline_store.is_empty(), "over an empty store");
     }
 
     /// Applies `rounds` lifecycles (submit, lease, complete) of a registered

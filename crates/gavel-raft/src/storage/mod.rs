@@ -131,6 +131,9 @@ pub(crate) struct Shared {
     /// The simulated disk, whose latency appends, truncations and vote
     /// writes wait for (`None` in production).
     sim_disk: Option<crate::io::SimDisk>,
+    /// Where snapshots built and installed are counted, if anywhere
+    /// ([`crate::RaftIo::counting_snapshots`]).
+    snapshot_counts: Option<crate::io::SnapshotCounts>,
     /// The planted bug `early-ack`, when planted: entries acknowledged but
     /// not yet written.
     #[cfg(feature = "mutants")]
@@ -291,6 +294,7 @@ pub(crate) fn open_with(
         install_fence: Arc::default(),
         threading,
         sim_disk: io.slow_disk(),
+        snapshot_counts: io.snapshot_counts(),
         #[cfg(feature = "mutants")]
         early_ack: planted.early_ack.then(Arc::default),
     });

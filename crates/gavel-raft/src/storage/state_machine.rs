@@ -218,6 +218,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 let stored = persist_snapshot(&self.shared, &self.meta, None, WriteMode::OnlyIfNewer).await?;
                 crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
                 if stored {
+                    self.shared.snapshot_counts.iter().for_each(crate::io::SnapshotCounts::count_built);
                     crate::stats::stats().count_snapshot(usize::try_from(store_bytes).unwrap_or(usize::MAX));
                     tracing::info!(
                         snapshot = %self.meta,
@@ -240,6 +241,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let stored = persist_snapshot(&self.shared, &self.meta, Some(&mut file), WriteMode::OnlyIfNewer).await?;
         crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
         if stored {
+            self.shared.snapshot_counts.iter().for_each(crate::io::SnapshotCounts::count_built);
             tracing::info!(snapshot = %self.meta, bytes = file.bytes(), took = ?started.elapsed(), "snapshot built");
         }
         Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(SnapshotData::File(file)) })
@@ -498,6 +500,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.commands.since_last = 0;
+        self.shared.snapshot_counts.iter().for_each(crate::io::SnapshotCounts::count_installed);
         // The restore ended with a durable checkpoint at the snapshot.
         self.stale_checkpoint = false;
         Ok(())
