@@ -439,8 +439,13 @@ async fn an_install_stores_the_file_before_an_application_with_its_own_state_rew
 /// Opens storage in `dir` with its log on the simulated `disk` (inline IO).
 fn open_on_sim_disk(dir: &Path, disk: &crate::io::SimDisk) -> OpenedStorage {
     let dial: crate::io::Dial = Arc::new(|endpoint: tonic::transport::Endpoint| endpoint.connect_lazy());
-    super::open_with(dir, Arc::new(RecordingApp::default()), false, &crate::io::RaftIo::simulated(dial, disk.clone()))
-        .expect("open storage on the simulated disk")
+    super::open_with(
+        dir,
+        Arc::new(RecordingApp::default()),
+        crate::config::PlantedLogBugs::default(),
+        &crate::io::RaftIo::simulated(dial, disk.clone()),
+    )
+    .expect("open storage on the simulated disk")
 }
 
 #[tokio::test]
