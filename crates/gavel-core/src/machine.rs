@@ -114,8 +114,18 @@ pub struct StateCounts {
 /// approvals for expired ones, so it runs on a cadence rather than on every tick.
 const COMPACTION_INTERVAL_MS: u64 = 60_000;
 
-/// How late the planted bug `no-fencing` lets a lease expire.
-const NO_FENCING_GRACE_MS: u64 = 5_000;
+/// How many characters of a request id the planted bug `dedup-wrong-key`
+/// keys on: `cli-` and two hex digits, 256 keys per client prefix, so that
+/// a run of a few hundred requests reuses some.
+const DEDUP_WRONG_KEY_CHARS: usize = 6;
+
+/// How late the planted bug `no-fencing` lets a lease expire: longer than a
+/// stalled chaos worker oversleeps its deadline (300 ms in the process
+/// harness; in the simulation up to 7.3 s on the true clock, since its
+/// workers measure deadlines on a clock as far behind as a node's can be),
+/// so that the late report still finds its lease and the skipped fence
+/// shows.
+const NO_FENCING_GRACE_MS: u64 = 15_000;
 
 impl State {
     /// An empty state.
@@ -202,7 +212,7 @@ impl State {
         let wrong_key = self.planted(Mutant::DedupWrongKey);
         let key = if wrong_key {
             // Planted bug: a truncated key, and no fingerprint check below.
-            crate::dedup::request_key(request_id.get(..8).unwrap_or(request_id))
+            crate::dedup::request_key(request_id.get(..DEDUP_WRONG_KEY_CHARS).unwrap_or(request_id))
         } else {
             crate::dedup::request_key(request_id)
         };
