@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use gavel_sim::{replay_command, run_seed, SimConfig, SimReport};
 
-/// A seed (15 s of workload) that crashes n3 for 5 s (the leader snapshots
-/// and purges past n3's log, so n3 catches up by an install), removes voter
-/// n1, cuts n3's power while the cluster has two voters, then adds n1 back
-/// as a learner and promotes it.
-const SNAPSHOT_AND_MEMBERSHIP_SEED: u64 = 6;
+/// A seed (15 s of workload) whose long outage makes a node catch up by a
+/// snapshot install and which removes a voter and adds it back (a learner,
+/// then promoted). It was seed 6 until the clock and disk faults were
+/// merged, which changed every seed's run; seed 7 does both since
+/// (`GAVEL_SIM_SEEDS=40 GAVEL_SIM_SECONDS=15`: 22 snapshots built, 1
+/// install, 2 membership changes).
+const SNAPSHOT_AND_MEMBERSHIP_SEED: u64 = 7;
 
 /// A seed that removes voter n1 while n1 leads, and sends the add-back to
 /// n1 in the moment after its removal was applied and before it stepped
@@ -20,12 +22,13 @@ const SNAPSHOT_AND_MEMBERSHIP_SEED: u64 = 6;
 /// refused membership changes on such a leader (`RaftNode::refuse_if_stepping_down`).
 const REMOVED_LEADER_SEED: u64 = 13;
 
-/// More seeds with an install and a voter-set change, replayed twice: seed
-/// 7 gave three trace hashes in three runs while the follower spooled the
-/// received snapshot through `tokio::fs` (tokio's blocking pool, so the
-/// write completed at a moment the OS chose); seed 23 installs without a
-/// membership change.
-const REPLAYED_SEEDS: [u64; 2] = [7, 23];
+/// More seeds with an install, replayed twice (before the clock and disk
+/// faults were merged these were seeds 7 and 23: seed 7 gave three trace
+/// hashes in three runs while the follower spooled the received snapshot
+/// through `tokio::fs`, tokio's blocking pool, so the write completed at a
+/// moment the OS chose). Seed 8 installs and changes the voters; seed 15
+/// installs without a membership change.
+const REPLAYED_SEEDS: [u64; 2] = [8, 15];
 
 fn config() -> SimConfig {
     SimConfig { workload_time: Duration::from_secs(15), ..SimConfig::default() }
@@ -41,7 +44,7 @@ fn assert_installs_and_changes_membership_validly(report: &SimReport) {
     assert!(report.snapshots_built >= 3, "seed {seed} built {} snapshots", report.snapshots_built);
     assert!(report.snapshots_installed >= 1, "seed {seed} installed no snapshot: {:?}", report.faults);
     assert_eq!(report.membership_changes, 2, "seed {seed}: the removal and the addition: {:?}", report.faults);
-    assert!(report.faults.iter().any(|fault| fault.contains("remove voter n1")), "{:?}", report.faults);
+    assert!(report.faults.iter().any(|fault| fault.contains("remove voter n")), "{:?}", report.faults);
     // Every node is running, votes again, and applied the same log to the same state.
     let first = &report.nodes[0];
     assert!(first.last_applied_index.is_some(), "n1 is not running at the end");
