@@ -18,12 +18,18 @@ const CI_SEEDS: u64 = 200;
 /// snapshot and membership faults). They are left out of the sample, which
 /// takes the next seeds instead, and named in every run's output with their
 /// replay command; fixing one means deleting its line (docs/testing.md).
-const OPEN_FINDINGS: [(u64, &str); 2] = [
+const OPEN_FINDINGS: [(u64, &str); 3] = [
     (41, "two runs gave two trace hashes (a source of nondeterminism among the merged faults, not found yet)"),
     (
         141,
         "after a crash, n2's log would not open: an append at index 1280 does not continue the log (expected \
          1270) in its second segment (a WAL or SimDisk bug with snapshots, purges and torn tails, not found yet)",
+    ),
+    (
+        182,
+        "valid in one run of the sample, then in the next (same code, other seeds beside it on its thread) \
+         liveness failed: execution ex-b6-0-35 never finished, queued on every node; so a seed's run can \
+         depend on what ran before it on its thread, not found yet",
     ),
 ];
 
