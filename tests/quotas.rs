@@ -42,8 +42,11 @@ const FLOODER_WRITE_BURST: u64 = 100;
 const FLOOD_LOOPS: usize = 4;
 
 /// Most attempts the flood makes in all, and its longest duration: it
-/// stops by itself.
-const FLOOD_ATTEMPTS_MAX: u64 = 20_000;
+/// stops by itself, at whichever comes first. The time is the bound that
+/// matters: a refusal takes well under a millisecond, and with 20,000
+/// attempts the loops ran out in about a second, before the 50 writes a
+/// second had brought the flooder to its count quota (152 of 300 pending).
+const FLOOD_ATTEMPTS_MAX: u64 = 2_000_000;
 const FLOOD_TIME_MAX: Duration = Duration::from_secs(20);
 
 /// Sequential creates of the other submitter, in the baseline and again
@@ -112,8 +115,9 @@ async fn flood_loop(channel: Channel, loop_id: usize, stop: tokio::sync::watch::
     let mut client = ApprovalServiceClient::new(channel);
     let mut flood = Flood::default();
     let attempts_max = FLOOD_ATTEMPTS_MAX / FLOOD_LOOPS as u64;
+    let started = Instant::now();
     for sequence in 0..attempts_max {
-        if *stop.borrow() {
+        if *stop.borrow() || started.elapsed() > FLOOD_TIME_MAX {
             break;
         }
         match client.create_approval(create_request(&format!("flood-{loop_id}-{sequence}"))).await {
