@@ -16,7 +16,7 @@
 //!   `PayloadTooLarge`, so openraft halves the batch instead of retrying the
 //!   same batch forever.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,7 +53,11 @@ pub(crate) struct NetworkFactory {
     timings: RaftTimings,
     /// Mutual TLS towards peers; `None` dials in plaintext.
     tls: Option<ClientTlsConfig>,
-    channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    /// Ordered by node: when the node stops, its peer connections close in
+    /// node order, so a simulated run sends their FINs in the same order
+    /// every time (with a `HashMap` the order was the process's hash seed's,
+    /// and a seed gave two traces: docs/testing.md).
+    channels: Arc<Mutex<BTreeMap<NodeId, (String, Channel)>>>,
     /// How a channel connects, and where blocking work runs ([`RaftIo`]).
     io: RaftIo,
 }

@@ -40,9 +40,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+// The runtime's clock, not the OS's: the retry hints a refusal carries are
+// steered by it, and in a simulation it is simulated time.
+use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use crate::limits::{LEADER_PUSHBACK_MS_MAX, OVERLOAD_RETRY_AFTER_MS_MAX, OVERLOAD_RETRY_AFTER_MS_MIN};
