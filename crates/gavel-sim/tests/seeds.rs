@@ -18,22 +18,16 @@ const CI_SEEDS: u64 = 200;
 /// snapshot and membership faults). They are left out of the sample, which
 /// takes the next seeds instead, and named in every run's output with their
 /// replay command; fixing one means deleting its line (docs/testing.md).
-/// Seed 41, the third, is fixed: it gave two traces because a node's peer
-/// connections closed in a `HashMap`'s order (gavel-raft's network).
-const OPEN_FINDINGS: [(u64, &str); 2] = [
-    (
-        141,
-        "after a crash, n2's log would not open: an append at index 1280 does not continue the log (expected \
-         1270) in its second segment (a WAL or SimDisk bug with snapshots, purges and torn tails, not found yet)",
-    ),
-    (
-        182,
-        "liveness: execution ex-b6-0-35 never finished, queued on every node. Deterministic since the HashMap fix: \
-         n2 was removed (voters n1 and n3), then n1 was partitioned from both at 54.7 s and repaired at 57.4 s, \
-         and no write committed again until 88 s, past the workers' 8 s drain (a 30 s outage after the \
-         partition healed, not found yet)",
-    ),
-];
+/// Fixed since: seed 41 gave two traces (a node's peer connections closed
+/// in a `HashMap`'s order, gavel-raft's network), and seed 141's log was
+/// refused on reopen after a purge deleted its first segment (WAL recovery).
+const OPEN_FINDINGS: [(u64, &str); 1] = [(
+    182,
+    "liveness: execution ex-b6-0-35 never finished, queued on every node. Deterministic since the HashMap fix: n2 \
+     was removed (voters n1 and n3), then n1 was partitioned from both at 54.7 s and repaired at 57.4 s, and no \
+     write committed again until 88 s, past the workers' 8 s drain (a 30 s outage after the partition healed, \
+     not found yet)",
+)];
 
 /// Every how many CI seeds one runs twice and must give the same trace
 /// hash (the determinism sample: 10 of the 200).

@@ -53,6 +53,9 @@ pub(super) fn recover(fs: &dyn FileSystem, dir: &Path, segment_bytes: u64) -> Re
     }
 
     let mut index = Index::default();
+    // The last index of the gap the surviving segments start after, if any
+    // (see `replay`); a purge marker must cover it.
+    let mut gap_until: Option<u64> = None;
     let mut tail = None;
     let count = segments.len();
     for (position, segment) in segments.into_iter().enumerate() {
@@ -99,10 +102,24 @@ pub(super) fn recover(fs: &dyn FileSystem, dir: &Path, segment_bytes: u64) -> Re
         }
         for (kind, offset, length) in &scan.records {
             let payload = &bytes[*offset..*offset + *length];
-            replay(&mut index, segment, *kind, *offset, payload).map_err(|detail| corrupt(*offset, detail))?;
+            replay(&mut index, &mut gap_until, segment, *kind, *offset, payload)
+                .map_err(|detail| corrupt(*offset, detail))?;
         }
         index.segments.insert(segment, file.clone());
         tail = Some(Tail { segment, file, position: scan.end as u64 });
+    }
+    if let Some(gap_until) = gap_until {
+        if index.last_purged.is_none_or(|purged| purged.index < gap_until) {
+            return Err(WalError::Corrupt {
+                file: dir.display().to_string(),
+                offset: 0,
+                detail: format!(
+                    "the entries up to index {gap_until} are missing and no purge marker covers them (the last \
+                     purges up to {})",
+                    index.last_purged.map_or_else(|| "nothing".to_string(), |purged| purged.index.to_string())
+                ),
+            });
+        }
     }
     if let Some(purged) = index.last_purged {
         if !index.slots.is_empty() && index.first_index != purged.index + 1 {
@@ -157,7 +174,22 @@ fn scan(bytes: &[u8], is_last: bool) -> Result<Scan, (usize, String)> {
 }
 
 /// Applies one record to the index being rebuilt.
-fn replay(index: &mut Index, segment: u64, kind: Kind, offset: usize, payload: &[u8]) -> Result<(), String> {
+///
+/// An entry that does not continue an empty index starts it anew, and
+/// `gap_until` remembers the gap for [`recover`] to check once every record
+/// is replayed. Such a gap is how a legitimately purged log can look: the
+/// writer deletes the segments a purge made obsolete once its marker is
+/// durable, and the segment that remains can hold an older, smaller marker
+/// before the entries that followed the deleted ones, and the marker that
+/// covers them only after (found by the simulation, seed 141).
+fn replay(
+    index: &mut Index,
+    gap_until: &mut Option<u64>,
+    segment: u64,
+    kind: Kind,
+    offset: usize,
+    payload: &[u8],
+) -> Result<(), String> {
     match kind {
         Kind::SegmentHeader => {
             if offset != record::HEADER_BYTES || payload != segment_header_payload(segment).as_slice() {
@@ -166,7 +198,13 @@ fn replay(index: &mut Index, segment: u64, kind: Kind, offset: usize, payload: &
         }
         Kind::Entry => {
             let entry: Entry = bincode::deserialize(payload).map_err(|e| format!("an entry does not decode: {e}"))?;
-            index.check_continues(entry.log_id.index).map_err(|e| e.to_string())?;
+            match index.check_continues(entry.log_id.index) {
+                Ok(()) => {}
+                Err(WalError::OutOfOrder { expected, got }) if index.slots.is_empty() && got > expected => {
+                    *gap_until = Some(got - 1);
+                }
+                Err(error) => return Err(error.to_string()),
+            }
             let length = u32::try_from(payload.len()).map_err(|e| e.to_string())?;
             index.push(entry.log_id, Place::Written { segment, offset: offset as u64, length });
         }

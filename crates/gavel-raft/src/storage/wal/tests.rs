@@ -394,6 +394,86 @@ fn truncation_and_purge_write_markers_delete_whole_segments_and_survive_reopen()
     assert_eq!(wal.log_state(), (Some(log_id(3, 500)), Some(log_id(3, 501))));
 }
 
+/// An entry whose command is `bytes` bytes long.
+fn entry_of(term: u64, index: u64, bytes: usize) -> Entry {
+    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(Command(vec![b'x'; bytes])) }
+}
+
+/// The bytes `entry` takes in a segment.
+fn framed(entry: &Entry) -> u64 {
+    super::record::framed_bytes(bincode::serialize(entry).expect("encode").len()) as u64
+}
+
+/// Appends entries of term 1 from index 1 on until the first segment is
+/// exactly full (the last one's command sized to fit), so that the next
+/// record of any size starts segment 2. Returns the last index appended.
+fn fill_first_segment_exactly(wal: &Wal, dir: &Path) -> u64 {
+    let mut used = super::record::framed_bytes(super::writer::segment_header_payload(1).len()) as u64;
+    let mut index = 1;
+    while used + 2 * framed(&entry(1, index)) <= SMALL_SEGMENT_BYTES {
+        used += framed(&entry(1, index));
+        append_durably(wal, vec![entry(1, index)]).expect("append");
+        index += 1;
+    }
+    let remaining = SMALL_SEGMENT_BYTES - used;
+    let filler = entry_of(1, index, (remaining - framed(&entry_of(1, index, 0))) as usize);
+    assert_eq!(framed(&filler), remaining);
+    append_durably(wal, vec![filler]).expect("append the filler");
+    assert_eq!(segment_count(dir), 1, "the first segment holds every entry so far");
+    index
+}
+
+/// Found by the simulation (seed 141): a purge marker below the first
+/// segment's last entry starts the second segment, the entries that follow
+/// the first segment's come after it there, and a later purge makes the
+/// first segment obsolete, so the writer deletes it. What remains is a
+/// marker, then a gap, then the marker that covers the gap: it must reopen.
+/// A gap that no purge marker covers is still refused.
+#[test]
+fn a_log_whose_first_segment_a_later_purge_deleted_reopens_past_the_gap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, writer) = open_real(dir.path()).expect("open");
+    let last = fill_first_segment_exactly(&wal, dir.path());
+    // A purge below the first segment's last entry: its marker starts
+    // segment 2, and segment 1 still holds live entries.
+    wal.purge(log_id(1, last - 5)).expect("purge");
+    append_durably(&wal, entries(1, last + 1..=last + 10)).expect("append");
+    assert_eq!(segment_count(dir.path()), 2, "the purge marker started segment 2");
+    // A later purge past segment 1's entries: the writer deletes it.
+    wal.purge(log_id(1, last + 2)).expect("purge past segment 1");
+    append_durably(&wal, vec![entry(1, last + 11)]).expect("append after the purge");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while segment_path(dir.path(), 1).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!segment_path(dir.path(), 1).exists(), "the first segment is deleted");
+    let expected = entries(1, last + 3..=last + 11);
+    assert_eq!(all_entries(&wal), expected);
+    close(wal, writer);
+    let (wal, writer) = open_real(dir.path()).expect("reopen after the deletion");
+    assert_eq!(all_entries(&wal), expected);
+    assert_eq!(wal.log_state(), (Some(log_id(1, last + 2)), Some(log_id(1, last + 11))));
+    append_durably(&wal, vec![entry(1, last + 12)]).expect("the log goes on");
+    close(wal, writer);
+
+    // Without the covering marker the same gap is damage: segment 1 lost
+    // while only the purge below its last entry was durable.
+    let lost = tempfile::tempdir().expect("tempdir");
+    let (wal, writer) = open_real(lost.path()).expect("open");
+    let last = fill_first_segment_exactly(&wal, lost.path());
+    wal.purge(log_id(1, last - 5)).expect("purge");
+    append_durably(&wal, entries(1, last + 1..=last + 3)).expect("append");
+    close(wal, writer);
+    std::fs::remove_file(segment_path(lost.path(), 1)).expect("lose segment 1");
+    match open_real(lost.path()) {
+        Err(WalError::Corrupt { detail, .. }) => {
+            assert!(detail.contains(&format!("up to index {last} are missing")), "{detail}");
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("a log missing entries no purge covers was opened"),
+    }
+}
+
 #[test]
 fn an_append_that_conflicts_replaces_the_suffix_and_a_matching_one_is_skipped() {
     let dir = tempfile::tempdir().expect("tempdir");
