@@ -23,10 +23,12 @@ const CI_SEEDS: u64 = 200;
 /// refused on reopen after a purge deleted its first segment (WAL recovery).
 const OPEN_FINDINGS: [(u64, &str); 1] = [(
     182,
-    "liveness: execution ex-b6-0-35 never finished, queued on every node. Deterministic since the HashMap fix: n2 \
-     was removed (voters n1 and n3), then n1 was partitioned from both at 54.7 s and repaired at 57.4 s, and no \
-     write committed again until 88 s, past the workers' 8 s drain (a 30 s outage after the partition healed, \
-     not found yet)",
+    "liveness: execution ex-b6-0-35 never finished, queued on every node: no write committed from 54.7 s to 88 s, \
+     past the workers' 8 s drain. n2 was removed (voters n1 and n3) and n1 partitioned from both at 54.7 s; turmoil \
+     dropped the segments n1 sent on its open connection to n3 (TCP would retransmit them), so after the repair at \
+     57.4 s that HTTP/2 connection hung until the keepalive (10 s + 5 s) reset it at 69.5 s; then n2, being re-added \
+     as a learner with a log 107 entries behind, campaigned as the voter it still thought it was, and each higher \
+     term it answered with made the leader step down, until 88 s (pre-vote, in openraft 0.10, is the known cure)",
 )];
 
 /// Every how many CI seeds one runs twice and must give the same trace
