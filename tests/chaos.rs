@@ -1,14 +1,21 @@
-//! The chaos harness against the real binary: one short schedule (kill plus
-//! partition) must be judged valid, and one planted bug (`early-ack`) must
+//! The chaos harness against the real binary: one short schedule (a leader
+//! SIGKILLed, a leader cut off by iptables, workers stalled past their
+//! leases, 40 s) must be judged valid, and one planted bug (`early-ack`) must
 //! be caught end to end (the simulation catches every planted bug:
 //! `crates/gavel-sim/tests/planted.rs`).
 //! Both run secure (the default): nodes over mutual TLS, the workload
 //! authenticated by certificate and authorized by its grants.
 //!
-//! The short schedule is what `.ci/run` runs (about two minutes). The
-//! planted-bug run builds a second `gavel` with `--features mutants` in its
-//! own target directory (`target/mutants`), so the binary every other test
-//! uses never contains them.
+//! The short schedule is the real-process smoke test of what the
+//! simulation's seeds cover in depth (kills, partitions, stalls and more,
+//! `crates/gavel-sim/tests/seeds.rs`): real processes, SIGKILL, iptables in
+//! network namespaces, TLS. It was 70 s of five faults (about two minutes
+//! of the suite); three of them, each fired at least twice, take 40 s.
+//!
+//! The planted-bug run needs a `gavel` built with `--features mutants`, the
+//! only build that reads `GAVEL_MUTANT` (scripts/test builds it first; see
+//! [`mutant_binary`]); every other test runs the suite's own binary, which
+//! refuses to start a node with the variable set.
 
 mod support;
 
@@ -81,11 +88,7 @@ fn a_short_kill_and_partition_schedule_is_judged_valid() {
         let (code, summary) = chaos(
             &support::gavel_binary(),
             &dir.path().join("run"),
-            &[
-                "--seed=20261130",
-                "--duration=70",
-                "--faults=kill-leader,kill-follower,partition-leader,partition-follower,worker-stall",
-            ],
+            &["--seed=20261130", "--duration=40", "--faults=kill-leader,partition-leader,worker-stall"],
         );
         eprintln!("summary of run {run}: {summary:#}");
         if code == 0 {
@@ -107,7 +110,7 @@ fn a_short_kill_and_partition_schedule_is_judged_valid() {
     };
     assert_eq!(summary["verdict"], "valid");
     assert_eq!(summary["secure"], true, "the chaos run is secure by default");
-    assert!(summary["faults"].as_u64().unwrap_or(0) >= 10, "every fault fired twice");
+    assert!(summary["faults"].as_u64().unwrap_or(0) >= 6, "every fault fired twice");
     assert!(summary["leader_changes"].as_u64().unwrap_or(0) >= 2);
     assert!(summary["late_rejected"].as_u64().unwrap_or(0) >= 20);
     assert!(summary["ok"].as_u64().unwrap_or(0) > 100, "the workload made progress");

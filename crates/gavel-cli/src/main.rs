@@ -125,14 +125,30 @@ fn served(outcome: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-/// The planted bug `GAVEL_MUTANT` names (chaos harness only).
-fn planted_bug_from_env() -> Option<gavel_core::mutants::Mutant> {
-    let name = std::env::var("GAVEL_MUTANT").ok()?;
+/// The planted bug `GAVEL_MUTANT` names (chaos harness only, in a build
+/// with the `mutants` feature).
+#[cfg(feature = "mutants")]
+fn planted_bug_from_env() -> anyhow::Result<Option<gavel_core::mutants::Mutant>> {
+    let Ok(name) = std::env::var("GAVEL_MUTANT") else { return Ok(None) };
     let found = gavel_core::mutants::Mutant::from_name(&name);
     if found.is_none() {
         eprintln!("GAVEL_MUTANT={name} names no planted bug; none is active");
     }
-    found
+    Ok(found)
+}
+
+/// A build without the `mutants` feature plants nothing: a node started
+/// with `GAVEL_MUTANT` set is refused rather than run without the bug the
+/// caller asked for.
+#[cfg(not(feature = "mutants"))]
+fn planted_bug_from_env() -> anyhow::Result<Option<gavel_core::mutants::Mutant>> {
+    match std::env::var_os("GAVEL_MUTANT") {
+        None => Ok(None),
+        Some(_) => anyhow::bail!(
+            "GAVEL_MUTANT is set, but this gavel has no planted bugs (build it with `--features mutants` for the chaos \
+             harness, or unset the variable)"
+        ),
+    }
 }
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (what Go
@@ -148,6 +164,7 @@ fn raise_descriptor_limit() -> std::io::Result<u64> {
 }
 
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let planted_bug = planted_bug_from_env()?;
     let security = node_security::node_security(args.id, &args.security)?;
     if security.tls.is_none() {
         tracing::warn!(
@@ -196,7 +213,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         bootstrap,
         settings: ServerSettings {
             retention: gavel_core::Retention { records_ms: args.retention_ms, events_ms: args.event_retention_ms },
-            planted_bug: planted_bug_from_env(),
+            planted_bug,
             overload: gavel_server::overload::OverloadLimits {
                 proposals_in_flight_max: usize::try_from(args.proposals_in_flight_max).unwrap_or(usize::MAX),
                 long_polls_max: usize::try_from(args.long_polls_max).unwrap_or(usize::MAX),

@@ -13,6 +13,25 @@ fn the_binary_prints_its_version() {
     assert_eq!(stdout.trim(), format!("gavel {}", env!("CARGO_PKG_VERSION")));
 }
 
+/// The planted bugs' code is in every build, but only a build with the
+/// `mutants` feature reads `GAVEL_MUTANT`: this one refuses to start a node
+/// with it set, before it touches the data directory or the port.
+#[test]
+fn a_node_of_a_build_without_planted_bugs_refuses_gavel_mutant() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data_dir = dir.path().join("data");
+    let output = Command::new(env!("CARGO_BIN_EXE_gavel"))
+        .args(["node", "--id", "1", "--listen", "127.0.0.1:0", "--insecure", "--data-dir"])
+        .arg(&data_dir)
+        .env("GAVEL_MUTANT", "early-ack")
+        .output()
+        .expect("run gavel node");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("GAVEL_MUTANT is set, but this gavel has no planted bugs"), "{stderr}");
+    assert!(!data_dir.exists(), "nothing was written");
+}
+
 #[test]
 fn an_unknown_command_is_a_usage_error() {
     let output = Command::new(env!("CARGO_BIN_EXE_gavel")).arg("no-such-command").output().expect("run gavel");

@@ -134,9 +134,10 @@ impl State {
     }
 
     /// Sets the planted bug this replica runs with; the shell passes it in
-    /// (from `GAVEL_MUTANT`, for the chaos harness). It takes effect only in a
-    /// build with the `mutants` feature and is not part of the replicated
-    /// state: set it again after [`State::restore`].
+    /// (from `GAVEL_MUTANT` in a `gavel` built with the `mutants` feature,
+    /// for the chaos harness; from the simulation's planted-bug test). It is
+    /// not part of the replicated state: set it again after
+    /// [`State::restore`].
     pub fn set_planted_bug(&mut self, planted_bug: Option<Mutant>) {
         self.planted_bug = planted_bug;
     }

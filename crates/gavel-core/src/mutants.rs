@@ -1,12 +1,16 @@
-//! Planted bugs for the chaos harness (cargo feature `mutants`).
+//! Planted bugs for the chaos harness and the simulation.
 //!
-//! A node built with `--features mutants` switches on the bug named by the
-//! `GAVEL_MUTANT` environment variable; the chaos harness then has to catch
-//! it. The shell reads the variable and passes the bug in as a value
-//! ([`crate::State::set_planted_bug`]); the state machine checks that value
-//! with [`is_planted`] and reads no environment. Without the feature every
-//! check is a constant `false` and the code behind it is compiled out. Release and test builds never enable it; the
-//! planted-bug test builds its own binary (see `docs/testing.md`).
+//! A planted bug is a value passed down from the shell
+//! ([`crate::State::set_planted_bug`], the server's and the Raft log's
+//! settings); the code checks it with [`is_planted`] and reads no
+//! environment. The code of every bug is in every build, and inert unless a
+//! value names it. Only two callers ever name one: a `gavel` built with the
+//! `mutants` cargo feature, which reads `GAVEL_MUTANT` (the chaos harness's
+//! `--mutant`; a `gavel` built without it refuses to start a node with the
+//! variable set), and the simulation's planted-bug test, which plants it in
+//! simulated nodes. Release builds and the binary the test suite runs have
+//! no way to name one (see docs/decisions.md, "Planted bugs compiled in
+//! every build, named only by a mutants shell").
 
 /// One planted bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,18 +68,8 @@ impl Mutant {
     }
 }
 
-/// Whether `mutant` is `planted`, the planted bug the shell passed in
-/// (always false without the `mutants` feature, so the code behind the
-/// check is compiled out).
+/// Whether `mutant` is `planted`, the planted bug the shell passed in.
 #[inline]
 pub fn is_planted(planted: Option<Mutant>, mutant: Mutant) -> bool {
-    #[cfg(feature = "mutants")]
-    {
-        planted == Some(mutant)
-    }
-    #[cfg(not(feature = "mutants"))]
-    {
-        let _ = (planted, mutant);
-        false
-    }
+    planted == Some(mutant)
 }

@@ -100,17 +100,18 @@ pub struct NodeConfig {
     /// Timings and snapshot policy.
     pub timings: RaftTimings,
     /// The planted bugs of the Raft log (chaos harness and simulation
-    /// only). They take effect only in a build with the `mutants` feature;
-    /// the shell sets them, the Raft layer reads no environment for them.
+    /// only). Every build has their code; only a shell built with the
+    /// `mutants` feature sets them, and the Raft layer reads no environment
+    /// for them.
     pub planted: PlantedLogBugs,
     /// Mutual TLS towards peers: `None` dials them in plaintext (a node
     /// started `--insecure`).
     pub peer_tls: Option<PeerTls>,
 }
 
-/// Planted bugs of the Raft log (see `gavel_core::mutants`): each takes
-/// effect only in a build with the `mutants` feature, and none is set
-/// outside the chaos harness and the simulation.
+/// Planted bugs of the Raft log (see `gavel_core::mutants`): none is set
+/// outside the chaos harness (a `gavel` built with the `mutants` feature)
+/// and the simulation's planted-bug test.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PlantedLogBugs {
     /// `early-ack`: log appends are acknowledged at once and written only

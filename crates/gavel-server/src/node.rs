@@ -37,9 +37,10 @@ pub struct ServerSettings {
     pub retention: Retention,
     /// Deadline for a forwarded call (plus any long-poll wait it carries).
     pub forward_timeout: Duration,
-    /// The planted bug this node runs with (chaos harness only; it takes
-    /// effect only in a build with the `mutants` feature). The shell passes
-    /// it in; nothing below the shell reads the environment for it.
+    /// The planted bug this node runs with (chaos harness and simulation
+    /// only: only a shell built with the `mutants` feature names one). The
+    /// shell passes it in; nothing below the shell reads the environment
+    /// for it.
     pub planted_bug: Option<gavel_core::mutants::Mutant>,
     /// How many calls of each kind this node takes at once ([`crate::overload`]).
     pub overload: crate::overload::OverloadLimits,
@@ -304,8 +305,8 @@ impl Node {
         Err(write_error_status(WriteError::ForwardToLeader { leader_id, leader_addr }))
     }
 
-    /// Whether this node runs with the planted bug `mutant` (only ever in a
-    /// build with the `mutants` feature, for the chaos harness).
+    /// Whether this node runs with the planted bug `mutant` (chaos harness
+    /// and simulation only).
     pub fn plants(&self, mutant: Mutant) -> bool {
         gavel_core::mutants::is_planted(self.settings.planted_bug, mutant)
     }

@@ -5,8 +5,8 @@
 //! length, until one is judged invalid or two replicas diverge. The catching
 //! seed, the checker and the one command that replays it are printed.
 //!
-//! Only in a build with the `mutants` feature (`required-features`): run
-//! `cargo test -p gavel-sim --features mutants --test planted`.
+//! Part of every `cargo test` (the bugs' code is in every build, inert
+//! unless a value names one); alone: `cargo test -p gavel-sim --test planted`.
 
 use std::time::{Duration, Instant};
 

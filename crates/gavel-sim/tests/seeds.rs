@@ -187,7 +187,7 @@ impl tracing_subscriber::fmt::time::FormatTime for SimulatedTime {
 
 /// Replays `GAVEL_SIM_SEED` (seed 1 when unset) and prints what it did;
 /// `GAVEL_SIM_HISTORY=path` writes its history as JSON lines;
-/// `GAVEL_SIM_MUTANT=name` plants that bug (in a `--features mutants` build).
+/// `GAVEL_SIM_MUTANT=name` plants that bug.
 #[test]
 fn replay_one_seed() {
     if std::env::var("GAVEL_SIM_LOG").is_ok() {

@@ -158,7 +158,7 @@ pub struct CoreApp {
 
 impl CoreApp {
     /// An empty application whose state machine runs with `planted_bug`
-    /// (`None` outside the chaos harness; it acts only in a `mutants` build).
+    /// (`None` outside the chaos harness and the simulation's planted-bug test).
     pub fn new(planted_bug: Option<Mutant>) -> Arc<CoreApp> {
         CoreApp::over(planted_bug, None)
     }

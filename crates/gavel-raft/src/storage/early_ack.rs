@@ -1,5 +1,5 @@
-//! Planted bug `early-ack` (feature `mutants`, switched on by
-//! `PlantedLogBugs::early_ack`, which the shell sets from `GAVEL_MUTANT`):
+//! Planted bug `early-ack` (switched on by `PlantedLogBugs::early_ack`,
+//! which a shell built with the `mutants` feature sets from `GAVEL_MUTANT`):
 //! log appends are acknowledged at once and written to the log only
 //! [`WRITE_DELAY`] later, like a write-back cache that acknowledges before
 //! the data is stable. Until then the entries live in this overlay, which

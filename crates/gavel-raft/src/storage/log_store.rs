@@ -56,7 +56,6 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
         let entries = self.shared.wal.entries(&range).map_err(read_error)?;
-        #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             let mut merged: std::collections::BTreeMap<u64, Entry> =
                 entries.into_iter().map(|entry| (entry.log_id.index, entry)).collect();
@@ -92,7 +91,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let (last_purged_log_id, last_log_id) = self.shared.wal.log_state();
-        #[cfg(feature = "mutants")]
         let last_log_id = match self.shared.early_ack.as_ref().and_then(|early_ack| early_ack.last()) {
             Some(entry) if Some(entry.log_id) > last_log_id => Some(entry.log_id),
             _ => last_log_id,
@@ -159,7 +157,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             // Planted bug: acknowledge at once, write later (see early_ack.rs).
             early_ack.append(self.shared.wal.clone(), entries.into_iter().collect(), self.shared.threading);
@@ -182,7 +179,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             early_ack.truncate(log_id.index);
         }
@@ -199,7 +195,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             early_ack.purge(log_id.index);
         }

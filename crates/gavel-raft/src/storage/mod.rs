@@ -69,7 +69,6 @@
 #![allow(clippy::result_large_err)]
 
 mod durability;
-#[cfg(feature = "mutants")]
 mod early_ack;
 mod log_store;
 pub(crate) mod snapshot_file;
@@ -136,7 +135,6 @@ pub(crate) struct Shared {
     snapshot_counts: Option<crate::io::SnapshotCounts>,
     /// The planted bug `early-ack`, when planted: entries acknowledged but
     /// not yet written.
-    #[cfg(feature = "mutants")]
     early_ack: Option<Arc<early_ack::Overlay>>,
 }
 
@@ -227,8 +225,8 @@ pub(crate) fn wal_dir(data_dir: &Path) -> PathBuf {
 }
 
 /// Opens (or creates) the store in `data_dir` and restores the application
-/// from the last snapshot; `plant_early_ack` plants the bug `early-ack` (only
-/// in a `mutants` build). Blocking: call from a blocking context.
+/// from the last snapshot; `plant_early_ack` plants the bug `early-ack`.
+/// Blocking: call from a blocking context.
 pub(crate) fn open(
     data_dir: &Path,
     app: Arc<dyn Application>,
@@ -239,15 +237,13 @@ pub(crate) fn open(
 }
 
 /// [`open`] on the IO `io` gives: the log's disk and who writes it, with
-/// the log's `planted` bugs (only in a `mutants` build).
+/// the log's `planted` bugs.
 pub(crate) fn open_with(
     data_dir: &Path,
     app: Arc<dyn Application>,
     planted: crate::config::PlantedLogBugs,
     io: &crate::io::RaftIo,
 ) -> Result<OpenedStorage, RaftError> {
-    #[cfg(not(feature = "mutants"))]
-    let _ = planted;
     let storage_error =
         |what: &str, e: &dyn std::fmt::Display| RaftError::Storage(format!("{what} in {}: {e}", data_dir.display()));
     let sled_dir = sled_dir(data_dir);
@@ -277,7 +273,6 @@ pub(crate) fn open_with(
     let threading = io.threading();
     let (wal, wal_writer) = Wal::open_threaded(&wal_dir(data_dir), log_fs, segment_bytes, threading)
         .map_err(|e| RaftError::Storage(e.to_string()))?;
-    #[cfg(feature = "mutants")]
     wal.plant(planted);
     durability::sync_created_files(data_dir, &sled_dir)
         .map_err(|e| storage_error("cannot fsync the new database files", &e))?;
@@ -295,7 +290,6 @@ pub(crate) fn open_with(
         threading,
         sim_disk: io.slow_disk(),
         snapshot_counts: io.snapshot_counts(),
-        #[cfg(feature = "mutants")]
         early_ack: planted.early_ack.then(Arc::default),
     });
     shared.tidy_snapshot_dir().map_err(|e| storage_error("cannot prepare the snapshot directory", &e))?;

@@ -237,13 +237,11 @@ struct WalShared {
     /// Serializes vote writes (they share one temporary file).
     vote: Mutex<()>,
     /// The log's planted bugs, set once after opening ([`Wal::plant`]).
-    #[cfg(feature = "mutants")]
     planted: std::sync::OnceLock<crate::config::PlantedLogBugs>,
 }
 
 impl WalShared {
     /// The log's planted bugs (none until [`Wal::plant`]).
-    #[cfg(feature = "mutants")]
     fn planted(&self) -> crate::config::PlantedLogBugs {
         self.planted.get().copied().unwrap_or_default()
     }
@@ -331,7 +329,6 @@ impl Wal {
             fs,
             index: Mutex::new(recovered.index),
             vote: Mutex::new(()),
-            #[cfg(feature = "mutants")]
             planted: std::sync::OnceLock::new(),
         });
         let inline = threading == Threading::Inline;
@@ -535,8 +532,7 @@ impl Wal {
         Ok(entries)
     }
 
-    /// Plants the log's bugs `planted` (feature `mutants`; the first call wins).
-    #[cfg(feature = "mutants")]
+    /// Plants the log's bugs `planted` (the first call wins).
     pub(crate) fn plant(&self, planted: crate::config::PlantedLogBugs) {
         let _ = self.shared.planted.set(planted);
     }
@@ -544,7 +540,6 @@ impl Wal {
     /// Makes `vote` durable. Blocking (two fsyncs and a rename).
     pub(crate) fn save_vote(&self, vote: &Vote) -> Result<(), WalError> {
         let _one_at_a_time = self.shared.vote.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        #[cfg(feature = "mutants")]
         if self.shared.planted().unsynced_vote && vote::overwrite_unsynced(&*self.shared.fs, &self.shared.dir, vote)? {
             // Planted bug: the vote is granted before it is durable.
             return Ok(());

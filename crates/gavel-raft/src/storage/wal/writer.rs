@@ -240,10 +240,7 @@ impl Writer {
         let started = std::time::Instant::now();
         self.write_out(&mut buffer)?;
         let written_at = std::time::Instant::now();
-        #[cfg(feature = "mutants")]
         let skip_sync = self.shared.planted().unsynced_append;
-        #[cfg(not(feature = "mutants"))]
-        let skip_sync = false;
         // Planted bug `unsynced-append`: acknowledged after the write alone.
         if !skip_sync {
             self.file.sync_data().map_err(|e| WalError::io("fdatasync of the raft log failed", &e))?;

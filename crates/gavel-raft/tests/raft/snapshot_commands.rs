@@ -1,9 +1,7 @@
 //! The command-count snapshot policy: a node snapshots once enough commands
 //! were applied, however few log entries carried them.
 
-mod common;
-
-use common::{put, test_timings, wait_status, Cluster};
+use crate::common::{put, test_timings, wait_status, Cluster};
 use gavel_raft::RaftTimings;
 
 /// Commands per snapshot in this test.

@@ -1,11 +1,9 @@
 //! Snapshots across the cluster: building, purging, catching up a new node
 //! through install-snapshot, and restarting from a snapshot.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{put, test_timings, wait_status, Cluster, TestNode};
+use crate::common::{self, put, test_timings, wait_status, Cluster, TestNode};
 use gavel_raft::RaftTimings;
 
 fn small_snapshot_timings() -> RaftTimings {

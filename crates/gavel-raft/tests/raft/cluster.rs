@@ -1,11 +1,9 @@
 //! Three in-process nodes on loopback over real gRPC, with real sled storage.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{put, test_timings, wait_status, Cluster, WAIT};
+use crate::common::{put, test_timings, wait_status, Cluster, WAIT};
 use gavel_raft::{LeaderRoute, Role, WriteError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -2,14 +2,12 @@
 //! in flight proposes alone from its own task, and cancelling it mid-flight
 //! must not strand the writes that queued behind it.
 
-mod common;
-
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use common::{test_timings, Cluster, WAIT};
+use crate::common::{test_timings, Cluster, WAIT};
 
 /// Rounds of one cancelled write with writes queued behind it.
 const ROUNDS: usize = 20;
