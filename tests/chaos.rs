@@ -174,7 +174,7 @@ fn a_planted_bug_is_caught_by_the_process_harness() {
     let started = Instant::now();
     let mutant_arg = format!("--mutant={mutant}");
     let fault_arg = format!("--faults={fault}");
-    let args = [mutant_arg.as_str(), "--seed=7", "--duration=30", fault_arg.as_str()];
+    let args = [mutant_arg.as_str(), "--seed=7", "--duration=20", fault_arg.as_str()];
     let (code, summary) = chaos(&binary, &dir.path().join(mutant), &args);
     let caught_by: Vec<String> = summary["checkers"]
         .as_array()
