@@ -147,8 +147,8 @@ impl State {
         self.planted_bug
     }
 
-    /// Whether `mutant` is the planted bug (a constant false without the
-    /// `mutants` feature, so the code behind it is compiled out).
+    /// Whether `mutant` is the planted bug (none unless the shell named one:
+    /// `crate::mutants`).
     #[inline]
     fn planted(&self, mutant: Mutant) -> bool {
         crate::mutants::is_planted(self.planted_bug, mutant)

@@ -94,8 +94,8 @@ pub struct SimConfig {
     /// How much simulated time one turmoil step advances every host: the
     /// network delivers between steps, so it is also the least latency.
     pub tick: Duration,
-    /// The planted bug every node runs with (it takes effect only in a
-    /// build with the `mutants` feature, see [`planted`]).
+    /// The planted bug every node runs with (set only by the planted-bug
+    /// test and its replays, see [`planted`]).
     pub planted_bug: Option<Mutant>,
 }
 
