@@ -41,13 +41,18 @@ pub const PROMOTE_LAG_ENTRIES_MAX: u64 = 64;
 /// restarted peer is contacted again within this time.
 pub const UNREACHABLE_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-/// Interval of HTTP/2 keepalive pings on peer connections: detects a dead
-/// peer connection (half-open TCP) without waiting for the OS.
-pub const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// Interval of HTTP/2 keepalive pings on peer connections: a ping goes out
+/// after this long with nothing received, and detects a dead peer connection
+/// (half-open TCP, or one that lost segments) without waiting for the OS.
+/// Two seconds is 13 missed heartbeats and past every election timeout: a
+/// connection carrying heartbeats is never pinged, an idle one gets a small
+/// frame every 2 s. It was 10 s, and a hung connection
+/// stalled replication for 15 s (the simulation's seed 182, docs/decisions.md).
+pub const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// How long a keepalive ping may stay unanswered before the peer connection
-/// is considered dead and re-established.
-pub const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// is considered dead, dropped, and dialed anew by the next RPC.
+pub const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// sled's page cache size. sled's default (1 GiB) is far more than the log
 /// suffix and one snapshot need.

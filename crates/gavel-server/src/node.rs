@@ -113,6 +113,12 @@ impl Clock {
         Clock(Some(Arc::new(now_ms)))
     }
 
+    /// Milliseconds since the Unix epoch on a simulator's clock; `None` on
+    /// the OS clock.
+    pub fn injected_now_ms(&self) -> Option<u64> {
+        self.0.as_ref().map(|now_ms| now_ms())
+    }
+
     /// Milliseconds since the Unix epoch on this clock.
     pub fn now_ms(&self) -> u64 {
         match &self.0 {
