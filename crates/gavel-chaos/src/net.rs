@@ -369,7 +369,17 @@ fn ensure_iptables_installed() -> Result<()> {
             let install = || {
                 let result = run_with_timeout(
                     "env",
-                    &["DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "iptables"],
+                    // Waits for the dpkg lock (the suite may be installing
+                    // chromium beside it, scripts/test) instead of failing.
+                    &[
+                        "DEBIAN_FRONTEND=noninteractive",
+                        "apt-get",
+                        "-o",
+                        "DPkg::Lock::Timeout=240",
+                        "install",
+                        "-y",
+                        "iptables",
+                    ],
                     INSTALL_TIMEOUT,
                 );
                 match &result {
@@ -380,7 +390,7 @@ fn ensure_iptables_installed() -> Result<()> {
             };
             let mut outcome = install();
             if outcome.is_err() {
-                let update = run_with_timeout("apt-get", &["update"], INSTALL_TIMEOUT);
+                let update = run_with_timeout("apt-get", &["-o", "DPkg::Lock::Timeout=240", "update"], INSTALL_TIMEOUT);
                 tracing::info!("apt-get update: {:?}", update.as_ref().map(|_| "ok"));
                 outcome = install();
             }
