@@ -9,12 +9,10 @@
 set -euo pipefail
 package="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$package/../.." && pwd)"
-target="${CARGO_TARGET_DIR:-$root/target}/python"
-venv="$target/venv"
-dist="$target/dist"
-
 # The venv and its pinned requirements (a no-op once they are there).
-"$package/scripts/venv.sh"
+venv="$("$package/scripts/venv.sh")"
+target="$(dirname "$venv")"
+dist="$target/dist"
 
 # Lint and format check of the package, its tests and examples.
 "$venv/bin/ruff" check --quiet "$package"

@@ -3,6 +3,7 @@
 # requirements installed again only when the list below changes. Called by
 # test.sh, and by scripts/test beside the Rust build (the install is mostly
 # downloading and unpacking), so that the Python stage finds it ready.
+# Prints the venv's path (and nothing else on stdout).
 set -euo pipefail
 package="$(cd "$(dirname "$0")/.." && pwd)"
 root="$(cd "$package/../.." && pwd)"
@@ -19,9 +20,10 @@ requirements=(
 stamp="$venv/.gavel-requirements"
 wanted="$(printf '%s\n' "${requirements[@]}")"
 if [[ ! -x "$venv/bin/python" ]]; then
-  "$python" -m venv "$venv"
+  "$python" -m venv "$venv" >&2
 fi
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$wanted" ]]; then
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --prefer-binary "${requirements[@]}"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --prefer-binary "${requirements[@]}" >&2
   printf '%s\n' "$wanted" > "$stamp"
 fi
+echo "$venv"
