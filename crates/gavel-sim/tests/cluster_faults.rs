@@ -15,11 +15,15 @@ use gavel_sim::{replay_command, run_seed, SimConfig, SimReport};
 /// install, 2 membership changes).
 const SNAPSHOT_AND_MEMBERSHIP_SEED: u64 = 7;
 
-/// A seed that removes voter n1 while n1 leads, and sends the add-back to
-/// n1 in the moment after its removal was applied and before it stepped
-/// down: openraft 0.9 accepted the change on a leader outside its own
+/// A seed that removed voter n1 while n1 led, and sent the add-back to n1
+/// in the moment after its removal was applied and before it stepped down:
+/// openraft 0.9 accepted the change on a leader outside its own
 /// configuration and panicked (a debug assertion), until `gavel-raft`
 /// refused membership changes on such a leader (`RaftNode::refuse_if_stepping_down`).
+/// Since the peer keepalive became 2 s + 3 s (a66e3d6) the seed's run
+/// differs: it still removes n1 and adds it back, validly, but the add-back
+/// succeeds on its first try and no snapshot is installed; none of seeds
+/// 1-120 at 15 s reaches the refusal now (docs/testing.md).
 const REMOVED_LEADER_SEED: u64 = 13;
 
 /// More seeds with an install, replayed twice (before the clock and disk
@@ -39,10 +43,14 @@ fn run(seed: u64) -> SimReport {
 }
 
 fn assert_installs_and_changes_membership_validly(report: &SimReport) {
+    assert!(report.snapshots_installed >= 1, "seed {} installed no snapshot: {:?}", report.seed, report.faults);
+    assert_changes_membership_validly(report);
+}
+
+fn assert_changes_membership_validly(report: &SimReport) {
     let seed = report.seed;
     assert!(!report.failed(), "seed {seed} failed: {:?}\n  replay: {}", report.failures(), replay_command(seed));
     assert!(report.snapshots_built >= 3, "seed {seed} built {} snapshots", report.snapshots_built);
-    assert!(report.snapshots_installed >= 1, "seed {seed} installed no snapshot: {:?}", report.faults);
     assert_eq!(report.membership_changes, 2, "seed {seed}: the removal and the addition: {:?}", report.faults);
     assert!(report.faults.iter().any(|fault| fault.contains("remove voter n")), "{:?}", report.faults);
     // Every node is running, votes again, and applied the same log to the same state.
@@ -67,11 +75,13 @@ fn a_seed_installs_a_snapshot_and_changes_the_voters_validly() {
     assert_installs_and_changes_membership_validly(&run(SNAPSHOT_AND_MEMBERSHIP_SEED));
 }
 
-/// The removed leader refuses the add-back until it has stepped down; the
-/// admin's retry reaches the new leader, and the run stays valid.
+/// A voter removed and added back under partitions, held messages and
+/// clock jumps: the run stays valid and every node ends a voter on one
+/// state. (It was the removed-leader refusal's seed; see
+/// [`REMOVED_LEADER_SEED`].)
 #[test]
-fn a_removed_leader_refuses_membership_changes_until_it_steps_down() {
-    assert_installs_and_changes_membership_validly(&run(REMOVED_LEADER_SEED));
+fn a_voter_removed_and_added_back_under_faults_ends_valid() {
+    assert_changes_membership_validly(&run(REMOVED_LEADER_SEED));
 }
 
 /// Two runs of the seed, side by side on two threads, give one trace hash.
