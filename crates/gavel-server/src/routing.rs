@@ -158,10 +158,10 @@ where
 
 /// On a node with a simulator's clock, stamps each response's `date` header
 /// from that clock. hyper stamps the OS clock's otherwise (it keeps a `date`
-/// already there), and the OS time's HPACK encoding changes the bytes, and
-/// at times the segments, a simulated node sends: two runs of seed 1 beside
-/// another simulation sent different `date` values at 32.3 s and parted at
-/// 32.8 s (docs/testing.md). On the OS clock, hyper's cached header stays.
+/// already there), so the wall time leaked into the bytes a simulated node
+/// sends: two runs of seed 1 sent different `date` values at 32.3 s (their
+/// histories did not differ for it; docs/decisions.md, "Peer keepalive").
+/// On the OS clock, hyper's cached header stays.
 fn stamp_date(node: &Node, response: &mut Response<Body>) {
     let Some(now_ms) = node.clock.injected_now_ms() else { return };
     let now = std::time::UNIX_EPOCH + Duration::from_millis(now_ms);
