@@ -127,6 +127,9 @@ pub struct Workload {
     pub executions: Mutex<Vec<String>>,
     /// Late reports sent.
     pub late_reports: AtomicU64,
+    /// Worker stalls the drain cut short (the stall would have run on past
+    /// the start of the drain).
+    pub stalls_cut_by_drain: AtomicU64,
     /// The workload principal's TLS (none on an insecure cluster).
     tls: Option<ClientTls>,
     /// The voters (`kind:id`) and their TLS; none on an insecure cluster.
@@ -333,6 +336,7 @@ impl Workload {
             approvals: Mutex::new(Vec::new()),
             executions: Mutex::new(Vec::new()),
             late_reports: AtomicU64::new(0),
+            stalls_cut_by_drain: AtomicU64::new(0),
             tls,
             voters: Vec::new(),
             config,
@@ -817,7 +821,10 @@ impl Workload {
             // judged by `liveness`).
             late = tokio::select! {
                 biased;
-                () = self.stop_clients.cancelled() => false,
+                () = self.stop_clients.cancelled() => {
+                    self.stalls_cut_by_drain.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
                 () = tokio::time::sleep(Duration::from_millis(past)) => true,
             };
         } else if roll >= 80 {

@@ -164,6 +164,17 @@ impl SimDisk {
         self.0.set_latency(latency);
     }
 
+    /// The vote saved on this disk by the node whose data directory is
+    /// `data_dir`, if any (read as a restart would read it; call it while
+    /// no node runs on the disk, after [`SimDisk::crash`]). An error is a
+    /// vote file that does not check out, a sentence.
+    pub fn saved_vote(&self, data_dir: &std::path::Path) -> Result<Option<crate::VoteMark>, String> {
+        let dir = crate::storage::wal_dir(data_dir);
+        crate::storage::wal::read_saved_vote(&*self.0, &dir)
+            .map(|vote| vote.as_ref().map(crate::typ::vote_mark))
+            .map_err(|error| error.to_string())
+    }
+
     /// How many writes a crash now would lose.
     pub fn unsynced_writes(&self) -> usize {
         self.0.unsynced_writes()

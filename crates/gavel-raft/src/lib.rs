@@ -92,7 +92,7 @@ pub use node::{CatchUp, RaftNode};
 pub use pb::raft_service_server::RaftServiceServer;
 pub use runtime::{seed_thread_rng, unseed_thread_rng};
 pub use service::RaftGrpcService;
-pub use status::{LeaderProgress, LeaderRoute, Member, RaftStatus, Role};
+pub use status::{LeaderProgress, LeaderRoute, Member, RaftStatus, Role, VoteMark};
 
 /// Measurement hooks for `examples/fsync_cost.rs`; not part of the API.
 #[doc(hidden)]

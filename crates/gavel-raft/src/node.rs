@@ -308,6 +308,14 @@ impl RaftNode {
         status_from_metrics(&self.inner.raft.metrics().borrow())
     }
 
+    /// The vote this node has saved and acts on: openraft reports a vote
+    /// only once the log store has made it durable (a node grants or
+    /// follows nothing on a vote it has not saved), so a crash must never
+    /// bring back an older one. The simulation checks that.
+    pub fn saved_vote(&self) -> crate::VoteMark {
+        crate::typ::vote_mark(&self.inner.raft.metrics().borrow().vote)
+    }
+
     /// The leader's view of replication, for monitoring; `None` unless this
     /// node is the leader. Read from the metrics on demand, not part of
     /// [`RaftStatus`], whose watchers would otherwise wake on every heartbeat.

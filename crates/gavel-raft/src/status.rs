@@ -28,6 +28,28 @@ pub struct Member {
     pub voter: bool,
 }
 
+/// A vote as Raft keeps it on disk: the term, the node voted for (the
+/// leader, once granted), and whether a quorum granted it. Ordered as
+/// openraft orders votes: by term, then node, then granted; a node's vote
+/// never goes back, across crashes included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VoteMark {
+    /// The term.
+    pub term: u64,
+    /// The node voted for.
+    pub node_id: u64,
+    /// Whether a quorum granted the vote (the node leads, or follows the
+    /// leader of this term).
+    pub committed: bool,
+}
+
+impl std::fmt::Display for VoteMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stage = if self.committed { "elected" } else { "a candidate" };
+        write!(f, "term {} for n{} ({stage})", self.term, self.node_id)
+    }
+}
+
 /// What this node currently knows about the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RaftStatus {

@@ -35,6 +35,11 @@ pub(crate) type Entry = openraft::Entry<TypeConfig>;
 pub(crate) type LogId = openraft::LogId<NodeId>;
 /// A vote (term and candidate).
 pub(crate) type Vote = openraft::Vote<NodeId>;
+
+/// The plain form of a vote, for the crate's users.
+pub(crate) fn vote_mark(vote: &Vote) -> crate::VoteMark {
+    crate::VoteMark { term: vote.leader_id.term, node_id: vote.leader_id.node_id, committed: vote.committed }
+}
 /// A membership with the log id that introduced it.
 pub(crate) type StoredMembership = openraft::StoredMembership<NodeId, Node>;
 /// Snapshot metadata: last included log id, membership, id.

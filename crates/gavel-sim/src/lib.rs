@@ -169,8 +169,9 @@ pub struct SimReport {
     /// The history itself (the chaos harness's format).
     pub history: Vec<Entry>,
     /// Replicas at the same applied index whose states differ (a
-    /// divergence), membership changes the admin gave up on, and voters
-    /// that did not catch up by the end: each as a sentence.
+    /// divergence), membership changes the admin gave up on, voters that
+    /// did not catch up by the end, and votes a crash took back: each as a
+    /// sentence.
     pub divergences: Vec<String>,
     /// Snapshots the nodes built and stored, over every node and restart.
     pub snapshots_built: u64,
@@ -179,6 +180,8 @@ pub struct SimReport {
     /// Membership changes carried out (a removal, or an addition with its
     /// promotion, counts one).
     pub membership_changes: u64,
+    /// Worker stalls the start of the drain cut short.
+    pub stalls_cut_by_drain: u64,
 }
 
 impl SimReport {
@@ -290,6 +293,77 @@ struct SimNode {
     clock: clock_disk::NodeClock,
     /// Whether its disk is full now (a restart waits for space).
     disk_full: std::cell::Cell<bool>,
+    /// Votes a crash took back, each as a sentence ([`crash_node`]).
+    lost_votes: RefCell<Vec<String>>,
+}
+
+impl SimNode {
+    /// Node `id`, with an empty disk and its data directory under `scratch`.
+    fn new(id: u64, scratch: &std::path::Path) -> Result<SimNode, SimError> {
+        let data_dir = scratch.join(host_name(id));
+        std::fs::create_dir_all(&data_dir).map_err(SimError::DataDir)?;
+        Ok(SimNode {
+            id,
+            disk: gavel_raft::SimDisk::new(),
+            snapshots: gavel_raft::SnapshotCounts::default(),
+            data_dir,
+            running: Rc::default(),
+            clock: clock_disk::NodeClock::default(),
+            disk_full: std::cell::Cell::new(false),
+            lost_votes: RefCell::default(),
+        })
+    }
+}
+
+/// Adds `node`'s host to `sim`: a real node (gRPC edge, Raft, WAL, core,
+/// cold store) on the node's simulated disk, clock and network, started
+/// again from its disk each time the simulator restarts the host.
+fn add_node_host(
+    sim: &mut turmoil::Sim<'_>,
+    node: &SimNode,
+    peers: &BTreeMap<u64, String>,
+    planted_bug: Option<Mutant>,
+) {
+    let id = node.id;
+    let (disk, snapshots, data_dir, running, peers, clock) = (
+        node.disk.clone(),
+        node.snapshots.clone(),
+        node.data_dir.clone(),
+        node.running.clone(),
+        peers.clone(),
+        node.clock.clone(),
+    );
+    sim.host(host_name(id), move || {
+        let (disk, snapshots, data_dir, running, peers) =
+            (disk.clone(), snapshots.clone(), data_dir.clone(), running.clone(), peers.clone());
+        let clock = clock.clock();
+        async move {
+            let listener = turmoil::net::TcpListener::bind(("0.0.0.0", net::NODE_PORT)).await?;
+            let addr = listener.local_addr()?;
+            let options = NodeOptions {
+                id,
+                advertise: format!("{}:{}", host_name(id), net::NODE_PORT),
+                peers,
+                data_dir,
+                timings: timings(),
+                bootstrap: id == 1,
+                settings: ServerSettings { audit_checkpoints: false, planted_bug, ..ServerSettings::default() },
+                security: Security::insecure(),
+            };
+            let io = InjectedIo {
+                addr,
+                incoming: net::incoming(listener),
+                raft: gavel_raft::RaftIo::simulated(net::dial(), disk).counting_snapshots(snapshots),
+                dial: net::dial(),
+                clock,
+            };
+            let node = gavel_server::server::start_serving(options, Serving::Injected(io)).await?;
+            *running.borrow_mut() = Arc::downgrade(&node.node);
+            // Serves until the simulator crashes this host.
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+    });
 }
 
 /// Runs one seed: builds the cluster and the workload, injects the seed's
@@ -315,58 +389,9 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         .build();
 
     let mut nodes = Vec::new();
-    let planted_bug = config.planted_bug;
     for id in ids {
-        let data_dir = scratch.path().join(host_name(id));
-        std::fs::create_dir_all(&data_dir).map_err(SimError::DataDir)?;
-        let node = SimNode {
-            id,
-            disk: gavel_raft::SimDisk::new(),
-            snapshots: gavel_raft::SnapshotCounts::default(),
-            data_dir,
-            running: Rc::default(),
-            clock: clock_disk::NodeClock::default(),
-            disk_full: std::cell::Cell::new(false),
-        };
-        let (disk, snapshots, data_dir, running, peers, clock) = (
-            node.disk.clone(),
-            node.snapshots.clone(),
-            node.data_dir.clone(),
-            node.running.clone(),
-            peers.clone(),
-            node.clock.clone(),
-        );
-        sim.host(host_name(id), move || {
-            let (disk, snapshots, data_dir, running, peers) =
-                (disk.clone(), snapshots.clone(), data_dir.clone(), running.clone(), peers.clone());
-            let clock = clock.clock();
-            async move {
-                let listener = turmoil::net::TcpListener::bind(("0.0.0.0", net::NODE_PORT)).await?;
-                let addr = listener.local_addr()?;
-                let options = NodeOptions {
-                    id,
-                    advertise: format!("{}:{}", host_name(id), net::NODE_PORT),
-                    peers,
-                    data_dir,
-                    timings: timings(),
-                    bootstrap: id == 1,
-                    settings: ServerSettings { audit_checkpoints: false, planted_bug, ..ServerSettings::default() },
-                    security: Security::insecure(),
-                };
-                let io = InjectedIo {
-                    addr,
-                    incoming: net::incoming(listener),
-                    raft: gavel_raft::RaftIo::simulated(net::dial(), disk).counting_snapshots(snapshots),
-                    dial: net::dial(),
-                    clock,
-                };
-                let node = gavel_server::server::start_serving(options, Serving::Injected(io)).await?;
-                *running.borrow_mut() = Arc::downgrade(&node.node);
-                // Serves until the simulator crashes this host.
-                std::future::pending::<()>().await;
-                Ok(())
-            }
-        });
+        let node = SimNode::new(id, scratch.path())?;
+        add_node_host(&mut sim, &node, &peers, config.planted_bug);
         nodes.push(node);
     }
 
@@ -386,8 +411,10 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     let stall = Rc::new(RefCell::new(None::<Arc<std::sync::atomic::AtomicBool>>));
     // What the workload touched, for the final reads.
     let touched = Rc::new(RefCell::new(finals::Touched::default()));
+    let stalls_cut_by_drain = Rc::new(std::cell::Cell::new(0u64));
     {
         let touched = touched.clone();
+        let stalls_cut_by_drain = stalls_cut_by_drain.clone();
         let (recorder, finished, config) = (recorder.clone(), finished.clone(), config.clone());
         let stall = stall.clone();
         let workload_config = WorkloadConfig {
@@ -418,6 +445,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
             for worker in workers {
                 let _ = worker.await;
             }
+            stalls_cut_by_drain.set(workload.stalls_cut_by_drain.load(std::sync::atomic::Ordering::Relaxed));
             *touched.borrow_mut() = finals::Touched {
                 approvals: workload.approvals.lock().map(|ids| ids.clone()).unwrap_or_default(),
                 executions: workload.executions.lock().map(|ids| ids.clone()).unwrap_or_default(),
@@ -535,6 +563,9 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     let ends = node_ends(&nodes);
     let mut divergences = stuck_changes;
     divergences.extend(lagging_voters(&ends));
+    for node in &nodes {
+        divergences.append(&mut node.lost_votes.borrow_mut());
+    }
     for (i, a) in ends.iter().enumerate() {
         for b in &ends[i + 1..] {
             if a.last_applied_index.is_some()
@@ -572,6 +603,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         snapshots_built,
         snapshots_installed,
         membership_changes,
+        stalls_cut_by_drain: stalls_cut_by_drain.get(),
     })
 }
 
@@ -706,6 +738,12 @@ fn apply_fault(
 /// Crashes `node`'s host, then its disk (losing unsynced writes but a torn
 /// prefix chosen by `torn`); it restarts after `down`. Returns how many
 /// unsynced writes the disk dropped, whole or in part.
+///
+/// It also follows the node's vote across the crash, a state check of the
+/// replica rather than of the history: the vote the node had saved and
+/// acted on (granted, or followed a leader by) must still be on its disk,
+/// or a newer one. A vote taken back lets the node vote twice in one term,
+/// which no client may ever see happen; it goes to `lost_votes`.
 fn crash_node(
     sim: &mut turmoil::Sim<'_>,
     node: &SimNode,
@@ -728,6 +766,7 @@ fn crash_node(
     for other in &others {
         sim.partition(host.as_str(), other.as_str());
     }
+    let saved_vote = node.running.borrow().upgrade().map(|running| running.raft.saved_vote());
     sim.crash(host.as_str());
     for other in &others {
         sim.repair(host.as_str(), other.as_str());
@@ -740,6 +779,21 @@ fn crash_node(
         sim.hold(host_name(*a), host_name(*b));
     }
     let dropped = node.disk.crash(torn);
+    if let Some(saved) = saved_vote {
+        let lost = match node.disk.saved_vote(&node.data_dir) {
+            Ok(Some(on_disk)) if on_disk >= saved => None,
+            Ok(Some(on_disk)) => Some(format!("its disk holds the older vote {on_disk}")),
+            Ok(None) => Some("its disk holds no vote".to_string()),
+            Err(error) => Some(format!("its vote file does not read back: {error}")),
+        };
+        if let Some(lost) = lost {
+            node.lost_votes.borrow_mut().push(format!(
+                "n{} lost its vote in a crash at {} ms: it had saved {saved}, and {lost}",
+                node.id,
+                now.as_millis()
+            ));
+        }
+    }
     crashed.push((node.id, now + down));
     dropped
 }
@@ -798,4 +852,56 @@ fn trace_hash(history: &[Entry], faults: &[String], nodes: &[NodeEnd]) -> String
         );
     }
     hex::encode(hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated node dates its responses by its own clock (the
+    /// simulated wall clock plus its skew), not by the machine's: hyper's
+    /// `date` header from the OS clock made the bytes a node sent differ
+    /// from run to run (docs/decisions.md, "Peer keepalive 2 s + 3 s, and
+    /// a simulated node's date header").
+    #[test]
+    fn a_simulated_node_dates_its_responses_by_its_own_clock() {
+        /// Far from both the simulated epoch and the machine's date.
+        const SKEW_MS: i64 = 400 * 24 * 3600 * 1000;
+        let scratch = tempfile::tempdir().expect("a scratch directory");
+        let mut sim = turmoil::Builder::new()
+            .simulation_duration(Duration::from_secs(60))
+            .epoch(UNIX_EPOCH + Duration::from_millis(EPOCH_MS))
+            .build();
+        let node = SimNode::new(1, scratch.path()).expect("a node");
+        node.clock.set(SKEW_MS);
+        let peers = BTreeMap::from([(1, format!("n1:{}", net::NODE_PORT))]);
+        add_node_host(&mut sim, &node, &peers, None);
+        sim.client("probe", async move {
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://n1:{}", net::NODE_PORT))?;
+            let mut health = tonic_health::pb::health_client::HealthClient::new(net::dial()(endpoint));
+            let mut tries = 0;
+            let response = loop {
+                // The host may not listen yet.
+                match health.check(tonic_health::pb::HealthCheckRequest::default()).await {
+                    Ok(response) => break response,
+                    Err(error) if tries < 50 => {
+                        tries += 1;
+                        tracing::debug!("not serving yet: {error}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            };
+            let node_ms = simulated_wall_clock_ms().saturating_add_signed(SKEW_MS);
+            let date = response.metadata().get("date").expect("a date header").to_str()?.to_string();
+            let dated_ms = httpdate::parse_http_date(&date)?.duration_since(UNIX_EPOCH)?.as_millis() as u64;
+            // The header has whole seconds, stamped a tick or two earlier.
+            assert!(
+                dated_ms <= node_ms && node_ms - dated_ms < 2_000,
+                "dated {date} ({dated_ms} ms), the node's clock read {node_ms} ms"
+            );
+            Ok(())
+        });
+        sim.run().expect("the probe got a dated response");
+    }
 }

@@ -179,6 +179,14 @@ fn a_stall_at_the_drain_ends_with_the_drain() {
     let config = SimConfig { workload_time: Duration::from_secs(10), ..config() };
     for seed in STALL_AT_DRAIN_SEEDS {
         let report = run(seed, &config).unwrap_or_else(|error| panic!("{error}"));
+        // The scenario itself: a stall was under way when the drain began.
+        // A seed whose run drifts away from it fails here, not silently.
+        assert!(
+            report.stalls_cut_by_drain > 0,
+            "seed {} no longer has a worker stalled as the drain begins; pick seeds that do\n  replay: {}",
+            report.seed,
+            replay_command(report.seed)
+        );
         assert!(
             !report.failed(),
             "seed {} failed: {:?}\n  replay: {}",

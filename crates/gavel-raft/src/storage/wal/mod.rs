@@ -552,3 +552,9 @@ impl Wal {
         vote::read(&*self.shared.fs, &self.shared.dir)
     }
 }
+
+/// The vote saved in the log directory `dir` of `fs`, if any, read without
+/// opening the log (a simulator reads a crashed node's disk).
+pub(crate) fn read_saved_vote(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Vote>, WalError> {
+    vote::read(fs, dir)
+}
