@@ -43,7 +43,16 @@ impl InProcessCluster {
                 data_dir: dir.path().join(format!("n{id}")),
                 timings: RaftTimings::default(),
                 bootstrap: bootstrap && id == 1,
-                settings: gavel_server::node::ServerSettings::default(),
+                // No audit checkpoints: each node's checkpointer registers
+                // its note key through the log as soon as it sees a leader,
+                // at a moment of its own, and the tests here compare the
+                // leader's log before and after a call (a forwarded call
+                // "reached the log" when a key registration landed meanwhile:
+                // the fresh-clone CI of aee651c).
+                settings: gavel_server::node::ServerSettings {
+                    audit_checkpoints: false,
+                    ..gavel_server::node::ServerSettings::default()
+                },
                 security: gavel_server::security::Security::insecure(),
             };
             nodes.push(start(options, listener).await.expect("start a node"));
