@@ -14,6 +14,18 @@ function liveUrl() {
 
 let refreshing = false;
 let again = false;
+// The live region as last rendered from the server, in the browser's own
+// serialization (taken before the countdown edits it). A change event that
+// leaves the region as it was (the stream replays recent events, and most
+// events concern other records) must not replace it: replacing an unchanged
+// form would pull its buttons out from under a person about to click one.
+let shownLive = null;
+
+function serialized(html) {
+  const parsed = document.createElement("template");
+  parsed.innerHTML = html;
+  return parsed.innerHTML;
+}
 
 async function refreshLive() {
   if (refreshing) {
@@ -27,8 +39,11 @@ async function refreshLive() {
     if (response.ok && live !== null) {
       const active = document.activeElement;
       const typing = active !== null && live.contains(active) && (active.tagName === "TEXTAREA" || active.tagName === "INPUT");
-      if (!typing) {
-        live.innerHTML = await response.text();
+      const html = await response.text();
+      const fresh = serialized(html);
+      if (!typing && fresh !== shownLive) {
+        live.innerHTML = html;
+        shownLive = fresh;
         countDown();
       }
     }
@@ -55,6 +70,10 @@ function countDown() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  const live = document.getElementById("live");
+  if (live !== null) {
+    shownLive = live.innerHTML;
+  }
   countDown();
   window.setInterval(countDown, 1000);
   const main = document.getElementById("main");
