@@ -572,15 +572,20 @@ async fn measure(
         };
         let metrics_addrs = local.map(|local| local.metrics_addrs.clone()).unwrap_or_default();
         let stages_before = stages::scrape_all(&metrics_addrs).await?;
-        let report =
+        let mut report =
             workload::run_config(dial, endpoints, leader, &pids(local), &spec, &format!("{tag}-{position}")).await?;
+        let stages_after = stages::scrape_all(&metrics_addrs).await?;
+        report.term_rise = stages_after.term_rise(&stages_before);
         printer.config(&report)?;
         if let Some(cost) = &report.cost {
             printer.human(&cost::table(cost))?;
         }
         if !metrics_addrs.is_empty() {
-            let breakdown = stages::scrape_all(&metrics_addrs).await?.since(&stages_before);
-            printer.human(&stages::table(&breakdown))?;
+            printer.human(&stages::table(&stages_after.since(&stages_before)))?;
+            if let Some(rise) = report.term_rise {
+                printer
+                    .human(&format!("raft term: the highest rose by {rise} (each leader change takes a new term)\n"))?;
+            }
         }
         configs.push(report);
     }

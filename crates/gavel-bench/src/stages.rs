@@ -35,10 +35,16 @@ pub(crate) const STAGES: [&str; 6] = ["edge", "batcher", "commit", "apply", "rep
 /// How long one scrape may take.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The Raft term gauge in the text format.
+const TERM_GAUGE: &str = "gavel_raft_term";
+
 /// Cumulative bucket counts per stage: `stage → [(upper bound, count ≤ bound)]`,
-/// summed over the nodes scraped.
+/// summed over the nodes scraped, and the highest Raft term among them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct StageBuckets(BTreeMap<String, Vec<(f64, f64)>>);
+pub(crate) struct StageBuckets {
+    stages: BTreeMap<String, Vec<(f64, f64)>>,
+    term: Option<u64>,
+}
 
 /// One stage's figures over a window.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,7 +88,12 @@ async fn scrape(addr: &str) -> Result<String, BenchError> {
 /// The stage buckets in one scrape's text.
 pub(crate) fn parse(text: &str) -> StageBuckets {
     let mut stages: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut term = None;
     for line in text.lines() {
+        if let Some(value) = line.strip_prefix(TERM_GAUGE).and_then(|rest| rest.strip_prefix(' ')) {
+            term = value.trim().parse::<f64>().ok().map(|value| value as u64);
+            continue;
+        }
         let (labels, mut stage) = if let Some(labels) = line.strip_prefix(STAGE_BUCKET) {
             (labels, None)
         } else if let Some(labels) = line.strip_prefix(FSYNC_BUCKET) {
@@ -109,18 +120,28 @@ pub(crate) fn parse(text: &str) -> StageBuckets {
     for buckets in stages.values_mut() {
         buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
-    StageBuckets(stages)
+    StageBuckets { stages, term }
 }
 
 impl StageBuckets {
     /// Adds another node's buckets (same bounds) to these.
     fn add(&mut self, other: &StageBuckets) {
-        for (stage, buckets) in &other.0 {
-            let mine = self.0.entry(stage.clone()).or_insert_with(|| buckets.iter().map(|(b, _)| (*b, 0.0)).collect());
+        self.term = self.term.max(other.term);
+        for (stage, buckets) in &other.stages {
+            let mine =
+                self.stages.entry(stage.clone()).or_insert_with(|| buckets.iter().map(|(b, _)| (*b, 0.0)).collect());
             for ((_, count), (_, more)) in mine.iter_mut().zip(buckets) {
                 *count += more;
             }
         }
+    }
+
+    /// How far the highest term among the nodes rose from `before` to
+    /// `self`. Every change of leader takes a new term, so this bounds the
+    /// leader changes in between from above (a term can also pass in an
+    /// election nobody won). `None` when either scrape had no term.
+    pub(crate) fn term_rise(&self, before: &StageBuckets) -> Option<u64> {
+        Some(self.term?.saturating_sub(before.term?))
     }
 
     /// The figures of each stage over the window from `before` to `self`.
@@ -128,8 +149,8 @@ impl StageBuckets {
         STAGES
             .iter()
             .map(|stage| {
-                let after = self.0.get(*stage).cloned().unwrap_or_default();
-                let earlier = before.0.get(*stage);
+                let after = self.stages.get(*stage).cloned().unwrap_or_default();
+                let earlier = before.stages.get(*stage);
                 let delta: Vec<(f64, f64)> = after
                     .iter()
                     .enumerate()
@@ -198,6 +219,9 @@ gavel_command_stage_seconds_bucket{le=\"0.002\",stage=\"edge\"} 4
 gavel_command_stage_seconds_bucket{le=\"+Inf\",stage=\"edge\"} 4
 gavel_raft_wal_fsync_seconds_bucket{le=\"0.001\"} 3
 gavel_raft_wal_fsync_seconds_bucket{le=\"+Inf\"} 3
+# TYPE gavel_raft_term gauge
+gavel_raft_term 7
+gavel_raft_term_unrelated 99
 ";
 
     #[test]
@@ -219,5 +243,16 @@ gavel_raft_wal_fsync_seconds_bucket{le=\"+Inf\"} 3
         assert!(table(&figures).contains("edge"));
         let fsync = figures.iter().find(|figures| figures.stage == "fsync").expect("an fsync row");
         assert_eq!(fsync.count, 3, "the WAL's fdatasyncs are read as the fsync row");
+    }
+
+    #[test]
+    fn the_term_rise_is_the_highest_terms_difference() {
+        let before = parse(SCRAPE);
+        let later = parse(&SCRAPE.replace("gavel_raft_term 7", "gavel_raft_term 9"));
+        let mut nodes = before.clone();
+        nodes.add(&later);
+        assert_eq!(nodes.term_rise(&before), Some(2), "the highest of the nodes' terms counts");
+        assert_eq!(before.term_rise(&before), Some(0));
+        assert_eq!(before.term_rise(&StageBuckets::default()), None, "no term scraped before");
     }
 }

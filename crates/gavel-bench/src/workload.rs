@@ -145,6 +145,11 @@ pub struct ConfigReport {
     pub cpu: CpuReport,
     /// With `--cost`: what one operation cost each node.
     pub cost: Option<CostReport>,
+    /// How far the highest Raft term among the local nodes rose over the
+    /// configuration, warmup included (each leader change takes a new term,
+    /// so this bounds the leader changes from above); `None` without the
+    /// nodes' metrics (`--endpoints`).
+    pub term_rise: Option<u64>,
     /// Lifecycles completed and checked, window or not.
     pub completed_lifecycles: u64,
     /// Polls that returned no task and were repeated.
@@ -721,6 +726,7 @@ where
             .collect(),
         cpu,
         cost,
+        term_rise: None,
         completed_lifecycles: total.completed,
         empty_polls: total.empty_polls,
         retries: attempts.saturating_sub(total.calls),

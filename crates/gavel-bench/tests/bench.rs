@@ -107,6 +107,7 @@ fn smoke_with(workload: &str, operations: &[&str], extra: &[&str]) {
     for config in &outcome.configs {
         assert_eq!(config.workload, workload);
         check_config(config, if config.clients == 1 { &operations[..3] } else { operations });
+        assert!(config.term_rise.is_some(), "the local nodes' terms are read: {config:#?}");
         match (&config.cost, extra.contains(&"--cost")) {
             (Some(cost), true) => check_cost(cost, config.operations),
             (None, false) => {}

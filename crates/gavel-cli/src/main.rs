@@ -48,7 +48,13 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let TopCommand::Node(args) = &cli.command {
+        if let Some(threads) = args.worker_threads {
+            builder.worker_threads(usize::from(threads));
+        }
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => return finish(Err(CommandError::Other(error.into()))),
     };
@@ -164,6 +170,8 @@ fn raise_descriptor_limit() -> std::io::Result<u64> {
 }
 
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(workers, "node {} runs {workers} runtime worker thread(s)", args.id);
     let planted_bug = planted_bug_from_env()?;
     let security = node_security::node_security(args.id, &args.security)?;
     if security.tls.is_none() {

@@ -32,6 +32,38 @@ fn a_node_of_a_build_without_planted_bugs_refuses_gavel_mutant() {
     assert!(!data_dir.exists(), "nothing was written");
 }
 
+/// `--worker-threads` sizes the node's runtime (the node says how many it
+/// runs before it touches its data directory); 0, past the maximum or not a
+/// number is a usage error.
+#[test]
+fn a_node_runs_the_worker_threads_it_is_given() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    for bad in ["0", "257", "two"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_gavel"))
+            .args(["node", "--id", "1", "--listen", "127.0.0.1:0", "--insecure", "--worker-threads", bad])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .output()
+            .expect("run gavel node");
+        assert_eq!(output.status.code(), Some(2), "{bad}: {output:?}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains("--worker-threads"), "{bad}: {output:?}");
+    }
+    // A node refused for its peers (they leave it out) has already logged
+    // its runtime.
+    for threads in ["1", "3"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_gavel"))
+            .args(["node", "--id", "1", "--listen", "127.0.0.1:0", "--insecure", "--peers", "2=127.0.0.1:1"])
+            .args(["--worker-threads", threads, "--data-dir"])
+            .arg(dir.path().join("data"))
+            .output()
+            .expect("run gavel node");
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        let logged = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(logged.contains(&format!("node 1 runs {threads} runtime worker thread(s)")), "{logged}");
+        assert!(logged.contains("--peers must include this node"), "{logged}");
+    }
+}
+
 #[test]
 fn an_unknown_command_is_a_usage_error() {
     let output = Command::new(env!("CARGO_BIN_EXE_gavel")).arg("no-such-command").output().expect("run gavel");
