@@ -286,6 +286,34 @@ impl RaftNode {
         self.inner.raft.change_membership(change, false).await.map(|_| ()).map_err(client_write_error)
     }
 
+    /// Asks this node, if it leads, to hand leadership to voter `node_id`:
+    /// the leader stops accepting writes and tells `node_id` to campaign at
+    /// once (its vote request then passes the voters' leader lease), instead
+    /// of the cluster waiting out an election timeout. Returns once the
+    /// request is handed to Raft, not when `node_id` leads: watch
+    /// [`RaftNode::subscribe_status`] for that. A node that does not lead
+    /// ignores the request, and so does the target if its log is behind.
+    pub async fn transfer_leader(&self, node_id: u64) -> Result<(), WriteError> {
+        let is_voter = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow_watched();
+            if m.state != ServerState::Leader {
+                return Err(forward_from_metrics(&m));
+            }
+            let is_voter = m.membership_config.membership().voter_ids().any(|voter| voter == node_id);
+            is_voter
+        };
+        if !is_voter {
+            return Err(WriteError::Invalid(format!("node {node_id} is not a voter; leadership goes to voters only")));
+        }
+        self.inner
+            .raft
+            .trigger()
+            .transfer_leader(node_id)
+            .await
+            .map_err(|fatal| WriteError::Unavailable(format!("raft is not running: {fatal}")))
+    }
+
     /// Refuses a membership change on a leader whose own membership no
     /// longer holds it: a leader removed from the cluster keeps leading
     /// until its next tick after the removal is applied (openraft lets it
