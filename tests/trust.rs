@@ -301,7 +301,8 @@ fn forged_entry(status: &pb::StatusResponse, vote: Vote) -> RaftBytes {
 
 /// The oversized snapshot header: 2^62 bytes announced.
 fn oversized_snapshot() -> futures::stream::Iter<std::vec::IntoIter<SnapshotChunk>> {
-    let vote_and_meta = bincode_of(&(Vote::new_committed(1000, 9), SnapshotMeta::<LeaderId, u64, BasicNode>::default()));
+    let vote_and_meta =
+        bincode_of(&(Vote::new_committed(1000, 9), SnapshotMeta::<LeaderId, u64, BasicNode>::default()));
     let header = SnapshotHeader { vote_and_meta, total_bytes: 1 << 62 };
     futures::stream::iter(vec![SnapshotChunk { kind: Some(snapshot_chunk::Kind::Header(header)) }])
 }

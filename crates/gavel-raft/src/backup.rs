@@ -248,10 +248,7 @@ async fn seed_storage(
         .await
         .map_err(|e| storage_error(&e))?
         .map_err(|e| storage_error(&e))?;
-    state_machine
-        .install_snapshot(meta, storage::SnapshotData::File(file))
-        .await
-        .map_err(|e| storage_error(&e))?;
+    state_machine.install_snapshot(meta, storage::SnapshotData::File(file)).await.map_err(|e| storage_error(&e))?;
     log_store.save_vote(&vote).await.map_err(|e| storage_error(&e))?;
     log_store.save_committed(meta.last_log_id).await.map_err(|e| storage_error(&e))?;
     drop(log_store);

@@ -117,7 +117,14 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
                 .max_encoding_message_size(APPEND_ENTRIES_BYTES_MAX)
         });
         let threading = self.io.threading();
-        PeerClient { node_id: self.node_id, target, client, timings: self.timings.clone(), threading, entries_max: None }
+        PeerClient {
+            node_id: self.node_id,
+            target,
+            client,
+            timings: self.timings.clone(),
+            threading,
+            entries_max: None,
+        }
     }
 }
 
@@ -407,6 +414,118 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_pre_vote_to_a_peer_that_refuses_connections_is_unreachable_not_a_grant() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        drop(listener);
+        let mut factory = NetworkFactory::new(1, RaftTimings::default(), None);
+        let mut client = factory.new_client(2, &BasicNode { addr }).await;
+        let error = client
+            .pre_vote(VoteRequest::new(Vote::new(2, 1), None), RPCOption::new(Duration::from_secs(5)))
+            .await
+            .expect_err("nobody listens there");
+        assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
+    }
+
+    /// A peer that refuses any append-entries message of more than
+    /// `entries_max` entries as too large, and accepts the others.
+    struct SmallMessagesOnly {
+        entries_max: usize,
+        received: Arc<Mutex<Vec<usize>>>,
+    }
+
+    fn unused<T>() -> Result<tonic::Response<T>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not used by this test"))
+    }
+
+    #[tonic::async_trait]
+    impl crate::pb::raft_service_server::RaftService for SmallMessagesOnly {
+        async fn append_entries(
+            &self,
+            request: tonic::Request<RaftBytes>,
+        ) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            let rpc: AppendEntriesRequest<TypeConfig> =
+                bincode::deserialize(&request.into_inner().payload).expect("an append-entries request");
+            self.received.lock().expect("lock").push(rpc.entries.len());
+            if rpc.entries.len() > self.entries_max {
+                return Err(tonic::Status::out_of_range("message too large"));
+            }
+            let answer: AppendEntriesResponse<TypeConfig> = AppendEntriesResponse::Success;
+            Ok(tonic::Response::new(RaftBytes { payload: bincode::serialize(&answer).expect("encode") }))
+        }
+        async fn vote(&self, _: tonic::Request<RaftBytes>) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            unused()
+        }
+        async fn pre_vote(&self, _: tonic::Request<RaftBytes>) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            unused()
+        }
+        async fn transfer_leader(
+            &self,
+            _: tonic::Request<RaftBytes>,
+        ) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            unused()
+        }
+        async fn install_snapshot(
+            &self,
+            _: tonic::Request<tonic::Streaming<SnapshotChunk>>,
+        ) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            unused()
+        }
+    }
+
+    fn entries(indexes: std::ops::RangeInclusive<u64>) -> Vec<crate::typ::Entry> {
+        let log_id = |index| crate::typ::LogId::new(crate::typ::LeaderId { term: 1, node_id: 1 }, index);
+        indexes
+            .map(|index| crate::typ::Entry { log_id: log_id(index), payload: openraft::EntryPayload::Blank })
+            .collect()
+    }
+
+    fn append_request(indexes: std::ops::RangeInclusive<u64>) -> AppendEntriesRequest<TypeConfig> {
+        let prev = (*indexes.start() > 1)
+            .then(|| crate::typ::LogId::new(crate::typ::LeaderId { term: 1, node_id: 1 }, indexes.start() - 1));
+        AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: prev,
+            entries: entries(indexes),
+            leader_commit: None,
+        }
+    }
+
+    /// openraft 0.10 has no `PayloadTooLarge`: a batch the peer refuses as too
+    /// large makes the client send half as many entries, and a prefix that
+    /// was accepted is reported as a partial success (openraft sends the rest).
+    #[tokio::test]
+    async fn a_batch_refused_as_too_large_is_sent_again_in_halves_as_partial_successes() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let peer = SmallMessagesOnly { entries_max: 3, received: received.clone() };
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(crate::pb::raft_service_server::RaftServiceServer::new(peer))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let mut factory = NetworkFactory::new(1, RaftTimings::default(), None);
+        let mut client = factory.new_client(2, &BasicNode { addr }).await;
+        let option = || RPCOption::new(Duration::from_secs(5));
+
+        let error = client.append_entries(append_request(1..=8), option()).await.expect_err("too large");
+        assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        let error = client.append_entries(append_request(1..=8), option()).await.expect_err("still too large");
+        assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        let answer = client.append_entries(append_request(1..=8), option()).await.expect("two entries fit");
+        let last_sent = Some(crate::typ::LogId::new(crate::typ::LeaderId { term: 1, node_id: 1 }, 2));
+        assert_eq!(answer, AppendEntriesResponse::PartialSuccess(last_sent));
+        // Accepted: the limit doubles back to four, which is still too many.
+        let error = client.append_entries(append_request(3..=8), option()).await.expect_err("four is too many");
+        assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        let answer = client.append_entries(append_request(3..=4), option()).await.expect("a small batch is whole");
+        assert_eq!(answer, AppendEntriesResponse::Success, "a batch within the limit is a plain success");
+        assert_eq!(*received.lock().expect("lock"), vec![8, 4, 2, 4, 2]);
+        server.abort();
+    }
+
+    #[tokio::test]
     async fn clients_of_the_same_peer_share_one_channel_until_its_address_changes() {
         let factory = NetworkFactory::new(1, RaftTimings::default(), None);
         factory.channel(2, "127.0.0.1:1").expect("channel");
@@ -421,7 +540,8 @@ mod tests {
     async fn backoff_towards_an_unreachable_peer_doubles_from_one_heartbeat_up_to_the_cap() {
         let mut factory = NetworkFactory::new(1, RaftTimings::default(), None);
         let client = factory.new_client(2, &BasicNode { addr: "127.0.0.1:1".into() }).await;
-        let delays: Vec<u64> = client.backoff().expect("a backoff of its own").take(6).map(|d| d.as_millis() as u64).collect();
+        let delays: Vec<u64> =
+            client.backoff().expect("a backoff of its own").take(6).map(|d| d.as_millis() as u64).collect();
         assert_eq!(delays, vec![150, 300, 600, 1200, 2000, 2000]);
     }
 }

@@ -140,4 +140,19 @@ mod tests {
         let decoded: Command = bincode::deserialize(&encoded).expect("decode");
         assert_eq!(decoded, command);
     }
+
+    /// openraft 0.10's vote request ends in a `leadership_transfer` flag
+    /// that 0.9's did not have. bincode reads a struct as a fixed tuple, so
+    /// `#[serde(default)]` does not help: a 0.9 node's vote request (the
+    /// same bytes without the flag) does not decode. A cluster moves from 0.9
+    /// to 0.10 all at once, never node by node.
+    #[test]
+    fn a_vote_request_without_the_0_10_transfer_flag_does_not_decode() {
+        let request = openraft::raft::VoteRequest::<TypeConfig>::new(Vote::new(3, 1), None);
+        let encoded = bincode::serialize(&request).expect("encode");
+        let decoded: openraft::raft::VoteRequest<TypeConfig> = bincode::deserialize(&encoded).expect("decode");
+        assert_eq!(decoded, request);
+        let as_0_9 = &encoded[..encoded.len() - 1];
+        assert!(bincode::deserialize::<openraft::raft::VoteRequest<TypeConfig>>(as_0_9).is_err());
+    }
 }

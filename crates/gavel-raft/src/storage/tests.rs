@@ -97,9 +97,7 @@ fn command_entry(term: u64, index: u64) -> Entry {
 fn membership_entry(term: u64, index: u64) -> Entry {
     Entry {
         log_id: log_id(term, index),
-        payload: EntryPayload::Membership(
-            Membership::new_with_defaults(vec![BTreeSet::from([1, 2, 3])], []),
-        ),
+        payload: EntryPayload::Membership(Membership::new_with_defaults(vec![BTreeSet::from([1, 2, 3])], [])),
     }
 }
 

@@ -30,9 +30,9 @@ pub(super) enum Op {
 impl Op {
     pub(super) fn complete(self, result: Result<(), WalError>) {
         match self {
-            Op::Append { done: Some(done), .. }
-            | Op::Truncate { done: Some(done), .. }
-            | Op::Barrier { done } => done(result),
+            Op::Append { done: Some(done), .. } | Op::Truncate { done: Some(done), .. } | Op::Barrier { done } => {
+                done(result)
+            }
             Op::Append { done: None, .. } | Op::Truncate { done: None, .. } | Op::Purge { .. } => {}
         }
     }
