@@ -30,25 +30,38 @@ use gavel_pki::{node_hosts, Authority, Principal, TokenClaims, TokenKey, Validit
 use gavel_raft::pb::raft_service_client::RaftServiceClient;
 use gavel_raft::pb::{snapshot_chunk, RaftBytes, SnapshotChunk, SnapshotHeader};
 use gavel_testkit::Cluster;
-use openraft::{BasicNode, CommittedLeaderId, EntryPayload, LogId, SnapshotMeta, Vote};
+use openraft::{BasicNode, EntryPayload, LogId, SnapshotMeta};
 use tonic::Code;
 
 mod support;
 
 use support::WAIT;
 
+/// A command as gavel-raft encodes it: one byte string, which bincode writes
+/// exactly like a `Vec<u8>` (openraft 0.10 wants its commands `Display`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+struct ForgedCommand(Vec<u8>);
+
+impl std::fmt::Display for ForgedCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ForgedCommand({} bytes)", self.0.len())
+    }
+}
+
 openraft::declare_raft_types!(
-    /// The wire shape of gavel-raft's types (its commands are byte strings,
-    /// which bincode writes exactly like a `Vec<u8>`), to forge peer messages.
+    /// The wire shape of gavel-raft's types, to forge peer messages.
     Forged:
-        D = Vec<u8>,
+        D = ForgedCommand,
         R = Vec<u8>,
         NodeId = u64,
         Node = BasicNode,
-        Entry = openraft::Entry<Forged>,
-        SnapshotData = Vec<u8>,
-        AsyncRuntime = openraft::TokioRuntime,
 );
+
+/// The leader id a log id carries (openraft 0.10's default: term and node).
+type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>;
+/// A vote, as gavel-raft's (openraft 0.10's default over [`LeaderId`]).
+type Vote = openraft::impls::Vote<LeaderId>;
 
 /// The audit compaction cadence of the state machine (`COMPACTION_INTERVAL_MS`).
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(60);
@@ -254,7 +267,7 @@ fn forged_heartbeat(term: u64, leader: u64) -> RaftBytes {
 
 /// A vote request of `candidate` at `term` with an empty log.
 fn forged_vote(term: u64, candidate: u64) -> RaftBytes {
-    RaftBytes { payload: bincode_of(&openraft::raft::VoteRequest::<u64>::new(Vote::new(term, candidate), None)) }
+    RaftBytes { payload: bincode_of(&openraft::raft::VoteRequest::<Forged>::new(Vote::new(term, candidate), None)) }
 }
 
 /// One entry a follower would append and apply if it believed it: it follows
@@ -262,9 +275,9 @@ fn forged_vote(term: u64, candidate: u64) -> RaftBytes {
 /// carries a command making `user:mallory` admin "as" the admin, in the
 /// batch format of gavel-raft (version 1, count, length-prefixed commands).
 /// The message claims `vote` (the current leader's, for the attack).
-fn forged_entry(status: &pb::StatusResponse, vote: Vote<u64>) -> RaftBytes {
+fn forged_entry(status: &pb::StatusResponse, vote: Vote) -> RaftBytes {
     let leader = status.leader_id.expect("a known leader");
-    let log_id = |index| LogId::new(CommittedLeaderId::new(status.term, leader), index);
+    let log_id = |index| LogId::new(LeaderId { term: status.term, node_id: leader }, index);
     let envelope = Envelope {
         request_id: None,
         now_ms: gavel_testkit::wall_clock_ms() as u64,
@@ -280,7 +293,7 @@ fn forged_entry(status: &pb::StatusResponse, vote: Vote<u64>) -> RaftBytes {
     let request = openraft::raft::AppendEntriesRequest::<Forged> {
         vote,
         prev_log_id: Some(log_id(status.last_log_index)),
-        entries: vec![openraft::Entry { log_id: next, payload: EntryPayload::Normal(batch) }],
+        entries: vec![openraft::Entry { log_id: next, payload: EntryPayload::Normal(ForgedCommand(batch)) }],
         leader_commit: Some(next),
     };
     RaftBytes { payload: bincode_of(&request) }
@@ -288,7 +301,8 @@ fn forged_entry(status: &pb::StatusResponse, vote: Vote<u64>) -> RaftBytes {
 
 /// The oversized snapshot header: 2^62 bytes announced.
 fn oversized_snapshot() -> futures::stream::Iter<std::vec::IntoIter<SnapshotChunk>> {
-    let vote_and_meta = bincode_of(&(Vote::<u64>::new_committed(1000, 9), SnapshotMeta::<u64, BasicNode>::default()));
+    let vote_and_meta =
+        bincode_of(&(Vote::new_committed(1000, 9), SnapshotMeta::<LeaderId, u64, BasicNode>::default()));
     let header = SnapshotHeader { vote_and_meta, total_bytes: 1 << 62 };
     futures::stream::iter(vec![SnapshotChunk { kind: Some(snapshot_chunk::Kind::Header(header)) }])
 }
@@ -345,7 +359,7 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
     let stale = Vote::new_committed(0, 9);
     for (what, message) in [("heartbeat", forged_heartbeat(0, 9)), ("entry", forged_entry(&before[&leader], stale))] {
         let answer = raft.append_entries(message).await.unwrap_or_else(|status| panic!("{what}: {status:?}"));
-        let answer: openraft::raft::AppendEntriesResponse<u64> =
+        let answer: openraft::raft::AppendEntriesResponse<Forged> =
             bincode::deserialize(&answer.into_inner().payload).expect("an append-entries answer");
         assert!(
             matches!(answer, openraft::raft::AppendEntriesResponse::HigherVote(_)),
@@ -353,7 +367,7 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
         );
     }
     let answer = raft.vote(forged_vote(0, 9)).await.expect("a vote from a member is answered");
-    let answer: openraft::raft::VoteResponse<u64> =
+    let answer: openraft::raft::VoteResponse<Forged> =
         bincode::deserialize(&answer.into_inner().payload).expect("a vote answer");
     assert!(!answer.vote_granted, "a stale vote is not granted: {answer:?}");
     // The 250 MiB AppendEntries of zeros, here just over the limit

@@ -119,6 +119,8 @@ impl TimingArgs {
             snapshot_logs_since_last: self.snapshot_logs_since_last,
             snapshot_commands_since_last: self.snapshot_commands_since_last,
             logs_to_keep: self.logs_to_keep,
+            // Not a flag (yet): pre-vote is on, as in the Raft layer's defaults.
+            pre_vote: RaftTimings::default().pre_vote,
         }
     }
 

@@ -85,7 +85,7 @@ async fn main() {
         )
         .await
         .expect("durable appends");
-        report("gavel-raft LogStore::append until LogFlushed", latencies);
+        report("gavel-raft LogStore::append until IOFlushed", latencies);
         report(
             "gavel-raft single-node RaftNode::write",
             single_node_writes(&root.path().join(format!("node-{entry_bytes}")), runs, entry_bytes).await,

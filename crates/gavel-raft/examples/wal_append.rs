@@ -1,5 +1,5 @@
 //! Measures the Raft log: latency of one durable append (until openraft's
-//! `LogFlushed` fires) and appends per second, one at a time; then
+//! `IOFlushed` fires) and appends per second, one at a time; then
 //! replicated writes per second on a single-node cluster with 1 and 32
 //! concurrent writers. Built against an older gavel-raft it measures that
 //! version's log the same way (the sled log before the WAL, for example).

@@ -44,13 +44,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
-use openraft::{BasicNode, CommittedLeaderId, Membership};
+use openraft::{BasicNode, Membership};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::application::Application;
 use crate::limits::SNAPSHOT_BYTES_MAX;
 use crate::storage;
-use crate::typ::{LogId, Raft, SnapshotMeta, StoredMembership, Vote};
+use crate::typ::{LeaderId, LogId, Raft, SnapshotMeta, StoredMembership, Vote};
 
 /// The log position a backup stands for: its last included entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +142,7 @@ where
     // The stored snapshot's file (or the application store's view, written
     // to a file first), read whole: a backup is the one place the
     // snapshot's bytes are held in memory (one backup per node at a time).
-    let data = *snapshot.snapshot;
+    let data = snapshot.snapshot;
     let read = tokio::task::spawn_blocking(move || -> std::io::Result<Result<Vec<u8>, u64>> {
         let file = data.into_file()?;
         if file.bytes() > SNAPSHOT_BYTES_MAX {
@@ -202,15 +202,13 @@ pub async fn seed_from_snapshot(
         // Left by an interrupted restore: it was never renamed into place.
         std::fs::remove_dir_all(&staging).map_err(|e| io(&format!("removing {}", staging.display()), &e))?;
     }
-    let log_id = LogId::new(CommittedLeaderId::new(position.term, position.leader_id), position.index);
+    let log_id = LogId::new(LeaderId { term: position.term, node_id: position.leader_id }, position.index);
     let voters: BTreeSet<u64> = members.keys().copied().collect();
     let nodes: BTreeMap<u64, BasicNode> =
         members.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
-    let meta = SnapshotMeta {
-        last_log_id: Some(log_id),
-        last_membership: StoredMembership::new(Some(log_id), Membership::new(vec![voters], nodes)),
-        snapshot_id: format!("restored-{}-{}", position.term, position.index),
-    };
+    let membership = Membership::new(vec![voters], nodes).map_err(|e| BackupError::Members(e.to_string()))?;
+    let meta =
+        SnapshotMeta { last_log_id: Some(log_id), last_membership: StoredMembership::new(Some(log_id), membership) };
     // A vote at the backup's term: the new cluster's first election is at a
     // later term than the entries it holds, as Raft requires.
     let vote = Vote::new(position.term, node_id);
@@ -250,10 +248,7 @@ async fn seed_storage(
         .await
         .map_err(|e| storage_error(&e))?
         .map_err(|e| storage_error(&e))?;
-    state_machine
-        .install_snapshot(meta, Box::new(storage::SnapshotData::File(file)))
-        .await
-        .map_err(|e| storage_error(&e))?;
+    state_machine.install_snapshot(meta, storage::SnapshotData::File(file)).await.map_err(|e| storage_error(&e))?;
     log_store.save_vote(&vote).await.map_err(|e| storage_error(&e))?;
     log_store.save_committed(meta.last_log_id).await.map_err(|e| storage_error(&e))?;
     drop(log_store);

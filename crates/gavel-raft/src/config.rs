@@ -10,7 +10,7 @@ use crate::RaftError;
 pub struct RaftTimings {
     /// Interval of the leader's heartbeats.
     ///
-    /// openraft 0.9 also uses it as the hard deadline of every append-entries
+    /// openraft (0.9 and 0.10) also uses it as the hard deadline of every append-entries
     /// RPC (heartbeat or replication), and that RPC includes the follower's
     /// fsync: keep it well above the disk's fsync latency.
     pub heartbeat_ms: u64,
@@ -36,11 +36,15 @@ pub struct RaftTimings {
     /// How many already-snapshotted entries to keep in the log after a snapshot
     /// (lets a slightly lagging follower catch up without a snapshot).
     pub logs_to_keep: u64,
+    /// Whether a node whose election timer fires first asks its peers if they
+    /// would vote for it (Raft's pre-vote) before it raises its term: a node
+    /// that was cut off then rejoins without forcing an election.
+    pub pre_vote: bool,
 }
 
 impl Default for RaftTimings {
     /// Tuned for fsynced disks on a loopback or LAN cluster. A follower that
-    /// knew a leader waits the leader lease (openraft 0.9: the maximum election
+    /// knew a leader waits the leader lease (openraft 0.9 and 0.10: the maximum election
     /// timeout) plus a random election timeout before it campaigns, so
     /// 400–800 ms puts failover at about 1.2–1.6 s, while still allowing more
     /// than two missed 150 ms heartbeats before a spurious election.
@@ -54,6 +58,7 @@ impl Default for RaftTimings {
             snapshot_logs_since_last: 5000,
             snapshot_commands_since_last: 10_000,
             logs_to_keep: 1000,
+            pre_vote: true,
         }
     }
 }

@@ -16,7 +16,8 @@
 //! node's peer-to-peer gRPC service ([`RaftNode::service`]) is mounted by the
 //! server next to its public services.
 //!
-//! Inside, it is openraft 0.9 (storage-v2, `generic-snapshot-data`) with
+//! Inside, it is openraft 0.10 (`RaftNetworkV2`, snapshot data chosen by the
+//! state machine) with
 //! its own write-ahead log for the Raft log and vote (`storage/wal/`), the
 //! snapshot as a file (`raft-snapshot/`, named in sled) or, for an
 //! application that keeps its own state, as a durable checkpoint of the
@@ -34,10 +35,13 @@
 //! `network`, `service` and `node`, so the server never needs openraft.
 //!
 //! **Durability rules** (each enforced, and commented, where it happens):
-//! - a log entry counts as appended (openraft's `LogFlushed` fires, exactly
+//! - a log entry counts as appended (openraft's `IOFlushed` fires, exactly
 //!   once) only after the WAL's writer fdatasynced the group holding it;
 //! - a failed write or fdatasync stops the log for good (never retried);
-//! - a vote is fsynced (its own file, replaced atomically) before `save_vote` returns;
+//! - a vote is fsynced (its own file, replaced atomically) before `save_vote`
+//!   returns, and only after every log write queued before it is durable
+//!   (openraft 0.10 does not wait for appends and reads a saved vote as
+//!   "every earlier write is durable");
 //! - a snapshot (a file, or the application's checkpoint) is fsynced
 //!   before openraft may purge the log behind it;
 //! - the committed index is saved (without fsync) so a restarted node
@@ -102,9 +106,9 @@ pub mod bench {
     use std::time::{Duration, Instant};
 
     use openraft::storage::RaftLogStorageExt;
-    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+    use openraft::{EntryPayload, LogId};
 
-    use crate::typ::{Command, Entry};
+    use crate::typ::{Command, Entry, LeaderId};
     use crate::{Application, RaftError};
 
     struct NoApplication;
@@ -134,7 +138,7 @@ pub mod bench {
         let mut latencies = Vec::new();
         for index in 1..=runs {
             let entry = Entry {
-                log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+                log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
                 payload: EntryPayload::Normal(Command(vec![0x5a; entry_bytes])),
             };
             let start = Instant::now();

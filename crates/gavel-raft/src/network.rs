@@ -1,4 +1,4 @@
-//! The client side of the Raft transport: openraft's `RaftNetwork` over tonic.
+//! The client side of the Raft transport: openraft's `RaftNetworkV2` over tonic.
 //!
 //! - Peers are dialled over mutual TLS when the node has TLS material
 //!   ([`crate::PeerTls`]): the peer proves it holds a cluster certificate for
@@ -12,9 +12,13 @@
 //! - A peer that cannot be connected to is reported as `Unreachable`, which
 //!   makes openraft back off exponentially ([`PeerClient::backoff`]) instead of
 //!   dialing a dead peer on every heartbeat.
-//! - A slow or oversized append-entries batch is reported as
-//!   `PayloadTooLarge`, so openraft halves the batch instead of retrying the
-//!   same batch forever.
+//! - A slow or oversized append-entries batch makes the client send at most
+//!   half as many entries next time (answering openraft with a partial
+//!   success for the prefix it sent), instead of retrying the same batch
+//!   forever; each success doubles the limit back.
+//! - Pre-vote and leader transfer have RPCs of their own (`PreVote`,
+//!   `TransferLeader`): openraft's defaults would grant every pre-vote and
+//!   drop every transfer.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -22,12 +26,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{stream, StreamExt};
-use openraft::error::{
-    Fatal, NetworkError, PayloadTooLarge, RPCError, RaftError, ReplicationClosed, StreamingError, Timeout, Unreachable,
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable};
+use openraft::network::{Backoff, RPCOption, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest, TransferLeaderResponse,
+    VoteRequest, VoteResponse,
 };
-use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse};
-use openraft::RPCTypes;
+use openraft::{RPCTypes, RaftNetworkV2};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
 
@@ -39,7 +44,7 @@ use crate::limits::{
 use crate::pb::raft_service_client::RaftServiceClient;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk, SnapshotHeader};
 use crate::storage::wal::Threading;
-use crate::storage::SnapshotFile;
+use crate::storage::{SnapshotData, SnapshotFile};
 use crate::typ::{Node, NodeId, Snapshot, SnapshotMeta, TypeConfig, Vote};
 use crate::RaftTimings;
 
@@ -112,7 +117,14 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
                 .max_encoding_message_size(APPEND_ENTRIES_BYTES_MAX)
         });
         let threading = self.io.threading();
-        PeerClient { node_id: self.node_id, target, client, timings: self.timings.clone(), threading }
+        PeerClient {
+            node_id: self.node_id,
+            target,
+            client,
+            timings: self.timings.clone(),
+            threading,
+            entries_max: None,
+        }
     }
 }
 
@@ -126,6 +138,9 @@ pub(crate) struct PeerClient {
     timings: RaftTimings,
     /// Where the blocking reads of a snapshot being sent run.
     threading: Threading,
+    /// The most entries one append-entries call sends, after a batch timed
+    /// out or was too large; `None`: no limit.
+    entries_max: Option<usize>,
 }
 
 /// How one RPC failed, before it is mapped to the error type of its call.
@@ -167,24 +182,13 @@ impl PeerClient {
         Duration::from_millis(self.timings.rpc_timeout_ms).min(option.hard_ttl())
     }
 
-    fn timeout_error(&self, action: RPCTypes, timeout: Duration) -> Timeout<NodeId> {
+    fn timeout_error(&self, action: RPCTypes, timeout: Duration) -> Timeout<TypeConfig> {
         Timeout { action, id: self.node_id, target: self.target, timeout }
     }
 
-    fn rpc_error<E: std::error::Error>(
-        &self,
-        failure: CallFailure,
-        action: RPCTypes,
-        entries: usize,
-    ) -> RPCError<NodeId, Node, E> {
+    fn rpc_error(&self, failure: CallFailure, action: RPCTypes) -> RPCError<TypeConfig> {
         match failure {
             CallFailure::Unreachable(m) => RPCError::Unreachable(Unreachable::new(&TransportError(m))),
-            // An append that timed out or did not fit is retried with half
-            // the entries: a batch whose transfer plus the follower's fsync
-            // exceeds the deadline would otherwise be retried unchanged forever.
-            CallFailure::Timeout(_) | CallFailure::TooLarge(_) if action == RPCTypes::AppendEntries && entries > 1 => {
-                RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint((entries / 2) as u64))
-            }
             CallFailure::Timeout(after) => RPCError::Timeout(self.timeout_error(action, after)),
             CallFailure::TooLarge(m) | CallFailure::Network(m) => {
                 RPCError::Network(NetworkError::new(&TransportError(m)))
@@ -214,31 +218,81 @@ impl PeerClient {
     }
 }
 
-impl RaftNetwork<TypeConfig> for PeerClient {
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = SnapshotData;
+
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        // After a batch timed out or did not fit, send only a prefix and
+        // report it as a partial success: openraft sends the rest next.
+        let limited = self.entries_max.is_some_and(|most| rpc.entries.len() > most);
+        if let Some(most) = self.entries_max.filter(|_| limited) {
+            rpc.entries.truncate(most);
+        }
+        let last_sent = rpc.entries.last().map(|entry| entry.log_id);
         let entries = rpc.entries.len();
         // openraft cancels the call after `hard_ttl` (the heartbeat
         // interval); give up at its soft deadline instead, so a timeout can
-        // still be answered with a smaller batch.
+        // still be followed by a smaller batch.
         let deadline = self.deadline(&option).min(option.soft_ttl());
-        self.unary(&rpc, deadline, |mut client, request| async move { client.append_entries(request).await })
-            .await
-            .map_err(|failure| self.rpc_error(failure, RPCTypes::AppendEntries, entries))
+        let result =
+            self.unary(&rpc, deadline, |mut client, request| async move { client.append_entries(request).await }).await;
+        match result {
+            Ok(response) => {
+                // Each success lets the next batch be twice as large again.
+                self.entries_max = self.entries_max.and_then(|most| most.checked_mul(2));
+                Ok(match response {
+                    AppendEntriesResponse::Success if limited => AppendEntriesResponse::PartialSuccess(last_sent),
+                    other => other,
+                })
+            }
+            Err(failure) => {
+                // A batch whose transfer plus the follower's fsync exceeds
+                // the deadline would otherwise be retried unchanged forever.
+                if matches!(failure, CallFailure::Timeout(_) | CallFailure::TooLarge(_)) && entries > 1 {
+                    self.entries_max = Some(entries / 2);
+                }
+                Err(self.rpc_error(failure, RPCTypes::AppendEntries))
+            }
+        }
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         let deadline = self.deadline(&option);
         self.unary(&rpc, deadline, |mut client, request| async move { client.vote(request).await })
             .await
-            .map_err(|failure| self.rpc_error(failure, RPCTypes::Vote, 0))
+            .map_err(|failure| self.rpc_error(failure, RPCTypes::Vote))
+    }
+
+    /// A peer that cannot be reached is an error, never a grant: otherwise a
+    /// node cut off from everyone would grant itself a pre-vote quorum.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let deadline = self.deadline(&option);
+        self.unary(&rpc, deadline, |mut client, request| async move { client.pre_vote(request).await })
+            .await
+            .map_err(|failure| self.rpc_error(failure, RPCTypes::Vote))
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        request: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let deadline = self.deadline(&option);
+        self.unary(&request, deadline, |mut client, request| async move { client.transfer_leader(request).await })
+            .await
+            .map_err(|failure| self.rpc_error(failure, RPCTypes::TransferLeader))
     }
 
     async fn full_snapshot(
@@ -247,7 +301,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         snapshot: Snapshot,
         cancel: impl Future<Output = ReplicationClosed> + Send + 'static,
         _option: RPCOption,
-    ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
         let deadline = Duration::from_millis(self.timings.snapshot_timeout_ms);
         let unreachable = |m: String| StreamingError::Unreachable(Unreachable::new(&TransportError(m)));
         let network = |m: String| StreamingError::Network(NetworkError::new(&TransportError(m)));
@@ -255,7 +309,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let mut client = self.client().map_err(|_| unreachable(format!("no client for node {}", self.target)))?;
         // A view of the application's store is written to a file first
         // (removed when the transfer ends): the header gives the size.
-        let (data, started) = (*snapshot.snapshot, std::time::Instant::now());
+        let (data, started) = (snapshot.snapshot, std::time::Instant::now());
         let threading = self.threading;
         let file = threading
             .run(move || data.into_file())
@@ -328,14 +382,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         bincode::deserialize(&response.payload).map_err(|e| network(format!("cannot decode the peer's answer: {e}")))
     }
 
-    fn backoff(&self) -> Backoff {
+    fn backoff(&self) -> Option<Backoff> {
         // Exponential from one heartbeat up to a cap: a dead peer costs one
         // failed dial per backoff step, not one per heartbeat.
         let first = Duration::from_millis(self.timings.heartbeat_ms);
-        Backoff::new(
+        Some(Backoff::new(
             std::iter::successors(Some(first), |previous| Some(previous.saturating_mul(2)))
                 .map(|delay| delay.min(UNREACHABLE_BACKOFF_MAX)),
-        )
+        ))
     }
 }
 
@@ -360,6 +414,118 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_pre_vote_to_a_peer_that_refuses_connections_is_unreachable_not_a_grant() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        drop(listener);
+        let mut factory = NetworkFactory::new(1, RaftTimings::default(), None);
+        let mut client = factory.new_client(2, &BasicNode { addr }).await;
+        let error = client
+            .pre_vote(VoteRequest::new(Vote::new(2, 1), None), RPCOption::new(Duration::from_secs(5)))
+            .await
+            .expect_err("nobody listens there");
+        assert!(matches!(error, RPCError::Unreachable(_)), "{error:?}");
+    }
+
+    /// A peer that refuses any append-entries message of more than
+    /// `entries_max` entries as too large, and accepts the others.
+    struct SmallMessagesOnly {
+        entries_max: usize,
+        received: Arc<Mutex<Vec<usize>>>,
+    }
+
+    fn unused<T>() -> Result<tonic::Response<T>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not used by this test"))
+    }
+
+    #[tonic::async_trait]
+    impl crate::pb::raft_service_server::RaftService for SmallMessagesOnly {
+        async fn append_entries(
+            &self,
+            request: tonic::Request<RaftBytes>,
+        ) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            let rpc: AppendEntriesRequest<TypeConfig> =
+                bincode::deserialize(&request.into_inner().payload).expect("an append-entries request");
+            self.received.lock().expect("lock").push(rpc.entries.len());
+            if rpc.entries.len() > self.entries_max {
+                return Err(tonic::Status::out_of_range("message too large"));
+            }
+            let answer: AppendEntriesResponse<TypeConfig> = AppendEntriesResponse::Success;
+            Ok(tonic::Response::new(RaftBytes { payload: bincode::serialize(&answer).expect("encode") }))
+        }
+        async fn vote(&self, _: tonic::Request<RaftBytes>) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            unused()
+        }
+        async fn pre_vote(&self, _: tonic::Request<RaftBytes>) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            unused()
+        }
+        async fn transfer_leader(
+            &self,
+            _: tonic::Request<RaftBytes>,
+        ) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            unused()
+        }
+        async fn install_snapshot(
+            &self,
+            _: tonic::Request<tonic::Streaming<SnapshotChunk>>,
+        ) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
+            unused()
+        }
+    }
+
+    fn entries(indexes: std::ops::RangeInclusive<u64>) -> Vec<crate::typ::Entry> {
+        let log_id = |index| crate::typ::LogId::new(crate::typ::LeaderId { term: 1, node_id: 1 }, index);
+        indexes
+            .map(|index| crate::typ::Entry { log_id: log_id(index), payload: openraft::EntryPayload::Blank })
+            .collect()
+    }
+
+    fn append_request(indexes: std::ops::RangeInclusive<u64>) -> AppendEntriesRequest<TypeConfig> {
+        let prev = (*indexes.start() > 1)
+            .then(|| crate::typ::LogId::new(crate::typ::LeaderId { term: 1, node_id: 1 }, indexes.start() - 1));
+        AppendEntriesRequest {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: prev,
+            entries: entries(indexes),
+            leader_commit: None,
+        }
+    }
+
+    /// openraft 0.10 has no `PayloadTooLarge`: a batch the peer refuses as too
+    /// large makes the client send half as many entries, and a prefix that
+    /// was accepted is reported as a partial success (openraft sends the rest).
+    #[tokio::test]
+    async fn a_batch_refused_as_too_large_is_sent_again_in_halves_as_partial_successes() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let peer = SmallMessagesOnly { entries_max: 3, received: received.clone() };
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(crate::pb::raft_service_server::RaftServiceServer::new(peer))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let mut factory = NetworkFactory::new(1, RaftTimings::default(), None);
+        let mut client = factory.new_client(2, &BasicNode { addr }).await;
+        let option = || RPCOption::new(Duration::from_secs(5));
+
+        let error = client.append_entries(append_request(1..=8), option()).await.expect_err("too large");
+        assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        let error = client.append_entries(append_request(1..=8), option()).await.expect_err("still too large");
+        assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        let answer = client.append_entries(append_request(1..=8), option()).await.expect("two entries fit");
+        let last_sent = Some(crate::typ::LogId::new(crate::typ::LeaderId { term: 1, node_id: 1 }, 2));
+        assert_eq!(answer, AppendEntriesResponse::PartialSuccess(last_sent));
+        // Accepted: the limit doubles back to four, which is still too many.
+        let error = client.append_entries(append_request(3..=8), option()).await.expect_err("four is too many");
+        assert!(matches!(error, RPCError::Network(_)), "{error:?}");
+        let answer = client.append_entries(append_request(3..=4), option()).await.expect("a small batch is whole");
+        assert_eq!(answer, AppendEntriesResponse::Success, "a batch within the limit is a plain success");
+        assert_eq!(*received.lock().expect("lock"), vec![8, 4, 2, 4, 2]);
+        server.abort();
+    }
+
+    #[tokio::test]
     async fn clients_of_the_same_peer_share_one_channel_until_its_address_changes() {
         let factory = NetworkFactory::new(1, RaftTimings::default(), None);
         factory.channel(2, "127.0.0.1:1").expect("channel");
@@ -374,7 +540,8 @@ mod tests {
     async fn backoff_towards_an_unreachable_peer_doubles_from_one_heartbeat_up_to_the_cap() {
         let mut factory = NetworkFactory::new(1, RaftTimings::default(), None);
         let client = factory.new_client(2, &BasicNode { addr: "127.0.0.1:1".into() }).await;
-        let delays: Vec<u64> = client.backoff().take(6).map(|d| d.as_millis() as u64).collect();
+        let delays: Vec<u64> =
+            client.backoff().expect("a backoff of its own").take(6).map(|d| d.as_millis() as u64).collect();
         assert_eq!(delays, vec![150, 300, 600, 1200, 2000, 2000]);
     }
 }

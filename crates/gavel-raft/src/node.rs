@@ -4,11 +4,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{
-    ChangeMembershipError, CheckIsLeaderError, ClientWriteError, ForwardToLeader, InitializeError,
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{
+    ChangeMembershipError, ClientWriteError, ForwardToLeader, InitializeError, LinearizableReadError,
     RaftError as OpenraftError,
 };
-use openraft::{BasicNode, ChangeMembers, ServerState, SnapshotPolicy};
+use openraft::type_config::alias::WatchReceiverOf;
+use openraft::{BasicNode, ChangeMembers, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -20,7 +22,7 @@ use crate::network::NetworkFactory;
 use crate::pb::raft_service_server::RaftServiceServer;
 use crate::service::RaftGrpcService;
 use crate::storage::{self, ThreadExited};
-use crate::typ::{Node, NodeId, Raft, RaftMetrics};
+use crate::typ::{Node, NodeId, Raft, RaftMetrics, TypeConfig};
 use crate::{LeaderRoute, Member, NodeConfig, RaftError, RaftStatus, RaftTimings, Role, WriteError};
 
 /// How far a member was when [`RaftNode::wait_caught_up`] returned.
@@ -106,7 +108,7 @@ impl RaftNode {
             .map_err(|e| RaftError::Storage(e.to_string()))?;
         tokio::spawn(storage::request_snapshots(snapshots_due, raft.clone()));
         let metrics = raft.metrics();
-        let (status_tx, status) = watch::channel(status_from_metrics(&metrics.borrow()));
+        let (status_tx, status) = watch::channel(status_from_metrics(&metrics.borrow_watched()));
         tokio::spawn(publish_status(metrics, status_tx));
         tracing::info!(node_id = config.node_id, addr = %config.addr, "raft node started");
         Ok(RaftNode {
@@ -174,12 +176,14 @@ impl RaftNode {
     /// and waits until everything committed before the call is applied here.
     /// A read of the application after it returns is linearizable.
     pub async fn ensure_linearizable(&self) -> Result<(), WriteError> {
-        match self.inner.raft.ensure_linearizable().await {
+        // Read-index (a quorum round), as under openraft 0.9; openraft 0.10
+        // also offers lease reads, which trust the clocks.
+        match self.inner.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
             Ok(_) => Ok(()),
-            Err(OpenraftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
+            Err(OpenraftError::APIError(LinearizableReadError::ForwardToLeader(forward))) => {
                 Err(forward_to_leader(forward))
             }
-            Err(OpenraftError::APIError(CheckIsLeaderError::QuorumNotEnough(e))) => {
+            Err(OpenraftError::APIError(LinearizableReadError::QuorumNotEnough(e))) => {
                 Err(WriteError::Unavailable(e.to_string()))
             }
             Err(OpenraftError::Fatal(fatal)) => Err(WriteError::Unavailable(format!("raft is not running: {fatal}"))),
@@ -263,7 +267,7 @@ impl RaftNode {
     pub async fn remove_node(&self, node_id: u64) -> Result<(), WriteError> {
         let (is_voter, is_member) = {
             let metrics = self.inner.raft.metrics();
-            let m = metrics.borrow();
+            let m = metrics.borrow_watched();
             let membership = m.membership_config.membership();
             let is_voter = membership.voter_ids().any(|voter| voter == node_id);
             (is_voter, membership.get_node(&node_id).is_some())
@@ -282,17 +286,46 @@ impl RaftNode {
         self.inner.raft.change_membership(change, false).await.map(|_| ()).map_err(client_write_error)
     }
 
+    /// Asks this node, if it leads, to hand leadership to voter `node_id`:
+    /// the leader stops accepting writes and tells `node_id` to campaign at
+    /// once (its vote request then passes the voters' leader lease), instead
+    /// of the cluster waiting out an election timeout. Returns once the
+    /// request is handed to Raft, not when `node_id` leads: watch
+    /// [`RaftNode::subscribe_status`] for that. A node that does not lead
+    /// ignores the request, and so does the target if its log is behind.
+    pub async fn transfer_leader(&self, node_id: u64) -> Result<(), WriteError> {
+        let is_voter = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow_watched();
+            if m.state != ServerState::Leader {
+                return Err(forward_from_metrics(&m));
+            }
+            let is_voter = m.membership_config.membership().voter_ids().any(|voter| voter == node_id);
+            is_voter
+        };
+        if !is_voter {
+            return Err(WriteError::Invalid(format!("node {node_id} is not a voter; leadership goes to voters only")));
+        }
+        self.inner
+            .raft
+            .trigger()
+            .transfer_leader(node_id)
+            .await
+            .map_err(|fatal| WriteError::Unavailable(format!("raft is not running: {fatal}")))
+    }
+
     /// Refuses a membership change on a leader whose own membership no
     /// longer holds it: a leader removed from the cluster keeps leading
-    /// until its next tick after the removal is applied (openraft 0.9 lets
-    /// it replicate that the removal committed), and a membership change
+    /// until its next tick after the removal is applied (openraft lets it
+    /// replicate that the removal committed; 0.10 then hands leadership over
+    /// itself, `removed_leader_step_down`), and a membership change
     /// it accepted in between would be appended by a leader outside the
     /// configuration (openraft asserts against it: the simulation found it,
     /// an add-back sent to the removed leader). The caller retries; by then
     /// a leader among the remaining voters answers.
     fn refuse_if_stepping_down(&self) -> Result<(), WriteError> {
         let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow();
+        let m = metrics.borrow_watched();
         let removed = m.state == ServerState::Leader && m.membership_config.membership().get_node(&m.id).is_none();
         if removed {
             return Err(WriteError::Unavailable(format!(
@@ -305,7 +338,7 @@ impl RaftNode {
 
     /// This node's current view of the cluster.
     pub fn status(&self) -> RaftStatus {
-        status_from_metrics(&self.inner.raft.metrics().borrow())
+        status_from_metrics(&self.inner.raft.metrics().borrow_watched())
     }
 
     /// The vote this node has saved and acts on: openraft reports a vote
@@ -313,7 +346,7 @@ impl RaftNode {
     /// follows nothing on a vote it has not saved), so a crash must never
     /// bring back an older one. The simulation checks that.
     pub fn saved_vote(&self) -> crate::VoteMark {
-        crate::typ::vote_mark(&self.inner.raft.metrics().borrow().vote)
+        crate::typ::vote_mark(&self.inner.raft.metrics().borrow_watched().vote)
     }
 
     /// The leader's view of replication, for monitoring; `None` unless this
@@ -321,7 +354,7 @@ impl RaftNode {
     /// [`RaftStatus`], whose watchers would otherwise wake on every heartbeat.
     pub fn leader_progress(&self) -> Option<crate::LeaderProgress> {
         let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow();
+        let m = metrics.borrow_watched();
         if m.running_state.is_err() || m.state != ServerState::Leader {
             return None;
         }
@@ -331,7 +364,11 @@ impl RaftNode {
             .flatten()
             .map(|(node_id, matched)| (*node_id, matched.map(|log_id| log_id.index)))
             .collect();
-        Some(crate::LeaderProgress { millis_since_quorum_ack: m.millis_since_quorum_ack, matched_index })
+        // Deprecated in openraft 0.10 for an instant (`last_quorum_acked`),
+        // but still filled in, and a duration is what the monitoring shows.
+        #[allow(deprecated)]
+        let millis_since_quorum_ack = m.millis_since_quorum_ack;
+        Some(crate::LeaderProgress { millis_since_quorum_ack, matched_index })
     }
 
     /// Whether this node leads, and otherwise where the leader is: read from
@@ -339,7 +376,7 @@ impl RaftNode {
     /// copy), because the server asks on every request.
     pub fn leader_route(&self) -> LeaderRoute {
         let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow();
+        let m = metrics.borrow_watched();
         if m.running_state.is_ok() && m.state == ServerState::Leader {
             return LeaderRoute::Here;
         }
@@ -357,7 +394,7 @@ impl RaftNode {
     /// server asks on every peer call.
     pub fn admits_peer(&self, node_id: u64) -> bool {
         let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow();
+        let m = metrics.borrow_watched();
         let membership = m.membership_config.membership();
         membership.get_node(&node_id).is_some() || membership.nodes().next().is_none()
     }
@@ -447,13 +484,14 @@ fn openraft_config(timings: &RaftTimings) -> Result<openraft::Config, RaftError>
         install_snapshot_timeout: timings.snapshot_timeout_ms,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(timings.snapshot_logs_since_last),
         max_in_snapshot_log_to_keep: timings.logs_to_keep,
+        enable_pre_vote: Some(timings.pre_vote),
         ..Default::default()
     };
     config.validate().map_err(|e| RaftError::Config(e.to_string()))
 }
 
 /// Republishes openraft's metrics as [`RaftStatus`] until Raft stops.
-async fn publish_status(mut metrics: watch::Receiver<RaftMetrics>, status: watch::Sender<RaftStatus>) {
+async fn publish_status(mut metrics: WatchReceiverOf<TypeConfig, RaftMetrics>, status: watch::Sender<RaftStatus>) {
     loop {
         let next = status_from_metrics(&metrics.borrow_and_update());
         status.send_if_modified(|current| {
@@ -500,7 +538,7 @@ fn status_from_metrics(m: &RaftMetrics) -> RaftStatus {
     }
 }
 
-fn forward_to_leader(forward: ForwardToLeader<NodeId, Node>) -> WriteError {
+fn forward_to_leader(forward: ForwardToLeader<TypeConfig>) -> WriteError {
     WriteError::ForwardToLeader { leader_id: forward.leader_id, leader_addr: forward.leader_node.map(|node| node.addr) }
 }
 
@@ -514,9 +552,18 @@ fn forward_from_metrics(m: &RaftMetrics) -> WriteError {
     }
 }
 
-pub(crate) fn client_write_error(e: OpenraftError<NodeId, ClientWriteError<NodeId, Node>>) -> WriteError {
+pub(crate) fn client_write_error(e: OpenraftError<TypeConfig, ClientWriteError<TypeConfig>>) -> WriteError {
     match e {
         OpenraftError::APIError(ClientWriteError::ForwardToLeader(forward)) => forward_to_leader(forward),
+        // The leader changed before the entry committed: it may still commit
+        // (or not), like a timed-out write. Retryable, with the request id
+        // the application deduplicates on.
+        OpenraftError::APIError(ClientWriteError::LogEntryDiscarded(forward)) => WriteError::Unavailable(format!(
+            "the leader changed before the write committed; it may or may not take effect (leader now {:?})",
+            forward.leader_id
+        )),
+        // Gavel proposes no conditional writes.
+        OpenraftError::APIError(ClientWriteError::PreconditionFailed(e)) => WriteError::Invalid(e.to_string()),
         // Another membership change is still being committed: retry later.
         OpenraftError::APIError(ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(e))) => {
             WriteError::Unavailable(e.to_string())

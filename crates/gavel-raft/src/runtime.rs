@@ -1,20 +1,23 @@
 //! Gavel's openraft [`AsyncRuntime`]: tokio, as openraft's own
 //! `TokioRuntime`, except for the random numbers.
 //!
-//! openraft 0.9 draws each election timeout from `AsyncRuntime::thread_rng`.
-//! In production that is `rand::thread_rng()`; a simulator that seeds this
+//! openraft 0.10 draws each election timeout (at start and again on every
+//! campaign) and each node's tick phase from `AsyncRuntime::thread_rng`.
+//! In production that is `rand::rng()`; a simulator that seeds this
 //! thread ([`seed_thread_rng`]) gets the same draws in the same order, so the
 //! same seed elects the same leaders. The simulator runs every node on one
 //! thread, in an order its seed fixes, so one RNG per thread is one RNG per
 //! simulated cluster and the draws are replayed exactly.
 
 use std::cell::RefCell;
+use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
-use openraft::{AsyncRuntime, OptionalSend, TokioInstant, TokioRuntime};
+use openraft::{AsyncRuntime, OptionalSend};
+use openraft_rt_tokio::{TokioInstant, TokioRuntime};
 use rand::rngs::StdRng;
-use rand::{RngCore, SeedableRng};
+use rand::{Rng, SeedableRng, TryRng};
 
 thread_local! {
     /// The seeded generator of this thread, if a simulator seeded it.
@@ -22,7 +25,7 @@ thread_local! {
 }
 
 /// Makes every random draw the Raft layer takes on this thread (election
-/// timeouts) come from a generator seeded with `seed`, until
+/// timeouts, the tick phase) come from a generator seeded with `seed`, until
 /// [`unseed_thread_rng`]. For the simulator; production never calls it.
 pub fn seed_thread_rng(seed: u64) {
     SEEDED.with(|seeded| *seeded.borrow_mut() = Some(StdRng::seed_from_u64(seed)));
@@ -34,34 +37,38 @@ pub fn unseed_thread_rng() {
 }
 
 /// openraft's runtime with Gavel's random numbers.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct GavelRuntime;
+///
+/// openraft 0.10 asks a runtime for a value (`new`, `block_on`) as well as for
+/// its associated functions; the value is a tokio runtime, as openraft's own.
+#[derive(Debug)]
+pub(crate) struct GavelRuntime(TokioRuntime);
 
 /// The random numbers of [`GavelRuntime`]: this thread's seeded generator
-/// when there is one, `rand::thread_rng()` otherwise.
+/// when there is one, `rand::rng()` otherwise.
 pub(crate) struct RuntimeRng;
 
 impl RuntimeRng {
-    fn draw<T>(with: impl FnOnce(&mut dyn RngCore) -> T) -> T {
+    fn draw<T>(with: impl FnOnce(&mut dyn Rng) -> T) -> T {
         SEEDED.with(|seeded| match seeded.borrow_mut().as_mut() {
             Some(rng) => with(rng),
-            None => with(&mut rand::thread_rng()),
+            None => with(&mut rand::rng()),
         })
     }
 }
 
-impl RngCore for RuntimeRng {
-    fn next_u32(&mut self) -> u32 {
-        Self::draw(|rng| rng.next_u32())
+// rand 0.10's `Rng` is implemented for every infallible `TryRng`.
+impl TryRng for RuntimeRng {
+    type Error = Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        Ok(Self::draw(|rng| rng.next_u32()))
     }
-    fn next_u64(&mut self) -> u64 {
-        Self::draw(|rng| rng.next_u64())
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        Ok(Self::draw(|rng| rng.next_u64()))
     }
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), Infallible> {
         Self::draw(|rng| rng.fill_bytes(dest));
-    }
-    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand::Error> {
-        Self::draw(|rng| rng.try_fill_bytes(dest))
+        Ok(())
     }
 }
 
@@ -73,9 +80,10 @@ impl AsyncRuntime for GavelRuntime {
     type TimeoutError = <TokioRuntime as AsyncRuntime>::TimeoutError;
     type Timeout<R, T: Future<Output = R> + OptionalSend> = <TokioRuntime as AsyncRuntime>::Timeout<R, T>;
     type ThreadLocalRng = RuntimeRng;
-    type OneshotSender<T: OptionalSend> = <TokioRuntime as AsyncRuntime>::OneshotSender<T>;
-    type OneshotReceiverError = <TokioRuntime as AsyncRuntime>::OneshotReceiverError;
-    type OneshotReceiver<T: OptionalSend> = <TokioRuntime as AsyncRuntime>::OneshotReceiver<T>;
+    type Mpsc = <TokioRuntime as AsyncRuntime>::Mpsc;
+    type Watch = <TokioRuntime as AsyncRuntime>::Watch;
+    type Oneshot = <TokioRuntime as AsyncRuntime>::Oneshot;
+    type Mutex<T: OptionalSend + 'static> = <TokioRuntime as AsyncRuntime>::Mutex<T>;
 
     fn spawn<T>(future: T) -> Self::JoinHandle<T::Output>
     where
@@ -109,22 +117,26 @@ impl AsyncRuntime for GavelRuntime {
         RuntimeRng
     }
 
-    fn oneshot<T>() -> (Self::OneshotSender<T>, Self::OneshotReceiver<T>)
+    fn new(threads: usize) -> Self {
+        GavelRuntime(TokioRuntime::new(threads))
+    }
+
+    fn block_on<F, T>(&mut self, future: F) -> T
     where
-        T: OptionalSend,
+        F: Future<Output = T>,
     {
-        TokioRuntime::oneshot()
+        self.0.block_on(future)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use rand::Rng;
+    use rand::RngExt;
 
     use super::*;
 
     fn draws() -> Vec<u64> {
-        (0..4).map(|_| GavelRuntime::thread_rng().gen_range(400..800)).collect()
+        (0..4).map(|_| GavelRuntime::thread_rng().random_range(400..800)).collect()
     }
 
     #[test]

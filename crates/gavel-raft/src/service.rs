@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use openraft::error::RaftError;
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::errors::RaftError;
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::Write;
@@ -25,7 +25,7 @@ use crate::pb::raft_service_server::RaftService;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk};
 use crate::storage::wal::Threading;
 use crate::storage::{SnapshotData, SnapshotFile};
-use crate::typ::{NodeId, Raft, Snapshot, TypeConfig};
+use crate::typ::{Raft, Snapshot, TypeConfig};
 
 /// The internal Raft gRPC service of one node. Obtain it with
 /// [`crate::RaftNode::service`] and mount it on the node's tonic server.
@@ -163,7 +163,7 @@ fn stopped(e: impl std::fmt::Display) -> Status {
     Status::unavailable(format!("raft is not running on this node: {e}"))
 }
 
-fn raft_failure(e: RaftError<NodeId>) -> Status {
+fn raft_failure(e: RaftError<TypeConfig>) -> Status {
     match e {
         RaftError::Fatal(fatal) => stopped(fatal),
         RaftError::APIError(never) => match never {},
@@ -179,8 +179,20 @@ impl RaftService for RaftGrpcService {
     }
 
     async fn vote(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
-        let rpc: VoteRequest<NodeId> = decode(&request.into_inner().payload, "vote")?;
+        let rpc: VoteRequest<TypeConfig> = decode(&request.into_inner().payload, "vote")?;
         let response = self.raft.vote(rpc).await.map_err(raft_failure)?;
+        encode(&response)
+    }
+
+    async fn pre_vote(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
+        let rpc: VoteRequest<TypeConfig> = decode(&request.into_inner().payload, "pre-vote")?;
+        let response = self.raft.pre_vote(rpc).await.map_err(raft_failure)?;
+        encode(&response)
+    }
+
+    async fn transfer_leader(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
+        let rpc: TransferLeaderRequest<TypeConfig> = decode(&request.into_inner().payload, "transfer-leader")?;
+        let response = self.raft.handle_transfer_leader(rpc).await.map_err(stopped)?;
         encode(&response)
     }
 
@@ -221,7 +233,7 @@ impl RaftService for RaftGrpcService {
                 spool.written, total_bytes
             )));
         }
-        let snapshot = Snapshot { meta, snapshot: Box::new(SnapshotData::File(spool.finish().await?)) };
+        let snapshot = Snapshot { meta, snapshot: SnapshotData::File(spool.finish().await?) };
         let _announced = self.install_fence.begin();
         let response = self.raft.install_full_snapshot(vote, snapshot).await.map_err(stopped)?;
         encode(&response)

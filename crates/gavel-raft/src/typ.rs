@@ -12,14 +12,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 openraft::declare_raft_types!(
     /// Gavel's Raft types: opaque commands in, opaque replies out, nodes known
-    /// by their gRPC address.
+    /// by their gRPC address. Everything else (term, leader id, vote, entry)
+    /// is openraft's default: a `u64` term and the "advanced" leader id, whose
+    /// bincode layout is the same as openraft 0.9's.
     pub(crate) TypeConfig:
         D = Command,
         R = Reply,
         NodeId = u64,
         Node = openraft::BasicNode,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = crate::storage::SnapshotData,
         AsyncRuntime = crate::runtime::GavelRuntime,
 );
 
@@ -27,29 +27,29 @@ openraft::declare_raft_types!(
 pub(crate) type NodeId = u64;
 /// A node as stored in the membership: its gRPC address.
 pub(crate) type Node = openraft::BasicNode;
-/// The running Raft instance.
-pub(crate) type Raft = openraft::Raft<TypeConfig>;
+/// The running Raft instance, with its state machine type.
+pub(crate) type Raft = openraft::Raft<TypeConfig, crate::storage::StateMachineStore>;
+/// The leader id a log id carries (term and node id).
+pub(crate) type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, NodeId>;
 /// A log entry.
-pub(crate) type Entry = openraft::Entry<TypeConfig>;
+pub(crate) type Entry = openraft::Entry<LeaderId, openraft::EntryPayload<Command, NodeId, Node>>;
 /// A log id (term, leader and index).
-pub(crate) type LogId = openraft::LogId<NodeId>;
+pub(crate) type LogId = openraft::LogId<LeaderId>;
 /// A vote (term and candidate).
-pub(crate) type Vote = openraft::Vote<NodeId>;
+pub(crate) type Vote = openraft::impls::Vote<LeaderId>;
 
 /// The plain form of a vote, for the crate's users.
 pub(crate) fn vote_mark(vote: &Vote) -> crate::VoteMark {
     crate::VoteMark { term: vote.leader_id.term, node_id: vote.leader_id.node_id, committed: vote.committed }
 }
 /// A membership with the log id that introduced it.
-pub(crate) type StoredMembership = openraft::StoredMembership<NodeId, Node>;
-/// Snapshot metadata: last included log id, membership, id.
-pub(crate) type SnapshotMeta = openraft::SnapshotMeta<NodeId, Node>;
+pub(crate) type StoredMembership = openraft::StoredMembership<LeaderId, NodeId, Node>;
+/// Snapshot metadata: last included log id and membership.
+pub(crate) type SnapshotMeta = openraft::SnapshotMeta<LeaderId, NodeId, Node>;
 /// A snapshot: metadata plus a handle to the file of the application's bytes.
-pub(crate) type Snapshot = openraft::Snapshot<TypeConfig>;
-/// Storage failure reported to openraft.
-pub(crate) type StorageError = openraft::StorageError<NodeId>;
+pub(crate) type Snapshot = openraft::Snapshot<LeaderId, NodeId, Node, crate::storage::SnapshotData>;
 /// Raft metrics published by openraft.
-pub(crate) type RaftMetrics = openraft::RaftMetrics<NodeId, Node>;
+pub(crate) type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
 
 /// An encoded application command: the payload of a normal log entry.
 ///
@@ -139,5 +139,20 @@ mod tests {
         assert_eq!(encoded.len(), 8 + 4);
         let decoded: Command = bincode::deserialize(&encoded).expect("decode");
         assert_eq!(decoded, command);
+    }
+
+    /// openraft 0.10's vote request ends in a `leadership_transfer` flag
+    /// that 0.9's did not have. bincode reads a struct as a fixed tuple, so
+    /// `#[serde(default)]` does not help: a 0.9 node's vote request (the
+    /// same bytes without the flag) does not decode. A cluster moves from 0.9
+    /// to 0.10 all at once, never node by node.
+    #[test]
+    fn a_vote_request_without_the_0_10_transfer_flag_does_not_decode() {
+        let request = openraft::raft::VoteRequest::<TypeConfig>::new(Vote::new(3, 1), None);
+        let encoded = bincode::serialize(&request).expect("encode");
+        let decoded: openraft::raft::VoteRequest<TypeConfig> = bincode::deserialize(&encoded).expect("decode");
+        assert_eq!(decoded, request);
+        let as_0_9 = &encoded[..encoded.len() - 1];
+        assert!(bincode::deserialize::<openraft::raft::VoteRequest<TypeConfig>>(as_0_9).is_err());
     }
 }

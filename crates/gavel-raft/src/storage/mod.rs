@@ -40,10 +40,12 @@
 //! entries carried them.
 //!
 //! Durability rules (enforced where noted):
-//! - a log append is acknowledged to openraft (`LogFlushed`) only after the
+//! - a log append is acknowledged to openraft (`IOFlushed`) only after the
 //!   WAL's writer fdatasynced it (`wal::Wal::append`);
-//! - `save_vote` returns only after the vote file is renamed into place and
-//!   its directory fsynced (`wal::vote`);
+//! - `save_vote` returns only after every log write queued before it is
+//!   durable (openraft 0.10 does not wait for appends, and reads a saved
+//!   vote as "every earlier write is durable") and the vote file is renamed
+//!   into place and its directory fsynced (`wal::Wal::save_vote`, `wal::vote`);
 //! - a failed write or fdatasync of the log stops it for good, and openraft
 //!   stops the node (`wal::writer`);
 //! - a snapshot is fsynced before openraft learns it exists, so the log can be
@@ -52,8 +54,8 @@
 //!   fsynced, then its meta and file name written to sled and waited for;
 //!   only then is the previous snapshot's file removed;
 //! - the log's purge marker never runs ahead of the stored snapshot: while a
-//!   snapshot received from the leader is installed, openraft asks for the
-//!   purge before the install is stored, and that purge waits for it
+//!   snapshot received from the leader is installed, openraft 0.9 asked for
+//!   the purge before the install was stored, and that purge waits for it
 //!   ([`InstallFence`]; without it a SIGKILL mid-install left a node that
 //!   could never start again).
 //!
@@ -64,8 +66,8 @@
 //! [`SnapshotData`]: a [`SnapshotFile`] handle or a view not yet written
 //! ([`snapshot_file`]).
 
-// openraft's storage traits fix `StorageError` (a large type) as the error
-// of every method; the helpers here return the same type.
+// Kept from openraft 0.9, whose `StorageError` (a large type) these helpers
+// returned; under 0.10 they return `io::Error`. Remove once clippy agrees.
 #![allow(clippy::result_large_err)]
 
 mod durability;
@@ -82,7 +84,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use openraft::{AnyError, StorageIOError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -93,7 +94,7 @@ pub(crate) use state_machine::{request_snapshots, StateMachineStore};
 
 use crate::application::Application;
 use crate::limits::{SLED_CACHE_BYTES, SLED_SEGMENT_BYTES};
-use crate::typ::{LogId, SnapshotMeta, StorageError};
+use crate::typ::{LogId, SnapshotMeta};
 use crate::RaftError;
 use durability::Durability;
 use wal::Wal;
@@ -139,7 +140,7 @@ pub(crate) struct Shared {
 }
 
 /// Keeps the log's purge marker behind the stored snapshot while a snapshot
-/// received from the leader is installed. openraft 0.9 purges the log up to
+/// received from the leader is installed. openraft 0.9 purged the log up to
 /// a received snapshot as soon as it hands the snapshot to the state
 /// machine, before the install is stored: a SIGKILL in between leaves a
 /// purge marker ahead of the state machine and the committed pointer, and
@@ -308,8 +309,8 @@ impl Shared {
 
     /// Opens the stored snapshot, if any: its meta and a handle to its file
     /// (`None`: the snapshot is a checkpoint in the application's own store).
-    fn read_snapshot(&self) -> Result<Option<(SnapshotMeta, Option<SnapshotFile>)>, StorageError> {
-        let read = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, AnyError::error(e));
+    fn read_snapshot(&self) -> Result<Option<(SnapshotMeta, Option<SnapshotFile>)>, std::io::Error> {
+        let read = |e: &dyn std::error::Error| std::io::Error::other(format!("cannot read the stored snapshot: {e}"));
         let Some(meta) = self.read_snapshot_meta()? else { return Ok(None) };
         let Some(name) = self.snapshot.get(SNAPSHOT_FILE_KEY).map_err(|e| read(&e))? else {
             return Ok(Some((meta, None)));
@@ -319,8 +320,8 @@ impl Shared {
         Ok(Some((meta, Some(file))))
     }
 
-    fn read_snapshot_meta(&self) -> Result<Option<SnapshotMeta>, StorageError> {
-        let read = |e: &dyn std::error::Error| StorageIOError::read_snapshot(None, AnyError::error(e));
+    fn read_snapshot_meta(&self) -> Result<Option<SnapshotMeta>, std::io::Error> {
+        let read = |e: &dyn std::error::Error| std::io::Error::other(format!("cannot read the stored snapshot: {e}"));
         match self.snapshot.get(SNAPSHOT_META_KEY).map_err(|e| read(&e))? {
             Some(bytes) => Ok(Some(decode(&bytes).map_err(|e| read(&*e))?)),
             None => Ok(None),

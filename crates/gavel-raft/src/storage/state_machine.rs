@@ -4,12 +4,13 @@
 //! store: then only the meta is in sled, a build is a durable checkpoint and
 //! the current snapshot is a view of the store's latest checkpoint.
 
-use std::io::BufReader;
+use std::io::{self, BufReader};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use openraft::storage::RaftStateMachine;
-use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use futures::TryStreamExt;
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use tokio::sync::mpsc;
 
 use super::snapshot_file::{self, SnapshotData, SnapshotFile};
@@ -17,9 +18,7 @@ use super::{encode, Shared, SNAPSHOT_FILE_KEY, SNAPSHOT_LEGACY_DATA_KEY, SNAPSHO
 use crate::application::{Application, SnapshotSource};
 use crate::batch;
 use crate::limits::SNAPSHOT_STREAM_BUFFER_BYTES;
-use crate::typ::{
-    Command, Entry, LogId, Raft, Reply, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
-};
+use crate::typ::{Command, LogId, Raft, Reply, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::RaftError;
 
 /// The state machine: the application plus the last applied log id and
@@ -168,7 +167,7 @@ fn replayable_after(
 /// The position [`Application::snapshot_at`], `restore_at` and `resume`
 /// name a snapshot by: its last log id and membership, bincode-encoded (the
 /// snapshot id is left out: it differs between nodes and rebuilds of the
-/// same state).
+/// same state; openraft 0.10 has no snapshot id any more).
 fn position(last_applied: &Option<LogId>, membership: &StoredMembership) -> Vec<u8> {
     encode(&(last_applied, membership)).expect("log ids and memberships serialize: plain data")
 }
@@ -205,11 +204,18 @@ enum Captured {
     Checkpoint(Result<u64, String>),
 }
 
+/// A snapshot write failed; openraft adds that it was writing a snapshot.
+fn snapshot_write_error(meta: &SnapshotMeta, error: &dyn std::fmt::Display) -> io::Error {
+    io::Error::other(format!("snapshot {meta}: {error}"))
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let started = std::time::Instant::now();
-        let write_error =
-            |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(Some(self.meta.signature()), AnyError::error(e));
+        let meta = self.meta.clone();
+        let write_error = |e: &dyn std::fmt::Display| snapshot_write_error(&meta, e);
         let captured = self.source.get_mut().ok().and_then(Option::take);
         let source = match captured.ok_or_else(|| write_error(&"this snapshot was built already"))? {
             Captured::Source(source) => source,
@@ -227,7 +233,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                         "snapshot built as a checkpoint"
                     );
                 }
-                return Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(SnapshotData::Checkpointed) });
+                return Ok(Snapshot { meta: self.meta.clone(), snapshot: SnapshotData::Checkpointed });
             }
         };
         let path = snapshot_file::temporary_path(&self.shared.snapshot_dir, "build");
@@ -244,7 +250,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             self.shared.snapshot_counts.iter().for_each(crate::io::SnapshotCounts::count_built);
             tracing::info!(snapshot = %self.meta, bytes = file.bytes(), took = ?started.elapsed(), "snapshot built");
         }
-        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(SnapshotData::File(file)) })
+        Ok(Snapshot { meta: self.meta.clone(), snapshot: SnapshotData::File(file) })
     }
 }
 
@@ -273,9 +279,8 @@ async fn persist_snapshot(
     meta: &SnapshotMeta,
     file: Option<&mut SnapshotFile>,
     mode: WriteMode,
-) -> Result<bool, StorageError> {
-    let write_error =
-        |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::error(e));
+) -> Result<bool, io::Error> {
+    let write_error = |e: &dyn std::fmt::Display| snapshot_write_error(meta, e);
     let _serialized = shared.snapshot_write.lock().await;
     if mode == WriteMode::OnlyIfNewer {
         if let Some(stored) = shared.read_snapshot_meta()? {
@@ -367,19 +372,24 @@ fn apply_batch(app: &dyn Application, log_index: u64, payload: &[u8]) -> (Vec<u8
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
         Ok((self.last_applied, self.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError>
+    /// Applies the committed entries openraft streams in, in order, and sends
+    /// each reply through the entry's responder (openraft 0.10 passes one
+    /// with every entry a client waits for).
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
     where
-        I: IntoIterator<Item = Entry> + OptionalSend,
-        I::IntoIter: OptionalSend,
+        Strm: futures::Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
-        let (mut replies, started) = (Vec::new(), std::time::Instant::now());
-        for entry in entries {
+        // The time spent applying, not the time spent waiting for entries.
+        let mut applying = std::time::Duration::ZERO;
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let started = std::time::Instant::now();
             self.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
                 EntryPayload::Blank => Reply::default(),
@@ -407,10 +417,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     Reply::default()
                 }
             };
-            replies.push(reply);
+            if let Some(responder) = responder {
+                responder.send(reply);
+            }
+            applying += started.elapsed();
         }
-        crate::stats::stats().stages.apply.observe_duration(started.elapsed());
-        Ok(replies)
+        crate::stats::stats().stages.apply.observe_duration(applying);
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -424,37 +437,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             Captured::Source(self.app.snapshot_at(&position(&self.last_applied, &self.membership)))
         };
         self.commands.since_last = 0;
-        let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
-        let snapshot_id = match &self.last_applied {
-            Some(log_id) => format!("{}-{}-{}", log_id.leader_id.term, log_id.index, seq),
-            None => format!("empty-{seq}"),
-        };
         SnapshotBuilder {
             shared: self.shared.clone(),
-            meta: SnapshotMeta {
-                last_log_id: self.last_applied,
-                last_membership: self.membership.clone(),
-                snapshot_id,
-            },
+            meta: SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone() },
             source: std::sync::Mutex::new(Some(captured)),
         }
-    }
-
-    /// An empty owned file in `raft-snapshot/`. Not used by the node: with
-    /// `generic-snapshot-data` the leader sends whole files
-    /// (`network::PeerClient::full_snapshot`) and the service spools them
-    /// itself (`service`); openraft's conformance suite calls it.
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
-        let write_error = |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(None, AnyError::error(e));
-        let path = snapshot_file::temporary_path(&self.shared.snapshot_dir, "receive");
-        let file = self
-            .shared
-            .threading
-            .run(move || SnapshotFile::write(path, Box::new(Vec::new())))
-            .await
-            .map_err(|e| write_error(&e))?
-            .map_err(|e| write_error(&e))?;
-        Ok(Box::new(SnapshotData::File(file)))
     }
 
     /// Decodes the received file into the application on a blocking thread
@@ -465,9 +452,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     /// previous state, so a crash in the middle must find the new snapshot's
     /// file to restore from (the store's checkpoint then replaces it at the
     /// next build). Otherwise the file is stored once it restored.
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotData>) -> Result<(), StorageError> {
-        let refused =
-            |e: &dyn std::fmt::Display| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e));
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotData) -> Result<(), io::Error> {
+        let refused = |e: &dyn std::fmt::Display| io::Error::other(format!("cannot install snapshot {meta}: {e}"));
         let started = std::time::Instant::now();
         let mut file = self
             .shared
@@ -506,7 +492,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         // Under the write lock: the file named in sled is not replaced
         // between reading its name and opening it.
         let shared = self.shared.clone();
@@ -515,9 +501,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             if self.stale_checkpoint {
                 // The view must be of a whole state: write one, here on
                 // the state machine's task, at `last_applied`.
-                self.write_checkpoint(false).map_err(|e| {
-                    StorageIOError::read_snapshot(None, AnyError::error(format!("cannot write a checkpoint: {e}")))
-                })?;
+                self.write_checkpoint(false)
+                    .map_err(|e| io::Error::other(format!("cannot write a checkpoint: {e}")))?;
             }
             if let Some(view) = self.checkpoint_view()? {
                 return Ok(Some(view));
@@ -525,12 +510,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         match self.shared.read_snapshot()? {
             None => Ok(None),
-            Some((meta, Some(file))) => Ok(Some(Snapshot { meta, snapshot: Box::new(SnapshotData::File(file)) })),
-            Some((meta, None)) => Err(StorageIOError::read_snapshot(
-                Some(meta.signature()),
-                AnyError::error("the stored snapshot has no file, and the application's store no checkpoint"),
-            )
-            .into()),
+            Some((meta, Some(file))) => Ok(Some(Snapshot { meta, snapshot: SnapshotData::File(file) })),
+            Some((meta, None)) => Err(io::Error::other(format!(
+                "the stored snapshot {meta} has no file, and the application's store no checkpoint"
+            ))),
         }
     }
 }
@@ -572,17 +555,12 @@ impl StateMachineStore {
     /// (the stored snapshot's, or a later one: every checkpoint is at an
     /// applied, so committed, entry). Cheap: a read transaction; the state
     /// is written out only when the view is sent or backed up.
-    fn checkpoint_view(&self) -> Result<Option<Snapshot>, StorageError> {
-        let read_error = |e: &dyn std::fmt::Display| StorageIOError::read_snapshot(None, AnyError::error(e));
+    fn checkpoint_view(&self) -> Result<Option<Snapshot>, io::Error> {
+        let read_error = |e: &dyn std::fmt::Display| io::Error::other(format!("cannot read a checkpoint view: {e}"));
         let Some((at, source)) = self.app.checkpoint_view().map_err(|e| read_error(&e))? else { return Ok(None) };
         let (last_log_id, last_membership) = decode_position(&at).map_err(|e| read_error(&e))?;
-        let seq = self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed);
-        let snapshot_id = match &last_log_id {
-            Some(log_id) => format!("{}-{}-checkpoint-{seq}", log_id.leader_id.term, log_id.index),
-            None => format!("empty-checkpoint-{seq}"),
-        };
-        let meta = SnapshotMeta { last_log_id, last_membership, snapshot_id };
+        let meta = SnapshotMeta { last_log_id, last_membership };
         let data = SnapshotData::view(source, self.shared.snapshot_dir.clone());
-        Ok(Some(Snapshot { meta, snapshot: Box::new(data) }))
+        Ok(Some(Snapshot { meta, snapshot: data }))
     }
 }

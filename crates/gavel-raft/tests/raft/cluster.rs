@@ -151,3 +151,31 @@ async fn initialize_again_is_a_no_op_and_a_removed_voter_leaves_the_membership()
     assert!(matches!(error, WriteError::Invalid(_)), "{error:?}");
     cluster.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_hands_leadership_to_the_voter_it_names_and_writes_continue_there() {
+    let mut cluster = Cluster::start(3, test_timings()).await;
+    let leader = cluster.leader().await;
+    let (old_id, term) = (leader.id, leader.node.status().term);
+    put(&leader.node, "before", "1").await.expect("write");
+    let target = cluster.follower_of(old_id);
+    let target_id = target.id;
+
+    // Only the leader hands over, and only to a voter.
+    let refused = target.node.transfer_leader(old_id).await.expect_err("a follower does not lead");
+    assert!(matches!(refused, WriteError::ForwardToLeader { leader_id: Some(id), .. } if id == old_id), "{refused:?}");
+    let refused = leader.node.transfer_leader(42).await.expect_err("node 42 is not a member");
+    assert!(matches!(refused, WriteError::Invalid(_)), "{refused:?}");
+
+    leader.node.transfer_leader(target_id).await.expect("the transfer is handed to raft");
+    let status = wait_status(&target.node, "the named voter leads", |status| status.role == Role::Leader).await;
+    assert!(status.term > term, "the new leader was elected in a later term");
+    let new_leader = cluster.leader().await;
+    assert_eq!(new_leader.id, target_id);
+    put(&new_leader.node, "after", "2").await.expect("write on the new leader");
+    let last = new_leader.node.status().last_log_index.expect("log");
+    let state = cluster.converged_state(last).await;
+    assert_eq!(state.entries.get("before").map(String::as_str), Some("1"));
+    assert_eq!(state.entries.get("after").map(String::as_str), Some("2"));
+    cluster.stop_all().await;
+}

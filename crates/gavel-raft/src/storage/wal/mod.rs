@@ -27,8 +27,12 @@
 //! once, and only then completes the callers, in order (group commit). An
 //! append that finds the writer idle (nothing queued, no group being
 //! written) is written and fdatasynced by its caller instead, which saves
-//! two thread wake-ups per entry: openraft 0.9 waits for the append to be
-//! durable before it does anything else, so its task would only sleep. An
+//! two thread wake-ups per entry. (openraft 0.9 waited for every append to be
+//! durable, so its task would only have slept meanwhile; openraft 0.10 does
+//! not wait, so this inline fdatasync now holds up its core task for one
+//! fdatasync: to be measured against handing every append to the writer.)
+//! A vote is saved only after every operation queued before it is durable
+//! ([`Wal::save_vote`]). An
 //! appended entry is readable at once (from memory until it is written).
 //! The first failed write or fdatasync stops the log for good: every later
 //! write fails, and the caller (openraft) stops the node. It is not retried,
@@ -353,8 +357,9 @@ impl Wal {
     /// When the writer is idle (nothing queued, no group being written),
     /// the caller writes and fdatasyncs the entries itself and `done` fires
     /// before this returns: no hand-off to the writer thread and back.
-    /// openraft 0.9 waits for `done` before it does anything else, so the
-    /// caller would only sleep meanwhile. Otherwise the entries queue for
+    /// (Under openraft 0.9 the caller waited for `done` anyway; under 0.10 it
+    /// would go on, so this blocks openraft's core task for one fdatasync;
+    /// see the module doc.) Otherwise the entries queue for
     /// the writer thread, which writes them with whatever else is queued.
     pub(crate) fn append(&self, entries: Vec<Entry>, done: Option<Done>) -> Result<(), WalError> {
         let fail = |error: WalError, done: Option<Done>| {
@@ -537,14 +542,55 @@ impl Wal {
         let _ = self.shared.planted.set(planted);
     }
 
-    /// Makes `vote` durable. Blocking (two fsyncs and a rename).
+    /// Makes `vote` durable, after every operation handed to the log before
+    /// this call is durable. Blocking (the wait, then two fsyncs and a rename).
+    ///
+    /// openraft 0.10 does not wait for an append to be durable before its
+    /// next command, and it takes a saved vote as proof that every log write
+    /// submitted before it is durable too (its IO ids order by vote first),
+    /// so a vote that overtook a queued append would let the node
+    /// acknowledge entries that a crash can still lose.
     pub(crate) fn save_vote(&self, vote: &Vote) -> Result<(), WalError> {
         let _one_at_a_time = self.shared.vote.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.wait_for_pending_writes()?;
         if self.shared.planted().unsynced_vote && vote::overwrite_unsynced(&*self.shared.fs, &self.shared.dir, vote)? {
             // Planted bug: the vote is granted before it is durable.
             return Ok(());
         }
         vote::save(&*self.shared.fs, &self.shared.dir, vote)
+    }
+
+    /// Returns once every operation handed to the log before this call is
+    /// durable, or with the error that stopped the log. Blocking.
+    fn wait_for_pending_writes(&self) -> Result<(), WalError> {
+        let mut index = self.shared.lock();
+        if let Some(reason) = &index.stopped {
+            return Err(WalError::Stopped(reason.clone()));
+        }
+        let Some(ops) = &self.ops else {
+            // Inline: every operation was durable when its call returned.
+            return Ok(());
+        };
+        if index.queued_ops == 0 {
+            // Nothing queued. If no one holds the writer either, nothing is
+            // being written: every earlier append was written by its caller
+            // and was durable when it returned.
+            if self.writer.try_lock().is_ok() {
+                return Ok(());
+            }
+        }
+        let (reply, durable) = mpsc::channel();
+        let done: Done = Box::new(move |result| {
+            let _ = reply.send(result);
+        });
+        // Sent under the lock, like every operation, so it queues behind
+        // everything already handed to the log.
+        if ops.send(Op::Barrier { done }).is_err() {
+            return Err(WalError::Stopped("the log writer thread has exited".into()));
+        }
+        index.queued_ops += 1;
+        drop(index);
+        durable.recv().unwrap_or_else(|_| Err(WalError::Stopped("the log writer thread has exited".into())))
     }
 
     /// The saved vote, if any.

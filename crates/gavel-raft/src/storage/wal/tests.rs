@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use openraft::{CommittedLeaderId, EntryPayload};
+use openraft::EntryPayload;
 
 use super::file::{FileSystem, RealFs, WalFile};
 use super::{segment_file_name, Wal, WalError, WriterThread};
@@ -20,7 +20,7 @@ use crate::typ::{Command, Entry, LogId, Vote};
 const SMALL_SEGMENT_BYTES: u64 = 4096;
 
 fn log_id(term: u64, index: u64) -> LogId {
-    LogId::new(CommittedLeaderId::new(term, 1), index)
+    LogId::new(crate::typ::LeaderId { term, node_id: 1 }, index)
 }
 
 fn entry(term: u64, index: u64) -> Entry {
@@ -606,4 +606,118 @@ fn an_inline_log_on_the_simulated_disk_keeps_every_acknowledged_entry_through_a_
     // The cut lands between a write and its fdatasync often enough that
     // crashes really drop (or tear) unsynced records.
     assert!(crashes_that_dropped_writes > 10, "only {crashes_that_dropped_writes} crashes dropped a write");
+}
+
+/// A disk whose fdatasyncs of log segments block while the gate is closed:
+/// a slow disk the test controls.
+#[derive(Default)]
+struct GatedFs {
+    closed: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+struct GatedFile {
+    inner: Arc<dyn WalFile>,
+    closed: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl GatedFs {
+    fn set_closed(&self, closed: bool) {
+        let (lock, changed) = &*self.closed;
+        *lock.lock().expect("gate") = closed;
+        changed.notify_all();
+    }
+}
+
+impl WalFile for GatedFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        let (lock, changed) = &*self.closed;
+        let mut closed = lock.lock().expect("gate");
+        while *closed {
+            closed = changed.wait(closed).expect("gate");
+        }
+        drop(closed);
+        self.inner.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl FileSystem for GatedFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        RealFs.create_dir_all(dir)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        RealFs.list(dir)
+    }
+    fn create_preallocated(&self, path: &Path, len: u64) -> io::Result<Arc<dyn WalFile>> {
+        Ok(Arc::new(GatedFile { inner: RealFs.create_preallocated(path, len)?, closed: self.closed.clone() }))
+    }
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn WalFile>> {
+        Ok(Arc::new(GatedFile { inner: RealFs.open(path)?, closed: self.closed.clone() }))
+    }
+    fn write_synced(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        RealFs.write_synced(path, bytes)
+    }
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        RealFs.read(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealFs.rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        RealFs.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        RealFs.sync_dir(dir)
+    }
+}
+
+/// openraft 0.10 takes a saved vote as proof that every log write submitted
+/// before it is durable, so a vote must not overtake an append queued behind
+/// a slow disk.
+#[test]
+fn a_vote_is_saved_only_after_an_append_queued_behind_a_slow_disk_is_durable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gated = Arc::new(GatedFs::default());
+    let (wal, writer) = open(dir.path(), gated.clone()).expect("open");
+    wal.append(entries(1, 1..=3), None).expect("append while the disk is fast");
+    gated.set_closed(true);
+    // The purge goes to the writer thread, which blocks in its fdatasync;
+    // the append after it queues behind it.
+    wal.purge(log_id(1, 1)).expect("purge");
+    let append_durable = Arc::new(AtomicBool::new(false));
+    let flag = append_durable.clone();
+    let done: super::Done = Box::new(move |result| {
+        result.expect("durable");
+        flag.store(true, Ordering::SeqCst);
+    });
+    wal.append(vec![entry(1, 4)], Some(done)).expect("append behind the slow disk");
+    assert!(!append_durable.load(Ordering::SeqCst), "the append is queued, not written inline");
+
+    let (returned_tx, returned_rx) = mpsc::channel();
+    let voter = wal.clone();
+    let flag = append_durable.clone();
+    let saving = std::thread::spawn(move || {
+        let vote = Vote::new(2, 1);
+        let result = voter.save_vote(&vote);
+        let _ = returned_tx.send((result, flag.load(Ordering::SeqCst)));
+    });
+    // A blocked save is the behaviour wanted; the sleep only gives a wrong
+    // implementation the chance to return early.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(returned_rx.try_recv().is_err(), "save_vote returned while an earlier append was not durable");
+    gated.set_closed(false);
+    let (result, durable_at_return) = returned_rx.recv_timeout(Duration::from_secs(10)).expect("save_vote returns");
+    result.expect("vote saved");
+    assert!(durable_at_return, "the queued append was durable before save_vote returned");
+    saving.join().expect("the voting thread");
+    assert_eq!(wal.read_vote().expect("read vote"), Some(Vote::new(2, 1)));
+    close(wal, writer);
 }

@@ -22,12 +22,17 @@ pub(super) enum Op {
     Truncate { index: u64, done: Option<Done> },
     /// A purge marker; once durable, the obsolete segments are deleted.
     Purge { log_id: LogId },
+    /// Nothing to write: `done` fires once every operation queued before it
+    /// is durable (a vote is saved only behind the log's pending writes).
+    Barrier { done: Done },
 }
 
 impl Op {
     pub(super) fn complete(self, result: Result<(), WalError>) {
         match self {
-            Op::Append { done: Some(done), .. } | Op::Truncate { done: Some(done), .. } => done(result),
+            Op::Append { done: Some(done), .. } | Op::Truncate { done: Some(done), .. } | Op::Barrier { done } => {
+                done(result)
+            }
             Op::Append { done: None, .. } | Op::Truncate { done: None, .. } | Op::Purge { .. } => {}
         }
     }
@@ -234,7 +239,13 @@ impl Writer {
                     let payload = bincode::serialize(log_id).map_err(|e| WalError::Codec(e.to_string()))?;
                     self.add(&mut buffer, Kind::Purge, &payload)?;
                 }
+                Op::Barrier { .. } => {}
             }
+        }
+        if group.iter().all(|op| matches!(op, Op::Barrier { .. })) {
+            // Only barriers: every earlier group is durable already (groups
+            // complete in order), so there is nothing to write or sync.
+            return Ok(written);
         }
         let stats = crate::stats::stats();
         let started = std::time::Instant::now();
