@@ -17,7 +17,8 @@ fn a_rolling_restart_fails_no_lifecycle() {
     let started = Instant::now();
     let output = Command::new(support::gavel_binary())
         .args(["bench", "--json", "--rolling-restart", "--clients=8", "--warmup=2s", "--duration=20s"])
-        .env("GAVEL_LOG", "warn")
+        // The stopping leader's "handed leadership to node N" is at info.
+        .env("GAVEL_LOG", "warn,gavel_server::server=info")
         .output()
         .expect("run gavel bench --rolling-restart");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -44,6 +45,12 @@ fn a_rolling_restart_fails_no_lifecycle() {
     assert_eq!(restarted, vec![1, 2, 3], "every node restarted once: {nodes:#?}");
     assert_eq!(nodes.last().map(|node| &node["was_leader"]), Some(&Value::Bool(true)), "the leader goes last");
     assert!(nodes[..2].iter().all(|node| node["was_leader"] == false), "followers first: {nodes:#?}");
+    // The leader hands over as it stops (pre-vote and leader transfer,
+    // openraft 0.10): to a voter other than itself, with no election timeout.
+    let leader = &nodes[2];
+    let handed = leader["handed_over_to"].as_u64().unwrap_or_else(|| panic!("the leader handed over: {leader:#}"));
+    assert!([1, 2, 3].contains(&handed) && Some(handed) != leader["node"].as_u64(), "{leader:#}");
+    assert!(nodes[..2].iter().all(|node| node["handed_over_to"].is_null()), "followers hand nothing over: {nodes:#?}");
     for node in nodes {
         assert!(node["failure"].is_null(), "{node:#}");
         let downtime = node["downtime_s"].as_f64().expect("downtime");

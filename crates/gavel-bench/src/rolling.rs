@@ -47,6 +47,10 @@ pub struct NodeRestart {
     pub at_s: f64,
     /// SIGTERM until the process exited.
     pub stop_s: f64,
+    /// The node a stopping leader handed leadership to (its log's "handed
+    /// leadership to node N"); `None` for a follower, or when the hand-over
+    /// did not finish and the others had to elect.
+    pub handed_over_to: Option<u64>,
     /// Exited until started again.
     pub down_s: f64,
     /// Started until `Status` answered naming a leader.
@@ -70,6 +74,14 @@ pub struct RollingReport {
     pub config: ConfigReport,
     /// Every node came back and caught up, no lifecycle failed.
     pub ok: bool,
+}
+
+/// The node named by the last "handed leadership to node N" in a node's log.
+fn handed_over_to(log: &str) -> Option<u64> {
+    const SAID: &str = "handed leadership to node ";
+    let at = log.rfind(SAID)? + SAID.len();
+    let digits: String = log[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// Runs a rolling restart of `local` under load.
@@ -145,6 +157,7 @@ async fn restart_one(
         was_leader,
         at_s: term_sent.saturating_duration_since(window_start).as_secs_f64(),
         stop_s: 0.0,
+        handed_over_to: None,
         down_s: 0.0,
         start_s: 0.0,
         catch_up_s: 0.0,
@@ -159,6 +172,8 @@ async fn restart_one(
         restart.failure = Some(format!("stopping node {node}: {error}"));
         return restart;
     }
+    restart.handed_over_to =
+        cluster.log_path(node).and_then(|path| std::fs::read_to_string(path).ok()).and_then(|log| handed_over_to(&log));
     tokio::time::sleep(DOWN).await;
     let started = Instant::now();
     restart.down_s = (started - exited).as_secs_f64();
@@ -237,7 +252,8 @@ pub(crate) fn rolling_table(report: &RollingReport) -> String {
             node.start_s,
             node.catch_up_s,
             node.downtime_s,
-            node.failure.as_ref().map_or(String::new(), |failure| format!("  FAILED: {failure}"))
+            node.handed_over_to.map_or(String::new(), |to| format!("  handed leadership to node {to}"))
+                + &node.failure.as_ref().map_or(String::new(), |failure| format!("  FAILED: {failure}"))
         );
     }
     let bins: Vec<String> = report.bins.iter().map(u64::to_string).collect();
@@ -250,4 +266,19 @@ pub(crate) fn rolling_table(report: &RollingReport) -> String {
     let _ =
         write!(out, "rolling restart summary: {} failed lifecycles; downtime {}", config.errors, downtimes.join(", "));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hand_over_is_read_from_the_last_line_that_says_it() {
+        let log = "INFO node 1 runs 2 runtime worker thread(s)\n\
+                   INFO handed leadership to node 2 in 40 ms\n\
+                   INFO handed leadership to node 3 in 35 ms leader=3\n";
+        assert_eq!(handed_over_to(log), Some(3));
+        assert_eq!(handed_over_to("INFO shutting down\n"), None);
+        assert_eq!(handed_over_to("handed leadership to node "), None);
+    }
 }

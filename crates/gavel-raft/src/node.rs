@@ -314,6 +314,55 @@ impl RaftNode {
             .map_err(|fatal| WriteError::Unavailable(format!("raft is not running: {fatal}")))
     }
 
+    /// Before this node stops: if it leads, hands leadership to the voter
+    /// whose log is furthest along (the target campaigns at once, past the
+    /// voters' leader lease) and waits up to the longest election timeout
+    /// (by then the others would have elected anyway) for this node to stop
+    /// leading, so a rolling restart costs no election timeout. Returns the
+    /// new leader when one took over in time; `None` when this node did not
+    /// lead, had no other voter, or the hand-over did not finish (the
+    /// cluster then elects as after a crash).
+    pub async fn hand_over_leadership(&self) -> Option<u64> {
+        let wait = Duration::from_millis(self.inner.timings.election_timeout_max_ms);
+        let target = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow_watched();
+            if m.running_state.is_err() || m.state != ServerState::Leader {
+                return None;
+            }
+            let membership = m.membership_config.membership();
+            let matched =
+                |voter: u64| m.replication.as_ref().and_then(|replication| replication.get(&voter).copied().flatten());
+            membership
+                .voter_ids()
+                .filter(|voter| *voter != self.inner.node_id)
+                .max_by_key(|voter| (matched(*voter), std::cmp::Reverse(*voter)))?
+        };
+        if let Err(error) = self.transfer_leader(target).await {
+            tracing::warn!(target, %error, "could not hand leadership over before stopping");
+            return None;
+        }
+        let mut metrics = self.inner.raft.metrics();
+        let handed = tokio::time::timeout(wait, async {
+            loop {
+                {
+                    // Stepping down comes first; the new leader is known
+                    // once it has won its election.
+                    let m = metrics.borrow_watched();
+                    let other = m.current_leader.filter(|leader| *leader != self.inner.node_id);
+                    if m.state != ServerState::Leader && other.is_some() {
+                        return other;
+                    }
+                }
+                if metrics.changed().await.is_err() {
+                    return None;
+                }
+            }
+        })
+        .await;
+        handed.ok().flatten()
+    }
+
     /// Refuses a membership change on a leader whose own membership no
     /// longer holds it: a leader removed from the cluster keeps leading
     /// until its next tick after the removal is applied (openraft lets it

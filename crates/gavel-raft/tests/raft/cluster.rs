@@ -179,3 +179,22 @@ async fn a_leader_hands_leadership_to_the_voter_it_names_and_writes_continue_the
     assert_eq!(state.entries.get("after").map(String::as_str), Some("2"));
     cluster.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopping_leader_hands_over_to_a_caught_up_voter_and_a_follower_hands_nothing() {
+    let mut cluster = Cluster::start(3, test_timings()).await;
+    let leader = cluster.leader().await;
+    let (old_id, term) = (leader.id, leader.node.status().term);
+    put(&leader.node, "before", "1").await.expect("write");
+    let follower = cluster.follower_of(old_id);
+    assert_eq!(follower.node.hand_over_leadership().await, None, "a follower has nothing to hand over");
+
+    let handed = leader.node.hand_over_leadership().await.expect("the leader hands over in time");
+    assert_ne!(handed, old_id);
+    assert_ne!(leader.node.status().role, Role::Leader, "the old leader no longer leads");
+    let new_leader = cluster.leader().await;
+    assert_eq!(new_leader.id, handed);
+    assert!(new_leader.node.status().term > term, "the new leader was elected in a later term");
+    put(&new_leader.node, "after", "2").await.expect("write on the new leader");
+    cluster.stop_all().await;
+}

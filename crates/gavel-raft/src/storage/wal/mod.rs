@@ -25,12 +25,12 @@
 //! Callers hand records to the writer thread through a channel; it takes
 //! everything queued, writes it with one `pwrite` per segment, fdatasyncs
 //! once, and only then completes the callers, in order (group commit). An
-//! append that finds the writer idle (nothing queued, no group being
-//! written) is written and fdatasynced by its caller instead, which saves
-//! two thread wake-ups per entry. (openraft 0.9 waited for every append to be
-//! durable, so its task would only have slept meanwhile; openraft 0.10 does
-//! not wait, so this inline fdatasync now holds up its core task for one
-//! fdatasync: to be measured against handing every append to the writer.)
+//! append is never written by its caller, even when the writer is idle:
+//! openraft 0.10 does not wait for an append, so the leader sends an entry
+//! to its followers while the writer fdatasyncs it (Raft thesis §10.2.1);
+//! writing it on openraft's core task instead held that task for one
+//! fdatasync and measured 9% slower at one client (docs/performance.md,
+//! "openraft 0.10 against 0.9").
 //! A vote is saved only after every operation queued before it is durable
 //! ([`Wal::save_vote`]). An
 //! appended entry is readable at once (from memory until it is written).
@@ -278,8 +278,8 @@ pub(crate) struct Wal {
     /// To the writer thread; `None` when the log writes inline (the
     /// simulator's [`Threading::Inline`]).
     ops: Option<mpsc::Sender<Op>>,
-    /// The one writer: the writer thread's, or an idle-time appender's
-    /// (see [`Wal::append`]).
+    /// The one writer: the writer thread's, or the caller's inline (the
+    /// simulator's [`Threading::Inline`]).
     writer: Arc<Mutex<writer::Writer>>,
 }
 
@@ -354,13 +354,10 @@ impl Wal {
     /// when this returns; `done` fires once they are durable. On an error,
     /// `done` has fired with it too.
     ///
-    /// When the writer is idle (nothing queued, no group being written),
-    /// the caller writes and fdatasyncs the entries itself and `done` fires
-    /// before this returns: no hand-off to the writer thread and back.
-    /// (Under openraft 0.9 the caller waited for `done` anyway; under 0.10 it
-    /// would go on, so this blocks openraft's core task for one fdatasync;
-    /// see the module doc.) Otherwise the entries queue for
-    /// the writer thread, which writes them with whatever else is queued.
+    /// The entries always queue for the writer thread, which writes them
+    /// with whatever else is queued: openraft 0.10 goes on while they are
+    /// written, so the leader replicates an entry while its own fdatasync
+    /// runs (see the module doc).
     pub(crate) fn append(&self, entries: Vec<Entry>, done: Option<Done>) -> Result<(), WalError> {
         let fail = |error: WalError, done: Option<Done>| {
             if let Some(done) = done {
@@ -401,18 +398,6 @@ impl Wal {
             records.push(PendingRecord { record, index: log_id.index, bytes });
         }
         let op = Op::Append { truncate_from, records, done };
-        if index.queued_ops == 0 && index.stopped.is_none() {
-            // Nothing is queued before this append. If no one holds the
-            // writer, write it here; while this call holds it, later
-            // operations queue and the writer thread serves them after.
-            // A poisoned writer (a write panicked) is left to the writer
-            // thread, which stops the log.
-            if let Ok(mut writer) = self.writer.try_lock() {
-                drop(index);
-                writer.serve(vec![op]);
-                return Ok(());
-            }
-        }
         // Sent under the lock, so the writer sees operations in the order
         // the index changed.
         self.send(op, index)
@@ -573,8 +558,7 @@ impl Wal {
         };
         if index.queued_ops == 0 {
             // Nothing queued. If no one holds the writer either, nothing is
-            // being written: every earlier append was written by its caller
-            // and was durable when it returned.
+            // being written: every earlier operation is durable.
             if self.writer.try_lock().is_ok() {
                 return Ok(());
             }
