@@ -97,6 +97,12 @@ pub struct SimConfig {
     /// The planted bug every node runs with (set only by the planted-bug
     /// test and its replays, see [`planted`]).
     pub planted_bug: Option<Mutant>,
+    /// Faults scripted by a test in place of the seed's (the seed still
+    /// draws everything else: latencies, elections, the workload).
+    pub schedule: Option<Schedule>,
+    /// Whether the nodes run Raft with pre-vote ([`gavel_raft::RaftTimings::pre_vote`],
+    /// on in production); off only in a test that shows what it prevents.
+    pub pre_vote: bool,
 }
 
 impl Default for SimConfig {
@@ -109,6 +115,8 @@ impl Default for SimConfig {
             faults: true,
             tick: Duration::from_millis(5),
             planted_bug: None,
+            schedule: None,
+            pre_vote: true,
         }
     }
 }
@@ -144,6 +152,10 @@ pub struct NodeEnd {
     /// Whether the node votes in the membership of the most advanced
     /// running node (false for a learner or a node removed and not added back).
     pub voter: bool,
+    /// Its Raft term (0 if it is not running); not part of the trace hash.
+    pub term: u64,
+    /// Whether it is the leader.
+    pub leading: bool,
 }
 
 /// What a simulated run produced.
@@ -272,11 +284,12 @@ fn host_name(id: u64) -> String {
 /// a snapshot sent to a follower is written to a real file and streamed
 /// over the simulated network; every step runs inline on the simulation's
 /// thread ([`gavel_raft::RaftIo::simulated`]), see docs/testing.md.
-fn timings() -> gavel_raft::RaftTimings {
+fn timings(pre_vote: bool) -> gavel_raft::RaftTimings {
     gavel_raft::RaftTimings {
         snapshot_logs_since_last: SNAPSHOT_LOGS_SINCE_LAST,
         snapshot_commands_since_last: SNAPSHOT_COMMANDS_SINCE_LAST,
         logs_to_keep: LOGS_TO_KEEP,
+        pre_vote,
         ..gavel_raft::RaftTimings::default()
     }
 }
@@ -323,6 +336,7 @@ fn add_node_host(
     node: &SimNode,
     peers: &BTreeMap<u64, String>,
     planted_bug: Option<Mutant>,
+    pre_vote: bool,
 ) {
     let id = node.id;
     let (disk, snapshots, data_dir, running, peers, clock) = (
@@ -345,7 +359,7 @@ fn add_node_host(
                 advertise: format!("{}:{}", host_name(id), net::NODE_PORT),
                 peers,
                 data_dir,
-                timings: timings(),
+                timings: timings(pre_vote),
                 bootstrap: id == 1,
                 settings: ServerSettings { audit_checkpoints: false, planted_bug, ..ServerSettings::default() },
                 security: Security::insecure(),
@@ -377,7 +391,10 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     let ids = [1u64, 2, 3];
     let peers: BTreeMap<u64, String> =
         ids.iter().map(|id| (*id, format!("{}:{}", host_name(*id), net::NODE_PORT))).collect();
-    let schedule = Schedule::from_seed(seed, config.workload_time, &ids, config.faults);
+    let schedule = match &config.schedule {
+        Some(scripted) => scripted.clone(),
+        None => Schedule::from_seed(seed, config.workload_time, &ids, config.faults),
+    };
 
     let mut sim = turmoil::Builder::new()
         .simulation_duration(Duration::from_secs(24 * 3600))
@@ -391,7 +408,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     let mut nodes = Vec::new();
     for id in ids {
         let node = SimNode::new(id, scratch.path())?;
-        add_node_host(&mut sim, &node, &peers, config.planted_bug);
+        add_node_host(&mut sim, &node, &peers, config.planted_bug, config.pre_vote);
         nodes.push(node);
     }
 
@@ -627,8 +644,17 @@ fn node_ends(nodes: &[SimNode]) -> Vec<NodeEnd> {
                 last_applied_index: status.last_applied_index,
                 state_hash,
                 voter: voters.contains(&node.id),
+                term: status.term,
+                leading: status.role == gavel_raft::Role::Leader,
             },
-            None => NodeEnd { id: node.id, last_applied_index: None, state_hash: String::new(), voter: false },
+            None => NodeEnd {
+                id: node.id,
+                last_applied_index: None,
+                state_hash: String::new(),
+                voter: false,
+                term: 0,
+                leading: false,
+            },
         })
         .collect()
 }
@@ -875,7 +901,7 @@ mod tests {
         let node = SimNode::new(1, scratch.path()).expect("a node");
         node.clock.set(SKEW_MS);
         let peers = BTreeMap::from([(1, format!("n1:{}", net::NODE_PORT))]);
-        add_node_host(&mut sim, &node, &peers, None);
+        add_node_host(&mut sim, &node, &peers, None, true);
         sim.client("probe", async move {
             let endpoint = tonic::transport::Endpoint::from_shared(format!("http://n1:{}", net::NODE_PORT))?;
             let mut health = tonic_health::pb::health_client::HealthClient::new(net::dial()(endpoint));

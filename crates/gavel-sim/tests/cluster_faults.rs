@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use gavel_sim::faults::{Event, Fault, Schedule};
 use gavel_sim::{replay_command, run_seed, SimConfig, SimReport};
 
 /// A seed (15 s of workload) whose long outage makes a node catch up by a
@@ -65,6 +66,59 @@ fn assert_changes_membership_validly(report: &SimReport) {
             node.id
         );
     }
+}
+
+/// The seed of the pre-vote test (any seed whose calm run elects once).
+const PRE_VOTE_SEED: u64 = 1;
+
+/// Runs `PRE_VOTE_SEED` for `length` with only `events` as faults, with or
+/// without pre-vote.
+fn run_scripted(length: Duration, events: Vec<Event>, pre_vote: bool) -> SimReport {
+    let seed = PRE_VOTE_SEED;
+    let schedule = Schedule { events, ..Schedule::from_seed(seed, length, &[1, 2, 3], false) };
+    let config = SimConfig { workload_time: length, schedule: Some(schedule), pre_vote, ..SimConfig::default() };
+    let report = run_seed(seed, &config).unwrap_or_else(|error| panic!("seed {seed}: {error}"));
+    assert!(!report.failed(), "seed {seed} failed: {:?} (faults {:?})", report.failures(), report.faults);
+    report
+}
+
+/// Raft's disruptive server (seed 7643 of the long run under openraft 0.9):
+/// a follower cut off from both peers campaigns, each time in a higher
+/// term, and when it is back the leader sees that term and steps down.
+/// With pre-vote (on by default) it first asks whether it could win, never
+/// can while cut off, and so keeps its term: the leader stays, in the same
+/// term. The same run without pre-vote shows the test can tell.
+#[test]
+fn a_follower_cut_off_and_back_leaves_the_leader_in_its_term_with_pre_vote_and_deposes_it_without() {
+    let length = Duration::from_secs(12);
+    let calm = run_scripted(length, Vec::new(), true);
+    let leader = calm.nodes.iter().find(|node| node.leading).expect("the calm run has a leader");
+    let term = leader.term;
+    assert!(calm.nodes.iter().all(|node| node.term == term), "the calm run elected once: {:?}", calm.nodes);
+    // Runs are equal up to the first fault, so the calm run's leader leads
+    // when the follower is cut off.
+    let follower = calm.nodes.iter().find(|node| !node.leading).expect("a follower").id;
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != follower).collect();
+    let cut_off = vec![
+        Event { at: Duration::from_secs(4), fault: Fault::Partition { node: follower, others: others.clone() } },
+        Event { at: Duration::from_secs(9), fault: Fault::Repair { node: follower, others } },
+    ];
+
+    let with = run_scripted(length, cut_off.clone(), true);
+    for node in &with.nodes {
+        assert_eq!(node.term, term, "with pre-vote no term rose: {:?}", with.nodes);
+    }
+    let still = with.nodes.iter().find(|node| node.leading).map(|node| node.id);
+    assert_eq!(still, Some(leader.id), "the leader stayed: {:?}", with.nodes);
+
+    let without = run_scripted(length, cut_off, false);
+    let highest = without.nodes.iter().map(|node| node.term).max().unwrap_or_default();
+    println!("n{follower} cut off from 4 s to 9 s: term {term} with pre-vote, {highest} without");
+    assert!(
+        highest > term + 1,
+        "without pre-vote the cut-off follower's campaigns raise the term: {:?}",
+        without.nodes
+    );
 }
 
 /// Without `--cfg tokio_unstable` a rerun is not an exact replay
