@@ -31,11 +31,13 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use openraft::errors::{ClientWriteError, ForwardReason, RaftError as OpenraftError};
+use openraft::raft::ClientWriteResponse;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::typ::{Command, Raft};
+use crate::typ::{Command, Raft, TypeConfig};
 use crate::WriteError;
 
 /// First byte of a batch payload. A payload with another first byte was
@@ -306,13 +308,43 @@ async fn propose(raft: &Raft, commands: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, Wr
     let payload = encode(&commands);
     drop(commands);
     let proposed = Instant::now();
-    let outcome = raft.client_write(Command(payload)).await;
+    let outcome = write_within_lease(raft, payload).await;
     crate::stats::stats().stages.commit.observe_duration(proposed.elapsed());
     let response = outcome.map_err(crate::node::client_write_error)?;
     match decode(&response.data.0) {
         Ok(answers) if answers.len() == count => Ok(answers.into_iter().map(<[u8]>::to_vec).collect()),
         Ok(answers) => Err(WriteError::Unavailable(format!("{} replies for {count} commands", answers.len()))),
         Err(error) => Err(WriteError::Unavailable(format!("undecodable batch reply: {error}"))),
+    }
+}
+
+/// How soon a write refused for its leader's unconfirmed lease is tried again.
+const LEASE_RETRY_INTERVAL: Duration = Duration::from_millis(5);
+
+/// `client_write`, tried again while this leader's lease waits for a
+/// quorum: openraft 0.10 refuses writes (`ForwardReason::LeaseExpired`,
+/// no leader named) on a leader that no quorum has acknowledged within
+/// `election_timeout_max`, which is every newly elected leader until a
+/// follower's first answer, one round trip after its election, and a leader
+/// whose followers answered late. The refusal comes before anything is
+/// appended, so trying again is safe. Past `election_timeout_max` the
+/// refusal stands: a leader no quorum answers for that long is cut off and
+/// steps down, and the caller is told to retry elsewhere.
+async fn write_within_lease(
+    raft: &Raft,
+    payload: Vec<u8>,
+) -> Result<ClientWriteResponse<TypeConfig>, OpenraftError<TypeConfig, ClientWriteError<TypeConfig>>> {
+    let patience = Duration::from_millis(raft.config().election_timeout_max);
+    let started = Instant::now();
+    loop {
+        match raft.client_write(Command(payload.clone())).await {
+            Err(OpenraftError::APIError(ClientWriteError::ForwardToLeader(forward)))
+                if forward.reason == ForwardReason::LeaseExpired && started.elapsed() < patience =>
+            {
+                tokio::time::sleep(LEASE_RETRY_INTERVAL).await;
+            }
+            outcome => return outcome,
+        }
     }
 }
 
