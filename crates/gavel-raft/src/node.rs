@@ -1,14 +1,16 @@
 //! [`RaftNode`]: one running Raft member, driven through plain types.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{
-    ChangeMembershipError, ClientWriteError, ForwardToLeader, InitializeError, LinearizableReadError,
+    ChangeMembershipError, ClientWriteError, ForwardReason, ForwardToLeader, InitializeError, LinearizableReadError,
     RaftError as OpenraftError,
 };
+use openraft::raft::ClientWriteResponse;
 use openraft::type_config::alias::WatchReceiverOf;
 use openraft::{BasicNode, ChangeMembers, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::watch;
@@ -24,6 +26,10 @@ use crate::service::RaftGrpcService;
 use crate::storage::{self, ThreadExited};
 use crate::typ::{Node, NodeId, Raft, RaftMetrics, TypeConfig};
 use crate::{LeaderRoute, Member, NodeConfig, RaftError, RaftStatus, RaftTimings, Role, WriteError};
+
+/// How soon a membership change refused for a reason that clears by itself
+/// is proposed again ([`RaftNode::change_membership_patiently`]).
+const MEMBERSHIP_RETRY_INTERVAL: Duration = Duration::from_millis(5);
 
 /// How far a member was when [`RaftNode::wait_caught_up`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +201,8 @@ impl RaftNode {
     /// the background; see [`RaftNode::promote`].
     pub async fn add_learner(&self, node_id: u64, addr: String) -> Result<(), WriteError> {
         self.refuse_if_stepping_down()?;
-        self.inner.raft.add_learner(node_id, BasicNode { addr }, false).await.map(|_| ()).map_err(client_write_error)
+        let node = BasicNode { addr };
+        self.change_membership_patiently(|| self.inner.raft.add_learner(node_id, node.clone(), false)).await
     }
 
     /// Makes learner `node_id` a voter once its log is within a few entries
@@ -207,12 +214,10 @@ impl RaftNode {
         }
         self.refuse_if_stepping_down()?;
         let voters = BTreeSet::from([node_id]);
-        self.inner
-            .raft
-            .change_membership(ChangeMembers::AddVoterIds(voters), false)
-            .await
-            .map(|_| ())
-            .map_err(client_write_error)
+        self.change_membership_patiently(|| {
+            self.inner.raft.change_membership(ChangeMembers::AddVoterIds(voters.clone()), false)
+        })
+        .await
     }
 
     /// Waits (on the leader) until member `node_id` has replicated the log
@@ -283,7 +288,46 @@ impl RaftNode {
         } else {
             ChangeMembers::RemoveNodes(ids)
         };
-        self.inner.raft.change_membership(change, false).await.map(|_| ()).map_err(client_write_error)
+        self.change_membership_patiently(|| self.inner.raft.change_membership(change.clone(), false)).await
+    }
+
+    /// Proposes the membership change `propose` makes, again every
+    /// [`MEMBERSHIP_RETRY_INTERVAL`] while openraft refuses it for a reason
+    /// that clears by itself, for at most `election_timeout_max`: a leader
+    /// whose lease no quorum has confirmed yet (every new leader for a
+    /// round trip, `ForwardReason::LeaseExpired`), or a membership change
+    /// still in progress, which includes a new leader's last membership
+    /// until an entry of its own term commits. Either refusal comes before
+    /// anything is appended. After that the refusal stands (`Unavailable`:
+    /// retry later).
+    async fn change_membership_patiently<F, Fut>(&self, propose: F) -> Result<(), WriteError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<
+            Output = Result<ClientWriteResponse<TypeConfig>, OpenraftError<TypeConfig, ClientWriteError<TypeConfig>>>,
+        >,
+    {
+        let patience = Duration::from_millis(self.inner.timings.election_timeout_max_ms);
+        let started = Instant::now();
+        loop {
+            let refusal = match propose().await {
+                Ok(_) => return Ok(()),
+                Err(error) => error,
+            };
+            let passing = match &refusal {
+                OpenraftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+                    forward.reason == ForwardReason::LeaseExpired
+                }
+                OpenraftError::APIError(ClientWriteError::ChangeMembershipError(
+                    ChangeMembershipError::InProgress(_),
+                )) => true,
+                _ => false,
+            };
+            if !passing || started.elapsed() >= patience {
+                return Err(client_write_error(refusal));
+            }
+            tokio::time::sleep(MEMBERSHIP_RETRY_INTERVAL).await;
+        }
     }
 
     /// Asks this node, if it leads, to hand leadership to voter `node_id`:

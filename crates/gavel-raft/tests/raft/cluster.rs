@@ -180,6 +180,28 @@ async fn a_leader_hands_leadership_to_the_voter_it_names_and_writes_continue_the
     cluster.stop_all().await;
 }
 
+/// A new leader refuses a membership change until a quorum has answered
+/// it (its lease) and until an entry of its own term has committed (before
+/// that, the last membership counts as still in progress); both clear
+/// within a round trip, and the change waits for them rather than failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_membership_change_on_a_leader_elected_a_moment_ago_waits_for_its_first_commit() {
+    let mut cluster = Cluster::start(3, test_timings()).await;
+    let old = cluster.leader().await.id;
+    let handed = cluster.node(old).node.hand_over_leadership().await.expect("the leader hands over in time");
+    let new_leader = &cluster.node(handed).node;
+    tokio::time::timeout(WAIT, new_leader.remove_node(old))
+        .await
+        .expect("membership change answers in time")
+        .expect("the old leader is removed by the new one at once");
+    let status =
+        wait_status(new_leader, "membership without the old leader", |s| s.members.iter().all(|m| m.node_id != old))
+            .await;
+    assert_eq!(status.members.iter().filter(|m| m.voter).count(), 2);
+    put(new_leader, "k", "v").await.expect("two voters commit");
+    cluster.stop_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stopping_leader_hands_over_to_a_caught_up_voter_and_a_follower_hands_nothing() {
     let mut cluster = Cluster::start(3, test_timings()).await;
