@@ -308,7 +308,9 @@ async fn propose(raft: &Raft, commands: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, Wr
     let payload = encode(&commands);
     drop(commands);
     let proposed = Instant::now();
-    let outcome = write_within_lease(raft, payload).await;
+    // The payload is cloned per proposal so that a refusal can be proposed again.
+    let patience = Duration::from_millis(raft.config().election_timeout_max);
+    let outcome = propose_patiently(patience, || raft.client_write(Command(payload.clone())), lease_pending).await;
     crate::stats::stats().stages.commit.observe_duration(proposed.elapsed());
     let response = outcome.map_err(crate::node::client_write_error)?;
     match decode(&response.data.0) {
@@ -318,30 +320,44 @@ async fn propose(raft: &Raft, commands: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, Wr
     }
 }
 
-/// How soon a write refused for its leader's unconfirmed lease is tried again.
-const LEASE_RETRY_INTERVAL: Duration = Duration::from_millis(5);
+/// How soon a proposal refused for a reason that clears by itself is made again.
+const REFUSAL_RETRY_INTERVAL: Duration = Duration::from_millis(5);
 
-/// `client_write`, tried again while this leader's lease waits for a
-/// quorum: openraft 0.10 refuses writes (`ForwardReason::LeaseExpired`,
-/// no leader named) on a leader that no quorum has acknowledged within
-/// `election_timeout_max`, which is every newly elected leader until a
-/// follower's first answer, one round trip after its election, and a leader
-/// whose followers answered late. The refusal comes before anything is
-/// appended, so trying again is safe. Past `election_timeout_max` the
-/// refusal stands: a leader no quorum answers for that long is cut off and
-/// steps down, and the caller is told to retry elsewhere.
-async fn write_within_lease(
-    raft: &Raft,
-    payload: Vec<u8>,
-) -> Result<ClientWriteResponse<TypeConfig>, OpenraftError<TypeConfig, ClientWriteError<TypeConfig>>> {
-    let patience = Duration::from_millis(raft.config().election_timeout_max);
+/// What `client_write`, `add_learner` and `change_membership` answer.
+pub(crate) type Proposed =
+    Result<ClientWriteResponse<TypeConfig>, OpenraftError<TypeConfig, ClientWriteError<TypeConfig>>>;
+
+/// Whether openraft refused a proposal because this leader's lease waits
+/// for a quorum (`ForwardReason::LeaseExpired`): openraft 0.10 refuses
+/// writes and membership changes on a leader that no quorum has
+/// acknowledged within `election_timeout_max`, which is every newly
+/// elected leader until a follower's first answer, one round trip after
+/// its election, and a leader whose followers answered late.
+pub(crate) fn lease_pending(refusal: &ClientWriteError<TypeConfig>) -> bool {
+    matches!(refusal, ClientWriteError::ForwardToLeader(forward) if forward.reason == ForwardReason::LeaseExpired)
+}
+
+/// Makes the proposal `propose` makes, and again every
+/// [`REFUSAL_RETRY_INTERVAL`] while openraft refuses it for a reason that
+/// `passing` says clears by itself, for at most `patience`
+/// (`election_timeout_max`). Such refusals come before anything is appended,
+/// so proposing again is safe. After `patience` the refusal stands: a leader
+/// no quorum answers for that long is cut off and steps down, and the caller
+/// is told to retry elsewhere.
+pub(crate) async fn propose_patiently<F, Fut>(
+    patience: Duration,
+    propose: F,
+    passing: impl Fn(&ClientWriteError<TypeConfig>) -> bool,
+) -> Proposed
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Proposed>,
+{
     let started = Instant::now();
     loop {
-        match raft.client_write(Command(payload.clone())).await {
-            Err(OpenraftError::APIError(ClientWriteError::ForwardToLeader(forward)))
-                if forward.reason == ForwardReason::LeaseExpired && started.elapsed() < patience =>
-            {
-                tokio::time::sleep(LEASE_RETRY_INTERVAL).await;
+        match propose().await {
+            Err(OpenraftError::APIError(refusal)) if passing(&refusal) && started.elapsed() < patience => {
+                tokio::time::sleep(REFUSAL_RETRY_INTERVAL).await;
             }
             outcome => return outcome,
         }

@@ -7,17 +7,16 @@ use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{
-    ChangeMembershipError, ClientWriteError, ForwardReason, ForwardToLeader, InitializeError, LinearizableReadError,
+    ChangeMembershipError, ClientWriteError, ForwardToLeader, InitializeError, LinearizableReadError,
     RaftError as OpenraftError,
 };
-use openraft::raft::ClientWriteResponse;
 use openraft::type_config::alias::WatchReceiverOf;
 use openraft::{BasicNode, ChangeMembers, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::application::Application;
-use crate::batch::Batcher;
+use crate::batch::{self, Batcher};
 use crate::io::RaftIo;
 use crate::limits::{APPEND_ENTRIES_BYTES_MAX, PROMOTE_LAG_ENTRIES_MAX, STORAGE_CLOSE_TIMEOUT};
 use crate::network::NetworkFactory;
@@ -26,10 +25,6 @@ use crate::service::RaftGrpcService;
 use crate::storage::{self, ThreadExited};
 use crate::typ::{Node, NodeId, Raft, RaftMetrics, TypeConfig};
 use crate::{LeaderRoute, Member, NodeConfig, RaftError, RaftStatus, RaftTimings, Role, WriteError};
-
-/// How soon a membership change refused for a reason that clears by itself
-/// is proposed again ([`RaftNode::change_membership_patiently`]).
-const MEMBERSHIP_RETRY_INTERVAL: Duration = Duration::from_millis(5);
 
 /// How far a member was when [`RaftNode::wait_caught_up`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,43 +286,23 @@ impl RaftNode {
         self.change_membership_patiently(|| self.inner.raft.change_membership(change.clone(), false)).await
     }
 
-    /// Proposes the membership change `propose` makes, again every
-    /// [`MEMBERSHIP_RETRY_INTERVAL`] while openraft refuses it for a reason
-    /// that clears by itself, for at most `election_timeout_max`: a leader
-    /// whose lease no quorum has confirmed yet (every new leader for a
-    /// round trip, `ForwardReason::LeaseExpired`), or a membership change
-    /// still in progress, which includes a new leader's last membership
-    /// until an entry of its own term commits. Either refusal comes before
-    /// anything is appended. After that the refusal stands (`Unavailable`:
-    /// retry later).
+    /// Proposes the membership change `propose` makes, and again while
+    /// openraft refuses it for a reason that clears by itself
+    /// ([`batch::propose_patiently`]): a leader whose lease no quorum has
+    /// confirmed yet, or a membership change still in progress, which
+    /// includes a new leader's last membership until an entry of its own
+    /// term commits.
     async fn change_membership_patiently<F, Fut>(&self, propose: F) -> Result<(), WriteError>
     where
         F: Fn() -> Fut,
-        Fut: Future<
-            Output = Result<ClientWriteResponse<TypeConfig>, OpenraftError<TypeConfig, ClientWriteError<TypeConfig>>>,
-        >,
+        Fut: Future<Output = batch::Proposed>,
     {
         let patience = Duration::from_millis(self.inner.timings.election_timeout_max_ms);
-        let started = Instant::now();
-        loop {
-            let refusal = match propose().await {
-                Ok(_) => return Ok(()),
-                Err(error) => error,
-            };
-            let passing = match &refusal {
-                OpenraftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
-                    forward.reason == ForwardReason::LeaseExpired
-                }
-                OpenraftError::APIError(ClientWriteError::ChangeMembershipError(
-                    ChangeMembershipError::InProgress(_),
-                )) => true,
-                _ => false,
-            };
-            if !passing || started.elapsed() >= patience {
-                return Err(client_write_error(refusal));
-            }
-            tokio::time::sleep(MEMBERSHIP_RETRY_INTERVAL).await;
-        }
+        let passing = |refusal: &ClientWriteError<TypeConfig>| {
+            batch::lease_pending(refusal)
+                || matches!(refusal, ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(_)))
+        };
+        batch::propose_patiently(patience, propose, passing).await.map(|_| ()).map_err(client_write_error)
     }
 
     /// Asks this node, if it leads, to hand leadership to voter `node_id`:
