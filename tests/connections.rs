@@ -446,13 +446,19 @@ async fn is_closed(stream: &mut TcpStream, wait: Duration) -> bool {
 }
 
 /// Asserts that of `streams`, opened in order, the node closed the last
-/// `past_cap` at once (the ones past the `cap` cap) and kept the others open.
+/// `past_cap` (the ones past the `cap` cap) and kept the others open. One
+/// expected open is watched for 200 ms; one expected closed for up to
+/// `WAIT`, still well within the authentication deadline, the only other
+/// bound that closes a raw connection: on a loaded machine the node may
+/// take more than a moment to accept and close it.
 async fn assert_only_the_last_closed(streams: &mut [TcpStream], past_cap: usize, cap: &str) {
+    let first_past_cap = streams.len() - past_cap;
     let mut closed = Vec::new();
-    for stream in streams.iter_mut() {
-        closed.push(is_closed(stream, Duration::from_millis(200)).await);
+    for (n, stream) in streams.iter_mut().enumerate() {
+        let watched = if n < first_past_cap { Duration::from_millis(200) } else { WAIT };
+        closed.push(is_closed(stream, watched).await);
     }
-    let expected: Vec<bool> = (0..closed.len()).map(|n| n >= closed.len() - past_cap).collect();
+    let expected: Vec<bool> = (0..closed.len()).map(|n| n >= first_past_cap).collect();
     assert_eq!(closed, expected, "the {past_cap} past the {cap} cap, and only they, are closed at once");
 }
 
@@ -536,14 +542,34 @@ async fn caps_refuse_at_accept_an_idle_connection_is_closed_and_a_stream_keeps_i
     open_reaches(scrape_at, baseline).await;
 
     // A served connection its client closes gives its slot back at once,
-    // well before the idle timeout would.
+    // not at the idle timeout: the node closes it without counting an idle
+    // close. On a loaded machine the node may get no CPU between the
+    // client's close and the idle timeout, and then closes it idle,
+    // rightly: such a try (closed idle, and only after the idle timeout
+    // could have passed) proves nothing and is made again.
     let anonymous = anonymous_tls(&cluster.ca_only().expect("the CA"));
-    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("a server name");
-    let tcp = connect_from(loopback(2), target).await.expect("a connection");
-    let tls = anonymous.connect(name, tcp).await.expect("a handshake without a certificate");
-    open_reaches(scrape_at, baseline + 1.0).await;
-    drop(tls);
-    open_reaches_within(scrape_at, baseline, SMALL_IDLE_TIMEOUT / 2).await;
+    let mut closed_idle_late = Vec::new();
+    loop {
+        let closed_idle = by_reason(scrape_at, "gavel_connections_closed_total", "idle").await;
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("a server name");
+        let opened = Instant::now();
+        let tcp = connect_from(loopback(2), target).await.expect("a connection");
+        let tls = anonymous.connect(name, tcp).await.expect("a handshake without a certificate");
+        open_reaches(scrape_at, baseline + 1.0).await;
+        drop(tls);
+        open_reaches(scrape_at, baseline).await;
+        let closed = opened.elapsed();
+        let idle = by_reason(scrape_at, "gavel_connections_closed_total", "idle").await - closed_idle;
+        if idle == 0.0 {
+            break;
+        }
+        assert!(closed >= SMALL_IDLE_TIMEOUT, "an idle close {closed:?} after the connection was opened");
+        closed_idle_late.push(closed);
+        assert!(
+            closed_idle_late.len() < 5,
+            "the node closed the connection at the idle timeout, not when its client did, in every try: {closed_idle_late:?}"
+        );
+    }
 
     // Idle: a served connection left without calls is closed, and its
     // channel reconnects for the next call.

@@ -374,10 +374,13 @@ async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
     })
     .await
     .expect("a third long-poll is refused");
-    let started = Instant::now();
     let again = third.poll(poll(3)).await.expect_err("still refused while two polls wait");
     assert_eq!(again.code(), Code::ResourceExhausted, "{again:?}");
-    assert!(started.elapsed() < Duration::from_secs(1), "refused at once, not after waiting: {:?}", started.elapsed());
+    // At once: while both polls still wait (8 s), not after one of them
+    // ended and gave its slot up. (A bound on the call's own time would
+    // measure the machine: a loaded one can take a second to answer any call.)
+    let ended: Vec<usize> = (0..waiting.len()).filter(|n| waiting[*n].is_finished()).collect();
+    assert!(ended.is_empty(), "refused at once, not after waiting: polls {ended:?} had ended");
     let detail = read_error_detail(&refused).expect("an error detail");
     assert_eq!(detail.code, "RESOURCE_EXHAUSTED");
     assert!(detail.retry_after_ms.is_some_and(|ms| ms > 0), "{detail:?}");

@@ -1,90 +1,108 @@
 //! Three in-process nodes on loopback over real gRPC, with real sled storage.
+//!
+//! What a test asks of one leader runs in a round
+//! ([`Cluster::in_one_term`]): on a loaded machine the leader can move at
+//! any time, and a round it moved under is tried again with the next one.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::common::{put, test_timings, wait_status, Cluster, WAIT};
+use crate::common::{put, same, test_timings, wait_status, Cluster, WAIT};
 use gavel_raft::{LeaderRoute, Role, WriteError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_through_the_leader_are_applied_on_all_three_nodes() {
     let mut cluster = Cluster::start(3, test_timings()).await;
-    let leader = cluster.leader().await;
-    for i in 0..20 {
-        let previous = put(&leader.node, &format!("key-{i}"), "first").await.expect("write");
-        assert_eq!(previous, None);
-    }
-    let previous = put(&leader.node, "key-0", "second").await.expect("overwrite");
-    assert_eq!(previous.as_deref(), Some("first"), "the reply is the application's answer");
+    // Each try writes keys of its own: a write refused by a leader that was
+    // moving may still have been committed.
+    let (prefix, last) = cluster
+        .in_one_term("twenty writes and an overwrite", |leader, attempt| async move {
+            let prefix = format!("try-{attempt}-");
+            for i in 0..20 {
+                let previous = put(&leader.node, &format!("{prefix}key-{i}"), "first").await;
+                let previous = previous.map_err(|error| format!("write {i} was refused: {error:?}"))?;
+                assert_eq!(previous, None);
+            }
+            let previous = put(&leader.node, &format!("{prefix}key-0"), "second").await;
+            let previous = previous.map_err(|error| format!("the overwrite was refused: {error:?}"))?;
+            assert_eq!(previous.as_deref(), Some("first"), "the reply is the application's answer");
+            Ok((prefix, leader.node.status().last_log_index.expect("leader has a log")))
+        })
+        .await;
 
-    let last = leader.node.status().last_log_index.expect("leader has a log");
     let state = cluster.converged_state(last).await;
-    assert_eq!(state.entries.len(), 20);
-    assert_eq!(state.entries["key-0"], "second");
+    assert_eq!(state.entries.keys().filter(|key| key.starts_with(&prefix)).count(), 20);
+    assert_eq!(state.entries[&format!("{prefix}key-0")], "second");
     cluster.stop_all().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_on_a_follower_returns_forward_to_leader_with_the_leader_address() {
     let mut cluster = Cluster::start(3, test_timings()).await;
-    let leader = cluster.leader().await;
-    let follower = cluster.follower_of(leader.id);
-
-    let error = put(&follower.node, "k", "v").await.expect_err("a follower does not accept writes");
-    assert_eq!(
-        error,
-        WriteError::ForwardToLeader { leader_id: Some(leader.id), leader_addr: Some(leader.addr.clone()) }
-    );
-    let status = follower.node.status();
-    assert_eq!(status.leader_id, Some(leader.id));
-    assert_eq!(status.leader_addr.as_deref(), Some(leader.addr.as_str()));
-    // The cheap per-request lookup agrees with the full status on both sides.
-    assert_eq!(
-        follower.node.leader_route(),
-        LeaderRoute::At { leader_id: leader.id, leader_addr: leader.addr.clone() }
-    );
-    assert_eq!(leader.node.leader_route(), LeaderRoute::Here);
+    let cluster_ref = &cluster;
+    cluster_ref
+        .in_one_term("a write on a follower", |leader, _| async move {
+            let follower = cluster_ref.follower_of(leader.id);
+            let error = match put(&follower.node, "k", "v").await {
+                Ok(reply) => return Err(format!("node {} accepted the write: {reply:?}", follower.id)),
+                Err(error) => error,
+            };
+            let to_leader =
+                WriteError::ForwardToLeader { leader_id: Some(leader.id), leader_addr: Some(leader.addr.clone()) };
+            same("the follower's refusal", error, to_leader)?;
+            let status = follower.node.status();
+            same("the follower's leader", status.leader_id, Some(leader.id))?;
+            same("the follower's leader address", status.leader_addr.as_deref(), Some(leader.addr.as_str()))?;
+            // The cheap per-request lookup agrees with the full status on both sides.
+            let route = LeaderRoute::At { leader_id: leader.id, leader_addr: leader.addr.clone() };
+            same("the follower's route", follower.node.leader_route(), route)?;
+            same("the leader's route", leader.node.leader_route(), LeaderRoute::Here)
+        })
+        .await;
     cluster.stop_all().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn linearizable_read_succeeds_on_the_leader_and_forwards_on_a_follower() {
     let mut cluster = Cluster::start(3, test_timings()).await;
-    let leader = cluster.leader().await;
-    put(&leader.node, "k", "v").await.expect("write");
+    let cluster_ref = &cluster;
+    cluster_ref
+        .in_one_term("a read barrier on the leader and on a follower", |leader, _| async move {
+            put(&leader.node, "k", "v").await.map_err(|error| format!("the write was refused: {error:?}"))?;
+            tokio::time::timeout(WAIT, leader.node.ensure_linearizable())
+                .await
+                .expect("read barrier answers in time")
+                .map_err(|error| format!("the leader did not confirm its leadership: {error:?}"))?;
+            // After the barrier, the leader's application has every acknowledged write.
+            assert_eq!(leader.app.state().entries.get("k").map(String::as_str), Some("v"));
 
-    tokio::time::timeout(WAIT, leader.node.ensure_linearizable())
-        .await
-        .expect("read barrier answers in time")
-        .expect("the leader confirms its leadership");
-    // After the barrier, the leader's application has every acknowledged write.
-    assert_eq!(leader.app.state().entries.get("k").map(String::as_str), Some("v"));
-
-    let follower = cluster.follower_of(leader.id);
-    let error = tokio::time::timeout(WAIT, follower.node.ensure_linearizable())
-        .await
-        .expect("read barrier answers in time")
-        .expect_err("a follower cannot serve a linearizable read");
-    assert_eq!(
-        error,
-        WriteError::ForwardToLeader { leader_id: Some(leader.id), leader_addr: Some(leader.addr.clone()) }
-    );
+            let follower = cluster_ref.follower_of(leader.id);
+            let barrier = tokio::time::timeout(WAIT, follower.node.ensure_linearizable()).await;
+            let error = match barrier.expect("read barrier answers in time") {
+                Ok(()) => return Err(format!("node {} served a linearizable read", follower.id)),
+                Err(error) => error,
+            };
+            let to_leader =
+                WriteError::ForwardToLeader { leader_id: Some(leader.id), leader_addr: Some(leader.addr.clone()) };
+            same("the follower's refusal", error, to_leader)
+        })
+        .await;
     cluster.stop_all().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_the_leader_shuts_down_a_new_leader_is_elected_and_writes_continue() {
     let mut cluster = Cluster::start(3, test_timings()).await;
+    cluster.put_on_leader("before", "1").await;
     let old_leader_id = cluster.leader().await.id;
-    put(&cluster.leader().await.node, "before", "1").await.expect("write");
 
     cluster.node_mut(old_leader_id).stop().await;
     assert_eq!(cluster.node(old_leader_id).node.status().role, Role::Shutdown);
 
     let new_leader = cluster.leader().await;
     assert_ne!(new_leader.id, old_leader_id);
-    put(&new_leader.node, "after", "2").await.expect("write on the new leader");
-    let last = new_leader.node.status().last_log_index.expect("log");
+    cluster.put_on_leader("after", "2").await;
+    let last = cluster.leader().await.node.status().last_log_index.expect("log");
     let state = cluster.converged_state(last).await;
     assert_eq!(state.entries.get("before").map(String::as_str), Some("1"));
     assert_eq!(state.entries.get("after").map(String::as_str), Some("2"));
@@ -104,12 +122,12 @@ async fn a_node_restarted_from_its_data_dir_rejoins_with_every_write() {
     let leader_id = cluster.leader().await.id;
     let restarted_id = cluster.follower_of(leader_id).id;
     for i in 0..10 {
-        put(&cluster.leader().await.node, &format!("early-{i}"), "x").await.expect("write");
+        cluster.put_on_leader(&format!("early-{i}"), "x").await;
     }
     cluster.node_mut(restarted_id).stop().await;
     // Writes made while it is down still commit on the remaining majority.
     for i in 0..10 {
-        put(&cluster.leader().await.node, &format!("late-{i}"), "y").await.expect("write");
+        cluster.put_on_leader(&format!("late-{i}"), "y").await;
     }
     let timings = cluster.timings.clone();
     let restarted = cluster.node_mut(restarted_id);

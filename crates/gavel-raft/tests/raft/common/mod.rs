@@ -23,6 +23,10 @@ use tonic::transport::Server;
 /// Upper bound for any single wait in these tests.
 pub const WAIT: Duration = Duration::from_secs(30);
 
+/// Tries of a round whose leader moved before the round is given up
+/// ([`Cluster::in_one_term`]).
+pub const ATTEMPTS: usize = 5;
+
 /// The key-value application's whole state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvState {
@@ -84,6 +88,16 @@ pub async fn put(node: &RaftNode, key: &str, value: &str) -> Result<Option<Strin
     let command = bincode::serialize(&(key, value)).expect("encode command");
     let reply = tokio::time::timeout(WAIT, node.write(command)).await.expect("write answers in time")?;
     Ok(bincode::deserialize(&reply).expect("decode reply"))
+}
+
+/// `Ok` if `actual` is `expected`, else `Err` naming `what`: a check in a
+/// round that a leader change can fail ([`Cluster::in_one_term`]).
+pub fn same<T: PartialEq + std::fmt::Debug>(what: &str, actual: T, expected: T) -> Result<(), String> {
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(format!("{what}: {actual:?}, not {expected:?}"))
+    }
 }
 
 /// Timings fast enough for tests, with the production heartbeat floor.
@@ -304,6 +318,62 @@ impl Cluster {
             assert_eq!(state, &first, "node {id} diverged");
         }
         first
+    }
+
+    /// The highest term any running node knows of.
+    pub fn highest_term(&self) -> u64 {
+        self.nodes
+            .iter()
+            .map(|n| n.node.status())
+            .filter(|s| s.role != Role::Shutdown)
+            .map(|s| s.term)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Runs `round` on the current leader (with the try's number) until a
+    /// try ends with `Ok`, and returns its value.
+    ///
+    /// A round needs one leader for its length, and on a loaded machine an
+    /// election can come at any time (a follower starved past its election
+    /// timeout campaigns). So a round returns `Err(what happened)` for an
+    /// outcome a leader change explains (a refused write, a node naming
+    /// another leader); the round is tried again with the new leader only
+    /// if the term moved meanwhile. With the term unchanged the outcome is
+    /// a failure of the test, and this panics with it.
+    pub async fn in_one_term<'a, T, F, Fut>(&'a self, what: &str, mut round: F) -> T
+    where
+        F: FnMut(&'a TestNode, usize) -> Fut,
+        Fut: Future<Output = Result<T, String>>,
+    {
+        let mut moves = Vec::new();
+        loop {
+            let leader = self.leader().await;
+            let term = leader.node.status().term;
+            let unexpected = match round(leader, moves.len()).await {
+                Ok(value) => return value,
+                Err(unexpected) => unexpected,
+            };
+            let now = self.highest_term();
+            assert!(now != term, "{what}: {unexpected}, with the term unchanged at {term} (leader {})", leader.id);
+            let reason = format!("{unexpected}: the term went from {term} to {now}");
+            println!("{what}: retried: {reason}");
+            moves.push(reason);
+            assert!(moves.len() < ATTEMPTS, "{what}: the leader moved in every try: {moves:?}");
+        }
+    }
+
+    /// [`put`] through the current leader, again through the next one if
+    /// the write was refused because the leader moved
+    /// ([`Cluster::in_one_term`]). A write refused by a leader that lost
+    /// its leadership may still have been committed by its successor, so
+    /// the reply is not returned: a caller that checks it writes in a round
+    /// of its own.
+    pub async fn put_on_leader(&self, key: &str, value: &str) {
+        self.in_one_term(&format!("writing {key}"), |leader, _| async move {
+            put(&leader.node, key, value).await.map(|_| ()).map_err(|error| format!("the write was refused: {error:?}"))
+        })
+        .await
     }
 
     pub async fn stop_all(&mut self) {
