@@ -35,11 +35,15 @@ pub enum Mutant {
     /// an fsync before the node grants it: a power cut brings the old vote
     /// back, and the node may vote a second time in the same term.
     UnsyncedVote,
+    /// A restarted leader resumes leading in its old term (openraft 0.10's
+    /// leader restore): after a kill took from its log entries its
+    /// followers hold, it writes other entries under the same log ids.
+    LeaderRestore,
 }
 
 impl Mutant {
     /// Every planted bug.
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::StaleRead,
         Mutant::EarlyAck,
         Mutant::NoFencing,
@@ -47,6 +51,7 @@ impl Mutant {
         Mutant::RetryNonIdempotent,
         Mutant::UnsyncedAppend,
         Mutant::UnsyncedVote,
+        Mutant::LeaderRestore,
     ];
 
     /// The name `GAVEL_MUTANT` uses.
@@ -59,6 +64,7 @@ impl Mutant {
             Mutant::RetryNonIdempotent => "retry-non-idempotent",
             Mutant::UnsyncedAppend => "unsynced-append",
             Mutant::UnsyncedVote => "unsynced-vote",
+            Mutant::LeaderRestore => "leader-restore",
         }
     }
 

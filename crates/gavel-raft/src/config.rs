@@ -128,6 +128,8 @@ pub struct PlantedLogBugs {
     /// `unsynced-vote`: a vote replacing an earlier one is written in place
     /// without an fsync.
     pub unsynced_vote: bool,
+    /// `leader-restore`: a restarted leader leads again in its old term.
+    pub leader_restore: bool,
 }
 
 /// The TLS material a node dials its peers with: the cluster CA that a

@@ -133,6 +133,20 @@ impl SimDisk {
         self.0.cut_power_after(operations);
     }
 
+    /// Arms a power cut at the `nth` time (0: the next) the state machine
+    /// reaches `point` of its apply, checkpoint and snapshot sequence: the
+    /// power is cut there, the state machine stops at that point, and the
+    /// simulator crashes the node as it finds the power cut. This is how a
+    /// kill lands between two steps of that sequence.
+    pub fn cut_power_at(&self, point: CrashPoint, nth: u64) {
+        self.0.cut_power_at(point, nth);
+    }
+
+    /// Whether reaching `point` cuts the power now (see [`SimDisk::cut_power_at`]).
+    pub(crate) fn reached(&self, point: CrashPoint) -> bool {
+        self.0.reached(point)
+    }
+
     /// Disarms a power cut that has not happened yet (a simulation that
     /// heals every fault before it ends).
     pub fn disarm_power_cut(&self) {
@@ -179,6 +193,43 @@ impl SimDisk {
     pub fn unsynced_writes(&self) -> usize {
         self.0.unsynced_writes()
     }
+}
+
+/// A point of the state machine's apply, checkpoint and snapshot sequence
+/// where a simulated power cut can land ([`SimDisk::cut_power_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// Entries were appended to the log (written, not yet synced): the
+    /// power goes at the log's next disk operation, so the entries are
+    /// lost while openraft may already have sent them to its followers.
+    LogAppended,
+    /// An entry was applied, before its reply is sent.
+    Applied,
+    /// The application wrote its changes into its own store without a
+    /// checkpoint (not durable).
+    ChangesWritten,
+    /// A snapshot build's durable checkpoint was written, and its meta not
+    /// stored yet.
+    CheckpointWritten,
+    /// A built snapshot's meta was stored, before openraft learns of it.
+    SnapshotStored,
+    /// A received snapshot's file was stored, before it is restored.
+    InstallStored,
+    /// A received snapshot was restored into the application.
+    InstallRestored,
+}
+
+impl CrashPoint {
+    /// Every point, in the order of the sequence.
+    pub const ALL: [CrashPoint; 7] = [
+        CrashPoint::LogAppended,
+        CrashPoint::Applied,
+        CrashPoint::ChangesWritten,
+        CrashPoint::CheckpointWritten,
+        CrashPoint::SnapshotStored,
+        CrashPoint::InstallStored,
+        CrashPoint::InstallRestored,
+    ];
 }
 
 /// How many snapshots a node stored: built from its own state, and

@@ -91,7 +91,7 @@ pub use application::{Application, SnapshotSource};
 pub use backup::{seed_from_snapshot, Backup, BackupError, BackupPosition};
 pub use config::{NodeConfig, PeerTls, PlantedLogBugs, RaftTimings};
 pub use error::{RaftError, WriteError};
-pub use io::{Dial, RaftIo, SimDisk, SnapshotCounts};
+pub use io::{CrashPoint, Dial, RaftIo, SimDisk, SnapshotCounts};
 pub use node::{CatchUp, RaftNode};
 pub use pb::raft_service_server::RaftServiceServer;
 pub use runtime::{seed_thread_rng, unseed_thread_rng};

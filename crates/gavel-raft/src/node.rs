@@ -83,7 +83,7 @@ impl RaftNode {
         io: RaftIo,
     ) -> Result<RaftNode, RaftError> {
         config.timings.validate()?;
-        let raft_config = Arc::new(openraft_config(&config.timings)?);
+        let raft_config = Arc::new(openraft_config(&config.timings, config.planted)?);
         let (data_dir, planted) = (config.data_dir.clone(), config.planted);
         let incoming_dir = crate::service::incoming_dir(&config.data_dir);
         let spool_dir = incoming_dir.clone();
@@ -543,7 +543,7 @@ impl RaftNode {
 }
 
 /// openraft's configuration from Gavel's timings.
-fn openraft_config(timings: &RaftTimings) -> Result<openraft::Config, RaftError> {
+fn openraft_config(timings: &RaftTimings, planted: crate::PlantedLogBugs) -> Result<openraft::Config, RaftError> {
     let config = openraft::Config {
         cluster_name: "gavel".into(),
         heartbeat_interval: timings.heartbeat_ms,
@@ -553,6 +553,16 @@ fn openraft_config(timings: &RaftTimings) -> Result<openraft::Config, RaftError>
         snapshot_policy: SnapshotPolicy::LogsSinceLast(timings.snapshot_logs_since_last),
         max_in_snapshot_log_to_keep: timings.logs_to_keep,
         enable_pre_vote: Some(timings.pre_vote),
+        // Safety rule: a restarted leader must win a new term before it
+        // leads again. openraft 0.10 restores a leader in its old term by
+        // default; but a leader replicates entries while its own fdatasync
+        // runs, so a kill can take from its log entries its followers
+        // hold. Restored in the same term, it appended new entries at
+        // those indexes under the same log ids, which the followers took
+        // for the ones they had: replicas at one applied index with
+        // different states (docs/decisions.md, "A restarted leader
+        // campaigns"). The planted bug `leader-restore` turns it back on.
+        enable_leader_restore: Some(planted.leader_restore),
         ..Default::default()
     };
     config.validate().map_err(|e| RaftError::Config(e.to_string()))

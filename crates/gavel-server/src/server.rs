@@ -291,6 +291,7 @@ pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<Run
             early_ack: planted_bug == Some(Mutant::EarlyAck),
             unsynced_append: planted_bug == Some(Mutant::UnsyncedAppend),
             unsynced_vote: planted_bug == Some(Mutant::UnsyncedVote),
+            leader_restore: planted_bug == Some(Mutant::LeaderRestore),
         },
         peer_tls: secured.as_ref().map(|secured| secured.peer_tls.clone()),
     };

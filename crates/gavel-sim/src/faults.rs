@@ -67,6 +67,23 @@ pub enum Fault {
         /// Disk operations before the cut.
         after_operations: u64,
     },
+    /// Cut `node`'s power the `nth` time (0: the next) its state machine
+    /// reaches `point` of its apply, checkpoint and snapshot sequence: it
+    /// stops there, and is crashed as a kill leaves it (its log loses the
+    /// unsynced writes, its cold store the commits after its last durable
+    /// one) and restarted.
+    PowerCutAt {
+        /// The node; [`LEADER`]: whichever node leads when the cut is armed.
+        node: u64,
+        /// Where in the sequence.
+        point: gavel_raft::CrashPoint,
+        /// How many times the point is passed first.
+        nth: u64,
+        /// How long the node stays down after the cut (short enough, at
+        /// times, for a leader to come back before its followers elect
+        /// another one).
+        down: Duration,
+    },
     /// Workers stall past their lease deadline and report late (`true`), or
     /// behave again (`false`).
     WorkerStall {
@@ -137,6 +154,12 @@ impl fmt::Display for Fault {
             Fault::Repair { node, others } => write!(f, "repair n{node} to {others:?}"),
             Fault::PowerCut { node, after_operations } => {
                 write!(f, "power cut on n{node} after {after_operations} disk operations")
+            }
+            Fault::PowerCutAt { node: LEADER, point, nth, down } => {
+                write!(f, "power cut on the leader at {point:?} after passing it {nth} times, down {down:?}")
+            }
+            Fault::PowerCutAt { node, point, nth, down } => {
+                write!(f, "power cut on n{node} at {point:?} after passing it {nth} times, down {down:?}")
             }
             Fault::WorkerStall { stall: true } => write!(f, "workers stall past their leases"),
             Fault::WorkerStall { stall: false } => write!(f, "workers behave again"),
@@ -222,13 +245,55 @@ impl Schedule {
         }
         events.extend(crate::clock_disk::events(seed, length, nodes, inject));
         if inject {
-            // From a stream of its own: the faults above stay the seed's.
+            // From streams of their own: the faults above stay the seed's.
             events.extend(crate::cluster_faults::events(seed, length, nodes));
+            events.extend(state_machine_cuts(seed, length, nodes));
         }
         events.sort_by_key(|event| event.at);
         Schedule { max_latency_ms, events }
     }
 }
+
+/// Power cuts inside the state machine's apply, checkpoint and snapshot
+/// sequence, [`STATE_MACHINE_CUTS`] a seed, each at a point chosen from
+/// every point of the sequence and after a number of passes that reaches
+/// it within a few seconds (the frequent points later, the rare ones at
+/// their next pass).
+fn state_machine_cuts(seed: u64, length: Duration, nodes: &[u64]) -> Vec<Event> {
+    let mut rng = Rng::new(seed).fork(0x5c);
+    let end_ms = length.as_millis() as u64;
+    let mut events = Vec::new();
+    if end_ms < 3_000 + FAULT_MS.1 {
+        return events;
+    }
+    for _ in 0..STATE_MACHINE_CUTS {
+        let at = Duration::from_millis(rng.between(3_000, end_ms - FAULT_MS.1));
+        // Half of them on the leader: a leader that comes back before its
+        // followers elect another one is what leader restore is about.
+        let node = if rng.below(2) == 0 { LEADER } else { *rng.pick(nodes) };
+        let point = *rng.pick(&gavel_raft::CrashPoint::ALL);
+        let nth = match point {
+            gavel_raft::CrashPoint::LogAppended => rng.below(20),
+            gavel_raft::CrashPoint::Applied => rng.below(200),
+            gavel_raft::CrashPoint::ChangesWritten
+            | gavel_raft::CrashPoint::CheckpointWritten
+            | gavel_raft::CrashPoint::SnapshotStored => rng.below(3),
+            gavel_raft::CrashPoint::InstallStored | gavel_raft::CrashPoint::InstallRestored => 0,
+        };
+        let down = Duration::from_millis(rng.between(CUT_DOWN_MS.0, CUT_DOWN_MS.1));
+        events.push(Event { at, fault: Fault::PowerCutAt { node, point, nth, down } });
+    }
+    events
+}
+
+/// The node of a [`Fault::PowerCutAt`] that names whichever node leads.
+pub const LEADER: u64 = 0;
+
+/// Power cuts inside the state machine's sequence a seed.
+const STATE_MACHINE_CUTS: usize = 3;
+/// How long a node stays down after such a cut, in simulated
+/// milliseconds: from less than an election timeout (400-800 ms) to more.
+const CUT_DOWN_MS: (u64, u64) = (50, 1_500);
 
 #[cfg(test)]
 mod tests {

@@ -270,6 +270,12 @@ const ADMIN_HOST: &str = "admin";
 const SNAPSHOT_LOGS_SINCE_LAST: u64 = 20;
 /// Build a snapshot after this many commands too (an entry holds up to 512).
 const SNAPSHOT_COMMANDS_SINCE_LAST: u64 = 100;
+/// How long a node stays down after a power cut, unless its cut says.
+const POWER_CUT_DOWN: Duration = Duration::from_millis(800);
+/// Cold writes a node holds in memory before it writes them into its cold
+/// store between snapshots (not durably): a few times between two builds,
+/// so that kills land on a store past its checkpoint.
+const CHECKPOINT_COLD_WRITES: usize = 30;
 /// Entries kept behind a snapshot: a follower a moment behind still
 /// catches up from the log; one away for a few seconds needs the snapshot.
 const LOGS_TO_KEEP: u64 = 10;
@@ -308,6 +314,8 @@ struct SimNode {
     disk_full: std::cell::Cell<bool>,
     /// Votes a crash took back, each as a sentence ([`crash_node`]).
     lost_votes: RefCell<Vec<String>>,
+    /// How long it stays down after its next power cut.
+    down_after_cut: std::cell::Cell<Duration>,
 }
 
 impl SimNode {
@@ -324,6 +332,7 @@ impl SimNode {
             clock: clock_disk::NodeClock::default(),
             disk_full: std::cell::Cell::new(false),
             lost_votes: RefCell::default(),
+            down_after_cut: std::cell::Cell::new(POWER_CUT_DOWN),
         })
     }
 }
@@ -361,7 +370,12 @@ fn add_node_host(
                 data_dir,
                 timings: timings(pre_vote),
                 bootstrap: id == 1,
-                settings: ServerSettings { audit_checkpoints: false, planted_bug, ..ServerSettings::default() },
+                settings: ServerSettings {
+                    audit_checkpoints: false,
+                    planted_bug,
+                    checkpoint_cold_writes: CHECKPOINT_COLD_WRITES,
+                    ..ServerSettings::default()
+                },
                 security: Security::insecure(),
             };
             let io = InjectedIo {
@@ -492,6 +506,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     let deadline = config.workload_time + DRAIN + Duration::from_secs(120);
     let mut crashed: Vec<(u64, Duration)> = Vec::new();
     let mut links = Links::default();
+    let mut hashes = AppliedHashes::default();
     loop {
         let now = sim.elapsed();
         while pending.last().is_some_and(|event| event.at <= now) {
@@ -517,7 +532,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         // within its window) is crashed now and restarted after its downtime.
         for node in &nodes {
             if node.disk.power_is_cut() && !crashed.iter().any(|(id, _)| *id == node.id) {
-                let down = Duration::from_millis(800);
+                let down = node.down_after_cut.replace(POWER_CUT_DOWN);
                 let dropped = crash_node(&mut sim, node, now, (seed, down), &mut crashed, &links);
                 let what = format!("power cut on n{}: crashed, {dropped} unsynced log writes dropped", node.id);
                 tracing::info!(simulated_ms = now.as_millis() as u64, "{what}");
@@ -536,6 +551,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
         }
         crashed.retain(|(id, _)| !restarted.contains(id));
         record_admin(&mut faults_log, now);
+        hashes.sample(&nodes);
         match sim.step() {
             Ok(_) => {}
             Err(error) => {
@@ -557,6 +573,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     heal(&sim, &ids);
     let settle_until = sim.elapsed() + SETTLE;
     while sim.elapsed() < settle_until {
+        hashes.sample(&nodes);
         sim.step().map_err(|error| SimError::Simulation {
             simulated_ms: sim.elapsed().as_millis() as u64,
             message: error.to_string(),
@@ -565,6 +582,7 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     // The final reads want every running node at one applied index.
     let converge_until = sim.elapsed() + CONVERGE;
     while sim.elapsed() < converge_until && !converged(&nodes) {
+        hashes.sample(&nodes);
         sim.step().map_err(|error| SimError::Simulation {
             simulated_ms: sim.elapsed().as_millis() as u64,
             message: error.to_string(),
@@ -583,6 +601,8 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SimReport, SimError> {
     for node in &nodes {
         divergences.append(&mut node.lost_votes.borrow_mut());
     }
+    hashes.sample(&nodes);
+    divergences.extend(hashes.divergences());
     for (i, a) in ends.iter().enumerate() {
         for b in &ends[i + 1..] {
             if a.last_applied_index.is_some()
@@ -728,6 +748,26 @@ fn apply_fault(
                 }
             }
         }
+        Fault::PowerCutAt { node, point, nth, down } => {
+            let leading = |candidate: &&SimNode| {
+                candidate
+                    .running
+                    .borrow()
+                    .upgrade()
+                    .is_some_and(|running| running.raft.status().role == gavel_raft::Role::Leader)
+            };
+            let target = match *node {
+                faults::LEADER => nodes.iter().find(leading),
+                node => nodes.iter().find(|candidate| candidate.id == node),
+            };
+            if let Some(target) = target {
+                let node = &target.id;
+                if !crashed.iter().any(|(id, _)| id == node) {
+                    target.disk.cut_power_at(*point, *nth);
+                    target.down_after_cut.set(*down);
+                }
+            }
+        }
         Fault::Crash { node, torn, down } => {
             if let Some(target) = nodes.iter().find(|candidate| candidate.id == *node) {
                 crash_node(sim, target, now, (*torn, *down), crashed, links);
@@ -793,7 +833,9 @@ fn crash_node(
         sim.partition(host.as_str(), other.as_str());
     }
     let saved_vote = node.running.borrow().upgrade().map(|running| running.raft.saved_vote());
+    let killed = KilledColdStore::keep(&node.data_dir);
     sim.crash(host.as_str());
+    killed.put_back();
     for other in &others {
         sim.repair(host.as_str(), other.as_str());
     }
@@ -822,6 +864,85 @@ fn crash_node(
     }
     crashed.push((node.id, now + down));
     dropped
+}
+
+/// A node's cold store (`cold.redb`) as a SIGKILL leaves it: the file's
+/// bytes at the instant of the crash, before the crashed host's tasks are
+/// dropped. Dropping them closes the store cleanly (the state machine
+/// writes a durable checkpoint at its last applied entry, and redb makes
+/// its last commit durable), which no kill or power cut does; the copy
+/// taken here is put back over what the drop wrote. redb's header on disk
+/// then names its last durable commit, and the non-durable commits after
+/// it (written to the file, never named by the header) are rolled back
+/// when the node opens the store again, as after a real kill.
+struct KilledColdStore {
+    path: PathBuf,
+    kept: Option<PathBuf>,
+}
+
+impl KilledColdStore {
+    fn keep(data_dir: &std::path::Path) -> KilledColdStore {
+        let path = data_dir.join(gavel_store::app::COLD_STORE_FILE);
+        let kept = data_dir.join("cold.redb.killed");
+        let kept = std::fs::copy(&path, &kept).ok().map(|_| kept);
+        KilledColdStore { path, kept }
+    }
+
+    fn put_back(self) {
+        if let Some(kept) = self.kept {
+            std::fs::rename(&kept, &self.path).expect("the killed cold store is put back in place");
+        }
+    }
+}
+
+/// Every replica's state hash at the applied indexes it was seen at: two
+/// replicas at one applied index must have one state (SPEC's replicated
+/// state machine), whenever that was, so every pair is compared at every
+/// index both were seen at, not only at the end.
+#[derive(Default)]
+struct AppliedHashes {
+    /// Per node, applied index -> state hash.
+    seen: BTreeMap<u64, BTreeMap<u64, String>>,
+}
+
+impl AppliedHashes {
+    /// Records each running node's state hash at its applied index, when
+    /// the Raft layer and the application agree on that index (after a
+    /// restart the application knows its index only from its next apply).
+    fn sample(&mut self, nodes: &[SimNode]) {
+        for node in nodes {
+            let Some(running) = node.running.borrow().upgrade() else { continue };
+            let applied = running.reads.applied_index();
+            if applied == 0 || running.raft.status().last_applied_index != Some(applied) {
+                continue;
+            }
+            let seen = self.seen.entry(node.id).or_default();
+            if !seen.contains_key(&applied) {
+                seen.insert(applied, running.reads.state_hash());
+            }
+        }
+    }
+
+    /// The first index at which each pair of replicas was seen with
+    /// different states, as sentences.
+    fn divergences(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let ids: Vec<&u64> = self.seen.keys().collect();
+        for (i, a) in ids.iter().enumerate() {
+            for b in &ids[i + 1..] {
+                let (mine, theirs) = (&self.seen[*a], &self.seen[*b]);
+                let first = mine.iter().find(|(index, hash)| theirs.get(*index).is_some_and(|other| other != *hash));
+                if let Some((index, hash)) = first {
+                    found.push(format!(
+                        "n{a} and n{b} both applied up to index {index} with different states ({} and {})",
+                        &hash[..12.min(hash.len())],
+                        &theirs[index][..12.min(theirs[index].len())]
+                    ));
+                }
+            }
+        }
+        found
+    }
 }
 
 /// Whether every running node stands at one applied index.

@@ -396,6 +396,15 @@ impl gavel_raft::Application for CoreApp {
         let checkpoint = store.checkpoint().map_err(|error| error.to_string())?;
         match checkpoint {
             Some(checkpoint) if Some(checkpoint.position.as_slice()) == position || later(&checkpoint.position) => {
+                // A store whose tables are not at its checkpoint is refused
+                // by name: the node stops rather than serve a state that
+                // is neither the checkpoint's nor the log's.
+                store.verify(&checkpoint).map_err(|error| {
+                    format!(
+                        "{error}; this node refuses to start on it: move its data directory aside and start it \
+                         empty (it catches up from the cluster by snapshot)"
+                    )
+                })?;
                 let mut resumed =
                     State::from_hot_snapshot(&checkpoint.hot, store.clone()).map_err(|error| error.to_string())?;
                 resumed.set_planted_bug(self.planted_bug);

@@ -60,6 +60,10 @@ const CHECKPOINT: TableDefinition<'static, &'static str, &'static [u8]> = TableD
 const POSITION_KEY: &str = "position";
 /// Checkpoint key: `State::hot_snapshot` bytes at that position.
 const HOT_KEY: &str = "hot";
+/// Checkpoint key: how many records each cold table held when the
+/// checkpoint was written (u64s, little-endian, in [`ColdTable::ALL`]'s
+/// order), so that a start can tell tables that are not at the checkpoint.
+const COUNTS_KEY: &str = "counts";
 /// Checkpoint key, present once cold writes past the checkpoint were
 /// committed ([`RedbColdStore::write_eventually`]): the tables are no longer
 /// at the checkpoint's position.
@@ -95,6 +99,10 @@ pub struct Checkpoint {
     pub position: Vec<u8>,
     /// `State::hot_snapshot` bytes at that position.
     pub hot: Vec<u8>,
+    /// The records each cold table held when it was written
+    /// ([`ColdTable::ALL`]'s order); `None` in a store written before they
+    /// were recorded.
+    pub counts: Option<Vec<u64>>,
 }
 
 /// Cold records in a redb file, with the checkpoint of the hot state they
@@ -235,9 +243,47 @@ fn read_checkpoint(transaction: &redb::ReadTransaction) -> Result<Option<Checkpo
     if read(DIRTY_KEY).map_err(write_error)?.is_some() {
         return Ok(None);
     }
+    let counts = read(COUNTS_KEY).map_err(write_error)?.map(|bytes| {
+        bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("chunks of 8"))).collect()
+    });
     match (read(POSITION_KEY).map_err(write_error)?, read(HOT_KEY).map_err(write_error)?) {
-        (Some(position), Some(hot)) => Ok(Some(Checkpoint { position, hot })),
+        (Some(position), Some(hot)) => Ok(Some(Checkpoint { position, hot, counts })),
         _ => Ok(None),
+    }
+}
+
+/// How many records each cold table holds in `transaction`'s view.
+fn table_counts(transaction: &redb::ReadTransaction) -> Result<Vec<u64>, ColdStoreError> {
+    ColdTable::ALL
+        .iter()
+        .map(|table| match transaction.open_table(definition(*table)) {
+            Ok(opened) => opened.len().map_err(write_error),
+            Err(TableError::TableDoesNotExist(_)) => Ok(0),
+            Err(error) => Err(write_error(error)),
+        })
+        .collect()
+}
+
+impl RedbColdStore {
+    /// Checks that the cold tables are at `checkpoint`: each holds the
+    /// number of records it held when the checkpoint was written. A store
+    /// whose tables moved past (or fell behind) its checkpoint without the
+    /// checkpoint being marked stale would hand a node a hot state over
+    /// records of another point of the log, and the node would serve a
+    /// state no replica has: the error names the first table that differs.
+    /// A checkpoint written before the counts were recorded passes.
+    pub fn verify(&self, checkpoint: &Checkpoint) -> Result<(), ColdStoreError> {
+        let Some(recorded) = &checkpoint.counts else { return Ok(()) };
+        let held = table_counts(&self.database.begin_read().map_err(write_error)?)?;
+        for ((table, recorded), held) in ColdTable::ALL.iter().zip(recorded).zip(&held) {
+            if recorded != held {
+                return Err(ColdStoreError::Write(format!(
+                    "the cold store is not at its checkpoint: table {table:?} holds {held} records, and the \
+                     checkpoint recorded {recorded}"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -255,8 +301,10 @@ impl RedbColdStore {
         durable: bool,
     ) -> Result<(), ColdStoreError> {
         let durability = if durable { Durability::Immediate } else { Durability::None };
-        self.write_with(as_records(mutations), durability, |checkpoint| set_checkpoint(checkpoint, position, hot))
-            .map(drop)
+        self.write_with(as_records(mutations), durability, |checkpoint, counts| {
+            set_checkpoint(checkpoint, position, hot, counts)
+        })
+        .map(drop)
     }
 
     /// How many records the store holds, over all tables.
@@ -387,8 +435,8 @@ impl RedbColdStore {
             written += self.write_with(records, Durability::None, mark_stale)?;
         }
         match checkpoint {
-            Some((position, hot)) => self.write_with(std::iter::empty(), Durability::Immediate, |opened| {
-                set_checkpoint(opened, position, hot)
+            Some((position, hot)) => self.write_with(std::iter::empty(), Durability::Immediate, |opened, counts| {
+                set_checkpoint(opened, position, hot, counts)
             })?,
             None => self.write_with(std::iter::empty(), Durability::Immediate, drop_checkpoint)?,
         };
@@ -401,17 +449,13 @@ impl RedbColdStore {
         &self,
         mutations: impl Iterator<Item = (ColdTable, &'a [u8], Option<&'a [u8]>)>,
         durability: Durability,
-        checkpoint: impl FnOnce(&mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError>,
+        checkpoint: impl FnOnce(&mut redb::Table<'_, &'static str, &'static [u8]>, &[u64]) -> Result<(), redb::StorageError>,
     ) -> Result<u64, ColdStoreError> {
         let mut transaction = self.database.begin_write().map_err(write_error)?;
         transaction.set_quick_repair(matches!(durability, Durability::Immediate));
         transaction.set_durability(durability);
-        {
-            let mut opened = transaction.open_table(CHECKPOINT).map_err(write_error)?;
-            checkpoint(&mut opened).map_err(write_error)?;
-        }
         let mut written = 0u64;
-        {
+        let counts = {
             let mut tables = Vec::new();
             for table in ColdTable::ALL {
                 tables.push((table, transaction.open_table(definition(table)).map_err(write_error)?));
@@ -429,6 +473,11 @@ impl RedbColdStore {
                 .map_err(write_error)?;
                 written += 1;
             }
+            tables.iter().map(|(_, opened)| opened.len().map_err(write_error)).collect::<Result<Vec<u64>, _>>()?
+        };
+        {
+            let mut opened = transaction.open_table(CHECKPOINT).map_err(write_error)?;
+            checkpoint(&mut opened, &counts).map_err(write_error)?;
         }
         transaction.commit().map_err(write_error)?;
         self.writes.fetch_add(written, Ordering::Relaxed);
@@ -539,23 +588,33 @@ fn set_checkpoint(
     checkpoint: &mut redb::Table<'_, &'static str, &'static [u8]>,
     position: &[u8],
     hot: &[u8],
+    counts: &[u64],
 ) -> Result<(), redb::StorageError> {
+    let counts: Vec<u8> = counts.iter().flat_map(|count| count.to_le_bytes()).collect();
     checkpoint.insert(POSITION_KEY, position)?;
     checkpoint.insert(HOT_KEY, hot)?;
+    checkpoint.insert(COUNTS_KEY, counts.as_slice())?;
     checkpoint.remove(DIRTY_KEY)?;
     Ok(())
 }
 
 /// A write without a checkpoint: the checkpoint no longer matches the tables.
-fn mark_stale(checkpoint: &mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError> {
+fn mark_stale(
+    checkpoint: &mut redb::Table<'_, &'static str, &'static [u8]>,
+    _counts: &[u64],
+) -> Result<(), redb::StorageError> {
     checkpoint.insert(DIRTY_KEY, &[][..])?;
     Ok(())
 }
 
 /// A plain write moves the tables past the checkpoint: forget it.
-fn drop_checkpoint(checkpoint: &mut redb::Table<'_, &'static str, &'static [u8]>) -> Result<(), redb::StorageError> {
+fn drop_checkpoint(
+    checkpoint: &mut redb::Table<'_, &'static str, &'static [u8]>,
+    _counts: &[u64],
+) -> Result<(), redb::StorageError> {
     checkpoint.remove(POSITION_KEY)?;
     checkpoint.remove(HOT_KEY)?;
+    checkpoint.remove(COUNTS_KEY)?;
     Ok(())
 }
 
@@ -722,6 +781,34 @@ mod tests {
         let mut batch = RecordBatch::default();
         while batch.read_from(&mut stream).expect("a record decodes") {}
         batch
+    }
+
+    #[test]
+    fn a_store_whose_tables_moved_past_its_checkpoint_is_refused_by_name() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let store = RedbColdStore::open(&directory.path().join("cold.redb")).expect("open");
+        let first = [put(ColdTable::Executions, b"e1", b"v"), put(ColdTable::Leases, b"l1", b"v")];
+        store.write_checkpoint(&first, b"p1", b"hot1", true).expect("checkpoint");
+        let checkpoint = store.checkpoint().expect("reads").expect("a checkpoint");
+        assert_eq!(checkpoint.counts.as_deref().map(|counts| counts.iter().sum::<u64>()), Some(2));
+        store.verify(&checkpoint).expect("the tables are at their checkpoint");
+
+        // A write that neither marks the checkpoint stale nor moves it (no
+        // path in the store does that; a crash that kept half of a
+        // transaction would): the next start is refused, naming the table.
+        store
+            .write_with(as_records(&[put(ColdTable::Leases, b"l2", b"v")]), Durability::Immediate, |_, _| Ok(()))
+            .expect("a raw write");
+        let checkpoint = store.checkpoint().expect("reads").expect("the checkpoint still reads");
+        let refused = store.verify(&checkpoint).expect_err("the tables are past the checkpoint").to_string();
+        assert!(
+            refused.contains("Leases") && refused.contains("holds 2") && refused.contains("recorded 1"),
+            "{refused}"
+        );
+
+        // The next checkpoint records the tables as they are.
+        store.write_checkpoint(&[], b"p2", b"hot2", true).expect("checkpoint");
+        store.verify(&store.checkpoint().expect("reads").expect("a checkpoint")).expect("at the new checkpoint");
     }
 
     #[test]

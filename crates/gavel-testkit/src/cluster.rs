@@ -47,6 +47,22 @@ impl<L: Launcher + ?Sized> Launcher for Box<L> {
     }
 }
 
+/// The first applied index at which two nodes were seen steadily with
+/// different state hashes, described; `None` if there is none.
+fn diverged(steady: &BTreeMap<u64, BTreeMap<u64, String>>) -> Option<String> {
+    let nodes: Vec<(&u64, &BTreeMap<u64, String>)> = steady.iter().collect();
+    for (i, (a, mine)) in nodes.iter().enumerate() {
+        for (b, theirs) in &nodes[i + 1..] {
+            for (index, hash) in mine.iter() {
+                if let Some(other) = theirs.get(index).filter(|other| *other != hash) {
+                    return Some(format!("node {a} at {index} hash {hash}; node {b} at {index} hash {other}"));
+                }
+            }
+        }
+    }
+    None
+}
+
 /// What every running node reported once the cluster converged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Converged {
@@ -758,8 +774,15 @@ impl Cluster {
 
     /// Waits until every node that runs and is not paused answers with the
     /// same applied index and state hash, up to `timeout`.
+    ///
+    /// Two nodes each seen at one applied index with different state hashes
+    /// (each read the same on two polls in a row, so that a status read
+    /// that raced an apply does not count) have diverged: that is
+    /// [`Error::Diverged`], naming the index, at once, never a timeout.
     pub async fn converge(&self, timeout: Duration) -> Result<Converged, Error> {
         let started = Instant::now();
+        let mut previous: BTreeMap<u64, (u64, String)> = BTreeMap::new();
+        let mut steady: BTreeMap<u64, BTreeMap<u64, String>> = BTreeMap::new();
         loop {
             let expected = self.answering();
             let statuses = self.statuses().await;
@@ -768,6 +791,16 @@ impl Cluster {
                 if statuses.len() == expected.len() && views.all(|view| view == (applied_index, state_hash)) {
                     return Ok(Converged { applied_index, state_hash: state_hash.clone() });
                 }
+            }
+            for (id, status) in &statuses {
+                let view = (status.last_applied_index, status.state_hash.clone());
+                if previous.get(id) == Some(&view) {
+                    steady.entry(*id).or_default().insert(view.0, view.1.clone());
+                }
+                previous.insert(*id, view);
+            }
+            if let Some(detail) = diverged(&steady) {
+                return Err(Error::Diverged { detail });
             }
             if started.elapsed() >= timeout {
                 let detail = expected

@@ -82,6 +82,13 @@ pub enum Error {
         /// What the nodes reported last.
         detail: String,
     },
+    /// Two nodes reported one applied index with different state hashes:
+    /// their replicated states differ, which no wait repairs.
+    #[error("the nodes diverged: two replicas applied the log up to one index and hold different states: {detail}")]
+    Diverged {
+        /// The index and the two nodes' hashes.
+        detail: String,
+    },
     /// A `ClusterService.Status` call failed or did not answer in time.
     #[error("status of {addr}: {detail}")]
     Status {

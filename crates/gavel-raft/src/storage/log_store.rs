@@ -183,7 +183,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // A slow simulated disk: the entries are written (and acknowledged)
         // only after its latency, in simulated time.
         self.shared.wait_for_disk().await;
-        self.shared.wal.append(entries.into_iter().collect(), Some(done)).map_err(write_error)
+        self.shared.wal.append(entries.into_iter().collect(), Some(done)).map_err(write_error)?;
+        self.shared.crash_point(crate::io::CrashPoint::LogAppended).await;
+        Ok(())
     }
 
     async fn truncate_after(&mut self, last_kept: Option<LogId>) -> Result<(), io::Error> {

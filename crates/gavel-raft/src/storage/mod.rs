@@ -275,6 +275,12 @@ pub(crate) fn open_with(
     let (wal, wal_writer) = Wal::open_threaded(&wal_dir(data_dir), log_fs, segment_bytes, threading)
         .map_err(|e| RaftError::Storage(e.to_string()))?;
     wal.plant(planted);
+    if threading == wal::Threading::Inline {
+        // The simulator: appends are synced a moment after they are
+        // written, as by the writer thread, so that a crash can lose an
+        // entry the node already sent.
+        wal.defer_append_syncs();
+    }
     durability::sync_created_files(data_dir, &sled_dir)
         .map_err(|e| storage_error("cannot fsync the new database files", &e))?;
     let (durability, closed) = Durability::start(db, &sled_dir, wal_writer, threading)
@@ -304,6 +310,15 @@ impl Shared {
     async fn wait_for_disk(&self) {
         if let Some(disk) = &self.sim_disk {
             disk.wait_latency().await;
+        }
+    }
+
+    /// Stops here for good when a simulated power cut is armed at `point`
+    /// and this is its turn ([`crate::SimDisk::cut_power_at`]): the
+    /// simulator then crashes the node. Nothing in production.
+    async fn crash_point(&self, point: crate::io::CrashPoint) {
+        if self.sim_disk.as_ref().is_some_and(|disk| disk.reached(point)) {
+            std::future::pending::<()>().await;
         }
     }
 

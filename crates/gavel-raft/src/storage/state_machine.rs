@@ -17,6 +17,7 @@ use super::snapshot_file::{self, SnapshotData, SnapshotFile};
 use super::{encode, Shared, SNAPSHOT_FILE_KEY, SNAPSHOT_LEGACY_DATA_KEY, SNAPSHOT_META_KEY};
 use crate::application::{Application, SnapshotSource};
 use crate::batch;
+use crate::io::CrashPoint;
 use crate::limits::SNAPSHOT_STREAM_BUFFER_BYTES;
 use crate::typ::{Command, LogId, Raft, Reply, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::RaftError;
@@ -150,9 +151,15 @@ impl StateMachineStore {
 
 /// The applied log id and membership a checkpoint at `candidate` (a
 /// [`position`]) names, if it is past the stored snapshot's `stored` and
-/// the log still holds the very entry it names: then (Raft's log matching)
-/// the log up to it is the one the checkpoint applied, and the entries
-/// after it can be replayed onto it.
+/// the log either still holds the very entry it names (then, by Raft's log
+/// matching, the log up to it is the one the checkpoint applied, and the
+/// entries after it can be replayed onto it) or ends before it. An entry
+/// is applied only once committed, so a checkpoint is a committed state,
+/// as a snapshot is; a log that ends before it lost an unsynced tail (a
+/// follower applies a committed entry its own log has not synced yet), and
+/// openraft purges it up to the checkpoint on start and fetches what
+/// follows from the leader. A log that holds another entry at that index
+/// contradicts the checkpoint: refused.
 fn replayable_after(
     wal: &super::wal::Wal,
     stored: Option<LogId>,
@@ -160,6 +167,10 @@ fn replayable_after(
 ) -> Option<(Option<LogId>, StoredMembership)> {
     let (applied, membership) = decode_position(candidate).ok()?;
     let at = applied.filter(|applied| Some(*applied) > stored)?;
+    let (_, last) = wal.log_state();
+    if last.is_none_or(|last| last.index < at.index) {
+        return Some((applied, membership));
+    }
     let entries = wal.entries(&(at.index..=at.index)).ok()?;
     entries.first().filter(|entry| entry.log_id == at).map(|_| (applied, membership))
 }
@@ -221,7 +232,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             Captured::Source(source) => source,
             Captured::Checkpoint(checkpointed) => {
                 let store_bytes = checkpointed.map_err(|e| write_error(&e))?;
+                self.shared.crash_point(CrashPoint::CheckpointWritten).await;
                 let stored = persist_snapshot(&self.shared, &self.meta, None, WriteMode::OnlyIfNewer).await?;
+                self.shared.crash_point(CrashPoint::SnapshotStored).await;
                 crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
                 if stored {
                     self.shared.snapshot_counts.iter().for_each(crate::io::SnapshotCounts::count_built);
@@ -245,6 +258,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .map_err(|e| write_error(&e))?
             .map_err(|e| write_error(&e))?;
         let stored = persist_snapshot(&self.shared, &self.meta, Some(&mut file), WriteMode::OnlyIfNewer).await?;
+        self.shared.crash_point(CrashPoint::SnapshotStored).await;
         crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
         if stored {
             self.shared.snapshot_counts.iter().for_each(crate::io::SnapshotCounts::count_built);
@@ -401,6 +415,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         match self.app.write_changes() {
                             Ok(()) => {
                                 self.stale_checkpoint = true;
+                                self.shared.crash_point(CrashPoint::ChangesWritten).await;
                                 tracing::debug!(
                                     log_index = entry.log_id.index,
                                     took = ?written_started.elapsed(),
@@ -417,6 +432,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     Reply::default()
                 }
             };
+            self.shared.crash_point(CrashPoint::Applied).await;
             if let Some(responder) = responder {
                 responder.send(reply);
             }
@@ -432,7 +448,19 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         // `last_applied` exactly; openraft runs `build_snapshot` in a
         // separate task, which writes it out while later entries apply.
         let captured = if self.own_state {
-            Captured::Checkpoint(self.write_checkpoint(true))
+            // Durability rule: a durable checkpoint at `last_applied` must
+            // not outlive the log entries it applied. openraft applies an
+            // entry once it is committed, which on a follower may be before
+            // this node's own log has synced it; a kill then lost the entry
+            // while the store kept the checkpoint past it, and the node
+            // could not start again (its log cannot reach the checkpoint).
+            // So the log is synced up to here first.
+            let wal = self.shared.wal.clone();
+            let synced = self.shared.threading.run(move || wal.sync_pending()).await;
+            match synced.map_err(|e| e.to_string()).and_then(|synced| synced.map_err(|e| e.to_string())) {
+                Ok(()) => Captured::Checkpoint(self.write_checkpoint(true)),
+                Err(error) => Captured::Checkpoint(Err(format!("cannot sync the log before a checkpoint: {error}"))),
+            }
         } else {
             Captured::Source(self.app.snapshot_at(&position(&self.last_applied, &self.membership)))
         };
@@ -464,6 +492,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .map_err(|e| refused(&e))?;
         if self.own_state {
             persist_snapshot(&self.shared, meta, Some(&mut file), WriteMode::Replace).await?;
+            self.shared.crash_point(CrashPoint::InstallStored).await;
         }
         let stored = started.elapsed();
         let (app, owned_meta) = (self.app.clone(), meta.clone());
@@ -477,6 +506,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .await
             .map_err(|e| refused(&e))?;
         restored.map_err(|e| refused(&e))?;
+        self.shared.crash_point(CrashPoint::InstallRestored).await;
         // `stored`: the received file made durable (and, for an application
         // that keeps its own state, named in sled) before the restore.
         tracing::info!(snapshot = %meta, bytes = file.bytes(), took = ?started.elapsed(), stored = ?stored, "snapshot installed");

@@ -294,6 +294,12 @@ impl WriterThread {
     }
 }
 
+/// How long after an inline append its deferred fdatasync runs
+/// ([`Wal::defer_append_syncs`]): an fdatasync of a loaded disk, longer
+/// than a message takes to a peer, so a leader's followers hold entries it
+/// has not synced yet, as on real machines.
+const DEFERRED_SYNC: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Who writes the log: a writer thread (production), or the caller itself,
 /// inline, so that a simulation on one thread stays deterministic: no write
 /// completes at a moment the OS scheduler chose.
@@ -403,6 +409,15 @@ impl Wal {
         self.send(op, index)
     }
 
+    /// Writes appends at once and syncs them [`DEFERRED_SYNC`] later
+    /// (inline only: the simulator's model of the writer thread, whose
+    /// fdatasync runs while openraft replicates what it wrote).
+    pub(crate) fn defer_append_syncs(&self) {
+        if self.ops.is_none() {
+            self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).defer_appends();
+        }
+    }
+
     /// Removes the entries at and after `index`; `done` fires once the
     /// truncation is durable.
     pub(crate) fn truncate(&self, index_from: u64, done: Option<Done>) -> Result<(), WalError> {
@@ -431,6 +446,16 @@ impl Wal {
             }
             let mut writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             writer.serve(vec![op]);
+            if writer.has_deferred() {
+                // The fdatasync ends a little later, as the writer
+                // thread's would: openraft goes on meanwhile.
+                let writer = self.writer.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(DEFERRED_SYNC).await;
+                    writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).sync_deferred();
+                });
+            }
+            drop(writer);
             return match self.shared.lock().stopped.clone() {
                 Some(reason) => Err(WalError::Stopped(reason)),
                 None => Ok(()),
@@ -545,6 +570,12 @@ impl Wal {
         vote::save(&*self.shared.fs, &self.shared.dir, vote)
     }
 
+    /// Returns once every entry handed to the log before this call is
+    /// durable, or with the error that stopped the log. Blocking.
+    pub(crate) fn sync_pending(&self) -> Result<(), WalError> {
+        self.wait_for_pending_writes()
+    }
+
     /// Returns once every operation handed to the log before this call is
     /// durable, or with the error that stopped the log. Blocking.
     fn wait_for_pending_writes(&self) -> Result<(), WalError> {
@@ -553,8 +584,14 @@ impl Wal {
             return Err(WalError::Stopped(reason.clone()));
         }
         let Some(ops) = &self.ops else {
-            // Inline: every operation was durable when its call returned.
-            return Ok(());
+            // Inline: every operation was durable when its call returned,
+            // but for appends whose sync is deferred: synced now.
+            drop(index);
+            self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).sync_deferred();
+            return match self.shared.lock().stopped.clone() {
+                Some(reason) => Err(WalError::Stopped(reason)),
+                None => Ok(()),
+            };
         };
         if index.queued_ops == 0 {
             // Nothing queued. If no one holds the writer either, nothing is

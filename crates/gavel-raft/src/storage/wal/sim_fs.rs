@@ -91,6 +91,9 @@ type Files = BTreeMap<PathBuf, Arc<Mutex<FileState>>>;
 #[derive(Default)]
 struct Power {
     countdown: Mutex<Option<u64>>,
+    /// Cuts armed at the `n`th time the state machine reaches a point
+    /// ([`crate::io::CrashPoint`]) from now on (each `n` counts down to 0).
+    at_point: Mutex<Vec<(crate::io::CrashPoint, u64)>>,
     cut: AtomicBool,
     full: AtomicBool,
     refused_full: AtomicU64,
@@ -154,6 +157,7 @@ impl SimFs {
     /// Returns how many unsynced writes it dropped whole or in part.
     pub(crate) fn crash(&self, torn: u64) -> usize {
         *lock(&self.power.countdown) = None;
+        lock(&self.power.at_point).clear();
         self.power.cut.store(false, Ordering::SeqCst);
         let files = lock(&self.files);
         let dirty: Vec<&Arc<Mutex<FileState>>> =
@@ -183,9 +187,42 @@ impl SimFs {
         *lock(&self.power.countdown) = Some(operations);
     }
 
+    /// Cuts the power the `nth` time (0: the next) the state machine
+    /// reaches `point`.
+    pub(crate) fn cut_power_at(&self, point: crate::io::CrashPoint, nth: u64) {
+        lock(&self.power.at_point).push((point, nth));
+    }
+
+    /// Whether reaching `point` now cuts the power (a cut was armed there
+    /// and this is its turn): the power is then cut, and every other armed
+    /// cut is dropped.
+    pub(crate) fn reached(&self, point: crate::io::CrashPoint) -> bool {
+        let mut armed = lock(&self.power.at_point);
+        let mut cut = false;
+        for (_, left) in armed.iter_mut().filter(|(at, _)| *at == point) {
+            match left.checked_sub(1) {
+                Some(fewer) => *left = fewer,
+                None => cut = true,
+            }
+        }
+        if cut && point == crate::io::CrashPoint::LogAppended {
+            // The power goes at the next disk operation: the appended
+            // entries' fdatasync.
+            armed.clear();
+            *lock(&self.power.countdown) = Some(0);
+            return false;
+        }
+        if cut {
+            armed.clear();
+            self.power.cut.store(true, Ordering::SeqCst);
+        }
+        cut
+    }
+
     /// Disarms a power cut that has not happened yet.
     pub(crate) fn disarm_power_cut(&self) {
         *lock(&self.power.countdown) = None;
+        lock(&self.power.at_point).clear();
     }
 
     /// Whether an armed power cut has happened.

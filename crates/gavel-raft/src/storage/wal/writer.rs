@@ -100,6 +100,12 @@ pub(super) struct Writer {
     /// Writing inline ([`super::Threading::Inline`]): no thread prepares the
     /// next segment; the rotation does.
     inline: bool,
+    /// Appends are written at once and synced later ([`Writer::sync_deferred`]):
+    /// the simulator's model of the writer thread, whose fdatasync runs
+    /// while openraft already replicates what it writes.
+    defer_appends: bool,
+    /// Appends written and not yet synced, completed in order once they are.
+    deferred: Vec<Op>,
 }
 
 /// The temporary name of a segment being prepared.
@@ -145,7 +151,46 @@ fn write_segment_header(fs: &dyn FileSystem, dir: &Path, file: &dyn WalFile, seg
 impl Writer {
     pub(super) fn new(shared: Arc<WalShared>, tail: Tail, segment_bytes: u64, inline: bool) -> Writer {
         let (segment, file, position) = (tail.segment, tail.file, tail.position);
-        Writer { shared, segment, file, position, segment_bytes, next: None, inline }
+        Writer {
+            shared,
+            segment,
+            file,
+            position,
+            segment_bytes,
+            next: None,
+            inline,
+            defer_appends: false,
+            deferred: Vec::new(),
+        }
+    }
+
+    /// Writes appends at once and syncs them only at
+    /// [`Writer::sync_deferred`] (or with the next operation that is not an
+    /// append), as the writer thread's fdatasync runs while openraft goes
+    /// on: a crash in between loses appends the leader already sent.
+    pub(super) fn defer_appends(&mut self) {
+        self.defer_appends = true;
+    }
+
+    /// Whether appends wait for [`Writer::sync_deferred`].
+    pub(super) fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// Syncs the appends written since the last sync and completes them,
+    /// in order (or with the error that stopped the log).
+    pub(super) fn sync_deferred(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let deferred = std::mem::take(&mut self.deferred);
+        match self.file.sync_data().map_err(|e| WalError::io("fdatasync of the raft log failed", &e)) {
+            Ok(()) => deferred.into_iter().for_each(|op| op.complete(Ok(()))),
+            Err(error) => {
+                self.stop(&error);
+                deferred.into_iter().for_each(|op| op.complete(Err(error.clone())));
+            }
+        }
     }
 
     /// Starts zero-filling the segment after the current one once this one
@@ -168,10 +213,24 @@ impl Writer {
     /// in order (or all of them with the error that stopped the log).
     pub(super) fn serve(&mut self, group: Vec<Op>) {
         let stopped = self.shared.lock().stopped.clone();
+        // The planted `unsynced-append` acknowledges after the write alone,
+        // deferral or not.
+        let defer = self.defer_appends
+            && !self.shared.planted().unsynced_append
+            && group.iter().all(|op| matches!(op, Op::Append { .. }));
         let result = match stopped {
             Some(reason) => Err(WalError::Stopped(reason)),
-            None => self.write_group(&group),
+            None => self.write_group(&group, !defer),
         };
+        if let (true, Ok(written)) = (defer, &result) {
+            self.publish(written);
+            self.deferred.extend(group);
+            return;
+        }
+        // What this group synced (or failed) covers the deferred appends,
+        // written before it: they complete first.
+        let deferred = std::mem::take(&mut self.deferred);
+        let group: Vec<Op> = deferred.into_iter().chain(group).collect();
         match result {
             Ok(written) => {
                 self.publish(&written);
@@ -212,7 +271,7 @@ impl Writer {
         }
     }
 
-    fn write_group(&mut self, group: &[Op]) -> Result<Vec<Written>, WalError> {
+    fn write_group(&mut self, group: &[Op], sync: bool) -> Result<Vec<Written>, WalError> {
         let mut buffer = Vec::new();
         let mut written = Vec::new();
         for op in group {
@@ -242,7 +301,7 @@ impl Writer {
                 Op::Barrier { .. } => {}
             }
         }
-        if group.iter().all(|op| matches!(op, Op::Barrier { .. })) {
+        if group.iter().all(|op| matches!(op, Op::Barrier { .. })) && self.deferred.is_empty() {
             // Only barriers: every earlier group is durable already (groups
             // complete in order), so there is nothing to write or sync.
             return Ok(written);
@@ -251,7 +310,7 @@ impl Writer {
         let started = std::time::Instant::now();
         self.write_out(&mut buffer)?;
         let written_at = std::time::Instant::now();
-        let skip_sync = self.shared.planted().unsynced_append;
+        let skip_sync = self.shared.planted().unsynced_append || !sync;
         // Planted bug `unsynced-append`: acknowledged after the write alone.
         if !skip_sync {
             self.file.sync_data().map_err(|e| WalError::io("fdatasync of the raft log failed", &e))?;
