@@ -916,10 +916,7 @@ impl AppliedHashes {
             if applied == 0 || running.raft.status().last_applied_index != Some(applied) {
                 continue;
             }
-            let seen = self.seen.entry(node.id).or_default();
-            if !seen.contains_key(&applied) {
-                seen.insert(applied, running.reads.state_hash());
-            }
+            self.seen.entry(node.id).or_default().entry(applied).or_insert_with(|| running.reads.state_hash());
         }
     }
 
