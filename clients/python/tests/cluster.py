@@ -190,17 +190,24 @@ class TestCluster:
             node = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
             self._own_nodes.append(node)
             self.node_pids.append(node.pid)
-        admin = self.admin(retry_budget=2.0)
-
-        def leader() -> bool | None:
-            try:
-                return True if admin.cluster.status(without_state_hash=True).leader_addr else None
-            except gavel.GavelError:
-                return None
-
-        eventually("a leader among our own nodes", leader, timeout=START_TIMEOUT_S, every=0.2)
+        self.leader()
         exited = [node.pid for node in self._own_nodes if node.poll() is not None]
         assert not exited, f"our own nodes {exited} exited (see own-n*.log in {self.data_dir})"
+
+    def leader(self) -> str:
+        """The leader's endpoint, once a node names one. Right after a start or a
+        kill there may be none for a moment (an election), and a test that needs
+        the leader must wait for it rather than read it once."""
+        admin = self.admin(retry_budget=2.0)
+
+        def named() -> str | None:
+            try:
+                leader = admin.cluster.status(without_state_hash=True).leader_addr
+            except gavel.GavelError:
+                return None
+            return leader if leader in self.endpoints else None
+
+        return eventually("a leader among the nodes", named, timeout=START_TIMEOUT_S, every=0.2)
 
     def stop(self) -> None:
         """Stops the cluster by PID (SIGTERM, SIGKILL after the grace) and removes its data."""

@@ -33,7 +33,7 @@ def approval(approval_id: str) -> approval_pb2.CreateApprovalRequest:
 
 
 def test_follows_the_leader_a_follower_names_in_the_gavel_leader_header(cluster: TestCluster) -> None:
-    leader = cluster.admin().cluster.status(without_state_hash=True).leader_addr
+    leader = cluster.leader()
     follower = next(endpoint for endpoint in cluster.endpoints if endpoint != leader)
     client = cluster.admin(endpoints=(follower, *(e for e in cluster.endpoints if e != follower)))
     assert client.preferred_endpoint() == follower
@@ -140,7 +140,7 @@ def test_calls_keep_working_through_a_leader_sigkill_retried_with_the_same_reque
     try:
         own.take_over()
         client = own.admin(retry_budget=20.0)
-        leader = client.cluster.status(without_state_hash=True).leader_addr
+        leader = own.leader()
         leader_index = own.endpoints.index(leader)
         client.approvals.create_approval(approval(f"before_{RUN}"))
         os.kill(own.node_pids[leader_index], signal.SIGKILL)

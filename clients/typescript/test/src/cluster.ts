@@ -219,13 +219,23 @@ export class TestCluster {
       this.ownNodes.push(node);
       this.nodePids.push(node.pid!);
     }
+    await this.leader();
+  }
+
+  /**
+   * The leader's endpoint, once a node names one. Right after a start or a kill
+   * there may be none for a moment (an election); a test that needs the leader
+   * waits for it rather than reading it once.
+   */
+  async leader(): Promise<string> {
     const admin = this.adminClient({ retryBudgetMs: 2000 });
-    await eventually(
-      "a leader among our own nodes",
+    return eventually(
+      "a leader among the nodes",
       async () => {
         try {
           const status = await admin.cluster.status({ withoutStateHash: true });
-          return status.leaderAddr !== undefined && status.leaderAddr !== "" ? true : undefined;
+          const leader = status.leaderAddr;
+          return leader !== undefined && this.endpoints.includes(leader) ? leader : undefined;
         } catch {
           return undefined;
         }
