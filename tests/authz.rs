@@ -9,7 +9,7 @@
 //! `roles` keep only one), once with a client certificate and once with a
 //! bearer token; the approver also with an OpenID Connect ID token (the nodes
 //! run with `--oidc-issuer` and a JWKS file of gavel-oidc's test keys, so no
-//! provider process is needed: the token names `user:approver` by its
+//! provider process is needed: the token names `user:approver@example.test` by its
 //! `email` claim and must get exactly the certificate's verdicts). A call the table allows must not be refused with
 //! `PERMISSION_DENIED` / `UNAUTHENTICATED`, and the fixtures make it really
 //! succeed; a call it refuses must be `PERMISSION_DENIED`, and a refused
@@ -287,7 +287,7 @@ const PRINCIPALS: &[Who] = &[
     // what its other grants show it.
     who("admin", ADMIN, &[Admin, Submitter], false, None),
     who("submitter", OWNER, &[Submitter], false, None),
-    Who { with_oidc: true, ..who("approver", "user:approver", &[Approver], false, None) },
+    Who { with_oidc: true, ..who("approver", "user:approver@example.test", &[Approver], false, None) },
     who("worker", "worker:w1", &[Worker], true, None),
     who("worker2", "worker:w2", &[Worker], false, None),
     who("auditor", "user:auditor", &[Auditor], false, None),
@@ -401,7 +401,7 @@ impl Caller {
         match record {
             Record::Approval => everything || owner || (approver && self.who.approver_scope.is_empty()),
             Record::Approved => {
-                let approved = approver && self.who.principal == "user:approver";
+                let approved = approver && self.who.principal == "user:approver@example.test";
                 everything || owner || approved || (self.uses(Worker) && self.who.lease_holder)
             }
             Record::Queued => everything || owner,
@@ -608,6 +608,14 @@ impl World {
         ApprovalServiceClient::new(self.ops("approver")).decide_approval(request).await.expect("approve");
     }
 
+    /// The terms hash of approval `id`, read as the admin: what a person
+    /// deciding it is shown.
+    async fn terms_hash_of(&self, id: &str) -> Option<String> {
+        let request = pb::GetApprovalRequest { id: id.to_string(), caller_now_ms: None };
+        let answer = ApprovalServiceClient::new(self.ops("admin")).get_approval(request).await.expect("read");
+        answer.into_inner().approval.map(|approval| approval.terms_hash)
+    }
+
     async fn approved_approval(&self) -> String {
         let id = self.pending_approval().await;
         self.approve(&id).await;
@@ -764,10 +772,12 @@ impl World {
                 found(answer.into_inner().approval, "the fixed approval")
             }
             Rpc::DecideApproval => {
+                // A decision names the terms its author was shown (SPEC §13).
                 let request = pb::DecideApprovalRequest {
                     request_id,
                     id: target.approval_id.clone(),
                     status: pb::ApprovalStatus::Approved as i32,
+                    terms_hash: self.terms_hash_of(&target.approval_id).await,
                     ..pb::DecideApprovalRequest::default()
                 };
                 done(ApprovalServiceClient::new(channel).decide_approval(request).await)
@@ -1029,6 +1039,7 @@ impl World {
                     approval_id: target.approval_id.clone(),
                     approve: true,
                     input_hash: target.subject.clone(),
+                    terms_hash: self.terms_hash_of(&target.approval_id).await,
                     ..pb::CastVoteRequest::default()
                 };
                 let approval = client.cast_vote(vote).await?.into_inner().approval;
@@ -1180,7 +1191,7 @@ fn policy_request(request_id: String, name: &str, kind: &str, k: u32) -> pb::Set
             name: "pair".into(),
             k,
             scope: None,
-            group: vec!["user:approver".into(), "user:fin".into()],
+            group: vec!["user:approver@example.test".into(), "user:fin".into()],
         }],
         ..pb::SetPolicyRequest::default()
     }
@@ -1310,7 +1321,7 @@ fn oidc_id_token(principal: &Principal) -> String {
     let key = jsonwebtoken::EncodingKey::from_rsa_pem(&key).expect("an RSA key");
     let now = gavel_pki::unix_seconds();
     let claims = serde_json::json!({"iss": OIDC_ISSUER, "aud": OIDC_AUDIENCE, "sub": principal.id,
-        "email": principal.id, "iat": now, "exp": now + 3600});
+        "email": principal.id, "email_verified": true, "iat": now, "exp": now + 3600});
     let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
     header.kid = Some("rsa-1".to_string());
     jsonwebtoken::encode(&header, &claims, &key).expect("sign an ID token")

@@ -216,6 +216,7 @@ async fn malformed_requests_are_refused_before_the_log(cluster: &Cluster, leader
         let result = call!(cluster, via, approvals, create_approval, approval);
         watch.refused(&on("callerNowMs in nanoseconds"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
         let decide = pb::DecideApprovalRequest {
+            terms_hash: None,
             request_id: request_id("decide"),
             caller_now_ms: negative,
             id: "apr-1".to_string(),
@@ -341,6 +342,7 @@ async fn malformed_requests_are_refused_before_the_log(cluster: &Cluster, leader
         let result = call!(cluster, via, approvals, create_approval, approval);
         watch.refused(&on("expiresAt and expiresIn"), result, Code::InvalidArgument, "INVALID_ARGUMENT").await;
         let decide = pb::DecideApprovalRequest {
+            terms_hash: None,
             request_id: request_id("decide"),
             id: "apr-1".to_string(),
             status: pb::ApprovalStatus::Approved as i32,

@@ -66,7 +66,10 @@ async fn gavel(endpoints: &str, args: &[&str]) -> Run {
 ///   `lastAppliedIndex`/`lastLogIndex`/`snapshotIndex` → `"<index>"`,
 ///   `stateHash` → `"<state-hash>"`, `leaderId` → `"<node-id>"` and `role` →
 ///   `"<role>"` (which node wins the election varies; the tests assert one
-///   leader that every node agrees on).
+///   leader that every node agrees on);
+/// - an approval's `termsHash`, and the `terms_hash` attribute of a
+///   decision's audit event, → `"<terms-hash>"`: the terms include the
+///   expiry (their `expiresAtMs` is a time, above).
 ///
 /// Nothing else varies: the test chooses every execution id (`--id`), and the
 /// ids derived from it (the approval id, the idempotency key), the input
@@ -105,6 +108,7 @@ fn placeholder(key: &str) -> Option<&'static str> {
         "stateHash" => "<state-hash>",
         "leaderId" => "<node-id>",
         "role" => "<role>",
+        "termsHash" | "terms_hash" => "<terms-hash>",
         _ => return None,
     })
 }
@@ -260,18 +264,34 @@ async fn approval_flow_through_the_cli_matches_the_golden_files() {
     let early = gavel(endpoints, &["exec", "resume", &approval_id]).await;
     assert_eq!(early.code, 3, "{early:#?}");
     assert!(early.stderr.starts_with("error: APPROVAL_PENDING: "), "{early:#?}");
-    let own = gavel(endpoints, &["approval", "approve", &approval_id, "--as", "user:alice"]).await;
+    let own = gavel(endpoints, &["approval", "approve", &approval_id, "--as", "user:alice", "--yes"]).await;
     assert_eq!(own.code, 3, "{own:#?}");
-    assert!(own.stderr.starts_with("error: APPROVAL_SELF_APPROVAL: "), "{own:#?}");
+    // The terms are shown first (standard error), then the refusal.
+    assert!(own.stderr.starts_with("the terms of approval apr_ex-refund-1:\n"), "{own:#?}");
+    assert!(own.stderr.contains("\nerror: APPROVAL_SELF_APPROVAL: "), "{own:#?}");
     assert!(own.stdout.is_empty(), "{own:#?}");
 
-    // Another actor approves; resume consumes the approval and queues the execution.
+    // Another actor approves, on the terms hash `approval get` showed;
+    // resume consumes the approval and queues the execution.
+    let terms_hash = got["termsHash"].as_str().expect("the approval's terms hash");
     let approved = gavel(
         endpoints,
-        &["approval", "approve", &approval_id, "--as", "user:bob", "--comment", "refund is legitimate", "--json"],
+        &[
+            "approval",
+            "approve",
+            &approval_id,
+            "--as",
+            "user:bob",
+            "--comment",
+            "refund is legitimate",
+            "--terms-hash",
+            terms_hash,
+            "--json",
+        ],
     )
     .await
     .json();
+    assert_eq!(approved["termsHash"], terms_hash, "{approved:#}");
     check_golden("approval_approve", &normalize(&approved));
     let resumed = gavel(endpoints, &["exec", "resume", &approval_id, "--json"]).await.json();
     check_golden("exec_resume", &normalize(&resumed));
@@ -455,4 +475,191 @@ async fn capability_file_problems_are_reported_together_with_exit_3() {
             "  - retry.maxAtempts is not a capability field (known: maxAttempts, backoffMs, nonRetryableCodes)",
         ]
     );
+}
+
+/// Runs `gavel ARGS...` (with `--endpoints`, as [`gavel`] does) under
+/// `script`, so its standard input and error are a terminal, typing
+/// `typed`; returns what the terminal showed. `None` where `script`
+/// (util-linux) is not installed.
+async fn gavel_at_a_terminal(endpoints: &str, args: &[&str], typed: &str) -> Option<Run> {
+    use tokio::io::AsyncWriteExt;
+
+    let script = ["/usr/bin/script", "/bin/script"].into_iter().find(|path| Path::new(path).is_file())?;
+    // Every argument here is a plain word (ids, flags, host:port).
+    let command = format!("{} {} --endpoints={endpoints}", support::gavel_binary().display(), args.join(" "));
+    let mut child = tokio::process::Command::new(script)
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env_remove("GAVEL_ENDPOINTS")
+        .env_remove("GAVEL_ACTOR")
+        .env_remove("GAVEL_RETRY_BUDGET_MS")
+        .env_remove("GAVEL_LOG")
+        .env("USER", "cli-test")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start script");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    stdin.write_all(typed.as_bytes()).await.expect("type the answer");
+    drop(stdin);
+    let output = tokio::time::timeout(support::WAIT, child.wait_with_output())
+        .await
+        .expect("the command ends within the wait")
+        .expect("run script");
+    Some(Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
+/// The line of `text` starting with `label`, without it.
+#[track_caller]
+fn line_after<'a>(text: &'a str, label: &str) -> &'a str {
+    text.lines().find_map(|line| line.strip_prefix(label)).unwrap_or_else(|| panic!("no {label:?} line in {text}"))
+}
+
+/// SPEC §13 from the CLI: `approval approve` shows the terms and decides
+/// only on a confirmation (a terminal's yes, `--yes` or `--terms-hash`),
+/// sending the hash confirmed; a stale hash is refused; a standing
+/// approval's terms say so loudly; a vote can be withdrawn; and
+/// `--unsafe-ids` finds no id on a cluster that stores only safe ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn approving_from_the_cli_binds_the_terms_the_person_was_shown() {
+    let cluster = Cluster::start(1).await;
+    let endpoints = cluster.nodes.iter().map(|node| node.addr.clone()).collect::<Vec<_>>().join(",");
+    let endpoints = endpoints.as_str();
+    let files = tempfile::tempdir().expect("temp dir");
+    let refund_file = files.path().join("refund.toml");
+    std::fs::write(&refund_file, REFUND_TOML).expect("write capability file");
+    let registered = gavel(endpoints, &["capability", "register", refund_file.to_str().expect("utf-8 path")]).await;
+    assert_eq!(registered.code, 0, "{registered:#?}");
+
+    // The submit hint names who may decide and the command they run.
+    let input = r#"{"order":"o-2","amount":20}"#;
+    let submitted = gavel(
+        endpoints,
+        &["exec", "submit", "payments.refund", "--input", input, "--id", "ex-2", "--as", "user:alice"],
+    )
+    .await;
+    assert_eq!(submitted.code, 0, "{submitted:#?}");
+    let out = &submitted.stdout;
+    assert_eq!(line_after(out, "who may decide:    "), "an approver other than user:alice (the requester)", "{out}");
+    let printed = line_after(out, "an approver runs:  ");
+    assert_eq!(printed, "gavel approval approve apr_ex-2", "{out}");
+    let shown = gavel(endpoints, &["approval", "get", "apr_ex-2", "--json"]).await.json();
+    let terms_hash = shown["termsHash"].as_str().expect("a terms hash").to_string();
+    assert_eq!(terms_hash.len(), 64, "{shown:#}");
+    assert_eq!(shown["terms"]["approvalId"], "apr_ex-2", "{shown:#}");
+
+    // Without a terminal and without --yes or --terms-hash, nothing is
+    // decided: the terms are shown and the message says what to do.
+    let unconfirmed = gavel(endpoints, &["approval", "approve", "apr_ex-2", "--as", "user:bob"]).await;
+    assert_eq!(unconfirmed.code, 2, "{unconfirmed:#?}");
+    assert!(unconfirmed.stdout.is_empty(), "{unconfirmed:#?}");
+    let stderr = &unconfirmed.stderr;
+    assert!(stderr.starts_with("the terms of approval apr_ex-2:\n"), "{unconfirmed:#?}");
+    assert!(stderr.contains(r#"  input       {"amount":20,"order":"o-2"}"#), "{unconfirmed:#?}");
+    assert!(stderr.contains("  uses        one use\n"), "{unconfirmed:#?}");
+    assert!(stderr.contains(&format!("  terms hash  {terms_hash}\n")), "{unconfirmed:#?}");
+    assert!(stderr.contains("there is no terminal to ask on"), "{unconfirmed:#?}");
+    assert!(stderr.contains(&format!("--terms-hash {terms_hash}")) && stderr.contains("--yes"), "{unconfirmed:#?}");
+
+    // A hash of other terms is refused by the cluster, and a malformed one
+    // by the CLI before anything is sent.
+    let stale = "0".repeat(64);
+    let refused =
+        gavel(endpoints, &["approval", "approve", "apr_ex-2", "--as", "user:bob", "--terms-hash", &stale]).await;
+    assert_eq!(refused.code, 3, "{refused:#?}");
+    assert!(refused.stderr.contains("error: APPROVAL_TERMS_CHANGED: "), "{refused:#?}");
+    let malformed =
+        gavel(endpoints, &["approval", "approve", "apr_ex-2", "--as", "user:bob", "--terms-hash", "abc"]).await;
+    assert_eq!(malformed.code, 2, "{malformed:#?}");
+    let still = gavel(endpoints, &["approval", "get", "apr_ex-2", "--json"]).await.json();
+    assert_eq!(still["status"], "pending", "{still:#}");
+
+    // The printed command works as printed at a terminal: it asks, and a
+    // "no" decides nothing while a "yes" approves.
+    let pasted: Vec<&str> = printed.split_whitespace().skip(1).chain(["--as", "user:bob"]).collect();
+    if let Some(declined) = gavel_at_a_terminal(endpoints, &pasted, "n\n").await {
+        assert_eq!(declined.code, 1, "{declined:#?}");
+        assert!(declined.stdout.contains("approve these terms? [y/N]"), "{declined:#?}");
+        assert!(declined.stdout.contains("nothing decided"), "{declined:#?}");
+        let accepted = gavel_at_a_terminal(endpoints, &pasted, "y\n").await.expect("script ran once");
+        assert_eq!(accepted.code, 0, "{accepted:#?}");
+        assert!(accepted.stdout.contains("approved by user:bob"), "{accepted:#?}");
+    } else {
+        eprintln!("no `script` here: the terminal prompt is not exercised; approving with --yes instead");
+        let approved = gavel(endpoints, &["approval", "approve", "apr_ex-2", "--as", "user:bob", "--yes"]).await;
+        assert_eq!(approved.code, 0, "{approved:#?}");
+    }
+    let decided = gavel(endpoints, &["approval", "get", "apr_ex-2", "--json"]).await.json();
+    assert_eq!(decided["status"], "approved", "{decided:#}");
+
+    // A standing approval's terms say so before anything else.
+    let standing = gavel(
+        endpoints,
+        &[
+            "approval",
+            "standing",
+            "create",
+            "--id",
+            "standing-2",
+            "--capability",
+            "payments.refund",
+            "--uses",
+            "3",
+            "--window",
+            "1h",
+            "--bind",
+            "/order",
+            "--input",
+            input,
+            "--as",
+            "user:alice",
+        ],
+    )
+    .await;
+    assert_eq!(standing.code, 0, "{standing:#?}");
+    let shown = gavel(endpoints, &["approval", "reject", "standing-2", "--as", "user:bob"]).await;
+    assert_eq!(shown.code, 2, "{shown:#?}");
+    assert!(
+        shown
+            .stderr
+            .starts_with("the terms of approval standing-2 (a STANDING approval: one \"yes\" covers up to 3 uses):\n"),
+        "{shown:#?}"
+    );
+    let uses = "  uses        STANDING: up to 3 uses within 1h of the decision; bound: /order = \"o-2\"; \
+                other fields may differ per use\n";
+    assert!(shown.stderr.contains(uses), "{shown:#?}");
+
+    // A vote can be withdrawn, and cast again.
+    let policy =
+        ["policy", "set", "pair", "--capabilities", "payments.refund", "--factor", "two=2/group/user:bob,user:carol"];
+    assert_eq!(gavel(endpoints, &policy).await.code, 0);
+    let governed = gavel(
+        endpoints,
+        &["exec", "submit", "payments.refund", "--input", input, "--id", "ex-3", "--as", "user:alice"],
+    )
+    .await;
+    assert_eq!(governed.code, 0, "{governed:#?}");
+    let vote = ["approval", "approve", "apr_ex-3", "--as", "user:bob", "--yes", "--json"];
+    let voted = gavel(endpoints, &vote).await.json();
+    assert_eq!(voted["quorum"]["votes"].as_array().map(Vec::len), Some(1), "{voted:#}");
+    let twice = gavel(endpoints, &vote).await;
+    assert_eq!(twice.code, 3, "{twice:#?}");
+    assert!(twice.stderr.contains("VOTE_DUPLICATE"), "{twice:#?}");
+    let withdrawn = gavel(endpoints, &["approval", "withdraw", "apr_ex-3", "--as", "user:bob", "--json"]).await.json();
+    assert_eq!(withdrawn["status"], "pending", "{withdrawn:#}");
+    assert_eq!(withdrawn["quorum"]["votes"], json!([]), "{withdrawn:#}");
+    let again = gavel(endpoints, &vote).await.json();
+    assert_eq!(again["quorum"]["votes"].as_array().map(Vec::len), Some(1), "{again:#}");
+
+    // Every id this cluster stored is safe: --unsafe-ids lists none.
+    let listed = gavel(endpoints, &["approval", "list", "--unsafe-ids", "--json"]).await.json();
+    assert_eq!(listed, json!({ "approvals": [] }));
+    let table = gavel(endpoints, &["approval", "list", "--unsafe-ids"]).await;
+    assert_eq!(table.code, 0, "{table:#?}");
+    assert!(table.stdout.is_empty() && table.stderr.contains("no approval id breaks the id rule"), "{table:#?}");
 }

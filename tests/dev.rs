@@ -224,6 +224,36 @@ fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_nod
     said_sorted.sort_unstable();
     held_sorted.sort_unstable();
     assert_eq!(said_sorted, held_sorted, "gavel dev printed {said:?}, the admin holds {held:?}");
+    // The quick start: the admin submits for a persona, so it is the
+    // requester's principal and may not approve as itself; the submit's
+    // hint says so and names the command that works from this shell.
+    let capability = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/refund-worker/capability.toml");
+    let registered = gavel_with_env(&env, &["capability", "register", capability.to_str().expect("a UTF-8 path")]);
+    assert_eq!(registered.status.code(), Some(0), "{registered:?}");
+    let input = r#"{"order_id":"o-42","amount_cents":1250}"#;
+    let submit = ["exec", "submit", "orders.refund", "--id", "refund-1", "--input", input, "--as", "user:agent-alice"];
+    let submitted = gavel_with_env(&env, &submit);
+    let hint = String::from_utf8_lossy(&submitted.stdout).to_string();
+    assert_eq!(submitted.status.code(), Some(0), "{submitted:?}");
+    assert!(
+        hint.contains("who may decide:    an approver other than user:agent-alice (the requester) and user:admin"),
+        "{hint}"
+    );
+    let as_yourself = ["approval", "approve", "apr_refund-1", "--yes"];
+    let refused = gavel_with_env(&env, &as_yourself);
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("APPROVAL_SELF_APPROVAL"), "{refused:?}");
+    let in_dev = hint
+        .lines()
+        .find_map(|line| line.strip_prefix("in gavel dev:"))
+        .unwrap_or_else(|| panic!("no \"in gavel dev:\" line in {hint}"));
+    // As printed; `--yes` stands for the terminal's confirmation.
+    let words: Vec<&str> = in_dev.split_whitespace().skip(1).chain(["--yes"]).collect();
+    assert_eq!(words[..3], ["approval", "approve", "apr_refund-1"], "{in_dev}");
+    let approved = gavel_with_env(&env, &words);
+    assert_eq!(approved.status.code(), Some(0), "{approved:?}");
+    assert!(String::from_utf8_lossy(&approved.stdout).contains("approved by user:bob-finance"), "{approved:?}");
+
     // Without the credentials the same endpoints refuse plaintext.
     let plain = gavel_with_env(&env[..1], &["cluster", "status"]);
     assert_ne!(plain.status.code(), Some(0), "{plain:?}");

@@ -109,6 +109,17 @@ async fn metrics_count_calls_refusals_raft_indexes_and_approvals_without_ids() {
     };
     let refusal = approvals.create_approval(refused).await.expect_err("an empty create is refused");
     assert_eq!(refusal.code(), tonic::Code::InvalidArgument, "{refusal:?}");
+    // A decision on terms other than the approval's: refused, and counted
+    // by its reason (and logged as one line naming the approval).
+    let steered = pb::DecideApprovalRequest {
+        id: ids[0].clone(),
+        status: pb::ApprovalStatus::Approved as i32,
+        approver: Some(support::user("bob")),
+        terms_hash: Some("0".repeat(64)),
+        ..pb::DecideApprovalRequest::default()
+    };
+    let refusal = approvals.decide_approval(steered).await.expect_err("other terms are refused");
+    assert_eq!(refusal.code(), tonic::Code::FailedPrecondition, "{refusal:?}");
 
     // Two executions waiting in one queue.
     let capability = pb::CapabilitySpec {
@@ -146,6 +157,8 @@ async fn metrics_count_calls_refusals_raft_indexes_and_approvals_without_ids() {
         &[("method", "ApprovalService/CreateApproval"), ("code", "INVALID_ARGUMENT")],
     );
     assert!(refused >= 1.0, "the refused call is counted: {after:#?}");
+    let steered = value(&after, "gavel_decisions_refused_total", &[("reason", "APPROVAL_TERMS_CHANGED")]);
+    assert_eq!(steered, 1.0, "the refused decision is counted by reason: {after:#?}");
     let latencies = value(&after, "gavel_rpc_duration_seconds_count", &[("method", "ApprovalService/CreateApproval")]);
     assert!(latencies >= (ids.len() + 1) as f64, "every create has a latency: {latencies}");
 

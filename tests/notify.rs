@@ -15,7 +15,8 @@
 //! post carries a valid HMAC-SHA256 signature (checked with the `hmac`
 //! crate, not the notifier's own code) and the delivery id header; the
 //! Slack body has `text` and `blocks`; every link points at the console
-//! URL.
+//! URL; every post says what a "yes" covers (one use) and the generic one
+//! carries the terms hash.
 //!
 //! A second test stops every node under a running notifier: it keeps
 //! trying (it does not exit) and posts what is created once the nodes are
@@ -395,6 +396,8 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
             let link = format!("{CONSOLE_URL}/approvals/{id}");
             if sink == "slack" {
                 assert!(post.body["text"].as_str().is_some_and(|text| text.contains(&link)), "{:?}", post.body);
+                // What a "yes" covers: these are one-shots.
+                assert!(post.body["text"].as_str().is_some_and(|text| text.contains("(one use)")), "{:?}", post.body);
                 let blocks = post.body["blocks"].as_array().expect("blocks");
                 assert_eq!(blocks[0]["type"], "section");
                 assert_eq!(blocks[1]["elements"][0]["url"], link.as_str());
@@ -405,6 +408,9 @@ async fn the_notifier_posts_each_pending_approval_once_across_sigkills_with_mark
                 assert_eq!(post.body["redelivery"], post.redelivery);
                 assert_eq!(post.body["approval"]["id"], id.as_str());
                 assert!(post.body["approval"]["inputHash"].as_str().is_some_and(|hash| hash.len() == 64));
+                // The terms hash a decision names (SPEC §13), and what a "yes" covers.
+                assert!(post.body["approval"]["termsHash"].as_str().is_some_and(|hash| hash.len() == 64), "{post:?}");
+                assert_eq!(post.body["approval"]["uses"], serde_json::json!({ "standing": false, "max": 1 }));
             }
         }
     }

@@ -93,16 +93,20 @@ async fn quorums_from_the_cli_and_a_vote_race_through_all_three_nodes() {
     gavel_as(&cluster, &principal(AGENT), &["policy", "delete", "refunds"]).await.refused(3, "PERMISSION_DENIED");
 
     create(&cluster, "refund-1", "refund").await;
-    let voted = gavel_as(&cluster, &principal("user:fin"), &["approval", "approve", "refund-1", "--json"]).await.json();
+    let voted = gavel_as(&cluster, &principal("user:fin"), &["approval", "approve", "refund-1", "--json", "--yes"])
+        .await
+        .json();
     assert_eq!(voted["status"], "pending", "one factor of two: {voted}");
     let votes = gavel_as(&cluster, &principal("user:fin"), &["approval", "votes", "refund-1", "--json"]).await.json();
     assert_eq!(votes["quorum"]["factors"][0]["counted"], 1, "{votes}");
     assert_eq!(votes["quorum"]["factors"][1]["counted"], 0, "{votes}");
     assert_eq!(votes["quorum"]["votes"][0]["principal"], "user:fin", "{votes}");
-    let again = gavel_as(&cluster, &principal("user:fin"), &["approval", "approve", "refund-1"]).await;
+    let again = gavel_as(&cluster, &principal("user:fin"), &["approval", "approve", "refund-1", "--yes"]).await;
     again.refused(3, "VOTE_DUPLICATE");
     let approved =
-        gavel_as(&cluster, &principal("user:legal"), &["approval", "approve", "refund-1", "--json"]).await.json();
+        gavel_as(&cluster, &principal("user:legal"), &["approval", "approve", "refund-1", "--json", "--yes"])
+            .await
+            .json();
     assert_eq!(approved["status"], "approved", "{approved}");
 
     // A change voids the open approvals of the old version.

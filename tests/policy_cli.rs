@@ -104,7 +104,7 @@ async fn finance_and_legal_and_a_standing_approval_of_three_uses_run_end_to_end_
     let governed = read_json(&cluster, AGENT, &["approval", "get", approval]).await;
     assert_eq!(governed["quorum"]["policy"], "refunds", "governed: {governed}");
 
-    let voted = gavel(&cluster, "user:fin", &["approval", "approve", approval]).await;
+    let voted = gavel(&cluster, "user:fin", &["approval", "approve", approval, "--yes"]).await;
     assert_eq!(field(&voted, "status"), "pending", "one factor of two: {voted:#?}");
     let shown = gavel(&cluster, AGENT, &["approval", "get", approval]).await;
     assert_eq!(field(&shown, "policy"), "refunds (version 1)", "{shown:#?}");
@@ -112,9 +112,9 @@ async fn finance_and_legal_and_a_standing_approval_of_three_uses_run_end_to_end_
     assert_eq!(field(&shown, "quorum"), progress, "{shown:#?}");
 
     // The requester's own vote: refused, nothing counted.
-    gavel(&cluster, AGENT, &["approval", "approve", approval]).await.refused(3, "APPROVAL_SELF_APPROVAL");
+    gavel(&cluster, AGENT, &["approval", "approve", approval, "--yes"]).await.refused(3, "APPROVAL_SELF_APPROVAL");
 
-    let approved = gavel(&cluster, "user:legal", &["approval", "approve", approval]).await;
+    let approved = gavel(&cluster, "user:legal", &["approval", "approve", approval, "--yes"]).await;
     assert_eq!(field(&approved, "status"), "approved", "{approved:#?}");
     assert!(field(&approved, "decision").starts_with("approved by user:legal"), "{approved:#?}");
     let listed = gavel(&cluster, AGENT, &["approval", "votes", approval]).await;
@@ -150,7 +150,14 @@ async fn finance_and_legal_and_a_standing_approval_of_three_uses_run_end_to_end_
     let created = gavel(&cluster, AGENT, &standing).await;
     created.succeeded();
     assert!(created.stdout.contains("0 of 3 uses spent; window 1h after the decision"), "{created:#?}");
-    gavel(&cluster, "user:oc1", &["approval", "approve", "standing-o-2"]).await.succeeded();
+    // Governed like a one-shot (issue #37): the standing request names no
+    // types, and the policy on the type orders.refund's registration
+    // declares governs it all the same: one finance and one legal vote.
+    let governed = read_json(&cluster, AGENT, &["approval", "get", "standing-o-2"]).await;
+    assert_eq!(governed["quorum"]["policy"], "refunds", "{governed}");
+    let voted = gavel(&cluster, "user:fin", &["approval", "approve", "standing-o-2", "--yes"]).await;
+    assert_eq!(field(&voted, "status"), "pending", "one factor of two: {voted:#?}");
+    gavel(&cluster, "user:legal", &["approval", "approve", "standing-o-2", "--yes"]).await.succeeded();
     for use_number in 1..=3 {
         let resumed = gavel(&cluster, AGENT, &["exec", "resume", "standing-o-2"]).await;
         assert_eq!(field(&resumed, "approval"), "standing-o-2", "use {use_number}: {resumed:#?}");
@@ -181,7 +188,8 @@ async fn finance_and_legal_and_a_standing_approval_of_three_uses_run_end_to_end_
         "/order_id",
     ];
     gavel(&cluster, AGENT, &bound).await.succeeded();
-    gavel(&cluster, "user:oc1", &["approval", "approve", "standing-o-3"]).await.succeeded();
+    gavel(&cluster, "user:fin", &["approval", "approve", "standing-o-3", "--yes"]).await.succeeded();
+    gavel(&cluster, "user:legal", &["approval", "approve", "standing-o-3", "--yes"]).await.succeeded();
     let other_order = ["exec", "resume", "standing-o-3", "--input", r#"{"amount":10,"order_id":"o-4"}"#];
     gavel(&cluster, AGENT, &other_order).await.refused(3, "APPROVAL_INPUT_MISMATCH");
     let same_order =

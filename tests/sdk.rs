@@ -4,7 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use gavel_client::{CancellationToken, Client, HandlerError, Worker};
+use gavel_client::{CancellationToken, Client, DecideOptions, HandlerError, Worker};
 use gavel_proto::v1 as pb;
 use support::{capability, register, user, Cluster};
 use tokio::sync::mpsc;
@@ -338,4 +338,69 @@ async fn a_poll_retried_after_its_answer_was_lost_gets_the_lease_it_was_granted(
         .expect("execution");
     assert_eq!(execution.attempts, 1, "one lease was granted, not two");
     assert_eq!(execution.current_lease.map(|lease| lease.lease_id), task.lease.as_ref().map(|lease| lease.lease_id));
+}
+
+/// SPEC §13 through the SDK: a decision or vote names the terms hash its
+/// author was shown; a stale one is refused `APPROVAL_TERMS_CHANGED` and
+/// decides nothing, the current one decides, and `decide` sends the hash
+/// of the terms it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_on_a_stale_terms_hash_is_refused_and_one_on_the_shown_hash_decides() {
+    let cluster = Cluster::start(1).await;
+    let client = Client::new(&endpoints(&cluster)).expect("client");
+    let bob = DecideOptions { approver: Some(user("bob")), comment: None };
+    let stale = "0".repeat(64);
+
+    client.create_approval(support::approval_request("apr-terms-1", "sdk-test")).await.expect("create");
+    let shown = client.approval_terms("apr-terms-1").await.expect("read the terms");
+    assert_eq!(shown.terms_hash.len(), 64, "{shown:?}");
+    assert!(shown.terms_json.contains(r#""approvalId":"apr-terms-1""#), "{}", shown.terms_json);
+    let refused = client
+        .decide_with_terms("apr-terms-1", pb::ApprovalStatus::Approved, &stale, bob.clone())
+        .await
+        .expect_err("a stale terms hash");
+    assert_eq!(refused.code(), "APPROVAL_TERMS_CHANGED", "{refused}");
+    let unchanged = client.approval_terms("apr-terms-1").await.expect("read again");
+    assert_eq!(unchanged.status, pb::ApprovalStatus::Pending as i32, "nothing decided");
+    let approved = client
+        .decide_with_terms("apr-terms-1", pb::ApprovalStatus::Approved, &shown.terms_hash, bob.clone())
+        .await
+        .expect("the shown terms hash decides");
+    assert_eq!(approved.status, pb::ApprovalStatus::Approved as i32);
+
+    client.create_approval(support::approval_request("apr-terms-2", "sdk-test")).await.expect("create");
+    let rejected =
+        client.decide("apr-terms-2", pb::ApprovalStatus::Rejected, bob.clone()).await.expect("decide on what it read");
+    assert_eq!(rejected.status, pb::ApprovalStatus::Rejected as i32);
+
+    // A vote on a governed approval is bound the same way.
+    let factor = pb::PolicyFactor {
+        name: "pair".to_string(),
+        k: 2,
+        scope: None,
+        group: vec!["user:bob".to_string(), "user:carol".to_string()],
+    };
+    client
+        .set_policy(pb::SetPolicyRequest {
+            name: "pair".to_string(),
+            capability_ids: vec!["orders.refund".to_string()],
+            factors: vec![factor],
+            ..pb::SetPolicyRequest::default()
+        })
+        .await
+        .expect("set the policy");
+    client.create_approval(support::approval_request("apr-terms-3", "sdk-test")).await.expect("create");
+    let governed = client.approval_terms("apr-terms-3").await.expect("read the terms");
+    assert!(governed.quorum.is_some(), "governed: {governed:?}");
+    let refused = client
+        .vote_with_terms("apr-terms-3", true, &governed.input_hash, &stale, bob.clone())
+        .await
+        .expect_err("a stale terms hash");
+    assert_eq!(refused.code(), "APPROVAL_TERMS_CHANGED", "{refused}");
+    let voted = client
+        .vote_with_terms("apr-terms-3", true, &governed.input_hash, &governed.terms_hash, bob)
+        .await
+        .expect("the shown terms hash counts");
+    let votes = voted.quorum.map(|quorum| quorum.votes.len());
+    assert_eq!(votes, Some(1), "one vote counted");
 }

@@ -29,6 +29,7 @@ ACCESSORS = {
     "AuditService": "audit",
     "ClusterService": "cluster",
     "AccessService": "access",
+    "PolicyService": "policies",
 }
 
 

@@ -107,6 +107,8 @@ test("an approver sees a new approval live, approves it, and watches the executi
   await page.click(`[data-approval-id="${approval.id}"] a`);
   await page.waitForSelector("#decide");
   assert.equal(await page.textContent("#input-hash"), approval.inputHash);
+  assert.equal(await page.getAttribute("#terms-hash", "title"), approval.termsHash);
+  assert.match(await page.textContent("#uses"), /One use/);
   await page.screenshot({ path: join(shots, "approval.png"), fullPage: true });
   assert.deepEqual(await axeSeriousViolations(page), []);
   await page.fill("#comment", "customer verified");
@@ -139,7 +141,8 @@ test("the requester sees no approve button, and a forged decision is refused as 
   assert.match(await page.textContent("#why-not"), /APPROVAL_SELF_APPROVAL/);
   const forged = await post(page, `/approvals/${approval.id}/decide`, {
     csrf: await csrfOf(page),
-    input_hash: approval.inputHash,
+    approval_id: approval.id,
+    terms_hash: approval.termsHash,
     decision: "approve",
   });
   assert.equal(forged.status(), 403);
@@ -211,32 +214,117 @@ test("an input with markup, right-to-left and zero-width characters renders iner
   await context.close();
 });
 
-test("refused: a POST without the CSRF token, from another origin, or with a changed input hash", async () => {
+/** The approval as the cluster holds it now (the dev admin reads it). */
+async function approvalNow(id) {
+  const got = await cluster.gavel(["approval", "get", id]);
+  return got.approval ?? got;
+}
+
+test("refused: a POST without the CSRF token, from another origin, or on terms changed since the page loaded", async () => {
   const approval = await requestRefund();
   const { context, page } = await signedIn("user:carol");
   await page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
   const csrf = await csrfOf(page);
   const decide = `/approvals/${approval.id}/decide`;
+  const form = { approval_id: approval.id, terms_hash: approval.termsHash, decision: "approve" };
 
-  const noToken = await post(page, decide, { input_hash: approval.inputHash, decision: "approve" });
+  const noToken = await post(page, decide, form);
   assert.equal(noToken.status(), 403);
   assert.match(await noToken.text(), /CSRF_TOKEN_INVALID/);
 
-  const otherOrigin = await post(
-    page,
-    decide,
-    { csrf, input_hash: approval.inputHash, decision: "approve" },
-    "http://evil.example",
-  );
+  const otherOrigin = await post(page, decide, { csrf, ...form }, "http://evil.example");
   assert.equal(otherOrigin.status(), 403);
   assert.match(await otherOrigin.text(), /ORIGIN_REFUSED/);
 
-  const changed = await post(page, decide, { csrf, input_hash: "0".repeat(64), decision: "approve" });
-  assert.equal(changed.status(), 409);
-  assert.match(await changed.text(), /INPUT_HASH_CHANGED/);
+  // The page's own form, its terms hash changed after the page loaded (as
+  // if the terms had changed since): the cluster refuses the decision, and
+  // the page says so and shows the terms as they are now.
+  await page.evaluate(() => {
+    document.querySelector("#decide input[name=terms_hash]").value = "0".repeat(64);
+  });
+  await page.click("button.approve");
+  await page.waitForSelector("#refused");
+  assert.equal(await page.textContent("#refused .code"), "APPROVAL_TERMS_CHANGED");
+  assert.match(await page.textContent("#refused"), /changed since the page was loaded.*nothing was decided/s);
+  assert.equal(await page.getAttribute("#terms-hash", "title"), approval.termsHash, "the current terms are shown");
+  assert.ok(
+    await page.evaluate(() =>
+      Boolean(document.getElementById("terms").compareDocumentPosition(document.getElementById("decide")) & Node.DOCUMENT_POSITION_FOLLOWING),
+    ),
+    "the terms come before the buttons",
+  );
+  assert.equal((await approvalNow(approval.id)).status, "pending", "nothing was decided");
+  await context.close();
+});
 
-  const after = await cluster.gavel(["approval", "get", approval.id]);
-  assert.equal(after.status ?? after.approval?.status, "pending", "nothing was decided");
+test("a decoy page cannot decide another approval", async () => {
+  // An id with `/` (the issue's decoy, `z/../../approvals/<target>`) is
+  // refused when it is created.
+  const target = await requestRefund({ order_id: "o-wire", amount_cents: 990_000 });
+  const decoyId = `z/../../approvals/${target.id}`;
+  await assert.rejects(
+    cluster.gavel(
+      ["approval", "standing", "create", "--id", decoyId, "--capability", "orders.refund", "--uses", "1", "--window", "1h",
+       "--input", JSON.stringify({ order_id: "o-wire", amount_cents: 990_000 })],
+      "user:alice",
+    ),
+    (error) => /INVALID_ARGUMENT/.test(`${error.stdout}${error.stderr}`),
+  );
+  // A decoy with a safe id and the same input: its page's form, pointed at
+  // the target's address, is refused by the console (the form names the
+  // decoy) and, naming the target, by the cluster (the terms hash is the
+  // decoy's). The target stays pending.
+  const decoy = await requestRefund({ order_id: "o-wire", amount_cents: 990_000 });
+  const { context, page } = await signedIn("user:carol");
+  await page.goto(`${cluster.consoleUrl}/approvals/${decoy.id}`);
+  assert.equal(await page.getAttribute("#decide", "action"), `/approvals/${encodeURIComponent(decoy.id)}/decide`);
+  await page.evaluate((id) => {
+    document.getElementById("decide").action = `/approvals/${id}/decide`;
+  }, target.id);
+  await page.click("button.approve");
+  await page.waitForSelector(".error");
+  assert.match(await page.textContent(".error"), /APPROVAL_ID_MISMATCH/);
+
+  await page.goto(`${cluster.consoleUrl}/approvals/${decoy.id}`);
+  await page.evaluate((id) => {
+    const form = document.getElementById("decide");
+    form.action = `/approvals/${id}/decide`;
+    form.querySelector("input[name=approval_id]").value = id;
+  }, target.id);
+  await page.click("button.approve");
+  await page.waitForSelector("#refused");
+  assert.equal(await page.textContent("#refused .code"), "APPROVAL_TERMS_CHANGED");
+  assert.equal((await approvalNow(target.id)).status, "pending", "the target was not decided");
+  assert.equal((await approvalNow(decoy.id)).status, "pending");
+  await context.close();
+});
+
+test("a standing approval's terms are on its page before its buttons, and the inbox marks it", async () => {
+  const input = { order_id: `o-standing-${Date.now()}`, amount_cents: 1 };
+  const created = await cluster.gavel(
+    ["approval", "standing", "create", "--capability", "orders.refund", "--uses", "100", "--window", "7d",
+     "--bind", "/order_id", "--input", JSON.stringify(input)],
+    "user:alice",
+  );
+  const approval = created.approval ?? created;
+  const { context, page } = await signedIn("user:carol");
+  const badge = page.locator(`[data-approval-id="${approval.id}"] .badge.standing`);
+  await badge.waitFor();
+  assert.match(await badge.textContent(), /Standing approval: 100 uses within 7 days/);
+  await page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
+  await page.waitForSelector("#decide");
+  const terms = await page.textContent("#terms");
+  assert.match(terms, /Standing approval.*up to 100 times within 7 days/s);
+  assert.ok(terms.includes(`/order_id = "${input.order_id}"`), terms);
+  assert.match(await page.textContent("#uses-spent"), /0 spent, 100 left, of 100/);
+  assert.ok(
+    await page.evaluate(() =>
+      Boolean(document.getElementById("terms").compareDocumentPosition(document.getElementById("decide")) & Node.DOCUMENT_POSITION_FOLLOWING),
+    ),
+    "the terms come before the buttons",
+  );
+  assert.deepEqual(await axeSeriousViolations(page), []);
+  assert.deepEqual(page.errors, []);
   await context.close();
 });
 
@@ -256,13 +344,30 @@ test("finance AND on-call from the console: the first vote meets one factor of t
     assert.match(await bob.page.textContent("#quorum"), /finance 1\/1, on-call 0\/1/);
     assert.match(await bob.page.textContent(".votes"), /user:bob-finance: approve \(counts for finance\)/);
     assert.match(await bob.page.textContent("#why-not"), /already voted/);
+    // bob withdraws his vote (one WithdrawVote) and votes again.
+    await bob.page.click("#withdraw button");
+    await bob.page.waitForSelector("#decide");
+    assert.equal(await bob.page.locator(".votes li").count(), 0, "the vote was withdrawn");
+    assert.match(await bob.page.textContent("#quorum"), /finance 0\/1, on-call 0\/1/);
+    await bob.page.click("button.approve");
+    await bob.page.waitForSelector("#withdraw");
+    assert.match(await bob.page.textContent("#quorum"), /finance 1\/1, on-call 0\/1/);
 
     // The requester may not vote on its own request.
     const alice = await signedIn("user:alice");
     await alice.page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
     assert.equal(await alice.page.locator("#decide").count(), 0);
 
+    // A vote on terms changed since the page loaded is refused, and says so.
     const carol = await signedIn("user:carol");
+    await carol.page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
+    await carol.page.evaluate(() => {
+      document.querySelector("#decide input[name=terms_hash]").value = "f".repeat(64);
+    });
+    await carol.page.click("button.approve");
+    await carol.page.waitForSelector("#refused");
+    assert.equal(await carol.page.textContent("#refused .code"), "APPROVAL_TERMS_CHANGED");
+    assert.match(await carol.page.textContent("#quorum"), /finance 1\/1, on-call 0\/1/, "the vote did not count");
     await carol.page.goto(`${cluster.consoleUrl}/approvals/${approval.id}`);
     await carol.page.click("button.approve");
     await carol.page.waitForSelector("#approval-status:text('approved'), #refused");

@@ -9,6 +9,9 @@ decide them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import re
 import time
 import uuid
 
@@ -17,7 +20,7 @@ import pytest
 
 import gavel
 from cluster import TestCluster
-from gavel.v1 import approval_pb2, capability_pb2, common_pb2, execution_pb2
+from gavel.v1 import approval_pb2, capability_pb2, common_pb2, execution_pb2, policy_pb2
 
 APP = "service:py-app"
 APPROVERS = ("user:py-bob", "user:py-carol", "user:py-dan")
@@ -306,3 +309,43 @@ def test_a_principal_without_the_grant_is_refused(cluster: TestCluster, app: gav
     error = refusal(mallory.approvals.decide_approval, id=created.id, status=approval_pb2.APPROVAL_STATUS_APPROVED)
     assert (error.code, error.status) == ("PERMISSION_DENIED", grpc.StatusCode.PERMISSION_DENIED)
     assert error.access_refused
+
+
+def test_a_decision_names_the_terms_it_was_made_on(app: gavel.Client, bob: gavel.Client) -> None:
+    created, decoy = create(app), create(app)
+    assert re.fullmatch(r"[0-9a-f]{64}", created.terms_hash) and created.terms_hash != decoy.terms_hash
+    assert hashlib.sha256(created.terms_json.encode()).hexdigest() == created.terms_hash
+    terms = json.loads(created.terms_json)
+    assert (terms["approvalId"], terms["inputHash"]) == (created.id, created.input_hash)
+
+    error = refusal(bob.decide, created.id, True, terms_hash=decoy.terms_hash)
+    assert (error.code, error.status) == ("APPROVAL_TERMS_CHANGED", grpc.StatusCode.FAILED_PRECONDITION)
+    assert app.approvals.get_approval(id=created.id).approval.status == approval_pb2.APPROVAL_STATUS_PENDING
+    decided = bob.decide(created.id, True, terms_hash=created.terms_hash, comment="terms seen")
+    assert decided.status == approval_pb2.APPROVAL_STATUS_APPROVED and decided.decision.comment == "terms seen"
+
+    # Without a terms hash, decide reads the approval and names what it read.
+    assert bob.decide(decoy.id, False).status == approval_pb2.APPROVAL_STATUS_REJECTED
+    error = refusal(bob.decide, f"apr_py_{RUN}_no_terms", True)
+    assert (error.code, error.status) == ("NOT_FOUND", grpc.StatusCode.NOT_FOUND)
+
+
+def test_votes_name_the_terms_too_sync_and_async(cluster: TestCluster, app: gavel.Client) -> None:
+    capability_id = f"orders.refund.{RUN}.voted"
+    cluster.admin().policies.set_policy(
+        name=f"py-terms-{RUN}",
+        capability_ids=[capability_id],
+        factors=[policy_pb2.PolicyFactor(name="pair", k=2, group=list(APPROVERS[1:]))],
+    )
+    created, decoy = create(app, capability_id=capability_id), create(app)
+    carol = cluster.token_client(APPROVERS[1])
+    error = refusal(carol.vote, created.id, True, terms_hash=decoy.terms_hash)
+    assert (error.code, error.status) == ("APPROVAL_TERMS_CHANGED", grpc.StatusCode.FAILED_PRECONDITION)
+    voted = carol.vote(created.id, True)
+    assert voted.status == approval_pb2.APPROVAL_STATUS_PENDING and len(voted.quorum.votes) == 1
+
+    async def decide_as_dan() -> approval_pb2.Approval:
+        async with gavel.AsyncClient(cluster.token_options(APPROVERS[2])) as dan:
+            return await dan.decide(created.id, True, terms_hash=created.terms_hash)
+
+    assert asyncio.run(decide_as_dan()).status == approval_pb2.APPROVAL_STATUS_APPROVED

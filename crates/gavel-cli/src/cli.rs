@@ -46,7 +46,7 @@ pub enum TopCommand {
     Console(crate::console::ConsoleArgs),
     /// Post each new pending approval its principal may read to Slack or signed webhooks.
     Notify(crate::notify::NotifyArgs),
-    /// Approvals: list, get, approve, reject, cancel.
+    /// Approvals: list, get, approve, reject, withdraw (a vote), cancel, votes.
     Approval(ApprovalArgs),
     /// The capability registry: register, get, list.
     Capability(CapabilityArgs),

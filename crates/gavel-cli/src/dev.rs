@@ -58,6 +58,18 @@ const CONSOLE_PORT_OFFSET: u16 = 99;
 /// and a requester.
 const PERSONAS: [(&str, &str, &[&str]); 3] =
     [("bob-finance", "approver", &["finance"]), ("carol", "approver", &[]), ("alice", "submitter", &[])];
+/// A persona of the development sign-in holding the approver grant, other
+/// than `requester` (`kind:id`): how the dev admin, which holds
+/// delegate-decide, approves what it requested for another persona
+/// (`gavel exec submit`'s hint names it).
+pub fn approver_persona(requester: &str) -> Option<String> {
+    PERSONAS
+        .iter()
+        .filter(|(_, grant, _)| *grant == "approver")
+        .map(|(id, _, _)| format!("user:{id}"))
+        .find(|persona| persona != requester)
+}
+
 /// The id of the dev cluster's first admin, `user:admin`.
 const ADMIN_ID: &str = "admin";
 

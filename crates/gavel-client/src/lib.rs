@@ -12,6 +12,10 @@
 //! - Administration ([`Client::backup`], [`BackupDownload`],
 //!   [`Client::add_node`]): a streamed backup from the leader, and adding a
 //!   node that answers once it has caught up.
+//! - Deciding ([`Client::decide_with_terms`], [`Client::vote_with_terms`],
+//!   [`Client::decide`]): every decision and vote names the terms hash
+//!   (SPEC §13) of the terms the person deciding was shown, and is refused
+//!   `APPROVAL_TERMS_CHANGED` when the approval's terms no longer hash to it.
 //! - [`Reachability`]: how many voters answer; a call that gives up says why
 //!   (`no leader: quorum lost (1 of 3 nodes reachable)`) and names the
 //!   endpoints it tried.
@@ -44,8 +48,10 @@ mod backoff;
 pub mod calendar;
 mod client;
 mod credentials;
+mod decide;
 mod error;
 mod json;
+pub mod links;
 mod reach;
 mod trace_context;
 mod worker;
@@ -53,6 +59,7 @@ mod worker;
 pub use admin::{BackupDownload, ADD_NODE_WAIT, BACKUP_CHUNK_TIMEOUT, BACKUP_TAKE_WAIT};
 pub use client::{Client, ClientConfig, Dial};
 pub use credentials::{env, ClientTls, Credentials};
+pub use decide::DecideOptions;
 pub use error::{ApprovalRefusal, Error};
 pub use gavel_proto::v1 as pb;
 pub use reach::Reachability;

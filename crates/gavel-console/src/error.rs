@@ -15,13 +15,28 @@ pub enum ConsoleError {
     /// A state-changing request whose Origin (or Sec-Fetch-Site) is not the console's.
     #[error("the request came from another origin")]
     Origin,
-    /// The approval's input hash differs from the one the form displayed.
-    #[error("the approval's input hash is {current}, not the {shown} you saw; nothing was decided")]
-    InputHashChanged {
-        /// The hash the page displayed.
+    /// The cluster refused a decision or vote because the approval's terms
+    /// (SPEC §13) are not the ones the page showed (`APPROVAL_TERMS_CHANGED`).
+    #[error(
+        "the terms of this approval changed since the page was loaded (you saw terms hash {shown}, they are now \
+         {current}); nothing was decided: read the current terms below and decide on them"
+    )]
+    TermsChanged {
+        /// The terms hash the page displayed (the form's).
         shown: String,
-        /// The hash the cluster holds.
+        /// The terms hash the cluster holds now (empty when it could not be read).
         current: String,
+    },
+    /// A decision or withdrawal form names another approval than the one
+    /// its address does: a page of one approval posting to another's.
+    #[error(
+        "this form is for approval {form:?} but was sent to the address of approval {path:?}; nothing was decided"
+    )]
+    ApprovalMismatch {
+        /// The approval id of the address (decoded).
+        path: String,
+        /// The approval id the form carries.
+        form: String,
     },
     /// A field is malformed or too long.
     #[error("{0}")]
@@ -70,7 +85,8 @@ impl ConsoleError {
             ConsoleError::SignedOut => "SESSION_REQUIRED",
             ConsoleError::CsrfToken => "CSRF_TOKEN_INVALID",
             ConsoleError::Origin => "ORIGIN_REFUSED",
-            ConsoleError::InputHashChanged { .. } => "INPUT_HASH_CHANGED",
+            ConsoleError::TermsChanged { .. } => "APPROVAL_TERMS_CHANGED",
+            ConsoleError::ApprovalMismatch { .. } => "APPROVAL_ID_MISMATCH",
             ConsoleError::BadInput(_) => "INVALID_ARGUMENT",
             ConsoleError::NoDevSignIn => "DEV_SIGN_IN_DISABLED",
             ConsoleError::NoOidcSignIn => "OIDC_SIGN_IN_DISABLED",
@@ -92,8 +108,10 @@ impl ConsoleError {
             ConsoleError::CsrfToken | ConsoleError::Origin | ConsoleError::NoDevSignIn | ConsoleError::NoOidcSignIn => {
                 StatusCode::FORBIDDEN
             }
-            ConsoleError::InputHashChanged { .. } => StatusCode::CONFLICT,
-            ConsoleError::BadInput(_) | ConsoleError::SignInState => StatusCode::BAD_REQUEST,
+            ConsoleError::TermsChanged { .. } => StatusCode::CONFLICT,
+            ConsoleError::BadInput(_) | ConsoleError::SignInState | ConsoleError::ApprovalMismatch { .. } => {
+                StatusCode::BAD_REQUEST
+            }
             ConsoleError::ProviderRefused(_) => StatusCode::UNAUTHORIZED,
             ConsoleError::Oidc(gavel_oidc::OidcError::Provider(_)) => StatusCode::BAD_GATEWAY,
             ConsoleError::Oidc(gavel_oidc::OidcError::Settings(_)) | ConsoleError::PrincipalDisagrees { .. } => {

@@ -141,8 +141,12 @@ pub fn cookie_state(cookie_header: &str) -> Option<&str> {
 }
 
 /// Exchanges `code` at the token endpoint and verifies the ID token it
-/// returns (signature, issuer, audience = client id, times, `nonce`).
-/// Returns the ID token and what it says.
+/// returns (signature, issuer, audience = client id, times, a lifetime of
+/// at most `gavel_oidc::limits::ID_TOKEN_LIFETIME_MAX_DEFAULT`, `nonce`,
+/// and a principal claim holding an email address, verified when it is
+/// `email`): the rules the nodes apply, so a person the nodes would refuse
+/// is refused at sign-in, with the same `OIDC_…` code. Returns the ID token
+/// and what it says.
 pub async fn redeem(
     sign_in: &OidcSignIn,
     code: &str,

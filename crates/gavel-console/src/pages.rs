@@ -24,6 +24,7 @@ use crate::limits::*;
 use crate::oidc::{cleared_state_cookie, cookie_state, state_cookie, PendingSignIns, CALLBACK_PATH};
 use crate::session::{cleared_cookie, cookie_session_id, session_cookie, Session, Sessions};
 use crate::{security, ConsoleConfig};
+use gavel_client::links::{approval_action_url, duration_text, record_url};
 
 struct App {
     config: ConsoleConfig,
@@ -36,6 +37,16 @@ type Shared = State<Arc<App>>;
 
 /// The console's routes behind the security headers.
 pub fn router(config: ConsoleConfig) -> Result<Router, minijinja::Error> {
+    Ok(routes(Arc::new(App {
+        config,
+        templates: templates()?,
+        sessions: Sessions::default(),
+        pending_sign_ins: PendingSignIns::default(),
+    })))
+}
+
+/// The page templates, built into the binary.
+fn templates() -> Result<Environment<'static>, minijinja::Error> {
     let mut templates = Environment::new();
     for (name, source) in [
         ("base.html", include_str!("../templates/base.html")),
@@ -49,9 +60,11 @@ pub fn router(config: ConsoleConfig) -> Result<Router, minijinja::Error> {
     ] {
         templates.add_template(name, source)?;
     }
-    let app =
-        Arc::new(App { config, templates, sessions: Sessions::default(), pending_sign_ins: PendingSignIns::default() });
-    Ok(Router::new()
+    Ok(templates)
+}
+
+fn routes(app: Arc<App>) -> Router {
+    Router::new()
         .route("/", get(|| async { Redirect::to("/inbox") }))
         .route("/signin", get(signin_page).post(signin))
         .route("/signout", post(signout))
@@ -59,7 +72,10 @@ pub fn router(config: ConsoleConfig) -> Result<Router, minijinja::Error> {
         .route(CALLBACK_PATH, get(oidc_callback))
         .route("/inbox", get(inbox))
         .route("/{kind}/{id}", get(record_page))
+        .route("/approvals", get(approval_by_query).post(approval_action_by_query))
+        .route("/executions", get(execution_by_query))
         .route("/approvals/{id}/decide", post(decide))
+        .route("/approvals/{id}/withdraw", post(withdraw))
         .route("/history", get(history))
         .route("/events", get(events))
         .route("/favicon.ico", get(|| async { axum::http::StatusCode::NO_CONTENT }))
@@ -67,7 +83,7 @@ pub fn router(config: ConsoleConfig) -> Result<Router, minijinja::Error> {
         .route("/assets/console.js", get(|| asset("text/javascript", include_str!("../assets/console.js"))))
         .layer(DefaultBodyLimit::max(FORM_BODY_MAX_BYTES))
         .layer(axum::middleware::from_fn(security::headers))
-        .with_state(app))
+        .with_state(app)
 }
 
 async fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -131,6 +147,11 @@ struct LiveQuery {
     status: Option<String>,
     capability: Option<String>,
     page_token: Option<String>,
+    /// A record id given in the query (an id made only of dots, which a
+    /// browser would not keep as a path segment: `paths`).
+    id: Option<String>,
+    /// With `id`, on a POST to `/approvals`: `decide` or `withdraw`.
+    action: Option<String>,
 }
 
 impl LiveQuery {
@@ -430,8 +451,14 @@ fn approval_view(approval: &pb::Approval) -> Value {
         .and_then(|value| serde_json::to_string_pretty(&value).ok())
         .unwrap_or_else(|| approval.input_json.clone());
     let on_behalf_of = approval.actor.as_ref().and_then(|actor| actor.display_name.clone());
+    let execution_id = approval.consumed_by_execution_id.clone().or_else(|| approval.execution_id.clone());
     context! {
         id => approval.id,
+        url => record_url("approvals", &approval.id),
+        decide_url => approval_action_url(&approval.id, "decide"),
+        withdraw_url => approval_action_url(&approval.id, "withdraw"),
+        terms_hash => approval.terms_hash,
+        terms => terms_view(approval),
         capability => approval.capability_id,
         capability_version => approval.capability_version,
         requester => actor_text(approval.actor.as_ref()),
@@ -447,13 +474,115 @@ fn approval_view(approval: &pb::Approval) -> Value {
         expires_at_ms => approval.expires_at_ms,
         input_pretty => pretty,
         input_hash => approval.input_hash,
-        execution_id => approval.consumed_by_execution_id.clone().or_else(|| approval.execution_id.clone()),
+        execution_url => execution_id.as_deref().map(|id| record_url("executions", id)),
+        execution_id => execution_id,
         decision => approval.decision.as_ref().map(|decision| context! {
             approver => actor_text(decision.approver.as_ref()),
             comment => decision.comment,
             status => status_name(decision.status),
         }),
         quorum => approval.quorum.as_ref().map(quorum_view),
+    }
+}
+
+/// Whether the signed-in person has a vote on this pending governed
+/// approval that they may withdraw (the cluster still decides).
+fn may_withdraw(session: &Session, approval: &pb::Approval) -> bool {
+    approval.status == pb::ApprovalStatus::Pending as i32
+        && approval
+            .quorum
+            .as_ref()
+            .is_some_and(|quorum| quorum.votes.iter().any(|vote| vote.principal == session.principal))
+}
+
+/// The terms of a decision (SPEC §13) as the page shows them, read from
+/// the cluster's canonical terms (`terms_json`), with what the approval
+/// itself says where an older cluster sent none: whether it is standing
+/// (its uses, window and each bound JSON pointer with its value, and the
+/// uses spent so far) or one use; the capability as registered; the
+/// requester; the governing policy.
+fn terms_view(approval: &pb::Approval) -> Value {
+    use serde_json::Value as Json;
+    let terms: Json = serde_json::from_str(&approval.terms_json).unwrap_or(Json::Null);
+    let uses = &terms["uses"];
+    let standing = approval.standing.as_ref();
+    let spec = standing.and_then(|standing| standing.terms.as_ref());
+    let is_standing = uses.get("windowMs").is_some() || standing.is_some();
+    let uses_max = uses["max"].as_u64().or(spec.map(|spec| u64::from(spec.uses_max))).unwrap_or(1);
+    let window_ms = uses["windowMs"].as_u64().or(spec.map(|spec| spec.window_ms)).unwrap_or(0);
+    let bound: Vec<Value> = match uses["bound"].as_array() {
+        Some(bound) => bound
+            .iter()
+            .map(|entry| {
+                context! {
+                    pointer => entry["pointer"].as_str().unwrap_or_default(),
+                    value => entry["value"].to_string(),
+                }
+            })
+            .collect(),
+        None => {
+            let input: Json = serde_json::from_str(&approval.input_json).unwrap_or(Json::Null);
+            spec.map(|spec| spec.bound_pointers.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .map(|pointer| {
+                    let value = input.pointer(pointer).cloned().unwrap_or(Json::Null);
+                    context! { pointer => pointer, value => value.to_string() }
+                })
+                .collect()
+        }
+    };
+    let used_by: Vec<Value> = standing
+        .map(|standing| standing.used_by.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|id| context! { id => id, url => record_url("executions", id) })
+        .collect();
+    let spent = u64::try_from(used_by.len()).unwrap_or(u64::MAX);
+    let capability = &terms["capability"];
+    let registered = capability["registered"].as_bool();
+    let policy = &terms["policy"];
+    let policy = policy.is_object().then(|| {
+        let factors: Vec<Value> = policy["factors"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|factor| context! { name => factor["name"].as_str().unwrap_or_default(), k => factor["k"].as_u64() })
+            .collect();
+        context! {
+            name => policy["name"].as_str().unwrap_or_default(), version => policy["version"].as_u64(),
+            factors => factors, deny_threshold => policy["denyThreshold"].as_u64(),
+        }
+    });
+    let subject = &terms["requester"]["subject"];
+    context! {
+        standing => is_standing,
+        uses_max => uses_max,
+        window_ms => window_ms,
+        window => duration_text(window_ms),
+        bound => bound,
+        used_by => used_by,
+        spent => spent,
+        left => uses_max.saturating_sub(spent),
+        capability => context! {
+            id => capability["id"].as_str().unwrap_or(&approval.capability_id),
+            registered => registered,
+            version => capability["version"].as_u64(),
+            side_effect => capability["sideEffect"].as_str(),
+            risk => capability["risk"].as_str(),
+            idempotent => capability["idempotent"].as_bool(),
+        },
+        principal => terms["requester"]["principal"].as_str(),
+        subject => subject.is_object().then(|| context! {
+            kind => subject["kind"].as_str().unwrap_or_default(),
+            id => subject["id"].as_str().unwrap_or_default(),
+            display_name => subject["displayName"].as_str(),
+        }),
+        policy => policy,
+        hash => approval.terms_hash,
+        hash_short => approval.terms_hash.get(..12).unwrap_or(&approval.terms_hash),
+        json => approval.terms_json,
     }
 }
 
@@ -476,25 +605,47 @@ fn quorum_view(quorum: &pb::Quorum) -> Value {
     }
 }
 
-/// `/approvals/{id}` and `/executions/{id}`.
+/// `/approvals/{id}` and `/executions/{id}`: the id is one path segment,
+/// percent-decoded here (`gavel_client::links`).
 async fn record_page(
     State(app): Shared,
     headers: HeaderMap,
     Path((kind, id)): Path<(String, String)>,
     Query(query): Query<LiveQuery>,
 ) -> Response {
+    let live = query.live_only();
+    with_session(app, headers, |app, session| async move { record(&app, &session, &kind, &id, live).await }).await
+}
+
+/// `/approvals?id=` and `/executions?id=`: a record whose id a browser
+/// would not keep as a path segment (`gavel_client::links`).
+async fn approval_by_query(State(app): Shared, headers: HeaderMap, Query(query): Query<LiveQuery>) -> Response {
+    record_by_query(app, headers, "approvals", query).await
+}
+
+async fn execution_by_query(State(app): Shared, headers: HeaderMap, Query(query): Query<LiveQuery>) -> Response {
+    record_by_query(app, headers, "executions", query).await
+}
+
+async fn record_by_query(app: Arc<App>, headers: HeaderMap, kind: &'static str, query: LiveQuery) -> Response {
+    let live = query.live_only();
     with_session(app, headers, |app, session| async move {
-        match kind.as_str() {
-            "approvals" => render_approval(&app, &session, &id, query.live_only(), None).await,
-            "executions" => {
-                let execution = execution_view(&session, &id).await?;
-                let ctx = context! { me => me_view(&session), execution => execution };
-                app.render("execution.html", query.live_only(), ctx)
-            }
-            _ => Err(ConsoleError::NotFound),
-        }
+        let id = query.id.ok_or(ConsoleError::NotFound)?;
+        record(&app, &session, kind, &id, live).await
     })
     .await
+}
+
+async fn record(app: &App, session: &Session, kind: &str, id: &str, live: bool) -> Result<Response, ConsoleError> {
+    match kind {
+        "approvals" => render_approval(app, session, id, live, None).await,
+        "executions" => {
+            let execution = execution_view(session, id).await?;
+            let ctx = context! { me => me_view(session), execution => execution };
+            app.render("execution.html", live, ctx)
+        }
+        _ => Err(ConsoleError::NotFound),
+    }
 }
 
 async fn render_approval(
@@ -531,6 +682,7 @@ async fn render_approval(
         context! {
             me => me_view(session), approval => approval_view(&approval), capability => capability,
             may_decide => reason.is_none(), reason => reason, execution => execution,
+            may_withdraw => may_withdraw(session, &approval),
             refused => refused.map(|error| context! { code => error.code(), message => error.to_string() }),
             comment_max => COMMENT_MAX_BYTES,
         },
@@ -577,7 +729,9 @@ async fn execution_view(session: &Session, execution_id: &str) -> Result<Option<
         Err(error) => return Err(error.into()),
     };
     let Some(execution) = execution else {
-        return Ok(Some(context! { id => execution_id, exists => false }));
+        return Ok(Some(
+            context! { id => execution_id, url => record_url("executions", execution_id), exists => false },
+        ));
     };
     let events = session
         .client
@@ -606,6 +760,7 @@ async fn execution_view(session: &Session, execution_id: &str) -> Result<Option<
         format!("attempt {} held by worker {} (lease {})", lease.attempt, lease.worker_id, lease.lease_id)
     });
     Ok(Some(context! {
+        url => record_url("executions", &execution.execution_id),
         id => execution.execution_id, exists => true, state => state, attempts => execution.attempts,
         capability => execution.capability_id, lease => lease, result => result, events => events,
         requester => actor_text(execution.actor.as_ref()), approver => actor_text(execution.approver.as_ref()),
@@ -625,10 +780,13 @@ fn result_text(outcome: &pb::result_envelope::Outcome) -> String {
     }
 }
 
+/// A decision or withdrawal form: the approval it is for and the terms
+/// hash the page showed travel in its body, next to the address.
 #[derive(Deserialize)]
-struct DecideForm {
+struct ApprovalForm {
     csrf: Option<String>,
-    input_hash: Option<String>,
+    approval_id: Option<String>,
+    terms_hash: Option<String>,
     decision: Option<String>,
     comment: Option<String>,
 }
@@ -637,45 +795,135 @@ async fn decide(
     State(app): Shared,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<DecideForm>,
+    Form(form): Form<ApprovalForm>,
+) -> Response {
+    with_session(
+        app,
+        headers.clone(),
+        |app, session| async move { decide_as(&app, &session, &headers, id, form).await },
+    )
+    .await
+}
+
+async fn withdraw(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<ApprovalForm>,
+) -> Response {
+    with_session(
+        app,
+        headers.clone(),
+        |app, session| async move { withdraw_as(&app, &session, &headers, id, form).await },
+    )
+    .await
+}
+
+/// `POST /approvals?id=…&action=decide|withdraw`: the forms of an approval
+/// whose id a browser would not keep as a path segment (`gavel_client::links`).
+async fn approval_action_by_query(
+    State(app): Shared,
+    headers: HeaderMap,
+    Query(query): Query<LiveQuery>,
+    Form(form): Form<ApprovalForm>,
 ) -> Response {
     with_session(app, headers.clone(), |app, session| async move {
-        security::check_origin(&headers, &app.config.origin)?;
-        security::check_csrf(form.csrf.as_deref(), &session.csrf)?;
-        let status = match form.decision.as_deref() {
-            Some("approve") => pb::ApprovalStatus::Approved,
-            Some("reject") => pb::ApprovalStatus::Rejected,
-            _ => return Err(ConsoleError::BadInput("decision must be approve or reject".to_string())),
-        };
-        let comment = form.comment.map(|comment| comment.trim().to_string()).filter(|comment| !comment.is_empty());
-        if comment.as_ref().is_some_and(|comment| comment.len() > COMMENT_MAX_BYTES) {
-            return Err(ConsoleError::BadInput(format!("a comment is at most {COMMENT_MAX_BYTES} bytes")));
-        }
-        let shown = form.input_hash.unwrap_or_default();
-        // The decision is recorded against the input the person saw: an
-        // approval's input never changes, so reading it first and comparing
-        // cannot race with the decision.
-        let request = pb::GetApprovalRequest { id: id.clone(), ..pb::GetApprovalRequest::default() };
-        let approval = session.client.get_approval(request).await?.approval.ok_or(ConsoleError::NotFound)?;
-        if shown != approval.input_hash {
-            let error = ConsoleError::InputHashChanged { shown, current: approval.input_hash };
-            return render_approval(&app, &session, &id, false, Some(&error)).await;
-        }
-        let request = pb::DecideApprovalRequest {
-            id: id.clone(),
-            status: status as i32,
-            comment,
-            ..pb::DecideApprovalRequest::default()
-        };
-        match session.client.decide_approval(request).await {
-            Ok(_) => Ok(Redirect::to(&format!("/approvals/{id}")).into_response()),
-            Err(error @ gavel_client::Error::Domain { .. }) => {
-                render_approval(&app, &session, &id, false, Some(&ConsoleError::Cluster(error))).await
-            }
-            Err(error) => Err(error.into()),
+        let id = query.id.ok_or(ConsoleError::NotFound)?;
+        match query.action.as_deref() {
+            Some("decide") => decide_as(&app, &session, &headers, id, form).await,
+            Some("withdraw") => withdraw_as(&app, &session, &headers, id, form).await,
+            _ => Err(ConsoleError::NotFound),
         }
     })
     .await
+}
+
+/// The checks every approval form passes before any call: origin, CSRF
+/// token, and the approval id of its body equal to the address's (a page
+/// of one approval cannot post to another's address).
+fn check_approval_form(
+    app: &App,
+    session: &Session,
+    headers: &HeaderMap,
+    id: &str,
+    form: &ApprovalForm,
+) -> Result<(), ConsoleError> {
+    security::check_origin(headers, &app.config.origin)?;
+    security::check_csrf(form.csrf.as_deref(), &session.csrf)?;
+    match form.approval_id.as_deref() {
+        Some(named) if named == id => Ok(()),
+        named => Err(ConsoleError::ApprovalMismatch { path: id.to_string(), form: named.unwrap_or("").to_string() }),
+    }
+}
+
+/// One DecideApproval (a vote on a governed approval), bound to the terms
+/// hash the page showed: the cluster refuses it (`APPROVAL_TERMS_CHANGED`)
+/// when the approval's terms are not those, and the page then shows the
+/// current terms with the refusal.
+async fn decide_as(
+    app: &App,
+    session: &Session,
+    headers: &HeaderMap,
+    id: String,
+    form: ApprovalForm,
+) -> Result<Response, ConsoleError> {
+    check_approval_form(app, session, headers, &id, &form)?;
+    let status = match form.decision.as_deref() {
+        Some("approve") => pb::ApprovalStatus::Approved,
+        Some("reject") => pb::ApprovalStatus::Rejected,
+        _ => return Err(ConsoleError::BadInput("decision must be approve or reject".to_string())),
+    };
+    let shown = form.terms_hash.unwrap_or_default();
+    if shown.len() != 64 || !shown.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(ConsoleError::BadInput(
+            "the form carries no terms hash (64 lower-case hex digits): reload the approval's page".to_string(),
+        ));
+    }
+    let comment = form.comment.map(|comment| comment.trim().to_string()).filter(|comment| !comment.is_empty());
+    if comment.as_ref().is_some_and(|comment| comment.len() > COMMENT_MAX_BYTES) {
+        return Err(ConsoleError::BadInput(format!("a comment is at most {COMMENT_MAX_BYTES} bytes")));
+    }
+    let request = pb::DecideApprovalRequest {
+        id: id.clone(),
+        status: status as i32,
+        comment,
+        terms_hash: Some(shown.clone()),
+        ..pb::DecideApprovalRequest::default()
+    };
+    match session.client.decide_approval(request).await {
+        Ok(_) => Ok(Redirect::to(&record_url("approvals", &id)).into_response()),
+        Err(error @ gavel_client::Error::Domain { .. }) => {
+            let refused = if error.code() == "APPROVAL_TERMS_CHANGED" {
+                let request = pb::GetApprovalRequest { id: id.clone(), ..pb::GetApprovalRequest::default() };
+                let current = session.client.get_approval(request).await?.approval.map(|approval| approval.terms_hash);
+                ConsoleError::TermsChanged { shown, current: current.unwrap_or_default() }
+            } else {
+                ConsoleError::Cluster(error)
+            };
+            render_approval(app, session, &id, false, Some(&refused)).await
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// One WithdrawVote: the signed-in person's own vote leaves a pending
+/// governed approval.
+async fn withdraw_as(
+    app: &App,
+    session: &Session,
+    headers: &HeaderMap,
+    id: String,
+    form: ApprovalForm,
+) -> Result<Response, ConsoleError> {
+    check_approval_form(app, session, headers, &id, &form)?;
+    let request = pb::WithdrawVoteRequest { approval_id: id.clone(), ..pb::WithdrawVoteRequest::default() };
+    match session.client.withdraw_vote(request).await {
+        Ok(_) => Ok(Redirect::to(&record_url("approvals", &id)).into_response()),
+        Err(error @ gavel_client::Error::Domain { .. }) => {
+            render_approval(app, session, &id, false, Some(&ConsoleError::Cluster(error))).await
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 async fn history(State(app): Shared, headers: HeaderMap, Query(query): Query<LiveQuery>) -> Response {
@@ -981,6 +1229,206 @@ mod tests {
             .votes
             .push(pb::Vote { principal: "user:fin".into(), ..pb::Vote::default() });
         assert!(refusal_reason(&session, &approval).expect("voted").contains("already voted"));
+    }
+
+    const TARGET: &str = "hv-e9814d";
+    const DECOY: &str = "z/../../approvals/hv-e9814d";
+    const DECOY_ENCODED: &str = "z%2F..%2F..%2Fapprovals%2Fhv-e9814d";
+
+    /// Every `href` and `action` of a rendered page, HTML entities decoded
+    /// as a browser decodes them.
+    fn addresses_of(page: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for attribute in ["href=\"", "action=\""] {
+            for piece in page.split(attribute).skip(1) {
+                let value = piece.split('"').next().unwrap_or_default();
+                found.push(value.replace("&#x2f;", "/").replace("&amp;", "&").replace("&#x27;", "'"));
+            }
+        }
+        found
+    }
+
+    fn render(name: &str, ctx: Value) -> String {
+        templates().expect("templates parse").get_template(name).expect("a template").render(ctx).expect("renders")
+    }
+
+    /// A standing approval as the cluster answers it: 100 uses within 7
+    /// days, bound only at `/order_id`, one use spent.
+    fn standing_approval(id: &str) -> pb::Approval {
+        let input = r#"{"amount_cents":1,"order_id":"o-9"}"#;
+        let terms = serde_json::json!({
+            "approvalId": id,
+            "capability": { "id": "orders.refund", "registered": true, "version": 1, "sideEffect": "write",
+                            "risk": "high", "idempotent": false },
+            "requester": { "principal": "user:alice", "subject": { "kind": "user", "id": "alice" } },
+            "input": serde_json::from_str::<serde_json::Value>(input).expect("json"),
+            "inputHash": "ab".repeat(32),
+            "uses": { "max": 100, "windowMs": 604_800_000u64, "bound": [{ "pointer": "/order_id", "value": "o-9" }] },
+            "policy": null,
+            "expiresAtMs": 1,
+        });
+        pb::Approval {
+            id: id.into(),
+            capability_id: "orders.refund".into(),
+            status: pb::ApprovalStatus::Pending as i32,
+            input_json: input.into(),
+            input_hash: "ab".repeat(32),
+            terms_json: terms.to_string(),
+            terms_hash: "cd".repeat(32),
+            standing: Some(pb::StandingProgress {
+                terms: Some(pb::StandingTerms {
+                    uses_max: 100,
+                    window_ms: 604_800_000,
+                    bound_pointers: vec!["/order_id".into()],
+                }),
+                used_by: vec!["ex/../1".into()],
+            }),
+            quorum: Some(pb::Quorum { policy: "refunds".into(), ..pb::Quorum::default() }),
+            ..pb::Approval::default()
+        }
+    }
+
+    #[test]
+    fn a_decoy_id_links_and_posts_only_to_its_own_encoded_address() {
+        let mut approval = standing_approval(DECOY);
+        approval.execution_id = Some("ex/../../approvals/x".into());
+        let me = context! { principal => "user:carol", csrf => "t", development => true };
+        let view = approval_view(&approval);
+        let execution = context! { id => "ex/../../approvals/x", url => record_url("executions", "ex/../../approvals/x"), exists => false };
+        let page = render(
+            "approval.html",
+            context! { me => me, approval => view, may_decide => true, may_withdraw => true, execution => execution },
+        );
+        let addresses = addresses_of(&page);
+        assert!(addresses.contains(&format!("/approvals/{DECOY_ENCODED}/decide")), "{addresses:?}");
+        assert!(addresses.contains(&format!("/approvals/{DECOY_ENCODED}/withdraw")), "{addresses:?}");
+        assert!(addresses.contains(&"/executions/ex%2F..%2F..%2Fapprovals%2Fx".to_string()), "{addresses:?}");
+        assert!(addresses.contains(&"/executions/ex%2F..%2F1".to_string()), "{addresses:?}");
+        for address in &addresses {
+            assert!(!address.contains("/..") && !address.contains(&format!("/{TARGET}")), "{address}");
+        }
+        // The form names its approval and the terms it shows, in its body.
+        assert!(
+            page.contains("name=\"approval_id\" value=\"z&#x2f;..&#x2f;..&#x2f;approvals&#x2f;hv-e9814d\""),
+            "{page}"
+        );
+        assert!(page.contains(&format!("name=\"terms_hash\" value=\"{}\"", "cd".repeat(32))), "{page}");
+        for (name, rows) in
+            [("inbox.html", vec![approval_view(&approval)]), ("history.html", vec![approval_view(&approval)])]
+        {
+            let page = render(name, context! { me => me_view_for_test(), rows => rows, total => 1 });
+            let addresses = addresses_of(&page);
+            assert!(addresses.contains(&format!("/approvals/{DECOY_ENCODED}")), "{name}: {addresses:?}");
+            assert!(addresses.iter().all(|address| !address.contains("/..")), "{name}: {addresses:?}");
+        }
+    }
+
+    fn me_view_for_test() -> Value {
+        context! { principal => "user:carol", csrf => "t", development => true }
+    }
+
+    #[test]
+    fn a_standing_approvals_terms_come_before_its_buttons_and_the_inbox_marks_it() {
+        let view = approval_view(&standing_approval("apr-standing"));
+        let page = render(
+            "approval.html",
+            context! { me => me_view_for_test(), approval => view.clone(), may_decide => true, may_withdraw => false },
+        );
+        let buttons = page.find("id=\"decide\"").expect("the decision form");
+        for shown in [
+            "Standing approval",
+            "up to <strong>100 times</strong> within <strong>7 days</strong>",
+            "<code>&#x2f;order_id</code> = <code>&quot;o-9&quot;</code>",
+            "1 spent, 99 left, of 100",
+            "side effect <strong>write</strong>, risk <strong>high</strong>, idempotent no",
+            "id=\"terms-hash\" title=\"cdcd",
+        ] {
+            let at = page.find(shown).unwrap_or_else(|| panic!("{shown} is not on the page: {page}"));
+            assert!(at < buttons, "{shown} comes after the buttons");
+        }
+        assert!(!page.contains("One use") && !page.contains("id=\"withdraw\""), "{page}");
+        let inbox = render("inbox.html", context! { me => me_view_for_test(), rows => vec![view], total => 1 });
+        assert!(inbox.contains("Standing approval: 100 uses within 7 days"), "{inbox}");
+        let one_shot = pb::Approval {
+            id: "apr-1".into(),
+            terms_json: r#"{"uses":{"max":1},"policy":null}"#.into(),
+            ..pb::Approval::default()
+        };
+        let page = render(
+            "approval.html",
+            context! { me => me_view_for_test(), approval => approval_view(&one_shot), may_decide => true },
+        );
+        assert!(page.find("One use").expect("one use") < page.find("id=\"decide\"").expect("the form"), "{page}");
+        assert!(!page.contains("Standing approval"), "{page}");
+    }
+
+    /// A console holding one signed-in session (its cluster unreachable):
+    /// the router, the session cookie and its CSRF token.
+    fn signed_in_console() -> (Router, String, String) {
+        let app = Arc::new(App {
+            config: ConsoleConfig {
+                endpoints: vec!["127.0.0.1:1".into()],
+                tls: None,
+                origin: ORIGIN.into(),
+                dev_sign_in: None,
+                oidc: None,
+            },
+            templates: templates().expect("templates parse"),
+            sessions: Sessions::default(),
+            pending_sign_ins: PendingSignIns::default(),
+        });
+        let csrf = crate::session::random_token();
+        let session = Session {
+            principal: "user:carol".into(),
+            client: Client::new(&["127.0.0.1:1".to_string()]).expect("a client (never called)"),
+            csrf: csrf.clone(),
+            grants: vec![],
+            development: true,
+            expires_at: std::time::Instant::now() + std::time::Duration::from_secs(3600),
+            cursor: Default::default(),
+            streams: Default::default(),
+        };
+        let id = app.sessions.insert(session).expect("a session");
+        (routes(app), format!("{}={id}", crate::session::COOKIE_NAME), csrf)
+    }
+
+    #[tokio::test]
+    async fn a_form_naming_another_approval_than_its_address_is_refused_before_any_call() {
+        let (router, cookie, csrf) = signed_in_console();
+        let hash = "cd".repeat(32);
+        let form = |approval_id: &str, terms_hash: &str| {
+            format!(
+                "csrf={csrf}&approval_id={}&terms_hash={terms_hash}&decision=approve",
+                gavel_client::links::percent_encoded(approval_id)
+            )
+        };
+        let with_cookie = |mut request: Request<Body>| {
+            request.headers_mut().insert(header::COOKIE, cookie.parse().expect("a header"));
+            request
+        };
+        for (path, body) in [
+            // The decoy's form, posted to the target's address.
+            (format!("/approvals/{TARGET}/decide"), form(DECOY, &hash)),
+            // The target's id in a form posted to the decoy's address.
+            (format!("/approvals/{DECOY_ENCODED}/decide"), form(TARGET, &hash)),
+            (format!("/approvals/{TARGET}/withdraw"), format!("csrf={csrf}")),
+            ("/approvals?id=..&action=decide".to_string(), form(TARGET, &hash)),
+        ] {
+            let (status, _, page) = send(router.clone(), with_cookie(form_post(&path, Some(ORIGIN), &body))).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {page}");
+            assert!(page.contains("APPROVAL_ID_MISMATCH"), "{path}: {page}");
+        }
+        // The decoy's own address decodes to the decoy's id: its form passes
+        // that check (and is refused next for carrying no terms hash).
+        for (path, id) in [
+            (format!("/approvals/{DECOY_ENCODED}/decide"), DECOY),
+            ("/approvals?id=..&action=decide".to_string(), ".."),
+        ] {
+            let (status, _, page) =
+                send(router.clone(), with_cookie(form_post(&path, Some(ORIGIN), &form(id, "")))).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {page}");
+            assert!(page.contains("INVALID_ARGUMENT") && page.contains("terms hash"), "{path}: {page}");
+        }
     }
 
     #[test]

@@ -68,6 +68,7 @@ fn approval_lifecycles(state: &mut State, first: usize, count: usize) -> Duratio
         let created = apply(state, now_ms, Command::CreateApproval(request));
         assert!(matches!(created, Reply::Approval { .. }), "create: {created:?}");
         let decide = Command::DecideApproval {
+            terms_hash: None,
             approval_id: id.clone(),
             status: ApprovalStatus::Approved,
             approver: approver.clone(),

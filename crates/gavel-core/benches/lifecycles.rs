@@ -246,6 +246,7 @@ fn run_approval_lifecycles(state: &mut State, callers: &Callers, count: usize) {
             now_ms,
             caller: callers.approver.clone(),
             command: Command::DecideApproval {
+                terms_hash: None,
                 approval_id: approval_id.clone(),
                 status: ApprovalStatus::Approved,
                 approver: approver.clone(),

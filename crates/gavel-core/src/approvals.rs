@@ -279,20 +279,7 @@ impl Approvals {
     ) -> Result<Cow<'_, Approval>, DomainError> {
         assert!(matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected), "callers check the decision");
         let approval = self.open_for(id, |approval| require_pending(approval, now_ms))?;
-        if !approval.allow_self_approval {
-            if approver.id == approval.actor.id {
-                return Err(DomainError::new(
-                    ErrorCode::ApprovalSelfApproval,
-                    format!("approver {} requested approval {id} and cannot decide it", approver.id),
-                ));
-            }
-            if let Some(decider) = decider.filter(|decider| approval.requester_principal.as_ref() == Some(*decider)) {
-                return Err(DomainError::new(
-                    ErrorCode::ApprovalSelfApproval,
-                    format!("{decider} requested approval {id} (as {}) and cannot decide it", approval.actor.id),
-                ));
-            }
-        }
+        check_self_decision(approval, approver, decider)?;
         Ok(self.settle(id, status, approver, comment, now_ms))
     }
 
@@ -560,4 +547,31 @@ impl Approvals {
         }
         u32::try_from(dropped).unwrap_or(u32::MAX)
     }
+}
+
+/// `APPROVAL_SELF_APPROVAL` when `approver` (or the principal `decider`
+/// deciding as itself) requested `approval` and it did not opt out of the
+/// check: the one rule the decide command and the edge's admission ask.
+pub(crate) fn check_self_decision(
+    approval: &Approval,
+    approver: &Actor,
+    decider: Option<&Principal>,
+) -> Result<(), DomainError> {
+    if approval.allow_self_approval {
+        return Ok(());
+    }
+    let id = &approval.id;
+    if approver.id == approval.actor.id {
+        return Err(DomainError::new(
+            ErrorCode::ApprovalSelfApproval,
+            format!("approver {} requested approval {id} and cannot decide it", approver.id),
+        ));
+    }
+    if let Some(decider) = decider.filter(|decider| approval.requester_principal.as_ref() == Some(*decider)) {
+        return Err(DomainError::new(
+            ErrorCode::ApprovalSelfApproval,
+            format!("{decider} requested approval {id} (as {}) and cannot decide it", approval.actor.id),
+        ));
+    }
+    Ok(())
 }

@@ -59,9 +59,17 @@ pub enum EventKind {
     /// An approval was requested.
     ApprovalRequested,
     /// An approval was approved.
-    Approved,
+    Approved {
+        /// The terms hash of what was approved (SPEC §13).
+        #[serde(with = "crate::model::hash_hex")]
+        terms_hash: String,
+    },
     /// An approval was rejected.
-    Rejected,
+    Rejected {
+        /// The terms hash of what was rejected (SPEC §13).
+        #[serde(with = "crate::model::hash_hex")]
+        terms_hash: String,
+    },
     /// An approval was withdrawn.
     ApprovalCancelled,
     /// An approval was spent.
@@ -186,6 +194,9 @@ pub enum EventKind {
         factor: Option<String>,
         /// The voter is the requester and holds the self-approval grant.
         self_approval: bool,
+        /// The terms hash of what was voted on (SPEC §13).
+        #[serde(with = "crate::model::hash_hex")]
+        terms_hash: String,
     },
     /// A voter withdrew its vote from a pending approval.
     VoteWithdrawn,
@@ -276,8 +287,8 @@ impl EventKind {
             EventKind::CapabilityRegistered { .. } => "capability.registered",
             EventKind::Requested => "capability.requested",
             EventKind::ApprovalRequested => "capability.approval_requested",
-            EventKind::Approved => "capability.approved",
-            EventKind::Rejected => "capability.rejected",
+            EventKind::Approved { .. } => "capability.approved",
+            EventKind::Rejected { .. } => "capability.rejected",
             EventKind::ApprovalCancelled => "approval.cancelled",
             EventKind::ApprovalConsumed => "approval.consumed",
             EventKind::Started { .. } => "capability.started",

@@ -47,6 +47,10 @@ pub enum Command {
         comment: Option<String>,
         /// The caller's own clock, used for this request's comparisons and timestamps.
         caller_now_ms: Option<u64>,
+        /// The terms hash of the terms the decider was shown (SPEC §13);
+        /// refused when it is not the approval's.
+        #[serde(default)]
+        terms_hash: Option<String>,
     },
     /// Spend an approved approval on one execution (`markConsumed`).
     ConsumeApproval {
@@ -189,6 +193,10 @@ pub enum Command {
         approver: Actor,
         /// Optional comment.
         comment: Option<String>,
+        /// The terms hash of the terms the voter was shown (SPEC §13);
+        /// refused when it is not the approval's.
+        #[serde(default)]
+        terms_hash: Option<String>,
     },
     /// Withdraw one's own vote from a pending approval.
     WithdrawVote {

@@ -61,6 +61,11 @@ pub enum ErrorCode {
     VoteDuplicate,
     /// A policy names an approval type or capability another policy governs.
     PolicyConflict,
+    /// A decision or vote named a terms hash that is not the approval's:
+    /// its author was shown other terms (another approval, or a forged page).
+    ApprovalTermsChanged,
+    /// A standing approval for a capability whose policy forbids them.
+    ApprovalStandingForbidden,
 }
 
 impl ErrorCode {
@@ -91,6 +96,8 @@ impl ErrorCode {
             ErrorCode::ApprovalDecided => "APPROVAL_DECIDED",
             ErrorCode::VoteDuplicate => "VOTE_DUPLICATE",
             ErrorCode::PolicyConflict => "POLICY_CONFLICT",
+            ErrorCode::ApprovalTermsChanged => "APPROVAL_TERMS_CHANGED",
+            ErrorCode::ApprovalStandingForbidden => "APPROVAL_STANDING_FORBIDDEN",
         }
     }
 
@@ -117,7 +124,9 @@ impl ErrorCode {
             | ErrorCode::ApprovalVoided
             | ErrorCode::ApprovalDecided
             | ErrorCode::VoteDuplicate
-            | ErrorCode::PolicyConflict => ErrorClass::FailedPrecondition,
+            | ErrorCode::PolicyConflict
+            | ErrorCode::ApprovalTermsChanged
+            | ErrorCode::ApprovalStandingForbidden => ErrorClass::FailedPrecondition,
             ErrorCode::QuotaExceeded => ErrorClass::ResourceExhausted,
         }
     }

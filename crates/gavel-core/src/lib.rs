@@ -65,6 +65,7 @@ mod quotas;
 pub mod registry;
 pub mod retry;
 pub mod standing;
+pub mod terms;
 pub mod validate;
 
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
@@ -84,3 +85,4 @@ pub use model::*;
 pub use policies::{Approvers, Factor, Policy, PolicySpec, Quorum, Vote};
 pub use quotas::{QuotaChange, QuotaLimits, QuotaUsage, QuotaView};
 pub use standing::{Standing, StandingSpec};
+pub use terms::RegisteredCapability;

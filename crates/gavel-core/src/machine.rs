@@ -240,9 +240,16 @@ impl State {
         let result = match command {
             Command::RegisterCapability(spec) => self.register_capability(spec).map(Reply::Capability),
             Command::CreateApproval(request) => self.create_approval(request, principal),
-            Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms } => {
-                self.decide_approval(approval_id, *status, approver, comment.as_deref(), *caller_now_ms, caller)
-            }
+            Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms, terms_hash } => self
+                .decide_approval(
+                    approval_id,
+                    *status,
+                    approver,
+                    comment.as_deref(),
+                    terms_hash.as_deref(),
+                    *caller_now_ms,
+                    caller,
+                ),
             Command::ConsumeApproval { approval_id, execution_id, caller_now_ms } => {
                 self.consume_approval(approval_id, execution_id, *caller_now_ms, principal)
             }
@@ -271,10 +278,13 @@ impl State {
             }
             Command::SetPolicy(spec) => self.set_policy(spec, principal),
             Command::DeletePolicy { name, non_retroactive } => self.delete_policy(name, *non_retroactive, principal),
-            Command::CastVote { approval_id, approve, input_hash, approver, comment } => self.cast_vote(
+            Command::CastVote { approval_id, approve, input_hash, approver, comment, terms_hash } => self.cast_vote(
                 approval_id,
                 *approve,
-                Some(input_hash),
+                crate::machine::policy_commands::Seen {
+                    input_hash: Some(input_hash),
+                    terms_hash: terms_hash.as_deref(),
+                },
                 approver,
                 comment.as_deref(),
                 caller,

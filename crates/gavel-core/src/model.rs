@@ -286,6 +286,14 @@ pub struct Approval {
     /// input binding) and the uses spent; `None` for a one-use approval.
     #[serde(default)]
     pub standing: Option<crate::standing::Standing>,
+    /// The capability as the registry declared it when the approval was
+    /// created (`None`: not registered then); part of its terms.
+    #[serde(default)]
+    pub registered: Option<crate::terms::RegisteredCapability>,
+    /// SHA-256 of the approval's terms (SPEC §13, [`crate::terms`]), set
+    /// when it is created: a decision or vote that names another is refused.
+    #[serde(with = "hash_hex")]
+    pub terms_hash: String,
 }
 
 impl Approval {

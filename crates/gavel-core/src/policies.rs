@@ -10,7 +10,8 @@
 //! A policy governs approval types and/or capability ids (its *keys*);
 //! each key belongs to at most one policy, so the policy of an approval is
 //! a lookup, not a choice: its capability's policy if any, else the policy
-//! of its first type that has one.
+//! of the approval type the capability's registration declares, else the
+//! policy of the requester's first type that has one ([`Policies::governing`]).
 //!
 //! Versions are one counter for all policies: every `SetPolicy` gets the
 //! next number, so a version names one policy text for good, even after a
@@ -66,6 +67,10 @@ pub struct PolicySpec {
     /// This change leaves approved-but-unconsumed approvals of the old
     /// version standing (pending ones are voided regardless).
     pub non_retroactive: bool,
+    /// Refuse standing approvals this policy governs: every "yes" covers
+    /// exactly one use.
+    #[serde(default)]
+    pub forbid_standing: bool,
 }
 
 /// A stored policy version.
@@ -85,6 +90,9 @@ pub struct Policy {
     pub deny_threshold: u32,
     /// Cluster time of this version.
     pub set_at_ms: u64,
+    /// Standing approvals it governs are refused at creation.
+    #[serde(default)]
+    pub forbid_standing: bool,
 }
 
 /// One principal's vote on a governed approval.
@@ -273,13 +281,25 @@ impl Policies {
         self.by_name.values()
     }
 
-    /// The policy that governs an approval of `capability_id` with `types`:
-    /// the capability's, else the first type's that has one.
-    pub(crate) fn governing(&self, capability_id: &str, types: &[String]) -> Option<&Policy> {
+    /// The policy that governs an approval of `capability_id` (SPEC §10):
+    /// the capability's; else the one on the approval type its registration
+    /// declares (`registered_type`); else the first of the requester's own
+    /// `types` that has one. What the cluster knows comes first, so a
+    /// requester's labels can only add a policy where none governs, never
+    /// remove one: an approval naming no or other types is governed all
+    /// the same.
+    pub(crate) fn governing(
+        &self,
+        capability_id: &str,
+        registered_type: Option<&str>,
+        types: &[String],
+    ) -> Option<&Policy> {
+        let of_type = |approval_type: &str| self.by_name.values().find(|p| p.approval_types.contains(approval_type));
         self.by_name
             .values()
             .find(|policy| policy.capability_ids.contains(capability_id))
-            .or_else(|| types.iter().find_map(|t| self.by_name.values().find(|p| p.approval_types.contains(t))))
+            .or_else(|| registered_type.and_then(of_type))
+            .or_else(|| types.iter().find_map(|approval_type| of_type(approval_type)))
     }
 
     /// Stores a new version of `spec` (already checked by [`check_spec`])
@@ -314,6 +334,7 @@ impl Policies {
             factors: spec.factors.clone(),
             deny_threshold: spec.deny_threshold.unwrap_or(1),
             set_at_ms: now_ms,
+            forbid_standing: spec.forbid_standing,
         };
         self.by_name.insert(spec.name.clone(), policy);
         Ok(&self.by_name[&spec.name])

@@ -31,7 +31,7 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             let (input_json, _) = create_approval(request)?;
             crate::standing::check_spec(standing, &input_json)
         }
-        Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms } => {
+        Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms, terms_hash } => {
             if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
                 return Err(DomainError::invalid("invalid decision status"));
             }
@@ -41,6 +41,9 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             problems.id("approvalId", approval_id);
             problems.text("comment", comment.as_deref());
             problems.timestamp("now", *caller_now_ms);
+            if let Err(problem) = crate::terms::check_terms_hash_form(terms_hash.as_deref()) {
+                problems.push(problem);
+            }
             invalid_if_any(problems, "invalid decision")
         }
         Command::ConsumeApproval { approval_id, execution_id, caller_now_ms } => {
@@ -63,7 +66,7 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
         Command::Resume { approval_id, execution_id, input_json } => {
             let mut problems = Problems::new();
             problems.id("approvalId", approval_id);
-            problems.id("executionId", execution_id);
+            problems.record_id("executionId", execution_id);
             invalid_if_any(problems, "invalid resume request")?;
             if let Some(text) = input_json {
                 check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?;
@@ -105,8 +108,10 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
         Command::SetQuota { principal, change } => set_quota(principal, change),
         Command::SetPolicy(spec) => crate::policies::check_spec(spec),
         Command::DeletePolicy { name, .. } => crate::policies::check_name(name),
-        Command::CastVote { approval_id, input_hash, approver, comment, .. } => {
-            crate::machine::check_vote(approval_id, Some(input_hash), approver, comment.as_deref())
+        Command::CastVote { approval_id, input_hash, approver, comment, terms_hash, .. } => {
+            crate::machine::check_vote(approval_id, Some(input_hash), approver, comment.as_deref())?;
+            crate::terms::check_terms_hash_form(terms_hash.as_deref())
+                .map_err(|problem| DomainError::invalid(format!("invalid vote: {problem}")))
         }
         Command::WithdrawVote { approval_id, approver } => {
             crate::machine::check_vote(approval_id, None, approver, None)
@@ -178,8 +183,8 @@ fn register(spec: &CapabilitySpec) -> Result<(), DomainError> {
 /// is the cluster clock, known only at apply.
 pub(crate) fn create_approval(request: &CreateApproval) -> Result<(String, String), DomainError> {
     let mut problems = Problems::new();
-    problems.id("id", &request.id);
-    problems.id("capabilityId", &request.capability_id);
+    problems.record_id("id", &request.id);
+    problems.record_id("capabilityId", &request.capability_id);
     problems.text("surface", Some(&request.surface));
     problems.list("reasons", &request.reasons);
     problems.list("types", &request.types);
@@ -253,8 +258,8 @@ fn validity_fields(request: &CreateApproval) -> Result<(), DomainError> {
 /// Checks a submission; returns its canonical input and input hash.
 pub(crate) fn submit(submit: &Submit) -> Result<(String, String), DomainError> {
     let mut problems = Problems::new();
-    problems.id("executionId", &submit.execution_id);
-    problems.id("capabilityId", &submit.capability_id);
+    problems.record_id("executionId", &submit.execution_id);
+    problems.record_id("capabilityId", &submit.capability_id);
     problems.text("surface", Some(&submit.surface));
     if let Some(correlation_id) = &submit.correlation_id {
         problems.id("correlationId", correlation_id);

@@ -25,7 +25,7 @@ pub fn resolve_capability(
     registered_at_ms: u64,
 ) -> Result<Capability, DomainError> {
     let mut problems = Problems::new();
-    problems.id("id", &spec.id);
+    problems.record_id("id", &spec.id);
     if spec.side_effect.is_none() {
         problems.push("sideEffect is required (none, read, write, destructive or external)".to_string());
     }

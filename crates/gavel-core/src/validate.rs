@@ -36,6 +36,13 @@ impl Problems {
         }
     }
 
+    /// Checks the id of a new record: [`check_record_id`].
+    pub fn record_id(&mut self, field: &str, value: &str) {
+        if let Err(problem) = check_record_id(field, value) {
+            self.push(problem);
+        }
+    }
+
     /// Checks optional free text against [`TEXT_BYTES_MAX`].
     pub fn text(&mut self, field: &str, value: Option<&str>) {
         if let Some(value) = value {
@@ -123,6 +130,33 @@ pub fn check_id(field: &str, value: &str) -> Result<(), String> {
         return Err(format!("{field} must not contain control characters"));
     }
     Ok(())
+}
+
+/// The characters a record id may hold besides ASCII letters and digits
+/// (SPEC §13, docs/guarantees.md "Ids that cannot be confused").
+pub const RECORD_ID_PUNCTUATION: &str = "-_.:@+=~";
+
+/// Checks the id of a new approval, execution or capability: [`check_id`],
+/// and only ASCII letters, digits and [`RECORD_ID_PUNCTUATION`], and not `.`
+/// or `..`. So an id is one path segment that needs no escaping: no `/`,
+/// `%`, `?`, `#`, whitespace, control or look-alike characters, and no
+/// segment a URL resolver collapses. Records stored before this rule are
+/// still read, decided and cancelled under [`check_id`]
+/// (`gavel approval list --unsafe-ids` lists them).
+pub fn check_record_id(field: &str, value: &str) -> Result<(), String> {
+    check_id(field, value)?;
+    if let Some(bad) = value.chars().find(|c| !c.is_ascii_alphanumeric() && !RECORD_ID_PUNCTUATION.contains(*c)) {
+        return Err(format!("{field} may hold only ASCII letters, digits and {RECORD_ID_PUNCTUATION:?}, not {bad:?}"));
+    }
+    if value == "." || value == ".." {
+        return Err(format!("{field} must not be {value:?}"));
+    }
+    Ok(())
+}
+
+/// Whether an id stored under the older rule breaks [`check_record_id`].
+pub fn is_unsafe_record_id(value: &str) -> bool {
+    check_record_id("id", value).is_err()
 }
 
 /// Checks an actor (SPEC §2): an ill-formed identity (empty, over-long or

@@ -89,6 +89,7 @@ fn denied(reply: Reply) -> String {
 
 fn decide_as(approval_id: &str, approver: Actor) -> Command {
     Command::DecideApproval {
+        terms_hash: None,
         approval_id: approval_id.to_string(),
         status: ApprovalStatus::Approved,
         approver,
@@ -256,6 +257,7 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
                     }],
                     deny_threshold: None,
                     non_retroactive: false,
+                    forbid_standing: false,
                 })
             }),
             Allowed::OneOf(&[GrantName::Admin]),
@@ -283,6 +285,7 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
         (
             "CastVote",
             Operation::Command(|principal| Command::CastVote {
+                terms_hash: None,
                 approval_id: "missing-approval".to_string(),
                 approve: true,
                 input_hash: "0".repeat(64),
@@ -586,7 +589,8 @@ fn a_delegated_decision_is_allowed_and_audited_with_both_the_approver_and_the_pr
     let (approval, status) = approval_of(script.apply_by(&app, decide_as("a1", Actor::user("cfo"))));
     assert_eq!(status, ApprovalStatus::Approved);
     assert_eq!(approval.decision.expect("decided").approver, Actor::user("cfo"));
-    let event = script.events().into_iter().find(|event| event.kind == EventKind::Approved).expect("approved");
+    let event =
+        script.events().into_iter().find(|event| matches!(event.kind, EventKind::Approved { .. })).expect("approved");
     assert_eq!(event.actor, Actor::user("cfo"));
     assert_eq!(event.principal, Some(service("app")));
     let requested =
@@ -666,6 +670,7 @@ fn a_caller_clock_needs_the_clock_grant_and_stays_within_its_skew_bound() {
     let requested_at = script.now_ms;
     script.advance(10_000);
     let with_clock = |now: u64| Command::DecideApproval {
+        terms_hash: None,
         approval_id: "a1".to_string(),
         status: ApprovalStatus::Approved,
         approver: Actor::user("bob"),
@@ -692,6 +697,7 @@ fn a_caller_clock_needs_the_clock_grant_and_stays_within_its_skew_bound() {
     approval_of(script.apply_by(&alice_caller, request_by("a4", alice(), &["human"])));
     let later = script.now_ms + 60_000;
     let decide = Command::DecideApproval {
+        terms_hash: None,
         approval_id: "a4".to_string(),
         status: ApprovalStatus::Approved,
         approver: Actor::user("bob"),
@@ -706,6 +712,7 @@ fn a_caller_clock_needs_the_clock_grant_and_stays_within_its_skew_bound() {
     give(&mut script, &bob.principal, Grant::of(GrantName::Clock));
     approval_of(script.apply_by(&alice_caller, request_by("a3", alice(), &["human"])));
     let decide = Command::DecideApproval {
+        terms_hash: None,
         approval_id: "a3".to_string(),
         status: ApprovalStatus::Approved,
         approver: Actor::user("bob"),

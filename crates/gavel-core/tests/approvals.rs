@@ -150,6 +150,7 @@ fn decide_records_the_decision_with_approver_comment_and_decided_at() {
     script.advance(42);
 
     let reply = script.apply(Command::DecideApproval {
+        terms_hash: None,
         approval_id: "apr-1".to_string(),
         status: ApprovalStatus::Approved,
         approver: bob(),
@@ -169,7 +170,7 @@ fn decide_records_the_decision_with_approver_comment_and_decided_at() {
     assert_eq!(approval.decision, Some(expected));
     assert_eq!(script.approval("apr-1"), approval);
     let last = script.events().pop().expect("an event");
-    assert_eq!(last.kind, EventKind::Approved);
+    assert_eq!(last.kind, EventKind::Approved { terms_hash: approval.terms_hash.clone() });
     assert_eq!(last.actor, bob());
     assert_eq!(last.approval_id.as_deref(), Some("apr-1"));
 }
@@ -183,8 +184,11 @@ fn reject_records_a_rejected_decision_and_its_event() {
 
     assert_eq!(status, ApprovalStatus::Rejected);
     assert_eq!(approval.status, StoredApprovalStatus::Rejected);
-    assert_eq!(approval.decision.map(|decision| decision.status), Some(ApprovalStatus::Rejected));
-    assert_eq!(script.events().pop().map(|event| event.kind), Some(EventKind::Rejected));
+    assert_eq!(approval.decision.as_ref().map(|decision| decision.status), Some(ApprovalStatus::Rejected));
+    assert_eq!(
+        script.events().pop().map(|event| event.kind),
+        Some(EventKind::Rejected { terms_hash: approval.terms_hash })
+    );
 }
 
 #[test]
@@ -384,6 +388,7 @@ fn a_caller_provided_now_is_used_for_that_requests_comparisons_and_timestamps() 
     assert_eq!(status, ApprovalStatus::Pending, "status is computed at the caller's now");
 
     let decide = |now: u64| Command::DecideApproval {
+        terms_hash: None,
         approval_id: "apr-1".to_string(),
         status: ApprovalStatus::Approved,
         approver: bob(),

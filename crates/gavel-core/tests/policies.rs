@@ -78,6 +78,7 @@ fn policy(name: &str, types: &[&str], factors: Vec<Factor>) -> PolicySpec {
         factors,
         deny_threshold: None,
         non_retroactive: false,
+        forbid_standing: false,
     }
 }
 
@@ -98,6 +99,7 @@ fn create(script: &mut Script, id: &str, kind: &str, actor: &str) -> Approval {
 
 fn vote_command(script: &Script, caller: &Caller, id: &str, approve: bool) -> Command {
     Command::CastVote {
+        terms_hash: None,
         approval_id: id.to_string(),
         approve,
         input_hash: script.approval(id).input_hash,
@@ -173,6 +175,7 @@ fn one_principal_counts_once_even_when_eligible_for_every_factor() {
     refused(vote(&mut script, &both, "a1", true), ErrorCode::VoteDuplicate);
     // A decide is a vote too, and refused the same way.
     let decide = Command::DecideApproval {
+        terms_hash: None,
         approval_id: "a1".to_string(),
         status: ApprovalStatus::Approved,
         approver: both.principal.as_actor(),
@@ -343,6 +346,7 @@ fn a_new_policy_voids_the_open_approvals_it_now_governs_and_a_deletion_voids_its
     assert!(after.quorum.is_none(), "no policy: today's single decision");
     let single = approver(&mut script, "anyone", &[]);
     let decide = Command::DecideApproval {
+        terms_hash: None,
         approval_id: "after".to_string(),
         status: ApprovalStatus::Approved,
         approver: single.principal.as_actor(),
@@ -403,6 +407,86 @@ fn a_snapshot_carries_policies_and_votes() {
     assert_eq!(restored.state_hash(), script.state.state_hash());
     assert_eq!(restored.policy("refunds"), script.state.policy("refunds"));
     assert_eq!(restored.approval("a1").expect("kept").quorum, script.approval("a1").quorum);
+}
+
+#[test]
+fn a_requester_that_names_no_or_other_types_is_governed_by_the_policy_on_its_capabilitys_registered_type() {
+    // Issue #37, attack 3: `refund` is registered with approval type
+    // `refund`; a requester naming no types, or another type, used to
+    // escape the two-approver policy on that type.
+    let mut script = secured();
+    set_policy(&mut script, policy("refunds", &["refund"], vec![scope_factor("finance", 2)]));
+    set_policy(&mut script, policy("lenient", &["other"], vec![scope_factor("anyone", 1)]));
+    let f1 = approver(&mut script, "f1", &["finance"]);
+    let unscoped = approver(&mut script, "u1", &[]);
+    for (id, types) in [("none", vec![]), ("other", vec!["other".to_string()])] {
+        let mut request = approval_request(id);
+        request.capability_id = "refund".to_string();
+        request.types = types;
+        request.actor = user("alice").as_actor();
+        let (approval, _) = approval_of(script.apply_by(&app(), Command::CreateApproval(request.clone())));
+        assert_eq!(approval.quorum.as_ref().map(|quorum| quorum.policy.as_str()), Some("refunds"), "{id}");
+        // The unscoped approver's decision is a vote it is not eligible for.
+        let decide = Command::DecideApproval {
+            approval_id: id.to_string(),
+            status: ApprovalStatus::Approved,
+            approver: unscoped.principal.as_actor(),
+            comment: None,
+            caller_now_ms: None,
+            terms_hash: Some(approval.terms_hash.clone()),
+        };
+        refused(script.apply_by(&unscoped, decide), ErrorCode::PermissionDenied);
+        assert_eq!(status(&script, id), ApprovalStatus::Pending);
+        assert!(matches!(vote(&mut script, &f1, id, true), Reply::Approval { .. }));
+        assert_eq!(status(&script, id), ApprovalStatus::Pending, "one of two finance approvers");
+        // A standing approval for it is governed all the same.
+        let standing = gavel_core::StandingSpec { uses_max: 100, window_ms: 60_000, bound_pointers: vec![] };
+        request.id = format!("{id}-standing");
+        let reply = script.apply_by(&app(), Command::CreateStandingApproval { request, standing });
+        let (approval, _) = approval_of(reply);
+        assert_eq!(approval.quorum.map(|quorum| quorum.policy), Some("refunds".to_string()));
+    }
+    // The requester's own type still adds a policy where the registry names none.
+    let mut request = approval_request("unregistered");
+    request.capability_id = "notes.write".to_string();
+    request.types = vec!["other".to_string()];
+    request.actor = user("alice").as_actor();
+    let (approval, _) = approval_of(script.apply_by(&app(), Command::CreateApproval(request)));
+    assert_eq!(approval.quorum.map(|quorum| quorum.policy), Some("lenient".to_string()));
+}
+
+#[test]
+fn a_policy_may_forbid_standing_approvals_and_a_vote_on_other_terms_is_refused() {
+    let mut script = secured();
+    let mut spec = policy("refunds", &["refund"], vec![scope_factor("finance", 1)]);
+    spec.forbid_standing = true;
+    let (stored, _) = set_policy(&mut script, spec);
+    assert!(stored.forbid_standing);
+    let mut request = approval_request("s1");
+    request.capability_id = "refund".to_string();
+    request.actor = user("alice").as_actor();
+    let standing = gavel_core::StandingSpec { uses_max: 2, window_ms: 60_000, bound_pointers: vec![] };
+    let reply = script.apply_by(&app(), Command::CreateStandingApproval { request: request.clone(), standing });
+    refused(reply, ErrorCode::ApprovalStandingForbidden);
+    let (one_shot, _) = approval_of(script.apply_by(&app(), Command::CreateApproval(request)));
+    let f1 = approver(&mut script, "f1", &["finance"]);
+    let decoy = create(&mut script, "decoy", "refund", "alice");
+    let mut command = vote_command(&script, &f1, "s1", true);
+    if let Command::CastVote { terms_hash, .. } = &mut command {
+        *terms_hash = Some(decoy.terms_hash.clone());
+    }
+    refused(script.apply_by(&f1, command), ErrorCode::ApprovalTermsChanged);
+    assert_eq!(status(&script, "s1"), ApprovalStatus::Pending);
+    let mut command = vote_command(&script, &f1, "s1", true);
+    if let Command::CastVote { terms_hash, .. } = &mut command {
+        *terms_hash = Some(one_shot.terms_hash.clone());
+    }
+    assert!(matches!(script.apply_by(&f1, command), Reply::Approval { .. }));
+    assert_eq!(status(&script, "s1"), ApprovalStatus::Approved);
+    let vote_event = script.events().into_iter().rev().find(|event| matches!(event.kind, EventKind::VoteCast { .. }));
+    assert!(
+        matches!(vote_event.map(|event| event.kind), Some(EventKind::VoteCast { terms_hash, .. }) if terms_hash == one_shot.terms_hash)
+    );
 }
 
 #[test]

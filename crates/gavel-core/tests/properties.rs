@@ -878,6 +878,7 @@ impl Run {
                 })]
             }
             Op::Decide { approval, approve, approver, caller_behind_ms } => vec![Command::DecideApproval {
+                terms_hash: None,
                 approval_id: self.approval_id(*approval),
                 status: if *approve { ApprovalStatus::Approved } else { ApprovalStatus::Rejected },
                 approver: actor(*approver as usize),
@@ -1919,6 +1920,7 @@ fn garbage_command() -> impl Strategy<Value = Command> {
             prop::option::of(garbage_u64())
         )
             .prop_map(|(approval_id, status, approver, comment, caller_now_ms)| Command::DecideApproval {
+                terms_hash: None,
                 approval_id,
                 status,
                 approver,

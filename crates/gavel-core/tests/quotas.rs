@@ -81,6 +81,7 @@ fn a_principal_at_its_pending_quota_is_refused_until_it_closes_one() {
     quota_refusal(script.apply_by(&Caller::of(user("s0")), gated.clone()), QuotaKind::PendingApprovals);
     // Deciding one (approved or rejected) or cancelling one frees a place.
     let decide = Command::DecideApproval {
+        terms_hash: None,
         approval_id: "a1".to_string(),
         status: ApprovalStatus::Rejected,
         approver: user("approver").as_actor(),
@@ -303,7 +304,7 @@ proptest! {
                 Step::Decide { id, approve } => {
                     let status = if approve { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
                     let approval_id = approval_id(&script.state, id);
-                    script.apply_by(&approver, Command::DecideApproval {
+                    script.apply_by(&approver, Command::DecideApproval { terms_hash: None,
                         approval_id, status, approver: user("approver").as_actor(), comment: None, caller_now_ms: None,
                     });
                     (None, Command::Tick { retention })

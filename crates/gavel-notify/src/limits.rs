@@ -75,6 +75,11 @@ pub const CURSOR_SAVE_EVENTS_MAX: u64 = 256;
 /// behind the console link.
 pub const REASONS_SHOWN_MAX: usize = 5;
 
+/// Bound JSON pointers of a standing approval spelled out in a Slack post
+/// (each with its value): the rest are counted, and the generic payload
+/// and the console show them all.
+pub const BOUND_SHOWN_MAX: usize = 3;
+
 /// Characters of any one text field (capability, requester, reason) put in
 /// a post: Slack truncates a section at 3,000 characters.
 pub const FIELD_CHARS_MAX: usize = 200;

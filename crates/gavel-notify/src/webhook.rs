@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use gavel_client::links::duration_text;
 use gavel_client::pb;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{HeaderValue, CONTENT_TYPE, HOST, RETRY_AFTER, USER_AGENT};
@@ -15,8 +16,9 @@ use sha2::{Digest, Sha256};
 
 use crate::error::NotifyError;
 use crate::limits::{
-    BACKOFF_BASE, BACKOFF_MAX, FIELD_CHARS_MAX, HMAC_SECRET_BYTES_MAX, HMAC_SECRET_BYTES_MIN, POST_AGE_MAX,
-    POST_ATTEMPTS_MAX, POST_TIMEOUT, REASONS_SHOWN_MAX, RESPONSE_BYTES_MAX, RETRY_AFTER_MAX, URL_BYTES_MAX,
+    BACKOFF_BASE, BACKOFF_MAX, BOUND_SHOWN_MAX, FIELD_CHARS_MAX, HMAC_SECRET_BYTES_MAX, HMAC_SECRET_BYTES_MIN,
+    POST_AGE_MAX, POST_ATTEMPTS_MAX, POST_TIMEOUT, REASONS_SHOWN_MAX, RESPONSE_BYTES_MAX, RETRY_AFTER_MAX,
+    URL_BYTES_MAX,
 };
 
 /// The header naming the delivery: the approval id, the same on every
@@ -157,17 +159,113 @@ pub fn signature(secret: &[u8], unix_seconds: u64, body: &[u8]) -> String {
 }
 
 /// The console page of an approval: `<console>/approvals/<id>`, the id
-/// percent-encoded.
+/// percent-encoded as one path segment (every byte outside RFC 3986's
+/// unreserved characters), so no `/`, `%`, `?` or `#` of an id moves the
+/// link elsewhere. An id made only of dots, which a browser reads as a dot
+/// segment however it is encoded, goes in the query instead:
+/// `<console>/approvals?id=..` (the console serves both; docs/console.md).
 pub fn approval_link(console_url: &str, approval_id: &str) -> String {
-    let mut encoded = String::new();
-    for byte in approval_id.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
+    format!("{}{}", console_url.trim_end_matches('/'), gavel_client::links::record_url("approvals", approval_id))
+}
+
+/// What a "yes" covers, from the approval's terms (SPEC §13): one use, or a
+/// standing approval's uses, window and bound JSON pointers with their
+/// values. Read from the cluster's canonical terms (`terms_json`), or from
+/// the approval's standing progress where an older cluster sent none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Uses {
+    /// Whether one decision covers several uses.
+    pub standing: bool,
+    /// Most uses.
+    pub max: u64,
+    /// Uses spent so far.
+    pub spent: u64,
+    /// How long after the decision uses are allowed (standing only).
+    pub window_ms: Option<u64>,
+    /// Each bound JSON pointer and its value (canonical JSON text).
+    pub bound: Vec<(String, String)>,
+}
+
+impl Uses {
+    /// The uses of `approval`.
+    pub fn of(approval: &pb::Approval) -> Uses {
+        let terms: Value = serde_json::from_str(&approval.terms_json).unwrap_or(Value::Null);
+        let uses = &terms["uses"];
+        let standing = approval.standing.as_ref();
+        let spec = standing.and_then(|standing| standing.terms.as_ref());
+        let bound = match uses["bound"].as_array() {
+            Some(bound) => bound
+                .iter()
+                .map(|entry| (entry["pointer"].as_str().unwrap_or_default().to_string(), entry["value"].to_string()))
+                .collect(),
+            None => {
+                let input: Value = serde_json::from_str(&approval.input_json).unwrap_or(Value::Null);
+                spec.map(|spec| spec.bound_pointers.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|pointer| {
+                        (pointer.clone(), input.pointer(pointer).cloned().unwrap_or(Value::Null).to_string())
+                    })
+                    .collect()
+            }
+        };
+        Uses {
+            standing: uses.get("windowMs").is_some() || standing.is_some(),
+            max: uses["max"].as_u64().or(spec.map(|spec| u64::from(spec.uses_max))).unwrap_or(1),
+            spent: standing.map_or(0, |standing| u64::try_from(standing.used_by.len()).unwrap_or(u64::MAX)),
+            window_ms: uses["windowMs"].as_u64().or(spec.map(|spec| spec.window_ms)),
+            bound,
         }
     }
-    format!("{}/approvals/{encoded}", console_url.trim_end_matches('/'))
+
+    /// The generic payload's `uses` object.
+    fn json(&self) -> Value {
+        if !self.standing {
+            return json!({ "standing": false, "max": self.max });
+        }
+        let bound: Vec<Value> = self
+            .bound
+            .iter()
+            .map(|(pointer, value)| {
+                json!({ "pointer": pointer, "value": serde_json::from_str::<Value>(value).unwrap_or(Value::Null) })
+            })
+            .collect();
+        json!({
+            "standing": true, "max": self.max, "spent": self.spent, "windowMs": self.window_ms, "bound": bound,
+        })
+    }
+
+    /// One line for a person: `one use`, or `standing approval: 100 uses
+    /// within 7 days, bound on /order_id = "o-9"` (Slack-escaped, each
+    /// value clipped).
+    fn slack_text(&self) -> String {
+        if !self.standing {
+            return "one use".to_string();
+        }
+        let mut text = format!(
+            "standing approval: {} uses within {}",
+            self.max,
+            duration_text(self.window_ms.unwrap_or_default())
+        );
+        if self.bound.is_empty() {
+            text.push_str(", each with exactly the approved input");
+        } else {
+            let mut bound: Vec<String> = self
+                .bound
+                .iter()
+                .take(BOUND_SHOWN_MAX)
+                .map(|(pointer, value)| format!("{} = {}", slack_escaped(pointer), slack_escaped(value)))
+                .collect();
+            if self.bound.len() > BOUND_SHOWN_MAX {
+                bound.push(format!("and {} more pointers", self.bound.len() - BOUND_SHOWN_MAX));
+            }
+            text.push_str(&format!(", bound on {}", bound.join(", ")));
+        }
+        if self.spent > 0 {
+            text.push_str(&format!(" ({} spent)", self.spent));
+        }
+        text
+    }
 }
 
 /// `text` cut to [`FIELD_CHARS_MAX`] characters.
@@ -210,6 +308,9 @@ fn side_effect(approval: &pb::Approval) -> String {
 
 /// The generic webhook's JSON body. It carries the input's hash, never the
 /// input itself: a webhook receiver is outside the cluster's access rules.
+/// It carries the terms hash and what a "yes" covers (`uses`): for a
+/// standing approval its uses, window and the values of its bound JSON
+/// pointers, the only parts of the input posted (they are its terms).
 pub fn generic_body(approval: &pb::Approval, link: &str, redelivery: bool) -> Value {
     json!({
         "type": "approval.pending",
@@ -226,6 +327,8 @@ pub fn generic_body(approval: &pb::Approval, link: &str, redelivery: bool) -> Va
             "types": approval.types,
             "reasons": approval.reasons,
             "inputHash": approval.input_hash,
+            "termsHash": approval.terms_hash,
+            "uses": Uses::of(approval).json(),
             "requestedAtMs": approval.requested_at_ms,
             "expiresAtMs": approval.expires_at_ms,
         },
@@ -241,13 +344,21 @@ pub fn utc_minute(unix_ms: i64) -> String {
     format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", minute_of_day / 60, minute_of_day % 60)
 }
 
+/// `text` with its first letter upper-case.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| first.to_uppercase().chain(chars).collect())
+}
+
 /// The Slack incoming-webhook body: a plain `text` (what notifications
 /// show) and `blocks` (a section and a button to the console).
 pub fn slack_body(approval: &pb::Approval, link: &str) -> Value {
     let capability = slack_escaped(&approval.capability_id);
     let who = slack_escaped(&requester(approval));
+    let uses = Uses::of(approval).slack_text();
     let mut details = format!(
-        "*Approval waiting*: `{capability}`\nRequested by {who}\nRisk: {} · Side effect: {}",
+        "*Approval waiting*: `{capability}`\nRequested by {who}\n*{}*\nRisk: {} · Side effect: {}",
+        capitalized(&uses),
         risk(approval),
         side_effect(approval),
     );
@@ -261,8 +372,11 @@ pub fn slack_body(approval: &pb::Approval, link: &str) -> Value {
     for reason in approval.reasons.iter().take(REASONS_SHOWN_MAX) {
         details.push_str(&format!("\n• {}", slack_escaped(reason)));
     }
+    if !approval.terms_hash.is_empty() {
+        details.push_str(&format!("\nTerms hash: `{}`", slack_escaped(&approval.terms_hash)));
+    }
     json!({
-        "text": format!("Approval waiting: {capability} requested by {who}: {link}"),
+        "text": format!("Approval waiting: {capability} requested by {who} ({uses}): {link}"),
         "blocks": [
             { "type": "section", "text": { "type": "mrkdwn", "text": details } },
             { "type": "actions", "elements": [
@@ -584,6 +698,81 @@ mod tests {
     fn links_percent_encode_the_id() {
         assert_eq!(approval_link("http://c:7500/", "apr_1"), "http://c:7500/approvals/apr_1");
         assert_eq!(approval_link("http://c", "a/b?c"), "http://c/approvals/a%2Fb%3Fc");
+        // Issue #37's decoy: its link stays on its own page.
+        assert_eq!(
+            approval_link("http://c", "z/../../approvals/hv-e9814d"),
+            "http://c/approvals/z%2F..%2F..%2Fapprovals%2Fhv-e9814d"
+        );
+        assert_eq!(approval_link("http://c", "a#b%c d"), "http://c/approvals/a%23b%25c%20d");
+        assert_eq!(approval_link("http://c", ".."), "http://c/approvals?id=..");
+        assert_eq!(approval_link("http://c", "."), "http://c/approvals?id=.");
+    }
+
+    /// A standing approval as the cluster answers it: 100 uses within 7
+    /// days, bound only at `/order_id`, two uses spent.
+    fn standing() -> pb::Approval {
+        let terms = json!({
+            "approvalId": "apr-s", "inputHash": "ab".repeat(32), "policy": null, "expiresAtMs": 1,
+            "uses": { "max": 100, "windowMs": 604_800_000u64, "bound": [{ "pointer": "/order_id", "value": "o-9" }] },
+        });
+        pb::Approval {
+            id: "apr-s".into(),
+            capability_id: "orders.refund".into(),
+            input_json: r#"{"amount_cents":1,"order_id":"o-9","secret":"card"}"#.into(),
+            input_hash: "ab".repeat(32),
+            terms_json: terms.to_string(),
+            terms_hash: "cd".repeat(32),
+            standing: Some(pb::StandingProgress {
+                terms: Some(pb::StandingTerms {
+                    uses_max: 100,
+                    window_ms: 604_800_000,
+                    bound_pointers: vec!["/order_id".into()],
+                }),
+                used_by: vec!["ex-1".into(), "ex-2".into()],
+            }),
+            ..pb::Approval::default()
+        }
+    }
+
+    #[test]
+    fn a_standing_approval_says_so_in_both_payloads_and_a_one_shot_says_one_use() {
+        let approval = standing();
+        let generic = generic_body(&approval, "l", false);
+        assert_eq!(generic["approval"]["termsHash"], "cd".repeat(32));
+        assert_eq!(
+            generic["approval"]["uses"],
+            json!({ "standing": true, "max": 100, "spent": 2, "windowMs": 604_800_000u64,
+                    "bound": [{ "pointer": "/order_id", "value": "o-9" }] })
+        );
+        let slack = slack_body(&approval, "l");
+        let text = slack["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains(r#"(standing approval: 100 uses within 7 days, bound on /order_id = "o-9" (2 spent))"#),
+            "{text}"
+        );
+        let details = slack["blocks"][0]["text"]["text"].as_str().unwrap_or_default();
+        assert!(details.contains("*Standing approval: 100 uses within 7 days"), "{details}");
+        assert!(details.contains(&format!("Terms hash: `{}`", "cd".repeat(32))), "{details}");
+        // An older cluster's answer, without terms: the standing progress says the same.
+        let bare = pb::Approval { terms_json: String::new(), ..standing() };
+        assert_eq!(generic_body(&bare, "l", false)["approval"]["uses"], generic["approval"]["uses"]);
+        let one = pb::Approval { terms_json: r#"{"uses":{"max":1}}"#.into(), ..hostile() };
+        assert_eq!(generic_body(&one, "l", false)["approval"]["uses"], json!({ "standing": false, "max": 1 }));
+        assert!(slack_body(&one, "l")["text"].as_str().unwrap_or_default().contains("(one use)"));
+    }
+
+    #[test]
+    fn a_bound_value_is_escaped_and_clipped_for_slack() {
+        let mut approval = standing();
+        let long = format!("<!channel>{}", "x".repeat(1_000));
+        approval.terms_json =
+            json!({ "uses": { "max": 2, "windowMs": 1_000, "bound": [{ "pointer": "/a", "value": long }] } })
+                .to_string();
+        let text = slack_body(&approval, "l")["text"].as_str().unwrap_or_default().to_string();
+        assert!(
+            !text.contains("<!channel>") && text.contains("&lt;!channel&gt;") && text.chars().count() < 600,
+            "{text}"
+        );
     }
 
     fn hostile() -> pb::Approval {
@@ -624,6 +813,11 @@ mod tests {
         let approval = hostile();
         for body in [generic_body(&approval, "http://c/approvals/apr_1", false), slack_body(&approval, "l")] {
             assert!(!body.to_string().contains("card"), "{body}");
+        }
+        // Of a standing approval, the bound values are posted (they are its
+        // terms), and nothing else of its input.
+        for body in [generic_body(&standing(), "l", false), slack_body(&standing(), "l")] {
+            assert!(body.to_string().contains("o-9") && !body.to_string().contains("card"), "{body}");
         }
         let generic = generic_body(&approval, "http://c/approvals/apr_1", true);
         assert_eq!(generic["approval"]["inputHash"], approval.input_hash);

@@ -50,13 +50,31 @@ pub enum OidcError {
     /// `iat` is further ahead than the clock skew.
     #[error("the ID token claims to be issued {0}s in the future (iat)")]
     IssuedInFuture(u64),
+    /// `exp − iat` is over the maximum lifetime the caller allows.
+    #[error(
+        "the ID token is valid for {} (exp - iat), over the maximum token lifetime of {}; have the provider \
+         issue shorter-lived ID tokens",
+        duration_text(*lifetime_seconds),
+        duration_text(*max_seconds)
+    )]
+    LifetimeTooLong {
+        /// The token's `exp − iat`.
+        lifetime_seconds: u64,
+        /// The bound it broke.
+        max_seconds: u64,
+    },
     /// A required claim is absent or not of its type.
     #[error("the ID token's claim {0:?} is missing or malformed")]
     MissingClaim(String),
     /// The `nonce` is not the one the sign-in sent.
     #[error("the ID token's nonce does not match the sign-in")]
     NonceMismatch,
-    /// The principal made from the claim is not a valid principal.
+    /// The principal claim is `email` and the token does not say
+    /// `email_verified: true`: the provider has not vouched for the address.
+    #[error("the ID token's email is not verified by the provider (email_verified is not true)")]
+    EmailNotVerified,
+    /// The principal claim's value is not an email address, or the
+    /// principal made from it is not a valid principal.
     #[error("the ID token's {claim} claim does not make a valid principal: {reason}")]
     BadPrincipal {
         /// The claim's name.
@@ -86,11 +104,24 @@ impl OidcError {
             OidcError::Expired => "OIDC_TOKEN_EXPIRED",
             OidcError::NotYetValid(_) => "OIDC_TOKEN_NOT_YET_VALID",
             OidcError::IssuedInFuture(_) => "OIDC_TOKEN_ISSUED_IN_FUTURE",
+            OidcError::LifetimeTooLong { .. } => "OIDC_TOKEN_LIFETIME_TOO_LONG",
             OidcError::MissingClaim(_) => "OIDC_CLAIM_MISSING",
             OidcError::NonceMismatch => "OIDC_NONCE_MISMATCH",
+            OidcError::EmailNotVerified => "OIDC_EMAIL_NOT_VERIFIED",
             OidcError::BadPrincipal { .. } => "OIDC_BAD_PRINCIPAL",
             OidcError::Provider(_) => "OIDC_PROVIDER_UNAVAILABLE",
             OidcError::Settings(_) => "OIDC_SETTINGS",
         }
     }
+}
+
+/// Seconds in days, hours, minutes and seconds, leaving out zero parts, as
+/// Gavel's own token refusals write them: `90s` is `1m30s`, a day `1d`.
+fn duration_text(seconds: u64) -> String {
+    if seconds == 0 {
+        return "0s".to_string();
+    }
+    let parts =
+        [(seconds / 86_400, "d"), (seconds % 86_400 / 3_600, "h"), (seconds % 3_600 / 60, "m"), (seconds % 60, "s")];
+    parts.iter().filter(|(count, _)| *count > 0).map(|(count, unit)| format!("{count}{unit}")).collect()
 }

@@ -2,7 +2,9 @@
 //! each with its reason. The token's own time rules use the clock skew the
 //! caller passes in (the nodes and the console pass
 //! `gavel_pki::limits::TOKEN_CLOCK_SKEW_SECONDS`, the bound Gavel's own
-//! tokens use), so there is one skew for every token a node accepts.
+//! tokens use), so there is one skew for every token a node accepts; a node
+//! also passes its `--token-lifetime-max` (see
+//! [`ID_TOKEN_LIFETIME_MAX_DEFAULT`]).
 
 use std::time::Duration;
 
@@ -29,3 +31,14 @@ pub const ID_TOKEN_BYTES_MAX: usize = 16 * 1024;
 /// The most signing keys kept from one JWKS: providers publish a handful
 /// (current and next); more is refused as a misconfiguration.
 pub const JWKS_KEYS_MAX: usize = 64;
+
+/// The longest lifetime (`exp − iat`) an ID token may have unless the
+/// caller sets another ([`crate::Provider::with_lifetime_max`]; a node
+/// passes its `--token-lifetime-max`). An ID token is a bearer like Gavel's
+/// own tokens and no more revocable, so it gets the same bound: this is
+/// `gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT` (24 h), written again
+/// because this crate depends on none of Gavel's (gavel-server's tests
+/// check that the two agree). Providers issue ID tokens for minutes to an
+/// hour; one that lives for years is what a misconfigured provider or the
+/// holder of a stolen signing key makes.
+pub const ID_TOKEN_LIFETIME_MAX_DEFAULT: Duration = Duration::from_secs(24 * 3600);

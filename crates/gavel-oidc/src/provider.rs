@@ -4,12 +4,12 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
 use crate::http::HttpClient;
-use crate::limits::JWKS_REFRESH_INTERVAL_MIN;
+use crate::limits::{ID_TOKEN_LIFETIME_MAX_DEFAULT, JWKS_REFRESH_INTERVAL_MIN};
 use crate::verify::{token_header, verify_with_keys, Identity, KeySet, TokenRules};
 use crate::OidcError;
 
@@ -75,6 +75,8 @@ struct Cache {
 /// `OIDC_PROVIDER_UNAVAILABLE` until it answers).
 pub struct Provider {
     settings: ProviderSettings,
+    /// The longest lifetime (`exp − iat`) a token may have.
+    lifetime_max: Duration,
     http: HttpClient,
     cache: RwLock<Cache>,
     // Held across a fetch: one refresh at a time, the rest wait for it.
@@ -83,7 +85,10 @@ pub struct Provider {
 
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Provider").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("Provider")
+            .field("settings", &self.settings)
+            .field("lifetime_max", &self.lifetime_max)
+            .finish_non_exhaustive()
     }
 }
 
@@ -93,7 +98,9 @@ pub fn refresh_allowed(last: Option<Instant>, now: Instant) -> bool {
 }
 
 impl Provider {
-    /// A provider for `settings`; checks the URLs and the CA file, fetches nothing yet.
+    /// A provider for `settings`, whose tokens may live at most
+    /// [`ID_TOKEN_LIFETIME_MAX_DEFAULT`]; checks the URLs and the CA file,
+    /// fetches nothing yet.
     pub fn new(settings: ProviderSettings) -> Result<Provider, OidcError> {
         crate::http::Target::parse(&settings.rules.issuer)?;
         if let JwksSource::Url(url) = &settings.jwks {
@@ -103,7 +110,24 @@ impl Provider {
             return Err(OidcError::Settings("the principal claim is empty".to_string()));
         }
         let http = HttpClient::new(settings.ca_file.as_deref())?;
-        Ok(Provider { settings, http, cache: RwLock::new(Cache::default()), refreshing: tokio::sync::Mutex::new(()) })
+        Ok(Provider {
+            settings,
+            lifetime_max: ID_TOKEN_LIFETIME_MAX_DEFAULT,
+            http,
+            cache: RwLock::new(Cache::default()),
+            refreshing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// This provider with tokens living at most `lifetime_max` (`exp − iat`):
+    /// a node passes its `--token-lifetime-max`, the bound its own tokens get.
+    pub fn with_lifetime_max(self, lifetime_max: Duration) -> Provider {
+        Provider { lifetime_max, ..self }
+    }
+
+    /// The longest lifetime (`exp − iat`) a token of this provider may have.
+    pub fn lifetime_max(&self) -> Duration {
+        self.lifetime_max
     }
 
     /// The rules tokens are checked by.
@@ -148,7 +172,7 @@ impl Provider {
             None => !keys.is_empty(),
         };
         let keys = if known { keys } else { self.refresh(header.kid.as_deref()).await? };
-        verify_with_keys(&keys, token, &self.settings.rules, now, expected_nonce)
+        verify_with_keys(&keys, token, &self.settings.rules, self.lifetime_max, now, expected_nonce)
     }
 
     /// Fetches the JWKS again unless the last fetch was too recent (or

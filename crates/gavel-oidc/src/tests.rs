@@ -29,7 +29,7 @@ fn rules() -> TokenRules {
 
 fn claims() -> Value {
     json!({"iss": ISSUER, "aud": "gavel-console", "sub": "248289761001", "email": "ada@example.com",
-           "iat": NOW - 10, "exp": NOW + 600, "nonce": "n-1"})
+           "email_verified": true, "iat": NOW - 10, "exp": NOW + 600, "nonce": "n-1"})
 }
 
 fn encoding_key(alg: Algorithm) -> (EncodingKey, &'static str) {
@@ -56,8 +56,11 @@ fn keys() -> KeySet {
     KeySet::from_jwks(JWKS.as_bytes()).expect("the fixture JWKS")
 }
 
+/// The lifetime bound the tests verify with: Gavel's default, 24 h.
+const LIFETIME_MAX: Duration = limits::ID_TOKEN_LIFETIME_MAX_DEFAULT;
+
 fn verify(token: &str) -> Result<Identity, OidcError> {
-    verify_with_keys(&keys(), token, &rules(), NOW, Some("n-1"))
+    verify_with_keys(&keys(), token, &rules(), LIFETIME_MAX, NOW, Some("n-1"))
 }
 
 fn with(changes: Value) -> Value {
@@ -110,7 +113,104 @@ fn wrong_issuer_audience_and_times_are_refused() {
     assert!(verify(&sign(Algorithm::EdDSA, &edges)).is_ok());
     // Without an expected nonce (the nodes), the nonce is not looked at.
     let token = sign(Algorithm::EdDSA, &with(json!({"nonce": null})));
-    assert!(verify_with_keys(&keys(), &token, &rules(), NOW, None).is_ok());
+    assert!(verify_with_keys(&keys(), &token, &rules(), LIFETIME_MAX, NOW, None).is_ok());
+}
+
+#[test]
+fn an_id_token_living_ten_years_is_refused() {
+    let ten_years = 10 * 365 * 24 * 3600;
+    let refusal = verify(&sign(Algorithm::RS256, &with(json!({"exp": NOW - 10 + ten_years})))).expect_err("refused");
+    assert_eq!(refusal, OidcError::LifetimeTooLong { lifetime_seconds: ten_years, max_seconds: 24 * 3600 });
+    assert_eq!(refusal.code(), "OIDC_TOKEN_LIFETIME_TOO_LONG");
+    assert_eq!(
+        refusal.to_string(),
+        "the ID token is valid for 3650d (exp - iat), over the maximum token lifetime of 1d; have the provider \
+         issue shorter-lived ID tokens"
+    );
+    // An old iat cannot hide a long life: exp - iat counts, not exp - now.
+    let old = with(json!({"iat": NOW - ten_years, "exp": NOW + 600}));
+    assert_eq!(verify(&sign(Algorithm::ES256, &old)).expect_err("refused").code(), "OIDC_TOKEN_LIFETIME_TOO_LONG");
+    // Without iat there is no lifetime to bound: refused as before.
+    let no_iat = with(json!({"iat": null, "exp": NOW - 10 + ten_years}));
+    assert_eq!(verify(&sign(Algorithm::EdDSA, &no_iat)).expect_err("refused"), OidcError::MissingClaim("iat".into()));
+}
+
+#[test]
+fn an_id_token_at_the_lifetime_cap_is_accepted_and_one_second_over_is_not() {
+    let at_cap = with(json!({"iat": NOW - 10, "exp": NOW - 10 + LIFETIME_MAX.as_secs()}));
+    let identity = verify(&sign(Algorithm::RS256, &at_cap)).expect("a token living exactly the cap");
+    assert_eq!(identity.expires_at, NOW - 10 + LIFETIME_MAX.as_secs());
+    let over = with(json!({"iat": NOW - 10, "exp": NOW - 10 + LIFETIME_MAX.as_secs() + 1}));
+    assert_eq!(verify(&sign(Algorithm::RS256, &over)).expect_err("over").code(), "OIDC_TOKEN_LIFETIME_TOO_LONG");
+    // The cap is the caller's: a node with --token-lifetime-max 7d accepts a two-day token.
+    let two_days = sign(Algorithm::EdDSA, &with(json!({"exp": NOW - 10 + 2 * 86_400})));
+    assert!(verify(&two_days).is_err());
+    let week = Duration::from_secs(7 * 86_400);
+    assert!(verify_with_keys(&keys(), &two_days, &rules(), week, NOW, Some("n-1")).is_ok());
+}
+
+#[test]
+fn an_id_token_naming_admin_or_any_non_email_cannot_become_a_local_principal() {
+    // `user:admin` is gavel dev's bootstrap admin; `alice` a dev persona;
+    // the rest are not addresses either.
+    let not_addresses = [
+        "admin",
+        "alice",
+        "root",
+        "node:1",
+        "user:admin",
+        "admin@",
+        "@example.com",
+        "admin@localhost",
+        "admin@example",
+        "admin@@example.com",
+        "ad@min@example.com",
+        "admin@example.com.",
+        "admin@.example.com",
+        "admin@-example.com",
+        "admin@example-.com",
+        "admin@127.0.0.1",
+        "admin@[127.0.0.1]",
+        ".admin@example.com",
+        "ad..min@example.com",
+        "ad min@example.com",
+        "\"admin\"@example.com",
+        "admin@exa mple.com",
+    ];
+    for value in not_addresses {
+        let refusal = verify(&sign(Algorithm::RS256, &with(json!({"email": value})))).expect_err(value);
+        assert_eq!(refusal.code(), "OIDC_BAD_PRINCIPAL", "{value}: {refusal}");
+        assert!(refusal.to_string().contains("is not an email address"), "{value}: {refusal}");
+    }
+    // Whatever the claim: with `sub` as the principal claim, a sub of
+    // `admin` names nobody.
+    let by_sub = TokenRules { principal_claim: "sub".to_string(), ..rules() };
+    let token = sign(Algorithm::ES256, &with(json!({"sub": "admin"})));
+    let refusal = verify_with_keys(&keys(), &token, &by_sub, LIFETIME_MAX, NOW, None).expect_err("sub admin");
+    assert_eq!(refusal.code(), "OIDC_BAD_PRINCIPAL");
+    // A claim that holds an address (a UPN) is accepted without email_verified.
+    let by_upn = TokenRules { principal_claim: "upn".to_string(), ..rules() };
+    let token = sign(Algorithm::ES256, &with(json!({"upn": "ada@corp.example.com", "email_verified": null})));
+    let identity = verify_with_keys(&keys(), &token, &by_upn, LIFETIME_MAX, NOW, None).expect("a upn");
+    assert_eq!(identity.principal, "user:ada@corp.example.com");
+    // Real addresses keep their principal.
+    for value in ["ada@example.com", "ada.lovelace@mail.example.co.uk", "a-b_c@x-y.example", "A@EXAMPLE.COM"] {
+        let identity = verify(&sign(Algorithm::RS256, &with(json!({"email": value})))).expect(value);
+        assert_eq!(identity.principal, format!("user:{value}"));
+    }
+}
+
+#[test]
+fn an_unverified_email_is_refused() {
+    // Absent (null removes the claim), false, or anything but true.
+    for verified in [json!(null), json!(false), json!("false"), json!(1), json!("yes")] {
+        let claims = with(json!({ "email_verified": verified }));
+        let refusal = verify(&sign(Algorithm::RS256, &claims)).expect_err("unverified");
+        assert_eq!(refusal, OidcError::EmailNotVerified, "email_verified {verified}");
+        assert_eq!(refusal.code(), "OIDC_EMAIL_NOT_VERIFIED");
+    }
+    // Some providers send the flag as a string.
+    assert!(verify(&sign(Algorithm::RS256, &with(json!({"email_verified": "true"})))).is_ok());
 }
 
 #[test]

@@ -1,6 +1,14 @@
 //! The pure half: a provider's JWKS as a key set, and the checks an ID
 //! token must pass against it at a given time. No IO and no clock: the
 //! caller passes `now`, so every rule is tested without a provider.
+//!
+//! The principal rule keeps the provider's people apart from every name
+//! given locally (`gavel dev`'s `user:admin`, certificates, Gavel tokens):
+//! the claim's value must be an email address, `name@domain.tld`, and when
+//! the claim is `email` the provider must say `email_verified: true`. A
+//! local name has no `@` (docs/security.md), so no ID token can name one.
+
+use std::time::Duration;
 
 use base64::Engine;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
@@ -23,7 +31,8 @@ pub struct TokenRules {
     pub issuer: String,
     /// The `aud` the token must name (the OAuth client id).
     pub audience: String,
-    /// The claim whose string value names the person (`email`, `sub`, …).
+    /// The claim whose string value names the person (`email` by default;
+    /// another claim, such as `upn`, must hold an email address too).
     pub principal_claim: String,
     /// Put before the claim's value to make the principal (`user:`).
     pub principal_prefix: String,
@@ -35,8 +44,9 @@ pub struct TokenRules {
 /// What a verified ID token says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    /// `principal_prefix` + the principal claim's value (not yet checked
-    /// against the cluster's principal rules: the caller does that).
+    /// `principal_prefix` + the principal claim's value, an email address
+    /// (not yet checked against the cluster's principal rules: the caller
+    /// does that).
     pub principal: String,
     /// The provider's `sub`.
     pub subject: String,
@@ -192,12 +202,14 @@ pub fn unverified_issuer(token: &str) -> Option<String> {
 /// Verifies `token` against `keys` at `now` (seconds since the Unix epoch):
 /// an allowed algorithm, the key its `kid` names (or, without a `kid`, any
 /// key of the algorithm's kind), the signature, `iss`, `aud`, `exp`, `nbf`
-/// and `iat` within the clock skew, the `nonce` when one is expected, and a
-/// string principal claim.
+/// and `iat` within the clock skew, a lifetime `exp − iat` of at most
+/// `lifetime_max`, the `nonce` when one is expected, and a principal claim
+/// holding an email address (verified, when the claim is `email`).
 pub fn verify_with_keys(
     keys: &KeySet,
     token: &str,
     rules: &TokenRules,
+    lifetime_max: Duration,
     now: u64,
     expected_nonce: Option<&str>,
 ) -> Result<Identity, OidcError> {
@@ -238,13 +250,14 @@ pub fn verify_with_keys(
         }
     }
     let claims = claims.ok_or(OidcError::BadSignature)?;
-    check_claims(&claims, rules, now, expected_nonce)
+    check_claims(&claims, rules, lifetime_max, now, expected_nonce)
 }
 
 /// The claim rules of a signature-checked token.
 fn check_claims(
     claims: &Map<String, Value>,
     rules: &TokenRules,
+    lifetime_max: Duration,
     now: u64,
     expected_nonce: Option<&str>,
 ) -> Result<Identity, OidcError> {
@@ -275,6 +288,12 @@ fn check_claims(
     if issued_at > latest_start {
         return Err(OidcError::IssuedInFuture(issued_at - now));
     }
+    // As for Gavel's own tokens: `exp − iat`, so an old `iat` cannot hide a
+    // long life, and a future `iat` was refused above.
+    let lifetime_seconds = expires_at.saturating_sub(issued_at);
+    if lifetime_seconds > lifetime_max.as_secs() {
+        return Err(OidcError::LifetimeTooLong { lifetime_seconds, max_seconds: lifetime_max.as_secs() });
+    }
     if let Some(expected) = expected_nonce {
         if text("nonce") != Some(expected) {
             return Err(OidcError::NonceMismatch);
@@ -282,5 +301,55 @@ fn check_claims(
     }
     let subject = text("sub").ok_or_else(|| missing("sub"))?;
     let value = text(&rules.principal_claim).ok_or_else(|| missing(&rules.principal_claim))?;
+    check_email_address(value)
+        .map_err(|reason| OidcError::BadPrincipal { claim: rules.principal_claim.clone(), reason })?;
+    if rules.principal_claim == "email" && !email_verified(claims.get("email_verified")) {
+        return Err(OidcError::EmailNotVerified);
+    }
     Ok(Identity { principal: format!("{}{value}", rules.principal_prefix), subject: subject.to_string(), expires_at })
+}
+
+/// Whether `email_verified` says yes: `true`, or the string `"true"` some
+/// providers send (Amazon Cognito). Absent is no.
+fn email_verified(claim: Option<&Value>) -> bool {
+    matches!(claim, Some(Value::Bool(true))) || claim.and_then(Value::as_str) == Some("true")
+}
+
+/// Checks that a principal claim's value is an email address: one `@`, a
+/// local part of RFC 5322 atoms joined by dots (no quoted strings, no
+/// comments), and a domain name of at least two labels of letters, digits
+/// and inner hyphens whose last label holds a letter (no address literals).
+/// This is what keeps the provider's principals apart from local names,
+/// which have no `@`; the cluster's principal rules then narrow the
+/// characters further.
+pub fn check_email_address(value: &str) -> Result<(), String> {
+    let not_email = |why: &str| {
+        format!(
+            "{value:?} is not an email address ({why}); principals from the identity provider are email \
+             addresses, so that one never equals a name given locally, such as user:admin"
+        )
+    };
+    let Some((local, domain)) = value.split_once('@') else {
+        return Err(not_email("no @"));
+    };
+    if domain.contains('@') {
+        return Err(not_email("more than one @"));
+    }
+    let atom_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-/=?^_`{|}~".contains(c);
+    let local_ok = local.len() <= 64 && local.split('.').all(|atom| !atom.is_empty() && atom.chars().all(atom_char));
+    if !local_ok {
+        return Err(not_email("the part before the @ is not a dot-separated name"));
+    }
+    let labels: Vec<&str> = domain.split('.').collect();
+    let label_ok = |label: &&str| {
+        (1..=63).contains(&label.len())
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    let top_level_ok = labels.last().is_some_and(|label| label.chars().any(|c| c.is_ascii_alphabetic()));
+    if domain.len() > 253 || labels.len() < 2 || !labels.iter().all(label_ok) || !top_level_ok {
+        return Err(not_email("the part after the @ is not a domain name such as example.com"));
+    }
+    Ok(())
 }

@@ -168,6 +168,13 @@ struct KindLabels {
     kind: String,
 }
 
+/// A `reason` label: the domain code a decision or vote was refused with
+/// (a fixed set: [`gavel_core::ErrorCode`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: &'static str,
+}
+
 /// A `reason` label: why a connection was refused at accept
 /// ([`crate::connections::Refusal::as_str`]) or closed by the node
 /// ([`crate::connections::Closure::as_str`]); two values each.
@@ -222,6 +229,9 @@ pub struct Metrics {
     overload_refused: Family<KindLabels, Counter>,
     /// `gavel_quota_refused_total`: writes refused `QUOTA_EXCEEDED`, by quota.
     quota_refused: Family<KindLabels, Counter>,
+    /// `gavel_decisions_refused_total{reason}`: decisions and votes refused,
+    /// by domain code (issue #37).
+    decisions_refused: Family<RefusalLabels, Counter>,
     /// `gavel_connections_open`: connections open on the gRPC port.
     connections_open: Gauge,
     /// `gavel_connections_refused_total{reason}`: connections closed at accept by a cap.
@@ -324,6 +334,12 @@ impl Metrics {
                 "gavel_overload_refused",
                 "Public calls this node refused RESOURCE_EXHAUSTED because its bound for their kind was reached",
             ),
+            decisions_refused: registered(
+                r,
+                "gavel_decisions_refused",
+                "Decisions and votes this node refused, by reason (the domain code: APPROVAL_SELF_APPROVAL, \
+                 PERMISSION_DENIED, APPROVAL_TERMS_CHANGED, ...)",
+            ),
             quota_refused: registered(
                 r,
                 "gavel_quota_refused",
@@ -369,6 +385,11 @@ impl Metrics {
     /// Counts one call refused for overload ([`crate::overload`]).
     pub fn count_overload_refusal(&self, kind: crate::overload::CallKind) {
         self.overload_refused.get_or_create(&KindLabels { kind: kind.as_str().to_string() }).inc();
+    }
+
+    /// Counts one decision or vote refused with domain code `reason`.
+    pub fn count_decision_refused(&self, reason: gavel_core::ErrorCode) {
+        self.decisions_refused.get_or_create(&RefusalLabels { reason: reason.as_str() }).inc();
     }
 
     /// Counts one write refused for its principal's quota `kind`.

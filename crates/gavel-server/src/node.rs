@@ -225,13 +225,47 @@ impl Node {
         request_id: &str,
         command: Command,
     ) -> Result<R, Status> {
-        gavel_core::precheck::precheck(&command).map_err(domain_status)?;
-        self.authorize_command(caller, &command)?;
+        let decision = decision_of(&command);
+        let refused = |error: DomainError| {
+            if let Some(approval_id) = decision {
+                self.decision_refused(caller, approval_id, &error);
+            }
+            error
+        };
+        gavel_core::precheck::precheck(&command).map_err(&refused).map_err(domain_status)?;
+        self.reads
+            .read(|state| state.authorize_command(caller, &command, self.wall_clock_ms()))
+            .map_err(&refused)
+            .map_err(domain_status)?;
         let _in_flight = self.quotas.admit(self, caller, request_id, &command)?;
+        let approval_id = decision.map(str::to_string);
         match self.propose(caller, request_id, command).await? {
-            Reply::Error(error) => Err(self.quotas.refused(self, error)),
+            Reply::Error(error) => {
+                if let Some(approval_id) = &approval_id {
+                    self.decision_refused(caller, approval_id, &error);
+                }
+                Err(self.quotas.refused(self, error))
+            }
             reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),
         }
+    }
+
+    /// A refused decision or vote: counted by reason
+    /// (`gavel_decisions_refused_total{reason}`) and logged as one line
+    /// naming the principal, the approval and the reason, so an operator
+    /// sees who tried to decide what and why it was refused (issue #37).
+    /// Most are refused before proposing and cost no log entry.
+    fn decision_refused(&self, caller: Option<&Caller>, approval_id: &str, error: &DomainError) {
+        self.metrics.count_decision_refused(error.code);
+        let principal = caller.map_or_else(|| "(insecure)".to_string(), |caller| caller.principal.to_string());
+        tracing::warn!(
+            target: "gavel::decisions",
+            principal = %principal,
+            approval = %approval_id,
+            reason = error.code.as_str(),
+            message = %error.message,
+            "decision refused"
+        );
     }
 
     /// Proposes a command as it is and waits for its reply.
@@ -399,6 +433,15 @@ pub fn domain_status(error: DomainError) -> Status {
 /// A reply of another shape than its command's: a bug, reported as `INTERNAL`.
 fn unexpected(reply: &Reply) -> Status {
     Status::internal(format!("unexpected reply from the state machine: {reply:?}"))
+}
+
+/// The approval a decision or vote command is about; `None` for any other
+/// command.
+fn decision_of(command: &Command) -> Option<&str> {
+    match command {
+        Command::DecideApproval { approval_id, .. } | Command::CastVote { approval_id, .. } => Some(approval_id),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -73,10 +73,19 @@ impl Security {
             None => None,
             Some(settings) => {
                 principal_prefix_usable(&settings.rules.principal_prefix)?;
-                Some(gavel_oidc::Provider::new(settings.clone()).map_err(SecurityError::Oidc)?)
+                let provider = gavel_oidc::Provider::new(settings.clone()).map_err(SecurityError::Oidc)?;
+                Some(provider.with_lifetime_max(self.id_token_lifetime_max()))
             }
         };
         Ok(Some(Arc::new(Secured { peer_tls, tokens, oidc })))
+    }
+
+    /// The longest lifetime (`exp − iat`) an ID token may have: the bound
+    /// Gavel's own tokens get (`--token-lifetime-max`), since neither kind
+    /// of bearer can be revoked by itself; the default when the node takes
+    /// no Gavel tokens.
+    pub fn id_token_lifetime_max(&self) -> Duration {
+        self.tokens.as_ref().map_or(gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT, |tokens| tokens.lifetime_max)
     }
 }
 
@@ -258,8 +267,11 @@ impl Secured {
 
 /// The caller an ID token of `provider` names at `now`: the principal made
 /// from its claim, with every grant bound to it (an ID token carries no
-/// Gavel roles). Every refusal is `UNAUTHENTICATED`, its `OIDC_…` code in
-/// the message.
+/// Gavel roles). The provider has checked that the claim is an email
+/// address (verified, for `email`) and that the token lives at most the
+/// node's maximum token lifetime, so the principal's id holds an `@` and
+/// never equals a local name such as `gavel dev`'s `user:admin`. Every
+/// refusal is `UNAUTHENTICATED`, its `OIDC_…` code in the message.
 pub async fn oidc_caller(provider: &gavel_oidc::Provider, token: &str, now: u64) -> Result<Caller, Status> {
     let refused = |error: gavel_oidc::OidcError| {
         unauthenticated(&format!("OpenID Connect token refused ({}): {error}", error.code()))
@@ -337,6 +349,23 @@ mod tests {
             ..Security::default()
         };
         assert!(matches!(tokens_only.load(), Err(SecurityError::TokensWithoutTls)));
+    }
+
+    #[test]
+    fn id_tokens_get_the_lifetime_bound_of_gavel_tokens() {
+        assert_eq!(gavel_oidc::limits::ID_TOKEN_LIFETIME_MAX_DEFAULT, gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT);
+        assert_eq!(Security::default().id_token_lifetime_max(), gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT);
+        let week = Duration::from_secs(7 * 86_400);
+        let with_tokens = Security {
+            tokens: Some(TokenSettings {
+                audience: "gavel".into(),
+                public_keys: Vec::new(),
+                hs256_secret: None,
+                lifetime_max: week,
+            }),
+            ..Security::default()
+        };
+        assert_eq!(with_tokens.id_token_lifetime_max(), week, "--token-lifetime-max bounds ID tokens too");
     }
 
     #[test]

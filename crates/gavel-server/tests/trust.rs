@@ -672,7 +672,7 @@ fn id_token(alg: jsonwebtoken::Algorithm, kid: &str, claims: serde_json::Value) 
     };
     let now = gavel_pki::unix_seconds();
     let mut all = serde_json::json!({"iss": OIDC_ISSUER, "aud": OIDC_AUDIENCE, "sub": "24400320",
-        "email": "ada@example.com", "iat": now, "exp": now + 600});
+        "email": "ada@example.com", "email_verified": true, "iat": now, "exp": now + 600});
     for (name, value) in claims.as_object().expect("an object") {
         match value {
             serde_json::Value::Null => drop(all.as_object_mut().expect("an object").remove(name)),
@@ -744,5 +744,61 @@ async fn provider_id_tokens_name_their_claim_principal_beside_gavel_tokens_and_b
     let other_issuer = id_token(Algorithm::EdDSA, "ed25519-1", json!({"iss": "https://elsewhere.example"}));
     let message = assert_unauthenticated(cluster.who_am_i(channel, Some(&other_issuer)).await, "other issuer");
     assert!(message.starts_with("bearer token refused: "), "{message}");
+    cluster.stop().await;
+}
+
+#[tokio::test]
+async fn provider_id_tokens_live_at_most_the_node_token_lifetime_and_never_name_a_local_principal() {
+    use jsonwebtoken::Algorithm;
+    use serde_json::json;
+    let cluster = SecureCluster::start(1).await;
+    cluster.leader_and_follower().await;
+    let channel = cluster.channel(0, None).await.expect("connect");
+    let now = gavel_pki::unix_seconds();
+    // The nodes run with the default --token-lifetime-max (24 h).
+    let cap = gavel_pki::limits::TOKEN_LIFETIME_MAX_DEFAULT.as_secs();
+    let at_cap = id_token(Algorithm::RS256, "rsa-1", json!({"iat": now, "exp": now + cap}));
+    let answer = cluster.who_am_i(channel.clone(), Some(&at_cap)).await.expect("an ID token living exactly 24 h");
+    assert_eq!(answer.principal, "user:ada@example.com");
+
+    let ten_years = 10 * 365 * 86_400;
+    let cases = [
+        (
+            "ten-year ID token",
+            id_token(Algorithm::RS256, "rsa-1", json!({"iat": now, "exp": now + ten_years})),
+            "OIDC_TOKEN_LIFETIME_TOO_LONG",
+        ),
+        (
+            "one second over the cap",
+            id_token(Algorithm::ES256, "ec-1", json!({"iat": now, "exp": now + cap + 1})),
+            "OIDC_TOKEN_LIFETIME_TOO_LONG",
+        ),
+        // user:root is this cluster's bootstrap admin, user:admin gavel dev's.
+        ("email root", id_token(Algorithm::RS256, "rsa-1", json!({"email": "root"})), "OIDC_BAD_PRINCIPAL"),
+        ("email admin", id_token(Algorithm::EdDSA, "ed25519-1", json!({"email": "admin"})), "OIDC_BAD_PRINCIPAL"),
+        (
+            "email admin@localhost",
+            id_token(Algorithm::RS256, "rsa-1", json!({"email": "admin@localhost"})),
+            "OIDC_BAD_PRINCIPAL",
+        ),
+        (
+            "unverified email",
+            id_token(Algorithm::RS256, "rsa-1", json!({"email": "root@example.com", "email_verified": false})),
+            "OIDC_EMAIL_NOT_VERIFIED",
+        ),
+        (
+            "email_verified absent",
+            id_token(Algorithm::RS256, "rsa-1", json!({"email_verified": null})),
+            "OIDC_EMAIL_NOT_VERIFIED",
+        ),
+    ];
+    for (case, token, code) in cases {
+        let message = assert_unauthenticated(cluster.who_am_i(channel.clone(), Some(&token)).await, case);
+        assert!(message.contains(code), "{case}: {message}");
+    }
+    // The admin's own certificate still names it.
+    let root = cluster.client_cert("user:root");
+    let answer = cluster.who_am_i(cluster.channel(0, Some(&root)).await.expect("connect"), None).await.expect("root");
+    assert_eq!(answer.principal, "user:root");
     cluster.stop().await;
 }

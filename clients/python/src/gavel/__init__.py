@@ -4,8 +4,10 @@ service, the canonical input hash, and a worker runtime.
 Key names:
 
 - ``Client`` / ``AsyncClient``: ``client.approvals``, ``.executions``,
-  ``.workers``, ``.capabilities``, ``.audit``, ``.cluster``, ``.access``;
-  ``Client.from_env()`` reads the ``GAVEL_*`` variables;
+  ``.workers``, ``.capabilities``, ``.audit``, ``.cluster``, ``.access``,
+  ``.policies``; ``Client.from_env()`` reads the ``GAVEL_*`` variables;
+  ``client.decide(id, approve)`` / ``client.vote(...)`` name the approval's
+  terms hash (the one given, else the one read first);
 - ``GavelError``: every failure, with its stable domain ``code``;
 - ``canonical_json`` / ``input_hash``: RFC 8785, equal to the server's;
 - ``Worker``: polls, heartbeats and reports; handlers get the idempotency key,

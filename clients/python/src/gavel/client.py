@@ -7,6 +7,12 @@ Every method takes the request message, or its fields as keywords, and
 returns the response message (proto/gavel/v1). Failures raise GavelError
 with the stable domain code. Calls follow the leader and retry by the Rust
 SDK's rules (see gavel._invoke).
+
+``client.decide`` and ``client.vote`` decide an approval by its terms (SPEC
+section 13): they name the terms hash the person was shown (``terms_hash``),
+or else read the approval first and name the hash of what they read; the
+cluster refuses a hash that is not the approval's with
+``APPROVAL_TERMS_CHANGED``.
 """
 
 from __future__ import annotations
@@ -15,13 +21,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import grpc
+
 from gavel import _services
 from gavel._invoke import AsyncInvoker, Invoker
 from gavel.config import ClientOptions
 from gavel.errors import GavelError
 from gavel.limits import WAIT_SLICE_S
 from gavel.reach import Reachability
-from gavel.v1 import execution_pb2
+from gavel.v1 import approval_pb2, common_pb2, execution_pb2
 
 
 class _ClientBase:
@@ -64,6 +72,7 @@ class Client(_ClientBase):
     audit: _services.AuditService
     cluster: _services.ClusterService
     access: _services.AccessService
+    policies: _services.PolicyService
 
     def __init__(self, options: ClientOptions | None = None, **changes: Any) -> None:
         self._setup(options, changes, "")
@@ -86,6 +95,58 @@ class Client(_ClientBase):
             if not reply.timed_out:
                 return reply.execution
         raise _wait_timeout(execution_id, timeout)
+
+    def decide(
+        self,
+        approval_id: str,
+        approve: bool,
+        *,
+        terms_hash: str | None = None,
+        comment: str | None = None,
+        approver: common_pb2.Actor | None = None,
+        caller_now_ms: int | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> approval_pb2.Approval:
+        """Approves (``approve=True``) or rejects an approval, naming the terms hash it was decided on.
+
+        ``terms_hash`` is the hash of the terms the person deciding was shown
+        (``Approval.terms_hash``), sent as is; without it the approval is read
+        first and the hash of what was read is sent. A hash that is not the
+        approval's raises GavelError ``APPROVAL_TERMS_CHANGED``. Returns the
+        approval after the decision (still pending while a policy's quorum is
+        unmet: the decision is one vote).
+        """
+        if terms_hash is None:
+            read = self.approvals.get_approval(timeout=timeout, **_read_fields(approval_id, caller_now_ms))
+            terms_hash = _terms_hash_of(read, approval_id)
+        fields = _decide_fields(approval_id, approve, terms_hash, comment, approver, caller_now_ms, request_id)
+        return self.approvals.decide_approval(timeout=timeout, **fields).approval
+
+    def vote(
+        self,
+        approval_id: str,
+        approve: bool,
+        *,
+        terms_hash: str | None = None,
+        input_hash: str | None = None,
+        comment: str | None = None,
+        approver: common_pb2.Actor | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> approval_pb2.Approval:
+        """Casts one vote on an approval a policy governs, naming the terms hash and input hash it was cast on.
+
+        Either hash not given is read from the approval first. A terms hash
+        that is not the approval's raises GavelError ``APPROVAL_TERMS_CHANGED``.
+        Returns the approval after the vote, with its quorum progress.
+        """
+        if terms_hash is None or input_hash is None:
+            read = self.approvals.get_approval(timeout=timeout, **_read_fields(approval_id, None))
+            terms_hash = terms_hash if terms_hash is not None else _terms_hash_of(read, approval_id)
+            input_hash = input_hash if input_hash is not None else read.approval.input_hash
+        fields = _vote_fields(approval_id, approve, terms_hash, input_hash, comment, approver, request_id)
+        return self.policies.cast_vote(timeout=timeout, **fields).approval
 
     def with_options(self, **changes: Any) -> Client:
         """A client with the same endpoints and credentials but other timings."""
@@ -112,6 +173,7 @@ class AsyncClient(_ClientBase):
     audit: _services.AsyncAuditService
     cluster: _services.AsyncClusterService
     access: _services.AsyncAccessService
+    policies: _services.AsyncPolicyService
 
     def __init__(self, options: ClientOptions | None = None, **changes: Any) -> None:
         self._setup(options, changes, "Async")
@@ -135,6 +197,58 @@ class AsyncClient(_ClientBase):
                 return reply.execution
         raise _wait_timeout(execution_id, timeout)
 
+    async def decide(
+        self,
+        approval_id: str,
+        approve: bool,
+        *,
+        terms_hash: str | None = None,
+        comment: str | None = None,
+        approver: common_pb2.Actor | None = None,
+        caller_now_ms: int | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> approval_pb2.Approval:
+        """Approves (``approve=True``) or rejects an approval, naming the terms hash it was decided on.
+
+        ``terms_hash`` is the hash of the terms the person deciding was shown
+        (``Approval.terms_hash``), sent as is; without it the approval is read
+        first and the hash of what was read is sent. A hash that is not the
+        approval's raises GavelError ``APPROVAL_TERMS_CHANGED``. Returns the
+        approval after the decision (still pending while a policy's quorum is
+        unmet: the decision is one vote).
+        """
+        if terms_hash is None:
+            read = await self.approvals.get_approval(timeout=timeout, **_read_fields(approval_id, caller_now_ms))
+            terms_hash = _terms_hash_of(read, approval_id)
+        fields = _decide_fields(approval_id, approve, terms_hash, comment, approver, caller_now_ms, request_id)
+        return (await self.approvals.decide_approval(timeout=timeout, **fields)).approval
+
+    async def vote(
+        self,
+        approval_id: str,
+        approve: bool,
+        *,
+        terms_hash: str | None = None,
+        input_hash: str | None = None,
+        comment: str | None = None,
+        approver: common_pb2.Actor | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> approval_pb2.Approval:
+        """Casts one vote on an approval a policy governs, naming the terms hash and input hash it was cast on.
+
+        Either hash not given is read from the approval first. A terms hash
+        that is not the approval's raises GavelError ``APPROVAL_TERMS_CHANGED``.
+        Returns the approval after the vote, with its quorum progress.
+        """
+        if terms_hash is None or input_hash is None:
+            read = await self.approvals.get_approval(timeout=timeout, **_read_fields(approval_id, None))
+            terms_hash = terms_hash if terms_hash is not None else _terms_hash_of(read, approval_id)
+            input_hash = input_hash if input_hash is not None else read.approval.input_hash
+        fields = _vote_fields(approval_id, approve, terms_hash, input_hash, comment, approver, request_id)
+        return (await self.policies.cast_vote(timeout=timeout, **fields)).approval
+
     def with_options(self, **changes: Any) -> AsyncClient:
         """A client with the same endpoints and credentials but other timings."""
         return AsyncClient(_replace(self.options, changes))
@@ -148,6 +262,65 @@ class AsyncClient(_ClientBase):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _read_fields(approval_id: str, caller_now_ms: int | None) -> dict[str, Any]:
+    fields: dict[str, Any] = {"id": approval_id}
+    if caller_now_ms is not None:
+        fields["caller_now_ms"] = caller_now_ms
+    return fields
+
+
+def _terms_hash_of(read: approval_pb2.GetApprovalResponse, approval_id: str) -> str | None:
+    """The terms hash of a read approval (None from a cluster that predates terms); NOT_FOUND when absent."""
+    if not read.HasField("approval"):
+        raise GavelError("NOT_FOUND", f"approval {approval_id} was not found", grpc.StatusCode.NOT_FOUND)
+    return read.approval.terms_hash or None
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _decide_fields(
+    approval_id: str,
+    approve: bool,
+    terms_hash: str | None,
+    comment: str | None,
+    approver: common_pb2.Actor | None,
+    caller_now_ms: int | None,
+    request_id: str | None,
+) -> dict[str, Any]:
+    status = approval_pb2.APPROVAL_STATUS_APPROVED if approve else approval_pb2.APPROVAL_STATUS_REJECTED
+    return _given(
+        id=approval_id,
+        status=status,
+        terms_hash=terms_hash,
+        comment=comment,
+        approver=approver,
+        caller_now_ms=caller_now_ms,
+        request_id=request_id,
+    )
+
+
+def _vote_fields(
+    approval_id: str,
+    approve: bool,
+    terms_hash: str | None,
+    input_hash: str,
+    comment: str | None,
+    approver: common_pb2.Actor | None,
+    request_id: str | None,
+) -> dict[str, Any]:
+    return _given(
+        approval_id=approval_id,
+        approve=approve,
+        input_hash=input_hash,
+        terms_hash=terms_hash,
+        comment=comment,
+        approver=approver,
+        request_id=request_id,
+    )
 
 
 def _wait_ms(left: float) -> int:

@@ -2,14 +2,15 @@
 // documented behaviour, no code from it), run against a real secured
 // three-node cluster through the app's service principal.
 import assert from "node:assert/strict";
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import { type GavelClient, GavelError, inputHash } from "@gavel/client";
+import { ApprovalStatus, Code, type GavelClient, GavelError, inputHash } from "@gavel/client";
 import {
   type ApprovalRecord,
   type ApprovalRequest,
   type GavelApprovalCoordinator,
   createGavelApprovalCoordinator,
+  toPbActor,
 } from "@gavel/orpc-agent";
 import { TestCluster } from "./cluster.js";
 import { readmeGrantsOf } from "./readme.js";
@@ -355,6 +356,75 @@ describe("ApprovalCoordinator contract on Gavel", () => {
     const sent = request();
     await rejection(coordinator.create({ ...sent, inputHash: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" }));
     assert.equal(await coordinator.get(sent.id), null);
+  });
+});
+
+describe("a decision names the terms it was made on (SPEC section 13)", () => {
+  /** An approval and a decoy beside it, with the terms the cluster computed for each. */
+  async function withDecoy() {
+    const created = await coordinator.create(request());
+    const decoy = await coordinator.create(request());
+    const terms = (await coordinator.terms(created.id))!;
+    const decoyTerms = (await coordinator.terms(decoy.id))!;
+    return { created, terms, decoyHash: decoyTerms.termsHash };
+  }
+
+  test("terms reads the cluster's terms; decide on another approval's terms is refused, on its own it succeeds", async () => {
+    const { created, terms, decoyHash } = await withDecoy();
+    assert.match(terms.termsHash, /^[0-9a-f]{64}$/);
+    assert.equal(createHash("sha256").update(terms.termsJson).digest("hex"), terms.termsHash);
+    assert.equal(terms.terms.approvalId, created.id);
+    assert.equal(terms.terms.inputHash, created.inputHash);
+    assert.notEqual(decoyHash, terms.termsHash);
+    assert.equal(await coordinator.terms(`apr_${run}_no_terms`), null);
+
+    const error = await rejection(coordinator.decide(created.id, { status: "approved", approver: bob, termsHash: decoyHash }));
+    assert.match(error.message, /cannot be decided on terms hash [0-9a-f]{64}: its terms are other ones/);
+    assert.ok(error.cause instanceof GavelError && error.cause.code === "APPROVAL_TERMS_CHANGED", String(error.cause));
+    assert.equal((await coordinator.get(created.id))?.status, "pending");
+    const malformed = await rejection(coordinator.decide(created.id, { status: "approved", approver: bob, termsHash: "stale" }));
+    assert.match(malformed.message, /termsHash must be 64 lower-case hex digits/);
+
+    const decided = await coordinator.decide(created.id, { status: "approved", approver: bob, termsHash: terms.termsHash });
+    assert.equal(decided.status, "approved");
+    assert.deepEqual(decided.decision, { status: "approved", approver: bob, decidedAt: now() });
+  });
+
+  test("the client's decide sends the terms hash it is given, else the one it reads", async () => {
+    const client = perNode[1]!;
+    const { created, terms, decoyHash } = await withDecoy();
+    const decision = { approver: toPbActor(bob), callerNowMs: BigInt(clockMs) };
+    const error = await rejection(client.decide(created.id, { ...decision, approve: true, termsHash: decoyHash }));
+    assert.ok(error instanceof GavelError && error.code === "APPROVAL_TERMS_CHANGED", String(error));
+    assert.equal(error.grpcCode, Code.FailedPrecondition);
+    const read = await client.decide(created.id, { ...decision, approve: false, comment: "read first" });
+    assert.equal(read.status, ApprovalStatus.REJECTED);
+    assert.equal(read.termsHash, terms.termsHash);
+    const missing = await rejection(client.decide(`apr_${run}_no_terms`, { ...decision, approve: true }));
+    assert.ok(missing instanceof GavelError && missing.code === "NOT_FOUND", String(missing));
+  });
+
+  test("the client's vote names the terms hash too; a decide on a governed approval is one vote", async () => {
+    const capabilityId = `orders.refund.${run}.voted`;
+    const voters = ["user:ts-vote-1", "user:ts-vote-2"];
+    for (const voter of voters) {
+      await cluster.grant(voter, ["approver"]);
+    }
+    await cluster.adminClient().policies.setPolicy({
+      name: `ts-terms-${run}`,
+      capabilityIds: [capabilityId],
+      factors: [{ name: "pair", k: 2, group: voters }],
+    });
+    const created = await coordinator.create(request({ capabilityId }));
+    const decoyHash = (await coordinator.terms((await coordinator.create(request())).id))!.termsHash;
+    const [first, second] = await Promise.all(voters.map((voter) => cluster.tokenClient(voter)));
+    const refused = await rejection(first!.vote(created.id, { approve: true, termsHash: decoyHash }));
+    assert.ok(refused instanceof GavelError && refused.code === "APPROVAL_TERMS_CHANGED", String(refused));
+    const once = await first!.vote(created.id, { approve: true });
+    assert.equal(once.status, ApprovalStatus.PENDING);
+    assert.equal(once.quorum?.votes.length, 1);
+    const twice = await second!.decide(created.id, { approve: true, termsHash: once.termsHash });
+    assert.equal(twice.status, ApprovalStatus.APPROVED);
   });
 });
 

@@ -72,8 +72,10 @@ export async function runRefundWalkthrough(cluster: TestCluster, app: RefundApp)
     await waitFor("the approval request", () => agent.output().includes(`approval required: ${approvalId}`), 15_000, agent.output);
 
     // The agent's own principal cannot approve it: it lacks the approver grant.
+    // (`--yes`: decide on the terms the CLI prints, there being no terminal
+    // to confirm them on.)
     const self = await cluster
-      .gavel(["approval", "approve", approvalId], {
+      .gavel(["approval", "approve", approvalId, "--yes"], {
         GAVEL_TOKEN: await token(cluster, "service:refund-app"),
         GAVEL_CERT: undefined,
         GAVEL_KEY: undefined,
@@ -84,7 +86,7 @@ export async function runRefundWalkthrough(cluster: TestCluster, app: RefundApp)
       );
     assert.match(self, /PERMISSION_DENIED/);
 
-    const approved = await cluster.gavel(["approval", "approve", approvalId, "--comment", "customer verified"], {
+    const approved = await cluster.gavel(["approval", "approve", approvalId, "--yes", "--comment", "customer verified"], {
       GAVEL_TOKEN: await token(cluster, "user:bob-finance"),
       GAVEL_CERT: undefined,
       GAVEL_KEY: undefined,

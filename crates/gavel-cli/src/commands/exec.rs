@@ -246,18 +246,50 @@ fn print_submitted(response: &pb::SubmitResponse, json: bool) -> Result<(), Comm
                 }));
             }
             output::print(&format!(
-                "approval required: {} is {} until {}\n\
-                 an approver runs:  gavel approval approve {}\n\
-                 then:              gavel exec resume {}\n\n",
+                "approval required: {} is {} until {}\n{}then:              gavel exec resume {}\n\n",
                 pending.id,
                 output::approval_status(pending.status),
                 time(pending.expires_at_ms),
-                pending.id,
+                approve_hint(pending),
                 pending.id
             ))?;
             approval::print_approval(pending, false)
         }
         None => Err(CommandError::Other(anyhow::anyhow!("the cluster answered without an outcome"))),
+    }
+}
+
+/// Who may decide a pending approval and the command they run, so the hint
+/// works as printed: the requester may not decide it, nor the principal
+/// that requested it on the requester's behalf (`--as`), which is this
+/// shell. In that case (the quick start of `gavel dev`, whose admin submits
+/// for a persona) it also names how this shell approves as another persona,
+/// unless a policy governs the approval (a vote may not name another).
+fn approve_hint(pending: &pb::Approval) -> String {
+    let requester = actor_text(pending.actor.as_ref());
+    let principal = serde_json::from_str::<serde_json::Value>(&pending.terms_json)
+        .ok()
+        .and_then(|terms| terms["requester"]["principal"].as_str().map(str::to_string))
+        .filter(|principal| *principal != requester);
+    let approve = format!("gavel approval approve {}", pending.id);
+    match principal {
+        None => format!(
+            "who may decide:    an approver other than {requester} (the requester)\n\
+             an approver runs:  {approve}\n"
+        ),
+        Some(principal) => {
+            let mut hint = format!(
+                "who may decide:    an approver other than {requester} (the requester) and {principal} \
+                 (who requested it for them)\n\
+                 an approver runs:  {approve}\n"
+            );
+            // A vote (a governed approval) is always the voter's own: no `--as`.
+            let persona = crate::dev::approver_persona(&requester).filter(|_| pending.quorum.is_none());
+            if let Some(persona) = persona {
+                hint.push_str(&format!("in gavel dev:      {approve} --as {persona}\n"));
+            }
+            hint
+        }
     }
 }
 

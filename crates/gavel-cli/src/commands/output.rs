@@ -225,6 +225,9 @@ pub fn approval_json(approval: &pb::Approval) -> Value {
         "allowSelfApproval": approval.allow_self_approval,
         "decision": decision,
         "consumedByExecutionId": approval.consumed_by_execution_id,
+        // SPEC §13: what a decision binds (`--terms-hash` takes termsHash).
+        "terms": if approval.terms_json.is_empty() { Value::Null } else { embedded_json(&approval.terms_json) },
+        "termsHash": if approval.terms_hash.is_empty() { None } else { Some(&approval.terms_hash) },
     });
     // Only on a governed or a standing approval, so the documents of the
     // others keep their keys.

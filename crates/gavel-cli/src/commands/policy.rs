@@ -2,7 +2,8 @@
 //! policies (quorum, docs/policies.md). Setting and deleting need `admin`;
 //! reading policies any authenticated caller; an approval's votes whoever
 //! may read the approval. Votes themselves are cast with `gavel approval
-//! approve|reject`, which on a governed approval is one vote.
+//! approve|reject`, which on a governed approval is one vote, and withdrawn
+//! with `gavel approval withdraw`.
 
 use clap::{Args, Subcommand};
 use gavel_client::{pb, Client};
@@ -47,6 +48,10 @@ pub enum PolicyCommand {
         /// Leave approved-but-unconsumed approvals of the old version standing.
         #[arg(long)]
         non_retroactive: bool,
+        /// Refuse standing approvals this policy governs
+        /// (APPROVAL_STANDING_FORBIDDEN): every "yes" covers one use.
+        #[arg(long)]
+        forbid_standing: bool,
     },
     /// Show one policy.
     Get {
@@ -85,7 +90,7 @@ pub async fn run(args: PolicyArgs) -> Result<(), CommandError> {
     let client = args.global.client()?;
     let json = args.global.json;
     match args.command {
-        PolicyCommand::Set { name, types, capabilities, factors, deny_threshold, non_retroactive } => {
+        PolicyCommand::Set { name, types, capabilities, factors, deny_threshold, non_retroactive, forbid_standing } => {
             let request = pb::SetPolicyRequest {
                 name,
                 approval_types: types,
@@ -93,6 +98,7 @@ pub async fn run(args: PolicyArgs) -> Result<(), CommandError> {
                 factors,
                 deny_threshold,
                 non_retroactive,
+                forbid_standing,
                 ..pb::SetPolicyRequest::default()
             };
             let answer = client.set_policy(request).await?;
@@ -195,6 +201,7 @@ fn policy_json(policy: &pb::Policy) -> Value {
             "name": factor.name, "k": factor.k, "scope": factor.scope, "group": factor.group,
         })).collect::<Vec<_>>(),
         "denyThreshold": policy.deny_threshold,
+        "forbidStanding": policy.forbid_standing,
         "setAtMs": policy.set_at_ms,
     })
 }

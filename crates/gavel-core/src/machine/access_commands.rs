@@ -164,9 +164,11 @@ impl State {
             }
             // Which approvals a principal may vote on is its eligibility for
             // the factors of their policy, decided by the command.
-            Command::CastVote { .. } | Command::WithdrawVote { .. } => {
-                self.require(caller, GrantName::Approver, "vote on approvals").map(drop)
+            Command::CastVote { approval_id, approver, terms_hash, .. } => {
+                self.require(caller, GrantName::Approver, "vote on approvals")?;
+                self.admit_decision(caller, true, approval_id, approver, terms_hash.as_deref(), cluster_ms)
             }
+            Command::WithdrawVote { .. } => self.require(caller, GrantName::Approver, "vote on approvals").map(drop),
             Command::CreateApproval(request) | Command::CreateStandingApproval { request, .. } => {
                 self.require(caller, GrantName::Submitter, "create approvals")?;
                 self.check_acting_as(caller, &request.actor, "request approvals")?;
@@ -176,14 +178,16 @@ impl State {
                 self.check_caller_clock(caller, cluster_ms, "callerNowMs", request.caller_now_ms)?;
                 self.check_caller_clock(caller, cluster_ms, "requestedAtMs", request.requested_at_ms)
             }
-            Command::DecideApproval { approval_id, approver, caller_now_ms, .. } => {
+            Command::DecideApproval { approval_id, approver, caller_now_ms, terms_hash, .. } => {
                 let grant = self.require(caller, GrantName::Approver, "decide approvals")?;
                 if !caller.principal.is_actor(approver) {
                     let what = format!("decide as approver {} {}", actor_kind(approver), approver.id);
                     self.require(caller, GrantName::DelegateDecide, &what)?;
                 }
                 self.check_may_decide(caller, approval_id, grant)?;
-                self.check_caller_clock(caller, cluster_ms, "callerNowMs", *caller_now_ms)
+                self.check_caller_clock(caller, cluster_ms, "callerNowMs", *caller_now_ms)?;
+                let now_ms = caller_now_ms.unwrap_or(cluster_ms);
+                self.admit_decision(caller, false, approval_id, approver, terms_hash.as_deref(), now_ms)
             }
             Command::ConsumeApproval { approval_id, caller_now_ms, .. } => {
                 self.require(caller, GrantName::Submitter, "consume approvals")?;

@@ -96,14 +96,46 @@ impl State {
             closed_at_ms: None,
             quorum: None,
             standing: standing.map(|spec| Standing { spec: spec.clone(), used_by: Vec::new() }),
+            registered: None,
+            terms_hash: String::new(),
         };
+        let approval = self.governed(approval);
+        if approval.standing.is_some() {
+            if let Some(policy) = approval.quorum.as_ref().and_then(|quorum| self.policy(&quorum.policy)) {
+                if policy.forbid_standing {
+                    return Err(DomainError::new(
+                        ErrorCode::ApprovalStandingForbidden,
+                        format!(
+                            "policy {} governs capability {} and forbids standing approvals; request one use at a time",
+                            policy.name, approval.capability_id
+                        ),
+                    ));
+                }
+            }
+        }
         let approval = self.store_approval(approval);
         Ok(approval_reply(approval, now_ms))
     }
 
-    /// Stores a new approval and records `capability.approval_requested`.
-    pub(super) fn store_approval(&mut self, mut approval: Approval) -> &Approval {
-        approval.quorum = self.quorum_for(&approval.capability_id, &approval.types);
+    /// `approval` with what the cluster knows about it filled in: its
+    /// capability as registered (the version a submit named, else the
+    /// latest), the policy that governs it (SPEC §10: by what the
+    /// registration declares, the requester's types only adding one) and
+    /// the hash of its terms (SPEC §13).
+    fn governed(&self, mut approval: Approval) -> Approval {
+        approval.registered = self
+            .capability(&approval.capability_id, approval.capability_version)
+            .map(crate::terms::RegisteredCapability::of);
+        let registered_type = approval.registered.as_ref().and_then(|registered| registered.approval_type.as_deref());
+        approval.quorum = self.quorum_for(&approval.capability_id, registered_type, &approval.types);
+        approval.terms_hash = crate::terms::terms_hash(&approval);
+        approval
+    }
+
+    /// Stores a new approval (filled in by [`State::governed`] when it was
+    /// not yet) and records `capability.approval_requested`.
+    pub(super) fn store_approval(&mut self, approval: Approval) -> &Approval {
+        let approval = if approval.terms_hash.is_empty() { self.governed(approval) } else { approval };
         if let Some(requester) = &approval.requester_principal {
             self.quotas.approval_opened(requester);
         }
@@ -120,12 +152,14 @@ impl State {
     /// Decides an approval. `approver` is the effective approver: the
     /// caller's own actor, or another it was allowed to name
     /// (`delegate-decide`, checked by `authorize_command`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn decide_approval(
         &mut self,
         id: &str,
         status: ApprovalStatus,
         approver: &Actor,
         comment: Option<&str>,
+        terms_hash: Option<&str>,
         caller_now_ms: Option<u64>,
         caller: Option<&Caller>,
     ) -> Result<Reply, DomainError> {
@@ -133,15 +167,19 @@ impl State {
             return Err(DomainError::invalid("invalid decision status"));
         }
         let principal = caller.map(|caller| &caller.principal);
+        let mut problems = Problems::new();
+        problems.timestamp("now", caller_now_ms);
+        if let Err(problem) = crate::terms::check_terms_hash_form(terms_hash) {
+            problems.push(problem);
+        }
+        invalid_if_any(problems, "invalid decision")?;
         // A decision on an approval a policy governs is one vote, on the
-        // input stored (the decide request names no hash; docs/policies.md).
+        // input stored (the decide request names no input hash; docs/policies.md).
         if self.approvals.get(id).is_some_and(|approval| approval.quorum.is_some()) {
-            let mut problems = Problems::new();
-            problems.timestamp("now", caller_now_ms);
-            invalid_if_any(problems, "invalid decision")?;
             let approve = status == ApprovalStatus::Approved;
             let now_ms = self.approval_now(caller_now_ms);
-            return self.cast_vote(id, approve, None, approver, comment, caller, now_ms);
+            let seen = crate::machine::policy_commands::Seen { input_hash: None, terms_hash };
+            return self.cast_vote(id, approve, seen, approver, comment, caller, now_ms);
         }
         check_actor("approver", approver).map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
         let mut problems = Problems::new();
@@ -153,6 +191,9 @@ impl State {
         // it, whatever actor it named then; one deciding on another's behalf
         // is a backend that logs its own users in, and the actors compare.
         let decider = principal.filter(|principal| principal.is_actor(approver));
+        if let Some(approval) = self.approvals.get(id) {
+            crate::terms::check_terms_hash(&approval, terms_hash)?;
+        }
         let approval = match self.approvals.decide(id, status, approver, comment, now_ms, decider) {
             Ok(approval) => approval,
             Err(refusal) => return Err(self.with_approval_state(refusal, id, now_ms)),
@@ -161,7 +202,12 @@ impl State {
         if let Some(requester) = &approval.requester_principal {
             self.quotas.approval_closed(requester);
         }
-        let kind = if status == ApprovalStatus::Approved { EventKind::Approved } else { EventKind::Rejected };
+        let terms_hash = approval.terms_hash.clone();
+        let kind = if status == ApprovalStatus::Approved {
+            EventKind::Approved { terms_hash }
+        } else {
+            EventKind::Rejected { terms_hash }
+        };
         self.audit.record(kind, approver, EventSubject::of_approval(&approval), self.clock_ms);
         Ok(approval_reply(&approval, now_ms))
     }

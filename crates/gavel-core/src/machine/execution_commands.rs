@@ -172,6 +172,8 @@ impl State {
             closed_at_ms: None,
             quorum: None,
             standing: None,
+            registered: None,
+            terms_hash: String::new(),
         };
         let now_ms = self.clock_ms;
         let approval = self.store_approval(approval);
@@ -190,7 +192,7 @@ impl State {
     ) -> Result<Reply, DomainError> {
         let mut problems = Problems::new();
         problems.id("approvalId", approval_id);
-        problems.id("executionId", execution_id);
+        problems.record_id("executionId", execution_id);
         invalid_if_any(problems, "invalid resume request")?;
         let given = match input_json {
             Some(text) => Some(check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?),

@@ -75,10 +75,26 @@ pub(crate) fn check_vote(
     invalid_if_any(problems, "invalid vote")
 }
 
+/// What a voter says it was shown: the input hash (`CastVote` names one; a
+/// `DecideApproval` on a governed approval does not) and the terms hash
+/// (SPEC §13), each refused when it is not the approval's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seen<'a> {
+    /// The input hash the voter saw.
+    pub(crate) input_hash: Option<&'a str>,
+    /// The terms hash the voter saw.
+    pub(crate) terms_hash: Option<&'a str>,
+}
+
 impl State {
     /// The policy that governs a new approval, as the quorum it records.
-    pub(super) fn quorum_for(&self, capability_id: &str, types: &[String]) -> Option<Quorum> {
-        self.policies.governing(capability_id, types).map(quorum_of)
+    pub(super) fn quorum_for(
+        &self,
+        capability_id: &str,
+        registered_type: Option<&str>,
+        types: &[String],
+    ) -> Option<Quorum> {
+        self.policies.governing(capability_id, registered_type, types).map(quorum_of)
     }
 
     /// `SetPolicy`: a new version of `spec`, voiding what it no longer
@@ -94,7 +110,8 @@ impl State {
             .approvals
             .open()
             .filter(|approval| {
-                let governed_now = self.policies.governing(&approval.capability_id, &approval.types);
+                let registered_type = approval.registered.as_ref().and_then(|r| r.approval_type.as_deref());
+                let governed_now = self.policies.governing(&approval.capability_id, registered_type, &approval.types);
                 let created_under =
                     approval.quorum.as_ref().map(|quorum| (quorum.policy.as_str(), quorum.policy_version));
                 let under_old_version =
@@ -217,6 +234,95 @@ impl State {
             || actor.id == approval.actor.id
     }
 
+    /// Whether `voter` (as `approver`) may vote on the pending governed
+    /// `approval` on the terms it names: eligible for a factor of its
+    /// policy, the terms hash its own, and not its requester unless it
+    /// holds the self-approval grant. Returns the factors it is eligible
+    /// for and whether it is the requester. The command asks this before
+    /// it votes, and the edge before it proposes ([`State::admit_decision`]).
+    fn admit_voter(
+        &self,
+        approval: &Approval,
+        quorum: &Quorum,
+        voter: &Principal,
+        approver: &Actor,
+        terms_hash: Option<&str>,
+        caller: Option<&Caller>,
+    ) -> Result<(BTreeSet<u32>, bool), DomainError> {
+        let approval_id = &approval.id;
+        let policy = self.policies.get(&quorum.policy).filter(|policy| policy.version == quorum.policy_version);
+        let policy = policy.expect("a pending approval's policy version is current: a change voids it");
+        let eligible = self.eligible_factors(policy, voter, caller);
+        if eligible.is_empty() {
+            if caller.is_some_and(|caller| !self.may_read_approval(Some(caller), approval)) {
+                return Err(crate::approvals::not_found(approval_id));
+            }
+            return Err(DomainError::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "{voter} is not eligible for any factor of policy {} and may not vote on {approval_id}",
+                    policy.name
+                ),
+            ));
+        }
+        crate::terms::check_terms_hash(approval, terms_hash)?;
+        let self_approval = State::is_requester(approval, voter, approver);
+        if self_approval {
+            let allowed = match caller {
+                Some(caller) => self.usable_grant(caller, GrantName::SelfApproval).is_some(),
+                None => approval.allow_self_approval,
+            };
+            if !allowed {
+                return Err(DomainError::new(
+                    ErrorCode::ApprovalSelfApproval,
+                    format!(
+                        "{voter} requested approval {approval_id} (or acts for its requester) and cannot vote on it"
+                    ),
+                ));
+            }
+        }
+        Ok((eligible, self_approval))
+    }
+
+    /// The refusals of a decision or vote by `caller` on approval
+    /// `approval_id` that no retry can turn into a success, asked by the
+    /// edge before it proposes, so that a refused "yes" costs no log entry
+    /// (issue #37): terms that are not the approval's, the requester
+    /// deciding its own request, a voter eligible for no factor. Only a
+    /// pending approval is judged: any other refusal (unknown, decided,
+    /// a duplicate vote) is left to the command, whose reply a retry with
+    /// the same request id gets again. The command asks the same
+    /// questions again at its log position. `vote`: a `CastVote`, which
+    /// only a governed approval takes.
+    pub fn admit_decision(
+        &self,
+        caller: &Caller,
+        vote: bool,
+        approval_id: &str,
+        approver: &Actor,
+        terms_hash: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), DomainError> {
+        let Some(approval) = self.approvals.get(approval_id) else { return Ok(()) };
+        if approval.status_at(now_ms) != ApprovalStatus::Pending {
+            return Ok(());
+        }
+        match &approval.quorum {
+            Some(quorum) => {
+                if !caller.principal.is_actor(approver) {
+                    return Ok(()); // refused by the command, which says why
+                }
+                self.admit_voter(&approval, quorum, &caller.principal, approver, terms_hash, Some(caller)).map(drop)
+            }
+            None if vote => Ok(()), // refused by the command: decide it instead
+            None => {
+                crate::terms::check_terms_hash(&approval, terms_hash)?;
+                let decider = Some(&caller.principal).filter(|principal| principal.is_actor(approver));
+                crate::approvals::check_self_decision(&approval, approver, decider)
+            }
+        }
+    }
+
     /// A vote on a governed approval (`CastVote`, or `DecideApproval` on
     /// one). `input_hash` is what the voter saw (`None`: a decide, which
     /// names none, votes on the stored input). `now_ms` is the cluster
@@ -226,12 +332,13 @@ impl State {
         &mut self,
         approval_id: &str,
         approve: bool,
-        input_hash: Option<&str>,
+        seen: Seen<'_>,
         approver: &Actor,
         comment: Option<&str>,
         caller: Option<&Caller>,
         now_ms: u64,
     ) -> Result<Reply, DomainError> {
+        let Seen { input_hash, terms_hash } = seen;
         check_vote(approval_id, input_hash, approver, comment)?;
         let approval = self.approvals.get(approval_id).ok_or_else(|| crate::approvals::not_found(approval_id))?;
         let Some(quorum) = approval.quorum.clone() else {
@@ -263,41 +370,12 @@ impl State {
                 format!("the input hash voted on is not the input hash of approval {approval_id}"),
             ));
         }
-        let policy = self.policies.get(&quorum.policy).filter(|policy| policy.version == quorum.policy_version);
-        let policy = policy.expect("a pending approval's policy version is current: a change voids it").clone();
-        let eligible = self.eligible_factors(&policy, &voter, caller);
-        if eligible.is_empty() {
-            if caller.is_some_and(|caller| !self.may_read_approval(Some(caller), &approval)) {
-                return Err(crate::approvals::not_found(approval_id));
-            }
-            return Err(DomainError::new(
-                ErrorCode::PermissionDenied,
-                format!(
-                    "{voter} is not eligible for any factor of policy {} and may not vote on {approval_id}",
-                    policy.name
-                ),
-            ));
-        }
+        let (eligible, self_approval) = self.admit_voter(&approval, &quorum, &voter, approver, terms_hash, caller)?;
         if quorum.votes.iter().any(|vote| vote.principal == voter) {
             return Err(DomainError::new(
                 ErrorCode::VoteDuplicate,
                 format!("{voter} already voted on approval {approval_id}; withdraw that vote to vote again"),
             ));
-        }
-        let self_approval = State::is_requester(&approval, &voter, approver);
-        if self_approval {
-            let allowed = match caller {
-                Some(caller) => self.usable_grant(caller, GrantName::SelfApproval).is_some(),
-                None => approval.allow_self_approval,
-            };
-            if !allowed {
-                return Err(DomainError::new(
-                    ErrorCode::ApprovalSelfApproval,
-                    format!(
-                        "{voter} requested approval {approval_id} (or acts for its requester) and cannot vote on it"
-                    ),
-                ));
-            }
         }
         if quorum.votes.len() >= VOTES_PER_APPROVAL_MAX {
             return Err(DomainError::new(
@@ -327,11 +405,18 @@ impl State {
             // resume checks a self-decided approval against this flag.
             record.allow_self_approval = true;
         }
-        let kind = EventKind::VoteCast { policy_version: quorum.policy_version, approve, factor, self_approval };
+        let terms_hash = record.terms_hash.clone();
+        let kind = EventKind::VoteCast {
+            policy_version: quorum.policy_version,
+            approve,
+            factor,
+            self_approval,
+            terms_hash: terms_hash.clone(),
+        };
         self.audit.record(kind, approver, EventSubject::of_approval(record), now_ms);
         let decided = match (approve && met, !approve && denied) {
-            (true, _) => Some((EventKind::Approved, ApprovalStatus::Approved)),
-            (_, true) => Some((EventKind::Rejected, ApprovalStatus::Rejected)),
+            (true, _) => Some((EventKind::Approved { terms_hash }, ApprovalStatus::Approved)),
+            (_, true) => Some((EventKind::Rejected { terms_hash }, ApprovalStatus::Rejected)),
             _ => None,
         };
         let approval = match decided {

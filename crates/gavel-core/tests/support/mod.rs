@@ -154,6 +154,7 @@ impl Script {
     /// Decides an approval with the cluster clock.
     pub fn decide(&mut self, approval_id: &str, status: ApprovalStatus, approver: Actor) -> Reply {
         self.apply(Command::DecideApproval {
+            terms_hash: None,
             approval_id: approval_id.to_string(),
             status,
             approver,

@@ -80,6 +80,8 @@ pub fn approval_out(approval: &Approval, status: ApprovalStatus) -> pb::Approval
             }),
             used_by: standing.used_by.clone(),
         }),
+        terms_json: gavel_core::terms::terms_json(approval),
+        terms_hash: approval.terms_hash.clone(),
     }
 }
 
@@ -168,6 +170,7 @@ pub fn decide_in(request: &pb::DecideApprovalRequest, caller: Option<&Caller>) -
         approver,
         comment: request.comment.clone(),
         caller_now_ms: timestamp_in("callerNowMs", request.caller_now_ms)?,
+        terms_hash: request.terms_hash.clone(),
     })
 }
 

@@ -290,11 +290,12 @@ pub fn event_out(event: &Event) -> pb::Event {
             .map(|(key, value)| (key.to_string(), value))
             .collect();
         }
-        EventKind::VoteCast { policy_version, approve, factor, self_approval } => {
+        EventKind::VoteCast { policy_version, approve, factor, self_approval, terms_hash } => {
             let mut attributes = vec![
                 ("policy_version", policy_version.to_string()),
                 ("vote", if *approve { "approve" } else { "deny" }.to_string()),
                 ("self_approval", self_approval.to_string()),
+                ("terms_hash", terms_hash.clone()),
             ];
             if let Some(factor) = factor {
                 attributes.push(("factor", factor.clone()));
@@ -319,10 +320,11 @@ pub fn event_out(event: &Event) -> pb::Event {
             out.payload_json = payload_json.clone();
             out.attributes = attributes.clone();
         }
+        EventKind::Approved { terms_hash } | EventKind::Rejected { terms_hash } => {
+            out.attributes = [("terms_hash".to_string(), terms_hash.clone())].into_iter().collect();
+        }
         EventKind::Requested
         | EventKind::ApprovalRequested
-        | EventKind::Approved
-        | EventKind::Rejected
         | EventKind::ApprovalCancelled
         | EventKind::ApprovalConsumed
         | EventKind::VoteWithdrawn => {}

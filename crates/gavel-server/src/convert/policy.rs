@@ -47,6 +47,7 @@ pub fn set_in(request: &pb::SetPolicyRequest) -> Result<Command, DomainError> {
         factors,
         deny_threshold: request.deny_threshold,
         non_retroactive: request.non_retroactive,
+        forbid_standing: request.forbid_standing,
     }))
 }
 
@@ -60,6 +61,7 @@ pub fn policy_out(policy: &Policy) -> pb::Policy {
         factors: policy.factors.iter().map(factor_out).collect(),
         deny_threshold: policy.deny_threshold,
         set_at_ms: timestamp_out(policy.set_at_ms),
+        forbid_standing: policy.forbid_standing,
     }
 }
 
@@ -71,6 +73,7 @@ pub fn vote_in(request: &pb::CastVoteRequest, caller: Option<&Caller>) -> Result
         input_hash: request.input_hash.clone(),
         approver: actor_or_caller("approver", request.approver.as_ref(), caller)?,
         comment: request.comment.clone(),
+        terms_hash: request.terms_hash.clone(),
     })
 }
 

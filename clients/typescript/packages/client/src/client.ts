@@ -26,6 +26,8 @@ import { GavelError, fromAttempt, readErrorDetail, retryableAttempt } from "./er
 import { ConnectError } from "@connectrpc/connect";
 import { type JsonField, checkJsonText } from "./ijson.js";
 import { Reachability } from "./reach.js";
+import { type DecideOptions, type VoteOptions, decide, vote } from "./decide.js";
+import type { Approval } from "./gen/gavel/v1/approval_pb.js";
 
 /** The response header a follower adds when it forwarded a call. */
 export const LEADER_HEADER = "gavel-leader";
@@ -90,6 +92,18 @@ export interface GavelClient {
   readonly access: Client<typeof AccessService>;
   /** Approval policies and votes (docs/policies.md). */
   readonly policies: Client<typeof PolicyService>;
+  /**
+   * Approves or rejects an approval, naming the terms hash it was decided on
+   * (`decision.termsHash`, the hash the person was shown; absent, the
+   * approval is read first and the hash of what was read is sent). A hash
+   * that is not the approval's is refused with APPROVAL_TERMS_CHANGED.
+   */
+  decide(id: string, decision: DecideOptions, callOptions?: CallOptions): Promise<Approval>;
+  /**
+   * Casts one vote on an approval a policy governs, naming the terms hash
+   * and input hash it was cast on (read first when not given).
+   */
+  vote(id: string, vote: VoteOptions, callOptions?: CallOptions): Promise<Approval>;
   /** The configured endpoints, as `host:port`. */
   readonly endpoints: readonly string[];
   /** The endpoint calls go to first (the last known leader). */
@@ -379,7 +393,7 @@ function buildClient(
     );
   };
 
-  return {
+  const client: GavelClient = {
     approvals: wrap(ApprovalService),
     capabilities: wrap(CapabilityService),
     executions: wrap(ExecutionService),
@@ -388,6 +402,8 @@ function buildClient(
     cluster,
     access: wrap(AccessService),
     policies: wrap(PolicyService),
+    decide: (id, decision, callOptions) => decide(client, id, decision, callOptions),
+    vote: (id, cast, callOptions) => vote(client, id, cast, callOptions),
     endpoints,
     preferredEndpoint: () => endpoints[state.preferred % endpoints.length]!,
     attempts: () => state.attempts,
@@ -399,4 +415,5 @@ function buildClient(
       }
     },
   };
+  return client;
 }

@@ -1,7 +1,8 @@
 // @gavel/client: a typed client for every gavel.v1 service (generated from
 // proto/ by protoc-gen-es, in ./gen), with TLS, bearer tokens, leader
 // following and safe retries (client.ts); the worker runtime (worker.ts); and
-// the canonical input hash (hash.ts); the I-JSON check of JSON before it is
+// the canonical input hash (hash.ts); deciding and voting by an approval's
+// terms hash (decide.ts); the I-JSON check of JSON before it is
 // sent (ijson.ts).
 export {
   type ClientOptions,
@@ -12,6 +13,7 @@ export {
   newRequestId,
   optionsFromEnv,
 } from "./client.js";
+export { type DecideOptions, type VoteOptions } from "./decide.js";
 export { GavelError, readErrorDetail } from "./errors.js";
 export { Code } from "@connectrpc/connect";
 export { Reachability } from "./reach.js";

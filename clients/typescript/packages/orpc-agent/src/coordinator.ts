@@ -10,6 +10,10 @@
 //   app's principal needs no `clock` grant.
 // - The requester (`act-for`) and the approver (`delegate-decide`) are the
 //   actors orpc-agent passes, not the app's service principal.
+// - `decide` names the terms hash the decision was made on (SPEC section 13):
+//   the one the caller passes (`termsHash`, what the person was shown, from
+//   `terms(id)`), else the approval's, read just before; the cluster refuses
+//   terms that are not the approval's (APPROVAL_TERMS_CHANGED).
 // - Input is validated here before anything is sent, and errors are plain
 //   Errors with orpc-agent's wording; the underlying GavelError is `cause`.
 import {
@@ -57,8 +61,41 @@ export interface GavelApprovalCoordinatorOptions {
   maxListed?: number;
 }
 
-/** A GavelApprovalCoordinator is an orpc-agent ApprovalCoordinator whose `list` is always there. */
-export type GavelApprovalCoordinator = ApprovalCoordinator & Required<Pick<ApprovalCoordinator, "list">>;
+/**
+ * An orpc-agent decision with the terms hash the person deciding was shown
+ * (`GavelApprovalCoordinator.terms(id).termsHash`). With it, `decide` sends
+ * it as is; without it, `decide` reads the approval first and sends the
+ * hash of what it read. Either way a decision on terms that are not the
+ * approval's (another approval's page, or terms that changed since) is
+ * refused by the cluster (APPROVAL_TERMS_CHANGED).
+ */
+export type GavelApprovalDecision = ApprovalDecision & { termsHash?: string };
+
+/**
+ * The terms of a decision (SPEC section 13), as the cluster computed them:
+ * everything a person must see to decide the approval. Show them, and pass
+ * `termsHash` with the person's decision.
+ */
+export interface ApprovalTerms {
+  /** SHA-256 (lower-case hex) of `termsJson`. */
+  termsHash: string;
+  /** The RFC 8785 canonical JSON of the terms. */
+  termsJson: string;
+  /** `termsJson` parsed. */
+  terms: Record<string, unknown>;
+}
+
+/**
+ * A GavelApprovalCoordinator is an orpc-agent ApprovalCoordinator whose
+ * `list` is always there, whose `decide` takes the terms hash the person
+ * was shown, and which reads an approval's terms.
+ */
+export type GavelApprovalCoordinator = ApprovalCoordinator &
+  Required<Pick<ApprovalCoordinator, "list">> & {
+    decide(id: string, decision: GavelApprovalDecision): Promise<ApprovalRecord>;
+    /** The terms of approval `id` as the cluster computed them, or null when there is none. */
+    terms(id: string): Promise<ApprovalTerms | null>;
+  };
 
 const STATUSES: Record<ApprovalStatus, PbStatus> = {
   pending: PbStatus.PENDING,
@@ -360,7 +397,20 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
       return response.approval === undefined ? null : toRecord(response.approval);
     },
 
-    async decide(id: string, decision: ApprovalDecision): Promise<ApprovalRecord> {
+    async terms(id: string): Promise<ApprovalTerms | null> {
+      const response = await client.approvals.getApproval({ id, callerNowMs: nowMs() });
+      const approval = response.approval;
+      if (approval === undefined) {
+        return null;
+      }
+      return {
+        termsHash: approval.termsHash,
+        termsJson: approval.termsJson,
+        terms: (approval.termsJson === "" ? {} : JSON.parse(approval.termsJson)) as Record<string, unknown>,
+      };
+    },
+
+    async decide(id: string, decision: GavelApprovalDecision): Promise<ApprovalRecord> {
       const status = (decision as { status?: unknown } | null)?.status;
       if (status !== "approved" && status !== "rejected") {
         throw refusal(`Invalid decision status "${String(status)}"`);
@@ -375,16 +425,38 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
       if (decision.comment !== undefined && typeof decision.comment !== "string") {
         throw refusal("Decision comment must be a string");
       }
+      const shown = decision.termsHash;
+      if (shown !== undefined && (typeof shown !== "string" || !/^[0-9a-f]{64}$/.test(shown))) {
+        throw refusal("Decision termsHash must be 64 lower-case hex digits (an approval's termsHash)");
+      }
+      let termsHash = shown;
       try {
+        const callerNowMs = nowMs();
+        if (termsHash === undefined) {
+          // No terms hash from the caller: decide on the terms as they are
+          // now, read here, so the decision still names the terms it binds.
+          const current = await client.approvals.getApproval({ id, callerNowMs });
+          if (current.approval === undefined) {
+            throw refusal(`Approval "${id}" was not found`);
+          }
+          termsHash = current.approval.termsHash === "" ? undefined : current.approval.termsHash;
+        }
         const response = await client.approvals.decideApproval({
-          callerNowMs: nowMs(),
+          callerNowMs,
           id,
           status: status === "approved" ? PbStatus.APPROVED : PbStatus.REJECTED,
           approver: toPbActor(decision.approver),
           comment: decision.comment,
+          termsHash,
         });
         return toRecord(response.approval!);
       } catch (error) {
+        if (error instanceof GavelError && error.code === "APPROVAL_TERMS_CHANGED") {
+          throw refusal(
+            `Approval "${id}" cannot be decided on terms hash ${String(termsHash)}: its terms are other ones (read them again)`,
+            error,
+          );
+        }
         const state = refusalOfAct(error, id);
         if (state !== undefined) {
           throw refusal(`Approval "${id}" is not pending (status: ${state.status})`, error);

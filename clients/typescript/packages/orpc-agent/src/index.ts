@@ -4,7 +4,9 @@
 // worker adapter that runs oRPC procedures under Gavel leases (worker.ts).
 export * from "./types.js";
 export {
+  type ApprovalTerms,
   type GavelApprovalCoordinator,
+  type GavelApprovalDecision,
   type GavelApprovalCoordinatorOptions,
   createGavelApprovalCoordinator,
   attributeProblems,
