@@ -604,7 +604,7 @@ async fn approvals_follow_the_contract_through_leader_and_follower() {
     cluster.wait_converged().await;
 }
 
-/// Found by `gavel chaos`: a create with `expires_in_ms`, retried with the same
+/// Found by `gavel-lab chaos`: a create with `expires_in_ms`, retried with the same
 /// request id later and through another node (what the SDK does after an
 /// ambiguous failure), must get the first answer, not REQUEST_ID_REUSED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use admin_cli::{gavel, gavel_as, gavel_via, principal, Run};
 use gavel_client::{pb, Client};
+use gavel_testkit::Converge as _;
 use gavel_testkit::{Cluster, ClusterSpec, Security, HARNESS_GRANTS};
 use serde_json::Value;
 

@@ -1,4 +1,4 @@
-//! `gavel bench --fault`: two fault modes, briefly, against a local secure
+//! `gavel-lab bench --fault`: two fault modes, briefly, against a local secure
 //! three-node cluster of the real binary: a follower paused (SIGSTOP) and
 //! the leader SIGKILLed. The other modes share their plumbing (the fault
 //! report, the heal, the bins) with these; their faults are what the
@@ -31,7 +31,7 @@ use serde_json::Value;
 /// The runs share two cores: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// What one `gavel bench --fault` run printed.
+/// What one `gavel-lab bench --fault` run printed.
 struct Run {
     code: i32,
     /// The fault report (the JSON line before the summary).
@@ -44,15 +44,15 @@ struct Run {
 fn bench_fault(fault: &str) -> Run {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     let started = Instant::now();
-    let output = Command::new(support::gavel_binary())
+    let output = Command::new(support::lab_binary())
         .args(["bench", "--json", "--clients=8", "--warmup=2s", "--duration=12s", "--fault-hold=3s"])
         .arg(format!("--fault={fault}"))
         .env("GAVEL_LOG", "warn")
         .output()
-        .expect("run gavel bench");
+        .expect("run gavel-lab bench");
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     let tables = String::from_utf8_lossy(&output.stderr).to_string();
-    eprintln!("gavel bench --fault={fault} took {:.0?}\n{tables}", started.elapsed());
+    eprintln!("gavel-lab bench --fault={fault} took {:.0?}\n{tables}", started.elapsed());
     let lines: Vec<Value> = stdout
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("not JSON ({error}): {line}")))

@@ -23,21 +23,23 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-/// Runs `gavel chaos` and returns (exit code, the parsed summary line, with
-/// the checkers' JSON results, one per line before it, under `results`).
+/// Runs `gavel-lab chaos` with the nodes of `binary` and returns (exit
+/// code, the parsed summary line, with the checkers' JSON results, one per
+/// line before it, under `results`).
 fn chaos(binary: &Path, out: &Path, args: &[&str]) -> (i32, serde_json::Value) {
     let started = Instant::now();
-    let output = Command::new(binary)
+    let output = Command::new(support::lab_binary())
         .arg("chaos")
+        .env("GAVEL_BIN", binary)
         .arg("--json")
         .arg(format!("--out={}", out.display()))
         .args(args)
         .env("GAVEL_LOG", "warn")
         .output()
-        .expect("run gavel chaos");
+        .expect("run gavel-lab chaos");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    eprintln!("gavel chaos {args:?} took {:.0?}\nstderr:\n{stderr}", started.elapsed());
+    eprintln!("gavel-lab chaos {args:?} took {:.0?}\nstderr:\n{stderr}", started.elapsed());
     let last = stdout.lines().last().unwrap_or_default();
     let summary: serde_json::Value = serde_json::from_str(last)
         .unwrap_or_else(|error| panic!("the last line is not the JSON summary ({error}):\n{stdout}"));

@@ -15,6 +15,7 @@ use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use gavel_proto::v1::worker_service_client::WorkerServiceClient;
 use gavel_testkit::ClusterSpec;
+use gavel_testkit::Converge as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One sample of the text format: name, labels, value.

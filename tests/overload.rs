@@ -317,7 +317,7 @@ async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
             // (seen in a quiet run at default timings in both windows: 60
             // and 452 calls failed UNAVAILABLE, p99 4.7x and 9.8x) is what
             // the p99 then measures. Elections are what tests/faults.rs and
-            // `gavel bench --fault` measure; this test measures admission.
+            // `gavel-lab bench --fault` measure; this test measures admission.
             let flags = [
                 format!("--metrics-listen={addr}"),
                 "--long-polls-max=2".into(),

@@ -1,4 +1,4 @@
-//! A rolling restart under load: `gavel bench --rolling-restart` restarts
+//! A rolling restart under load: `gavel-lab bench --rolling-restart` restarts
 //! the three nodes of a local secure cluster of the real binary one at a
 //! time (SIGTERM, wait for the exit, start again, wait until caught up),
 //! followers first and the leader last, while closed-loop SDK clients run
@@ -15,15 +15,15 @@ use serde_json::Value;
 #[test]
 fn a_rolling_restart_fails_no_lifecycle() {
     let started = Instant::now();
-    let output = Command::new(support::gavel_binary())
+    let output = Command::new(support::lab_binary())
         .args(["bench", "--json", "--rolling-restart", "--clients=8", "--warmup=2s", "--duration=20s"])
         // The stopping leader's "handed leadership to node N" is at info.
         .env("GAVEL_LOG", "warn,gavel_server::server=info")
         .output()
-        .expect("run gavel bench --rolling-restart");
+        .expect("run gavel-lab bench --rolling-restart");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let tables = String::from_utf8_lossy(&output.stderr);
-    eprintln!("gavel bench --rolling-restart took {:.0?}\n{tables}", started.elapsed());
+    eprintln!("gavel-lab bench --rolling-restart took {:.0?}\n{tables}", started.elapsed());
     let lines: Vec<Value> = stdout
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("not JSON ({error}): {line}")))

@@ -303,7 +303,7 @@ async fn the_client_goes_straight_to_the_leader_once_a_forwarded_answer_names_it
     assert!(attempts_of_one_call(&pinned).await >= 2, "the pinned client tried the follower first");
 }
 
-/// Found by `gavel bench --scale`: a long-poll whose lease grant committed
+/// Found by `gavel-lab bench --scale`: a long-poll whose lease grant committed
 /// while its answer was lost used to leave the lease to expire unused (the
 /// retry found no queued work); the retry now gets the same lease back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -40,6 +40,7 @@ use gavel_client::{Client, ClientTls};
 use gavel_pki::Principal;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::audit_service_client::AuditServiceClient;
+use gavel_testkit::Converge as _;
 use gavel_testkit::{Cluster, ClusterSpec, Converged, Security, SnapshotPolicy, HARNESS_GRANTS};
 
 /// Each test, bounded.

@@ -17,12 +17,20 @@ use gavel_proto::v1::cluster_service_client::ClusterServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
 use gavel_proto::v1::worker_service_client::WorkerServiceClient;
 use gavel_testkit::ClusterSpec;
+use gavel_testkit::Converge as _;
 use tonic::transport::Channel;
 
 /// The `gavel` binary these tests start: `GAVEL_BIN`, or the one cargo built
 /// next to this test executable (`target/<profile>/gavel`).
 pub fn gavel_binary() -> PathBuf {
     gavel_testkit::resolve_gavel_binary(None).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// The lab binary, `gavel-lab` (chaos, sim, bench), built beside `gavel`.
+pub fn lab_binary() -> PathBuf {
+    let lab = gavel_binary().with_file_name("gavel-lab");
+    assert!(lab.is_file(), "{} is not built (cargo build --workspace builds it)", lab.display());
+    lab
 }
 
 /// Runs `gavel ARGS... --endpoints=ENDPOINTS` with `env` set and nothing

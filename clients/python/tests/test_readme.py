@@ -1,9 +1,10 @@
-"""The README's "The same refund from Python", run as the README gives it.
+"""The walk-through "The same refund from Python", run as docs/walkthroughs.md gives it.
 
-Every command below is taken verbatim from that section of README.md (the
-test fails if one is missing there), run by bash in a work directory outside
-the repository, and its output compared with the output the README shows
-(``...`` matches anything). The worker and the plain agent run from a fresh
+README.md links that walk-through. Every command below is taken verbatim
+from its section of docs/walkthroughs.md (the test fails if one is missing
+there), run by bash in a work directory outside the repository, and its
+output compared with the output the walk-through shows (``...`` matches
+anything). The worker and the plain agent run from a fresh
 virtual environment into which the wheel the suite built was installed,
 outside the repository; the LangGraph and Agents SDK agents run from the
 suite's environment, which has the frameworks.
@@ -27,6 +28,8 @@ import pytest
 
 from cluster import GAVEL_BIN, REPO_ROOT, TestCluster
 
+#: The document that holds the walk-through, and its section.
+WALKTHROUGHS = Path("docs") / "walkthroughs.md"
 SECTION = "## The same refund from Python"
 #: How long one agent may take from start to its last line, in seconds.
 AGENT_TIMEOUT_S = 60.0
@@ -35,10 +38,11 @@ INSTALL_TIMEOUT_S = 300
 
 
 def readme_section() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
+    """The section, up to the next second-level heading or the end of the document."""
+    text = (REPO_ROOT / WALKTHROUGHS).read_text()
     start = text.index(SECTION)
-    end = text.index("\n## ", start + len(SECTION))
-    return text[start:end]
+    end = text.find("\n## ", start + len(SECTION))
+    return text[start:] if end == -1 else text[start:end]
 
 
 def blocks(section: str) -> list[list[str]]:
@@ -50,7 +54,7 @@ def blocks(section: str) -> list[list[str]]:
 def command(section: str, fragment: str) -> str:
     """The one ``$ `` command of the section that contains ``fragment``."""
     matches = [line[2:] for block in blocks(section) for line in block if line.startswith("$ ") and fragment in line]
-    assert len(matches) == 1, f"README's {SECTION!r} has {len(matches)} commands with {fragment!r}"
+    assert len(matches) == 1, f"{WALKTHROUGHS}'s {SECTION!r} has {len(matches)} commands with {fragment!r}"
     return matches[0]
 
 

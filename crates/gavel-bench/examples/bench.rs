@@ -1,4 +1,4 @@
-//! `gavel bench` as a standalone example, for trying the load generator
+//! `gavel-lab bench` as a standalone example, for trying the load generator
 //! before it is mounted in the `gavel` binary:
 //!
 //! ```text
@@ -30,7 +30,7 @@ async fn main() -> ExitCode {
         Ok(outcome) if outcome.ok => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(error) => {
-            eprintln!("gavel bench: {error}");
+            eprintln!("gavel-lab bench: {error}");
             ExitCode::FAILURE
         }
     }

@@ -123,7 +123,7 @@ impl LocalCluster {
 
     /// [`LocalCluster::start`], with `namespaces`: each node in its own
     /// network namespace of a `gavel_chaos` [`gavel_chaos::net::Net`] (as
-    /// `gavel chaos` runs them), so that iptables can partition it; the bench
+    /// `gavel-lab chaos` runs them), so that iptables can partition it; the bench
     /// reaches every node through the bridge.
     pub async fn start_in(
         binary: PathBuf,

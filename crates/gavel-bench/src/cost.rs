@@ -1,4 +1,4 @@
-//! `gavel bench --cost`: what one operation costs each node.
+//! `gavel-lab bench --cost`: what one operation costs each node.
 //!
 //! Around the measured window of each `--clients` configuration the bench
 //! reads, for every node process: CPU time (`utime + stime` of

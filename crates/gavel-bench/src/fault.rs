@@ -10,7 +10,7 @@
 //!   its data;
 //! - `pause-follower`: SIGSTOP, then SIGCONT;
 //! - `partition-follower`: the node's namespace drops every packet from the
-//!   other nodes (iptables, as `gavel chaos` does with
+//!   other nodes (iptables, as `gavel-lab chaos` does with
 //!   [`gavel_chaos::net::Net::partition`]), then the rules are flushed. The
 //!   clients still reach every node: only node-to-node traffic is cut.
 //!
@@ -36,6 +36,7 @@ use serde::Serialize;
 use crate::cluster::{Dial, LocalCluster, WAIT};
 use crate::workload::{self, ConfigReport, LoadSpec};
 use crate::{BenchError, Printer};
+use gavel_testkit::Converge as _;
 
 /// Share of the steady rate the targets hold the throughput to.
 pub const TARGET_SHARE: f64 = 0.8;

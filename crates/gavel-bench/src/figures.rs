@@ -1,4 +1,4 @@
-//! Figures mode (`gavel bench --figures ...`): the cluster and SDK figures of
+//! Figures mode (`gavel-lab bench --figures ...`): the cluster and SDK figures of
 //! `docs/performance.md`, measured on the local cluster the bench starts,
 //! each printed as the median and spread (min–max) of `--figure-runs` runs:
 //!

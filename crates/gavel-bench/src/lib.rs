@@ -1,4 +1,4 @@
-//! `gavel bench`: closed-loop load against a durable three-node cluster.
+//! `gavel-lab bench`: closed-loop load against a durable three-node cluster.
 //!
 //! [`run`] drives closed-loop clients (each runs one lifecycle after another)
 //! against given endpoints or, by default, a local three-node cluster of
@@ -132,7 +132,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
-/// `gavel bench`: closed-loop throughput, latency and CPU per operation of a
+/// `gavel-lab bench`: closed-loop throughput, latency and CPU per operation of a
 /// durable three-node cluster.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
@@ -441,7 +441,7 @@ async fn run_inner(args: &BenchArgs, printer: &mut Printer<'_>) -> Result<BenchO
     if let Some(scale) = &scale {
         printer.human(&report::scale_summary(scale))?;
     }
-    printer.human(if ok { "gavel bench: ok" } else { "gavel bench: FAILED (see the errors above)" })?;
+    printer.human(if ok { "gavel-lab bench: ok" } else { "gavel-lab bench: FAILED (see the errors above)" })?;
     let summary = serde_json::json!({
         "cluster": if args.endpoints.is_empty() { "local" } else { "endpoints" },
         "endpoints": endpoints,

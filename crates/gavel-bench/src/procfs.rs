@@ -5,7 +5,7 @@
 //! tick rate from the `AT_CLKTCK` entry of `/proc/self/auxv`, resident
 //! memory and its peak from the `VmRSS` and `VmHWM` lines of
 //! `/proc/<pid>/status`, and the machine's available memory from the
-//! `MemAvailable` line of `/proc/meminfo`. For `gavel bench --cost`: the
+//! `MemAvailable` line of `/proc/meminfo`. For `gavel-lab bench --cost`: the
 //! I/O counters of `/proc/<pid>/io` and the context switches of each live
 //! thread's `/proc/<pid>/task/<tid>/status`.
 

@@ -1,4 +1,4 @@
-//! Smoke runs of `gavel bench` against local clusters of the debug `gavel`
+//! Smoke runs of `gavel-lab bench` against local clusters of the debug `gavel`
 //! binary (found as `gavel_testkit::resolve_gavel_binary` finds it: run
 //! `cargo build -p gavel-cli` first, or set `GAVEL_BIN`). The runs are
 //! serialized so their timings do not disturb each other.

@@ -1,4 +1,4 @@
-//! `gavel chaos`: runs a real three-node cluster in network namespaces, injects
+//! `gavel-lab chaos`: runs a real three-node cluster in network namespaces, injects
 //! faults on a seeded schedule while seeded clients and workers drive
 //! approvals and executions, records every operation in a history, and judges
 //! the history with checkers.

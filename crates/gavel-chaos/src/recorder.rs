@@ -86,7 +86,7 @@ impl Recorder {
             }
         };
         if let Err(error) = writer.write(entry) {
-            eprintln!("gavel chaos: cannot write the history: {error}");
+            eprintln!("gavel-lab chaos: cannot write the history: {error}");
             std::process::exit(crate::run::EXIT_HARNESS_CRASH);
         }
     }

@@ -376,7 +376,7 @@ pub fn svg_timeline(history: &[Entry], width: u32, height: u32) -> String {
         writeln!(svg, r#"<rect class="background" x="0" y="0" width="{width:.0}" height="{height:.0}" fill="white"/>"#);
     let _ = writeln!(
         svg,
-        r#"<text x="{left:.1}" y="20" font-size="13" font-weight="bold">gavel chaos run: {} operations over {:.1} s; shaded: faults</text>"#,
+        r#"<text x="{left:.1}" y="20" font-size="13" font-weight="bold">gavel-lab chaos run: {} operations over {:.1} s; shaded: faults</text>"#,
         operations.len(),
         last_time_ms(history) / 1000.0
     );

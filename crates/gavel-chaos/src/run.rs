@@ -12,6 +12,7 @@ use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::audit_service_client::AuditServiceClient;
 use gavel_proto::v1::execution_service_client::ExecutionServiceClient;
+use gavel_testkit::Converge as _;
 use serde::Serialize;
 use tonic::transport::Channel;
 
@@ -113,7 +114,7 @@ pub enum RunError {
     Workload(#[from] WorkloadError),
 }
 
-/// `gavel chaos` flags.
+/// `gavel-lab chaos` flags.
 #[derive(Debug, Clone, clap::Args, Serialize)]
 pub struct ChaosArgs {
     /// Seed of the fault schedule and the workload (default: from the clock; printed).
@@ -253,7 +254,7 @@ impl Drop for Teardown {
         }
         if let Some(net) = self.net.take() {
             if let Err(error) = net.teardown() {
-                eprintln!("gavel chaos: tearing the network down failed: {error}");
+                eprintln!("gavel-lab chaos: tearing the network down failed: {error}");
             }
         }
     }
@@ -264,7 +265,7 @@ pub async fn run(args: ChaosArgs) -> i32 {
     match run_inner(args).await {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("gavel chaos: harness failure: {error}");
+            eprintln!("gavel-lab chaos: harness failure: {error}");
             EXIT_HARNESS_CRASH
         }
     }
@@ -272,7 +273,7 @@ pub async fn run(args: ChaosArgs) -> i32 {
 
 fn rerun_command(args: &ChaosArgs, seed: u64) -> String {
     let mut command =
-        format!("gavel chaos --seed {seed} --duration {} --faults {}", args.duration, args.faults.join(","));
+        format!("gavel-lab chaos --seed {seed} --duration {} --faults {}", args.duration, args.faults.join(","));
     if args.loopback {
         command.push_str(" --loopback");
     }
@@ -325,20 +326,27 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
     )?;
     let binary = gavel_testkit::resolve_gavel_binary(args.binary.as_deref())?;
     let rerun = rerun_command(&args, seed);
-    eprintln!("gavel chaos: seed {seed}, {} s of faults {faults:?}; run directory {}", args.duration, out.display());
+    eprintln!(
+        "gavel-lab chaos: seed {seed}, {} s of faults {faults:?}; run directory {}",
+        args.duration,
+        out.display()
+    );
 
     // The network: namespaces when possible and wanted.
     let wants_network = faults.iter().any(|fault| fault.needs_network());
     let mut teardown = Teardown { cluster: None, net: None };
     let launcher: Box<dyn Launcher> = if args.loopback {
-        eprintln!("gavel chaos: --loopback: nodes on 127.0.0.1, kill and pause only");
+        eprintln!("gavel-lab chaos: --loopback: nodes on 127.0.0.1, kill and pause only");
         Box::new(Loopback::free_ports())
     } else {
         let availability = tokio::task::spawn_blocking(Net::available).await?;
         if availability.available {
             let stale = tokio::task::spawn_blocking(|| net::cleanup_stale(net::FAMILY)).await?;
             if !stale.namespaces.is_empty() || !stale.links.is_empty() {
-                eprintln!("gavel chaos: removed stale namespaces {:?} and links {:?}", stale.namespaces, stale.links);
+                eprintln!(
+                    "gavel-lab chaos: removed stale namespaces {:?} and links {:?}",
+                    stale.namespaces, stale.links
+                );
             }
             let prefix = net::fresh_prefix()?;
             let net = Arc::new(tokio::task::spawn_blocking(move || Net::setup(3, &prefix)).await??);
@@ -347,7 +355,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
             Box::new(Namespaces { topology, port: cluster::NAMESPACE_PORT })
         } else {
             eprintln!(
-                "gavel chaos: no network namespaces ({}); nodes on loopback, kill and pause only{}",
+                "gavel-lab chaos: no network namespaces ({}); nodes on loopback, kill and pause only{}",
                 availability.reason.unwrap_or_default(),
                 if wants_network {
                     " — the partition faults asked for cannot be injected: verdict will be unknown"
@@ -395,7 +403,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         (Some(cluster.credentials(&principal)?), voters)
     } else {
         eprintln!(
-            "gavel chaos: --insecure: plaintext, no authentication, so no quorum policy (a vote is its caller's)"
+            "gavel-lab chaos: --insecure: plaintext, no authentication, so no quorum policy (a vote is its caller's)"
         );
         (None, Vec::new())
     };
@@ -462,7 +470,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
     let stop = tokio_util::sync::CancellationToken::new();
     let fired = nemesis.run(&order, deadline, &stop).await;
     tokio::time::sleep_until(deadline.into()).await;
-    eprintln!("gavel chaos: {fired} faults fired; healing");
+    eprintln!("gavel-lab chaos: {fired} faults fired; healing");
 
     // Heal, stop the clients, let the workers drain what is left.
     nemesis.heal_all().await;
@@ -583,7 +591,7 @@ async fn run_inner(args: ChaosArgs) -> Result<i32, RunError> {
         Verdict::Unknown => EXIT_UNKNOWN,
     };
     if code != EXIT_VALID {
-        eprintln!("gavel chaos: verdict {}; rerun this schedule with: {rerun}", report.verdict);
+        eprintln!("gavel-lab chaos: verdict {}; rerun this schedule with: {rerun}", report.verdict);
     }
     Ok(code)
 }

@@ -66,16 +66,6 @@ pub enum TopCommand {
     Cert(CertArgs),
     /// Bearer tokens: issue.
     Token(TokenArgs),
-    /// Chaos test: a three-node cluster in network namespaces, a seeded
-    /// nemesis, a recorded history and the checkers (see docs/testing.md).
-    Chaos(gavel_chaos::run::ChaosArgs),
-    /// Benchmark: closed-loop throughput, latency and CPU per operation of a
-    /// durable three-node cluster (see docs/performance.md).
-    Bench(gavel_bench::BenchArgs),
-    /// Deterministic simulation: a whole cluster in one process under
-    /// simulated time and network, faults chosen by the seed; replays one
-    /// seed (`--seed`) or runs many (`--seeds`) (see docs/testing.md).
-    Sim(gavel_sim::cli::SimArgs),
 }
 
 /// Raft timings, every one configurable.

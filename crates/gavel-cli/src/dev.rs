@@ -1,6 +1,6 @@
 //! `gavel dev`: a local three-node cluster as three OS processes on
 //! 127.0.0.1, on consecutive ports from `--base-port`: a
-//! [`gavel_testkit::Cluster`] of this very binary, stopped with SIGTERM on
+//! [`gavel_local::Cluster`] of this very binary, stopped with SIGTERM on
 //! Ctrl-C or SIGTERM. The data is kept.
 //!
 //! It fails loudly, with a non-zero exit: when one of its ports is already in
@@ -30,8 +30,8 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
 
 use anyhow::Context;
+use gavel_local::{resolve_gavel_binary, Cluster, ClusterSpec, Loopback, Security, HARNESS_GRANTS};
 use gavel_pki::{GrantName, Principal, PrincipalKind};
-use gavel_testkit::{resolve_gavel_binary, Cluster, ClusterSpec, Loopback, Security, HARNESS_GRANTS};
 
 use crate::cli::DevArgs;
 

@@ -5,9 +5,9 @@
 //! commands (see `docs/cli.md`), which take their credentials from `--ca
 //! --cert --key --token --token-file --insecure` or the `GAVEL_*` variables
 //! (`gavel backup restore|inspect` work on files only); `gavel cert`
-//! and `gavel token` make certificates and tokens; `gavel chaos` and `gavel
-//! bench` run the chaos harness and the benchmark, `gavel sim` the
-//! deterministic simulation. Logs are `tracing`
+//! and `gavel token` make certificates and tokens. The test lab (chaos,
+//! simulation, benchmarks) is the other binary, `gavel-lab`
+//! (`crates/gavel-lab`); this one links none of it. Logs are `tracing`
 //! events as text or JSON lines (`--log-format`); `gavel node
 //! --otlp-endpoint` also exports spans over OTLP ([`logging`]).
 
@@ -32,22 +32,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(
         cli.command,
-        TopCommand::Node(_)
-            | TopCommand::Dev(_)
-            | TopCommand::Console(_)
-            | TopCommand::Notify(_)
-            | TopCommand::Chaos(_)
+        TopCommand::Node(_) | TopCommand::Dev(_) | TopCommand::Console(_) | TopCommand::Notify(_)
     );
     // Operator commands keep standard error for their own messages.
-    // A simulation's nodes log every fault they meet; `gavel sim` prints
-    // its own report, and `GAVEL_LOG` turns their logs back on.
-    let default_filter = if serving {
-        "info,openraft=warn"
-    } else if matches!(cli.command, TopCommand::Sim(_)) {
-        "off"
-    } else {
-        "warn"
-    };
+    let default_filter = if serving { "info,openraft=warn" } else { "warn" };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let TopCommand::Node(args) = &cli.command {
         if let Some(threads) = args.worker_threads {
@@ -101,16 +89,6 @@ fn run(cli: Cli, runtime: &tokio::runtime::Runtime) -> ExitCode {
         TopCommand::Policy(args) => finish(runtime.block_on(commands::policy::run(args))),
         TopCommand::Cert(args) => finish(commands::cert::run(args)),
         TopCommand::Token(args) => finish(commands::token::run(args)),
-        TopCommand::Chaos(args) => ExitCode::from(runtime.block_on(gavel_chaos::run::run(args)) as u8),
-        TopCommand::Sim(args) => ExitCode::from(gavel_sim::cli::run(args) as u8),
-        TopCommand::Bench(args) => match runtime.block_on(gavel_bench::run(args)) {
-            Ok(outcome) if outcome.ok => ExitCode::SUCCESS,
-            Ok(_) => ExitCode::FAILURE,
-            Err(error) => {
-                eprintln!("gavel bench: {error:#}");
-                ExitCode::FAILURE
-            }
-        },
     }
 }
 

@@ -92,7 +92,7 @@ const DEV_NOTIFIER: &str = "service:notify";
 /// webhooks' HMAC secret (32 random bytes, hex) in
 /// `<data dir>/notify-hmac.secret`, printed.
 pub async fn start_dev(
-    cluster: &gavel_testkit::Cluster,
+    cluster: &gavel_local::Cluster,
     webhooks: &[String],
     console_url: &str,
     data_dir: &Path,

@@ -34,7 +34,7 @@ const H2_ERROR_PREFIX: &str = "h2 protocol error:";
 /// streams a client may reset, for example), and tonic reports that as
 /// `RESOURCE_EXHAUSTED` with no Gavel error detail. No Gavel handler
 /// answered, so it is retried like `UNAVAILABLE`, with the same request id
-/// (a fill of `gavel bench --scale` once failed on one). A
+/// (a fill of `gavel-lab bench --scale` once failed on one). A
 /// `RESOURCE_EXHAUSTED` with a detail, or from tonic's own message-size
 /// checks, is not this.
 pub(crate) fn is_transport_reset(status: &Status) -> bool {

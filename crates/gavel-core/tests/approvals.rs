@@ -479,7 +479,7 @@ fn retention_drops_expired_pending_and_unspent_approved_approvals_after_their_ex
     );
 }
 
-/// Found by `gavel chaos`: the server used to resolve `expiresInMs` against
+/// Found by `gavel-lab chaos`: the server used to resolve `expiresInMs` against
 /// the clock of the node that converted the request, so a client's retry of
 /// an ambiguous create (same request id, later, maybe through another node)
 /// was a different command and was refused as REQUEST_ID_REUSED although the

@@ -4,7 +4,7 @@
 //! through openraft at a time. While it is, new commands queue up, and the
 //! next entry carries all of them (up to [`BATCH_COMMANDS_MAX`] commands or
 //! [`BATCH_BYTES_MAX`] bytes). One in flight is classic group commit:
-//! measured with `gavel bench` at 64 clients (approvals, 2 cores), 1 in
+//! measured with `gavel-lab bench` at 64 clients (approvals, 2 cores), 1 in
 //! flight gave about 2,100 lifecycles/s at 0.19 ms of node CPU per
 //! operation, 2 gave 1,500–1,900 and 8 gave 1,350–1,430 (smaller batches
 //! cost more CPU per operation).

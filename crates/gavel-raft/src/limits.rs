@@ -28,7 +28,7 @@ pub const APPEND_ENTRIES_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// and installed from there, so this bounds the disk a transfer may take
 /// (and, for a backup, which is held in memory, that memory), not the
 /// memory of an install. 4 GiB is above the largest snapshot measured
-/// (about 1.25 GB at a million retained executions, `gavel bench --scale`),
+/// (about 1.25 GB at a million retained executions, `gavel-lab bench --scale`),
 /// so a legitimate follower is never refused its catch-up.
 pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
 

@@ -1,7 +1,8 @@
 //! The node library stays a node: `cargo tree -p gavel-server` (normal
 //! dependencies) lists none of the crates that belong to the binary, the SDK
-//! or the test tools. The CLI, chaos harness and benchmark live in
-//! `gavel-cli`, which depends on this crate, never the other way round.
+//! or the test tools; and the product binary stays the product: `cargo tree
+//! -p gavel-cli` lists none of the lab's crates (chaos, sim, bench, testkit,
+//! turmoil), which only `gavel-lab` links.
 
 use std::process::Command;
 
@@ -41,12 +42,24 @@ fn the_node_library_depends_on_no_cli_sdk_or_test_tool_crate() {
     assert!(found.is_empty(), "gavel-server depends on {found:?}");
 }
 
+/// Crates of the test lab: the product binary must link none of them.
+const LAB: &[&str] = &["gavel-chaos", "gavel-sim", "gavel-bench", "gavel-testkit", "turmoil"];
+
 #[test]
-fn the_cli_is_where_the_tools_are() {
-    // The same reading of the tree sees the forbidden crates where they belong.
-    let tree = dependency_tree("gavel-cli");
-    for expected in ["gavel-server", "gavel-chaos", "gavel-bench", "gavel-client", "nix"] {
-        assert!(tree.iter().any(|name| name == expected), "gavel-cli should depend on {expected}: {tree:?}");
+fn the_product_binary_links_no_lab_crate() {
+    // `gavel` (gavel-cli) is what the Dockerfile and scripts/release ship:
+    // node, dev, console, notifier and the operator commands. The chaos
+    // harness, the simulation and the benchmark are `gavel-lab`'s.
+    let product = dependency_tree("gavel-cli");
+    for expected in ["gavel-server", "gavel-console", "gavel-notify", "gavel-local", "gavel-client", "nix"] {
+        assert!(product.iter().any(|name| name == expected), "the tree is read, so the check can fail: {product:?}");
+    }
+    let found: Vec<&&str> = LAB.iter().filter(|name| product.iter().any(|crate_name| crate_name == **name)).collect();
+    assert!(found.is_empty(), "the product binary gavel-cli links lab crates {found:?}");
+    // The same reading of the tree sees the lab crates where they belong.
+    let lab = dependency_tree("gavel-lab");
+    for expected in LAB {
+        assert!(lab.iter().any(|name| name == expected), "gavel-lab should depend on {expected}: {lab:?}");
     }
 }
 

@@ -1,4 +1,4 @@
-//! `gavel sim`: runs seeds of the simulation from the command line: one seed
+//! `gavel-lab sim`: runs seeds of the simulation from the command line: one seed
 //! in detail (`--seed S`, what a failing seed's replay command says), or a
 //! long run of many (`--seeds N`), some of them twice to check determinism.
 //!
@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::runner::{run_seeds, summary};
 use crate::{run_seed, SimConfig};
 
-/// `gavel sim`: a whole cluster in one process under simulated time and
+/// `gavel-lab sim`: a whole cluster in one process under simulated time and
 /// network, faults chosen by the seed; exit 0 when every seed kept every
 /// rule, 1 when one did not, 2 on a bad command line.
 #[derive(Debug, clap::Args)]
@@ -50,10 +50,10 @@ pub const MAX_SEEDS: u64 = 1_000_000;
 /// The longest workload `--seconds` accepts: one simulated hour.
 pub const MAX_WORKLOAD_SECONDS: u64 = 3_600;
 
-/// Runs `gavel sim`; returns the process exit code.
+/// Runs `gavel-lab sim`; returns the process exit code.
 pub fn run(args: SimArgs) -> i32 {
     if args.seconds == 0 || args.seconds > MAX_WORKLOAD_SECONDS {
-        eprintln!("gavel sim: --seconds must be 1..={MAX_WORKLOAD_SECONDS} (SIM_SECONDS_OUT_OF_RANGE)");
+        eprintln!("gavel-lab sim: --seconds must be 1..={MAX_WORKLOAD_SECONDS} (SIM_SECONDS_OUT_OF_RANGE)");
         return 2;
     }
     let config = SimConfig { workload_time: Duration::from_secs(args.seconds), ..SimConfig::default() };
@@ -61,11 +61,11 @@ pub fn run(args: SimArgs) -> i32 {
         (Some(seed), _) => replay(seed, &config, args.history.as_deref()),
         (None, Some(count)) if (1..=MAX_SEEDS).contains(&count) => many(&args, count, &config),
         (None, Some(_)) => {
-            eprintln!("gavel sim: --seeds must be 1..={MAX_SEEDS} (SIM_SEEDS_OUT_OF_RANGE)");
+            eprintln!("gavel-lab sim: --seeds must be 1..={MAX_SEEDS} (SIM_SEEDS_OUT_OF_RANGE)");
             2
         }
         (None, None) => {
-            eprintln!("gavel sim: give --seed S (one seed) or --seeds N (a run of N seeds) (SIM_NO_SEEDS)");
+            eprintln!("gavel-lab sim: give --seed S (one seed) or --seeds N (a run of N seeds) (SIM_NO_SEEDS)");
             2
         }
     }
@@ -92,7 +92,7 @@ fn replay(seed: u64, config: &SimConfig, history: Option<&std::path::Path>) -> i
     if let Some(path) = history {
         let lines: Vec<String> = report.history.iter().filter_map(|entry| serde_json::to_string(entry).ok()).collect();
         if let Err(error) = std::fs::write(path, lines.join("\n") + "\n") {
-            eprintln!("gavel sim: cannot write {}: {error}", path.display());
+            eprintln!("gavel-lab sim: cannot write {}: {error}", path.display());
             return 1;
         }
     }
@@ -111,7 +111,7 @@ fn many(args: &SimArgs, count: u64, config: &SimConfig) -> i32 {
     let seeds: Vec<u64> = (args.first..=last).collect();
     let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
     println!(
-        "gavel sim: seeds {}..={last}, {} s of workload each, {threads} at a time, every {} run twice",
+        "gavel-lab sim: seeds {}..={last}, {} s of workload each, {threads} at a time, every {} run twice",
         args.first,
         args.seconds,
         if args.rerun_every == 0 { "none".to_string() } else { format!("{}th", args.rerun_every) }
@@ -125,7 +125,7 @@ fn many(args: &SimArgs, count: u64, config: &SimConfig) -> i32 {
         if !failures.is_empty() {
             failed += 1;
             println!("seed {} FAILED: {}", outcome.seed, failures.join("; "));
-            println!("  replay: gavel sim --seed {} --seconds {}", outcome.seed, args.seconds);
+            println!("  replay: gavel-lab sim --seed {} --seconds {}", outcome.seed, args.seconds);
         }
         if args.progress_every > 0 && done.is_multiple_of(args.progress_every) {
             println!("  {done}/{count} seeds, {failed} failed, {:.0} s", started.elapsed().as_secs_f64());

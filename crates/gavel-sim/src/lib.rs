@@ -24,7 +24,7 @@
 //!
 //! Key items: [`SimConfig`], [`run_seed`], [`SimReport`], [`replay_command`],
 //! [`runner::run_seeds`] (many seeds on several threads) and [`cli`]
-//! (`gavel sim`).
+//! (`gavel-lab sim`).
 //!
 //! **Dependency rule:** only tests and the CLI depend on this crate.
 
@@ -63,7 +63,7 @@ use crate::faults::{Fault, Schedule};
 const EPOCH_MS: u64 = 1_767_225_600_000;
 
 /// Simulated seconds of workload in a seed unless told otherwise: what the
-/// CI seeds and `gavel sim` run (the workers' drain and the settling time
+/// CI seeds and `gavel-lab sim` run (the workers' drain and the settling time
 /// come after it, so a seed lasts about 74 simulated seconds).
 pub const DEFAULT_WORKLOAD_SECONDS: u64 = 60;
 
@@ -219,7 +219,7 @@ impl SimReport {
 /// the same through cargo.
 pub fn replay_command(seed: u64) -> String {
     format!(
-        "gavel sim --seed {seed}   (or: GAVEL_SIM_SEED={seed} cargo test -p gavel-sim --test seeds -- replay_one_seed --nocapture)"
+        "gavel-lab sim --seed {seed}   (or: GAVEL_SIM_SEED={seed} cargo test -p gavel-sim --test seeds -- replay_one_seed --nocapture)"
     )
 }
 

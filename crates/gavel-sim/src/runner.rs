@@ -1,4 +1,4 @@
-//! Many seeds at once: the CI sample, the long run (`gavel sim --seeds N`)
+//! Many seeds at once: the CI sample, the long run (`gavel-lab sim --seeds N`)
 //! and the determinism sample that runs some of them twice.
 //!
 //! One simulation runs on one OS thread (turmoil is single-threaded); the

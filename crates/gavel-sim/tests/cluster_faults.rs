@@ -14,7 +14,7 @@ use gavel_sim::{replay_command, run_seed, SimConfig, SimReport};
 /// merged, which changed every seed's run; then seed 7, until the kills
 /// inside the state machine's sequence and the deferred log syncs
 /// (2026-12-06, issue #44) changed every run again; seed 9 does both since
-/// (`gavel sim --seed 9 --seconds 15`: 1 install, 2 membership changes;
+/// (`gavel-lab sim --seed 9 --seconds 15`: 1 install, 2 membership changes;
 /// of seeds 1-40, 9, 11, 14, 16, 17, 25, 35 and 40 do).
 const SNAPSHOT_AND_MEMBERSHIP_SEED: u64 = 9;
 

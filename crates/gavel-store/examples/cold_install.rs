@@ -10,7 +10,7 @@
 //! empty hot state, then the records table by table in key order), then
 //! restores it RUNS times (default 3) into a new `cold.redb` under DIR, each
 //! run into its own empty data directory. Per run it prints records/s, the
-//! time per record, the snapshot's MB/s (the unit of `gavel bench --scale`'s
+//! time per record, the snapshot's MB/s (the unit of `gavel-lab bench --scale`'s
 //! install rate), the CPU time the process used (all threads), the size of
 //! the `cold.redb` it wrote and the process's peak RSS during that run (`VmHWM`, reset
 //! before each run through `/proc/self/clear_refs`); then the median and the

@@ -1,154 +1,96 @@
-//! The one process-cluster kit of Gavel: every harness that runs real `gavel
-//! node` processes (the chaos harness, the benchmark, `gavel dev` and the
-//! process-level tests) starts and drives them through this crate.
-//!
-//! - [`ClusterSpec`]: what to start (node count, binary, data root, flags and
-//!   environment for every node or one, [`RaftTimings`], [`SnapshotPolicy`]).
-//! - [`Launcher`]: where a node listens and how its process is started.
-//!   [`Loopback`] (127.0.0.1, free or consecutive ports) lives here; the
-//!   network-namespace launcher lives in `gavel-chaos` and implements the
-//!   same trait.
-//! - [`Cluster`]: spawn, SIGKILL, SIGSTOP/SIGCONT, SIGTERM, restart on the
-//!   same data, `ClusterService.Status` over gRPC, wait for a leader, wait
-//!   for convergence. Dropping it kills every process it started.
-//! - [`resolve_gavel_binary`], [`free_port`], [`wall_clock_ms`], [`HARNESS_GRANTS`] and
-//!   [`eventually`] for bounded polling.
-//!
-//! - Security: a [`ClusterSpec`] runs its nodes `--insecure` (the default)
-//!   or, with [`Security::Secure`], over TLS with a CA, node certificates
-//!   (naming each node's address), an admin certificate and a token key that
-//!   the kit creates with `gavel-pki` in `data_root/certs`. Tests then build
-//!   clients as the admin or as any principal: [`Cluster::credentials`]
-//!   issues a client certificate on demand, [`Cluster::token`] a token, and
-//!   [`Cluster::client_config`] puts either into a `gavel_client::ClientConfig`.
-//!
-//! It must not depend on the node's internals (`gavel-raft`, `gavel-server`,
-//! the state machine of `gavel-core`; only `gavel-pki` brings in
-//! `gavel_core::Principal`): it talks to nodes only through their command
-//! line and the public gRPC API of `gavel-proto`. It never runs `cargo`.
+//! The lab's process-cluster kit: everything of [`gavel_local`] (the local
+//! cluster of real `gavel node` processes that `gavel dev` also runs),
+//! plus the checks a harness makes of such a cluster ([`Converge`]: every
+//! replica at one applied index and state hash, or a divergence named at
+//! once). The chaos harness, the benchmark and the process-level tests use
+//! this crate; the product binary links only `gavel-local`.
 
-mod binary;
-mod cluster;
-mod error;
-mod launcher;
-mod spec;
-mod status;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
-pub use binary::{resolve_gavel_binary, GAVEL_BIN};
-pub use cluster::{Cluster, Converged};
-pub use error::Error;
-pub use launcher::{Launcher, Loopback};
-pub use spec::{ClusterSpec, RaftTimings, SecureSpec, Security, SnapshotPolicy};
-pub use status::{
-    channel, channel_with, find_leader, find_leader_with, leader_of, status, status_with, wait_applied,
-    wait_applied_with,
-};
+pub use gavel_local::*;
 
-/// The quota change that lifts `principal` to the largest quotas an admin
-/// may set (`gavel_core::limits::QUOTA_COUNT_MAX`,
-/// `QUOTA_WRITES_PER_SECOND_MAX`, `QUOTA_WRITE_BURST_MAX`; the kit does not
-/// depend on the core, and `tests/quotas.rs` checks the numbers agree): what
-/// a load generator writing as one principal needs ([`Cluster::set_quota`]).
-pub fn unthrottled(principal: &gavel_pki::Principal) -> gavel_proto::v1::SetQuotaRequest {
-    gavel_proto::v1::SetQuotaRequest {
-        principal: principal.to_string(),
-        pending_approvals_max: Some(10_000_000),
-        active_executions_max: Some(10_000_000),
-        writes_per_second: Some(1_000_000),
-        write_burst: Some(10_000_000),
-        ..Default::default()
-    }
-}
+/// How often [`Converge::converge`] reads every node's status.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// What a load harness's one principal (the chaos workload, the bench) is
-/// granted on a secure cluster to drive every operation: it submits and
-/// creates approvals naming its actors, decides them naming its approvers,
-/// polls and reports as every worker, and reads the audit trail. No
-/// `clock` (no caller clocks are sent), no `self-approval`, no `admin`.
-pub const HARNESS_GRANTS: [gavel_pki::GrantName; 6] = [
-    gavel_pki::GrantName::Submitter,
-    gavel_pki::GrantName::ActFor,
-    gavel_pki::GrantName::Approver,
-    gavel_pki::GrantName::DelegateDecide,
-    gavel_pki::GrantName::Worker,
-    gavel_pki::GrantName::Auditor,
-];
-
-/// A `Debug`-printed duration (`1.234567s`, `850.1ms`, `12µs`, `5ns`), as
-/// the nodes log `took=`, in seconds.
-pub fn debug_seconds(printed: &str) -> Option<f64> {
-    let (number, scale) = if let Some(value) = printed.strip_suffix("ms") {
-        (value, 1e-3)
-    } else if let Some(value) = printed.strip_suffix("µs") {
-        (value, 1e-6)
-    } else if let Some(value) = printed.strip_suffix("ns") {
-        (value, 1e-9)
-    } else {
-        (printed.strip_suffix('s')?, 1.0)
-    };
-    number.parse::<f64>().ok().map(|value| value * scale)
-}
-
-/// Milliseconds since the Unix epoch on this machine's clock (0 before 1970).
-pub fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// Where [`free_port`] looks for ports: below Linux's default ephemeral
-/// range (`net.ipv4.ip_local_port_range`, 32768–60999), so that no
-/// outgoing connection of this or another process is handed the port
-/// between the check and the node's bind. A port the kernel hands out for
-/// `bind(0)` is from that range, and with thousands of client connections
-/// open in parallel tests, one of them took a node's port now and then.
-const FREE_PORTS: std::ops::Range<u16> = 20_000..32_000;
-
-/// A free loopback port for a node to take: the next port of
-/// [`FREE_PORTS`] (from a start that differs between processes, each
-/// port handed out once per process) that can be bound on `127.0.0.1` now.
-/// Another process may bind it in between; outgoing connections cannot.
-pub fn free_port() -> Result<u16, Error> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    let span = u32::from(FREE_PORTS.end - FREE_PORTS.start);
-    let _ = NEXT.compare_exchange(
-        u32::MAX,
-        std::process::id().wrapping_mul(7_919) % span,
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    );
-    let mut last_error = None;
-    for _ in 0..span {
-        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % span;
-        let port = FREE_PORTS.start + u16::try_from(offset).unwrap_or(0);
-        match std::net::TcpListener::bind(("127.0.0.1", port)) {
-            Ok(_) => return Ok(port),
-            Err(error) => last_error = Some(error),
+/// The first applied index at which two nodes were seen steadily with
+/// different state hashes, described; `None` if there is none.
+fn diverged(steady: &BTreeMap<u64, BTreeMap<u64, String>>) -> Option<String> {
+    let nodes: Vec<(&u64, &BTreeMap<u64, String>)> = steady.iter().collect();
+    for (i, (a, mine)) in nodes.iter().enumerate() {
+        for (b, theirs) in &nodes[i + 1..] {
+            for (index, hash) in mine.iter() {
+                if let Some(other) = theirs.get(index).filter(|other| *other != hash) {
+                    return Some(format!("node {a} at {index} hash {hash}; node {b} at {index} hash {other}"));
+                }
+            }
         }
     }
-    Err(Error::io(
-        "finding a free port below the ephemeral range",
-        last_error.unwrap_or_else(|| std::io::Error::other("no port tried")),
-    ))
+    None
 }
 
-/// Calls `check` every `interval` until it yields a value, for at most
-/// `limit`; `None` when it never did.
-pub async fn eventually<T, F, Fut>(limit: std::time::Duration, interval: std::time::Duration, mut check: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return Some(value);
+/// What every running node reported once the cluster converged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Converged {
+    /// The applied index they share.
+    pub applied_index: u64,
+    /// The state hash they share.
+    pub state_hash: String,
+}
+
+/// The replicas' agreement, checked from outside through each node's
+/// `ClusterService.Status`.
+#[allow(async_fn_in_trait)] // the lab's own harnesses call it on a `Cluster`; it is never boxed
+pub trait Converge {
+    /// Waits until every node that runs and is not paused answers with the
+    /// same applied index and state hash, up to `timeout`.
+    ///
+    /// Two nodes each seen at one applied index with different state hashes
+    /// (each read the same on two polls in a row, so that a status read
+    /// that raced an apply does not count) have diverged: that is
+    /// [`Error::Diverged`], naming the index, at once, never a timeout.
+    async fn converge(&self, timeout: Duration) -> Result<Converged, Error>;
+}
+
+impl Converge for Cluster {
+    async fn converge(&self, timeout: Duration) -> Result<Converged, Error> {
+        let started = Instant::now();
+        let mut previous: BTreeMap<u64, (u64, String)> = BTreeMap::new();
+        let mut steady: BTreeMap<u64, BTreeMap<u64, String>> = BTreeMap::new();
+        loop {
+            let expected = self.answering();
+            let statuses = self.statuses().await;
+            let mut views = statuses.values().map(|status| (status.last_applied_index, &status.state_hash));
+            if let Some((applied_index, state_hash)) = views.next() {
+                if statuses.len() == expected.len() && views.all(|view| view == (applied_index, state_hash)) {
+                    return Ok(Converged { applied_index, state_hash: state_hash.clone() });
+                }
+            }
+            for (id, status) in &statuses {
+                let view = (status.last_applied_index, status.state_hash.clone());
+                if previous.get(id) == Some(&view) {
+                    steady.entry(*id).or_default().insert(view.0, view.1.clone());
+                }
+                previous.insert(*id, view);
+            }
+            if let Some(detail) = diverged(&steady) {
+                return Err(Error::Diverged { detail });
+            }
+            if started.elapsed() >= timeout {
+                let detail = expected
+                    .iter()
+                    .map(|id| match statuses.get(id) {
+                        Some(status) => {
+                            format!("node {id} at {} hash {}", status.last_applied_index, status.state_hash)
+                        }
+                        None => format!("node {id} does not answer"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(Error::NotConverged { timeout, detail });
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
         }
-        if started.elapsed() >= limit {
-            return None;
-        }
-        tokio::time::sleep(interval).await;
     }
 }
 
@@ -156,11 +98,26 @@ where
 mod tests {
     use super::*;
 
+    fn view(entries: &[(u64, &str)]) -> BTreeMap<u64, String> {
+        entries.iter().map(|(index, hash)| (*index, hash.to_string())).collect()
+    }
+
     #[test]
-    fn free_ports_are_below_the_ephemeral_range_and_never_handed_out_twice() {
-        let ports: Vec<u16> = (0..200).map(|_| free_port().expect("a free port")).collect();
-        assert!(ports.iter().all(|port| FREE_PORTS.contains(port)), "{ports:?}");
-        let distinct: std::collections::BTreeSet<&u16> = ports.iter().collect();
-        assert_eq!(distinct.len(), ports.len(), "a port was handed out twice");
+    fn two_steady_views_at_one_index_with_different_hashes_are_named_as_diverged() {
+        let mut steady = BTreeMap::new();
+        steady.insert(1, view(&[(10, "aa"), (12, "bb")]));
+        steady.insert(2, view(&[(11, "cc"), (12, "dd")]));
+        let detail = diverged(&steady).expect("diverged at 12");
+        assert_eq!(detail, "node 1 at 12 hash bb; node 2 at 12 hash dd");
+    }
+
+    #[test]
+    fn steady_views_that_agree_or_never_meet_at_one_index_are_not_diverged() {
+        let mut steady = BTreeMap::new();
+        steady.insert(1, view(&[(10, "aa"), (12, "bb")]));
+        steady.insert(2, view(&[(11, "cc"), (12, "bb")]));
+        steady.insert(3, view(&[(13, "ee")]));
+        assert_eq!(diverged(&steady), None);
+        assert_eq!(diverged(&BTreeMap::new()), None);
     }
 }

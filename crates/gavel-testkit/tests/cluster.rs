@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::capability_service_client::CapabilityServiceClient;
+use gavel_testkit::Converge as _;
 use gavel_testkit::{resolve_gavel_binary, Cluster, ClusterSpec, Error};
 
 /// Upper bound of any wait in these tests.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use gavel_client::{pb, Client};
 use gavel_pki::{GrantName, Principal, PrincipalKind};
+use gavel_testkit::Converge as _;
 use gavel_testkit::{eventually, resolve_gavel_binary, Cluster, ClusterSpec, Security};
 
 /// Upper bound of any wait in these tests.

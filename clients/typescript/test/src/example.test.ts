@@ -1,5 +1,5 @@
-// examples/orpc-refund, as the workspace builds it, runs README.md's
-// walk-through (refund-flow.ts).
+// examples/orpc-refund, as the workspace builds it, runs the orpc-refund
+// walk-through of docs/walkthroughs.md, which README.md links (refund-flow.ts).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -152,7 +152,7 @@ impl Workload {
             match made.await {
                 Ok(_) => Some(StandingInfo { approval_id: id, uses_max: STANDING_USES }),
                 Err(error) => {
-                    eprintln!("gavel chaos: standing approval {id} left out: {error}");
+                    eprintln!("gavel-lab chaos: standing approval {id} left out: {error}");
                     None
                 }
             }

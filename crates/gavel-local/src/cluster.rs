@@ -47,31 +47,6 @@ impl<L: Launcher + ?Sized> Launcher for Box<L> {
     }
 }
 
-/// The first applied index at which two nodes were seen steadily with
-/// different state hashes, described; `None` if there is none.
-fn diverged(steady: &BTreeMap<u64, BTreeMap<u64, String>>) -> Option<String> {
-    let nodes: Vec<(&u64, &BTreeMap<u64, String>)> = steady.iter().collect();
-    for (i, (a, mine)) in nodes.iter().enumerate() {
-        for (b, theirs) in &nodes[i + 1..] {
-            for (index, hash) in mine.iter() {
-                if let Some(other) = theirs.get(index).filter(|other| *other != hash) {
-                    return Some(format!("node {a} at {index} hash {hash}; node {b} at {index} hash {other}"));
-                }
-            }
-        }
-    }
-    None
-}
-
-/// What every running node reported once the cluster converged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Converged {
-    /// The applied index they share.
-    pub applied_index: u64,
-    /// The state hash they share.
-    pub state_hash: String,
-}
-
 /// One node: fixed coordinates and its current process.
 struct Node {
     addr: String,
@@ -772,53 +747,6 @@ impl Cluster {
         }
     }
 
-    /// Waits until every node that runs and is not paused answers with the
-    /// same applied index and state hash, up to `timeout`.
-    ///
-    /// Two nodes each seen at one applied index with different state hashes
-    /// (each read the same on two polls in a row, so that a status read
-    /// that raced an apply does not count) have diverged: that is
-    /// [`Error::Diverged`], naming the index, at once, never a timeout.
-    pub async fn converge(&self, timeout: Duration) -> Result<Converged, Error> {
-        let started = Instant::now();
-        let mut previous: BTreeMap<u64, (u64, String)> = BTreeMap::new();
-        let mut steady: BTreeMap<u64, BTreeMap<u64, String>> = BTreeMap::new();
-        loop {
-            let expected = self.answering();
-            let statuses = self.statuses().await;
-            let mut views = statuses.values().map(|status| (status.last_applied_index, &status.state_hash));
-            if let Some((applied_index, state_hash)) = views.next() {
-                if statuses.len() == expected.len() && views.all(|view| view == (applied_index, state_hash)) {
-                    return Ok(Converged { applied_index, state_hash: state_hash.clone() });
-                }
-            }
-            for (id, status) in &statuses {
-                let view = (status.last_applied_index, status.state_hash.clone());
-                if previous.get(id) == Some(&view) {
-                    steady.entry(*id).or_default().insert(view.0, view.1.clone());
-                }
-                previous.insert(*id, view);
-            }
-            if let Some(detail) = diverged(&steady) {
-                return Err(Error::Diverged { detail });
-            }
-            if started.elapsed() >= timeout {
-                let detail = expected
-                    .iter()
-                    .map(|id| match statuses.get(id) {
-                        Some(status) => {
-                            format!("node {id} at {} hash {}", status.last_applied_index, status.state_hash)
-                        }
-                        None => format!("node {id} does not answer"),
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                return Err(Error::NotConverged { timeout, detail });
-            }
-            tokio::time::sleep(POLL_INTERVAL * 2).await;
-        }
-    }
-
     /// Grants `principal` each of `grants` (unscoped) as the kit's admin,
     /// through any node. The first leader proposes the bootstrap admin only
     /// once it leads, so refusals and unavailability are retried up to
@@ -861,7 +789,7 @@ impl Cluster {
     /// Sets a principal's quotas as the kit's admin (`AccessService.SetQuota`),
     /// once a leader and the admin exist (after [`Cluster::grant`]); the SDK
     /// retries an election within its budget. A harness that writes faster
-    /// than the default quotas (`gavel bench`, the overload test) raises its
+    /// than the default quotas (`gavel-lab bench`, the overload test) raises its
     /// own principal's this way.
     pub async fn set_quota(&self, request: gavel_proto::v1::SetQuotaRequest) -> Result<gavel_proto::v1::Quota, Error> {
         self.pki()?;
