@@ -70,7 +70,14 @@ async fn create(cluster: &Cluster, via: u64, request: pb::CreateApprovalRequest)
     .map(|response| response.into_inner().approval.expect("create answers with the approval"))
 }
 
+/// The record `id` as a read returns it, without what the read adds for
+/// its caller (`controls`, which a write's reply does not carry), so reads
+/// and replies compare field for field (the contract test checks `controls` once, through [`read`]).
 async fn get(cluster: &Cluster, via: u64, id: &str, caller_now_ms: Option<i64>) -> Option<pb::Approval> {
+    read(cluster, via, id, caller_now_ms).await.map(|approval| pb::Approval { controls: None, ..approval })
+}
+
+async fn read(cluster: &Cluster, via: u64, id: &str, caller_now_ms: Option<i64>) -> Option<pb::Approval> {
     retry(|| {
         let mut client = cluster.approvals(via);
         let request = pb::GetApprovalRequest { id: id.to_string(), caller_now_ms };
@@ -218,7 +225,13 @@ async fn create_stores_every_field_and_refuses_a_duplicate_id(cluster: &Cluster,
     assert_eq!(created.capability_version, None);
 
     for via in [nodes.leader, nodes.follower] {
-        assert_eq!(get(cluster, via, "apr-fields", None).await.as_ref(), Some(&created), "get through node {via}");
+        let read = read(cluster, via, "apr-fields", None).await.expect("the approval");
+        // A read also says what its caller may do with it (an insecure
+        // cluster checks no one); a write's reply does not.
+        assert_eq!(created.controls, None);
+        let controls = read.controls.clone().expect("a read carries the caller's controls");
+        assert!(controls.may_decide && !controls.may_withdraw, "{controls:?}");
+        assert_eq!(pb::Approval { controls: None, ..read }, created, "get through node {via}");
     }
 
     // A retry with the same request id is the same request: it gets the original answer.

@@ -3,6 +3,10 @@
 //! line the CLI then works with (as the admin, over TLS), refuses ports
 //! another cluster holds (naming the port), and ends with an error naming
 //! the node and its log when one of its nodes exits, during start or later.
+//! On a running `gavel dev` it also replays issue #37 from the CLI: a decoy
+//! id that walks a path is refused, and a standing approval that names no
+//! types shows its 100 uses and is governed by the policy on its
+//! capability's registered type (one approver cannot approve it alone).
 
 mod support;
 
@@ -253,6 +257,81 @@ fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_nod
     let approved = gavel_with_env(&env, &words);
     assert_eq!(approved.status.code(), Some(0), "{approved:?}");
     assert!(String::from_utf8_lossy(&approved.stdout).contains("approved by user:bob-finance"), "{approved:?}");
+
+    // Issue #37 replayed on `gavel dev`. A policy of two finance approvers
+    // on the approval type orders.refund's registration declares (`human`).
+    let pay2 = ["policy", "set", "pay2", "--types", "human", "--factor", "finance=2/scope/finance"];
+    assert_eq!(gavel_with_env(&env, &pay2).status.code(), Some(0));
+    // A decoy whose id walks a path is refused at creation.
+    let decoy_input = r#"{"order_id":"o-9","amount_cents":1}"#;
+    let decoy = [
+        "approval",
+        "standing",
+        "create",
+        "--id",
+        "z/../../approvals/apr_refund-1",
+        "--capability",
+        "orders.refund",
+        "--uses",
+        "1",
+        "--window",
+        "1h",
+        "--input",
+        decoy_input,
+    ];
+    let refused = gavel_with_env(&env, &decoy);
+    assert_ne!(refused.status.code(), Some(0), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("INVALID_ARGUMENT"), "{refused:?}");
+    // A standing approval naming no types: 100 uses in 7 days, bound on
+    // /order_id only. Its terms say so, and the policy governs it all the
+    // same: carol, an approver of every type, cannot approve it alone.
+    let standing = [
+        "approval",
+        "standing",
+        "create",
+        "--id",
+        "standing-o-9",
+        "--capability",
+        "orders.refund",
+        "--uses",
+        "100",
+        "--window",
+        "7d",
+        "--bind",
+        "/order_id",
+        "--input",
+        decoy_input,
+        "--json",
+    ];
+    let created = gavel_with_env(&env, &standing);
+    assert_eq!(created.status.code(), Some(0), "{created:?}");
+    let created: serde_json::Value = serde_json::from_slice(&created.stdout).expect("JSON");
+    assert_eq!(created["quorum"]["policy"], "pay2", "governed by its registered type: {created}");
+    let terms = &created["terms"];
+    assert_eq!(terms["uses"]["max"], 100, "{created}");
+    assert_eq!(terms["uses"]["bound"][0]["pointer"], "/order_id", "{created}");
+    let ca = env.iter().find(|(name, _)| name == "GAVEL_CA").map(|(_, value)| value.clone()).expect("GAVEL_CA");
+    let certs = Path::new(&ca).parent().expect("the certs directory").to_str().expect("UTF-8").to_string();
+    let token = gavel_with_env(&env, &["token", "issue", "--certs-dir", &certs, "--sub", "user:carol"]);
+    let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
+    let as_carol: Vec<(String, String)> = env
+        .iter()
+        .filter(|(name, _)| name == "GAVEL_ENDPOINTS" || name == "GAVEL_CA")
+        .cloned()
+        .chain([("GAVEL_TOKEN".to_string(), token)])
+        .collect();
+    let alone = Command::new(support::gavel_binary())
+        .args(["approval", "approve", "standing-o-9", "--yes"])
+        .envs(as_carol.iter().map(|(name, value)| (name.as_str(), value.as_str())))
+        .env_remove("GAVEL_CERT")
+        .env_remove("GAVEL_KEY")
+        .output()
+        .expect("run gavel");
+    assert_eq!(alone.status.code(), Some(3), "{alone:?}");
+    assert!(String::from_utf8_lossy(&alone.stderr).contains("PERMISSION_DENIED"), "{alone:?}");
+    let still = gavel_with_env(&env, &["approval", "get", "standing-o-9", "--json"]);
+    let still: serde_json::Value = serde_json::from_slice(&still.stdout).expect("JSON");
+    assert_eq!(still["status"], "pending", "{still}");
 
     // Without the credentials the same endpoints refuse plaintext.
     let plain = gavel_with_env(&env[..1], &["cluster", "status"]);

@@ -219,7 +219,6 @@ impl App {
             principal: me.principal,
             client,
             csrf: crate::session::random_token(),
-            grants: me.grants,
             development,
             expires_at: std::time::Instant::now() + lifetime,
             cursor: Default::default(),
@@ -357,8 +356,7 @@ async fn inbox(State(app): Shared, headers: HeaderMap, Query(query): Query<LiveQ
             let listed = session.client.list_approvals(request.clone()).await?;
             read += listed.approvals.len();
             // The inbox is what the person may decide: not their own requests.
-            decidable
-                .extend(listed.approvals.into_iter().filter(|approval| refusal_reason(&session, approval).is_none()));
+            decidable.extend(listed.approvals.into_iter().filter(|approval| refusal_reason(approval).is_none()));
             if listed.next_page_token.is_empty() {
                 complete = true;
                 break;
@@ -389,39 +387,16 @@ async fn inbox(State(app): Shared, headers: HeaderMap, Query(query): Query<LiveQ
     .await
 }
 
-/// Why the person may not decide this approval, or `None` when they may
-/// (as far as the console can tell; the cluster decides).
-fn refusal_reason(session: &Session, approval: &pb::Approval) -> Option<String> {
-    let status = pb::ApprovalStatus::try_from(approval.status).unwrap_or(pb::ApprovalStatus::Unspecified);
-    if status != pb::ApprovalStatus::Pending {
-        return Some(format!("It is already {}: nothing is left to decide.", status_name(approval.status)));
+/// Why the person may not decide this approval, or `None` when they may:
+/// the cluster's answer (`Approval.controls`, judged by the core's own
+/// rules of a decision); the console holds no rule of its own. An approval
+/// read without controls (the reply of a write) is not offered.
+fn refusal_reason(approval: &pb::Approval) -> Option<String> {
+    match &approval.controls {
+        Some(controls) if controls.may_decide => None,
+        Some(controls) => Some(format!("{} ({})", controls.refusal, controls.refusal_code)),
+        None => Some("Reload the page to see what you may do with it.".to_string()),
     }
-    let requester = approval.actor.as_ref().map(|actor| actor.id.as_str());
-    if requester == Some(session.actor_id()) && !approval.allow_self_approval {
-        return Some("You requested it, and nobody approves their own request (APPROVAL_SELF_APPROVAL).".to_string());
-    }
-    let approver = session.grants.iter().find(|grant| grant.grant == "approver");
-    let Some(approver) = approver else {
-        return Some("You hold no approver grant.".to_string());
-    };
-    if let Some(quorum) = &approval.quorum {
-        // A policy decides who may vote (its factors), not the approver
-        // scope's cover of the types; the cluster judges eligibility.
-        if quorum.votes.iter().any(|vote| vote.principal == session.principal) {
-            return Some("You already voted on it; a vote counts once (withdraw it to vote again).".to_string());
-        }
-        return None;
-    }
-    let covered = approver.scope.is_empty()
-        || (!approval.types.is_empty() && approval.types.iter().all(|kind| approver.scope.contains(kind)));
-    if !covered {
-        return Some(format!(
-            "It is outside your approver scope ({}); it needs {}.",
-            approver.scope.join(", "),
-            if approval.types.is_empty() { "an unscoped approver".to_string() } else { approval.types.join(" + ") }
-        ));
-    }
-    None
 }
 
 fn status_name(status: i32) -> String {
@@ -487,12 +462,10 @@ fn approval_view(approval: &pb::Approval) -> Value {
 
 /// Whether the signed-in person has a vote on this pending governed
 /// approval that they may withdraw (the cluster still decides).
-fn may_withdraw(session: &Session, approval: &pb::Approval) -> bool {
-    approval.status == pb::ApprovalStatus::Pending as i32
-        && approval
-            .quorum
-            .as_ref()
-            .is_some_and(|quorum| quorum.votes.iter().any(|vote| vote.principal == session.principal))
+/// Whether the person has a vote on this pending approval to withdraw, as
+/// the cluster answered (`Approval.controls`).
+fn may_withdraw(approval: &pb::Approval) -> bool {
+    approval.controls.as_ref().is_some_and(|controls| controls.may_withdraw)
 }
 
 /// The terms of a decision (SPEC §13) as the page shows them, read from
@@ -675,14 +648,14 @@ async fn render_approval(
         Some(execution_id) => execution_view(session, &execution_id).await?,
         None => None,
     };
-    let reason = refusal_reason(session, &approval);
+    let reason = refusal_reason(&approval);
     let mut response = app.render(
         "approval.html",
         live_only,
         context! {
             me => me_view(session), approval => approval_view(&approval), capability => capability,
             may_decide => reason.is_none(), reason => reason, execution => execution,
-            may_withdraw => may_withdraw(session, &approval),
+            may_withdraw => may_withdraw(&approval),
             refused => refused.map(|error| context! { code => error.code(), message => error.to_string() }),
             comment_max => COMMENT_MAX_BYTES,
         },
@@ -1197,38 +1170,21 @@ mod tests {
         assert!(page.contains("finance 1/1") && page.contains("user:fin: approve"), "{page}");
     }
 
-    #[tokio::test]
-    async fn an_approver_scoped_elsewhere_may_vote_on_a_governed_approval_once() {
-        let session = Session {
-            principal: "user:fin".into(),
-            client: Client::new(&["127.0.0.1:1".to_string()]).expect("a client (never called)"),
-            csrf: String::new(),
-            grants: vec![pb::AccessGrant {
-                principal: "user:fin".into(),
-                grant: "approver".into(),
-                scope: vec!["finance".into()],
-                skew_ms_max: None,
-            }],
-            development: true,
-            expires_at: std::time::Instant::now(),
-            cursor: Default::default(),
-            streams: Default::default(),
-        };
-        let mut approval = pb::Approval {
-            status: pb::ApprovalStatus::Pending as i32,
-            types: vec!["refund".into()],
-            ..pb::Approval::default()
-        };
-        assert!(refusal_reason(&session, &approval).expect("ungoverned").contains("outside your approver scope"));
-        approval.quorum = Some(pb::Quorum { policy: "refunds".into(), ..pb::Quorum::default() });
-        assert_eq!(refusal_reason(&session, &approval), None, "the policy decides who votes");
-        approval
-            .quorum
-            .as_mut()
-            .expect("set")
-            .votes
-            .push(pb::Vote { principal: "user:fin".into(), ..pb::Vote::default() });
-        assert!(refusal_reason(&session, &approval).expect("voted").contains("already voted"));
+    #[test]
+    fn the_decision_controls_are_the_clusters_answer() {
+        let mut approval = pb::Approval { status: pb::ApprovalStatus::Pending as i32, ..pb::Approval::default() };
+        assert!(refusal_reason(&approval).is_some(), "no answer from the cluster: not offered");
+        approval.controls = Some(pb::DecisionControls { may_decide: true, ..pb::DecisionControls::default() });
+        assert_eq!(refusal_reason(&approval), None);
+        assert!(!may_withdraw(&approval));
+        approval.controls = Some(pb::DecisionControls {
+            may_decide: false,
+            may_withdraw: true,
+            refusal_code: "VOTE_DUPLICATE".into(),
+            refusal: "you already voted".into(),
+        });
+        assert_eq!(refusal_reason(&approval).as_deref(), Some("you already voted (VOTE_DUPLICATE)"));
+        assert!(may_withdraw(&approval));
     }
 
     const TARGET: &str = "hv-e9814d";
@@ -1382,7 +1338,6 @@ mod tests {
             principal: "user:carol".into(),
             client: Client::new(&["127.0.0.1:1".to_string()]).expect("a client (never called)"),
             csrf: csrf.clone(),
-            grants: vec![],
             development: true,
             expires_at: std::time::Instant::now() + std::time::Duration::from_secs(3600),
             cursor: Default::default(),

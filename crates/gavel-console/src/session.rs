@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gavel_client::{pb, Client};
+use gavel_client::Client;
 
 use crate::error::ConsoleError;
 use crate::limits::{SESSIONS_MAX, SESSION_TTL};
@@ -23,9 +23,6 @@ pub struct Session {
     pub client: Client,
     /// The token every state-changing form must carry.
     pub csrf: String,
-    /// The person's grants at sign-in, to explain why a page shows no buttons
-    /// (the cluster still decides every call).
-    pub grants: Vec<pb::AccessGrant>,
     /// Whether this is a development sign-in (shown on every page).
     pub development: bool,
     /// When the session ends.
@@ -34,13 +31,6 @@ pub struct Session {
     pub cursor: AtomicU64,
     /// Live streams open now.
     pub streams: AtomicUsize,
-}
-
-impl Session {
-    /// The actor id the cluster records for the principal (`user:bob` → `bob`).
-    pub fn actor_id(&self) -> &str {
-        self.principal.split_once(':').map_or(self.principal.as_str(), |(_, id)| id)
-    }
 }
 
 /// A random token of 244 bits from the operating system's generator.

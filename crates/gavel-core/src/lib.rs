@@ -80,7 +80,7 @@ pub use command::{
     Submit, Task,
 };
 pub use error::{DomainError, ErrorClass, ErrorCode, QuotaKind, RefusedApproval, RefusedQuota};
-pub use machine::{SnapshotError, State, StateCounts};
+pub use machine::{DecisionControls, SnapshotError, State, StateCounts};
 pub use model::*;
 pub use policies::{Approvers, Factor, Policy, PolicySpec, Quorum, Vote};
 pub use quotas::{QuotaChange, QuotaLimits, QuotaUsage, QuotaView};

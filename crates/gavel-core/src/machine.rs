@@ -18,6 +18,7 @@ mod approval_commands;
 pub(crate) mod checkpoints;
 mod execution_commands;
 mod ownership;
+pub use ownership::DecisionControls;
 mod policy_commands;
 
 pub(crate) use policy_commands::check_vote;

@@ -490,6 +490,57 @@ fn a_policy_may_forbid_standing_approvals_and_a_vote_on_other_terms_is_refused()
 }
 
 #[test]
+fn the_decision_controls_a_page_renders_are_what_a_decision_would_meet() {
+    // Issue #38, item 2: the console renders `decision_controls` and holds
+    // no rule; for each person below, the controls say exactly what a
+    // decision by that person, applied now, does.
+    let mut script = secured();
+    set_policy(&mut script, policy("refunds", &["refund"], vec![scope_factor("finance", 1), scope_factor("legal", 1)]));
+    let in_scope = approver(&mut script, "h1", &["human"]);
+    let out_of_scope = approver(&mut script, "o1", &["other"]);
+    let (f1, f2) = (approver(&mut script, "f1", &["finance"]), approver(&mut script, "f2", &["finance"]));
+    let requester = approver(&mut script, "alice", &[]);
+    create(&mut script, "one-shot", "human", "alice");
+    create(&mut script, "governed", "refund", "alice");
+    assert!(matches!(vote(&mut script, &f1, "governed", true), Reply::Approval { .. }));
+    let cases = [
+        ("the requester", &requester, "one-shot", Some(ErrorCode::ApprovalSelfApproval)),
+        ("an approver in scope", &in_scope, "one-shot", None),
+        ("an approver out of scope", &out_of_scope, "one-shot", Some(ErrorCode::NotFound)),
+        ("an approver who already voted", &f1, "governed", Some(ErrorCode::VoteDuplicate)),
+        ("an approver for a factor already met", &f2, "governed", None),
+        ("an approver eligible for no factor", &in_scope, "governed", Some(ErrorCode::NotFound)),
+    ];
+    for (who, caller, id, expected) in cases {
+        let approval = script.approval(id);
+        let controls = script.state.decision_controls(Some(caller), &approval, script.now_ms);
+        assert_eq!(controls.refusal.as_ref().map(|refusal| refusal.code), expected, "{who}: {controls:?}");
+        assert_eq!(controls.may_decide, expected.is_none(), "{who}");
+        assert_eq!(controls.may_withdraw, who.contains("already voted"), "{who}");
+        // What the command does, on a copy of the state.
+        let mut trial = Script { state: script.state.clone(), now_ms: script.now_ms };
+        let decide = Command::DecideApproval {
+            approval_id: id.to_string(),
+            status: ApprovalStatus::Approved,
+            approver: caller.principal.as_actor(),
+            comment: None,
+            caller_now_ms: None,
+            terms_hash: Some(approval.terms_hash.clone()),
+        };
+        match (trial.apply_by(caller, decide), expected) {
+            (Reply::Error(refusal), Some(code)) => assert_eq!(refusal.code, code, "{who}: {refusal:?}"),
+            (Reply::Approval { .. }, None) => {}
+            (reply, expected) => panic!("{who}: controls said {expected:?}, the decision got {reply:?}"),
+        }
+    }
+    // Once decided, nobody may decide it; the page says so.
+    let legal = approver(&mut script, "l1", &["legal"]);
+    assert!(matches!(vote(&mut script, &legal, "governed", true), Reply::Approval { .. }));
+    let controls = script.state.decision_controls(Some(&f2), &script.approval("governed"), script.now_ms);
+    assert_eq!(controls.refusal.map(|refusal| refusal.code), Some(ErrorCode::ApprovalDecided));
+}
+
+#[test]
 fn the_assignment_meets_the_most_factors_and_prefers_lower_factors_on_ties() {
     let set = |items: &[u32]| items.iter().copied().collect::<BTreeSet<u32>>();
     // Voter 0 could fill factor 0 or 1; voter 1 only factor 0.

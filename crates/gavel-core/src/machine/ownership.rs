@@ -26,9 +26,24 @@
 use crate::access::{Caller, Grant, GrantName, Principal};
 use crate::approvals::{not_found as approval_not_found, ApprovalView};
 use crate::audit::Event;
+use crate::command::Command;
 use crate::error::{DomainError, ErrorCode};
 use crate::machine::State;
-use crate::model::{Actor, Approval, Execution};
+use crate::model::{Actor, Approval, ApprovalStatus, Execution};
+
+/// What a reading caller may do with an approval, as the rules of a
+/// decision judge it ([`State::decision_controls`]): a page renders its
+/// buttons from this and holds no rule of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionControls {
+    /// A decision (or, on a governed approval, a vote) by the caller as
+    /// itself would be admitted now.
+    pub may_decide: bool,
+    /// The caller has a vote on this pending governed approval.
+    pub may_withdraw: bool,
+    /// Why a decision would be refused (`None` when `may_decide`).
+    pub refusal: Option<DomainError>,
+}
 
 /// Whether `caller` is an owner of a record created by `requester` for `subject`.
 fn is_owner(caller: &Caller, requester: Option<&Principal>, subject: &Actor) -> bool {
@@ -80,6 +95,48 @@ impl State {
             decider: approver.map(|_| caller.principal.clone()),
             votable_policies: if approver.is_some() { self.votable_policies(caller) } else { Default::default() },
         })
+    }
+
+    /// What `caller` may do with `approval` at `now_ms` (SPEC §12: a page
+    /// shows what the core answers). A decision is judged by the same
+    /// functions a `DecideApproval` by the caller as itself meets at the
+    /// edge (`authorize_command`: the approver grant, the scope's cover,
+    /// self-approval, a policy's eligibility) after the approval's own
+    /// state: pending, and no vote of the caller's yet. Without a caller
+    /// (`--insecure`) nothing is checked and anyone may decide.
+    pub fn decision_controls(&self, caller: Option<&Caller>, approval: &Approval, now_ms: u64) -> DecisionControls {
+        let status = approval.status_at(now_ms);
+        let voted = caller.is_some_and(|caller| {
+            approval.quorum.as_ref().is_some_and(|quorum| quorum.votes.iter().any(|v| v.principal == caller.principal))
+        });
+        let refusal = if status != ApprovalStatus::Pending {
+            Some(DomainError::new(
+                if status == ApprovalStatus::Expired { ErrorCode::ApprovalExpired } else { ErrorCode::ApprovalDecided },
+                format!("approval {} is {}: nothing is left to decide", approval.id, status.as_str()),
+            ))
+        } else if voted {
+            Some(DomainError::new(
+                ErrorCode::VoteDuplicate,
+                format!("you already voted on approval {}; withdraw that vote to vote again", approval.id),
+            ))
+        } else {
+            caller.and_then(|caller| {
+                let decide = Command::DecideApproval {
+                    approval_id: approval.id.clone(),
+                    status: ApprovalStatus::Approved,
+                    approver: caller.principal.as_actor(),
+                    comment: None,
+                    caller_now_ms: None,
+                    terms_hash: None,
+                };
+                self.authorize_command(Some(caller), &decide, now_ms).err()
+            })
+        };
+        DecisionControls {
+            may_decide: refusal.is_none(),
+            may_withdraw: voted && status == ApprovalStatus::Pending,
+            refusal,
+        }
     }
 
     /// Whether `caller` may read `approval` (`GetApproval`, a listing, its events).

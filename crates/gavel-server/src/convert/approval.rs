@@ -82,6 +82,31 @@ pub fn approval_out(approval: &Approval, status: ApprovalStatus) -> pb::Approval
         }),
         terms_json: gavel_core::terms::terms_json(approval),
         terms_hash: approval.terms_hash.clone(),
+        controls: None,
+    }
+}
+
+/// Encodes what a reading caller may do with an approval.
+pub fn controls_out(controls: &gavel_core::DecisionControls) -> pb::DecisionControls {
+    pb::DecisionControls {
+        may_decide: controls.may_decide,
+        may_withdraw: controls.may_withdraw,
+        refusal_code: controls.refusal.as_ref().map(|refusal| refusal.code.as_str().to_string()).unwrap_or_default(),
+        refusal: controls.refusal.as_ref().map(|refusal| refusal.message.clone()).unwrap_or_default(),
+    }
+}
+
+/// Encodes an approval as `caller` reads it at `now_ms`: with its status
+/// then and what the caller may do with it ([`controls_out`]).
+pub fn approval_read_out(
+    state: &gavel_core::State,
+    caller: Option<&Caller>,
+    approval: &Approval,
+    now_ms: u64,
+) -> pb::Approval {
+    pb::Approval {
+        controls: Some(controls_out(&state.decision_controls(caller, approval, now_ms))),
+        ..approval_out(approval, approval.status_at(now_ms))
     }
 }
 
@@ -237,12 +262,18 @@ pub fn list_in(request: &pb::ListApprovalsRequest) -> Result<ApprovalsQuery, Dom
 
 /// Encodes one page of approvals with their status at `now_ms`, and the
 /// token of the next page when this one is full.
-pub fn approvals_page_out(page: &[&Approval], limit: usize, now_ms: u64) -> pb::ListApprovalsResponse {
+pub fn approvals_page_out(
+    state: &gavel_core::State,
+    caller: Option<&Caller>,
+    page: &[&Approval],
+    limit: usize,
+    now_ms: u64,
+) -> pb::ListApprovalsResponse {
     let next_page_token = match page.last() {
         Some(last) if page.len() == limit => format!("{}:{}", last.requested_at_ms, last.id),
         _ => String::new(),
     };
-    let approvals = page.iter().map(|approval| approval_out(approval, approval.status_at(now_ms))).collect();
+    let approvals = page.iter().map(|approval| approval_read_out(state, caller, approval, now_ms)).collect();
     pb::ListApprovalsResponse { approvals, next_page_token }
 }
 

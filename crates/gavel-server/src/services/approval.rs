@@ -3,14 +3,14 @@
 use std::sync::Arc;
 
 use gavel_core::mutants::Mutant;
-use gavel_core::{Action, ApprovalFilter, State};
+use gavel_core::{Action, Approval, ApprovalFilter, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_server::ApprovalService;
 use tonic::{Request, Response, Status};
 
 use super::{caller, request_id};
 use crate::convert::approval::{
-    approval_out, approval_reply_out, approvals_page_out, cancel_in, consume_in, create_in, decide_in, list_in,
+    approval_read_out, approval_reply_out, approvals_page_out, cancel_in, consume_in, create_in, decide_in, list_in,
 };
 use crate::convert::common::timestamp_in;
 use crate::node::{domain_status, Node};
@@ -48,7 +48,7 @@ impl ApprovalService for Approvals {
             state
                 .approval(&message.id)
                 .filter(|approval| state.may_read_approval(caller.as_ref(), approval))
-                .map(|approval| approval_out(&approval, approval.status_at(now_ms)))
+                .map(|approval| approval_read_out(state, caller.as_ref(), &approval, now_ms))
         };
         let approval = if self.node.plants(Mutant::StaleRead) {
             // Planted bug: the routing layer let this call through on any
@@ -97,7 +97,8 @@ impl ApprovalService for Approvals {
                 let filter = ApprovalFilter { readable_by: state.approval_view(caller.as_ref()), ..query.filter };
                 // Closed approvals are read back from the cold records, so the page owns them.
                 let page = state.list_approvals(&filter, now_ms, query.after.as_ref(), query.limit, query.order);
-                approvals_page_out(&page.iter().map(AsRef::as_ref).collect::<Vec<_>>(), query.limit, now_ms)
+                let page: Vec<&Approval> = page.iter().map(AsRef::as_ref).collect();
+                approvals_page_out(state, caller.as_ref(), &page, query.limit, now_ms)
             })
             .await?;
         Ok(Response::new(page))

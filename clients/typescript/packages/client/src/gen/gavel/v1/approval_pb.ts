@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/approval.proto.
  */
 export const file_gavel_v1_approval: GenFile = /*@__PURE__*/
-  fileDesc("ChdnYXZlbC92MS9hcHByb3ZhbC5wcm90bxIIZ2F2ZWwudjEi6AEKBFZvdGUSEQoJcHJpbmNpcGFsGAEgASgJEiEKCGFwcHJvdmVyGAIgASgLMg8uZ2F2ZWwudjEuQWN0b3ISDwoHYXBwcm92ZRgDIAEoCBIYChBlbGlnaWJsZV9mYWN0b3JzGAQgAygJEhMKBmZhY3RvchgFIAEoCUgAiAEBEhIKCmlucHV0X2hhc2gYBiABKAkSFQoNc2VsZl9hcHByb3ZhbBgHIAEoCBIUCgdjb21tZW50GAggASgJSAGIAQESEgoKY2FzdF9hdF9tcxgJIAEoA0IJCgdfZmFjdG9yQgoKCF9jb21tZW50IkwKDVN0YW5kaW5nVGVybXMSEAoIdXNlc19tYXgYASABKA0SEQoJd2luZG93X21zGAIgASgEEhYKDmJvdW5kX3BvaW50ZXJzGAMgAygJIksKEFN0YW5kaW5nUHJvZ3Jlc3MSJgoFdGVybXMYASABKAsyFy5nYXZlbC52MS5TdGFuZGluZ1Rlcm1zEg8KB3VzZWRfYnkYAiADKAkiOgoORmFjdG9yUHJvZ3Jlc3MSDAoEbmFtZRgBIAEoCRIJCgFrGAIgASgNEg8KB2NvdW50ZWQYAyABKA0iowEKBlF1b3J1bRIOCgZwb2xpY3kYASABKAkSFgoOcG9saWN5X3ZlcnNpb24YAiABKAQSKQoHZmFjdG9ycxgDIAMoCzIYLmdhdmVsLnYxLkZhY3RvclByb2dyZXNzEhYKDmRlbnlfdGhyZXNob2xkGAQgASgNEg8KB2RlbmlhbHMYBSABKA0SHQoFdm90ZXMYBiADKAsyDi5nYXZlbC52MS5Wb3RlIpABCghEZWNpc2lvbhIoCgZzdGF0dXMYASABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIhCghhcHByb3ZlchgCIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhQKB2NvbW1lbnQYAyABKAlIAIgBARIVCg1kZWNpZGVkX2F0X21zGAQgASgDQgoKCF9jb21tZW50IqwFCghBcHByb3ZhbBIKCgJpZBgBIAEoCRIVCg1jYXBhYmlsaXR5X2lkGAIgASgJEg8KB3N1cmZhY2UYAyABKAkSHgoFYWN0b3IYBCABKAsyDy5nYXZlbC52MS5BY3RvchISCgppbnB1dF9qc29uGAUgASgJEhIKCmlucHV0X2hhc2gYBiABKAkSDwoHcmVhc29ucxgHIAMoCRINCgV0eXBlcxgIIAMoCRIcCgRyaXNrGAkgASgOMg4uZ2F2ZWwudjEuUmlzaxIpCgtzaWRlX2VmZmVjdBgKIAEoDjIULmdhdmVsLnYxLlNpZGVFZmZlY3QSFwoPcmVxdWVzdGVkX2F0X21zGAsgASgDEhUKDWV4cGlyZXNfYXRfbXMYDCABKAMSGwoTYWxsb3dfc2VsZl9hcHByb3ZhbBgNIAEoCBIoCgZzdGF0dXMYDiABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIkCghkZWNpc2lvbhgPIAEoCzISLmdhdmVsLnYxLkRlY2lzaW9uEiUKGGNvbnN1bWVkX2J5X2V4ZWN1dGlvbl9pZBgQIAEoCUgAiAEBEhkKDGV4ZWN1dGlvbl9pZBgRIAEoCUgBiAEBEh8KEmNhcGFiaWxpdHlfdmVyc2lvbhgSIAEoBEgCiAEBEiAKBnF1b3J1bRgTIAEoCzIQLmdhdmVsLnYxLlF1b3J1bRIsCghzdGFuZGluZxgUIAEoCzIaLmdhdmVsLnYxLlN0YW5kaW5nUHJvZ3Jlc3MSEgoKdGVybXNfanNvbhgVIAEoCRISCgp0ZXJtc19oYXNoGBYgASgJQhsKGV9jb25zdW1lZF9ieV9leGVjdXRpb25faWRCDwoNX2V4ZWN1dGlvbl9pZEIVChNfY2FwYWJpbGl0eV92ZXJzaW9uIqgEChVDcmVhdGVBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAkSFQoNY2FwYWJpbGl0eV9pZBgEIAEoCRIPCgdzdXJmYWNlGAUgASgJEh4KBWFjdG9yGAYgASgLMg8uZ2F2ZWwudjEuQWN0b3ISEgoKaW5wdXRfanNvbhgHIAEoCRIXCgppbnB1dF9oYXNoGAggASgJSAGIAQESDwoHcmVhc29ucxgJIAMoCRINCgV0eXBlcxgKIAMoCRIcCgRyaXNrGAsgASgOMg4uZ2F2ZWwudjEuUmlzaxIpCgtzaWRlX2VmZmVjdBgMIAEoDjIULmdhdmVsLnYxLlNpZGVFZmZlY3QSHAoPcmVxdWVzdGVkX2F0X21zGA0gASgDSAKIAQESGgoNZXhwaXJlc19hdF9tcxgOIAEoA0gDiAEBEhoKDWV4cGlyZXNfaW5fbXMYDyABKARIBIgBARIbChNhbGxvd19zZWxmX2FwcHJvdmFsGBAgASgIEikKCHN0YW5kaW5nGBEgASgLMhcuZ2F2ZWwudjEuU3RhbmRpbmdUZXJtc0IQCg5fY2FsbGVyX25vd19tc0INCgtfaW5wdXRfaGFzaEISChBfcmVxdWVzdGVkX2F0X21zQhAKDl9leHBpcmVzX2F0X21zQhAKDl9leHBpcmVzX2luX21zIj4KFkNyZWF0ZUFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCJOChJHZXRBcHByb3ZhbFJlcXVlc3QSCgoCaWQYASABKAkSGgoNY2FsbGVyX25vd19tcxgCIAEoA0gAiAEBQhAKDl9jYWxsZXJfbm93X21zIjsKE0dldEFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCL8AQoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSGgoNY2FsbGVyX25vd19tcxgCIAEoA0gAiAEBEgoKAmlkGAMgASgJEigKBnN0YXR1cxgEIAEoDjIYLmdhdmVsLnYxLkFwcHJvdmFsU3RhdHVzEiEKCGFwcHJvdmVyGAUgASgLMg8uZ2F2ZWwudjEuQWN0b3ISFAoHY29tbWVudBgGIAEoCUgBiAEBEhcKCnRlcm1zX2hhc2gYByABKAlIAogBAUIQCg5fY2FsbGVyX25vd19tc0IKCghfY29tbWVudEINCgtfdGVybXNfaGFzaCI+ChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEiQKCGFwcHJvdmFsGAEgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWwifAoWQ29uc3VtZUFwcHJvdmFsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBARIKCgJpZBgDIAEoCRIUCgxleGVjdXRpb25faWQYBCABKAlCEAoOX2NhbGxlcl9ub3dfbXMiPwoXQ29uc3VtZUFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCKJAgoUTGlzdEFwcHJvdmFsc1JlcXVlc3QSLQoGc3RhdHVzGAEgASgOMhguZ2F2ZWwudjEuQXBwcm92YWxTdGF0dXNIAIgBARIaCg1jYXBhYmlsaXR5X2lkGAIgASgJSAGIAQESFQoIYWN0b3JfaWQYAyABKAlIAogBARIaCg1jYWxsZXJfbm93X21zGAQgASgDSAOIAQESDQoFbGltaXQYBSABKA0SEgoKcGFnZV90b2tlbhgGIAEoCRIUCgxuZXdlc3RfZmlyc3QYByABKAhCCQoHX3N0YXR1c0IQCg5fY2FwYWJpbGl0eV9pZEILCglfYWN0b3JfaWRCEAoOX2NhbGxlcl9ub3dfbXMiVwoVTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEiUKCWFwcHJvdmFscxgBIAMoCzISLmdhdmVsLnYxLkFwcHJvdmFsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJlChVDYW5jZWxBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAlCEAoOX2NhbGxlcl9ub3dfbXMiPgoWQ2FuY2VsQXBwcm92YWxSZXNwb25zZRIkCghhcHByb3ZhbBgBIAEoCzISLmdhdmVsLnYxLkFwcHJvdmFsKoACCg5BcHByb3ZhbFN0YXR1cxIfChtBUFBST1ZBTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdBUFBST1ZBTF9TVEFUVVNfUEVORElORxABEhwKGEFQUFJPVkFMX1NUQVRVU19BUFBST1ZFRBACEhwKGEFQUFJPVkFMX1NUQVRVU19SRUpFQ1RFRBADEh0KGUFQUFJPVkFMX1NUQVRVU19DQU5DRUxMRUQQBBIbChdBUFBST1ZBTF9TVEFUVVNfRVhQSVJFRBAFEhwKGEFQUFJPVkFMX1NUQVRVU19DT05TVU1FRBAGEhoKFkFQUFJPVkFMX1NUQVRVU19WT0lERUQQBzKGBAoPQXBwcm92YWxTZXJ2aWNlElMKDkNyZWF0ZUFwcHJvdmFsEh8uZ2F2ZWwudjEuQ3JlYXRlQXBwcm92YWxSZXF1ZXN0GiAuZ2F2ZWwudjEuQ3JlYXRlQXBwcm92YWxSZXNwb25zZRJKCgtHZXRBcHByb3ZhbBIcLmdhdmVsLnYxLkdldEFwcHJvdmFsUmVxdWVzdBodLmdhdmVsLnYxLkdldEFwcHJvdmFsUmVzcG9uc2USUwoORGVjaWRlQXBwcm92YWwSHy5nYXZlbC52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5EZWNpZGVBcHByb3ZhbFJlc3BvbnNlElYKD0NvbnN1bWVBcHByb3ZhbBIgLmdhdmVsLnYxLkNvbnN1bWVBcHByb3ZhbFJlcXVlc3QaIS5nYXZlbC52MS5Db25zdW1lQXBwcm92YWxSZXNwb25zZRJQCg1MaXN0QXBwcm92YWxzEh4uZ2F2ZWwudjEuTGlzdEFwcHJvdmFsc1JlcXVlc3QaHy5nYXZlbC52MS5MaXN0QXBwcm92YWxzUmVzcG9uc2USUwoOQ2FuY2VsQXBwcm92YWwSHy5nYXZlbC52MS5DYW5jZWxBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5DYW5jZWxBcHByb3ZhbFJlc3BvbnNlYgZwcm90bzM", [file_gavel_v1_common]);
+  fileDesc("ChdnYXZlbC92MS9hcHByb3ZhbC5wcm90bxIIZ2F2ZWwudjEi6AEKBFZvdGUSEQoJcHJpbmNpcGFsGAEgASgJEiEKCGFwcHJvdmVyGAIgASgLMg8uZ2F2ZWwudjEuQWN0b3ISDwoHYXBwcm92ZRgDIAEoCBIYChBlbGlnaWJsZV9mYWN0b3JzGAQgAygJEhMKBmZhY3RvchgFIAEoCUgAiAEBEhIKCmlucHV0X2hhc2gYBiABKAkSFQoNc2VsZl9hcHByb3ZhbBgHIAEoCBIUCgdjb21tZW50GAggASgJSAGIAQESEgoKY2FzdF9hdF9tcxgJIAEoA0IJCgdfZmFjdG9yQgoKCF9jb21tZW50IkwKDVN0YW5kaW5nVGVybXMSEAoIdXNlc19tYXgYASABKA0SEQoJd2luZG93X21zGAIgASgEEhYKDmJvdW5kX3BvaW50ZXJzGAMgAygJIksKEFN0YW5kaW5nUHJvZ3Jlc3MSJgoFdGVybXMYASABKAsyFy5nYXZlbC52MS5TdGFuZGluZ1Rlcm1zEg8KB3VzZWRfYnkYAiADKAkiOgoORmFjdG9yUHJvZ3Jlc3MSDAoEbmFtZRgBIAEoCRIJCgFrGAIgASgNEg8KB2NvdW50ZWQYAyABKA0iowEKBlF1b3J1bRIOCgZwb2xpY3kYASABKAkSFgoOcG9saWN5X3ZlcnNpb24YAiABKAQSKQoHZmFjdG9ycxgDIAMoCzIYLmdhdmVsLnYxLkZhY3RvclByb2dyZXNzEhYKDmRlbnlfdGhyZXNob2xkGAQgASgNEg8KB2RlbmlhbHMYBSABKA0SHQoFdm90ZXMYBiADKAsyDi5nYXZlbC52MS5Wb3RlIpABCghEZWNpc2lvbhIoCgZzdGF0dXMYASABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIhCghhcHByb3ZlchgCIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhQKB2NvbW1lbnQYAyABKAlIAIgBARIVCg1kZWNpZGVkX2F0X21zGAQgASgDQgoKCF9jb21tZW50ItoFCghBcHByb3ZhbBIKCgJpZBgBIAEoCRIVCg1jYXBhYmlsaXR5X2lkGAIgASgJEg8KB3N1cmZhY2UYAyABKAkSHgoFYWN0b3IYBCABKAsyDy5nYXZlbC52MS5BY3RvchISCgppbnB1dF9qc29uGAUgASgJEhIKCmlucHV0X2hhc2gYBiABKAkSDwoHcmVhc29ucxgHIAMoCRINCgV0eXBlcxgIIAMoCRIcCgRyaXNrGAkgASgOMg4uZ2F2ZWwudjEuUmlzaxIpCgtzaWRlX2VmZmVjdBgKIAEoDjIULmdhdmVsLnYxLlNpZGVFZmZlY3QSFwoPcmVxdWVzdGVkX2F0X21zGAsgASgDEhUKDWV4cGlyZXNfYXRfbXMYDCABKAMSGwoTYWxsb3dfc2VsZl9hcHByb3ZhbBgNIAEoCBIoCgZzdGF0dXMYDiABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIkCghkZWNpc2lvbhgPIAEoCzISLmdhdmVsLnYxLkRlY2lzaW9uEiUKGGNvbnN1bWVkX2J5X2V4ZWN1dGlvbl9pZBgQIAEoCUgAiAEBEhkKDGV4ZWN1dGlvbl9pZBgRIAEoCUgBiAEBEh8KEmNhcGFiaWxpdHlfdmVyc2lvbhgSIAEoBEgCiAEBEiAKBnF1b3J1bRgTIAEoCzIQLmdhdmVsLnYxLlF1b3J1bRIsCghzdGFuZGluZxgUIAEoCzIaLmdhdmVsLnYxLlN0YW5kaW5nUHJvZ3Jlc3MSEgoKdGVybXNfanNvbhgVIAEoCRISCgp0ZXJtc19oYXNoGBYgASgJEiwKCGNvbnRyb2xzGBcgASgLMhouZ2F2ZWwudjEuRGVjaXNpb25Db250cm9sc0IbChlfY29uc3VtZWRfYnlfZXhlY3V0aW9uX2lkQg8KDV9leGVjdXRpb25faWRCFQoTX2NhcGFiaWxpdHlfdmVyc2lvbiJjChBEZWNpc2lvbkNvbnRyb2xzEhIKCm1heV9kZWNpZGUYASABKAgSFAoMbWF5X3dpdGhkcmF3GAIgASgIEhQKDHJlZnVzYWxfY29kZRgDIAEoCRIPCgdyZWZ1c2FsGAQgASgJIqgEChVDcmVhdGVBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAkSFQoNY2FwYWJpbGl0eV9pZBgEIAEoCRIPCgdzdXJmYWNlGAUgASgJEh4KBWFjdG9yGAYgASgLMg8uZ2F2ZWwudjEuQWN0b3ISEgoKaW5wdXRfanNvbhgHIAEoCRIXCgppbnB1dF9oYXNoGAggASgJSAGIAQESDwoHcmVhc29ucxgJIAMoCRINCgV0eXBlcxgKIAMoCRIcCgRyaXNrGAsgASgOMg4uZ2F2ZWwudjEuUmlzaxIpCgtzaWRlX2VmZmVjdBgMIAEoDjIULmdhdmVsLnYxLlNpZGVFZmZlY3QSHAoPcmVxdWVzdGVkX2F0X21zGA0gASgDSAKIAQESGgoNZXhwaXJlc19hdF9tcxgOIAEoA0gDiAEBEhoKDWV4cGlyZXNfaW5fbXMYDyABKARIBIgBARIbChNhbGxvd19zZWxmX2FwcHJvdmFsGBAgASgIEikKCHN0YW5kaW5nGBEgASgLMhcuZ2F2ZWwudjEuU3RhbmRpbmdUZXJtc0IQCg5fY2FsbGVyX25vd19tc0INCgtfaW5wdXRfaGFzaEISChBfcmVxdWVzdGVkX2F0X21zQhAKDl9leHBpcmVzX2F0X21zQhAKDl9leHBpcmVzX2luX21zIj4KFkNyZWF0ZUFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCJOChJHZXRBcHByb3ZhbFJlcXVlc3QSCgoCaWQYASABKAkSGgoNY2FsbGVyX25vd19tcxgCIAEoA0gAiAEBQhAKDl9jYWxsZXJfbm93X21zIjsKE0dldEFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCL8AQoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSGgoNY2FsbGVyX25vd19tcxgCIAEoA0gAiAEBEgoKAmlkGAMgASgJEigKBnN0YXR1cxgEIAEoDjIYLmdhdmVsLnYxLkFwcHJvdmFsU3RhdHVzEiEKCGFwcHJvdmVyGAUgASgLMg8uZ2F2ZWwudjEuQWN0b3ISFAoHY29tbWVudBgGIAEoCUgBiAEBEhcKCnRlcm1zX2hhc2gYByABKAlIAogBAUIQCg5fY2FsbGVyX25vd19tc0IKCghfY29tbWVudEINCgtfdGVybXNfaGFzaCI+ChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEiQKCGFwcHJvdmFsGAEgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWwifAoWQ29uc3VtZUFwcHJvdmFsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBARIKCgJpZBgDIAEoCRIUCgxleGVjdXRpb25faWQYBCABKAlCEAoOX2NhbGxlcl9ub3dfbXMiPwoXQ29uc3VtZUFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCKJAgoUTGlzdEFwcHJvdmFsc1JlcXVlc3QSLQoGc3RhdHVzGAEgASgOMhguZ2F2ZWwudjEuQXBwcm92YWxTdGF0dXNIAIgBARIaCg1jYXBhYmlsaXR5X2lkGAIgASgJSAGIAQESFQoIYWN0b3JfaWQYAyABKAlIAogBARIaCg1jYWxsZXJfbm93X21zGAQgASgDSAOIAQESDQoFbGltaXQYBSABKA0SEgoKcGFnZV90b2tlbhgGIAEoCRIUCgxuZXdlc3RfZmlyc3QYByABKAhCCQoHX3N0YXR1c0IQCg5fY2FwYWJpbGl0eV9pZEILCglfYWN0b3JfaWRCEAoOX2NhbGxlcl9ub3dfbXMiVwoVTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEiUKCWFwcHJvdmFscxgBIAMoCzISLmdhdmVsLnYxLkFwcHJvdmFsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJlChVDYW5jZWxBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAlCEAoOX2NhbGxlcl9ub3dfbXMiPgoWQ2FuY2VsQXBwcm92YWxSZXNwb25zZRIkCghhcHByb3ZhbBgBIAEoCzISLmdhdmVsLnYxLkFwcHJvdmFsKoACCg5BcHByb3ZhbFN0YXR1cxIfChtBUFBST1ZBTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdBUFBST1ZBTF9TVEFUVVNfUEVORElORxABEhwKGEFQUFJPVkFMX1NUQVRVU19BUFBST1ZFRBACEhwKGEFQUFJPVkFMX1NUQVRVU19SRUpFQ1RFRBADEh0KGUFQUFJPVkFMX1NUQVRVU19DQU5DRUxMRUQQBBIbChdBUFBST1ZBTF9TVEFUVVNfRVhQSVJFRBAFEhwKGEFQUFJPVkFMX1NUQVRVU19DT05TVU1FRBAGEhoKFkFQUFJPVkFMX1NUQVRVU19WT0lERUQQBzKGBAoPQXBwcm92YWxTZXJ2aWNlElMKDkNyZWF0ZUFwcHJvdmFsEh8uZ2F2ZWwudjEuQ3JlYXRlQXBwcm92YWxSZXF1ZXN0GiAuZ2F2ZWwudjEuQ3JlYXRlQXBwcm92YWxSZXNwb25zZRJKCgtHZXRBcHByb3ZhbBIcLmdhdmVsLnYxLkdldEFwcHJvdmFsUmVxdWVzdBodLmdhdmVsLnYxLkdldEFwcHJvdmFsUmVzcG9uc2USUwoORGVjaWRlQXBwcm92YWwSHy5nYXZlbC52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5EZWNpZGVBcHByb3ZhbFJlc3BvbnNlElYKD0NvbnN1bWVBcHByb3ZhbBIgLmdhdmVsLnYxLkNvbnN1bWVBcHByb3ZhbFJlcXVlc3QaIS5nYXZlbC52MS5Db25zdW1lQXBwcm92YWxSZXNwb25zZRJQCg1MaXN0QXBwcm92YWxzEh4uZ2F2ZWwudjEuTGlzdEFwcHJvdmFsc1JlcXVlc3QaHy5nYXZlbC52MS5MaXN0QXBwcm92YWxzUmVzcG9uc2USUwoOQ2FuY2VsQXBwcm92YWwSHy5nYXZlbC52MS5DYW5jZWxBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5DYW5jZWxBcHByb3ZhbFJlc3BvbnNlYgZwcm90bzM", [file_gavel_v1_common]);
 
 /**
  * One vote on an approval a policy governs.
@@ -467,6 +467,16 @@ export type Approval = Message<"gavel.v1.Approval"> & {
    * @generated from field: string terms_hash = 22;
    */
   termsHash: string;
+
+  /**
+   * What the caller of GetApproval or ListApprovals may do with it, as the
+   * cluster judges it (the same rules a decision meets): a console renders
+   * its buttons from this and holds no rule of its own. Absent in the
+   * replies of writes.
+   *
+   * @generated from field: gavel.v1.DecisionControls controls = 23;
+   */
+  controls?: DecisionControls | undefined;
 };
 
 /**
@@ -475,6 +485,52 @@ export type Approval = Message<"gavel.v1.Approval"> & {
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
   messageDesc(file_gavel_v1_approval, 6);
+
+/**
+ * What the reading caller may do with an approval, judged by the cluster.
+ *
+ * @generated from message gavel.v1.DecisionControls
+ */
+export type DecisionControls = Message<"gavel.v1.DecisionControls"> & {
+  /**
+   * A decision (or, on a governed approval, a vote) by the caller as
+   * itself would be admitted now.
+   *
+   * @generated from field: bool may_decide = 1;
+   */
+  mayDecide: boolean;
+
+  /**
+   * The caller has a vote on this pending governed approval that it may
+   * withdraw.
+   *
+   * @generated from field: bool may_withdraw = 2;
+   */
+  mayWithdraw: boolean;
+
+  /**
+   * When may_decide is false: the stable code a decision would be refused
+   * with (APPROVAL_SELF_APPROVAL, PERMISSION_DENIED, VOTE_DUPLICATE,
+   * APPROVAL_DECIDED, ...).
+   *
+   * @generated from field: string refusal_code = 3;
+   */
+  refusalCode: string;
+
+  /**
+   * When may_decide is false: why, for a person.
+   *
+   * @generated from field: string refusal = 4;
+   */
+  refusal: string;
+};
+
+/**
+ * Describes the message gavel.v1.DecisionControls.
+ * Use `create(DecisionControlsSchema)` to create a new message.
+ */
+export const DecisionControlsSchema: GenMessage<DecisionControls> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_approval, 7);
 
 /**
  * Request of ApprovalService.CreateApproval.
@@ -616,7 +672,7 @@ export type CreateApprovalRequest = Message<"gavel.v1.CreateApprovalRequest"> & 
  * Use `create(CreateApprovalRequestSchema)` to create a new message.
  */
 export const CreateApprovalRequestSchema: GenMessage<CreateApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 7);
+  messageDesc(file_gavel_v1_approval, 8);
 
 /**
  * Response of ApprovalService.CreateApproval.
@@ -637,7 +693,7 @@ export type CreateApprovalResponse = Message<"gavel.v1.CreateApprovalResponse"> 
  * Use `create(CreateApprovalResponseSchema)` to create a new message.
  */
 export const CreateApprovalResponseSchema: GenMessage<CreateApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 8);
+  messageDesc(file_gavel_v1_approval, 9);
 
 /**
  * Request of ApprovalService.GetApproval.
@@ -666,7 +722,7 @@ export type GetApprovalRequest = Message<"gavel.v1.GetApprovalRequest"> & {
  * Use `create(GetApprovalRequestSchema)` to create a new message.
  */
 export const GetApprovalRequestSchema: GenMessage<GetApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 9);
+  messageDesc(file_gavel_v1_approval, 10);
 
 /**
  * Response of ApprovalService.GetApproval.
@@ -687,7 +743,7 @@ export type GetApprovalResponse = Message<"gavel.v1.GetApprovalResponse"> & {
  * Use `create(GetApprovalResponseSchema)` to create a new message.
  */
 export const GetApprovalResponseSchema: GenMessage<GetApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 10);
+  messageDesc(file_gavel_v1_approval, 11);
 
 /**
  * Request of ApprovalService.DecideApproval.
@@ -755,7 +811,7 @@ export type DecideApprovalRequest = Message<"gavel.v1.DecideApprovalRequest"> & 
  * Use `create(DecideApprovalRequestSchema)` to create a new message.
  */
 export const DecideApprovalRequestSchema: GenMessage<DecideApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 11);
+  messageDesc(file_gavel_v1_approval, 12);
 
 /**
  * Response of ApprovalService.DecideApproval.
@@ -776,7 +832,7 @@ export type DecideApprovalResponse = Message<"gavel.v1.DecideApprovalResponse"> 
  * Use `create(DecideApprovalResponseSchema)` to create a new message.
  */
 export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 12);
+  messageDesc(file_gavel_v1_approval, 13);
 
 /**
  * Request of ApprovalService.ConsumeApproval.
@@ -819,7 +875,7 @@ export type ConsumeApprovalRequest = Message<"gavel.v1.ConsumeApprovalRequest"> 
  * Use `create(ConsumeApprovalRequestSchema)` to create a new message.
  */
 export const ConsumeApprovalRequestSchema: GenMessage<ConsumeApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 13);
+  messageDesc(file_gavel_v1_approval, 14);
 
 /**
  * Response of ApprovalService.ConsumeApproval.
@@ -840,7 +896,7 @@ export type ConsumeApprovalResponse = Message<"gavel.v1.ConsumeApprovalResponse"
  * Use `create(ConsumeApprovalResponseSchema)` to create a new message.
  */
 export const ConsumeApprovalResponseSchema: GenMessage<ConsumeApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 14);
+  messageDesc(file_gavel_v1_approval, 15);
 
 /**
  * Request of ApprovalService.ListApprovals. Filters compose with AND.
@@ -907,7 +963,7 @@ export type ListApprovalsRequest = Message<"gavel.v1.ListApprovalsRequest"> & {
  * Use `create(ListApprovalsRequestSchema)` to create a new message.
  */
 export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 15);
+  messageDesc(file_gavel_v1_approval, 16);
 
 /**
  * Response of ApprovalService.ListApprovals.
@@ -936,7 +992,7 @@ export type ListApprovalsResponse = Message<"gavel.v1.ListApprovalsResponse"> & 
  * Use `create(ListApprovalsResponseSchema)` to create a new message.
  */
 export const ListApprovalsResponseSchema: GenMessage<ListApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 16);
+  messageDesc(file_gavel_v1_approval, 17);
 
 /**
  * Request of ApprovalService.CancelApproval.
@@ -972,7 +1028,7 @@ export type CancelApprovalRequest = Message<"gavel.v1.CancelApprovalRequest"> & 
  * Use `create(CancelApprovalRequestSchema)` to create a new message.
  */
 export const CancelApprovalRequestSchema: GenMessage<CancelApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 17);
+  messageDesc(file_gavel_v1_approval, 18);
 
 /**
  * Response of ApprovalService.CancelApproval.
@@ -993,7 +1049,7 @@ export type CancelApprovalResponse = Message<"gavel.v1.CancelApprovalResponse"> 
  * Use `create(CancelApprovalResponseSchema)` to create a new message.
  */
 export const CancelApprovalResponseSchema: GenMessage<CancelApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 18);
+  messageDesc(file_gavel_v1_approval, 19);
 
 /**
  * Lifecycle status of an approval record. Transitions: PENDING to APPROVED,
