@@ -173,4 +173,13 @@ async fn the_three_ways_to_steer_a_yes_are_refused_on_a_secure_three_node_cluste
         let second = approve(&cluster, FIN2, id, &created.terms_hash).await.expect("a second finance vote");
         assert_eq!(second.status, pb::ApprovalStatus::Approved as i32);
     }
+    // A policy may target the risk the registration declares: the request's
+    // own `low` label changes nothing.
+    register(&cluster, "treasury.move", pb::SideEffect::External, pb::Risk::Critical, "treasury").await;
+    let critical = ["policy", "set", "critical", "--risks", "critical", "--factor", "finance=2/scope/finance"];
+    gavel_as(&cluster, &admin, &critical).await.succeeded();
+    let moved = create(&cluster, request("move-1", "treasury.move", wire, &[])).await.expect("created");
+    assert_eq!(moved.quorum.as_ref().map(|quorum| quorum.policy.as_str()), Some("critical"));
+    let listed = gavel_as(&cluster, &admin, &["policy", "get", "critical", "--json"]).await.json();
+    assert_eq!(listed["policies"][0]["risks"], serde_json::json!(["critical"]), "{listed}");
 }

@@ -26,7 +26,8 @@ use crate::error::{DomainError, ErrorCode};
 use crate::limits::{
     FACTOR_GROUP_MAX, FACTOR_K_MAX, POLICIES_MAX, POLICY_FACTORS_MAX, POLICY_GOVERNS_MAX, VOTES_PER_APPROVAL_MAX,
 };
-use crate::model::Actor;
+use crate::model::{Actor, Risk, SideEffect};
+use crate::terms::{risk_name, side_effect_name, RegisteredCapability};
 use crate::validate::{check_id, invalid_if_any, Problems};
 
 /// Who may count for a factor.
@@ -60,6 +61,12 @@ pub struct PolicySpec {
     pub approval_types: BTreeSet<String>,
     /// Capability ids it governs.
     pub capability_ids: BTreeSet<String>,
+    /// Capability risks it governs, as registered.
+    #[serde(default)]
+    pub risks: BTreeSet<Risk>,
+    /// Capability side effects it governs, as registered.
+    #[serde(default)]
+    pub side_effects: BTreeSet<SideEffect>,
     /// Every factor must be met; 1 to [`POLICY_FACTORS_MAX`].
     pub factors: Vec<Factor>,
     /// How many distinct eligible principals' denials reject (default 1).
@@ -84,6 +91,12 @@ pub struct Policy {
     pub approval_types: BTreeSet<String>,
     /// Capability ids it governs.
     pub capability_ids: BTreeSet<String>,
+    /// Capability risks it governs, as registered.
+    #[serde(default)]
+    pub risks: BTreeSet<Risk>,
+    /// Capability side effects it governs, as registered.
+    #[serde(default)]
+    pub side_effects: BTreeSet<SideEffect>,
     /// Its factors, all required.
     pub factors: Vec<Factor>,
     /// Distinct eligible denials that reject.
@@ -282,8 +295,9 @@ impl Policies {
     }
 
     /// The policy that governs an approval of `capability_id` (SPEC §10):
-    /// the capability's; else the one on the approval type its registration
-    /// declares (`registered_type`); else the first of the requester's own
+    /// the capability's; else, from what its registration declares
+    /// (`registered`), the policy on its approval type, then on its risk,
+    /// then on its side effect; else the first of the requester's own
     /// `types` that has one. What the cluster knows comes first, so a
     /// requester's labels can only add a policy where none governs, never
     /// remove one: an approval naming no or other types is governed all
@@ -291,14 +305,17 @@ impl Policies {
     pub(crate) fn governing(
         &self,
         capability_id: &str,
-        registered_type: Option<&str>,
+        registered: Option<&RegisteredCapability>,
         types: &[String],
     ) -> Option<&Policy> {
-        let of_type = |approval_type: &str| self.by_name.values().find(|p| p.approval_types.contains(approval_type));
-        self.by_name
-            .values()
-            .find(|policy| policy.capability_ids.contains(capability_id))
-            .or_else(|| registered_type.and_then(of_type))
+        let find = |matches: &dyn Fn(&Policy) -> bool| self.by_name.values().find(|policy| matches(policy));
+        let of_type = |approval_type: &str| find(&|policy| policy.approval_types.contains(approval_type));
+        find(&|policy| policy.capability_ids.contains(capability_id))
+            .or_else(|| registered.and_then(|registered| registered.approval_type.as_deref()).and_then(of_type))
+            .or_else(|| registered.and_then(|registered| find(&|policy| policy.risks.contains(&registered.risk))))
+            .or_else(|| {
+                registered.and_then(|registered| find(&|policy| policy.side_effects.contains(&registered.side_effect)))
+            })
             .or_else(|| types.iter().find_map(|approval_type| of_type(approval_type)))
     }
 
@@ -313,9 +330,15 @@ impl Policies {
             ));
         }
         for other in self.by_name.values().filter(|other| other.name != spec.name) {
-            let types = other.approval_types.intersection(&spec.approval_types);
-            let capabilities = other.capability_ids.intersection(&spec.capability_ids);
-            if let Some(key) = types.chain(capabilities).next() {
+            let types = other.approval_types.intersection(&spec.approval_types).map(|kind| format!("type {kind}"));
+            let capabilities =
+                other.capability_ids.intersection(&spec.capability_ids).map(|id| format!("capability {id}"));
+            let risks = other.risks.intersection(&spec.risks).map(|risk| format!("risk {}", risk_name(*risk)));
+            let side_effects = other
+                .side_effects
+                .intersection(&spec.side_effects)
+                .map(|side_effect| format!("side effect {}", side_effect_name(*side_effect)));
+            if let Some(key) = types.chain(capabilities).chain(risks).chain(side_effects).next() {
                 return Err(DomainError::new(
                     ErrorCode::PolicyConflict,
                     format!(
@@ -331,6 +354,8 @@ impl Policies {
             version: self.last_version,
             approval_types: spec.approval_types.clone(),
             capability_ids: spec.capability_ids.clone(),
+            risks: spec.risks.clone(),
+            side_effects: spec.side_effects.clone(),
             factors: spec.factors.clone(),
             deny_threshold: spec.deny_threshold.unwrap_or(1),
             set_at_ms: now_ms,
@@ -360,9 +385,9 @@ pub(crate) fn not_found(name: &str) -> DomainError {
 pub fn check_spec(spec: &PolicySpec) -> Result<(), DomainError> {
     let mut problems = Problems::new();
     problems.id("name", &spec.name);
-    let governs = spec.approval_types.len() + spec.capability_ids.len();
+    let governs = spec.approval_types.len() + spec.capability_ids.len() + spec.risks.len() + spec.side_effects.len();
     if governs == 0 {
-        problems.push("a policy must govern at least one approval type or capability".to_string());
+        problems.push("a policy must govern at least one approval type, capability, risk or side effect".to_string());
     } else if governs > POLICY_GOVERNS_MAX {
         problems
             .push(format!("a policy governs {governs} types and capabilities, over the limit of {POLICY_GOVERNS_MAX}"));

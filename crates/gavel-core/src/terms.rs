@@ -53,7 +53,8 @@ impl RegisteredCapability {
     }
 }
 
-fn side_effect_name(side_effect: SideEffect) -> &'static str {
+/// The lower-case name of a side effect (`write`), as the terms spell it.
+pub fn side_effect_name(side_effect: SideEffect) -> &'static str {
     match side_effect {
         SideEffect::None => "none",
         SideEffect::Read => "read",
@@ -63,7 +64,8 @@ fn side_effect_name(side_effect: SideEffect) -> &'static str {
     }
 }
 
-fn risk_name(risk: Risk) -> &'static str {
+/// The lower-case name of a risk (`critical`), as the terms spell it.
+pub fn risk_name(risk: Risk) -> &'static str {
     match risk {
         Risk::Low => "low",
         Risk::Medium => "medium",

@@ -250,6 +250,8 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
                     name: "table-policy".to_string(),
                     approval_types: ["table-type".to_string()].into(),
                     capability_ids: Default::default(),
+                    risks: Default::default(),
+                    side_effects: Default::default(),
                     factors: vec![gavel_core::Factor {
                         name: "any".to_string(),
                         k: 1,

@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use gavel_core::command::{Command, Reply};
 use gavel_core::policies::assign_votes;
 use gavel_core::{
-    Approval, ApprovalStatus, Approvers, Caller, ErrorCode, EventKind, Factor, Grant, GrantName, PolicySpec, Principal,
-    PrincipalKind, SideEffect, State,
+    Approval, ApprovalStatus, Approvers, Caller, CapabilitySpec, ErrorCode, EventKind, Factor, Grant, GrantName,
+    PolicySpec, Principal, PrincipalKind, Risk, SideEffect, State,
 };
 use proptest::prelude::*;
 use proptest::test_runner::RngAlgorithm;
@@ -75,6 +75,8 @@ fn policy(name: &str, types: &[&str], factors: Vec<Factor>) -> PolicySpec {
         name: name.to_string(),
         approval_types: types.iter().map(|t| t.to_string()).collect(),
         capability_ids: BTreeSet::new(),
+        risks: BTreeSet::new(),
+        side_effects: BTreeSet::new(),
         factors,
         deny_threshold: None,
         non_retroactive: false,
@@ -453,6 +455,44 @@ fn a_requester_that_names_no_or_other_types_is_governed_by_the_policy_on_its_cap
     request.actor = user("alice").as_actor();
     let (approval, _) = approval_of(script.apply_by(&app(), Command::CreateApproval(request)));
     assert_eq!(approval.quorum.map(|quorum| quorum.policy), Some("lenient".to_string()));
+}
+
+#[test]
+fn a_policy_on_a_risk_or_side_effect_governs_by_the_registration_not_the_requests_labels() {
+    let mut script = secured();
+    let wire = CapabilitySpec { risk: Some(Risk::Critical), ..capability("payments.wire", SideEffect::External) };
+    assert!(matches!(script.apply_by(&root(), Command::RegisterCapability(wire)), Reply::Capability(_)));
+    let note = CapabilitySpec { risk: Some(Risk::Low), ..capability("notes.write", SideEffect::Write) };
+    assert!(matches!(script.apply_by(&root(), Command::RegisterCapability(note)), Reply::Capability(_)));
+    let mut critical = policy("critical", &[], vec![scope_factor("finance", 2)]);
+    critical.risks = [Risk::Critical].into();
+    set_policy(&mut script, critical);
+    let mut writes = policy("writes", &[], vec![scope_factor("ops", 1)]);
+    writes.side_effects = [SideEffect::Write].into();
+    set_policy(&mut script, writes);
+    // The request says "low risk, a read": the registration says critical.
+    let mut request = approval_request("wire-1");
+    request.capability_id = "payments.wire".to_string();
+    request.types = vec![];
+    request.risk = Risk::Low;
+    request.side_effect = SideEffect::Read;
+    request.actor = user("alice").as_actor();
+    let (approval, _) = approval_of(script.apply_by(&app(), Command::CreateApproval(request.clone())));
+    assert_eq!(approval.quorum.map(|quorum| quorum.policy), Some("critical".to_string()));
+    request.id = "note-1".to_string();
+    request.capability_id = "notes.write".to_string();
+    let (approval, _) = approval_of(script.apply_by(&app(), Command::CreateApproval(request.clone())));
+    assert_eq!(approval.quorum.map(|quorum| quorum.policy), Some("writes".to_string()));
+    // An unregistered capability has no declared risk: the labels govern nothing.
+    request.id = "unknown-1".to_string();
+    request.capability_id = "unknown.cap".to_string();
+    request.risk = Risk::Critical;
+    let (approval, _) = approval_of(script.apply_by(&app(), Command::CreateApproval(request)));
+    assert_eq!(approval.quorum, None);
+    // A risk belongs to one policy.
+    let mut again = policy("again", &[], vec![scope_factor("ops", 1)]);
+    again.risks = [Risk::Critical].into();
+    refused(script.apply_by(&root(), Command::SetPolicy(again)), ErrorCode::PolicyConflict);
 }
 
 #[test]

@@ -37,6 +37,14 @@ pub enum PolicyCommand {
         /// Capability ids it governs (comma-separated).
         #[arg(long, value_delimiter = ',', value_name = "ID")]
         capabilities: Vec<String>,
+        /// Capability risks it governs, as the registry declares them
+        /// (comma-separated: low, medium, high, critical).
+        #[arg(long, value_delimiter = ',', value_name = "RISK", value_parser = parse_risk)]
+        risks: Vec<i32>,
+        /// Capability side effects it governs, as registered (comma-separated:
+        /// none, read, write, destructive, external).
+        #[arg(long = "side-effects", value_delimiter = ',', value_name = "SIDE_EFFECT", value_parser = parse_side_effect)]
+        side_effects: Vec<i32>,
         /// A factor, repeatable, all required: `NAME=K/scope/SCOPE` (k
         /// principals whose approver grant names SCOPE) or
         /// `NAME=K/group/kind:id,kind:id,...` (k of these principals).
@@ -90,11 +98,23 @@ pub async fn run(args: PolicyArgs) -> Result<(), CommandError> {
     let client = args.global.client()?;
     let json = args.global.json;
     match args.command {
-        PolicyCommand::Set { name, types, capabilities, factors, deny_threshold, non_retroactive, forbid_standing } => {
+        PolicyCommand::Set {
+            name,
+            types,
+            capabilities,
+            risks,
+            side_effects,
+            factors,
+            deny_threshold,
+            non_retroactive,
+            forbid_standing,
+        } => {
             let request = pb::SetPolicyRequest {
                 name,
                 approval_types: types,
                 capability_ids: capabilities,
+                risks,
+                side_effects,
                 factors,
                 deny_threshold,
                 non_retroactive,
@@ -197,6 +217,11 @@ fn policy_json(policy: &pb::Policy) -> Value {
         "version": policy.version,
         "approvalTypes": policy.approval_types,
         "capabilityIds": policy.capability_ids,
+        "risks": policy.risks().map(|risk| risk.as_str_name().trim_start_matches("RISK_").to_lowercase()).collect::<Vec<_>>(),
+        "sideEffects": policy
+            .side_effects()
+            .map(|side_effect| side_effect.as_str_name().trim_start_matches("SIDE_EFFECT_").to_lowercase())
+            .collect::<Vec<_>>(),
         "factors": policy.factors.iter().map(|factor| json!({
             "name": factor.name, "k": factor.k, "scope": factor.scope, "group": factor.group,
         })).collect::<Vec<_>>(),
@@ -228,6 +253,14 @@ fn print_policies(policies: &[pb::Policy], json: bool) -> Result<(), CommandErro
             .iter()
             .map(|kind| format!("type:{kind}"))
             .chain(policy.capability_ids.iter().map(|id| format!("capability:{id}")))
+            .chain(
+                policy
+                    .risks()
+                    .map(|risk| format!("risk:{}", risk.as_str_name().trim_start_matches("RISK_").to_lowercase())),
+            )
+            .chain(policy.side_effects().map(|side_effect| {
+                format!("side-effect:{}", side_effect.as_str_name().trim_start_matches("SIDE_EFFECT_").to_lowercase())
+            }))
             .collect();
         let factors: Vec<String> = policy.factors.iter().map(factor_text).collect();
         table.row(vec![
@@ -257,4 +290,20 @@ mod tests {
         assert!(parse_factor("finance=x/scope/f").expect_err("k").contains("not a number"));
         assert!(parse_factor("finance=1/team/f").is_err());
     }
+}
+
+/// `--risks` item: a risk's name (`critical`) as its protobuf value.
+fn parse_risk(text: &str) -> Result<i32, String> {
+    pb::Risk::from_str_name(&format!("RISK_{}", text.to_uppercase()))
+        .filter(|risk| *risk != pb::Risk::Unspecified)
+        .map(|risk| risk as i32)
+        .ok_or_else(|| format!("{text:?} is not a risk (low, medium, high, critical)"))
+}
+
+/// `--side-effects` item: a side effect's name (`write`) as its protobuf value.
+fn parse_side_effect(text: &str) -> Result<i32, String> {
+    pb::SideEffect::from_str_name(&format!("SIDE_EFFECT_{}", text.to_uppercase()))
+        .filter(|side_effect| *side_effect != pb::SideEffect::Unspecified)
+        .map(|side_effect| side_effect as i32)
+        .ok_or_else(|| format!("{text:?} is not a side effect (none, read, write, destructive, external)"))
 }

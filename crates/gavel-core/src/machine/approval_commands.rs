@@ -126,8 +126,7 @@ impl State {
         approval.registered = self
             .capability(&approval.capability_id, approval.capability_version)
             .map(crate::terms::RegisteredCapability::of);
-        let registered_type = approval.registered.as_ref().and_then(|registered| registered.approval_type.as_deref());
-        approval.quorum = self.quorum_for(&approval.capability_id, registered_type, &approval.types);
+        approval.quorum = self.quorum_for(&approval.capability_id, approval.registered.as_ref(), &approval.types);
         approval.terms_hash = crate::terms::terms_hash(&approval);
         approval
     }

@@ -91,10 +91,10 @@ impl State {
     pub(super) fn quorum_for(
         &self,
         capability_id: &str,
-        registered_type: Option<&str>,
+        registered: Option<&crate::terms::RegisteredCapability>,
         types: &[String],
     ) -> Option<Quorum> {
-        self.policies.governing(capability_id, registered_type, types).map(quorum_of)
+        self.policies.governing(capability_id, registered, types).map(quorum_of)
     }
 
     /// `SetPolicy`: a new version of `spec`, voiding what it no longer
@@ -110,8 +110,8 @@ impl State {
             .approvals
             .open()
             .filter(|approval| {
-                let registered_type = approval.registered.as_ref().and_then(|r| r.approval_type.as_deref());
-                let governed_now = self.policies.governing(&approval.capability_id, registered_type, &approval.types);
+                let registered = approval.registered.as_ref();
+                let governed_now = self.policies.governing(&approval.capability_id, registered, &approval.types);
                 let created_under =
                     approval.quorum.as_ref().map(|quorum| (quorum.policy.as_str(), quorum.policy_version));
                 let under_old_version =

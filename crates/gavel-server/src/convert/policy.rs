@@ -4,7 +4,7 @@ use gavel_core::{Approvers, Caller, Command, DomainError, Factor, Policy, Policy
 use gavel_proto::v1 as pb;
 
 use super::access::principal_in;
-use super::common::{actor_or_caller, timestamp_out};
+use super::common::{actor_or_caller, risk_in, risk_out, side_effect_in, side_effect_out, timestamp_out};
 
 /// Decodes one factor: exactly one of a scope and a group.
 fn factor_in(index: usize, factor: &pb::PolicyFactor) -> Result<Factor, DomainError> {
@@ -44,6 +44,19 @@ pub fn set_in(request: &pb::SetPolicyRequest) -> Result<Command, DomainError> {
         name: request.name.clone(),
         approval_types: request.approval_types.iter().cloned().collect(),
         capability_ids: request.capability_ids.iter().cloned().collect(),
+        risks: request
+            .risks
+            .iter()
+            .map(|risk| risk_in(*risk)?.ok_or_else(|| DomainError::invalid("risks: RISK_UNSPECIFIED is not a risk")))
+            .collect::<Result<_, _>>()?,
+        side_effects: request
+            .side_effects
+            .iter()
+            .map(|side_effect| {
+                side_effect_in(*side_effect)?
+                    .ok_or_else(|| DomainError::invalid("sideEffects: SIDE_EFFECT_UNSPECIFIED is not a side effect"))
+            })
+            .collect::<Result<_, _>>()?,
         factors,
         deny_threshold: request.deny_threshold,
         non_retroactive: request.non_retroactive,
@@ -58,6 +71,8 @@ pub fn policy_out(policy: &Policy) -> pb::Policy {
         version: policy.version,
         approval_types: policy.approval_types.iter().cloned().collect(),
         capability_ids: policy.capability_ids.iter().cloned().collect(),
+        risks: policy.risks.iter().map(|risk| risk_out(*risk)).collect(),
+        side_effects: policy.side_effects.iter().map(|side_effect| side_effect_out(*side_effect)).collect(),
         factors: policy.factors.iter().map(factor_out).collect(),
         deny_threshold: policy.deny_threshold,
         set_at_ms: timestamp_out(policy.set_at_ms),
