@@ -274,6 +274,22 @@ fn print_policies(policies: &[pb::Policy], json: bool) -> Result<(), CommandErro
     output::print(&table.render())
 }
 
+/// `--risks` item: a risk's name (`critical`) as its protobuf value.
+fn parse_risk(text: &str) -> Result<i32, String> {
+    pb::Risk::from_str_name(&format!("RISK_{}", text.to_uppercase()))
+        .filter(|risk| *risk != pb::Risk::Unspecified)
+        .map(|risk| risk as i32)
+        .ok_or_else(|| format!("{text:?} is not a risk (low, medium, high, critical)"))
+}
+
+/// `--side-effects` item: a side effect's name (`write`) as its protobuf value.
+fn parse_side_effect(text: &str) -> Result<i32, String> {
+    pb::SideEffect::from_str_name(&format!("SIDE_EFFECT_{}", text.to_uppercase()))
+        .filter(|side_effect| *side_effect != pb::SideEffect::Unspecified)
+        .map(|side_effect| side_effect as i32)
+        .ok_or_else(|| format!("{text:?} is not a side effect (none, read, write, destructive, external)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,20 +306,4 @@ mod tests {
         assert!(parse_factor("finance=x/scope/f").expect_err("k").contains("not a number"));
         assert!(parse_factor("finance=1/team/f").is_err());
     }
-}
-
-/// `--risks` item: a risk's name (`critical`) as its protobuf value.
-fn parse_risk(text: &str) -> Result<i32, String> {
-    pb::Risk::from_str_name(&format!("RISK_{}", text.to_uppercase()))
-        .filter(|risk| *risk != pb::Risk::Unspecified)
-        .map(|risk| risk as i32)
-        .ok_or_else(|| format!("{text:?} is not a risk (low, medium, high, critical)"))
-}
-
-/// `--side-effects` item: a side effect's name (`write`) as its protobuf value.
-fn parse_side_effect(text: &str) -> Result<i32, String> {
-    pb::SideEffect::from_str_name(&format!("SIDE_EFFECT_{}", text.to_uppercase()))
-        .filter(|side_effect| *side_effect != pb::SideEffect::Unspecified)
-        .map(|side_effect| side_effect as i32)
-        .ok_or_else(|| format!("{text:?} is not a side effect (none, read, write, destructive, external)"))
 }
