@@ -151,11 +151,15 @@ impl std::fmt::Debug for Cluster {
 
 /// Appends a marker line to a node log.
 fn mark(log_path: &Path, label: &str, text: &str) {
+    // One write of the whole line: the node appends to the same file, and
+    // `writeln!` on a `File` writes each formatted piece with its own call,
+    // between which a node's line could land.
+    let line = format!("===== {label} [{}]: {text}\n", crate::wall_clock_ms());
     let written = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log_path)
-        .and_then(|mut log| writeln!(log, "===== {label} [{}]: {text}", crate::wall_clock_ms()));
+        .and_then(|mut log| log.write_all(line.as_bytes()));
     if let Err(error) = written {
         tracing::warn!("cannot write to {}: {error}", log_path.display());
     }
