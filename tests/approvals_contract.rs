@@ -77,16 +77,15 @@ async fn get(cluster: &Cluster, via: u64, id: &str, caller_now_ms: Option<i64>) 
     read(cluster, via, id, caller_now_ms).await.map(|approval| pb::Approval { controls: None, ..approval })
 }
 
+/// `None` when the cluster answers `NOT_FOUND` ([`support::found`]).
 async fn read(cluster: &Cluster, via: u64, id: &str, caller_now_ms: Option<i64>) -> Option<pb::Approval> {
-    retry(|| {
+    let read = retry(|| {
         let mut client = cluster.approvals(via);
         let request = pb::GetApprovalRequest { id: id.to_string(), caller_now_ms };
         async move { client.get_approval(request).await }
     })
-    .await
-    .expect("get approval")
-    .into_inner()
-    .approval
+    .await;
+    support::found(read, "approval", id)?.into_inner().approval
 }
 
 async fn decide(cluster: &Cluster, via: u64, request: pb::DecideApprovalRequest) -> Result<pb::Approval, Status> {

@@ -6,9 +6,14 @@
 //!
 //! The table is the fenced block whose info string is `crate-graph`, one
 //! line per crate: `crate -> dep, dep` (or `crate -> (none)`).
+//!
+//! And the modules of gavel-raft, gavel-core, gavel-store and gavel-server
+//! form a DAG: no circle of imports (`module_graph`, issue #38).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
+
+mod module_graph;
 
 /// The workspace root (this package is `tests/`).
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -179,4 +184,81 @@ fn the_architecture_document_stays_a_map() {
         lines <= ARCHITECTURE_LINES_MAX,
         "docs/ARCHITECTURE.md has {lines} lines, more than {ARCHITECTURE_LINES_MAX}"
     );
+}
+
+/// The crates whose modules must form a DAG: types at the leaves,
+/// mechanisms above them, wiring at the top.
+const DAG_CRATES: [&str; 4] = ["gavel-raft", "gavel-core", "gavel-store", "gavel-server"];
+
+/// Each circle as lines `module -> its imports inside the circle`.
+fn describe(circles: &[BTreeMap<String, BTreeSet<String>>]) -> String {
+    circles
+        .iter()
+        .map(|circle| {
+            circle
+                .iter()
+                .map(|(module, imports)| {
+                    format!("  {module} -> {}", Vec::from_iter(imports.iter().cloned()).join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect::<Vec<_>>()
+        .join("\n  --\n")
+}
+
+#[test]
+fn the_modules_of_the_layered_crates_form_a_dag() {
+    let mut found = Vec::new();
+    for name in DAG_CRATES {
+        let src = std::path::Path::new(WORKSPACE).join("crates").join(name).join("src");
+        let modules = module_graph::read_crate(&src);
+        assert!(modules.len() > 3, "{name}: read {} modules from {}", modules.len(), src.display());
+        let circles = module_graph::circles(&module_graph::imports(&modules));
+        if !circles.is_empty() {
+            found.push(format!("{name}:\n{}", describe(&circles)));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "import circles among modules (move the shared type to a leaf module):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The reader finds a circle through each way a module names another:
+/// a `use` with braces, a path in code, `super::`, and an item the root
+/// re-exports; and it ignores comments, strings, test modules and a
+/// submodule's use of its parent.
+#[test]
+fn the_module_reader_finds_a_planted_circle_and_ignores_what_is_not_an_import() {
+    let crate_of = |files: &[(&str, &str)]| -> BTreeMap<String, String> {
+        files.iter().map(|(name, source)| (name.to_string(), source.to_string())).collect()
+    };
+    let clean = crate_of(&[
+        ("", "mod a; mod b; pub use a::Thing;"),
+        ("a", "pub struct Thing; // crate::b::Other\nconst S: &str = \"crate::b::x\";"),
+        ("b", "use crate::{a::Thing};\n#[cfg(test)]\nmod tests { use crate::b::c::Deep; }"),
+        ("b::c", "use super::Other; use crate::b::Other2; pub struct Deep;"),
+    ]);
+    let circles = module_graph::circles(&module_graph::imports(&clean));
+    assert!(circles.is_empty(), "{}", describe(&circles));
+
+    for planted in ["use crate::{b::Other, a::Thing};", "fn f() { crate::b::g() }", "use crate::Other;"] {
+        let mut files = clean.clone();
+        files.insert("".into(), "mod a; mod b; pub use a::Thing; pub use b::Other;".into());
+        files.insert("a".into(), format!("pub struct Thing; {planted}"));
+        let circles = module_graph::circles(&module_graph::imports(&files));
+        assert_eq!(circles.len(), 1, "{planted}: {}", describe(&circles));
+        assert_eq!(Vec::from_iter(circles[0].keys().cloned()), ["a", "b"], "{planted}");
+    }
+    let mut files = clean;
+    files.insert("b::c".into(), "pub struct Deep;".into());
+    files.insert("a".into(), "pub struct Thing; use crate::b::c::Deep;".into());
+    files.insert("b".into(), "use crate::{a::Thing};".into());
+    files.insert("b::c".into(), "use super::super::a::Thing;".into());
+    let imports = module_graph::imports(&files);
+    assert_eq!(imports["b::c"], BTreeSet::from(["a".to_string()]), "super::super resolves from b::c to a");
+    let circles = module_graph::circles(&imports);
+    assert_eq!(circles.len(), 1, "a -> b::c -> a: {}", describe(&circles));
 }

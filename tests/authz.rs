@@ -608,11 +608,12 @@ impl World {
         ApprovalServiceClient::new(self.ops("approver")).decide_approval(request).await.expect("approve");
     }
 
-    /// The terms hash of approval `id`, read as the admin: what a person
-    /// deciding it is shown.
+    /// The terms hash of approval `id`, read as the auditor (who reads every
+    /// approval; the admin reads none by itself): what a person deciding it
+    /// is shown.
     async fn terms_hash_of(&self, id: &str) -> Option<String> {
         let request = pb::GetApprovalRequest { id: id.to_string(), caller_now_ms: None };
-        let answer = ApprovalServiceClient::new(self.ops("admin")).get_approval(request).await.expect("read");
+        let answer = ApprovalServiceClient::new(self.ops("auditor")).get_approval(request).await.expect("read");
         answer.into_inner().approval.map(|approval| approval.terms_hash)
     }
 

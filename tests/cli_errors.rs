@@ -1,8 +1,9 @@
 //! The CLI and the SDK say what went wrong and what to do: a malformed
 //! `--endpoints` is a usage error at once (exit 2), an unreachable cluster
 //! names the endpoints tried, a lost quorum is named as such (exit 4) even
-//! by `cluster status` while the lone node still calls itself leader, and
-//! `refund-worker` pointed at nothing says so.
+//! by `cluster status` while the lone node still calls itself leader,
+//! `refund-worker` pointed at nothing says so, and a terminal without the
+//! CA pointed at a TLS cluster is told so at once.
 
 mod support;
 
@@ -92,4 +93,49 @@ async fn with_quorum_lost_the_cli_says_so_and_cluster_status_does_not_claim_a_le
     let listed: Vec<String> = endpoints.split(',').map(String::from).collect();
     let error = refund_worker::check_cluster(&listed, Duration::from_millis(500)).await.expect_err("no quorum");
     assert!(error.to_string().contains("quorum lost (1 of 3 nodes reachable)"), "{error}");
+}
+
+/// The most a CLI call may take to say that a TLS cluster needs the CA: its
+/// first attempt fails at once, and one probe of the node takes at most a
+/// second (`gavel_client`'s `tls_probe`), far below the 10 s retry budget it
+/// used to wait out.
+const TLS_HINT_WITHIN: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_cluster_called_without_a_ca_is_named_at_once_with_the_export_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cluster = support::start_secure(dir.path()).await;
+    let endpoints = cluster.addrs().join(",");
+    for args in [&["approval", "list"][..], &["cluster", "status"]] {
+        let started = Instant::now();
+        // A terminal that never ran the export line: no credential at all.
+        let output = tokio::process::Command::new(support::gavel_binary())
+            .args(args)
+            .arg(format!("--endpoints={endpoints}"))
+            .env_remove("GAVEL_ENDPOINTS")
+            .env_remove("GAVEL_RETRY_BUDGET_MS")
+            .env_remove("GAVEL_ACTOR")
+            .env_remove("GAVEL_LOG")
+            .env_remove(gavel_client::env::CA)
+            .env_remove(gavel_client::env::CERT)
+            .env_remove(gavel_client::env::KEY)
+            .env_remove(gavel_client::env::TOKEN)
+            .env_remove(gavel_client::env::TOKEN_FILE)
+            .env_remove(gavel_client::env::INSECURE)
+            .output()
+            .await
+            .expect("run the gavel binary");
+        let run = Run {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            took: started.elapsed(),
+        };
+        assert_eq!(run.code, Some(2), "a configuration problem, like a bad --endpoints: {args:?} {run:?}");
+        assert!(run.stderr.contains("answers with TLS, but no CA is configured"), "{args:?} {run:?}");
+        assert!(run.stderr.contains("--ca or GAVEL_CA"), "{args:?} {run:?}");
+        assert!(run.stderr.contains("export GAVEL_ENDPOINTS=... GAVEL_CA=..."), "{args:?} {run:?}");
+        assert!(!run.stderr.contains("no node reachable"), "{args:?} {run:?}");
+        assert!(run.took < TLS_HINT_WITHIN, "{args:?} {run:?}");
+    }
 }

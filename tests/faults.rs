@@ -70,27 +70,23 @@ async fn decide_approval(cluster: &Cluster, via: u64, id: &str, status: pb::Appr
 }
 
 async fn get_approval(cluster: &Cluster, via: u64, id: &str) -> Option<pb::Approval> {
-    retry(|| {
+    let read = retry(|| {
         let mut client = cluster.approvals(via);
         let request = pb::GetApprovalRequest { id: id.to_string(), caller_now_ms: None };
         async move { client.get_approval(request).await }
     })
-    .await
-    .unwrap_or_else(|status| panic!("get approval {id}: {status:?}"))
-    .into_inner()
-    .approval
+    .await;
+    support::found(read, "approval", id)?.into_inner().approval
 }
 
 async fn get_execution(cluster: &Cluster, via: u64, id: &str) -> Option<pb::Execution> {
-    retry(|| {
+    let read = retry(|| {
         let mut client = cluster.executions(via);
         let request = pb::GetExecutionRequest { execution_id: id.to_string() };
         async move { client.get_execution(request).await }
     })
-    .await
-    .unwrap_or_else(|status| panic!("get execution {id}: {status:?}"))
-    .into_inner()
-    .execution
+    .await;
+    support::found(read, "execution", id)?.into_inner().execution
 }
 
 fn submit_request(capability_id: &str, execution_id: &str, request_id: &str, input_json: String) -> pb::SubmitRequest {

@@ -224,11 +224,9 @@ async fn attributes_surface_and_refusal_details_travel_over_the_wire() {
     };
     let error = refused(agent.submit(submit).await, Code::InvalidArgument, "INVALID_ARGUMENT");
     assert!(error.to_string().contains("actor has invalid attributes"), "{error}");
-    let absent = agent
-        .get_execution(pb::GetExecutionRequest { execution_id: "exec-too-many".into() })
-        .await
-        .expect("get execution");
-    assert_eq!(absent.execution, None);
+    // Nothing was stored: the read answers as for any unknown id.
+    let absent = agent.get_execution(pb::GetExecutionRequest { execution_id: "exec-too-many".into() }).await;
+    refused(absent, Code::NotFound, "NOT_FOUND");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

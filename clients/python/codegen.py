@@ -47,6 +47,76 @@ def snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
 
 
+# FieldDescriptorProto's type numbers, and the Python type of each scalar.
+_TYPE_MESSAGE = 11
+_TYPE_ENUM = 14
+_LABEL_REPEATED = 3
+_SCALARS = {1: "float", 2: "int", 3: "int", 4: "int", 5: "int", 6: "int", 7: "int", 8: "bool", 9: "str", 12: "bytes"}
+_SCALARS.update({13: "int", 15: "int", 16: "int", 17: "int", 18: "int"})
+
+
+def _types_of(files: object, modules: dict[str, str]) -> tuple[dict[str, str], dict[str, object]]:
+    """Every gavel.v1 message and enum, nested ones included: full name -> Python expression, and
+    full message name -> its descriptor (to tell a map's entry from a message)."""
+    names: dict[str, str] = {}
+    messages: dict[str, object] = {}
+
+    def walk(message: object, prefix: str, expression: str) -> None:
+        full = f"{prefix}.{message.name}"  # type: ignore[attr-defined]
+        names[full] = f"{expression}.{message.name}"  # type: ignore[attr-defined]
+        messages[full] = message
+        for enum in message.enum_type:  # type: ignore[attr-defined]
+            names[f"{full}.{enum.name}"] = f"{names[full]}.{enum.name}"
+        for nested in message.nested_type:  # type: ignore[attr-defined]
+            walk(nested, full, names[full])
+
+    for file in files.file:  # type: ignore[attr-defined]
+        if file.package != "gavel.v1":
+            continue
+        for enum in file.enum_type:
+            names[f".gavel.v1.{enum.name}"] = f"{modules[file.name]}.{enum.name}"
+        for message in file.message_type:
+            walk(message, ".gavel.v1", modules[file.name])
+    return names, messages
+
+
+def _value_type(field: object, names: dict[str, str]) -> str:
+    """The type a keyword of one (not repeated) value of `field` takes, as the protoc stubs' constructors do."""
+    kind = field.type  # type: ignore[attr-defined]
+    if kind == _TYPE_MESSAGE:
+        return f"{names[field.type_name]} | Mapping[str, Any]"  # type: ignore[attr-defined]
+    if kind == _TYPE_ENUM:
+        return f"{names[field.type_name]} | str"  # type: ignore[attr-defined]
+    return _SCALARS[kind]
+
+
+def _keyword_type(field: object, names: dict[str, str], messages: dict[str, object]) -> str:
+    """The annotation of the keyword for `field` of a request: its value, a list, or a map."""
+    if field.label != _LABEL_REPEATED:  # type: ignore[attr-defined]
+        return _value_type(field, names)
+    entry = messages.get(field.type_name) if field.type == _TYPE_MESSAGE else None  # type: ignore[attr-defined]
+    if entry is not None and entry.options.map_entry:  # type: ignore[attr-defined]
+        key, value = entry.field  # type: ignore[attr-defined]
+        return f"Mapping[{_value_type(key, names)}, {_value_type(value, names)}]"
+    return f"Iterable[{_value_type(field, names)}]"
+
+
+def _signature(request: str, input_message: object, names: dict[str, str], messages: dict[str, object]) -> str:
+    """A method's parameters: the request message, or its fields as keywords, each typed, so that
+    `mypy --strict` refuses a misspelt field name or a value of the wrong type."""
+    keywords = "".join(
+        f", {field.name}: {_keyword_type(field, names, messages)} | None = None"
+        for field in input_message.field  # type: ignore[attr-defined]
+    )
+    return f"self, request: {request} | None = None, /, *, timeout: float | None = None{keywords}"
+
+
+def _given(input_message: object) -> str:
+    """The expression collecting a method's keywords that were given (not None)."""
+    pairs = ", ".join(f'"{field.name}": {field.name}' for field in input_message.field)  # type: ignore[attr-defined]
+    return f"_given({{{pairs}}})"
+
+
 def generate(proto_root: Path, out: Path) -> list[Path]:
     """Writes every generated module under out/gavel and returns their paths."""
     import grpc_tools
@@ -98,7 +168,8 @@ def services_module(files: object) -> str:
         "\n",
         "from __future__ import annotations\n",
         "\n",
-        "from typing import Any, AsyncIterator, Iterator\n",
+        "from collections.abc import AsyncIterator, Iterable, Iterator, Mapping\n",
+        "from typing import Any\n",
         "\n",
         "from gavel._invoke import AsyncInvoker, Invoker, MethodSpec\n",
     ]
@@ -113,7 +184,12 @@ def services_module(files: object) -> str:
         if file.package == "gavel.v1":
             for message in file.message_type:
                 message_module[f".gavel.v1.{message.name}"] = f"{modules[file.name]}.{message.name}"
-    body: list[str] = []
+    names, all_messages = _types_of(files, modules)
+    body: list[str] = [
+        "\n\ndef _given(fields: dict[str, Any]) -> dict[str, Any]:\n"
+        '    """The keywords a call was given: a field left at None is not set."""\n'
+        "    return {name: value for name, value in fields.items() if value is not None}\n"
+    ]
     accessors: list[tuple[str, str]] = []
     for file in files.file:  # type: ignore[attr-defined]
         if file.package != "gavel.v1":
@@ -152,28 +228,29 @@ def services_module(files: object) -> str:
                 )
                 doc = comments.get((6, service_index, 2, method_index), f"Calls {method.name}.")
                 name = snake(method.name)
-                signature = f"self, request: {request} | None = None, /, *, timeout: float | None = None, **fields: Any"
+                signature = _signature(request, input_message, names, all_messages)
+                given = _given(input_message)
                 if method.server_streaming:
                     sync_methods.append(
                         f"    def {name}({signature}) -> Iterator[{response}]:\n"
                         + _docstring(doc, "        ")
-                        + f"        return self._invoker.stream({constant}, request, fields, timeout)\n"
+                        + f"        return self._invoker.stream({constant}, request, {given}, timeout)\n"
                     )
                     async_methods.append(
                         f"    def {name}({signature}) -> AsyncIterator[{response}]:\n"
                         + _docstring(doc, "        ")
-                        + f"        return self._invoker.stream({constant}, request, fields, timeout)\n"
+                        + f"        return self._invoker.stream({constant}, request, {given}, timeout)\n"
                     )
                 else:
                     sync_methods.append(
                         f"    def {name}({signature}) -> {response}:\n"
                         + _docstring(doc, "        ")
-                        + f"        return self._invoker.unary({constant}, request, fields, timeout)\n"
+                        + f"        return self._invoker.unary({constant}, request, {given}, timeout)\n"
                     )
                     async_methods.append(
                         f"    async def {name}({signature}) -> {response}:\n"
                         + _docstring(doc, "        ")
-                        + f"        return await self._invoker.unary({constant}, request, fields, timeout)\n"
+                        + f"        return await self._invoker.unary({constant}, request, {given}, timeout)\n"
                     )
             service_doc = comments.get((6, service_index), f"The {service.name}.")
             body.append("\n\n" + "".join(specs))

@@ -41,9 +41,28 @@ after(async () => {
   await cluster?.stop();
 });
 
+/** Counts the context's `/events` requests, from before its first page:
+ * `opened` ever, and `open()` the ones still open now (no response body
+ * finished, not failed, and their page still open). */
+function watchStreams(context) {
+  const streams = { opened: 0, live: new Set() };
+  streams.open = () => [...streams.live].filter((request) => !request.frame().page().isClosed()).length;
+  context.on("request", (request) => {
+    if (new URL(request.url()).pathname === "/events") {
+      streams.opened += 1;
+      streams.live.add(request);
+    }
+  });
+  for (const ended of ["requestfinished", "requestfailed"]) {
+    context.on(ended, (request) => streams.live.delete(request));
+  }
+  return streams;
+}
+
 /** A browser context signed in as `principal`, and its page. */
 async function signedIn(principal) {
   const context = await browser.newContext({ viewport: { width: 1000, height: 900 } });
+  context.streams = watchStreams(context);
   const page = await context.newPage();
   page.errors = [];
   page.on("dialog", (dialog) => {
@@ -53,10 +72,15 @@ async function signedIn(principal) {
   page.on("pageerror", (error) => page.errors.push(`pageerror: ${error.message}`));
   await page.goto(`${cluster.consoleUrl}/signin`);
   assert.match(await page.textContent("body"), /Development sign-in/);
-  await page.fill("#principal", principal);
-  await page.click("button[type=submit]");
+  await devSignIn(page, principal);
   await page.waitForURL(/\/inbox$/);
   return { context, page };
+}
+
+/** Fills and sends the development sign-in form of the page it is on. */
+async function devSignIn(page, principal) {
+  await page.fill("#principal", principal);
+  await page.click("button[type=submit]");
 }
 
 /** alice (the agent) asks for a refund; returns the pending approval. */
@@ -129,6 +153,40 @@ test("an approver sees a new approval live, approves it, and watches the executi
   for (const name of ["inbox.png", "approval.png", "execution.png"]) {
     const png = readFileSync(join(shots, name));
     assert.equal(png.subarray(1, 4).toString(), "PNG", `${name} is a PNG`);
+  }
+  await context.close();
+});
+
+test("an approval's link opened signed out ends on that approval after signing in; another site's address ends on the inbox", async () => {
+  const approval = await requestRefund();
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const approvalPath = `/approvals/${approval.id}`;
+  await page.goto(`${cluster.consoleUrl}${approvalPath}`);
+  const signIn = new URL(page.url());
+  assert.equal(signIn.pathname, "/signin");
+  assert.equal(signIn.searchParams.get("next"), approvalPath);
+  await devSignIn(page, "user:carol");
+  await page.waitForURL(`${cluster.consoleUrl}${approvalPath}`);
+  await page.waitForSelector("#decide");
+
+  // A sign-in page given another site's address does not carry it on, and
+  // a sign-in form forged to carry one lands on the inbox all the same.
+  for (const next of ["//evil.example/x", "https://evil.example", "/\\evil.example", "/x\r\nSet-Cookie: x=1"]) {
+    const other = await browser.newContext();
+    const otherPage = await other.newPage();
+    await otherPage.goto(`${cluster.consoleUrl}/signin?next=${encodeURIComponent(next)}`);
+    assert.equal(await otherPage.locator("input[name=next]").count(), 0, next);
+    await devSignIn(otherPage, "user:carol");
+    await otherPage.waitForURL(`${cluster.consoleUrl}/inbox`);
+    const forged = await otherPage.request.post(`${cluster.consoleUrl}/signin`, {
+      form: { principal: "user:carol", next },
+      headers: { Origin: cluster.consoleUrl },
+      maxRedirects: 0,
+    });
+    assert.equal(forged.status(), 303, next);
+    assert.equal(forged.headers().location, "/inbox", next);
+    await other.close();
   }
   await context.close();
 });
@@ -298,6 +356,75 @@ test("a decoy page cannot decide another approval", async () => {
   assert.equal(await page.textContent("#refused .code"), "APPROVAL_TERMS_CHANGED");
   assert.equal((await approvalNow(target.id)).status, "pending", "the target was not decided");
   assert.equal((await approvalNow(decoy.id)).status, "pending");
+  await context.close();
+});
+
+/** Waits until `condition()` holds, polling, at most `timeoutMs`. */
+async function until(condition, timeoutMs, what) {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
+    await new Promise((resolveWait) => setTimeout(resolveWait, 25));
+  }
+}
+
+test("ten tabs share one live connection: all load, a decision in the tenth shows live in the inbox", async () => {
+  // Nine refunds that differ only in their input, as an approver's
+  // notifications would bring them.
+  const inputs = Array.from({ length: 9 }, (_, index) => ({ order_id: `o-tabs-${index}`, amount_cents: 1000 + index }));
+  const approvals = await Promise.all(inputs.map((input) => requestRefund(input)));
+  const { context, page: inbox } = await signedIn("user:carol");
+  const { streams } = context;
+  // Rows tell the refunds apart: short id, request time, leading input fields.
+  for (const [index, approval] of approvals.entries()) {
+    const row = inbox.locator(`[data-approval-id="${approval.id}"]`);
+    await row.waitFor();
+    const text = await row.textContent();
+    assert.ok(text.includes(`amount_cents: ${1000 + index}`) && text.includes(`order_id: "o-tabs-${index}"`), text);
+    assert.match(text, /Requested\s*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \((less than a minute|\d+ min) ago\)/);
+    assert.equal(await row.locator("code.approval-id").getAttribute("title"), approval.id);
+  }
+  // Nine approval tabs more, opened at once as from notification links;
+  // with a stream per tab the seventh would never load.
+  const tabs = await Promise.all(
+    approvals.map(async (approval) => {
+      const tab = await context.newPage();
+      tab.errors = [];
+      tab.on("pageerror", (error) => tab.errors.push(`pageerror: ${error.message}`));
+      const response = await tab.goto(`${cluster.consoleUrl}/approvals/${approval.id}`, { timeout: 10_000 });
+      assert.equal(response.status(), 200);
+      await tab.waitForSelector("#decide", { timeout: 5_000 });
+      return tab;
+    }),
+  );
+  assert.equal(context.pages().length, 10);
+  await until(() => streams.open() === 1, 2_000, "the stream to open");
+  await inbox.waitForTimeout(300);
+  assert.equal(streams.opened, 1, "one /events request for ten tabs");
+  assert.equal(streams.open(), 1);
+  assert.equal([...streams.live][0].frame().page(), inbox, "the first tab holds the stream");
+
+  // The tenth tab decides; it shows the decision, and the inbox tab drops
+  // the row live, without a reload.
+  const tenth = tabs[8];
+  await inbox.evaluate(() => {
+    window.notReloaded = true;
+  });
+  await tenth.click("button.approve");
+  await tenth.waitForSelector("#approval-status:text('approved')", { timeout: 5_000 });
+  await inbox.locator(`[data-approval-id="${approvals[8].id}"]`).waitFor({ state: "detached", timeout: 5_000 });
+  assert.equal(await inbox.evaluate(() => window.notReloaded), true, "the inbox updated without a reload");
+
+  // The stream's tab closes: another takes the lock and opens the one
+  // stream, and its changes still reach the tabs that stay.
+  await inbox.close();
+  await until(() => streams.open() === 1 && streams.opened >= 2, 5_000, "another tab to take the stream over");
+  await cluster.gavel(["approval", "approve", approvals[0].id, "-y"], "user:bob-finance");
+  await tabs[0].waitForSelector("#approval-status:text('approved')", { timeout: 5_000 });
+  assert.equal(streams.open(), 1, "still one stream");
+  for (const tab of [inbox, ...tabs]) {
+    assert.deepEqual(tab.errors, []);
+  }
   await context.close();
 });
 

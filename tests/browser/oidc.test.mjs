@@ -6,12 +6,14 @@
 // tokens reach the nodes as bearer tokens; a token for another client and
 // an expired one (the provider's ID-token TTL set negative while it is
 // issued, so nothing waits out the nodes' 30 s of clock skew) are refused
-// there with UNAUTHENTICATED.
+// there with UNAUTHENTICATED. A flood of unauthenticated /oidc/start keeps
+// nothing in the console (docs/decisions/0089), a deep link survives the
+// sign-in, and a return path to another site is refused.
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { execFile, spawn } from "node:child_process";
-import { writeFileSync } from "node:fs";
-import { createServer } from "node:http";
+import { readFileSync, writeFileSync } from "node:fs";
+import { Agent, createServer, get as httpGet } from "node:http";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { after, before, test } from "node:test";
@@ -128,6 +130,17 @@ after(async () => {
   providerServer?.close();
 });
 
+/**
+ * A browser context that reaches loopback only: the provider's development
+ * pages link a web font, and on a machine without internet access each
+ * page's load waited seconds for it.
+ */
+async function loopbackContext() {
+  const context = await browser.newContext();
+  await context.route(/^https?:\/\/(?!127\.0\.0\.1[:/])/, (route) => route.abort());
+  return context;
+}
+
 /** Fills the provider's development login and consent pages. */
 async function loginAtProvider(page) {
   await page.waitForSelector("input[name=login]");
@@ -138,9 +151,77 @@ async function loginAtProvider(page) {
   await page.click("button:text('Continue')");
 }
 
+/** The resident memory of a process, in KiB (`VmRSS` of /proc). */
+function residentKiB(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  return Number(/^VmRSS:\s+(\d+) kB$/m.exec(status)[1]);
+}
+
+/**
+ * `total` unauthenticated GETs of `path` over `connections` keep-alive
+ * connections, as a stranger would send them; returns how many answers of
+ * each kind (status, whether it sends the browser to the provider, whether
+ * it sets the sealed sign-in cookie) came back.
+ */
+async function flood(path, total, connections) {
+  const agent = new Agent({ keepAlive: true, maxSockets: connections });
+  const kinds = new Map();
+  let sent = 0;
+  const one = () =>
+    new Promise((resolveAnswer, reject) => {
+      const request = httpGet(`${consoleUrl}${path}`, { agent, timeout: 10_000 }, (response) => {
+        response.resume();
+        response.on("end", () => {
+          const toProvider = String(response.headers.location ?? "").startsWith(`${issuer}/`);
+          const cookie = (response.headers["set-cookie"] ?? []).some((line) => /^gavel_oidc_state=[\w-]{100,};/.test(line));
+          resolveAnswer(`${response.statusCode}${toProvider ? " to the provider" : ""}${cookie ? " with the sealed cookie" : ""}`);
+        });
+      });
+      request.on("timeout", () => request.destroy(new Error(`no answer to ${path} within 10 s`)));
+      request.on("error", reject);
+    });
+  const connection = async () => {
+    while (sent < total) {
+      sent += 1;
+      const kind = await one();
+      kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
+    }
+  };
+  await Promise.all(Array.from({ length: connections }, connection));
+  agent.destroy();
+  return Object.fromEntries(kinds);
+}
+
+/**
+ * Signs in through the provider in a fresh browser context, starting at
+ * the console's `path` signed out; returns the context and page once the
+ * browser is back at the console, and the callback the provider sent it
+ * to with the cookie it carried (to replay).
+ */
+async function signInFrom(path) {
+  const context = await loopbackContext();
+  const page = await context.newPage();
+  const callback = {};
+  page.on("request", (request) => {
+    if (request.url().startsWith(`${consoleUrl}/oidc/callback`)) {
+      callback.url = request.url();
+      callback.headers = request.allHeaders();
+    }
+  });
+  await page.goto(`${consoleUrl}${path}`);
+  if (!page.url().startsWith(`${issuer}/`)) {
+    await page.click("#oidc-sign-in");
+  }
+  assert.ok(page.url().startsWith(`${issuer}/`), `at the provider: ${page.url()}`);
+  await loginAtProvider(page);
+  await page.waitForURL((url) => url.origin === consoleUrl && url.pathname !== "/oidc/callback");
+  callback.cookie = (await callback.headers).cookie;
+  return { context, page, callback };
+}
+
 /** An ID token the provider issues to `clientId`, by the code flow with PKCE in the browser. */
 async function providerIdToken(clientId) {
-  const context = await browser.newContext();
+  const context = await loopbackContext();
   const page = await context.newPage();
   let redirected;
   // The provider's redirect to the client is read off the browser's
@@ -200,7 +281,7 @@ async function whoAmIWith(token) {
 }
 
 test("sign-in with code and PKCE lands in the inbox as user:<email>, and deciding works with the provider's token", async () => {
-  const context = await browser.newContext();
+  const context = await loopbackContext();
   const page = await context.newPage();
   await page.goto(`${consoleUrl}/signin`);
   assert.doesNotMatch(await page.textContent("body"), /Development sign-in/);
@@ -254,4 +335,52 @@ test("the nodes accept the provider's token for the console's client and refuse 
   assert.equal(expired.ok, false);
   assert.match(expired.stderr, /UNAUTHENTICATED/);
   assert.match(expired.stderr, /OIDC_TOKEN_EXPIRED/);
+});
+
+test("20,000 unauthenticated /oidc/start requests keep nothing: the console's memory stays flat and a person then signs in through the provider, from an approval's link to that approval", async () => {
+  const FLOOD = 20_000;
+  // Warm the console's allocator and connections first, so that what is
+  // measured is what the flood keeps, not the first requests' setup.
+  await flood("/oidc/start", 1_000, 4);
+  const before = residentKiB(consoleProcess.pid);
+  const started = Date.now();
+  const answers = await flood("/oidc/start", FLOOD, 4);
+  const seconds = (Date.now() - started) / 1000;
+  const after = residentKiB(consoleProcess.pid);
+  console.log(
+    `flood: ${FLOOD} GET /oidc/start over 4 connections in ${seconds.toFixed(1)} s; ` +
+      `console VmRSS ${before} KiB before, ${after} KiB after (+${after - before} KiB)`,
+  );
+  // Every stranger was sent to the provider: nothing fills, no 429.
+  assert.deepEqual(answers, { [`303 to the provider with the sealed cookie`]: FLOOD });
+  // The old table kept about 400 B per request (8 MB for these); a console
+  // that keeps nothing stays within the allocator's noise.
+  assert.ok(after - before < 2_048, `the console grew by ${after - before} KiB during the flood`);
+
+  const submitted = await cluster.gavel(
+    ["exec", "submit", "orders.refund", "--id", `deep-${Date.now()}`, "--input", '{"order_id":"o-deep","amount_cents":900}'],
+    "user:alice",
+  );
+  const approvalPath = `/approvals/${submitted.approval.id}`;
+  const { context, page, callback } = await signInFrom(approvalPath);
+  await page.waitForURL(`${consoleUrl}${approvalPath}`);
+  assert.match(await page.textContent(".who"), new RegExp(PRINCIPAL.replace(/\./g, "\\.")));
+  await page.waitForSelector("#decide");
+
+  // The same callback again, with the cookie it carried: refused before the
+  // code is tried at the provider, and no session.
+  assert.ok(callback.url && callback.cookie, JSON.stringify(callback));
+  const replay = await fetch(callback.url, { headers: { cookie: callback.cookie }, redirect: "manual" });
+  assert.equal(replay.status, 400);
+  assert.match(await replay.text(), /OIDC_STATE_INVALID/);
+  assert.equal(replay.headers.getSetCookie().filter((line) => line.startsWith("gavel_session=")).length, 0);
+  await context.close();
+});
+
+test("a return path to another site is refused: the person lands on the inbox after signing in", async () => {
+  for (const next of ["//evil.example/x", "https://evil.example"]) {
+    const { context, page } = await signInFrom(`/oidc/start?next=${encodeURIComponent(next)}`);
+    await page.waitForURL(`${consoleUrl}/inbox`);
+    await context.close();
+  }
 });

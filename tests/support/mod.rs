@@ -240,17 +240,15 @@ impl Cluster {
         new_node
     }
 
-    /// The execution `execution_id` (`None` when unknown), read through `via`.
+    /// The execution `execution_id` (`None` when unknown: `NOT_FOUND`), read through `via`.
     pub async fn get_execution(&self, via: u64, execution_id: &str) -> Option<pb::Execution> {
-        retry(|| {
+        let read = retry(|| {
             let mut client = self.executions(via);
             let request = pb::GetExecutionRequest { execution_id: execution_id.to_string() };
             async move { client.get_execution(request).await }
         })
-        .await
-        .expect("get execution")
-        .into_inner()
-        .execution
+        .await;
+        found(read, "execution", execution_id)?.into_inner().execution
     }
 
     /// The audit trail of `execution_id`, read through `via`.
@@ -305,6 +303,21 @@ where
             }
             other => return other,
         }
+    }
+}
+
+/// The answer to a read of one record, `None` when the cluster answered
+/// `NOT_FOUND` (no `what` has that `id`, or it is outside the caller's view:
+/// the same answer, "{what} {id} was not found"); any other refusal panics.
+pub fn found<T>(read: Result<T, tonic::Status>, what: &str, id: &str) -> Option<T> {
+    match read {
+        Ok(answer) => Some(answer),
+        Err(status) if status.code() == tonic::Code::NotFound => {
+            assert_eq!(domain_code(&status), "NOT_FOUND", "{status:?}");
+            assert_eq!(status.message(), format!("{what} {id} was not found"), "{status:?}");
+            None
+        }
+        Err(status) => panic!("read {what} {id}: {status:?}"),
     }
 }
 

@@ -13,16 +13,11 @@ import sys
 import time
 
 import gavel
-from gavel.v1 import approval_pb2, common_pb2, execution_pb2
+from gavel.v1 import approval_pb2, execution_pb2
 
 CAPABILITY_ID = "orders.refund.py"
 #: How long the agent waits for the decision, in seconds.
 DECISION_WAIT_S = float(os.environ.get("DECISION_WAIT_S", "600"))
-
-
-def who(actor: common_pb2.Actor) -> str:
-    """An actor as ``kind:id``, the way principals are written."""
-    return f"{common_pb2.ActorKind.Name(actor.kind).removeprefix('ACTOR_KIND_').lower()}:{actor.id}"
 
 
 def main() -> int:
@@ -56,11 +51,8 @@ def main() -> int:
             state = execution_pb2.ExecutionState.Name(execution.state)
             print(f"execution {execution_id} ended {state}: {execution.result}", file=sys.stderr)
             return 1
-        completed = execution.result.completed
-        print(
-            f"result: {completed.output_json} (attempts {completed.attempts}, approver {who(execution.approver)})",
-            flush=True,
-        )
+        completed, approver = execution.result.completed, gavel.actor_text(execution.approver)
+        print(f"result: {completed.output_json} (attempts {completed.attempts}, approver {approver})", flush=True)
         return 0
 
 

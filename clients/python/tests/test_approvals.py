@@ -101,8 +101,9 @@ def test_a_retried_create_with_the_same_request_id_gets_the_first_answer(app: ga
     assert again == first
 
 
-def test_an_unknown_id_reads_as_absent_and_is_not_found_on_decide(app: gavel.Client, bob: gavel.Client) -> None:
-    assert not app.approvals.get_approval(id=f"apr_py_{RUN}_missing").HasField("approval")
+def test_an_unknown_id_is_not_found_on_read_and_on_decide(app: gavel.Client, bob: gavel.Client) -> None:
+    unknown = refusal(app.approvals.get_approval, id=f"apr_py_{RUN}_missing")
+    assert (unknown.code, unknown.status) == ("NOT_FOUND", grpc.StatusCode.NOT_FOUND)
     error = refusal(
         bob.approvals.decide_approval, id=f"apr_py_{RUN}_missing", status=approval_pb2.APPROVAL_STATUS_APPROVED
     )
@@ -198,7 +199,7 @@ def test_an_input_hash_that_does_not_match_is_refused_and_nothing_is_stored(app:
         create, app, id=approval_id, input_hash="e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     )
     assert (error.code, error.status) == ("INVALID_ARGUMENT", grpc.StatusCode.INVALID_ARGUMENT)
-    assert not app.approvals.get_approval(id=approval_id).HasField("approval")
+    assert refusal(app.approvals.get_approval, id=approval_id).code == "NOT_FOUND"
 
 
 def test_a_number_a_double_cannot_hold_is_refused_by_the_client_naming_its_path(app: gavel.Client) -> None:

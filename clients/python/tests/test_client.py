@@ -32,6 +32,16 @@ def approval(approval_id: str) -> approval_pb2.CreateApprovalRequest:
     )
 
 
+def read_or_none(reader: gavel.Client, approval_id: str) -> bool | None:
+    """True once `reader` reads the approval; None while the cluster answers NOT_FOUND."""
+    try:
+        return reader.approvals.get_approval(id=approval_id).HasField("approval") or None
+    except gavel.GavelError as error:
+        if error.code == "NOT_FOUND":
+            return None
+        raise
+
+
 def test_follows_the_leader_a_follower_names_in_the_gavel_leader_header(cluster: TestCluster) -> None:
     leader = cluster.leader()
     follower = next(endpoint for endpoint in cluster.endpoints if endpoint != leader)
@@ -154,10 +164,7 @@ def test_calls_keep_working_through_a_leader_sigkill_retried_with_the_same_reque
         for index, endpoint in enumerate(own.endpoints):
             if index != leader_index:
                 reader = own.admin(endpoints=(endpoint,))
-                eventually(
-                    f"the write on {endpoint}",
-                    lambda reader=reader: reader.approvals.get_approval(id=f"after_{RUN}").HasField("approval") or None,
-                )
+                eventually(f"the write on {endpoint}", lambda reader=reader: read_or_none(reader, f"after_{RUN}"))
         assert client.reachability().describe() == "2 of 3 nodes reachable"
     finally:
         own.stop()

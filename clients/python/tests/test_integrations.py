@@ -114,7 +114,7 @@ def test_langgraph_replays_find_the_same_approval_and_spend_it_once(
     assert [approval.id for approval in approvals_of(app, order_id)] == [approval_id]
     decide(bob, approval_id, approval_pb2.APPROVAL_STATUS_APPROVED)
     done = graph.invoke(Command(resume="approved"), config)
-    assert done["outcome"]["status"] == "completed" and done["outcome"]["approver"] == "py-integrations-bob"
+    assert done["outcome"]["status"] == "completed" and done["outcome"]["approver"] == APPROVER
     execution_id = done["outcome"]["execution_id"]
     # Replay the node once more from the interrupted checkpoint (time travel),
     # and from a fresh graph that lost every checkpoint: both find the
@@ -141,7 +141,7 @@ def test_langgraph_a_rejection_in_gavel_ends_the_call_without_running_it(
     assert outcome == {
         "status": "rejected",
         "approval_id": approval_id,
-        "approver": "py-integrations-bob",
+        "approver": APPROVER,
         "comment": "decided in the test",
     }
     assert not any(charge["order_id"] == order_id for charge in ledger.charges.values())

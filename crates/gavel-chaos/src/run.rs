@@ -713,17 +713,19 @@ async fn final_state(
     let approval_client = ApprovalServiceClient::new(channel.clone());
     for approval_id in approvals {
         let request = pb::GetApprovalRequest { id: approval_id.clone(), caller_now_ms: None };
-        if let Ok(response) = read_with_retries(|| {
+        let read = read_with_retries(|| {
             let (mut client, request) = (approval_client.clone(), request.clone());
             async move { client.get_approval(request).await }
         })
-        .await
-        {
-            if let OpResult::Approval { state: approval_state, consumed_by } =
-                workload::approval_view(response.get_ref().approval.as_ref())
-            {
-                state.approvals.push((approval_id.clone(), approval_state, consumed_by));
-            }
+        .await;
+        let view = match read {
+            Ok(response) => workload::approval_view(response.get_ref().approval.as_ref()),
+            // An approval the node does not hold answers NOT_FOUND: absent.
+            Err(status) if status.code() == tonic::Code::NotFound => workload::approval_view(None),
+            Err(_) => continue,
+        };
+        if let OpResult::Approval { state: approval_state, consumed_by } = view {
+            state.approvals.push((approval_id.clone(), approval_state, consumed_by));
         }
     }
     let execution_client = ExecutionServiceClient::new(channel.clone());

@@ -484,6 +484,10 @@ impl Workload {
                 let view = approval_view(response.get_ref().approval.as_ref());
                 self.recorder.complete(op_id, process, Outcome::Ok, Some(view), None);
             }
+            // An approval the node does not hold answers NOT_FOUND: a read of it as absent.
+            Err(status) if status.code() == tonic::Code::NotFound => {
+                self.recorder.complete(op_id, process, Outcome::Ok, Some(approval_view(None)), None);
+            }
             // A failed read changes nothing: record it as unknown.
             Err(status) => self.recorder.complete(op_id, process, Outcome::Info, None, Some(status.to_string())),
         }

@@ -14,6 +14,7 @@ use crate::commands::backup::BackupArgs;
 use crate::commands::capability::CapabilityArgs;
 use crate::commands::cert::CertArgs;
 use crate::commands::cluster::ClusterArgs;
+use crate::commands::codes::CodesArgs;
 use crate::commands::exec::ExecArgs;
 use crate::commands::policy::PolicyArgs;
 use crate::commands::token::TokenArgs;
@@ -66,6 +67,8 @@ pub enum TopCommand {
     Cert(CertArgs),
     /// Bearer tokens: issue.
     Token(TokenArgs),
+    /// Every stable error code: its gRPC class and when it happens.
+    Codes(CodesArgs),
 }
 
 /// Raft timings, every one configurable.

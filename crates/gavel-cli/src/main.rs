@@ -5,7 +5,8 @@
 //! commands (see `docs/cli.md`), which take their credentials from `--ca
 //! --cert --key --token --token-file --insecure` or the `GAVEL_*` variables
 //! (`gavel backup restore|inspect` work on files only); `gavel cert`
-//! and `gavel token` make certificates and tokens. The test lab (chaos,
+//! and `gavel token` make certificates and tokens; `gavel codes` prints
+//! the catalogue of stable error codes. The test lab (chaos,
 //! simulation, benchmarks) is the other binary, `gavel-lab`
 //! (`crates/gavel-lab`); this one links none of it. Logs are `tracing`
 //! events as text or JSON lines (`--log-format`); `gavel node
@@ -89,6 +90,7 @@ fn run(cli: Cli, runtime: &tokio::runtime::Runtime) -> ExitCode {
         TopCommand::Policy(args) => finish(runtime.block_on(commands::policy::run(args))),
         TopCommand::Cert(args) => finish(commands::cert::run(args)),
         TopCommand::Token(args) => finish(commands::token::run(args)),
+        TopCommand::Codes(args) => finish(commands::codes::run(args)),
     }
 }
 
@@ -110,7 +112,7 @@ fn served(outcome: anyhow::Result<()>) -> ExitCode {
 }
 
 /// The planted bug `GAVEL_MUTANT` names (chaos harness only, in a build
-/// with the `mutants` feature).
+/// with the `mutants` feature, which has the planted bugs' code).
 #[cfg(feature = "mutants")]
 fn planted_bug_from_env() -> anyhow::Result<Option<gavel_core::mutants::Mutant>> {
     let Ok(name) = std::env::var("GAVEL_MUTANT") else { return Ok(None) };
@@ -121,13 +123,13 @@ fn planted_bug_from_env() -> anyhow::Result<Option<gavel_core::mutants::Mutant>>
     Ok(found)
 }
 
-/// A build without the `mutants` feature plants nothing: a node started
-/// with `GAVEL_MUTANT` set is refused rather than run without the bug the
-/// caller asked for.
+/// A build without the `mutants` feature has no planted bugs: a node
+/// started with `GAVEL_MUTANT` set is refused rather than run without the
+/// bug the caller asked for.
 #[cfg(not(feature = "mutants"))]
-fn planted_bug_from_env() -> anyhow::Result<Option<gavel_core::mutants::Mutant>> {
+fn refuse_gavel_mutant() -> anyhow::Result<()> {
     match std::env::var_os("GAVEL_MUTANT") {
-        None => Ok(None),
+        None => Ok(()),
         Some(_) => anyhow::bail!(
             "GAVEL_MUTANT is set, but this gavel has no planted bugs (build it with `--features mutants` for the chaos \
              harness, or unset the variable)"
@@ -150,7 +152,10 @@ fn raise_descriptor_limit() -> std::io::Result<u64> {
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let workers = tokio::runtime::Handle::current().metrics().num_workers();
     tracing::info!(workers, "node {} runs {workers} runtime worker thread(s)", args.id);
+    #[cfg(feature = "mutants")]
     let planted_bug = planted_bug_from_env()?;
+    #[cfg(not(feature = "mutants"))]
+    refuse_gavel_mutant()?;
     let security = node_security::node_security(args.id, &args.security)?;
     if security.tls.is_none() {
         tracing::warn!(
@@ -199,6 +204,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         bootstrap,
         settings: ServerSettings {
             retention: gavel_core::Retention { records_ms: args.retention_ms, events_ms: args.event_retention_ms },
+            #[cfg(feature = "mutants")]
             planted_bug,
             overload: gavel_server::overload::OverloadLimits {
                 proposals_in_flight_max: usize::try_from(args.proposals_in_flight_max).unwrap_or(usize::MAX),
@@ -223,7 +229,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "serving Prometheus metrics on http://{addr}/metrics");
         }
-        tokio::spawn(gavel_server::metrics::serve(listener, running.node.clone(), metrics_stopped))
+        tokio::spawn(gavel_server::scrape::serve(listener, running.node.clone(), metrics_stopped))
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

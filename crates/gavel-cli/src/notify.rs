@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
+use gavel_notify::limits::{GENERIC_POSTS_PER_SECOND, SLACK_POSTS_PER_SECOND};
 use gavel_notify::webhook::{read_secret, Webhook};
 use gavel_notify::{Notifier, NotifierConfig, NotifyError};
 
@@ -37,6 +38,23 @@ pub struct NotifyArgs {
     /// notifier per directory.
     #[arg(long, env = "GAVEL_NOTIFY_STATE_DIR", value_name = "DIR")]
     pub state_dir: PathBuf,
+    /// Posts per second to each Slack webhook (Slack's documented limit
+    /// for incoming webhooks is about one a second).
+    #[arg(
+        long,
+        env = "GAVEL_NOTIFY_SLACK_POSTS_PER_SECOND",
+        value_name = "RATE",
+        default_value_t = SLACK_POSTS_PER_SECOND
+    )]
+    pub slack_posts_per_second: f64,
+    /// Posts per second to each generic webhook.
+    #[arg(
+        long,
+        env = "GAVEL_NOTIFY_GENERIC_POSTS_PER_SECOND",
+        value_name = "RATE",
+        default_value_t = GENERIC_POSTS_PER_SECOND
+    )]
+    pub generic_posts_per_second: f64,
     /// The cluster and the notifier's credentials: give it a principal with
     /// the `approver` grant (scoped to the approval types it announces) or
     /// `auditor`; it posts what that principal may read.
@@ -70,7 +88,12 @@ pub async fn run(args: NotifyArgs) -> anyhow::Result<()> {
         })?),
         None => None,
     };
-    let config = NotifierConfig { webhooks, console_url: args.console_url, state_dir: args.state_dir, webhook_ca_pem };
+    let config = NotifierConfig {
+        webhook_ca_pem,
+        slack_posts_per_second: args.slack_posts_per_second,
+        generic_posts_per_second: args.generic_posts_per_second,
+        ..NotifierConfig::new(webhooks, args.console_url, args.state_dir)
+    };
     let notifier = Notifier::start(client, config).await.map_err(reported)?;
     println!("gavel notify: following the cluster from cursor {}", notifier.state().cursor);
     let state = notifier.run(crate::console::shutdown_signal()).await.map_err(reported)?;
@@ -113,12 +136,7 @@ pub async fn start_dev(
         .map_err(reported)?;
     let config = gavel_client::ClientConfig { tls: Some(cluster.credentials(&principal)?), ..Default::default() };
     let client = gavel_client::Client::with_config(&cluster.addrs(), config)?;
-    let config = NotifierConfig {
-        webhooks,
-        console_url: console_url.to_string(),
-        state_dir: data_dir.join("notify"),
-        webhook_ca_pem: None,
-    };
+    let config = NotifierConfig::new(webhooks, console_url.to_string(), data_dir.join("notify"));
     let notifier = Notifier::start(client, config).await.map_err(reported)?;
     println!(
         "gavel dev: notifier posting new pending approvals as {DEV_NOTIFIER} (generic webhooks signed with the key in {})",

@@ -13,9 +13,10 @@ fn the_binary_prints_its_version() {
     assert_eq!(stdout.trim(), format!("gavel {}", env!("CARGO_PKG_VERSION")));
 }
 
-/// The planted bugs' code is in every build, but only a build with the
-/// `mutants` feature reads `GAVEL_MUTANT`: this one refuses to start a node
-/// with it set, before it touches the data directory or the port.
+/// Only a build with gavel-cli's `mutants` feature reads `GAVEL_MUTANT`
+/// (even where a `--workspace` build has the planted bugs' code in the
+/// crates below): this one refuses to start a node with it set, before it
+/// touches the data directory or the port.
 #[test]
 fn a_node_of_a_build_without_planted_bugs_refuses_gavel_mutant() {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -76,15 +77,69 @@ fn every_top_level_command_is_listed_in_the_help() {
     let output = Command::new(env!("CARGO_BIN_EXE_gavel")).arg("--help").output().expect("run gavel --help");
     assert!(output.status.success(), "{output:?}");
     let help = String::from_utf8_lossy(&output.stdout);
-    for command in
-        ["node", "dev", "approval", "capability", "exec", "audit", "cluster", "access", "cert", "token", "notify"]
-    {
+    for command in [
+        "node",
+        "dev",
+        "approval",
+        "capability",
+        "exec",
+        "audit",
+        "cluster",
+        "access",
+        "cert",
+        "token",
+        "notify",
+        "codes",
+    ] {
         assert!(help.contains(command), "`{command}` missing from:\n{help}");
     }
     // The test lab is the other binary's (crates/gavel-lab).
     for lab in ["chaos ", "bench ", "sim "] {
         assert!(!help.contains(&format!("  {lab}")), "`{lab}` is the product's command:\n{help}");
     }
+}
+
+/// `gavel codes` prints the catalogue without a cluster: a table for
+/// people, and with `--json` one entry per code with its class and
+/// description, in the catalogue's order.
+#[test]
+fn gavel_codes_prints_every_code_with_its_class_as_a_table_and_as_json() {
+    let table = Command::new(env!("CARGO_BIN_EXE_gavel")).arg("codes").output().expect("run gavel codes");
+    assert!(table.status.success(), "{table:?}");
+    let text = String::from_utf8_lossy(&table.stdout);
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("a header line").split_whitespace().collect();
+    assert_eq!(header, ["CODE", "CLASS", "DESCRIPTION"]);
+    let last_voter = lines.find(|line| line.starts_with("LAST_VOTER ")).expect("LAST_VOTER is listed");
+    assert!(last_voter.contains("FAILED_PRECONDITION") && last_voter.contains("last voter"), "{last_voter}");
+
+    let json = Command::new(env!("CARGO_BIN_EXE_gavel")).args(["codes", "--json"]).output().expect("run gavel codes");
+    assert!(json.status.success(), "{json:?}");
+    let document: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON document");
+    let codes = document["codes"].as_array().expect("a codes array");
+    assert_eq!(codes.len(), text.lines().count() - 1, "one entry per table row");
+    assert_eq!(
+        codes[0],
+        serde_json::json!({
+            "class": "INVALID_ARGUMENT",
+            "code": "INVALID_ARGUMENT",
+            "description": "a field is missing, malformed, out of range or over a size limit",
+        })
+    );
+    let classes: Vec<(&str, &str)> = codes
+        .iter()
+        .map(|entry| (entry["code"].as_str().expect("a code"), entry["class"].as_str().expect("a class")))
+        .filter(|(code, _)| ["LEASE_LOST", "BACKUP_RUNNING", "OUT_OF_RANGE", "ORIGIN_REFUSED"].contains(code))
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            ("LEASE_LOST", "FAILED_PRECONDITION"),
+            ("OUT_OF_RANGE", "OUT_OF_RANGE"),
+            ("BACKUP_RUNNING", "RESOURCE_EXHAUSTED"),
+            ("ORIGIN_REFUSED", "PERMISSION_DENIED"),
+        ]
+    );
 }
 
 #[test]

@@ -21,6 +21,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use crate::actors;
 use crate::credentials::{Authorization, ClientTls};
 use crate::error::Error;
 use crate::json;
@@ -111,6 +112,9 @@ struct Inner {
     /// The seeded sequence of retry jitter, request ids and trace ids, when
     /// the config seeds it.
     jitter: Option<Arc<crate::backoff::SeededJitter>>,
+    /// Per endpoint: whether a plaintext client already asked the node
+    /// whether it speaks TLS ([`crate::tls_probe`]); once is enough.
+    tls_probed: Vec<std::sync::atomic::AtomicBool>,
     config: ClientConfig,
 }
 
@@ -185,6 +189,7 @@ impl Client {
         }
         Ok(Client {
             inner: Arc::new(Inner {
+                tls_probed: normalized.iter().map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
                 endpoints: normalized,
                 channels,
                 authorization,
@@ -260,6 +265,11 @@ impl Client {
                 }
                 Ok(Err(status)) if retryable(&status) => {
                     let detail = read_error_detail(&status);
+                    // A transport break of a plaintext call may be a node that
+                    // speaks TLS: no retry would change that.
+                    if detail.is_none() && self.node_speaks_tls(index).await {
+                        return Err(crate::tls_probe::tls_without_ca(&self.inner.endpoints[index]));
+                    }
                     let hinted = detail
                         .as_ref()
                         .and_then(|detail| detail.leader_hint.as_ref())
@@ -287,6 +297,29 @@ impl Client {
             };
             tokio::time::sleep(pause_jittered).await;
             pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+impl Client {
+    /// Whether node `index` speaks TLS to this client that has none: asked
+    /// once per endpoint ([`crate::tls_probe`]), and only by a client that
+    /// dials real TCP without TLS (a simulated network has no TLS to find).
+    async fn node_speaks_tls(&self, index: usize) -> bool {
+        if self.inner.config.tls.is_some() || self.inner.config.dial.is_some() {
+            return false;
+        }
+        if self.inner.tls_probed[index].load(Ordering::Relaxed) {
+            return false;
+        }
+        match crate::tls_probe::probe(&self.inner.endpoints[index]).await {
+            crate::tls_probe::Probe::Tls => true,
+            crate::tls_probe::Probe::NotTls => {
+                self.inner.tls_probed[index].store(true, Ordering::Relaxed);
+                false
+            }
+            // Nothing listens yet: the node may start, so ask again next time.
+            crate::tls_probe::Probe::Refused => false,
         }
     }
 }
@@ -365,13 +398,13 @@ impl Client {
 
 /// Generates one typed method per RPC. Mutating calls get a request id when
 /// the caller left it empty, and keep it across retries.
-/// A mutating call `checking` a function runs it on the request first and
-/// sends nothing when it refuses.
+/// A mutating call `checking` functions runs them on the request first and
+/// sends nothing when one refuses.
 macro_rules! rpc {
-    ($(#[$doc:meta])* mutating $name:ident $(checking $check:path)?, $client:ident, $request:ty, $response:ty) => {
+    ($(#[$doc:meta])* mutating $name:ident $(checking [$($check:path),+])?, $client:ident, $request:ty, $response:ty) => {
         $(#[$doc])*
         pub async fn $name(&self, mut request: $request) -> Result<$response, Error> {
-            $($check(&request)?;)?
+            $($($check(&request)?;)+)?
             if request.request_id.is_empty() {
                 request.request_id = self.fresh_request_id();
             }
@@ -399,12 +432,14 @@ macro_rules! rpc {
 
 impl Client {
     rpc!(/// Stores a pending approval. Its input is refused before sending when
-        /// the cluster would refuse it as not JSON or not I-JSON (`json::check`).
-        mutating create_approval checking json::check, ApprovalServiceClient, pb::CreateApprovalRequest, pb::CreateApprovalResponse);
-    rpc!(/// Reads an approval (absent when unknown).
+        /// the cluster would refuse it as not JSON or not I-JSON (`json::check`),
+        /// and so is an actor id that names a kind (`actors::check`).
+        mutating create_approval checking [json::check, actors::check], ApprovalServiceClient, pb::CreateApprovalRequest, pb::CreateApprovalResponse);
+    rpc!(/// Reads an approval; `NOT_FOUND` when there is none the caller may read.
         read get_approval, ApprovalServiceClient, pb::GetApprovalRequest, pb::GetApprovalResponse);
-    rpc!(/// Approves or rejects a pending approval.
-        mutating decide_approval, ApprovalServiceClient, pb::DecideApprovalRequest, pb::DecideApprovalResponse);
+    rpc!(/// Approves or rejects a pending approval. An approver id that names a
+        /// kind is refused before sending (`actors::check`).
+        mutating decide_approval checking [actors::check], ApprovalServiceClient, pb::DecideApprovalRequest, pb::DecideApprovalResponse);
     rpc!(/// Spends an approved approval on one execution.
         mutating consume_approval, ApprovalServiceClient, pb::ConsumeApprovalRequest, pb::ConsumeApprovalResponse);
     rpc!(/// Lists approvals.
@@ -418,22 +453,23 @@ impl Client {
     rpc!(/// Lists capabilities.
         read list_capabilities, CapabilityServiceClient, pb::ListCapabilitiesRequest, pb::ListCapabilitiesResponse);
     rpc!(/// Submits an execution (or gets approval-required). Its input is checked
-        /// before sending, as `create_approval`'s is.
-        mutating submit checking json::check, ExecutionServiceClient, pb::SubmitRequest, pb::SubmitResponse);
+        /// before sending, as `create_approval`'s is, and so is its actor.
+        mutating submit checking [json::check, actors::check], ExecutionServiceClient, pb::SubmitRequest, pb::SubmitResponse);
     rpc!(/// Consumes an approval and creates its execution. Its input, if any, is
         /// checked before sending, as `create_approval`'s is.
-        mutating resume checking json::check, ExecutionServiceClient, pb::ResumeRequest, pb::ResumeResponse);
-    rpc!(/// Reads an execution.
+        mutating resume checking [json::check], ExecutionServiceClient, pb::ResumeRequest, pb::ResumeResponse);
+    rpc!(/// Reads an execution; `NOT_FOUND` when there is none the caller may read.
         read get_execution, ExecutionServiceClient, pb::GetExecutionRequest, pb::GetExecutionResponse);
-    rpc!(/// Cancels an execution (terminal).
-        mutating cancel_execution, ExecutionServiceClient, pb::CancelExecutionRequest, pb::CancelExecutionResponse);
+    rpc!(/// Cancels an execution (terminal). Its actor is checked before
+        /// sending, as `create_approval`'s is.
+        mutating cancel_execution checking [actors::check], ExecutionServiceClient, pb::CancelExecutionRequest, pb::CancelExecutionResponse);
     rpc!(/// Lists one execution's audit events.
         read list_execution_events, ExecutionServiceClient, pb::ListExecutionEventsRequest, pb::ListExecutionEventsResponse);
     rpc!(/// Heartbeats a lease.
         mutating heartbeat, WorkerServiceClient, pb::HeartbeatRequest, pb::HeartbeatResponse);
     rpc!(/// Reports an attempt's outcome. A completed attempt's output is checked
         /// before sending, as `create_approval`'s input is.
-        mutating report checking json::check, WorkerServiceClient, pb::ReportRequest, pb::ReportResponse);
+        mutating report checking [json::check], WorkerServiceClient, pb::ReportRequest, pb::ReportResponse);
     rpc!(/// Lists audit events after a cursor.
         read list_events, AuditServiceClient, pb::ListEventsRequest, pb::ListEventsResponse);
     rpc!(/// Reads the audit event at one cursor.
@@ -448,7 +484,7 @@ impl Client {
         read list_leaves, AuditServiceClient, pb::ListLeavesRequest, pb::ListLeavesResponse);
     rpc!(/// Appends an application event (`policy.denied`, ...) to the audit trail (submitter).
         /// Its payload is checked before sending, as `create_approval`'s input is.
-        mutating record_event checking json::check, AuditServiceClient, pb::RecordEventRequest, pb::RecordEventResponse);
+        mutating record_event checking [json::check, actors::check], AuditServiceClient, pb::RecordEventRequest, pb::RecordEventResponse);
     rpc!(/// One node's view of the cluster (the preferred node's).
         read status, ClusterServiceClient, pb::StatusRequest, pb::StatusResponse);
     rpc!(/// Adds a learner.
@@ -481,10 +517,12 @@ impl Client {
     rpc!(/// Deletes an approval policy (admin), voiding its open approvals.
         mutating delete_policy, PolicyServiceClient, pb::DeletePolicyRequest, pb::DeletePolicyResponse);
     rpc!(/// Casts one vote on an approval a policy governs, bound to the input
-        /// hash the voter saw; the reply carries the quorum progress.
-        mutating cast_vote, PolicyServiceClient, pb::CastVoteRequest, pb::CastVoteResponse);
-    rpc!(/// Withdraws the caller's vote from a pending approval.
-        mutating withdraw_vote, PolicyServiceClient, pb::WithdrawVoteRequest, pb::WithdrawVoteResponse);
+        /// hash the voter saw; the reply carries the quorum progress. Its
+        /// approver is checked before sending, as `decide_approval`'s is.
+        mutating cast_vote checking [actors::check], PolicyServiceClient, pb::CastVoteRequest, pb::CastVoteResponse);
+    rpc!(/// Withdraws the caller's vote from a pending approval. Its approver
+        /// is checked before sending, as `decide_approval`'s is.
+        mutating withdraw_vote checking [actors::check], PolicyServiceClient, pb::WithdrawVoteRequest, pb::WithdrawVoteResponse);
     rpc!(/// An approval's policy, version, per-factor progress and votes.
         read list_votes, PolicyServiceClient, pb::ListVotesRequest, pb::ListVotesResponse);
 

@@ -26,12 +26,20 @@
 //!   every call. [`Credentials`] reads both from the `--ca --cert --key
 //!   --token --token-file --insecure` flags or the `GAVEL_*` variables, the
 //!   same way for every binary. `UNAUTHENTICATED` and `PERMISSION_DENIED`
-//!   (and a failed TLS handshake) are never retried.
+//!   (and a failed TLS handshake) are never retried. A client without TLS
+//!   whose call breaks on a node that speaks TLS fails at once with
+//!   [`Error::Config`] naming the missing CA, instead of retrying until the
+//!   budget is spent.
 //!
 //! - Tracing: every call carries a W3C `traceparent`, from the current
 //!   span's OpenTelemetry context, else the current OpenTelemetry context,
 //!   else a fresh trace; the nodes continue it through forwarding to the
 //!   leader's proposal.
+//!
+//! - Actors: [`actor_text`] writes an actor as people read it, `kind:id`
+//!   (`user:bob-finance`); a call naming an actor whose id already names a
+//!   kind (`user:alice` as a user's id) is refused before sending with the
+//!   cluster's `INVALID_ARGUMENT` and message ([`actor_id_problem`]).
 //!
 //! - JSON: a call that carries the caller's JSON (an input, an output, an
 //!   event payload) refuses it before sending when the cluster would: not
@@ -43,6 +51,7 @@
 //! the OpenTelemetry API (for the trace context) only: never on openraft, sled
 //! or the core's state machine.
 
+mod actors;
 mod admin;
 mod backoff;
 pub mod calendar;
@@ -53,9 +62,11 @@ mod error;
 mod json;
 pub mod links;
 mod reach;
+mod tls_probe;
 mod trace_context;
 mod worker;
 
+pub use actors::{actor_id_problem, actor_text};
 pub use admin::{BackupDownload, ADD_NODE_WAIT, BACKUP_CHUNK_TIMEOUT, BACKUP_TAKE_WAIT};
 pub use client::{Client, ClientConfig, Dial};
 pub use credentials::{env, ClientTls, Credentials};

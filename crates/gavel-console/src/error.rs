@@ -80,6 +80,10 @@ pub enum ConsoleError {
 
 impl ConsoleError {
     /// The stable code shown with the message.
+    ///
+    /// Every code is one of gavel-core's catalogue (`ErrorCode`); this crate
+    /// may not depend on gavel-core, so they are literals, which
+    /// `crates/gavel-core/tests/error_catalogue.rs` holds to the catalogue.
     pub fn code(&self) -> &str {
         match self {
             ConsoleError::SignedOut => "SESSION_REQUIRED",
@@ -99,6 +103,15 @@ impl ConsoleError {
             ConsoleError::Cluster(error) => error.code(),
             ConsoleError::Render(_) => "INTERNAL",
         }
+    }
+
+    /// What a person reads next to [`ConsoleError::code`]: the message
+    /// without the code, which a cluster refusal's text starts with
+    /// (`CODE: message`), so a page shows the code once.
+    pub fn message(&self) -> String {
+        let text = self.to_string();
+        let prefix = format!("{}: ", self.code());
+        text.strip_prefix(&prefix).map_or_else(|| text.clone(), str::to_string)
     }
 
     /// The HTTP status the refusal is answered with.
@@ -131,5 +144,25 @@ impl ConsoleError {
             },
             ConsoleError::Cluster(_) => StatusCode::BAD_GATEWAY,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_refusal_shows_its_code_once() {
+        let refused = ConsoleError::Cluster(gavel_client::Error::Domain {
+            code: "FAILED_PRECONDITION".to_string(),
+            message: "approval a1 is approved".to_string(),
+            problems: Vec::new(),
+            status: tonic::Code::FailedPrecondition,
+            approval: None,
+        });
+        assert_eq!(refused.code(), "FAILED_PRECONDITION");
+        assert_eq!(refused.message(), "approval a1 is approved");
+        let own = ConsoleError::NotFound;
+        assert_eq!(own.message(), own.to_string());
     }
 }

@@ -23,6 +23,7 @@ mod oidc;
 mod pages;
 mod security;
 mod session;
+mod summary;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,7 +79,7 @@ pub async fn serve(
     config: ConsoleConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = pages::router(config).map_err(|error| std::io::Error::other(error.to_string()))?;
+    let router = pages::router(config)?;
     axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }
 

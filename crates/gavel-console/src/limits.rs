@@ -28,10 +28,23 @@ pub const INBOX_SCAN_MAX: usize = 50_000;
 /// Page size of each ListApprovals call the inbox makes (the cluster's own
 /// cap, APPROVALS_PAGE_MAX).
 pub const LIST_PAGE_LIMIT: u32 = 1_000;
+/// Top-level input fields an inbox row shows: enough to tell ten refunds
+/// apart by amount and order, few enough that a row stays a few lines.
+pub const INPUT_SUMMARY_FIELDS_MAX: usize = 4;
+/// Characters of an input key an inbox row shows before cutting it.
+pub const INPUT_KEY_SHOWN_MAX_CHARS: usize = 32;
+/// Characters of an input value (compact JSON) an inbox row shows before
+/// cutting it: an amount, an order id or a short note whole, not a document.
+pub const INPUT_VALUE_SHOWN_MAX_CHARS: usize = 48;
+/// Characters of an approval id an inbox row shows (its start and end;
+/// the whole id is in the link and the tooltip).
+pub const SHORT_ID_MAX_CHARS: usize = 24;
 /// Events of one execution shown on its page.
 pub const EXECUTION_EVENTS_MAX: u32 = 200;
-/// Live-update streams one session may hold open (tabs); more are refused
-/// so one person cannot pin a watch per request.
+/// Live-update streams one session may hold open; more are refused so one
+/// person cannot pin a watch per request. The console's script opens one
+/// per browser, whatever the number of tabs (docs/decisions/0091); the
+/// rest is room for a stream not yet seen closed and for other clients.
 pub const STREAMS_PER_SESSION_MAX: usize = 8;
 /// How often an idle live-update stream sends a keep-alive comment.
 pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -40,8 +53,18 @@ pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// what happens from now on, not the whole history.
 pub const STREAM_REPLAY_WINDOW: Duration = Duration::from_secs(2);
 /// How long a sign-in may stay at the provider (login and consent pages)
-/// before its callback is refused: minutes of typing, not a day.
+/// before its callback is refused: minutes of typing, not a day. It is the
+/// sealed sign-in cookie's `Max-Age` and the age the callback accepts; the
+/// console keeps nothing per pending sign-in, so their number is unbounded
+/// and costs it no memory.
 pub const SIGN_IN_PENDING_TTL: Duration = Duration::from_secs(10 * 60);
-/// Sign-ins at the provider at once: each holds a state, nonce and PKCE
-/// verifier in memory, so a flood of `/oidc/start` stays bounded.
-pub const SIGN_INS_PENDING_MAX: usize = 10_000;
+/// Completed OpenID Connect sign-ins whose `state` the console remembers
+/// (each until its cookie would expire) to refuse a replayed callback. Only
+/// a sign-in the provider completed adds one, so strangers cannot fill it;
+/// past the bound the oldest is forgotten, and no one is refused (a
+/// forgotten sign-in's code is spent at the provider anyway).
+pub const SIGN_INS_SPENT_MAX: usize = 10_000;
+/// Longest page address a person is sent back to after signing in (path
+/// and query): an approval's or execution's address with room to spare,
+/// and the sealed sign-in cookie stays well under a browser's 4 KiB.
+pub const RETURN_PATH_MAX_BYTES: usize = 1024;

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::error::ConsoleError;
 use crate::limits::*;
-use crate::oidc::{cleared_state_cookie, cookie_state, state_cookie, PendingSignIns, CALLBACK_PATH};
+use crate::oidc::{cleared_state_cookie, cookie_state, state_cookie, SignInSealer, SpentSignIns, CALLBACK_PATH};
 use crate::session::{cleared_cookie, cookie_session_id, session_cookie, Session, Sessions};
 use crate::{security, ConsoleConfig};
 use gavel_client::links::{approval_action_url, duration_text, record_url};
@@ -30,18 +30,22 @@ struct App {
     config: ConsoleConfig,
     templates: Environment<'static>,
     sessions: Sessions,
-    pending_sign_ins: PendingSignIns,
+    /// Seals pending OpenID Connect sign-ins into their cookies: the
+    /// console keeps nothing per `/oidc/start`.
+    sign_in_sealer: SignInSealer,
+    spent_sign_ins: SpentSignIns,
 }
 
 type Shared = State<Arc<App>>;
 
 /// The console's routes behind the security headers.
-pub fn router(config: ConsoleConfig) -> Result<Router, minijinja::Error> {
+pub fn router(config: ConsoleConfig) -> std::io::Result<Router> {
     Ok(routes(Arc::new(App {
         config,
-        templates: templates()?,
+        templates: templates().map_err(|error| std::io::Error::other(error.to_string()))?,
         sessions: Sessions::default(),
-        pending_sign_ins: PendingSignIns::default(),
+        sign_in_sealer: SignInSealer::new()?,
+        spent_sign_ins: SpentSignIns::default(),
     })))
 }
 
@@ -82,6 +86,7 @@ fn routes(app: Arc<App>) -> Router {
         .route("/assets/console.css", get(|| asset("text/css", include_str!("../assets/console.css"))))
         .route("/assets/console.js", get(|| asset("text/javascript", include_str!("../assets/console.js"))))
         .layer(DefaultBodyLimit::max(FORM_BODY_MAX_BYTES))
+        .layer(axum::middleware::from_fn(security::return_after_sign_in))
         .layer(axum::middleware::from_fn(security::headers))
         .with_state(app)
 }
@@ -115,23 +120,26 @@ impl App {
     }
 
     /// The page that explains a refusal, with its code; a signed-out person
-    /// is sent to the sign-in page instead.
+    /// is sent to the sign-in page instead (which returns them to the page
+    /// they asked for: [`security::return_after_sign_in`]).
     fn refusal(&self, error: ConsoleError, session: Option<&Session>) -> Response {
         if matches!(error, ConsoleError::SignedOut) {
-            return Redirect::to("/signin").into_response();
+            let mut response = Redirect::to("/signin").into_response();
+            response.extensions_mut().insert(security::SignInFirst);
+            return response;
         }
         let status = error.status();
         let page = self.render(
             "error.html",
             false,
-            context! { me => session.map(me_view), code => error.code(), message => error.to_string() },
+            context! { me => session.map(me_view), code => error.code(), message => error.message() },
         );
         match page {
             Ok(mut response) => {
                 *response.status_mut() = status;
                 response
             }
-            Err(_) => (status, format!("{}: {}", error.code(), error)).into_response(),
+            Err(_) => (status, format!("{}: {}", error.code(), error.message())).into_response(),
         }
     }
 }
@@ -160,16 +168,33 @@ impl LiveQuery {
     }
 }
 
-async fn signin_page(State(app): Shared) -> Response {
+/// Where to go after signing in: `?next=` of the sign-in page and of
+/// `/oidc/start`, a field of the development sign-in's form.
+#[derive(Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+/// The page to return to after signing in: `next` when it is a page of
+/// this console ([`security::return_path`]), else the inbox.
+fn return_to(next: Option<&str>) -> &str {
+    next.and_then(security::return_path).unwrap_or(security::HOME_PATH)
+}
+
+async fn signin_page(State(app): Shared, Query(query): Query<NextQuery>) -> Response {
     let personas = app.config.dev_sign_in.as_ref().map(|dev| dev.personas.clone());
     let oidc = app.config.oidc.is_some();
-    app.render("signin.html", false, context! { personas => personas, oidc => oidc })
-        .unwrap_or_else(|error| app.refusal(error, None))
+    let next = Some(return_to(query.next.as_deref())).filter(|next| *next != security::HOME_PATH);
+    // Percent-encoded for the link's query: letters, digits and `%-._~` only.
+    let next_encoded = next.map(gavel_oidc::http::form_encode);
+    let ctx = context! { personas => personas, oidc => oidc, next => next, next_encoded => next_encoded };
+    app.render("signin.html", false, ctx).unwrap_or_else(|error| app.refusal(error, None))
 }
 
 #[derive(Deserialize)]
 struct SignInForm {
     principal: String,
+    next: Option<String>,
 }
 
 async fn signin(State(app): Shared, headers: HeaderMap, Form(form): Form<SignInForm>) -> Response {
@@ -192,7 +217,8 @@ async fn sign_in(app: &App, headers: &HeaderMap, form: SignInForm) -> Result<Res
     }
     let token = (dev.mint)(principal, SESSION_TTL).map_err(ConsoleError::BadInput)?;
     let (cookie, _) = app.start_session(token, true, SESSION_TTL, None).await?;
-    Ok(([(header::SET_COOKIE, cookie)], Redirect::to("/inbox")).into_response())
+    let page = return_to(form.next.as_deref());
+    Ok(([(header::SET_COOKIE, cookie)], Redirect::to(page)).into_response())
 }
 
 impl App {
@@ -229,20 +255,29 @@ impl App {
     }
 }
 
-/// `/oidc/start`: a new pending sign-in, and the browser sent to the
-/// provider's authorization endpoint. A GET (a link), since the CSP's
-/// `form-action 'self'` would stop a form from being redirected off-site;
-/// it changes no session, and the callback is bound to this browser.
-async fn oidc_start(State(app): Shared) -> Response {
+/// `/oidc/start`: a new pending sign-in, sealed into this browser's cookie
+/// (the console keeps nothing), and the browser sent to the provider's
+/// authorization endpoint. A GET (a link), since the CSP's `form-action
+/// 'self'` would stop a form from being redirected off-site; it changes no
+/// session, and the callback is bound to this browser by the cookie.
+async fn oidc_start(State(app): Shared, Query(query): Query<NextQuery>) -> Response {
     let started = async {
         let oidc = app.config.oidc.as_ref().ok_or(ConsoleError::NoOidcSignIn)?;
         let discovery = oidc.provider.discovery().await?;
         let redirect_uri = format!("{}{CALLBACK_PATH}", app.config.origin);
-        app.pending_sign_ins.start(&discovery.authorization_endpoint, &oidc.client_id, &redirect_uri)
+        let return_to = return_to(query.next.as_deref());
+        let now = gavel_oidc::unix_seconds();
+        Ok::<_, ConsoleError>(app.sign_in_sealer.start(
+            &discovery.authorization_endpoint,
+            &oidc.client_id,
+            &redirect_uri,
+            return_to,
+            now,
+        ))
     };
     match started.await {
         Ok(start) => {
-            let cookie = state_cookie(&start.state, app.config.secure_cookies());
+            let cookie = state_cookie(&start.cookie, app.config.secure_cookies());
             ([(header::SET_COOKIE, cookie)], Redirect::to(&start.location)).into_response()
         }
         Err(error) => app.refusal(error, None),
@@ -257,33 +292,42 @@ struct CallbackQuery {
     error_description: Option<String>,
 }
 
-/// `/oidc/callback`: the provider's answer. The state must be this
-/// browser's pending sign-in (once); the code is exchanged with the PKCE
-/// verifier; the ID token must verify, with the nonce; the cluster then
-/// says who it is. The session ends no later than the ID token.
+/// `/oidc/callback`: the provider's answer. The state must be that of this
+/// browser's sealed pending sign-in, unexpired and not spent; the code is
+/// exchanged with the PKCE verifier; the ID token must verify, with the
+/// nonce; the sign-in is then spent (once), and the cluster says who it
+/// is. The session ends no later than the ID token; the person lands on
+/// the page they started from.
 async fn oidc_callback(State(app): Shared, headers: HeaderMap, Query(query): Query<CallbackQuery>) -> Response {
     let secure = app.config.secure_cookies();
     let signed_in = async {
         let oidc = app.config.oidc.as_ref().ok_or(ConsoleError::NoOidcSignIn)?;
         let cookies = headers.get(header::COOKIE).and_then(|value| value.to_str().ok()).unwrap_or("");
         let state = query.state.as_deref().ok_or(ConsoleError::SignInState)?;
-        let (nonce, verifier) = app.pending_sign_ins.finish(state, cookie_state(cookies))?;
+        let now = gavel_oidc::unix_seconds();
+        let pending = app.sign_in_sealer.finish(state, cookie_state(cookies), &app.spent_sign_ins, now)?;
         if let Some(error) = &query.error {
             let description = query.error_description.as_deref().unwrap_or("");
             return Err(ConsoleError::ProviderRefused(format!("{error} {description}").trim().to_string()));
         }
         let code = query.code.as_deref().ok_or_else(|| ConsoleError::ProviderRefused("no code".to_string()))?;
         let redirect_uri = format!("{}{CALLBACK_PATH}", app.config.origin);
-        let (id_token, identity) = crate::oidc::redeem(oidc, code, &verifier, &nonce, &redirect_uri).await?;
+        let (id_token, identity) =
+            crate::oidc::redeem(oidc, code, &pending.verifier, &pending.nonce, &redirect_uri).await?;
+        if !app.spent_sign_ins.spend(&pending, now) {
+            return Err(ConsoleError::SignInState);
+        }
         let seconds_left = identity.expires_at.saturating_sub(gavel_oidc::unix_seconds());
         let lifetime = std::time::Duration::from_secs(seconds_left);
         let (cookie, principal) = app.start_session(id_token, false, lifetime, Some(&identity.principal)).await?;
-        Ok::<_, ConsoleError>((cookie, principal, lifetime.min(SESSION_TTL)))
+        let next = return_to(Some(&pending.return_to)).to_string();
+        Ok::<_, ConsoleError>((cookie, principal, lifetime.min(SESSION_TTL), next))
     };
     match signed_in.await {
-        Ok((cookie, principal, lifetime)) => {
+        Ok((cookie, principal, lifetime, next)) => {
             let minutes = lifetime.as_secs() / 60;
-            match app.render("signed_in.html", false, context! { principal => principal, minutes => minutes }) {
+            let ctx = context! { principal => principal, minutes => minutes, next => next };
+            match app.render("signed_in.html", false, ctx) {
                 Ok(page) => {
                     let cookies = [(header::SET_COOKIE, cookie), (header::SET_COOKIE, cleared_state_cookie(secure))];
                     (axum::response::AppendHeaders(cookies), page).into_response()
@@ -409,15 +453,22 @@ fn enum_name(name: &str, prefix: &str) -> String {
     name.trim_start_matches(prefix).to_lowercase()
 }
 
+/// `kind:id`, as every surface writes an actor ([`gavel_client::actor_text`]); `-` when absent.
 fn actor_text(actor: Option<&pb::Actor>) -> String {
-    actor.map_or_else(
-        || "-".to_string(),
-        |actor| {
-            let kind = pb::ActorKind::try_from(actor.kind)
-                .map_or("?".to_string(), |kind| enum_name(kind.as_str_name(), "ACTOR_KIND_"));
-            format!("{kind}:{}", actor.id)
-        },
-    )
+    actor.map_or_else(|| "-".to_string(), gavel_client::actor_text)
+}
+
+/// How far an expiry at `expires_at_ms` is from `now_ms`, roughly, as a
+/// person says it: `in 9 min`, `in 2 h 5 min`, `in 3 days`, `expired`.
+fn expiry_from(expires_at_ms: i64, now_ms: i64) -> String {
+    let minutes = (expires_at_ms - now_ms).div_euclid(60_000);
+    match minutes {
+        ..=-1 => "expired".to_string(),
+        0 => "in less than a minute".to_string(),
+        1..=59 => format!("in {minutes} min"),
+        60..=2879 => format!("in {} h {} min", minutes / 60, minutes % 60),
+        _ => format!("in {} days", minutes / 1440),
+    }
 }
 
 fn approval_view(approval: &pb::Approval) -> Value {
@@ -427,8 +478,18 @@ fn approval_view(approval: &pb::Approval) -> Value {
         .unwrap_or_else(|| approval.input_json.clone());
     let on_behalf_of = approval.actor.as_ref().and_then(|actor| actor.display_name.clone());
     let execution_id = approval.consumed_by_execution_id.clone().or_else(|| approval.execution_id.clone());
+    let (input_fields, input_more) = crate::summary::input_fields(&approval.input_json);
+    let (requested_at, requested_at_rfc3339) = crate::summary::utc_times(approval.requested_at_ms);
+    // Without JavaScript the expiry reads as a UTC time and how far off it
+    // was when the page was made; the script counts it down instead.
+    let (expires_at, expires_at_rfc3339) = crate::summary::utc_times(approval.expires_at_ms);
     context! {
         id => approval.id,
+        id_short => crate::summary::short_id(&approval.id),
+        requested_at => requested_at,
+        requested_at_rfc3339 => requested_at_rfc3339,
+        input_fields => input_fields,
+        input_more => input_more,
         url => record_url("approvals", &approval.id),
         decide_url => approval_action_url(&approval.id, "decide"),
         withdraw_url => approval_action_url(&approval.id, "withdraw"),
@@ -447,6 +508,9 @@ fn approval_view(approval: &pb::Approval) -> Value {
         status => status_name(approval.status),
         requested_at_ms => approval.requested_at_ms,
         expires_at_ms => approval.expires_at_ms,
+        expires_at => expires_at,
+        expires_at_rfc3339 => expires_at_rfc3339,
+        expires_in => expiry_from(approval.expires_at_ms, now_ms()),
         input_pretty => pretty,
         input_hash => approval.input_hash,
         execution_url => execution_id.as_deref().map(|id| record_url("executions", id)),
@@ -629,7 +693,12 @@ async fn render_approval(
     refused: Option<&ConsoleError>,
 ) -> Result<Response, ConsoleError> {
     let request = pb::GetApprovalRequest { id: id.to_string(), ..pb::GetApprovalRequest::default() };
-    let approval = session.client.get_approval(request).await?.approval.ok_or(ConsoleError::NotFound)?;
+    // No such approval, or one outside the signed-in person's view: NOT_FOUND.
+    let approval = match session.client.get_approval(request).await {
+        Ok(answer) => answer.approval.ok_or(ConsoleError::NotFound)?,
+        Err(error) if error.code() == "NOT_FOUND" => return Err(ConsoleError::NotFound),
+        Err(error) => return Err(error.into()),
+    };
     let capability = session
         .client
         .get_capability(pb::GetCapabilityRequest {
@@ -656,7 +725,7 @@ async fn render_approval(
             me => me_view(session), approval => approval_view(&approval), capability => capability,
             may_decide => reason.is_none(), reason => reason, execution => execution,
             may_withdraw => may_withdraw(&approval),
-            refused => refused.map(|error| context! { code => error.code(), message => error.to_string() }),
+            refused => refused.map(|error| context! { code => error.code(), message => error.message() }),
             comment_max => COMMENT_MAX_BYTES,
         },
     )?;
@@ -698,7 +767,7 @@ async fn execution_view(session: &Session, execution_id: &str) -> Result<Option<
     let request = pb::GetExecutionRequest { execution_id: execution_id.to_string() };
     let execution = match session.client.get_execution(request).await {
         Ok(response) => response.execution,
-        Err(error) if error.is_access_refused() => None,
+        Err(error) if error.is_access_refused() || error.code() == "NOT_FOUND" => None,
         Err(error) => return Err(error.into()),
     };
     let Some(execution) = execution else {
@@ -868,7 +937,11 @@ async fn decide_as(
         Err(error @ gavel_client::Error::Domain { .. }) => {
             let refused = if error.code() == "APPROVAL_TERMS_CHANGED" {
                 let request = pb::GetApprovalRequest { id: id.clone(), ..pb::GetApprovalRequest::default() };
-                let current = session.client.get_approval(request).await?.approval.map(|approval| approval.terms_hash);
+                let current = match session.client.get_approval(request).await {
+                    Ok(answer) => answer.approval.map(|approval| approval.terms_hash),
+                    Err(error) if error.code() == "NOT_FOUND" => None,
+                    Err(error) => return Err(error.into()),
+                };
                 ConsoleError::TermsChanged { shown, current: current.unwrap_or_default() }
             } else {
                 ConsoleError::Cluster(error)
@@ -1041,11 +1114,33 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn pages_without_a_session_send_the_person_to_sign_in() {
-        for path in ["/inbox", "/history", "/approvals/apr_1", "/executions/ex_1"] {
+    async fn pages_without_a_session_send_the_person_to_sign_in_and_back() {
+        for (path, location) in [
+            ("/inbox", "/signin"),
+            ("/inbox?live=1", "/signin"),
+            ("/history", "/signin?next=%2Fhistory"),
+            ("/approvals/apr_1", "/signin?next=%2Fapprovals%2Fapr_1"),
+            ("/approvals/apr_1?live=1", "/signin"),
+            ("/approvals?id=..", "/signin?next=%2Fapprovals%3Fid%3D.."),
+            ("/executions/ex_1", "/signin?next=%2Fexecutions%2Fex_1"),
+        ] {
             let (status, headers, _) = send(console(true), get(path)).await;
             assert_eq!(status, StatusCode::SEE_OTHER, "{path}");
-            assert_eq!(headers[header::LOCATION], "/signin", "{path}");
+            assert_eq!(headers[header::LOCATION], location, "{path}");
+        }
+        // The sign-in page carries the page on, in the development form and
+        // in the OpenID Connect link; a foreign one it drops.
+        let (status, _, page) = send(console(true), get("/signin?next=%2Fapprovals%2Fapr_1")).await;
+        assert_eq!(status, StatusCode::OK);
+        // (The template engine escapes `/` in a value, as `&#x2f;`.)
+        assert!(page.contains(r#"<input type="hidden" name="next" value="&#x2f;approvals&#x2f;apr_1">"#), "{page}");
+        let (_, _, page) = send(oidc_console(), get("/signin?next=%2Fapprovals%2Fapr_1")).await;
+        assert!(page.contains(r#"href="/oidc/start?next=%2Fapprovals%2Fapr_1""#), "{page}");
+        for foreign in ["%2F%2Fevil.example%2Fx", "https%3A%2F%2Fevil.example", "%2F%5Cevil.example"] {
+            let (_, _, page) = send(oidc_console(), get(&format!("/signin?next={foreign}"))).await;
+            assert!(page.contains(r#"href="/oidc/start""#) && !page.contains("evil"), "{page}");
+            let (_, _, page) = send(console(true), get(&format!("/signin?next={foreign}"))).await;
+            assert!(!page.contains("name=\"next\"") && !page.contains("evil"), "{page}");
         }
         let forged = form_post("/approvals/apr_1/decide", Some(ORIGIN), "decision=approve");
         let (status, headers, _) = send(console(true), forged).await;
@@ -1124,7 +1219,7 @@ mod tests {
         let (status, _, page) = send(console(false), get("/oidc/start")).await;
         assert_eq!(status, StatusCode::FORBIDDEN);
         assert!(page.contains("OIDC_SIGN_IN_DISABLED"), "{page}");
-        // No state cookie (another browser), or one naming no pending sign-in.
+        // No sign-in cookie (another browser), or one this console did not seal.
         let mut with_cookie = get("/oidc/callback?code=c&state=s1");
         with_cookie.headers_mut().insert(header::COOKIE, "gavel_oidc_state=s1".parse().expect("a header"));
         for request in [get("/oidc/callback?code=c&state=s1"), with_cookie, get("/oidc/callback?code=c")] {
@@ -1331,7 +1426,8 @@ mod tests {
             },
             templates: templates().expect("templates parse"),
             sessions: Sessions::default(),
-            pending_sign_ins: PendingSignIns::default(),
+            sign_in_sealer: SignInSealer::new().expect("a key"),
+            spent_sign_ins: SpentSignIns::default(),
         });
         let csrf = crate::session::random_token();
         let session = Session {
@@ -1387,8 +1483,70 @@ mod tests {
     }
 
     #[test]
+    fn inbox_rows_tell_requests_apart_by_id_request_time_and_leading_input_fields() {
+        let refund = |id: &str, input: &str| pb::Approval {
+            id: id.into(),
+            capability_id: "orders.refund".into(),
+            input_json: input.into(),
+            requested_at_ms: 1_764_770_405_123,
+            ..pb::Approval::default()
+        };
+        let rows = vec![
+            approval_view(&refund("apr_refund-1", r#"{"amount_cents":1250,"order_id":"o-1"}"#)),
+            approval_view(&refund("apr_refund-2", r#"{"<b>":"<script>x</script>","amount_cents":99}"#)),
+        ];
+        let inbox = render("inbox.html", context! { me => me_view_for_test(), rows => rows, total => 2 });
+        for shown in [
+            r#"title="apr_refund-1">apr_refund-1</code>"#,
+            r#"<code class="key">amount_cents</code>: <code class="value">1250</code>"#,
+            r#"<code class="key">order_id</code>: <code class="value">&quot;o-1&quot;</code>"#,
+            r#"datetime="2025-12-03T14:00:05Z">2025-12-03 14:00:05 UTC</time>"#,
+            // The template engine escapes what the input says.
+            r#"<code class="key">&lt;b&gt;</code>: <code class="value">&quot;&lt;script&gt;x&lt;&#x2f;script&gt;&quot;</code>"#,
+        ] {
+            assert!(inbox.contains(shown), "{shown} is not in the inbox: {inbox}");
+        }
+        assert!(!inbox.contains("<script>") && !inbox.contains("<b>"), "{inbox}");
+    }
+
+    #[test]
+    fn a_refusal_page_shows_the_code_once() {
+        let refused = ConsoleError::Cluster(gavel_client::Error::Domain {
+            code: "FAILED_PRECONDITION".into(),
+            message: "approval a1 is approved".into(),
+            problems: Vec::new(),
+            status: tonic::Code::FailedPrecondition,
+            approval: None,
+        });
+        let page = render("error.html", context! { code => refused.code(), message => refused.message() });
+        assert_eq!(page.matches("FAILED_PRECONDITION").count(), 1, "{page}");
+        assert!(page.contains("FAILED_PRECONDITION</code> approval a1 is approved"), "{page}");
+    }
+
+    #[test]
     fn status_names_are_short() {
         assert_eq!(status_name(pb::ApprovalStatus::Pending as i32), "pending");
         assert_eq!(status_name(99), "unknown");
+    }
+
+    #[test]
+    fn without_javascript_an_expiry_reads_as_a_utc_time_and_how_far_off_it_is() {
+        assert_eq!(expiry_from(30_000, 0), "in less than a minute");
+        assert_eq!(expiry_from(600_000, 0), "in 10 min");
+        assert_eq!(expiry_from(7_500_000, 0), "in 2 h 5 min");
+        assert_eq!(expiry_from(3 * 86_400_000, 0), "in 3 days");
+        assert_eq!(expiry_from(0, 1), "expired");
+
+        let mut approval = standing_approval("apr-expiry");
+        approval.expires_at_ms = 1_796_553_833_999;
+        let view = approval_view(&approval);
+        let inbox = render("inbox.html", context! { me => me_view_for_test(), rows => vec![view.clone()], total => 1 });
+        assert!(inbox.contains(r#"datetime="2026-12-06T10:43:53Z">until 2026-12-06 10:43:53 UTC ("#), "{inbox}");
+        let me = context! { principal => "user:carol", csrf => "t", development => true };
+        let page = render("approval.html", context! { me => me, approval => view, may_decide => false });
+        assert!(page.contains(">at 2026-12-06 10:43:53 UTC ("), "{page}");
+        for shown in [&inbox, &page] {
+            assert!(!shown.contains(">until 1796553833999") && !shown.contains(">at 1796553833999"), "{shown}");
+        }
     }
 }

@@ -19,20 +19,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Actor, ActorKind};
-
-/// What kind of principal authenticated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum PrincipalKind {
-    /// A person.
-    User,
-    /// A backend service or app acting on its own behalf (or, with `act-for`,
-    /// on its users' behalf).
-    Service,
-    /// A worker process that runs executions.
-    Worker,
-    /// A Gavel node (peer certificate).
-    Node,
-}
+pub use crate::model::{Principal, PrincipalKind};
 
 impl PrincipalKind {
     /// Every kind, in order.
@@ -53,17 +40,17 @@ impl PrincipalKind {
     pub fn parse(name: &str) -> Option<PrincipalKind> {
         PrincipalKind::ALL.into_iter().find(|kind| kind.as_str() == name)
     }
-}
 
-/// An authenticated identity: `kind:id`, e.g. `user:bob`, `worker:refunds-1`,
-/// `node:2`. In a certificate it is the SAN URI `gavel://kind/id`; in a token
-/// it is the `sub` claim, written `kind:id`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Principal {
-    /// What kind of principal.
-    pub kind: PrincipalKind,
-    /// Its id within the kind: 1 to 128 characters of `[A-Za-z0-9._@-]`.
-    pub id: String,
+    /// The kind of the actor a principal of this kind is when it names no
+    /// other ([`Principal::as_actor`]): a user is a user, a worker is
+    /// automation, a service or node is a service.
+    pub fn actor_kind(self) -> ActorKind {
+        match self {
+            PrincipalKind::User => ActorKind::User,
+            PrincipalKind::Service | PrincipalKind::Node => ActorKind::Service,
+            PrincipalKind::Worker => ActorKind::Automation,
+        }
+    }
 }
 
 /// Longest principal id.
@@ -126,11 +113,7 @@ impl Principal {
 
     /// The kind of [`Principal::as_actor`].
     fn actor_kind(&self) -> ActorKind {
-        match self.kind {
-            PrincipalKind::User => ActorKind::User,
-            PrincipalKind::Service | PrincipalKind::Node => ActorKind::Service,
-            PrincipalKind::Worker => ActorKind::Automation,
-        }
+        self.kind.actor_kind()
     }
 
     /// Whether `actor` is this principal: the same id and the kind of
@@ -275,17 +258,19 @@ impl Caller {
 
 /// Something a caller does outside the log that must be authorized against
 /// the replicated grants: reads, and the operations that are not commands.
-/// Commands are authorized inside `apply` (and, before proposing, by
-/// `State::authorize_command`).
+/// Commands are admitted by `State::admit`, inside `apply` and, before
+/// proposing, at the edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     /// Read approvals (`GetApproval`, `ListApprovals`): the grant is checked
     /// here, and which records the caller sees by
-    /// [`crate::State::may_read_approval`] and [`crate::State::approval_view`].
+    /// [`crate::State::visible_approval`] (one record) and
+    /// [`crate::State::approval_view`] (a listing).
     ReadApprovals,
     /// Read executions (`GetExecution`, `WaitExecution`,
     /// `ListExecutionEvents`): the grant is checked here, and which records
-    /// the caller sees by [`crate::State::may_read_execution`].
+    /// the caller sees by [`crate::State::visible_execution`] (one record)
+    /// and [`crate::State::may_read_event`] (their events).
     ReadExecution,
     /// Watch the events of the records the caller may read (`WatchEvents`;
     /// an auditor watches every event, see [`crate::State::may_read_event`]).

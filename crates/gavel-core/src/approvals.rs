@@ -564,13 +564,13 @@ pub(crate) fn check_self_decision(
     if approver.id == approval.actor.id {
         return Err(DomainError::new(
             ErrorCode::ApprovalSelfApproval,
-            format!("approver {} requested approval {id} and cannot decide it", approver.id),
+            format!("approver {approver} requested approval {id} and cannot decide it"),
         ));
     }
     if let Some(decider) = decider.filter(|decider| approval.requester_principal.as_ref() == Some(*decider)) {
         return Err(DomainError::new(
             ErrorCode::ApprovalSelfApproval,
-            format!("{decider} requested approval {id} (as {}) and cannot decide it", approval.actor.id),
+            format!("{decider} requested approval {id} (as {}) and cannot decide it", approval.actor),
         ));
     }
     Ok(())

@@ -34,6 +34,17 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// Why a snapshot could not be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The bytes are not a snapshot of this state machine's format.
+    #[error("snapshot is not decodable: {0}")]
+    Decode(String),
+    /// The bytes are a snapshot of another format (another build's).
+    #[error("snapshot is of another format: {0}")]
+    Format(String),
+}
+
 /// The tables of the cold store. The discriminant is the table's stable tag
 /// on disk and in the digest: never renumber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -456,13 +467,13 @@ pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// Reads and checks the snapshot header ([`SNAPSHOT_MAGIC`],
 /// [`SNAPSHOT_FORMAT`]) at the start of `reader`.
-pub(crate) fn read_snapshot_header(reader: &mut impl std::io::Read) -> Result<(), crate::SnapshotError> {
+pub(crate) fn read_snapshot_header(reader: &mut impl std::io::Read) -> Result<(), SnapshotError> {
     let mut header = [0u8; 12];
-    reader.read_exact(&mut header).map_err(|_| {
-        crate::SnapshotError::Decode("shorter than a snapshot header: not a Gavel snapshot".to_string())
-    })?;
+    reader
+        .read_exact(&mut header)
+        .map_err(|_| SnapshotError::Decode("shorter than a snapshot header: not a Gavel snapshot".to_string()))?;
     if &header[..8] != SNAPSHOT_MAGIC {
-        return Err(crate::SnapshotError::Format(
+        return Err(SnapshotError::Format(
             "it does not start with the snapshot header (a snapshot or backup written before format 2, or not a \
              Gavel snapshot)"
                 .to_string(),
@@ -470,7 +481,7 @@ pub(crate) fn read_snapshot_header(reader: &mut impl std::io::Read) -> Result<()
     }
     let format = u32::from_le_bytes(header[8..].try_into().expect("four bytes"));
     if format != SNAPSHOT_FORMAT {
-        return Err(crate::SnapshotError::Format(format!(
+        return Err(SnapshotError::Format(format!(
             "it is in snapshot format {format}; this build reads format {SNAPSHOT_FORMAT}"
         )));
     }
@@ -545,7 +556,7 @@ const RECORD_BYTES_MIN: u64 = 1 + 8 + 8;
 impl<R: std::io::Read> SnapshotRecords<R> {
     /// Reads the record count; `reader` is positioned after the hot state
     /// and limited to the bytes the snapshot has left.
-    pub(crate) fn start(mut reader: std::io::Take<R>) -> Result<SnapshotRecords<R>, crate::SnapshotError> {
+    pub(crate) fn start(mut reader: std::io::Take<R>) -> Result<SnapshotRecords<R>, SnapshotError> {
         let records_left = read_u64(&mut reader)?;
         if records_left.saturating_mul(RECORD_BYTES_MIN) > reader.limit() {
             return Err(truncated(format!("{records_left} cold records cannot fit in {} bytes", reader.limit())));
@@ -559,7 +570,7 @@ impl<R: std::io::Read> SnapshotRecords<R> {
     }
 
     /// The next record (always with a value), or `None` after the last.
-    pub fn next_record(&mut self) -> Result<Option<ColdMutation>, crate::SnapshotError> {
+    pub fn next_record(&mut self) -> Result<Option<ColdMutation>, SnapshotError> {
         let mut key = Vec::new();
         let Some(record) = self.next_record_into(&mut key)? else { return Ok(None) };
         let value = key.split_off(record.key_len);
@@ -570,7 +581,7 @@ impl<R: std::io::Read> SnapshotRecords<R> {
     /// where they are, or returns `None` after the last record: the records
     /// of [`SnapshotRecords::next_record`] without an allocation per record,
     /// for a shell that writes them in batches.
-    pub fn next_record_into(&mut self, bytes: &mut Vec<u8>) -> Result<Option<RecordPlace>, crate::SnapshotError> {
+    pub fn next_record_into(&mut self, bytes: &mut Vec<u8>) -> Result<Option<RecordPlace>, SnapshotError> {
         if self.records_left == 0 {
             return Ok(None);
         }
@@ -578,7 +589,7 @@ impl<R: std::io::Read> SnapshotRecords<R> {
         let mut tag = [0u8];
         read_exact(&mut self.reader, &mut tag)?;
         let table = ColdTable::from_tag(tag[0])
-            .ok_or_else(|| crate::SnapshotError::Decode(format!("unknown cold table tag {}", tag[0])))?;
+            .ok_or_else(|| SnapshotError::Decode(format!("unknown cold table tag {}", tag[0])))?;
         let key_len = read_bytes_into(&mut self.reader, bytes)?;
         let value_len = read_bytes_into(&mut self.reader, bytes)?;
         Ok(Some(RecordPlace { table, key_len, value_len }))
@@ -597,15 +608,15 @@ pub struct RecordPlace {
     pub value_len: usize,
 }
 
-fn truncated(what: String) -> crate::SnapshotError {
-    crate::SnapshotError::Decode(format!("snapshot is truncated or corrupt: {what}"))
+fn truncated(what: String) -> SnapshotError {
+    SnapshotError::Decode(format!("snapshot is truncated or corrupt: {what}"))
 }
 
-fn read_exact<R: std::io::Read>(reader: &mut std::io::Take<R>, buffer: &mut [u8]) -> Result<(), crate::SnapshotError> {
+fn read_exact<R: std::io::Read>(reader: &mut std::io::Take<R>, buffer: &mut [u8]) -> Result<(), SnapshotError> {
     reader.read_exact(buffer).map_err(|error| truncated(error.to_string()))
 }
 
-fn read_u64<R: std::io::Read>(reader: &mut std::io::Take<R>) -> Result<u64, crate::SnapshotError> {
+fn read_u64<R: std::io::Read>(reader: &mut std::io::Take<R>) -> Result<u64, SnapshotError> {
     let mut bytes = [0u8; 8];
     read_exact(reader, &mut bytes)?;
     Ok(u64::from_le_bytes(bytes))
@@ -617,7 +628,7 @@ fn read_u64<R: std::io::Read>(reader: &mut std::io::Take<R>) -> Result<u64, crat
 fn read_bytes_into<R: std::io::Read>(
     reader: &mut std::io::Take<R>,
     bytes: &mut Vec<u8>,
-) -> Result<usize, crate::SnapshotError> {
+) -> Result<usize, SnapshotError> {
     let length = read_u64(reader)?;
     if length > reader.limit() {
         return Err(truncated(format!("a record of {length} bytes with {} bytes left", reader.limit())));

@@ -14,7 +14,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::cold::{ColdRecords, ColdTable};
+use crate::error::{DomainError, ErrorCode};
 use crate::model::{AcceptedReport, Execution, ExecutionState, Lease, ResultEnvelope};
+
+/// `NOT_FOUND` for an execution id.
+pub(crate) fn not_found(id: &str) -> DomainError {
+    DomainError::new(ErrorCode::NotFound, format!("execution {id} was not found"))
+}
 
 /// Every retained execution, and where each non-final one waits.
 ///

@@ -12,8 +12,9 @@
 //!   table's hash index is only looked up, and rebuilt on restore);
 //! - bad input returns [`Reply::Error`] with a stable [`ErrorCode`], never a panic;
 //!   a broken invariant is a bug and asserts;
-//! - it reads no environment: a planted bug (chaos harness, feature
-//!   `mutants`) is a value the shell passes in ([`State::set_planted_bug`]).
+//! - it reads no environment: a planted bug (chaos harness and simulation,
+//!   compiled only with the cargo feature `mutants`) is a value the shell
+//!   passes in (`State::set_planted_bug`).
 //!
 //! [`State`] is made of parts, each in its own file owning its records, their
 //! invariants and their expiry: the capability registry (`registry.rs`),
@@ -57,6 +58,7 @@ pub mod limits;
 pub mod machine;
 pub mod merkle;
 pub mod model;
+#[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod note;
 pub mod policies;
@@ -72,15 +74,15 @@ pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 pub use approvals::{ApprovalFilter, ApprovalView, ListOrder};
 pub use audit::{Event, EventKind};
 pub use cold::{
-    ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, RecordPlace, SnapshotRecords, SnapshotWriter,
-    SNAPSHOT_FORMAT, SNAPSHOT_MAGIC,
+    ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, RecordPlace, SnapshotError, SnapshotRecords,
+    SnapshotWriter, SNAPSHOT_FORMAT, SNAPSHOT_MAGIC,
 };
 pub use command::{
     ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, RecordEvent, Reply, Retention, RetrySpec,
     Submit, Task,
 };
 pub use error::{DomainError, ErrorClass, ErrorCode, QuotaKind, RefusedApproval, RefusedQuota};
-pub use machine::{DecisionControls, SnapshotError, State, StateCounts};
+pub use machine::{DecisionControls, State, StateCounts};
 pub use model::*;
 pub use policies::{Approvers, Factor, Policy, PolicySpec, Quorum, Vote};
 pub use quotas::{QuotaChange, QuotaLimits, QuotaUsage, QuotaView};

@@ -10,10 +10,12 @@
 //! Their fields are private; this module and its children
 //! (`access_commands.rs`, `approval_commands.rs`, `execution_commands.rs`,
 //! `recall.rs`) call their methods and hold every rule that spans parts:
-//! who may apply a command, which events a transition records, the SI-11
+//! who may apply a command (`admission.rs`, the one judge the edge asks
+//! too), which events a transition records, the SI-11
 //! retry rule's outcome, and retention across parts.
 
 mod access_commands;
+mod admission;
 mod approval_commands;
 pub(crate) mod checkpoints;
 mod execution_commands;
@@ -21,7 +23,6 @@ mod ownership;
 pub use ownership::DecisionControls;
 mod policy_commands;
 
-pub(crate) use policy_commands::check_vote;
 mod quota_commands;
 mod recall;
 
@@ -36,7 +37,7 @@ use crate::approvals::{ApprovalFilter, Approvals, ListOrder};
 use crate::audit::{AuditLog, Event, EventKind, EventSubject};
 use crate::audit_tree::AuditTree;
 use crate::canonical_json::sha256_hex;
-use crate::cold::{ColdMutation, ColdRecords, ColdStore, ColdTable, SnapshotRecords, SnapshotWriter};
+use crate::cold::{ColdMutation, ColdRecords, ColdStore, ColdTable, SnapshotError, SnapshotRecords, SnapshotWriter};
 use crate::command::{CapabilitySpec, Command, Envelope, RecordEvent, Reply, Retention};
 use crate::dedup::{DedupTable, RememberedReply};
 use crate::error::{DomainError, ErrorCode};
@@ -44,21 +45,12 @@ use crate::executions::Executions;
 use crate::grants::Bindings;
 use crate::leases::Leases;
 use crate::model::{Actor, Approval, Capability, Execution};
+#[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::policies::Policies;
+use crate::precheck::Checked;
 use crate::quotas::Quotas;
 use crate::registry::{Registered, Registry};
-
-/// Why a snapshot could not be restored.
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    /// The bytes are not a snapshot of this state machine's format.
-    #[error("snapshot is not decodable: {0}")]
-    Decode(String),
-    /// The bytes are a snapshot of another format (another build's).
-    #[error("snapshot is of another format: {0}")]
-    Format(String),
-}
 
 /// The whole replicated state. Every collection in every part is ordered
 /// (`BTreeMap`, `BTreeSet`, `VecDeque`), so iteration order never depends on
@@ -66,9 +58,10 @@ pub enum SnapshotError {
 /// on every replica. The one exception, the dedup table's index, is a hash map
 /// that is only looked up, never iterated or serialized (see `DedupTable`).
 ///
-/// The planted bug is configuration, not state: it is not serialized, so it
-/// is in neither the snapshot nor the state hash, and a restored state has
-/// none until the shell sets it again ([`State::set_planted_bug`]).
+/// The planted bug (the feature `mutants` only) is configuration, not
+/// state: it is not serialized, so it is in neither the snapshot nor the
+/// state hash, and a restored state has none until the shell sets it again
+/// (`State::set_planted_bug`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct State {
     /// Cluster clock: the largest `now_ms` any command carried.
@@ -92,6 +85,7 @@ pub struct State {
     /// Approval policies and their version counter.
     policies: Policies,
     /// The planted bug this replica runs with (chaos harness only).
+    #[cfg(feature = "mutants")]
     #[serde(skip)]
     planted_bug: Option<Mutant>,
 }
@@ -118,6 +112,7 @@ const COMPACTION_INTERVAL_MS: u64 = 60_000;
 /// How many characters of a request id the planted bug `dedup-wrong-key`
 /// keys on: `cli-` and two hex digits, 256 keys per client prefix, so that
 /// a run of a few hundred requests reuses some.
+#[cfg(feature = "mutants")]
 const DEDUP_WRONG_KEY_CHARS: usize = 6;
 
 /// How late the planted bug `no-fencing` lets a lease expire: longer than a
@@ -126,6 +121,7 @@ const DEDUP_WRONG_KEY_CHARS: usize = 6;
 /// workers measure deadlines on a clock as far behind as a node's can be),
 /// so that the late report still finds its lease and the skipped fence
 /// shows.
+#[cfg(feature = "mutants")]
 const NO_FENCING_GRACE_MS: u64 = 15_000;
 
 impl State {
@@ -139,17 +135,20 @@ impl State {
     /// for the chaos harness; from the simulation's planted-bug test). It is
     /// not part of the replicated state: set it again after
     /// [`State::restore`].
+    #[cfg(feature = "mutants")]
     pub fn set_planted_bug(&mut self, planted_bug: Option<Mutant>) {
         self.planted_bug = planted_bug;
     }
 
     /// The planted bug set by [`State::set_planted_bug`], if any.
+    #[cfg(feature = "mutants")]
     pub fn planted_bug(&self) -> Option<Mutant> {
         self.planted_bug
     }
 
     /// Whether `mutant` is the planted bug (none unless the shell named one:
     /// `crate::mutants`).
+    #[cfg(feature = "mutants")]
     #[inline]
     fn planted(&self, mutant: Mutant) -> bool {
         crate::mutants::is_planted(self.planted_bug, mutant)
@@ -158,11 +157,12 @@ impl State {
     /// Applies one command. Deterministic: the result depends only on the state
     /// and the envelope. Bad input yields `Reply::Error`; it never panics.
     ///
-    /// The command is authorized first, at its position in the log, against
-    /// the bindings as they are here ([`State::authorize_command`]): a
-    /// command ordered after a `Revoke` is refused with `PERMISSION_DENIED`,
-    /// and nothing changes. Every event the command records carries its
-    /// caller's principal.
+    /// The command is admitted first, at its position in the log, by the
+    /// judge the edge asked before proposing ([`State::admit`]: validation,
+    /// then authorization and ownership against the bindings as they are
+    /// here, then quotas): a command ordered after a `Revoke` is refused
+    /// with `PERMISSION_DENIED`, and nothing changes. Every event the
+    /// command records carries its caller's principal.
     pub fn apply(&mut self, envelope: &Envelope) -> Reply {
         self.apply_noting_replay(envelope).0
     }
@@ -174,14 +174,14 @@ impl State {
     pub fn apply_noting_replay(&mut self, envelope: &Envelope) -> (Reply, bool) {
         self.clock_ms = self.clock_ms.max(envelope.now_ms);
         let caller = envelope.caller.as_ref();
-        if let Err(refusal) = self.authorize_command(caller, &envelope.command, envelope.now_ms) {
-            return (refusal.into(), false);
-        }
-        if let Err(refusal) = self.charge_quota(envelope) {
-            return (refusal.into(), false);
-        }
+        let request_id = envelope.request_id.as_deref();
+        let checked = match self.admit(caller, request_id, &envelope.command, self.clock_ms, 0) {
+            Ok(checked) => checked,
+            Err(refusal) => return (refusal.into(), false),
+        };
+        self.charge_quota(caller, request_id, &envelope.command);
         let first_cursor = self.audit.next_cursor();
-        let (reply, replayed) = self.apply_authorized(envelope, caller);
+        let (reply, replayed) = self.apply_admitted(envelope, checked, caller);
         if let Some(caller) = caller {
             self.audit.stamp_principal(first_cursor, &caller.principal);
         }
@@ -201,26 +201,31 @@ impl State {
         assert_eq!(self.audit_tree.size() + 1, self.audit.next_cursor(), "every event is sealed in its apply");
     }
 
-    /// `apply` after authorization: deduplication, then the command; true
+    /// `apply` after admission: deduplication, then the command; true
     /// when the dedup table answered.
-    fn apply_authorized(&mut self, envelope: &Envelope, caller: Option<&Caller>) -> (Reply, bool) {
+    fn apply_admitted(&mut self, envelope: &Envelope, checked: Checked<'_>, caller: Option<&Caller>) -> (Reply, bool) {
         let Some(request_id) = envelope.request_id.as_deref().filter(|id| !id.is_empty()) else {
-            return (self.dispatch(&envelope.command, caller), false);
+            return (self.dispatch(checked, caller), false);
         };
         if let Err(problem) = crate::validate::check_id("requestId", request_id) {
             return (DomainError::invalid(problem).into(), false);
         }
         let fingerprint = crate::dedup::fingerprint(&envelope.command, caller.map(|caller| &caller.principal));
+        let key = crate::dedup::request_key(request_id);
+        // Planted bug `dedup-wrong-key`: a truncated key, and no fingerprint
+        // check below.
+        #[cfg(feature = "mutants")]
         let wrong_key = self.planted(Mutant::DedupWrongKey);
-        let key = if wrong_key {
-            // Planted bug: a truncated key, and no fingerprint check below.
-            crate::dedup::request_key(request_id.get(..DEDUP_WRONG_KEY_CHARS).unwrap_or(request_id))
-        } else {
-            crate::dedup::request_key(request_id)
+        #[cfg(feature = "mutants")]
+        let key = match request_id.get(..DEDUP_WRONG_KEY_CHARS) {
+            Some(truncated) if wrong_key => crate::dedup::request_key(truncated),
+            _ => key,
         };
         self.dedup.forget_expired(self.clock_ms);
         if let Some(remembered) = self.dedup.recall(key) {
-            if remembered.fingerprint != fingerprint && !wrong_key {
+            #[cfg(feature = "mutants")]
+            let fingerprint = if wrong_key { remembered.fingerprint } else { fingerprint };
+            if remembered.fingerprint != fingerprint {
                 let reused = DomainError::new(
                     ErrorCode::RequestIdReused,
                     format!("request id \"{request_id}\" was already used for a different request"),
@@ -229,18 +234,24 @@ impl State {
             }
             return (self.rebuild_reply(&remembered.reply, &envelope.command), true);
         }
-        let reply = self.dispatch(&envelope.command, caller);
+        let reply = self.dispatch(checked, caller);
         self.dedup.remember(key, fingerprint, RememberedReply::from_reply(&reply), self.clock_ms);
         (reply, false)
     }
 
-    /// Runs an authorized command. `caller` is who authenticated it: the
-    /// commands that record an identity take it from there.
-    fn dispatch(&mut self, command: &Command, caller: Option<&Caller>) -> Reply {
+    /// Runs an admitted command. `caller` is who authenticated it: the
+    /// commands that record an identity take it from there. What validation
+    /// computed comes from `checked`; nothing here validates again.
+    fn dispatch(&mut self, checked: Checked<'_>, caller: Option<&Caller>) -> Reply {
         let principal = caller.map(|caller| &caller.principal);
+        let command = checked.command();
+        let input = checked.input;
         let result = match command {
             Command::RegisterCapability(spec) => self.register_capability(spec).map(Reply::Capability),
-            Command::CreateApproval(request) => self.create_approval(request, principal),
+            Command::CreateApproval(request) => {
+                let input = input.expect("a checked approval request has its canonical input");
+                self.create_approval(request, input, checked.validity, None, principal)
+            }
             Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms, terms_hash } => self
                 .decide_approval(
                     approval_id,
@@ -257,13 +268,18 @@ impl State {
             Command::CancelApproval { approval_id, caller_now_ms } => {
                 self.cancel_approval(approval_id, *caller_now_ms, principal)
             }
-            Command::Submit(submit) => self.submit(submit, principal),
-            Command::Resume { approval_id, execution_id, input_json } => {
-                self.resume(approval_id, execution_id, input_json.as_deref(), principal)
+            Command::Submit(submit) => {
+                let input = input.expect("a checked submission has its canonical input");
+                self.submit(submit, input, principal)
+            }
+            Command::Resume { approval_id, execution_id, .. } => {
+                self.resume(approval_id, execution_id, input, principal)
             }
             Command::Poll { worker_id, queues, tasks_max } => self.poll(worker_id, queues, *tasks_max, principal),
             Command::Heartbeat { lease_id, worker_id } => self.heartbeat(*lease_id, worker_id),
-            Command::Report { lease_id, worker_id, outcome } => self.report(*lease_id, worker_id, outcome),
+            Command::Report { lease_id, worker_id, outcome } => {
+                self.report(*lease_id, worker_id, outcome, checked.output_json)
+            }
             Command::CancelExecution { execution_id, actor } => {
                 self.cancel_execution(execution_id, actor.as_ref(), principal)
             }
@@ -271,7 +287,7 @@ impl State {
             Command::Grant { principal: subject, grant } => self.grant(subject, grant, principal),
             Command::Revoke { principal: subject, name } => self.revoke(subject, *name, principal),
             Command::BootstrapAdmin { admin } => self.bootstrap_admin(admin, principal),
-            Command::RecordEvent(event) => self.record_event(event, principal),
+            Command::RecordEvent(event) => self.record_event(event, checked.payload_json, principal),
             Command::SetQuota { principal: subject, change } => self.set_quota(subject, change, principal),
             Command::RegisterNoteKey { node_id, public_key } => self.register_note_key(*node_id, public_key),
             Command::CosignCheckpoint { node_id, size, signature } => {
@@ -293,7 +309,8 @@ impl State {
             ),
             Command::WithdrawVote { approval_id, approver } => self.withdraw_vote(approval_id, approver, caller),
             Command::CreateStandingApproval { request, standing } => {
-                self.create_approval_with(request, Some(standing), principal)
+                let input = input.expect("a checked approval request has its canonical input");
+                self.create_approval(request, input, checked.validity, Some(standing), principal)
             }
         };
         result.unwrap_or_else(Reply::Error)
@@ -313,10 +330,15 @@ impl State {
         }
     }
 
-    /// Appends an application's event, stamped with the recording principal
-    /// here already (as `apply` does for every event) so the reply shows it.
-    fn record_event(&mut self, event: &RecordEvent, principal: Option<&Principal>) -> Result<Reply, DomainError> {
-        let payload_json = crate::precheck::record_event(event)?;
+    /// Appends an application's event (its canonical payload, as checked),
+    /// stamped with the recording principal here already (as `apply` does
+    /// for every event) so the reply shows it.
+    fn record_event(
+        &mut self,
+        event: &RecordEvent,
+        payload_json: Option<String>,
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
         let subject = EventSubject {
             execution_id: event.execution_id.as_deref(),
             capability_id: event.capability_id.as_deref(),
@@ -343,8 +365,10 @@ impl State {
     fn tick(&mut self, retention: Retention) -> Reply {
         let mut backoffs_ended = self.release_due_backoffs();
         let mut leases_expired = 0;
-        // Planted bug: the fence is lax, leases expire late.
-        let grace_ms = if self.planted(Mutant::NoFencing) { NO_FENCING_GRACE_MS } else { 0 };
+        let grace_ms = 0;
+        // Planted bug `no-fencing`: the fence is lax, leases expire late.
+        #[cfg(feature = "mutants")]
+        let grace_ms = if self.planted(Mutant::NoFencing) { NO_FENCING_GRACE_MS } else { grace_ms };
         while let Some(lease_id) = self.leases.first_due(self.clock_ms, grace_ms) {
             self.expire_lease(lease_id);
             leases_expired += 1;
@@ -400,9 +424,10 @@ impl State {
     }
 
     /// [`State::replay`] for `caller`: only the principal that sent the
-    /// request gets its reply back, and only while it may still send it.
+    /// request gets its reply back, and only while it may still send it
+    /// ([`State::admit`]).
     pub fn replay_for(&self, request_id: &str, caller: Option<&Caller>, command: &Command) -> Option<Reply> {
-        self.authorize_command(caller, command, self.clock_ms).ok()?;
+        self.admit(caller, Some(request_id), command, self.clock_ms, 0).ok()?;
         let remembered = self.dedup.recall(crate::dedup::request_key(request_id))?;
         let fingerprint = crate::dedup::fingerprint(command, caller.map(|caller| &caller.principal));
         if remembered.fingerprint != fingerprint || remembered.expires_at_ms <= self.clock_ms {

@@ -1,6 +1,6 @@
 //! Domain records: actors, capabilities, approvals, executions, leases and results (SPEC §2).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +62,29 @@ pub enum ActorKind {
     Automation,
     /// Unidentified caller.
     Anonymous,
+}
+
+impl ActorKind {
+    /// Every kind, in order.
+    pub const ALL: [ActorKind; 4] = [ActorKind::User, ActorKind::Service, ActorKind::Automation, ActorKind::Anonymous];
+
+    /// The name people read and write: `user`, `service`, `automation` or `anonymous`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActorKind::User => "user",
+            ActorKind::Service => "service",
+            ActorKind::Automation => "automation",
+            ActorKind::Anonymous => "anonymous",
+        }
+    }
+}
+
+/// `kind:id` (`user:bob-finance`): the one spelling of an actor wherever a
+/// person reads it, the same as a principal's (docs/decisions/0090).
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.kind.as_str(), self.id)
+    }
 }
 
 /// What running a capability does to the world.
@@ -261,7 +284,7 @@ pub struct Approval {
     /// The authenticated principal that requested it (`None` on a node
     /// started with `--insecure`). A principal deciding as itself may not
     /// decide its own request, whatever actor it named when requesting.
-    pub requester_principal: Option<crate::access::Principal>,
+    pub requester_principal: Option<Principal>,
     /// Stored status (never `Expired`).
     pub status: StoredApprovalStatus,
     /// The decision, once decided.
@@ -281,15 +304,15 @@ pub struct Approval {
     /// its votes (issue #25); `None` for an approval no policy governed
     /// when it was created, which a single decision decides.
     #[serde(default)]
-    pub quorum: Option<crate::policies::Quorum>,
+    pub quorum: Option<Quorum>,
     /// For a standing approval: its terms (N uses within a window, the
     /// input binding) and the uses spent; `None` for a one-use approval.
     #[serde(default)]
-    pub standing: Option<crate::standing::Standing>,
+    pub standing: Option<Standing>,
     /// The capability as the registry declared it when the approval was
     /// created (`None`: not registered then); part of its terms.
     #[serde(default)]
-    pub registered: Option<crate::terms::RegisteredCapability>,
+    pub registered: Option<RegisteredCapability>,
     /// SHA-256 of the approval's terms (SPEC §13, [`crate::terms`]), set
     /// when it is created: a decision or vote that names another is refused.
     #[serde(with = "hash_hex")]
@@ -451,7 +474,7 @@ pub struct Execution {
     /// execution resumed from an approval, the principal that requested the
     /// approval. With [`Execution::actor`] it decides who may act on the
     /// execution and read it (docs/security.md, "Ownership").
-    pub requester_principal: Option<crate::access::Principal>,
+    pub requester_principal: Option<Principal>,
     /// Where it came from.
     pub surface: String,
     /// Caller's correlation id.
@@ -620,4 +643,121 @@ pub(crate) mod hash_hex {
             assert_eq!(bincode::serialize(&compact).expect("bincode").len(), 4 + 32 + 1, "a tag and 32 bytes");
         }
     }
+}
+
+// The types of the records' parts that other modules give rules to
+// (access: principals; policies: quorums and votes; standing: standing
+// terms; terms: the registered capability): defined here, with the
+// records, so that this module is a leaf; their rules live in those
+// modules' `impl` blocks.
+
+/// What kind of principal authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum PrincipalKind {
+    /// A person.
+    User,
+    /// A backend service or app acting on its own behalf (or, with `act-for`,
+    /// on its users' behalf).
+    Service,
+    /// A worker process that runs executions.
+    Worker,
+    /// A Gavel node (peer certificate).
+    Node,
+}
+
+/// An authenticated identity: `kind:id`, e.g. `user:bob`, `worker:refunds-1`,
+/// `node:2`. In a certificate it is the SAN URI `gavel://kind/id`; in a token
+/// it is the `sub` claim, written `kind:id`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Principal {
+    /// What kind of principal.
+    pub kind: PrincipalKind,
+    /// Its id within the kind: 1 to 128 characters of `[A-Za-z0-9._@-]`.
+    pub id: String,
+}
+
+/// One principal's vote on a governed approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vote {
+    /// Who voted (the authenticated principal).
+    pub principal: Principal,
+    /// The actor it voted as (its own).
+    pub approver: Actor,
+    /// Approve (`true`) or deny.
+    pub approve: bool,
+    /// The factors it was eligible for when it voted, by index in the
+    /// policy; kept current when its grants change.
+    pub eligible: BTreeSet<u32>,
+    /// The factor this vote counts for in the current assignment (`None`:
+    /// a denial, or an approval no unmet factor needs).
+    pub factor: Option<u32>,
+    /// The input hash the voter saw; equal to the approval's.
+    #[serde(with = "crate::model::hash_hex")]
+    pub input_hash: String,
+    /// The voter is the requester (or acts for it) and holds the
+    /// self-approval grant.
+    pub self_approval: bool,
+    /// Optional comment.
+    pub comment: Option<String>,
+    /// When it was cast.
+    pub cast_at_ms: u64,
+}
+
+/// What an approval records of the policy that governs it: the version it
+/// was created under and the votes so far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quorum {
+    /// Policy name.
+    pub policy: String,
+    /// The version the approval was created under.
+    pub policy_version: u64,
+    /// Each factor's name and `k`, copied from that version, so a reader
+    /// sees progress without the policy (which may have changed since).
+    pub factors: Vec<(String, u32)>,
+    /// The deny threshold of that version.
+    pub deny_threshold: u32,
+    /// Votes in the order they were cast (withdrawn ones removed).
+    pub votes: Vec<Vote>,
+}
+
+/// What a requester asks for when it creates a standing approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StandingSpec {
+    /// Most uses, 1 to [`STANDING_USES_MAX`].
+    pub uses_max: u32,
+    /// How long after the decision uses are allowed, 1 ms to
+    /// [`STANDING_WINDOW_MS_MAX`].
+    pub window_ms: u64,
+    /// Empty: every use runs exactly the approved input (its hash).
+    /// Otherwise each use names its own input, which must equal the
+    /// approved input at each of these JSON pointers (RFC 6901), e.g.
+    /// `/order_id`.
+    pub bound_pointers: Vec<String>,
+}
+
+/// A standing approval's terms and the uses spent, on its record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Standing {
+    /// Its terms.
+    pub spec: StandingSpec,
+    /// The executions that spent a use, in order (at most `uses_max`).
+    pub used_by: Vec<String>,
+}
+
+/// What the registry declared of an approval's capability when the
+/// approval was created: the part of the terms its requester cannot
+/// choose. `None` on an approval for a capability that was not registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisteredCapability {
+    /// The capability version.
+    pub version: u64,
+    /// Its side effect as registered.
+    pub side_effect: SideEffect,
+    /// Its risk as registered.
+    pub risk: Risk,
+    /// Its idempotency claim as registered.
+    pub idempotent: bool,
+    /// The approval type its registration declares, if any: a policy on
+    /// that type governs the approval whatever types the requester named.
+    pub approval_type: Option<String>,
 }

@@ -3,14 +3,18 @@
 //! A planted bug is a value passed down from the shell
 //! ([`crate::State::set_planted_bug`], the server's and the Raft log's
 //! settings); the code checks it with [`is_planted`] and reads no
-//! environment. The code of every bug is in every build, and inert unless a
-//! value names it. Only two callers ever name one: a `gavel` built with the
-//! `mutants` cargo feature, which reads `GAVEL_MUTANT` (the chaos harness's
-//! `--mutant`; a `gavel` built without it refuses to start a node with the
-//! variable set), and the simulation's planted-bug test, which plants it in
-//! simulated nodes. Release builds and the binary the test suite runs have
-//! no way to name one (see docs/decisions.md, "Planted bugs compiled in
-//! every build, named only by a mutants shell").
+//! environment. This module, and the code of every bug wherever it acts,
+//! compiles only with the cargo feature `mutants` (of this crate, and of
+//! gavel-raft, gavel-store and gavel-server for theirs): a release build has
+//! neither the bugs nor their names. Only two callers ever name one: a
+//! `gavel` built with the `mutants` cargo feature, which reads
+//! `GAVEL_MUTANT` (the chaos harness's `--mutant`; a `gavel` built without
+//! it refuses to start a node with the variable set), and the simulation's
+//! planted-bug test, which plants it in simulated nodes (see
+//! docs/decisions/0087-planted-bugs-behind-a-feature.md).
+
+use crate::model::Capability;
+use crate::retry::{backoff_ms, AttemptFailure};
 
 /// One planted bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,4 +82,13 @@ impl Mutant {
 #[inline]
 pub fn is_planted(planted: Option<Mutant>, mutant: Mutant) -> bool {
     planted == Some(mutant)
+}
+
+/// The planted bug `retry-non-idempotent`: the backoff of a retry the SI-11
+/// rule ([`crate::retry::retry_after_ms`]) refused, when the capability has
+/// no retry config, the first attempt failed and its error is retryable:
+/// it is retried once anyway, whatever its side effect.
+pub(crate) fn retry_non_idempotent_ms(capability: &Capability, attempts: u32, failure: &AttemptFailure) -> Option<u64> {
+    let planted = capability.retry.is_none() && attempts <= 1 && crate::retry::error_retryable(capability, failure);
+    planted.then(|| backoff_ms(0, attempts))
 }

@@ -26,7 +26,8 @@ use crate::error::{DomainError, ErrorCode};
 use crate::limits::{
     FACTOR_GROUP_MAX, FACTOR_K_MAX, POLICIES_MAX, POLICY_FACTORS_MAX, POLICY_GOVERNS_MAX, VOTES_PER_APPROVAL_MAX,
 };
-use crate::model::{Actor, Risk, SideEffect};
+pub use crate::model::{Quorum, Vote};
+use crate::model::{Risk, SideEffect};
 use crate::terms::{risk_name, side_effect_name, RegisteredCapability};
 use crate::validate::{check_id, invalid_if_any, Problems};
 
@@ -106,50 +107,6 @@ pub struct Policy {
     /// Standing approvals it governs are refused at creation.
     #[serde(default)]
     pub forbid_standing: bool,
-}
-
-/// One principal's vote on a governed approval.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Vote {
-    /// Who voted (the authenticated principal).
-    pub principal: Principal,
-    /// The actor it voted as (its own).
-    pub approver: Actor,
-    /// Approve (`true`) or deny.
-    pub approve: bool,
-    /// The factors it was eligible for when it voted, by index in the
-    /// policy; kept current when its grants change.
-    pub eligible: BTreeSet<u32>,
-    /// The factor this vote counts for in the current assignment (`None`:
-    /// a denial, or an approval no unmet factor needs).
-    pub factor: Option<u32>,
-    /// The input hash the voter saw; equal to the approval's.
-    #[serde(with = "crate::model::hash_hex")]
-    pub input_hash: String,
-    /// The voter is the requester (or acts for it) and holds the
-    /// self-approval grant.
-    pub self_approval: bool,
-    /// Optional comment.
-    pub comment: Option<String>,
-    /// When it was cast.
-    pub cast_at_ms: u64,
-}
-
-/// What an approval records of the policy that governs it: the version it
-/// was created under and the votes so far.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Quorum {
-    /// Policy name.
-    pub policy: String,
-    /// The version the approval was created under.
-    pub policy_version: u64,
-    /// Each factor's name and `k`, copied from that version, so a reader
-    /// sees progress without the policy (which may have changed since).
-    pub factors: Vec<(String, u32)>,
-    /// The deny threshold of that version.
-    pub deny_threshold: u32,
-    /// Votes in the order they were cast (withdrawn ones removed).
-    pub votes: Vec<Vote>,
 }
 
 impl Quorum {

@@ -1,7 +1,10 @@
 //! Stateless validation of a command: everything that can be checked without
-//! reading state. The gRPC edge runs it before proposing, so nothing malformed
-//! reaches the log; `apply` runs it again because the state machine must never
-//! trust its input.
+//! reading state. It is the first step of admission ([`check`], then
+//! [`State::admit`](crate::State::admit)): the gRPC edge admits a command
+//! before proposing, so nothing malformed reaches the log, and `apply` admits
+//! it again because the state machine must never trust its input. What
+//! checking computes (canonical input, its hash, a validity window) travels
+//! on in [`Checked`], so no command handler validates anything again.
 //!
 //! Architecture invariant: every refusal that is a pure function of the
 //! command is made here, so a refused request costs no log entry. That
@@ -16,20 +19,67 @@ use crate::command::{CapabilitySpec, Command, CreateApproval, RecordEvent, Submi
 use crate::error::{DomainError, ErrorCode};
 use crate::limits::{
     APPROVAL_EXPIRES_IN_MS_MAX, APP_EVENT_PAYLOAD_BYTES_MAX, APP_EVENT_TYPE_BYTES_MAX, CLOCK_SKEW_MS_MAX,
-    GRANT_SCOPE_ITEMS_MAX, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX, POLL_TASKS_MAX,
+    GRANT_SCOPE_ITEMS_MAX, INPUT_BYTES_MAX, OUTPUT_BYTES_MAX, POLL_TASKS_MAX, TIMESTAMP_MS_MAX,
 };
-use crate::model::{ApprovalStatus, ReportOutcome};
+use crate::model::{Actor, ApprovalStatus, ReportOutcome};
 use crate::registry::{resolve_capability, DEFAULT_APPROVAL_EXPIRES_IN_MS};
 use crate::validate::{check_actor, check_json, invalid_if_any, Problems};
 
+/// A canonical JSON input and its input hash.
+pub(crate) type CanonicalInput = (String, String);
+
+/// An approval's validity window: `(requested_at_ms, expires_at_ms)`.
+pub(crate) type ValidityWindow = (u64, u64);
+
+/// A command that passed [`check`], with what checking it computed that its
+/// transition uses. Only [`check`] makes one, so admission
+/// ([`State::admit`](crate::State::admit)) and `apply` only ever see a
+/// command whose validation ran, and `apply` takes these values instead of
+/// validating the command again.
+#[derive(Debug)]
+pub struct Checked<'a> {
+    command: &'a Command,
+    /// The canonical input and its hash: an approval request's, a
+    /// submission's, a resume's when it gives one.
+    pub(crate) input: Option<CanonicalInput>,
+    /// An approval request's validity window, when the request fixes its
+    /// requested-at time ([`approval_validity`]); otherwise it is judged
+    /// against the cluster clock at apply ([`validity_window`]).
+    pub(crate) validity: Option<ValidityWindow>,
+    /// An application event's canonical payload.
+    pub(crate) payload_json: Option<String>,
+    /// A completed report's canonical output.
+    pub(crate) output_json: Option<String>,
+}
+
+impl<'a> Checked<'a> {
+    /// The command that was checked.
+    pub fn command(&self) -> &'a Command {
+        self.command
+    }
+}
+
 /// Checks a command without state. `Ok` means only state-dependent refusals remain possible.
 pub fn precheck(command: &Command) -> Result<(), DomainError> {
-    match command {
+    check(command).map(drop)
+}
+
+/// [`precheck`], keeping what checking computed: the first step of
+/// admission, and the only way to a [`Checked`] command.
+pub fn check(command: &Command) -> Result<Checked<'_>, DomainError> {
+    let mut checked = Checked { command, input: None, validity: None, payload_json: None, output_json: None };
+    let verdict = match command {
         Command::RegisterCapability(spec) => register(spec),
-        Command::CreateApproval(request) => create_approval(request).map(|_| ()),
+        Command::CreateApproval(request) => create_approval(request).map(|(input, validity)| {
+            checked.input = Some(input);
+            checked.validity = validity;
+        }),
         Command::CreateStandingApproval { request, standing } => {
-            let (input_json, _) = create_approval(request)?;
-            crate::standing::check_spec(standing, &input_json)
+            let (input, validity) = create_approval(request)?;
+            crate::standing::check_spec(standing, &input.0)?;
+            checked.input = Some(input);
+            checked.validity = validity;
+            Ok(())
         }
         Command::DecideApproval { approval_id, status, approver, comment, caller_now_ms, terms_hash } => {
             if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
@@ -59,7 +109,7 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             problems.timestamp("now", *caller_now_ms);
             invalid_if_any(problems, "invalid cancel request")
         }
-        Command::Submit(submit) => self::submit(submit).map(|_| ()),
+        Command::Submit(submit) => self::submit(submit).map(|input| checked.input = Some(input)),
         Command::Grant { principal, grant } => self::grant(principal, grant),
         Command::Revoke { principal, .. } => self::principal("principal", principal),
         Command::BootstrapAdmin { admin } => self::grant(admin, &Grant::of(GrantName::Admin)),
@@ -69,7 +119,7 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             problems.record_id("executionId", execution_id);
             invalid_if_any(problems, "invalid resume request")?;
             if let Some(text) = input_json {
-                check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?;
+                checked.input = Some(check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?);
             }
             Ok(())
         }
@@ -88,7 +138,8 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
             }
             invalid_if_any(problems, "invalid report")?;
             if let ReportOutcome::Completed { output_json } = outcome {
-                check_json("output", output_json, OUTPUT_BYTES_MAX, ErrorCode::InvalidArgument)?;
+                let (output_json, _) = check_json("output", output_json, OUTPUT_BYTES_MAX, ErrorCode::InvalidArgument)?;
+                checked.output_json = Some(output_json);
             }
             Ok(())
         }
@@ -101,28 +152,27 @@ pub fn precheck(command: &Command) -> Result<(), DomainError> {
                 None => Ok(()),
             }
         }
-        Command::RecordEvent(event) => record_event(event).map(drop),
+        Command::RecordEvent(event) => record_event(event).map(|payload_json| checked.payload_json = payload_json),
         Command::Tick { .. } => Ok(()),
-        Command::RegisterNoteKey { public_key, .. } => crate::machine::checkpoints::check_note_key(public_key),
-        Command::CosignCheckpoint { signature, .. } => crate::machine::checkpoints::check_signature(signature),
+        Command::RegisterNoteKey { public_key, .. } => check_note_key(public_key),
+        Command::CosignCheckpoint { signature, .. } => check_signature(signature),
         Command::SetQuota { principal, change } => set_quota(principal, change),
         Command::SetPolicy(spec) => crate::policies::check_spec(spec),
         Command::DeletePolicy { name, .. } => crate::policies::check_name(name),
         Command::CastVote { approval_id, input_hash, approver, comment, terms_hash, .. } => {
-            crate::machine::check_vote(approval_id, Some(input_hash), approver, comment.as_deref())?;
+            check_vote(approval_id, Some(input_hash), approver, comment.as_deref())?;
             crate::terms::check_terms_hash_form(terms_hash.as_deref())
                 .map_err(|problem| DomainError::invalid(format!("invalid vote: {problem}")))
         }
-        Command::WithdrawVote { approval_id, approver } => {
-            crate::machine::check_vote(approval_id, None, approver, None)
-        }
-    }
+        Command::WithdrawVote { approval_id, approver } => check_vote(approval_id, None, approver, None),
+    };
+    verdict.map(|()| checked)
 }
 
 /// Checks a quota change: a valid principal that is not a node (a node's
 /// own commands are never counted), and limits within the bounds of
 /// [`crate::limits`].
-pub(crate) fn set_quota(principal: &Principal, change: &crate::quotas::QuotaChange) -> Result<(), DomainError> {
+fn set_quota(principal: &Principal, change: &crate::quotas::QuotaChange) -> Result<(), DomainError> {
     self::principal("principal", principal)?;
     if principal.kind == crate::access::PrincipalKind::Node {
         return Err(DomainError::invalid(format!("{principal} is a node: nodes have no quotas")));
@@ -136,7 +186,7 @@ pub(crate) fn set_quota(principal: &Principal, change: &crate::quotas::QuotaChan
 /// checked like ids, the attributes like an actor's, the payload is JSON of
 /// at most [`APP_EVENT_PAYLOAD_BYTES_MAX`] bytes. All `INVALID_ARGUMENT`,
 /// an ill-formed actor included.
-pub(crate) fn record_event(event: &RecordEvent) -> Result<Option<String>, DomainError> {
+fn record_event(event: &RecordEvent) -> Result<Option<String>, DomainError> {
     let mut problems = Problems::new();
     let event_type = &event.event_type;
     let well_formed = event_type.starts_with(|c: char| c.is_ascii_lowercase())
@@ -174,14 +224,15 @@ fn register(spec: &CapabilitySpec) -> Result<(), DomainError> {
     resolve_capability(spec, 1, 0).map(|_| ())
 }
 
-/// Checks an approval request; returns its canonical input and input hash.
+/// Checks an approval request; returns its canonical input and input hash,
+/// and its validity window when the request fixes it.
 ///
 /// Besides the shape of every field, refuses an `inputHash` that is not the
 /// hash of the input, and checks the validity window against the requested-at
 /// time whenever the request fixes it (its `requestedAtMs`, else its
 /// `callerNowMs`, which requested-at defaults to); without either, requested-at
-/// is the cluster clock, known only at apply.
-pub(crate) fn create_approval(request: &CreateApproval) -> Result<(String, String), DomainError> {
+/// is the cluster clock, known only at apply ([`validity_window`]).
+fn create_approval(request: &CreateApproval) -> Result<(CanonicalInput, Option<ValidityWindow>), DomainError> {
     let mut problems = Problems::new();
     problems.record_id("id", &request.id);
     problems.record_id("capabilityId", &request.capability_id);
@@ -202,11 +253,14 @@ pub(crate) fn create_approval(request: &CreateApproval) -> Result<(String, Strin
             )));
         }
     }
-    match request.requested_at_ms.or(request.caller_now_ms) {
-        Some(requested_at_ms) => approval_validity(request, requested_at_ms).map(|_| ())?,
-        None => validity_fields(request)?,
-    }
-    Ok((input_json, input_hash))
+    let validity = match request.requested_at_ms.or(request.caller_now_ms) {
+        Some(requested_at_ms) => Some(approval_validity(request, requested_at_ms)?),
+        None => {
+            validity_fields(request)?;
+            None
+        }
+    };
+    Ok(((input_json, input_hash), validity))
 }
 
 /// An approval's validity window: `(requested_at_ms, expires_at_ms)`, where
@@ -221,10 +275,27 @@ pub(crate) fn create_approval(request: &CreateApproval) -> Result<(String, Strin
 /// requested-at: the same 30-day cap, however the expiry is written.
 pub fn approval_validity(request: &CreateApproval, now_ms: u64) -> Result<(u64, u64), DomainError> {
     validity_fields(request)?;
+    validity_window(request, now_ms)
+}
+
+/// The part of [`approval_validity`] that depends on the requested-at time:
+/// `apply` judges it alone, against the cluster clock, for a request that
+/// names no time (its fields were checked by [`check`]).
+pub(crate) fn validity_window(request: &CreateApproval, now_ms: u64) -> Result<(u64, u64), DomainError> {
     let requested_at_ms = request.requested_at_ms.unwrap_or(now_ms);
     let Some(expires_at_ms) = request.expires_at_ms else {
         let expires_in_ms = request.expires_in_ms.unwrap_or(DEFAULT_APPROVAL_EXPIRES_IN_MS);
-        return Ok((requested_at_ms, requested_at_ms.saturating_add(expires_in_ms)));
+        let expires_at_ms = requested_at_ms.saturating_add(expires_in_ms);
+        // The clock a request without a time is judged against is a node's:
+        // an expiry past the last Unix time Gavel accepts (which the terms
+        // could not even write as an exact JSON number) is refused, not kept.
+        if expires_at_ms > TIMESTAMP_MS_MAX {
+            return Err(DomainError::invalid(format!(
+                "the approval would expire at {expires_at_ms}, past the last Unix time in milliseconds Gavel \
+                 accepts ({TIMESTAMP_MS_MAX}): is the clock at {requested_at_ms} right?"
+            )));
+        }
+        return Ok((requested_at_ms, expires_at_ms));
     };
     if expires_at_ms < requested_at_ms {
         return Err(DomainError::invalid("expiresAt must not be before requestedAt"));
@@ -256,7 +327,7 @@ fn validity_fields(request: &CreateApproval) -> Result<(), DomainError> {
 }
 
 /// Checks a submission; returns its canonical input and input hash.
-pub(crate) fn submit(submit: &Submit) -> Result<(String, String), DomainError> {
+fn submit(submit: &Submit) -> Result<(String, String), DomainError> {
     let mut problems = Problems::new();
     problems.record_id("executionId", &submit.execution_id);
     problems.record_id("capabilityId", &submit.capability_id);
@@ -270,7 +341,7 @@ pub(crate) fn submit(submit: &Submit) -> Result<(String, String), DomainError> {
 }
 
 /// Checks a poll: a worker id, one to [`crate::limits::LIST_ITEMS_MAX`] queue ids, and a task count in range.
-pub(crate) fn poll(worker_id: &str, queues: &[String], tasks_max: u32) -> Result<(), DomainError> {
+fn poll(worker_id: &str, queues: &[String], tasks_max: u32) -> Result<(), DomainError> {
     let mut problems = Problems::new();
     problems.id("workerId", worker_id);
     if queues.is_empty() {
@@ -287,7 +358,7 @@ pub(crate) fn poll(worker_id: &str, queues: &[String], tasks_max: u32) -> Result
 }
 
 /// Checks a principal named by a command: a well-formed `kind:id`.
-pub(crate) fn principal(field: &str, principal: &Principal) -> Result<(), DomainError> {
+fn principal(field: &str, principal: &Principal) -> Result<(), DomainError> {
     Principal::new(principal.kind, &principal.id)
         .map(drop)
         .map_err(|problem| DomainError::invalid(format!("{field}: {problem}")))
@@ -297,7 +368,7 @@ pub(crate) fn principal(field: &str, principal: &Principal) -> Result<(), Domain
 /// grants: it forwards for others), a scope only on `approver` and `worker`,
 /// of at most [`GRANT_SCOPE_ITEMS_MAX`] items each checked like an id, and a
 /// skew bound only on `clock`, at most [`CLOCK_SKEW_MS_MAX`].
-pub(crate) fn grant(principal: &Principal, grant: &Grant) -> Result<(), DomainError> {
+fn grant(principal: &Principal, grant: &Grant) -> Result<(), DomainError> {
     self::principal("principal", principal)?;
     let mut problems = Problems::new();
     if principal.kind == PrincipalKind::Node {
@@ -323,4 +394,47 @@ pub(crate) fn grant(principal: &Principal, grant: &Grant) -> Result<(), DomainEr
         _ => {}
     }
     invalid_if_any(problems, "invalid grant")
+}
+
+/// Length of an Ed25519 public key.
+const PUBLIC_KEY_BYTES: usize = 32;
+/// Length of an Ed25519 signature.
+const SIGNATURE_BYTES: usize = 64;
+
+/// Checks that `bytes`, a `what` of Ed25519, has `expected` bytes.
+fn check_length(what: &str, bytes: &[u8], expected: usize) -> Result<(), DomainError> {
+    if bytes.len() != expected {
+        return Err(DomainError::invalid(format!("{what} has {expected} bytes, not {}", bytes.len())));
+    }
+    Ok(())
+}
+
+/// Checks a note key's length (in admission).
+pub(crate) fn check_note_key(public_key: &[u8]) -> Result<(), DomainError> {
+    check_length("a note key (an Ed25519 public key)", public_key, PUBLIC_KEY_BYTES)
+}
+
+/// Checks a cosignature's length (in admission).
+pub(crate) fn check_signature(signature: &[u8]) -> Result<(), DomainError> {
+    check_length("a cosignature (an Ed25519 signature)", signature, SIGNATURE_BYTES)
+}
+
+/// Checks a vote's fields without state (in admission).
+pub(crate) fn check_vote(
+    approval_id: &str,
+    input_hash: Option<&str>,
+    approver: &Actor,
+    comment: Option<&str>,
+) -> Result<(), DomainError> {
+    crate::validate::check_actor("approver", approver)
+        .map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
+    let mut problems = Problems::new();
+    problems.id("approvalId", approval_id);
+    problems.text("comment", comment);
+    if let Some(hash) = input_hash {
+        if hash.len() != 64 || !hash.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')) {
+            problems.push("inputHash must be 64 lower-case hex digits (SHA-256)".to_string());
+        }
+    }
+    invalid_if_any(problems, "invalid vote")
 }

@@ -58,26 +58,24 @@ pub fn backoff_ms(base_ms: u64, attempts_so_far: u32) -> u64 {
 ///   made than it allows;
 /// - the side-effect clause: a write-like capability only when it is
 ///   idempotent (registration already refuses a retry config otherwise).
-///
-/// `retry_non_idempotent_planted` is the planted bug `retry-non-idempotent`
-/// (always false outside a `mutants` build): a capability without a retry
-/// config is then retried once anyway, whatever its side effect.
-pub fn retry_after_ms(
-    capability: &Capability,
-    attempts: u32,
-    failure: &AttemptFailure,
-    retry_non_idempotent_planted: bool,
-) -> Option<u64> {
+pub fn retry_after_ms(capability: &Capability, attempts: u32, failure: &AttemptFailure) -> Option<u64> {
+    let retry = capability.retry.as_ref();
+    let budget_left = retry.is_some_and(|retry| retry.attempts_max > 0 && attempts <= retry.attempts_max);
+    let eligible = budget_left && error_retryable(capability, failure) && capability.retry_allowed_by_side_effect();
+    eligible.then(|| backoff_ms(retry.map_or(0, |retry| retry.backoff_ms), attempts))
+}
+
+/// Whether `failure` is an error the capability may be retried after: a
+/// reported failure the worker marked retryable, or a timeout or lost
+/// worker, and in either case a code the capability does not list as
+/// non-retryable.
+pub(crate) fn error_retryable(capability: &Capability, failure: &AttemptFailure) -> bool {
     let retry = capability.retry.as_ref();
     let non_retryable = |code: &str| retry.is_some_and(|retry| retry.non_retryable_codes.iter().any(|c| c == code));
-    let error_retryable = match failure {
+    match failure {
         AttemptFailure::Reported { retryable, code, .. } => *retryable && !non_retryable(code),
         AttemptFailure::Timeout | AttemptFailure::WorkerLost => !non_retryable(failure.code()),
-    };
-    let budget_left = retry.is_some_and(|retry| retry.attempts_max > 0 && attempts <= retry.attempts_max);
-    let eligible = budget_left && error_retryable && capability.retry_allowed_by_side_effect();
-    let planted = retry_non_idempotent_planted && retry.is_none() && attempts <= 1 && error_retryable;
-    (eligible || planted).then(|| backoff_ms(retry.map_or(0, |retry| retry.backoff_ms), attempts))
+    }
 }
 
 #[cfg(test)]
@@ -117,45 +115,48 @@ mod tests {
     #[test]
     fn a_retryable_failure_within_budget_is_retried_with_exponential_backoff() {
         let read = capability(SideEffect::Read, false, retry(3, 100, &[]));
-        assert_eq!(retry_after_ms(&read, 1, &reported("E", true), false), Some(100));
-        assert_eq!(retry_after_ms(&read, 2, &reported("E", true), false), Some(200));
-        assert_eq!(retry_after_ms(&read, 3, &reported("E", true), false), Some(400));
-        assert_eq!(retry_after_ms(&read, 4, &reported("E", true), false), None, "the budget is spent");
+        assert_eq!(retry_after_ms(&read, 1, &reported("E", true)), Some(100));
+        assert_eq!(retry_after_ms(&read, 2, &reported("E", true)), Some(200));
+        assert_eq!(retry_after_ms(&read, 3, &reported("E", true)), Some(400));
+        assert_eq!(retry_after_ms(&read, 4, &reported("E", true)), None, "the budget is spent");
     }
 
     #[test]
     fn a_failure_the_worker_marks_non_retryable_or_the_capability_lists_is_final() {
         let read = capability(SideEffect::Read, false, retry(3, 100, &["BAD", TIMEOUT_CODE]));
-        assert_eq!(retry_after_ms(&read, 1, &reported("E", false), false), None);
-        assert_eq!(retry_after_ms(&read, 1, &reported("BAD", true), false), None);
-        assert_eq!(retry_after_ms(&read, 1, &AttemptFailure::Timeout, false), None);
-        assert_eq!(retry_after_ms(&read, 1, &AttemptFailure::WorkerLost, false), Some(100));
+        assert_eq!(retry_after_ms(&read, 1, &reported("E", false)), None);
+        assert_eq!(retry_after_ms(&read, 1, &reported("BAD", true)), None);
+        assert_eq!(retry_after_ms(&read, 1, &AttemptFailure::Timeout), None);
+        assert_eq!(retry_after_ms(&read, 1, &AttemptFailure::WorkerLost), Some(100));
     }
 
     #[test]
     fn without_a_retry_config_or_with_zero_attempts_nothing_is_retried() {
         let none = capability(SideEffect::Read, false, None);
-        assert_eq!(retry_after_ms(&none, 1, &reported("E", true), false), None);
+        assert_eq!(retry_after_ms(&none, 1, &reported("E", true)), None);
         let zero = capability(SideEffect::Read, false, retry(0, 100, &[]));
-        assert_eq!(retry_after_ms(&zero, 1, &AttemptFailure::Timeout, false), None);
+        assert_eq!(retry_after_ms(&zero, 1, &AttemptFailure::Timeout), None);
     }
 
     #[test]
     fn a_write_is_retried_only_when_idempotent() {
         for side_effect in [SideEffect::Write, SideEffect::Destructive, SideEffect::External] {
             let unsafe_write = capability(side_effect, false, retry(3, 0, &[]));
-            assert_eq!(retry_after_ms(&unsafe_write, 1, &reported("E", true), false), None, "{side_effect:?}");
+            assert_eq!(retry_after_ms(&unsafe_write, 1, &reported("E", true)), None, "{side_effect:?}");
             let idempotent = capability(side_effect, true, retry(3, 0, &[]));
-            assert_eq!(retry_after_ms(&idempotent, 1, &reported("E", true), false), Some(0), "{side_effect:?}");
+            assert_eq!(retry_after_ms(&idempotent, 1, &reported("E", true)), Some(0), "{side_effect:?}");
         }
     }
 
+    #[cfg(feature = "mutants")]
     #[test]
     fn the_planted_bug_retries_a_write_without_retry_config_once() {
+        use crate::mutants::retry_non_idempotent_ms;
         let write = capability(SideEffect::Write, false, None);
-        assert_eq!(retry_after_ms(&write, 1, &reported("E", true), true), Some(0));
-        assert_eq!(retry_after_ms(&write, 2, &reported("E", true), true), None, "only once");
-        assert_eq!(retry_after_ms(&write, 1, &reported("E", false), true), None);
+        assert_eq!(retry_after_ms(&write, 1, &reported("E", true)), None, "the rule itself refuses");
+        assert_eq!(retry_non_idempotent_ms(&write, 1, &reported("E", true)), Some(0));
+        assert_eq!(retry_non_idempotent_ms(&write, 2, &reported("E", true)), None, "only once");
+        assert_eq!(retry_non_idempotent_ms(&write, 1, &reported("E", false)), None);
     }
 
     #[test]

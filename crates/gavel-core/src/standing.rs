@@ -11,36 +11,12 @@
 //! execution; the last use consumes (closes) the approval, and the window
 //! is the approval's post-approval expiry.
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{DomainError, ErrorCode};
 use crate::limits::{STANDING_POINTERS_MAX, STANDING_USES_MAX, STANDING_WINDOW_MS_MAX};
+pub use crate::model::{Standing, StandingSpec};
 use crate::validate::{invalid_if_any, Problems};
-
-/// What a requester asks for when it creates a standing approval.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StandingSpec {
-    /// Most uses, 1 to [`STANDING_USES_MAX`].
-    pub uses_max: u32,
-    /// How long after the decision uses are allowed, 1 ms to
-    /// [`STANDING_WINDOW_MS_MAX`].
-    pub window_ms: u64,
-    /// Empty: every use runs exactly the approved input (its hash).
-    /// Otherwise each use names its own input, which must equal the
-    /// approved input at each of these JSON pointers (RFC 6901), e.g.
-    /// `/order_id`.
-    pub bound_pointers: Vec<String>,
-}
-
-/// A standing approval's terms and the uses spent, on its record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Standing {
-    /// Its terms.
-    pub spec: StandingSpec,
-    /// The executions that spent a use, in order (at most `uses_max`).
-    pub used_by: Vec<String>,
-}
 
 impl Standing {
     /// Uses left.

@@ -15,30 +15,12 @@
 //! Adding a field here changes every approval's hash: the field list is
 //! part of the contract (docs/guarantees.md, "The terms of a decision").
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::canonical_json::{canonicalize, sha256_hex};
+use crate::canonical_json::{canonicalize_within, sha256_hex, JSON_DEPTH_MAX};
 use crate::error::{DomainError, ErrorCode};
+pub use crate::model::RegisteredCapability;
 use crate::model::{ActorKind, Approval, Capability, Risk, SideEffect};
-
-/// What the registry declared of an approval's capability when the
-/// approval was created: the part of the terms its requester cannot
-/// choose. `None` on an approval for a capability that was not registered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RegisteredCapability {
-    /// The capability version.
-    pub version: u64,
-    /// Its side effect as registered.
-    pub side_effect: SideEffect,
-    /// Its risk as registered.
-    pub risk: Risk,
-    /// Its idempotency claim as registered.
-    pub idempotent: bool,
-    /// The approval type its registration declares, if any: a policy on
-    /// that type governs the approval whatever types the requester named.
-    pub approval_type: Option<String>,
-}
 
 impl RegisteredCapability {
     /// The snapshot of `capability`.
@@ -82,6 +64,12 @@ fn actor_kind_name(kind: ActorKind) -> &'static str {
         ActorKind::Anonymous => "anonymous",
     }
 }
+
+/// How much deeper than the input the terms nest a value of it: a bound
+/// pointer's value sits in `uses` (1), `bound` (2), one entry (3), while the
+/// input itself sits one level down; a bound value is a strict part of the
+/// input (a pointer starts with `/`), so one level shallower than it.
+const TERMS_DEPTH_OVER_INPUT: usize = 3;
 
 /// The terms of `approval` as RFC 8785 canonical JSON. Keys (camelCase):
 /// `approvalId`; `capability` {`id`, and as registered `version`,
@@ -148,7 +136,11 @@ pub fn terms_json(approval: &Approval) -> String {
     // The input was canonical already, and serde_json keeps its numbers'
     // text only through this second canonicalization (integers above 2^53
     // and decimals are written as JCS writes them, like the input hash's).
-    canonicalize(&terms.to_string()).expect("the terms are JSON built from canonical parts")
+    // The terms hold the input, nested up to JSON_DEPTH_MAX levels, at most
+    // TERMS_DEPTH_OVER_INPUT levels further down, so this limit admits
+    // the terms of every accepted input.
+    canonicalize_within(&terms.to_string(), JSON_DEPTH_MAX + TERMS_DEPTH_OVER_INPUT)
+        .expect("the terms are JSON built from canonical parts")
 }
 
 /// SHA-256 (lower-case hex) of [`terms_json`].

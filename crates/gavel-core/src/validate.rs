@@ -8,11 +8,12 @@ use crate::canonical_json;
 use crate::error::{DomainError, ErrorCode};
 use std::collections::BTreeMap;
 
+use crate::access::PrincipalKind;
 use crate::limits::{
     ATTRIBUTES_MAX, ATTRIBUTE_KEY_BYTES_MAX, ATTRIBUTE_VALUE_BYTES_MAX, ID_BYTES_MAX, LIST_ITEMS_MAX, TEXT_BYTES_MAX,
     TIMESTAMP_MS_MAX,
 };
-use crate::model::Actor;
+use crate::model::{Actor, ActorKind};
 
 /// Collects every problem found, so a caller learns them all at once.
 #[derive(Debug, Default)]
@@ -159,9 +160,32 @@ pub fn is_unsafe_record_id(value: &str) -> bool {
     check_record_id("id", value).is_err()
 }
 
+/// Checks that an actor id names no kind of its own: `user:alice` as the id
+/// of a user would be read `user:user:alice`, since an actor is written
+/// `kind:id` (docs/decisions/0090). An id that starts with an actor kind
+/// (`user:`, `service:`, `automation:`, `anonymous:`) or a principal kind
+/// (`worker:`, `node:`) is refused, saying how to write it instead. The
+/// SDKs run the same rule before sending, with the same message.
+pub fn check_actor_id(field: &str, id: &str) -> Result<(), String> {
+    let Some((prefix, rest)) = id.split_once(':') else {
+        return Ok(());
+    };
+    let kind = ActorKind::ALL
+        .into_iter()
+        .find(|kind| kind.as_str() == prefix)
+        .or_else(|| PrincipalKind::parse(prefix).map(PrincipalKind::actor_kind));
+    match kind {
+        Some(kind) => {
+            Err(format!("{field} id {id:?} already names a kind; pass id {rest:?} with kind {}", kind.as_str()))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Checks an actor (SPEC §2): an ill-formed identity (empty, over-long or
-/// control-character id, over-long display name) or attributes over their
-/// limits are `INVALID_ARGUMENT`. An ill-formed actor is bad input, not a
+/// control-character id, an id that names a kind ([`check_actor_id`]),
+/// over-long display name) or attributes over their limits are
+/// `INVALID_ARGUMENT`. An ill-formed actor is bad input, not a
 /// failed authentication (issue #23; docs/decisions.md): who calls is the
 /// credential's business, and only a request that names nobody on a node
 /// without credentials is `UNAUTHENTICATED` (the gRPC edge decides that).
@@ -175,6 +199,7 @@ pub fn check_actor(field: &str, actor: &Actor) -> Result<(), DomainError> {
         problems.text(&format!("{field}.displayName"), actor.display_name.as_deref());
         return invalid_if_any(problems, &format!("{field} is not a well-formed actor"));
     }
+    check_actor_id(field, &actor.id).map_err(|problem| DomainError::new(ErrorCode::InvalidArgument, problem))?;
     if actor.attributes.is_empty() {
         return Ok(());
     }

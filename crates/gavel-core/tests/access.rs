@@ -578,7 +578,7 @@ fn a_decision_naming_another_approver_is_refused_without_delegate_decide() {
     approval_of(script.apply_by(&alice_caller, request_by("a1", alice(), &["human"])));
     let before = script.state.state_hash();
     let message = denied(script.apply_by(&bob, decide_as("a1", Actor::user("cfo"))));
-    assert_eq!(message, "user:bob may not decide as approver user cfo: it needs the delegate-decide grant");
+    assert_eq!(message, "user:bob may not decide as approver user:cfo: it needs the delegate-decide grant");
     assert_eq!(script.state.state_hash(), before);
 }
 
@@ -643,7 +643,7 @@ fn naming_another_requester_needs_act_for() {
     let mut script = secured();
     let app = holder(&mut script, service("app"), &[GrantName::Submitter]);
     let message = denied(script.apply_by(&app, submit_by("e1", "cap", alice())));
-    assert_eq!(message, "service:app may not submit executions as user alice: it needs the act-for grant");
+    assert_eq!(message, "service:app may not submit executions as user:alice: it needs the act-for grant");
     denied(script.apply_by(&app, request_by("a1", alice(), &["human"])));
     let cancel = Command::CancelExecution { execution_id: "e1".to_string(), actor: Some(alice()) };
     denied(script.apply_by(&app, cancel));
@@ -764,6 +764,53 @@ fn an_approver_scope_limits_which_approvals_it_reads_and_decides() {
     assert_eq!(listed(&finance, 10), ["fin-1"]);
     assert_eq!(listed(&finance, 1), ["fin-1"]);
     assert_eq!(listed(&alice_caller, 10).len(), 4, "alice owns all four");
+}
+
+/// The answers about approval `apr-1` and execution `ex-1` that `caller`
+/// gets from the one-record reads and from the commands that act on them.
+fn answers_about_the_records(script: &mut Script, caller: &Caller) -> Vec<String> {
+    let state = &script.state;
+    let mut answers = vec![
+        format!("{:?}", state.visible_approval(Some(caller), "apr-1").map(drop)),
+        format!("{:?}", state.visible_execution(Some(caller), "ex-1").map(drop)),
+    ];
+    let cancel_execution = Command::CancelExecution { execution_id: "ex-1".to_string(), actor: None };
+    for command in [consume_command("apr-1", "ex-2"), cancel_execution] {
+        answers.push(format!("{:?}", script.apply_by(caller, command)));
+    }
+    answers
+}
+
+#[test]
+fn a_record_outside_the_callers_view_answers_byte_for_byte_as_an_absent_one() {
+    let mut script = secured();
+    let alice_caller = holder(&mut script, user("alice"), &[GrantName::Submitter]);
+    let outsiders = [
+        holder(&mut script, user("mallory"), &[GrantName::Submitter]),
+        scoped_holder(&mut script, user("fin"), Grant::scoped(GrantName::Approver, ["finance"])),
+        holder(&mut script, worker("w2"), &[GrantName::Worker, GrantName::Submitter]),
+    ];
+    let before: Vec<Vec<String>> =
+        outsiders.iter().map(|caller| answers_about_the_records(&mut script, caller)).collect();
+    for answers in &before {
+        assert!(answers[0].contains("NotFound") && answers[1].contains("NotFound"), "{answers:?}");
+    }
+
+    approval_of(script.apply_by(&alice_caller, request_by("apr-1", alice_caller.principal.as_actor(), &["human"])));
+    execution_of(script.apply_by(&alice_caller, submit_by("ex-1", "cap", alice_caller.principal.as_actor())));
+    assert!(script.state.visible_approval(Some(&alice_caller), "apr-1").is_ok(), "the owner reads its approval");
+    assert!(script.state.visible_execution(Some(&alice_caller), "ex-1").is_ok(), "the owner reads its execution");
+    assert!(script.state.visible_execution(None, "ex-1").is_ok(), "--insecure reads every record");
+
+    // Each outsider gets exactly the answers it got when the records did
+    // not exist: the same code, the same message, the same bytes.
+    for (caller, before) in outsiders.iter().zip(&before) {
+        let events_before = script.state.next_cursor();
+        assert_eq!(&answers_about_the_records(&mut script, caller), before, "as {}", caller.principal);
+        assert_eq!(script.state.next_cursor(), events_before, "the refusals recorded nothing");
+    }
+    let absent = script.state.visible_approval(Some(&outsiders[0]), "apr-1").map(drop).expect_err("not visible");
+    assert_eq!((absent.code, absent.message.as_str()), (ErrorCode::NotFound, "approval apr-1 was not found"));
 }
 
 #[test]

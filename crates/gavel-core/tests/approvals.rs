@@ -228,9 +228,11 @@ fn approval_by_the_requester_is_refused_as_self_approval() {
     script.create_approval(approval_request("apr-1"));
     let before = script.state.state_hash();
 
-    refused(script.decide("apr-1", ApprovalStatus::Approved, alice()), ErrorCode::ApprovalSelfApproval);
+    let error = refused(script.decide("apr-1", ApprovalStatus::Approved, alice()), ErrorCode::ApprovalSelfApproval);
 
     assert_eq!(script.state.state_hash(), before);
+    // The refusal writes the approver as people read principals: kind:id.
+    assert_eq!(error.message, "approver user:alice requested approval apr-1 and cannot decide it");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Planted bugs are a value the shell passes in (`State::set_planted_bug`),
 //! not state: they are in neither the snapshot nor the state hash, and each
 //! acts only where it is named. (Only a `gavel` built with the `mutants`
-//! feature, and the simulation's planted-bug test, ever name one.)
+//! feature, and the simulation's planted-bug test, ever name one; their
+//! code compiles only with this crate's feature `mutants`, which its own
+//! tests turn on through a dev-dependency on itself.)
 
 mod support;
 

@@ -201,3 +201,43 @@ fn numbers_a_double_holds_exactly_are_accepted_and_stored_as_written() {
         assert_eq!(stored.as_deref(), Some(canonical), "{input}");
     }
 }
+
+#[test]
+fn an_actor_id_that_already_names_a_kind_is_refused_saying_how_to_write_it() {
+    use gavel_core::validate::check_actor_id;
+    use gavel_core::{Actor, ActorKind, ApprovalStatus};
+
+    let prefixed = Actor::user("user:ts-alice");
+    let expected = r#"actor id "user:ts-alice" already names a kind; pass id "ts-alice" with kind user"#;
+    let commands = [
+        create(CreateApproval { actor: prefixed.clone(), ..support::approval_request("apr-1") }),
+        Command::Submit(gavel_core::Submit { actor: prefixed.clone(), ..submission("ex-1", "docs.read", "{}") }),
+    ];
+    for command in commands {
+        assert_eq!(refusal(&command, ErrorCode::InvalidArgument), expected);
+        apply_refuses(command, ErrorCode::InvalidArgument);
+    }
+    let decide = Command::DecideApproval {
+        approval_id: "apr-1".to_string(),
+        status: ApprovalStatus::Approved,
+        approver: Actor::new("service:billing", ActorKind::Service),
+        comment: None,
+        caller_now_ms: None,
+        terms_hash: None,
+    };
+    assert_eq!(
+        refusal(&decide, ErrorCode::InvalidArgument),
+        r#"approver id "service:billing" already names a kind; pass id "billing" with kind service"#
+    );
+
+    // A principal kind names the actor kind that principal acts as.
+    assert_eq!(
+        check_actor_id("actor", "worker:refunds-1"),
+        Err(r#"actor id "worker:refunds-1" already names a kind; pass id "refunds-1" with kind automation"#.into())
+    );
+    assert!(check_actor_id("actor", "node:2").is_err());
+    // Colons elsewhere, or after a word that is no kind, are the id's own.
+    for id in ["alice", "tenant:alice", "alice@example.com", "urn:example:alice", "User:alice"] {
+        assert_eq!(check_actor_id("actor", id), Ok(()), "{id}");
+    }
+}

@@ -960,6 +960,12 @@ impl Run {
         let Some(request_id) = envelope.request_id.as_deref().filter(|id| !id.is_empty()) else {
             return Dedup::Untracked;
         };
+        // Admission comes before the dedup table: a command it refuses as
+        // malformed (one the edge would never propose) is answered as it is,
+        // and its request id is not remembered.
+        if gavel_core::precheck::precheck(&envelope.command).is_err() {
+            return Dedup::Untracked;
+        }
         if let Some(remembered) = self.remembered.get(request_id).filter(|entry| entry.expires_at_ms > clock_ms) {
             return if remembered.command == envelope.command {
                 Dedup::Repeat { first: remembered.first }

@@ -91,7 +91,7 @@ fn setups() -> impl Strategy<Value = Setup> {
         "[a-z][a-z0-9-]{0,8}",
         prop_oneof![Just("orders.refund".to_string()), Just("payments.wire".to_string())],
         proptest::option::of((side_effects(), risks())),
-        "[a-z]{1,6}",
+        "agent-[a-z]{1,6}",
         proptest::option::of("[A-Za-z ]{1,8}"),
         0u64..1_000_000,
         "o-[0-9]{1,3}",
@@ -285,4 +285,45 @@ fn new_ids_come_from_one_safe_alphabet() {
     for good in ["hv-e9814d", "apr_refund-9", "orders.refund", "user:alice@example.com", "a.b", "...", "x=1+2~"] {
         assert!(check_record_id("id", good).is_ok(), "{good:?} was refused");
     }
+}
+
+/// An input nested as deep as an input may be (`JSON_DEPTH_MAX` levels)
+/// has terms, one-shot and standing with a pointer bound to its deepest
+/// container: the terms hold it deeper than the input limit, and building
+/// them must not fail inside `apply` (a random command found this: the
+/// terms were canonicalized under the input's own limit, and every replica
+/// would have panicked on the same entry).
+#[test]
+fn the_deepest_accepted_input_has_terms_one_shot_and_standing() {
+    let depth = gavel_core::canonical_json::JSON_DEPTH_MAX;
+    let mut input = String::from("1");
+    for _ in 0..depth {
+        input = format!(r#"{{"a":{input}}}"#);
+    }
+    let deepest_pointer = format!("/{}", vec!["a"; depth - 1].join("/"));
+    for (id, standing) in [("deep-1", None), ("deep-2", Some(deepest_pointer))] {
+        let mut script = Script::new();
+        let mut request = approval_request(id);
+        request.input_json = input.clone();
+        let command = match standing {
+            None => Command::CreateApproval(request),
+            Some(pointer) => Command::CreateStandingApproval {
+                request,
+                standing: StandingSpec { uses_max: 2, window_ms: 60_000, bound_pointers: vec![pointer] },
+            },
+        };
+        let (approval, status) = approval_of(script.apply(command));
+        assert_eq!(status, ApprovalStatus::Pending, "{id}");
+        let terms = gavel_core::terms::terms_json(&approval);
+        assert_eq!(gavel_core::canonical_json::sha256_hex(terms.as_bytes()), approval.terms_hash, "{id}");
+    }
+    // One level deeper is refused as input, before any terms are built.
+    let mut script = Script::new();
+    let mut request = approval_request("deep-3");
+    request.input_json = format!(r#"{{"a":{input}}}"#);
+    let refused = script.apply(Command::CreateApproval(request));
+    assert!(
+        matches!(&refused, gavel_core::Reply::Error(error) if error.code == ErrorCode::InputInvalid || error.code == ErrorCode::InvalidArgument),
+        "{refused:?}"
+    );
 }

@@ -252,6 +252,18 @@ fn pointer_token(key: &[u16]) -> String {
 /// [`JSON_DEPTH_MAX`], or is not I-JSON: a number a double cannot hold
 /// exactly, a duplicated key or a lone surrogate, named by its JSON Pointer.
 pub fn canonicalize(text: &str) -> Result<String, CanonicalJsonError> {
+    canonicalize_within(text, JSON_DEPTH_MAX)
+}
+
+/// [`canonicalize`] with another nesting limit than [`JSON_DEPTH_MAX`]: for
+/// a document Gavel builds around a value that was canonicalized within
+/// that limit (an approval's terms hold its input a few levels down), so
+/// that the document's canonical form exists for every accepted value.
+///
+/// # Errors
+///
+/// As [`canonicalize`], with `depth_max` for the nesting limit.
+pub fn canonicalize_within(text: &str, depth_max: usize) -> Result<String, CanonicalJsonError> {
     let mut parser = Parser {
         text,
         bytes: text.as_bytes(),
@@ -259,6 +271,7 @@ pub fn canonicalize(text: &str) -> Result<String, CanonicalJsonError> {
         // Every UTF-8 byte of the text yields at most one UTF-16 unit, so
         // this capacity is never exceeded and the buffer never reallocates.
         units: Vec::with_capacity(text.len()),
+        depth_max,
     };
     let value = parser.parse_value(0)?;
     parser.skip_whitespace();
@@ -335,6 +348,8 @@ struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
     units: Vec<u16>,
+    /// The deepest nesting accepted.
+    depth_max: usize,
 }
 
 impl Parser<'_> {
@@ -533,8 +548,8 @@ impl Parser<'_> {
     }
 
     fn parse_array(&mut self, depth: usize) -> Result<Value, CanonicalJsonError> {
-        if depth > JSON_DEPTH_MAX {
-            return Err(CanonicalJsonError::TooDeep { depth_max: JSON_DEPTH_MAX });
+        if depth > self.depth_max {
+            return Err(CanonicalJsonError::TooDeep { depth_max: self.depth_max });
         }
         self.pos += 1; // '['
         let mut items = Vec::new();
@@ -560,8 +575,8 @@ impl Parser<'_> {
     }
 
     fn parse_object(&mut self, depth: usize) -> Result<Value, CanonicalJsonError> {
-        if depth > JSON_DEPTH_MAX {
-            return Err(CanonicalJsonError::TooDeep { depth_max: JSON_DEPTH_MAX });
+        if depth > self.depth_max {
+            return Err(CanonicalJsonError::TooDeep { depth_max: self.depth_max });
         }
         self.pos += 1; // '{'
         let mut members = Vec::new();

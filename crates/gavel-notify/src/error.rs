@@ -49,6 +49,10 @@ impl NotifyError {
     /// The stable code: `NOTIFY_CONFIG`, `NOTIFY_STATE_IO`,
     /// `NOTIFY_STATE_CORRUPT`, `NOTIFY_STATE_LOCKED`, `NOTIFY_LISTING_TOO_LARGE`, or the cluster's
     /// domain code.
+    ///
+    /// Every code is one of gavel-core's catalogue (`ErrorCode`); this crate
+    /// may not depend on gavel-core, so they are literals, which
+    /// `crates/gavel-core/tests/error_catalogue.rs` holds to the catalogue.
     pub fn code(&self) -> &str {
         match self {
             NotifyError::Config(_) => "NOTIFY_CONFIG",

@@ -1,5 +1,7 @@
 //! Webhooks: what a post carries (Slack-compatible or signed generic JSON),
-//! how it is signed, and how one post is delivered with retries.
+//! how it is signed, how one post is delivered with retries at its
+//! webhook's pace ([`crate::pace`]), and how a webhook URL is shown in logs
+//! and error messages ([`redacted_url`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,7 +10,7 @@ use bytes::Bytes;
 use gavel_client::links::duration_text;
 use gavel_client::pb;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{HeaderValue, CONTENT_TYPE, HOST, RETRY_AFTER, USER_AGENT};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, RETRY_AFTER, USER_AGENT};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
@@ -20,6 +22,7 @@ use crate::limits::{
     POST_AGE_MAX, POST_ATTEMPTS_MAX, POST_TIMEOUT, REASONS_SHOWN_MAX, RESPONSE_BYTES_MAX, RETRY_AFTER_MAX,
     URL_BYTES_MAX,
 };
+use crate::pace::Pace;
 
 /// The header naming the delivery: the approval id, the same on every
 /// attempt and on a redelivery, so a receiver dedupes by it.
@@ -61,9 +64,29 @@ pub struct Webhook {
 
 impl std::fmt::Debug for Webhook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // A Slack webhook URL is itself a secret: only its host is shown.
-        f.debug_struct("Webhook").field("kind", &self.kind).field("host", &self.host()).finish()
+        // A webhook URL may itself be a secret: it is shown redacted.
+        f.debug_struct("Webhook").field("kind", &self.kind).field("url", &self.redacted_url()).finish()
     }
+}
+
+/// What replaces the parts of a URL a log or an error message leaves out.
+pub const REDACTED: &str = "[redacted]";
+
+/// A URL as every log line and error message of the notifier shows it: its
+/// scheme, host and port, then `/[redacted]` in place of everything else
+/// when there was anything else. Each other part may hold a credential:
+/// the user-info (`user:password@`), the path (a Slack webhook's path after
+/// `/services/` is its secret, as are Discord's and Teams' webhook paths)
+/// and the query (`?token=`, `key=`, `sig=`, or any other name a receiver
+/// chose), and a log is read by more people than the configuration.
+pub fn redacted_url(uri: &Uri) -> String {
+    let scheme = uri.scheme_str().unwrap_or("unknown");
+    let host = uri.host().unwrap_or_default();
+    let port = uri.port_u16().map(|port| format!(":{port}")).unwrap_or_default();
+    let user_info = uri.authority().is_some_and(|authority| authority.as_str().contains('@'));
+    let more = uri.path_and_query().is_some_and(|rest| !matches!(rest.as_str(), "" | "/"));
+    let hidden = if user_info || more { format!("/{REDACTED}") } else { String::new() };
+    format!("{scheme}://{host}{port}{hidden}")
 }
 
 /// Parses an http(s) URL with a host, within [`URL_BYTES_MAX`].
@@ -92,10 +115,19 @@ impl Webhook {
         let kind = match kind {
             "slack" => WebhookKind::Slack,
             "generic" => WebhookKind::Generic,
-            other => {
+            // A word is named back; anything else may be a URL given without
+            // its kind (`https://user:password@host/?token=`), never echoed.
+            other
+                if !other.is_empty() && other.len() <= 16 && other.bytes().all(|byte| byte.is_ascii_alphanumeric()) =>
+            {
                 return Err(NotifyError::Config(format!(
                     "unknown webhook kind {other:?}: use slack=URL or generic=URL"
                 )))
+            }
+            _ => {
+                return Err(NotifyError::Config(
+                    "a webhook is slack=URL or generic=URL (the text before the first = is not a kind)".to_string(),
+                ))
             }
         };
         let uri = parse_url("the webhook URL", url)?;
@@ -110,9 +142,14 @@ impl Webhook {
         Ok(Webhook { kind, uri, secret })
     }
 
-    /// The host posted to, for logs (never the path: it may hold a token).
-    pub fn host(&self) -> String {
-        self.uri.authority().map(ToString::to_string).unwrap_or_default()
+    /// The URL as logs show it ([`redacted_url`]).
+    pub fn redacted_url(&self) -> String {
+        redacted_url(&self.uri)
+    }
+
+    /// The URL's identity for pacing: webhooks of one URL share one rate limit.
+    pub fn url(&self) -> String {
+        self.uri.to_string()
     }
 }
 
@@ -283,7 +320,12 @@ fn slack_escaped(text: &str) -> String {
 }
 
 fn requester(approval: &pb::Approval) -> String {
-    let actor = approval.actor.clone().unwrap_or_default();
+    actor_name(approval.actor.as_ref())
+}
+
+/// An actor as `kind:id` (`user:alice`).
+pub fn actor_name(actor: Option<&pb::Actor>) -> String {
+    let actor = actor.cloned().unwrap_or_default();
     let kind = pb::ActorKind::try_from(actor.kind).map_or("unknown", |kind| match kind {
         pb::ActorKind::User => "user",
         pb::ActorKind::Service => "service",
@@ -477,8 +519,25 @@ impl Poster {
     }
 
     /// Posts `approval` to `webhook`, retrying network errors, 5xx, 408 and
-    /// 429 with exponential backoff and jitter (and at least `Retry-After`).
+    /// 429 with exponential backoff and jitter (and at least `Retry-After`),
+    /// at no rate limit.
     pub async fn deliver(&self, webhook: &Webhook, approval: &pb::Approval, link: &str, redelivery: bool) -> Outcome {
+        self.deliver_paced(&Pace::unlimited(), false, webhook, approval, link, redelivery).await
+    }
+
+    /// [`Poster::deliver`] at `pace`: each attempt takes one of its tokens
+    /// (the first attempt's was taken already when `token_taken`) and one of
+    /// its places for a request outstanding; a 429's `Retry-After` pauses
+    /// the pace, so every post to that webhook waits it out.
+    pub async fn deliver_paced(
+        &self,
+        pace: &Pace,
+        token_taken: bool,
+        webhook: &Webhook,
+        approval: &pb::Approval,
+        link: &str,
+        redelivery: bool,
+    ) -> Outcome {
         let body = match webhook.kind {
             WebhookKind::Slack => slack_body(approval, link),
             WebhookKind::Generic => generic_body(approval, link, redelivery),
@@ -489,6 +548,10 @@ impl Poster {
         let mut attempts = 0;
         loop {
             attempts += 1;
+            if attempts > 1 || !token_taken {
+                pace.token().await;
+            }
+            let request = pace.request().await;
             let attempt = match tokio::time::timeout(
                 policy.timeout,
                 self.attempt(webhook, &approval.id, &body, redelivery),
@@ -498,6 +561,10 @@ impl Poster {
                 Ok(attempt) => attempt,
                 Err(_) => Attempt::Failed(format!("no answer within {} ms", policy.timeout.as_millis())),
             };
+            drop(request);
+            if let Attempt::Answered { status: StatusCode::TOO_MANY_REQUESTS, retry_after: Some(asked) } = &attempt {
+                pace.pause((*asked).min(RETRY_AFTER_MAX));
+            }
             let (why, retry_after) = match attempt {
                 Attempt::Answered { status, .. } if status.is_success() => return Outcome::Delivered,
                 Attempt::Answered { status, retry_after }
@@ -516,7 +583,7 @@ impl Poster {
                 return Outcome::Abandoned(format!("{why} after {attempts} {noun}"));
             }
             tracing::info!(
-                webhook = webhook.kind.name(), host = %webhook.host(), approval = %approval.id, attempts,
+                webhook = webhook.kind.name(), url = %webhook.redacted_url(), approval = %approval.id, attempts,
                 pause_ms = pause.as_millis() as u64, "post failed ({why}); retrying"
             );
             tokio::time::sleep(pause).await;
@@ -528,12 +595,27 @@ impl Poster {
         let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
         let https = uri.scheme_str() == Some("https");
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        // The Host header names the host and port only: the user-info of a
+        // URL is sent as HTTP Basic credentials (RFC 7617), never as a host.
+        let host_header = match uri.port_u16() {
+            Some(port) => format!("{}:{port}", uri.host().unwrap_or_default()),
+            None => uri.host().unwrap_or_default().to_string(),
+        };
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(uri.path_and_query().map_or("/", |path| path.as_str()))
-            .header(HOST, uri.authority().map_or(host.clone(), ToString::to_string))
+            .header(HOST, host_header)
             .header(CONTENT_TYPE, "application/json")
             .header(USER_AGENT, concat!("gavel-notify/", env!("CARGO_PKG_VERSION")));
+        if let Some(credentials) = basic_credentials(uri) {
+            match HeaderValue::from_str(&credentials) {
+                Ok(mut value) => {
+                    value.set_sensitive(true);
+                    request = request.header(AUTHORIZATION, value);
+                }
+                Err(_) => return Attempt::Failed("the URL's user-info is not a header value".to_string()),
+            }
+        }
         match HeaderValue::from_str(delivery_id) {
             Ok(value) => request = request.header(DELIVERY_HEADER, value),
             Err(error) => return Attempt::Failed(format!("delivery id is not a header value: {error}")),
@@ -571,6 +653,33 @@ impl Poster {
             Err(error) => Attempt::Failed(error),
         }
     }
+}
+
+/// The `Authorization` value for a URL with user-info: `Basic` and the
+/// base64 of `user:password`, percent-decoded (RFC 3986 §3.2.1, RFC 7617).
+fn basic_credentials(uri: &Uri) -> Option<String> {
+    use base64::Engine as _;
+    let (user_info, _) = uri.authority()?.as_str().rsplit_once('@')?;
+    let raw = user_info.as_bytes();
+    let mut decoded = Vec::with_capacity(raw.len());
+    let mut index = 0;
+    while index < raw.len() {
+        let escaped = raw
+            .get(index + 1..index + 3)
+            .filter(|pair| raw[index] == b'%' && pair.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok());
+        match escaped {
+            Some(value) => {
+                decoded.push(value);
+                index += 3;
+            }
+            None => {
+                decoded.push(raw[index]);
+                index += 1;
+            }
+        }
+    }
+    Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(decoded)))
 }
 
 /// One request on a fresh HTTP/1.1 connection; the answer's status and
@@ -684,6 +793,50 @@ mod tests {
     fn the_debug_form_hides_the_webhook_path() {
         let webhook = Webhook::parse("slack=https://hooks.slack.com/services/T/B/secret", None).expect("parse");
         assert!(!format!("{webhook:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_redacted_url_keeps_scheme_host_and_port_and_hides_every_part_that_may_hold_a_credential() {
+        for (url, shown) in [
+            ("https://hooks.slack.com/services/T0001/B0002/XXXXsecretXXXX", "https://hooks.slack.com/[redacted]"),
+            ("https://user:s3cretpw@hooks.example.com/gavel", "https://hooks.example.com/[redacted]"),
+            ("http://user:s3cretpw@127.0.0.1:9000", "http://127.0.0.1:9000/[redacted]"),
+            ("http://127.0.0.1:9000/?token=s3cret", "http://127.0.0.1:9000/[redacted]"),
+            ("https://h.example/hook?key=s3cret&sig=s3cret", "https://h.example/[redacted]"),
+            ("https://discord.com/api/webhooks/123/s3cret", "https://discord.com/[redacted]"),
+            ("http://[::1]:8080/hook", "http://[::1]:8080/[redacted]"),
+            ("https://hooks.example.com", "https://hooks.example.com"),
+            ("https://hooks.example.com/", "https://hooks.example.com"),
+        ] {
+            let uri: Uri = url.parse().expect(url);
+            let redacted = redacted_url(&uri);
+            assert_eq!(redacted, shown, "{url}");
+            assert!(!redacted.contains("s3cret") && !redacted.contains("user"), "{url}: {redacted}");
+        }
+        // The webhook's own forms use it.
+        let webhook = Webhook::parse("slack=https://u:s3cretpw@hooks.example.com/x?token=s3cret", None).expect("parse");
+        assert_eq!(webhook.redacted_url(), "https://hooks.example.com/[redacted]");
+        assert!(!format!("{webhook:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn a_refused_webhook_flag_never_echoes_what_may_be_a_url() {
+        let error = Webhook::parse("https://user:s3cretpw@hooks.example.com/?token=s3cret", None).expect_err("no kind");
+        assert!(!error.to_string().contains("s3cret") && !error.to_string().contains("user"), "{error}");
+        let error = Webhook::parse("teams=https://hooks.example.com/?token=s3cret", None).expect_err("unknown kind");
+        assert!(error.to_string().contains("\"teams\"") && !error.to_string().contains("s3cret"), "{error}");
+    }
+
+    #[test]
+    fn user_info_becomes_basic_credentials_percent_decoded() {
+        let uri: Uri = "https://alice:p%40ss%3Aword@hooks.example.com/x".parse().expect("a URL");
+        // base64("alice:p@ss:word")
+        assert_eq!(basic_credentials(&uri).as_deref(), Some("Basic YWxpY2U6cEBzczp3b3Jk"));
+        let uri: Uri = "https://hooks.example.com/x".parse().expect("a URL");
+        assert_eq!(basic_credentials(&uri), None);
+        let uri: Uri = "https://a:b%zz@h/x".parse().expect("a URL");
+        // base64("a:b%zz"): a bad escape is kept as it is.
+        assert_eq!(basic_credentials(&uri).as_deref(), Some("Basic YTpiJXp6"));
     }
 
     #[test]

@@ -260,3 +260,42 @@ async fn an_endless_answer_is_read_only_up_to_its_bound_and_the_post_counts_as_d
     assert!(started.elapsed() < Duration::from_secs(5), "stopped reading at the bound: {:?}", started.elapsed());
     endless.abort();
 }
+
+#[tokio::test]
+async fn user_info_goes_as_basic_credentials_and_never_into_the_host_header() {
+    let (url, shared) = receiver(Vec::new()).await;
+    let with_user = url.replacen("http://", "http://hook%2Duser:s3cret@", 1);
+    assert_eq!(deliver(&format!("{with_user}?token=s3cret"), false).await, Outcome::Delivered);
+    let script = shared.lock().expect("script");
+    let headers = &script.seen[0];
+    let host = headers.get("host").and_then(|value| value.to_str().ok()).unwrap_or_default();
+    assert!(!host.contains('@') && !host.contains("s3cret"), "{host}");
+    // base64("hook-user:s3cret")
+    assert_eq!(
+        headers.get("authorization").map(|value| value.as_bytes()),
+        Some(&b"Basic aG9vay11c2VyOnMzY3JldA=="[..])
+    );
+}
+
+#[tokio::test]
+async fn posts_at_a_pace_wait_for_its_tokens_and_a_429_pauses_every_post_to_that_webhook() {
+    use gavel_notify::pace::Pace;
+    let (url, shared) = receiver(vec![(429, Some("1"))]).await;
+    let secret: Arc<[u8]> = Arc::from(&b"0123456789abcdef"[..]);
+    let webhook = Webhook::parse(&format!("generic={url}"), Some(&secret)).expect("webhook");
+    let poster = Poster::new().expect("poster").with_policy(short_policy());
+    // Ten a second, a burst of ten: the first answer is a 429 with
+    // Retry-After 1, which pauses the pace for a second and empties it. At
+    // most ten posts took their token before; the others and the retry (at
+    // least eleven) then go at ten a second: 2.1 s at least, where without
+    // the pause it would be 1.1 s.
+    let pace = Pace::new(10.0);
+    let started = Instant::now();
+    let approval = approval();
+    let posts = (0..20).map(|_| poster.deliver_paced(&pace, false, &webhook, &approval, "http://console/a", false));
+    let outcomes = futures::future::join_all(posts).await;
+    assert!(outcomes.iter().all(|outcome| *outcome == Outcome::Delivered), "{outcomes:?}");
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_secs(2), "{elapsed:?}");
+    assert_eq!(shared.lock().expect("script").seen.len(), 21);
+}

@@ -92,6 +92,10 @@ pub enum OidcError {
 
 impl OidcError {
     /// A stable code for the refusal, `OIDC_…`.
+    ///
+    /// Every code is one of gavel-core's catalogue (`ErrorCode`); this crate
+    /// may not depend on gavel-core, so they are literals, which
+    /// `crates/gavel-core/tests/error_catalogue.rs` holds to the catalogue.
     pub fn code(&self) -> &'static str {
         match self {
             OidcError::Malformed => "OIDC_TOKEN_MALFORMED",

@@ -50,7 +50,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::application::Application;
 use crate::limits::SNAPSHOT_BYTES_MAX;
 use crate::storage;
-use crate::typ::{LeaderId, LogId, Raft, SnapshotMeta, StoredMembership, Vote};
+use crate::storage::Raft;
+use crate::typ::{LeaderId, LogId, SnapshotMeta, StoredMembership, Vote};
 
 /// The log position a backup stands for: its last included entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,9 +238,8 @@ async fn seed_storage(
 ) -> Result<(), BackupError> {
     let storage_error = |e: &dyn std::fmt::Display| BackupError::Io(format!("writing the raft storage: {e}"));
     let owned = dir.to_path_buf();
-    let opened = tokio::task::spawn_blocking(move || storage::open(&owned, app, false))
-        .await
-        .map_err(|e| storage_error(&e))??;
+    let opened =
+        tokio::task::spawn_blocking(move || storage::open(&owned, app)).await.map_err(|e| storage_error(&e))??;
     let storage::OpenedStorage { mut log_store, mut state_machine, closed } = opened;
     // Installing restores the application again (cheap next to the write)
     // and stores the snapshot durably, as a snapshot from a leader would be.
@@ -331,6 +331,7 @@ mod tests {
             addr: format!("127.0.0.1:{}", 20_000 + node_id),
             data_dir: dir.to_path_buf(),
             timings: RaftTimings::default(),
+            #[cfg(feature = "mutants")]
             planted: Default::default(),
             peer_tls: None,
         };

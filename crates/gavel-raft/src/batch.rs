@@ -33,11 +33,14 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use openraft::errors::{ClientWriteError, ForwardReason, RaftError as OpenraftError};
+use openraft::errors::{
+    ChangeMembershipError, ClientWriteError, ForwardReason, ForwardToLeader, RaftError as OpenraftError,
+};
 use openraft::raft::ClientWriteResponse;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::typ::{Command, Raft, TypeConfig};
+use crate::storage::Raft;
+use crate::typ::{Command, TypeConfig};
 use crate::WriteError;
 
 /// First byte of a batch payload. A payload with another first byte was
@@ -312,7 +315,7 @@ async fn propose(raft: &Raft, commands: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, Wr
     let patience = Duration::from_millis(raft.config().election_timeout_max);
     let outcome = propose_patiently(patience, || raft.client_write(Command(payload.clone())), lease_pending).await;
     crate::stats::stats().stages.commit.observe_duration(proposed.elapsed());
-    let response = outcome.map_err(crate::node::client_write_error)?;
+    let response = outcome.map_err(client_write_error)?;
     match decode(&response.data.0) {
         Ok(answers) if answers.len() == count => Ok(answers.into_iter().map(<[u8]>::to_vec).collect()),
         Ok(answers) => Err(WriteError::Unavailable(format!("{} replies for {count} commands", answers.len()))),
@@ -367,6 +370,34 @@ where
 fn fail_all(replies: impl IntoIterator<Item = oneshot::Sender<Answer>>, error: WriteError) {
     for reply in replies {
         let _ = reply.send((Err(error.clone()), Instant::now()));
+    }
+}
+
+/// A write refused by a follower: the leader it names, to send it to.
+pub(crate) fn forward_to_leader(forward: ForwardToLeader<TypeConfig>) -> WriteError {
+    WriteError::ForwardToLeader { leader_id: forward.leader_id, leader_addr: forward.leader_node.map(|node| node.addr) }
+}
+
+/// A refused client write (a command or a membership change) as the
+/// [`WriteError`] the node's callers see.
+pub(crate) fn client_write_error(e: OpenraftError<TypeConfig, ClientWriteError<TypeConfig>>) -> WriteError {
+    match e {
+        OpenraftError::APIError(ClientWriteError::ForwardToLeader(forward)) => forward_to_leader(forward),
+        // The leader changed before the entry committed: it may still commit
+        // (or not), like a timed-out write. Retryable, with the request id
+        // the application deduplicates on.
+        OpenraftError::APIError(ClientWriteError::LogEntryDiscarded(forward)) => WriteError::Unavailable(format!(
+            "the leader changed before the write committed; it may or may not take effect (leader now {:?})",
+            forward.leader_id
+        )),
+        // Gavel proposes no conditional writes.
+        OpenraftError::APIError(ClientWriteError::PreconditionFailed(e)) => WriteError::Invalid(e.to_string()),
+        // Another membership change is still being committed: retry later.
+        OpenraftError::APIError(ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(e))) => {
+            WriteError::Unavailable(e.to_string())
+        }
+        OpenraftError::APIError(ClientWriteError::ChangeMembershipError(e)) => WriteError::Invalid(e.to_string()),
+        OpenraftError::Fatal(fatal) => WriteError::Unavailable(format!("raft is not running: {fatal}")),
     }
 }
 

@@ -105,9 +105,10 @@ pub struct NodeConfig {
     /// Timings and snapshot policy.
     pub timings: RaftTimings,
     /// The planted bugs of the Raft log (chaos harness and simulation
-    /// only). Every build has their code; only a shell built with the
-    /// `mutants` feature sets them, and the Raft layer reads no environment
-    /// for them.
+    /// only). Only a build with this crate's feature `mutants` has their
+    /// code and this field (gavel-server's `mutants` turns it on); the Raft
+    /// layer reads no environment for them.
+    #[cfg(feature = "mutants")]
     pub planted: PlantedLogBugs,
     /// Mutual TLS towards peers: `None` dials them in plaintext (a node
     /// started `--insecure`).
@@ -116,7 +117,9 @@ pub struct NodeConfig {
 
 /// Planted bugs of the Raft log (see `gavel_core::mutants`): none is set
 /// outside the chaos harness (a `gavel` built with the `mutants` feature)
-/// and the simulation's planted-bug test.
+/// and the simulation's planted-bug test. Compiled only with the feature
+/// `mutants`.
+#[cfg(feature = "mutants")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PlantedLogBugs {
     /// `early-ack`: log appends are acknowledged at once and written only

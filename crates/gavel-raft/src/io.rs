@@ -3,8 +3,8 @@
 //!
 //! Production uses [`RaftIo::default`]: real TCP (tonic's own connector),
 //! the real file system, a log writer thread, an fsync thread and tokio's
-//! blocking pool. The simulator (`gavel-sim`) uses [`RaftIo::simulated`]:
-//! its own connector (turmoil's TCP), a [`SimDisk`] for the log and the
+//! blocking pool. The simulator (`gavel-sim`) uses `RaftIo::simulated`:
+//! its own connector (turmoil's TCP), a `SimDisk` for the log and the
 //! vote, and every blocking step inline on the caller's thread. Inline is
 //! what keeps a simulation deterministic: a write completed by another OS
 //! thread would wake the simulated node at a moment the OS chose, and the
@@ -14,13 +14,20 @@
 //! snapshot's meta, in the node's data directory on disk; its reads and
 //! writes answer synchronously, so its own threads do not reorder what the
 //! node sees) and snapshot files.
+//!
+//! The simulator's side (`RaftIo::simulated`, `SimDisk`, `CrashPoint`,
+//! `SnapshotCounts`) compiles only with the cargo feature `sim`, which
+//! gavel-sim turns on and the product binary never does: without it a node
+//! can only be given the production IO.
 
 use std::sync::Arc;
 
 use tonic::transport::{Channel, Endpoint};
 
 use crate::limits::WAL_SEGMENT_BYTES;
-use crate::storage::wal::{FileSystem, RealFs, SimFs, Threading};
+#[cfg(feature = "sim")]
+use crate::storage::wal::SimFs;
+use crate::storage::wal::{FileSystem, RealFs, Threading};
 
 /// Makes the channel to a peer from its endpoint (address, timeouts and
 /// keep-alive already set): production connects lazily over TCP, the
@@ -30,16 +37,21 @@ pub type Dial = Arc<dyn Fn(Endpoint) -> Channel + Send + Sync>;
 /// The segment size of a simulated log: small, so a simulated run rotates
 /// segments (and a crash can tear one) without holding megabytes of zeros
 /// per node in memory.
+#[cfg(feature = "sim")]
 const SIM_WAL_SEGMENT_BYTES: u64 = 256 * 1024;
 
 /// The IO one node runs on. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct RaftIo {
+    #[cfg(feature = "sim")]
     dial: Option<Dial>,
+    #[cfg(feature = "sim")]
     disk: Option<SimDisk>,
+    #[cfg(feature = "sim")]
     snapshots: Option<SnapshotCounts>,
 }
 
+#[cfg(feature = "sim")]
 impl RaftIo {
     /// Simulated IO: peers dialled through `dial`, the log on `disk`, and
     /// every write, fsync and blocking step done inline by its caller.
@@ -59,49 +71,55 @@ impl RaftIo {
         self.snapshots.clone()
     }
 
+    /// The simulated disk whose latency the log store waits for, if any.
+    pub(crate) fn slow_disk(&self) -> Option<SimDisk> {
+        self.disk.clone()
+    }
+}
+
+impl RaftIo {
     /// The channel to a peer at `endpoint`.
     pub(crate) fn channel(&self, endpoint: Endpoint) -> Channel {
-        match &self.dial {
-            Some(dial) => dial(endpoint),
-            None => endpoint.connect_lazy(),
+        #[cfg(feature = "sim")]
+        if let Some(dial) = &self.dial {
+            return dial(endpoint);
         }
+        endpoint.connect_lazy()
     }
 
     /// The file system of the log and the vote, and its segment size.
     pub(crate) fn log_disk(&self) -> (Arc<dyn FileSystem>, u64) {
-        match &self.disk {
-            Some(disk) => (disk.0.clone(), SIM_WAL_SEGMENT_BYTES),
-            None => (Arc::new(RealFs), WAL_SEGMENT_BYTES),
+        #[cfg(feature = "sim")]
+        if let Some(disk) = &self.disk {
+            return (disk.0.clone(), SIM_WAL_SEGMENT_BYTES);
         }
-    }
-
-    /// The simulated disk whose latency the log store waits for, if any.
-    pub(crate) fn slow_disk(&self) -> Option<SimDisk> {
-        self.disk.clone()
+        (Arc::new(RealFs), WAL_SEGMENT_BYTES)
     }
 
     /// Whether blocking work runs inline on its caller's thread (simulated
     /// IO): then the application should start no thread of its own either.
     pub fn blocking_inline(&self) -> bool {
-        self.threading() == Threading::Inline
+        self.threading().is_inline()
     }
 
     /// Who runs blocking work and the log's writes.
     pub(crate) fn threading(&self) -> Threading {
+        #[cfg(feature = "sim")]
         if self.disk.is_some() {
-            Threading::Inline
-        } else {
-            Threading::Writer
+            return Threading::Inline;
         }
+        Threading::Writer
     }
 }
 
 /// A simulated disk for one node's Raft log and vote, kept by the simulator
 /// across the node's crashes and restarts. It knows which bytes were
 /// synced: [`SimDisk::crash`] loses the rest, but for a torn prefix.
+#[cfg(feature = "sim")]
 #[derive(Clone, Default)]
-pub struct SimDisk(Arc<SimFs>);
+pub struct SimDisk(pub(crate) Arc<SimFs>);
 
+#[cfg(feature = "sim")]
 impl SimDisk {
     /// Waits the latency [`SimDisk::set_latency`] set, in the runtime's time.
     pub(crate) async fn wait_latency(&self) {
@@ -178,17 +196,6 @@ impl SimDisk {
         self.0.set_latency(latency);
     }
 
-    /// The vote saved on this disk by the node whose data directory is
-    /// `data_dir`, if any (read as a restart would read it; call it while
-    /// no node runs on the disk, after [`SimDisk::crash`]). An error is a
-    /// vote file that does not check out, a sentence.
-    pub fn saved_vote(&self, data_dir: &std::path::Path) -> Result<Option<crate::VoteMark>, String> {
-        let dir = crate::storage::wal_dir(data_dir);
-        crate::storage::wal::read_saved_vote(&*self.0, &dir)
-            .map(|vote| vote.as_ref().map(crate::typ::vote_mark))
-            .map_err(|error| error.to_string())
-    }
-
     /// How many writes a crash now would lose.
     pub fn unsynced_writes(&self) -> usize {
         self.0.unsynced_writes()
@@ -197,6 +204,7 @@ impl SimDisk {
 
 /// A point of the state machine's apply, checkpoint and snapshot sequence
 /// where a simulated power cut can land ([`SimDisk::cut_power_at`]).
+#[cfg(feature = "sim")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashPoint {
     /// Entries were appended to the log (written, not yet synced): the
@@ -219,6 +227,7 @@ pub enum CrashPoint {
     InstallRestored,
 }
 
+#[cfg(feature = "sim")]
 impl CrashPoint {
     /// Every point, in the order of the sequence.
     pub const ALL: [CrashPoint; 7] = [
@@ -234,9 +243,11 @@ impl CrashPoint {
 
 /// How many snapshots a node stored: built from its own state, and
 /// installed from a leader's. Cheap to clone (the clones share the counts).
+#[cfg(feature = "sim")]
 #[derive(Clone, Default, Debug)]
 pub struct SnapshotCounts(Arc<[std::sync::atomic::AtomicU64; 2]>);
 
+#[cfg(feature = "sim")]
 impl SnapshotCounts {
     /// Snapshots built and stored (a build skipped for a newer stored
     /// snapshot is not counted).
@@ -272,6 +283,7 @@ impl Threading {
     {
         match self {
             Threading::Writer => tokio::task::spawn_blocking(work).await.map_err(|e| BlockingFailed(e.to_string())),
+            #[cfg(feature = "sim")]
             Threading::Inline => Ok(work()),
         }
     }

@@ -57,8 +57,14 @@
 //! **IO comes in from outside** ([`io`]): [`RaftNode::start_with_io`] takes a
 //! [`RaftIo`] (how peers are dialled, which disk the log is on, threads or
 //! inline); production passes the default, the simulator (`gavel-sim`)
-//! [`RaftIo::simulated`] with a [`SimDisk`]. openraft's runtime is ours
-//! (`runtime.rs`) so that [`seed_thread_rng`] can seed election timeouts.
+//! `RaftIo::simulated` with a `SimDisk`. openraft's runtime is ours
+//! (`runtime.rs`) so that `seed_thread_rng` can seed election timeouts.
+//!
+//! **Features.** `sim`: the simulator's seams (`SimDisk`, `CrashPoint`,
+//! `SnapshotCounts`, `RaftIo::simulated`, `seed_thread_rng`); `mutants`: the
+//! planted bugs of the log (`PlantedLogBugs`, `storage/early_ack.rs`).
+//! Neither is on in the product binary: without them this API has no
+//! simulation type and no planted bug (crates/gavel-server/tests/dependencies.rs).
 //!
 //! Reads: call [`RaftNode::ensure_linearizable`] on the leader before reading
 //! the application. Writes: openraft does not forward; a follower answers
@@ -89,11 +95,16 @@ pub mod pb {
 
 pub use application::{Application, SnapshotSource};
 pub use backup::{seed_from_snapshot, Backup, BackupError, BackupPosition};
-pub use config::{NodeConfig, PeerTls, PlantedLogBugs, RaftTimings};
+#[cfg(feature = "mutants")]
+pub use config::PlantedLogBugs;
+pub use config::{NodeConfig, PeerTls, RaftTimings};
 pub use error::{RaftError, WriteError};
-pub use io::{CrashPoint, Dial, RaftIo, SimDisk, SnapshotCounts};
+#[cfg(feature = "sim")]
+pub use io::{CrashPoint, SimDisk, SnapshotCounts};
+pub use io::{Dial, RaftIo};
 pub use node::{CatchUp, RaftNode};
 pub use pb::raft_service_server::RaftServiceServer;
+#[cfg(feature = "sim")]
 pub use runtime::{seed_thread_rng, unseed_thread_rng};
 pub use service::RaftGrpcService;
 pub use status::{LeaderProgress, LeaderRoute, Member, RaftStatus, Role, VoteMark};
@@ -133,7 +144,7 @@ pub mod bench {
         runs: u64,
         entry_bytes: usize,
     ) -> Result<Vec<Duration>, RaftError> {
-        let opened = crate::storage::open(dir, Arc::new(NoApplication), false)?;
+        let opened = crate::storage::open(dir, Arc::new(NoApplication))?;
         let mut log_store = opened.log_store;
         let mut latencies = Vec::new();
         for index in 1..=runs {

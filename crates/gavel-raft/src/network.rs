@@ -44,8 +44,9 @@ use crate::limits::{
 use crate::pb::raft_service_client::RaftServiceClient;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk, SnapshotHeader};
 use crate::storage::wal::Threading;
+use crate::storage::Snapshot;
 use crate::storage::{SnapshotData, SnapshotFile};
-use crate::typ::{Node, NodeId, Snapshot, SnapshotMeta, TypeConfig, Vote};
+use crate::typ::{Node, NodeId, SnapshotMeta, TypeConfig, Vote};
 use crate::RaftTimings;
 
 /// The header of a snapshot stream, bincode-encoded in `SnapshotHeader.vote_and_meta`.

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{
-    ChangeMembershipError, ClientWriteError, ForwardToLeader, InitializeError, LinearizableReadError,
-    RaftError as OpenraftError,
+    ChangeMembershipError, ClientWriteError, InitializeError, LinearizableReadError, RaftError as OpenraftError,
 };
 use openraft::type_config::alias::WatchReceiverOf;
 use openraft::{BasicNode, ChangeMembers, ReadPolicy, ServerState, SnapshotPolicy};
@@ -16,14 +15,15 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::application::Application;
-use crate::batch::{self, Batcher};
+use crate::batch::{self, client_write_error, forward_to_leader, Batcher};
 use crate::io::RaftIo;
 use crate::limits::{APPEND_ENTRIES_BYTES_MAX, PROMOTE_LAG_ENTRIES_MAX, STORAGE_CLOSE_TIMEOUT};
 use crate::network::NetworkFactory;
 use crate::pb::raft_service_server::RaftServiceServer;
 use crate::service::RaftGrpcService;
+use crate::storage::Raft;
 use crate::storage::{self, ThreadExited};
-use crate::typ::{Node, NodeId, Raft, RaftMetrics, TypeConfig};
+use crate::typ::{Node, NodeId, RaftMetrics, TypeConfig};
 use crate::{LeaderRoute, Member, NodeConfig, RaftError, RaftStatus, RaftTimings, Role, WriteError};
 
 /// How far a member was when [`RaftNode::wait_caught_up`] returned.
@@ -83,8 +83,14 @@ impl RaftNode {
         io: RaftIo,
     ) -> Result<RaftNode, RaftError> {
         config.timings.validate()?;
-        let raft_config = Arc::new(openraft_config(&config.timings, config.planted)?);
-        let (data_dir, planted) = (config.data_dir.clone(), config.planted);
+        let raft_config = Arc::new(openraft_config(
+            &config.timings,
+            #[cfg(feature = "mutants")]
+            config.planted,
+        )?);
+        let data_dir = config.data_dir.clone();
+        #[cfg(feature = "mutants")]
+        let planted = config.planted;
         let incoming_dir = crate::service::incoming_dir(&config.data_dir);
         let spool_dir = incoming_dir.clone();
         // Opening the storage replays the WAL's segments and opens sled: blocking work.
@@ -96,7 +102,13 @@ impl RaftNode {
                 crate::service::clear_incoming(&spool_dir).map_err(|e| {
                     RaftError::Storage(format!("cannot prepare the snapshot spool {}: {e}", spool_dir.display()))
                 })?;
-                storage::open_with(&data_dir, app, planted, &storage_io)
+                storage::open_with(
+                    &data_dir,
+                    app,
+                    #[cfg(feature = "mutants")]
+                    planted,
+                    &storage_io,
+                )
             })
             .await
             .map_err(|e| RaftError::Storage(format!("storage open task failed: {e}")))??;
@@ -543,7 +555,15 @@ impl RaftNode {
 }
 
 /// openraft's configuration from Gavel's timings.
-fn openraft_config(timings: &RaftTimings, planted: crate::PlantedLogBugs) -> Result<openraft::Config, RaftError> {
+fn openraft_config(
+    timings: &RaftTimings,
+    #[cfg(feature = "mutants")] planted: crate::PlantedLogBugs,
+) -> Result<openraft::Config, RaftError> {
+    // The planted bug `leader-restore` turns leader restore back on (below).
+    #[cfg(feature = "mutants")]
+    let leader_restore = planted.leader_restore;
+    #[cfg(not(feature = "mutants"))]
+    let leader_restore = false;
     let config = openraft::Config {
         cluster_name: "gavel".into(),
         heartbeat_interval: timings.heartbeat_ms,
@@ -561,8 +581,8 @@ fn openraft_config(timings: &RaftTimings, planted: crate::PlantedLogBugs) -> Res
         // those indexes under the same log ids, which the followers took
         // for the ones they had: replicas at one applied index with
         // different states (docs/decisions.md, "A restarted leader
-        // campaigns"). The planted bug `leader-restore` turns it back on.
-        enable_leader_restore: Some(planted.leader_restore),
+        // campaigns").
+        enable_leader_restore: Some(leader_restore),
         ..Default::default()
     };
     config.validate().map_err(|e| RaftError::Config(e.to_string()))
@@ -616,10 +636,6 @@ fn status_from_metrics(m: &RaftMetrics) -> RaftStatus {
     }
 }
 
-fn forward_to_leader(forward: ForwardToLeader<TypeConfig>) -> WriteError {
-    WriteError::ForwardToLeader { leader_id: forward.leader_id, leader_addr: forward.leader_node.map(|node| node.addr) }
-}
-
 fn forward_from_metrics(m: &RaftMetrics) -> WriteError {
     WriteError::ForwardToLeader {
         leader_id: m.current_leader,
@@ -627,27 +643,6 @@ fn forward_from_metrics(m: &RaftMetrics) -> WriteError {
             .current_leader
             .and_then(|leader| m.membership_config.membership().get_node(&leader))
             .map(|node| node.addr.clone()),
-    }
-}
-
-pub(crate) fn client_write_error(e: OpenraftError<TypeConfig, ClientWriteError<TypeConfig>>) -> WriteError {
-    match e {
-        OpenraftError::APIError(ClientWriteError::ForwardToLeader(forward)) => forward_to_leader(forward),
-        // The leader changed before the entry committed: it may still commit
-        // (or not), like a timed-out write. Retryable, with the request id
-        // the application deduplicates on.
-        OpenraftError::APIError(ClientWriteError::LogEntryDiscarded(forward)) => WriteError::Unavailable(format!(
-            "the leader changed before the write committed; it may or may not take effect (leader now {:?})",
-            forward.leader_id
-        )),
-        // Gavel proposes no conditional writes.
-        OpenraftError::APIError(ClientWriteError::PreconditionFailed(e)) => WriteError::Invalid(e.to_string()),
-        // Another membership change is still being committed: retry later.
-        OpenraftError::APIError(ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(e))) => {
-            WriteError::Unavailable(e.to_string())
-        }
-        OpenraftError::APIError(ClientWriteError::ChangeMembershipError(e)) => WriteError::Invalid(e.to_string()),
-        OpenraftError::Fatal(fatal) => WriteError::Unavailable(format!("raft is not running: {fatal}")),
     }
 }
 

@@ -9,6 +9,7 @@
 //! thread, in an order its seed fixes, so one RNG per thread is one RNG per
 //! simulated cluster and the draws are replayed exactly.
 
+#[cfg(feature = "sim")]
 use std::cell::RefCell;
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,9 +17,13 @@ use std::time::Duration;
 
 use openraft::{AsyncRuntime, OptionalSend};
 use openraft_rt_tokio::{TokioInstant, TokioRuntime};
+#[cfg(feature = "sim")]
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng, TryRng};
+#[cfg(feature = "sim")]
+use rand::SeedableRng;
+use rand::{Rng, TryRng};
 
+#[cfg(feature = "sim")]
 thread_local! {
     /// The seeded generator of this thread, if a simulator seeded it.
     static SEEDED: RefCell<Option<StdRng>> = const { RefCell::new(None) };
@@ -26,12 +31,14 @@ thread_local! {
 
 /// Makes every random draw the Raft layer takes on this thread (election
 /// timeouts, the tick phase) come from a generator seeded with `seed`, until
-/// [`unseed_thread_rng`]. For the simulator; production never calls it.
+/// [`unseed_thread_rng`]. For the simulator (the feature `sim`).
+#[cfg(feature = "sim")]
 pub fn seed_thread_rng(seed: u64) {
     SEEDED.with(|seeded| *seeded.borrow_mut() = Some(StdRng::seed_from_u64(seed)));
 }
 
 /// Returns this thread to real randomness.
+#[cfg(feature = "sim")]
 pub fn unseed_thread_rng() {
     SEEDED.with(|seeded| *seeded.borrow_mut() = None);
 }
@@ -48,11 +55,18 @@ pub(crate) struct GavelRuntime(TokioRuntime);
 pub(crate) struct RuntimeRng;
 
 impl RuntimeRng {
+    #[cfg(feature = "sim")]
     fn draw<T>(with: impl FnOnce(&mut dyn Rng) -> T) -> T {
         SEEDED.with(|seeded| match seeded.borrow_mut().as_mut() {
             Some(rng) => with(rng),
             None => with(&mut rand::rng()),
         })
+    }
+
+    /// Without the feature `sim` nothing seeds a thread: `rand::rng()`.
+    #[cfg(not(feature = "sim"))]
+    fn draw<T>(with: impl FnOnce(&mut dyn Rng) -> T) -> T {
+        with(&mut rand::rng())
     }
 }
 

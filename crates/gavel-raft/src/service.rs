@@ -24,8 +24,9 @@ use crate::network::SnapshotHeaderBody;
 use crate::pb::raft_service_server::RaftService;
 use crate::pb::{snapshot_chunk, RaftBytes, SnapshotChunk};
 use crate::storage::wal::Threading;
+use crate::storage::{Raft, Snapshot};
 use crate::storage::{SnapshotData, SnapshotFile};
-use crate::typ::{Raft, Snapshot, TypeConfig};
+use crate::typ::TypeConfig;
 
 /// The internal Raft gRPC service of one node. Obtain it with
 /// [`crate::RaftNode::service`] and mount it on the node's tonic server.
@@ -300,6 +301,7 @@ mod tests {
             addr: addr.clone(),
             data_dir: dir.path().to_path_buf(),
             timings: RaftTimings::default(),
+            #[cfg(feature = "mutants")]
             planted: Default::default(),
             peer_tls: None,
         };

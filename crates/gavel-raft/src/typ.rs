@@ -27,8 +27,6 @@ openraft::declare_raft_types!(
 pub(crate) type NodeId = u64;
 /// A node as stored in the membership: its gRPC address.
 pub(crate) type Node = openraft::BasicNode;
-/// The running Raft instance, with its state machine type.
-pub(crate) type Raft = openraft::Raft<TypeConfig, crate::storage::StateMachineStore>;
 /// The leader id a log id carries (term and node id).
 pub(crate) type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, NodeId>;
 /// A log entry.
@@ -46,8 +44,6 @@ pub(crate) fn vote_mark(vote: &Vote) -> crate::VoteMark {
 pub(crate) type StoredMembership = openraft::StoredMembership<LeaderId, NodeId, Node>;
 /// Snapshot metadata: last included log id and membership.
 pub(crate) type SnapshotMeta = openraft::SnapshotMeta<LeaderId, NodeId, Node>;
-/// A snapshot: metadata plus a handle to the file of the application's bytes.
-pub(crate) type Snapshot = openraft::Snapshot<LeaderId, NodeId, Node, crate::storage::SnapshotData>;
 /// Raft metrics published by openraft.
 pub(crate) type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
 

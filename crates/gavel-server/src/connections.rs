@@ -52,7 +52,7 @@ use tonic::transport::server::Connected;
 use crate::limits::{AUTH_DEADLINE, CLOSE_GRACE, CONNECTIONS_MAX, CONNECTIONS_PER_SOURCE_MAX, DESCRIPTORS_RESERVED};
 use crate::limits::{CONNECTION_TIMEOUT_MAX, IDLE_TIMEOUT, LISTEN_BACKLOG};
 use crate::metrics::Metrics;
-use crate::security::Peer;
+use crate::peer::Peer;
 
 /// The connection bounds of one node ([`crate::limits`] by default; `gavel
 /// node --auth-deadline-ms --idle-timeout-ms --connections-max
@@ -409,6 +409,13 @@ pub struct ConnectionInfo {
     pub activity: Arc<Activity>,
 }
 
+/// The client certificate of the connection a request came on, as the node
+/// read it at the handshake ([`ConnectionInfo`]); anonymous on a plaintext
+/// connection.
+pub fn peer_of(extensions: &Extensions) -> Peer {
+    extensions.get::<ConnectionInfo>().map_or(Peer::Anonymous, |info| info.peer.clone())
+}
+
 /// Marks the connection a request came on authenticated (the routing layer
 /// calls it once it authenticated a call); nothing for a request that came
 /// another way (an in-process test).
@@ -643,7 +650,7 @@ pub async fn serve(listener: TcpListener, acceptor: Acceptor, mut shutdown: watc
         let slot = match acceptor.table.admit(source.ip()) {
             Ok(slot) => slot,
             Err(refusal) => {
-                acceptor.metrics.count_connection_refused(refusal);
+                acceptor.metrics.count_connection_refused(refusal.as_str());
                 // Closed at once: nothing was allocated for it.
                 drop(tcp);
                 continue;
@@ -690,7 +697,7 @@ async fn open(
         }
         Err(_) => {
             tracing::debug!("TLS handshake missed the authentication deadline");
-            acceptor.metrics.count_connection_closed(Closure::AuthDeadline);
+            acceptor.metrics.count_connection_closed(Closure::AuthDeadline.as_str());
             None
         }
     }
@@ -717,7 +724,7 @@ async fn serve_connection(
     };
     if let Some(closure) = closure {
         tracing::debug!(reason = closure.as_str(), "closing a connection");
-        acceptor.metrics.count_connection_closed(closure);
+        acceptor.metrics.count_connection_closed(closure.as_str());
     }
     let _ = close.send(());
     loop {

@@ -7,14 +7,15 @@
 //! machine's storage: `CoreApp`, the cold store in `<data-dir>/cold.redb`,
 //! and the read port every read of state goes through); openraft's types
 //! stay inside `gavel-raft`. Key types: [`node::Node`], [`server::start`],
-//! [`metrics`] (Prometheus metrics and their `GET /metrics` listener),
+//! [`metrics`] (Prometheus metrics; [`scrape`] serves them on `GET /metrics`),
 //! [`overload`] (bounds on calls taken at once, [`limits`]), [`quota`]
 //! (per-principal quotas checked before proposing, with writes in flight), [`trace`]
 //! (W3C `traceparent` in, through forwarding, to the leader's proposal),
 //! [`connections`] (accept, the connection caps, the authentication deadline
 //! and the idle timeout), [`routing::RoutingLayer`] (authentication, peer gating, leader forwarding
 //! and request ids, in front of every service), [`security`] (TLS material,
-//! token verification, who a call is made by), [`tls`] (the TLS acceptor: bounded
+//! token verification, who a call is made by; [`peer`] what a client certificate
+//! names), [`status`] (refusals as gRPC statuses), [`tls`] (the TLS acceptor: bounded
 //! concurrent handshakes, refusals closed so the client reads the alert), [`health`] (gRPC health that
 //! follows leader and quorum) and [`replies::FromReply`] (typed state-machine
 //! replies).
@@ -34,12 +35,15 @@ pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod overload;
+pub mod peer;
 pub mod quota;
 pub mod replies;
 pub mod routing;
+pub mod scrape;
 pub mod security;
 pub mod server;
 pub mod services;
+pub mod status;
 pub mod ticker;
 pub mod tls;
 pub mod trace;

@@ -37,11 +37,9 @@
 //! capped ([`LabelCap`]): the first values seen keep their name and any
 //! further one is counted as `other`. Queue names are capped the same way.
 //!
-//! [`serve`] answers `GET /metrics` over plain HTTP/1.1 on its own listener
-//! (`gavel node --metrics-listen`). It is deliberately tiny: one request per
-//! connection, a bounded request head, a bounded number of connections.
-//! Metrics carry counts only, so the listener is plaintext even on a
-//! secured node (docs/security.md).
+//! This module counts and encodes; it knows no node. [`crate::scrape`]
+//! reads a node's figures into [`Metrics::render`] and serves `GET /metrics`
+//! on its own listener (`gavel node --metrics-listen`).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -52,6 +50,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use gavel_core::ErrorCode;
 use http_body::Frame;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
@@ -63,14 +62,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
 use tonic::body::Body;
 use tonic::codegen::http::{HeaderMap, Response};
 use tonic::Status;
-
-use crate::node::Node;
 
 /// How many distinct method names keep their own label; the public API has
 /// about forty methods, and a caller may send any path.
@@ -86,16 +80,6 @@ pub const QUEUE_LABELS_MAX: usize = 32;
 
 /// The label value a capped label takes past its cap.
 pub const OTHER: &str = "other";
-
-/// The largest HTTP request head the metrics listener reads.
-const REQUEST_HEAD_BYTES_MAX: usize = 8 * 1024;
-
-/// How long one metrics connection may take, from accept to the last byte.
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How many metrics connections are served at once; others wait in the
-/// accept backlog.
-const CONNECTIONS_MAX: usize = 8;
 
 /// Latency buckets in seconds: 0.5 ms to about 16 s, doubling.
 fn latency_buckets() -> impl Iterator<Item = f64> {
@@ -162,7 +146,8 @@ struct NodeLabels {
     node: String,
 }
 
-/// A `kind` label: [`crate::overload::CallKind::as_str`] (three values).
+/// A `kind` label: a call kind ([`crate::overload::CallKind::as_str`], three
+/// values) or a quota kind ([`gavel_core::QuotaKind::as_str`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
@@ -197,7 +182,7 @@ struct QueueLabels {
 }
 
 /// A node's metrics. Cheap to share: the routing layer holds it through
-/// [`Node::metrics`].
+/// [`crate::node::Node::metrics`].
 pub struct Metrics {
     /// Every metric below, for encoding.
     registry: Registry,
@@ -373,7 +358,8 @@ impl Metrics {
     pub fn record_call(&self, path: &str, code: tonic::Code, domain_code: &str, elapsed: Duration) {
         let method = self.methods.label(method_of(path));
         let domain_code = if domain_code.is_empty() { String::new() } else { self.domain_codes.label(domain_code) };
-        if domain_code == "LEASE_LOST" && matches!(method.as_str(), "WorkerService/Report" | "WorkerService/Heartbeat")
+        if ErrorCode::from_wire(&domain_code) == Some(ErrorCode::LeaseLost)
+            && matches!(method.as_str(), "WorkerService/Report" | "WorkerService/Heartbeat")
         {
             self.late_reports.inc();
         }
@@ -382,9 +368,10 @@ impl Metrics {
         self.call_seconds.get_or_create(&MethodLabels { method }).observe(elapsed.as_secs_f64());
     }
 
-    /// Counts one call refused for overload ([`crate::overload`]).
-    pub fn count_overload_refusal(&self, kind: crate::overload::CallKind) {
-        self.overload_refused.get_or_create(&KindLabels { kind: kind.as_str().to_string() }).inc();
+    /// Counts one call of `kind` refused for overload ([`crate::overload`]:
+    /// the label of its `CallKind`).
+    pub fn count_overload_refusal(&self, kind: &'static str) {
+        self.overload_refused.get_or_create(&KindLabels { kind: kind.to_string() }).inc();
     }
 
     /// Counts one decision or vote refused with domain code `reason`.
@@ -397,14 +384,16 @@ impl Metrics {
         self.quota_refused.get_or_create(&KindLabels { kind: kind.as_str().to_string() }).inc();
     }
 
-    /// Counts one connection closed at accept by a cap ([`crate::connections`]).
-    pub fn count_connection_refused(&self, refusal: crate::connections::Refusal) {
-        self.connections_refused.get_or_create(&ReasonLabels { reason: refusal.as_str() }).inc();
+    /// Counts one connection closed at accept by a cap ([`crate::connections`]:
+    /// `reason` is the label of its `Refusal`).
+    pub fn count_connection_refused(&self, reason: &'static str) {
+        self.connections_refused.get_or_create(&ReasonLabels { reason }).inc();
     }
 
-    /// Counts one connection the node closed ([`crate::connections`]).
-    pub fn count_connection_closed(&self, closure: crate::connections::Closure) {
-        self.connections_closed.get_or_create(&ReasonLabels { reason: closure.as_str() }).inc();
+    /// Counts one connection the node closed ([`crate::connections`]:
+    /// `reason` is the label of its `Closure`).
+    pub fn count_connection_closed(&self, reason: &'static str) {
+        self.connections_closed.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// Counts one more connection open ([`crate::connections`], at accept).
@@ -448,12 +437,14 @@ impl Metrics {
     }
 
     /// The metrics in the text exposition format, with the scrape-time
-    /// figures read from `node` now.
-    pub fn render(&self, node: &Node) -> String {
+    /// figures `read` now (one scrape at a time: `read` runs under the
+    /// scrape lock, so the gauges it refills are never mixed from two).
+    /// The node's figures are read by [`crate::scrape`].
+    pub fn render(&self, read: impl FnOnce() -> Scraped) -> String {
         let _one_scrape = self.scrape.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let status = node.raft.status();
+        let Scraped { raft: status, leader_progress, dedup_replays_applied, counts } = read();
         let applied_replays = self.dedup_replays.get_or_create(&AtLabels { at: "apply" });
-        applied_replays.inc_by(node.reads.dedup_replays().saturating_sub(applied_replays.get()));
+        applied_replays.inc_by(dedup_replays_applied.saturating_sub(applied_replays.get()));
         drop(applied_replays);
         self.raft_term.set(clamp(status.term));
         self.raft_leader_id.set(clamp(status.leader_id.unwrap_or(0)));
@@ -464,7 +455,7 @@ impl Metrics {
         self.raft_purged_index.set(clamp(status.purged_index.unwrap_or(0)));
         self.raft_members.set(clamp(status.members.len() as u64));
         self.raft_follower_lag.clear();
-        match node.raft.leader_progress() {
+        match leader_progress {
             Some(progress) => {
                 let age_ms = progress.millis_since_quorum_ack.unwrap_or(0);
                 self.raft_quorum_ack_age.set(Duration::from_millis(age_ms).as_secs_f64());
@@ -479,9 +470,6 @@ impl Metrics {
                 self.raft_quorum_ack_age.set(0.0);
             }
         }
-        // Counting holds the state lock for one scan; it is taken after the
-        // Raft status so the two are read as close together as possible.
-        let counts = node.reads.read(|state| state.counts(node.read_time_ms(state, None)));
         self.approvals.clear();
         for (status, count) in &counts.approvals_by_status {
             self.approvals.get_or_create(&StatusLabels { status: status.to_string() }).set(clamp(*count as u64));
@@ -504,6 +492,20 @@ impl Metrics {
         }
         text
     }
+}
+
+/// The figures a scrape reads from the node at scrape time, so that they
+/// are never stale and cost nothing between scrapes.
+#[derive(Debug)]
+pub struct Scraped {
+    /// The Raft status (term, leader, indexes, members).
+    pub raft: gavel_raft::RaftStatus,
+    /// On the leader, its followers' progress; `None` elsewhere.
+    pub leader_progress: Option<gavel_raft::LeaderProgress>,
+    /// Retries answered from the dedup table at apply, since the node started.
+    pub dedup_replays_applied: u64,
+    /// The domain state's counts ([`gavel_core::State::counts`]).
+    pub counts: gavel_core::StateCounts,
 }
 
 /// The figures recorded here that the [`HotPath`] collector encodes with
@@ -739,88 +741,6 @@ impl Drop for ObservedBody {
     }
 }
 
-/// Serves `GET /metrics` for `node` on `listener` until `shutdown` turns
-/// true. Any other path gets 404, any other method 405.
-pub async fn serve(listener: TcpListener, node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
-    let connections = Arc::new(Semaphore::new(CONNECTIONS_MAX));
-    loop {
-        let permit = tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
-            permit = connections.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => return,
-            },
-        };
-        let accepted = tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                tracing::debug!(%error, "metrics listener: accept failed");
-                // Out of file descriptors, say: do not spin.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let node = node.clone();
-        tokio::spawn(async move {
-            if tokio::time::timeout(CONNECTION_TIMEOUT, answer(stream, &node)).await.is_err() {
-                tracing::debug!("metrics connection timed out");
-            }
-            drop(permit);
-        });
-    }
-}
-
-/// Reads one request head and writes one response.
-async fn answer(mut stream: TcpStream, node: &Node) {
-    let mut head = Vec::with_capacity(512);
-    let mut buffer = [0u8; 1024];
-    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
-        if head.len() > REQUEST_HEAD_BYTES_MAX {
-            let _ = stream.write_all(&response(431, "text/plain", "request head too large\n")).await;
-            return;
-        }
-        match stream.read(&mut buffer).await {
-            Ok(0) | Err(_) => return,
-            Ok(read) => head.extend_from_slice(&buffer[..read]),
-        }
-    }
-    let request_line = head.split(|byte| *byte == b'\n').next().unwrap_or_default();
-    let request_line = String::from_utf8_lossy(request_line);
-    let mut parts = request_line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let reply = match (method, path) {
-        ("GET", "/metrics") => {
-            response(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", &node.metrics.render(node))
-        }
-        ("GET", _) => response(404, "text/plain", "only /metrics is served here\n"),
-        _ => response(405, "text/plain", "only GET is served here\n"),
-    };
-    let _ = stream.write_all(&reply).await;
-    let _ = stream.shutdown().await;
-}
-
-/// An HTTP/1.1 response that closes the connection.
-fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
-    let reason = match status {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Request Header Fields Too Large",
-    };
-    let mut bytes = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    bytes.extend_from_slice(body.as_bytes());
-    bytes
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -837,9 +757,10 @@ mod tests {
     #[test]
     fn overload_refusals_are_counted_by_kind() {
         let metrics = Metrics::new();
-        metrics.count_overload_refusal(crate::overload::CallKind::Proposal);
-        metrics.count_overload_refusal(crate::overload::CallKind::Proposal);
-        metrics.count_overload_refusal(crate::overload::CallKind::LongPoll);
+        use crate::overload::CallKind;
+        metrics.count_overload_refusal(CallKind::Proposal.as_str());
+        metrics.count_overload_refusal(CallKind::Proposal.as_str());
+        metrics.count_overload_refusal(CallKind::LongPoll.as_str());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
         assert!(text.contains(r#"gavel_overload_refused_total{kind="proposal"} 2"#), "{text}");
@@ -850,11 +771,11 @@ mod tests {
     fn connection_refusals_and_closes_are_counted_by_reason() {
         use crate::connections::{Closure, Refusal};
         let metrics = Metrics::new();
-        metrics.count_connection_refused(Refusal::PerSource);
-        metrics.count_connection_refused(Refusal::PerSource);
-        metrics.count_connection_refused(Refusal::Overall);
-        metrics.count_connection_closed(Closure::AuthDeadline);
-        metrics.count_connection_closed(Closure::Idle);
+        metrics.count_connection_refused(Refusal::PerSource.as_str());
+        metrics.count_connection_refused(Refusal::PerSource.as_str());
+        metrics.count_connection_refused(Refusal::Overall.as_str());
+        metrics.count_connection_closed(Closure::AuthDeadline.as_str());
+        metrics.count_connection_closed(Closure::Idle.as_str());
         for _ in 0..8 {
             metrics.count_connection_opened();
         }

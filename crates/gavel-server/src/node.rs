@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[cfg(feature = "mutants")]
 use gavel_core::mutants::Mutant;
-use gavel_core::{Action, Caller, Command, DomainError, Envelope, ErrorClass, Reply, Retention, State};
+use gavel_core::{Action, Caller, Command, DomainError, Envelope, ErrorCode, Reply, Retention, State};
 use gavel_raft::{LeaderRoute, RaftNode, WriteError};
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Status};
+use tonic::Status;
 use tracing::Instrument;
 
 use gavel_store::app::CoreApp;
@@ -20,9 +21,8 @@ use gavel_store::reads::ReadPort;
 
 use crate::replies::FromReply;
 use crate::security::Secured;
-
-/// How long a caller should wait before retrying during an election.
-pub const RETRY_AFTER_MS: u64 = 250;
+// The status mapping lives in the leaf `status`; the handlers name it here.
+pub use crate::status::{domain_status, refusal_status, unavailable, RETRY_AFTER_MS};
 
 /// How long a proposal or a read barrier may wait for the Raft layer. A leader
 /// cut off from its majority would otherwise hold the caller forever; after
@@ -38,9 +38,10 @@ pub struct ServerSettings {
     /// Deadline for a forwarded call (plus any long-poll wait it carries).
     pub forward_timeout: Duration,
     /// The planted bug this node runs with (chaos harness and simulation
-    /// only: only a shell built with the `mutants` feature names one). The
-    /// shell passes it in; nothing below the shell reads the environment
-    /// for it.
+    /// only: this crate's feature `mutants`, which only a lab build or a
+    /// `gavel` built with `--features mutants` turns on). The shell passes
+    /// it in; nothing below the shell reads the environment for it.
+    #[cfg(feature = "mutants")]
     pub planted_bug: Option<gavel_core::mutants::Mutant>,
     /// How many calls of each kind this node takes at once ([`crate::overload`]).
     pub overload: crate::overload::OverloadLimits,
@@ -59,6 +60,7 @@ impl Default for ServerSettings {
         ServerSettings {
             retention: Retention::default(),
             forward_timeout: Duration::from_secs(10),
+            #[cfg(feature = "mutants")]
             planted_bug: None,
             overload: crate::overload::OverloadLimits::default(),
             checkpoint_cold_writes: gavel_store::app::COLD_PENDING_MAX,
@@ -204,48 +206,53 @@ impl Node {
         Arc::new(Node { id, raft, reads, settings, secured, metrics, admission, quotas, channels, dial, clock })
     }
 
-    /// Refuses a command `caller` may not send, before it is proposed (or,
-    /// for a long-poll, before it waits): so refused, a command never
-    /// reaches the log. The state machine decides again at the command's
-    /// position, which is what makes a revocation linearizable.
-    pub fn authorize_command(&self, caller: Option<&Caller>, command: &Command) -> Result<(), Status> {
-        self.reads.read(|state| state.authorize_command(caller, command, self.wall_clock_ms())).map_err(domain_status)
+    /// Asks the core whether `caller` may send `command` under `request_id`
+    /// now ([`State::admit`]), before it is proposed (or, for a long-poll,
+    /// before it waits): so refused, a command never reaches the log. The
+    /// state machine asks the same judge again at the command's position,
+    /// which is what makes a revocation linearizable. Validation runs
+    /// before the state lock is taken (it parses the input); a write that
+    /// counts against its principal's quotas holds a place among its
+    /// writes in flight until the returned guard drops.
+    pub fn admit(
+        &self,
+        caller: Option<&Caller>,
+        request_id: &str,
+        command: &Command,
+    ) -> Result<Option<crate::quota::Admitted>, DomainError> {
+        let checked = gavel_core::precheck::check(command)?;
+        let request_id = (!request_id.is_empty()).then_some(request_id);
+        self.quotas.admit(caller, |in_flight| {
+            self.reads.read(|state| {
+                state.admit_checked(caller, request_id, &checked, self.wall_clock_ms(), in_flight)?;
+                Ok(state.counts_against_quota(command))
+            })
+        })
     }
 
-    /// Checks a command, proposes it stamped with this node's clock and the
-    /// authenticated `caller` (`None` on an insecure node, and for the
-    /// leader's own commands), and returns its reply as `R`. The state
-    /// machine authorizes it at its position in the log. A refusal becomes its status; a node that
-    /// lost leadership since the routing layer let the call through answers
-    /// `UNAVAILABLE` with the leader hint, and the caller retries with the
-    /// same request id.
+    /// Admits a command ([`Node::admit`]), proposes it stamped with this
+    /// node's clock and the authenticated `caller` (`None` on an insecure
+    /// node, and for the leader's own commands), and returns its reply as
+    /// `R`. The state machine admits it again at its position in the log.
+    /// A refusal becomes its status; a node that lost leadership since the
+    /// routing layer let the call through answers `UNAVAILABLE` with the
+    /// leader hint, and the caller retries with the same request id.
     pub async fn call<R: FromReply>(
         &self,
         caller: Option<&Caller>,
         request_id: &str,
         command: Command,
     ) -> Result<R, Status> {
-        let decision = decision_of(&command);
+        let approval_id = decision_of(&command).map(str::to_string);
         let refused = |error: DomainError| {
-            if let Some(approval_id) = decision {
+            if let Some(approval_id) = &approval_id {
                 self.decision_refused(caller, approval_id, &error);
             }
-            error
+            self.quotas.refused(&self.metrics, error)
         };
-        gavel_core::precheck::precheck(&command).map_err(&refused).map_err(domain_status)?;
-        self.reads
-            .read(|state| state.authorize_command(caller, &command, self.wall_clock_ms()))
-            .map_err(&refused)
-            .map_err(domain_status)?;
-        let _in_flight = self.quotas.admit(self, caller, request_id, &command)?;
-        let approval_id = decision.map(str::to_string);
+        let _in_flight = self.admit(caller, request_id, &command).map_err(refused)?;
         match self.propose(caller, request_id, command).await? {
-            Reply::Error(error) => {
-                if let Some(approval_id) = &approval_id {
-                    self.decision_refused(caller, approval_id, &error);
-                }
-                Err(self.quotas.refused(self, error))
-            }
+            Reply::Error(error) => Err(refused(error)),
             reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),
         }
     }
@@ -347,6 +354,7 @@ impl Node {
 
     /// Whether this node runs with the planted bug `mutant` (chaos harness
     /// and simulation only).
+    #[cfg(feature = "mutants")]
     pub fn plants(&self, mutant: Mutant) -> bool {
         gavel_core::mutants::is_planted(self.settings.planted_bug, mutant)
     }
@@ -393,41 +401,8 @@ pub fn write_error_status(error: WriteError) -> Status {
             unavailable("no leader is elected yet; retry shortly", None)
         }
         WriteError::Unavailable(reason) => unavailable(&format!("cluster unavailable: {reason}"), None),
-        WriteError::Invalid(reason) => gavel_proto::error_detail::domain_status(
-            Code::FailedPrecondition,
-            "FAILED_PRECONDITION",
-            &reason,
-            Vec::new(),
-            None,
-            None,
-        ),
+        WriteError::Invalid(reason) => refusal_status(ErrorCode::FailedPrecondition, &reason, None, None),
     }
-}
-
-/// `UNAVAILABLE` with a retry hint and, when known, the leader's address.
-pub fn unavailable(message: &str, leader_hint: Option<String>) -> Status {
-    gavel_proto::error_detail::domain_status(
-        Code::Unavailable,
-        "UNAVAILABLE",
-        message,
-        Vec::new(),
-        Some(RETRY_AFTER_MS),
-        leader_hint,
-    )
-}
-
-/// A domain refusal as a gRPC status with the stable code in the details.
-pub fn domain_status(error: DomainError) -> Status {
-    let code = match error.code.class() {
-        ErrorClass::InvalidArgument => Code::InvalidArgument,
-        ErrorClass::NotFound => Code::NotFound,
-        ErrorClass::AlreadyExists => Code::AlreadyExists,
-        ErrorClass::Unauthenticated => Code::Unauthenticated,
-        ErrorClass::PermissionDenied => Code::PermissionDenied,
-        ErrorClass::FailedPrecondition => Code::FailedPrecondition,
-        ErrorClass::ResourceExhausted => Code::ResourceExhausted,
-    };
-    gavel_proto::error_detail::detail_status(code, crate::convert::common::error_detail_out(error))
 }
 
 /// A reply of another shape than its command's: a bug, reported as `INTERNAL`.
@@ -448,6 +423,7 @@ fn decision_of(command: &Command) -> Option<&str> {
 mod tests {
     use super::*;
     use gavel_proto::error_detail::read_error_detail;
+    use tonic::Code;
 
     #[tokio::test]
     async fn a_wait_on_a_closed_watch_never_ends_so_a_loop_sleeps_instead_of_spinning() {

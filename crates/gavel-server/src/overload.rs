@@ -41,18 +41,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use gavel_core::ErrorCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 // The runtime's clock, not the OS's: the retry hints a refusal carries are
 // steered by it, and in a simulation it is simulated time.
 use tokio::time::Instant;
-use tonic::{Code, Status};
+use tonic::Status;
 
 use crate::limits::{LEADER_PUSHBACK_MS_MAX, OVERLOAD_RETRY_AFTER_MS_MAX, OVERLOAD_RETRY_AFTER_MS_MIN};
 use crate::limits::{LONG_POLLS_MAX, PROPOSALS_IN_FLIGHT_MAX, READS_IN_FLIGHT_MAX};
+use crate::status::refusal_status;
 use tonic::codegen::http::HeaderMap;
-
-/// The domain code of an overload refusal.
-pub const RESOURCE_EXHAUSTED: &str = "RESOURCE_EXHAUSTED";
 
 /// What a bounded public call is, by the bound it counts against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,11 +329,9 @@ impl Admission {
         }
         let remaining_ms = pushback.retry_at_ms.load(Ordering::Relaxed).saturating_sub(now_ms);
         let retry_after_ms = remaining_ms.clamp(OVERLOAD_RETRY_AFTER_MS_MIN, OVERLOAD_RETRY_AFTER_MS_MAX);
-        Err(gavel_proto::error_detail::domain_status(
-            Code::ResourceExhausted,
-            RESOURCE_EXHAUSTED,
+        Err(refusal_status(
+            ErrorCode::ResourceExhausted,
             &format!("the leader is overloaded; retry after {retry_after_ms} ms"),
-            Vec::new(),
             Some(retry_after_ms),
             None,
         ))
@@ -349,11 +346,9 @@ fn refusal(kind: CallKind, max: usize, retry_after_ms: u64) -> Status {
         CallKind::LongPoll => "long-polls waiting",
         CallKind::Read => "reads in flight",
     };
-    gavel_proto::error_detail::domain_status(
-        Code::ResourceExhausted,
-        RESOURCE_EXHAUSTED,
+    refusal_status(
+        ErrorCode::ResourceExhausted,
         &format!("this node is overloaded ({max} {what}, its limit); retry after {retry_after_ms} ms"),
-        Vec::new(),
         Some(retry_after_ms),
         None,
     )
@@ -363,6 +358,7 @@ fn refusal(kind: CallKind, max: usize, retry_after_ms: u64) -> Status {
 mod tests {
     use super::*;
     use gavel_proto::error_detail::read_error_detail;
+    use tonic::Code;
 
     #[test]
     fn calls_are_classified_by_path_and_operator_calls_are_never_bounded() {
@@ -390,7 +386,7 @@ mod tests {
         let refused = admission.admit(CallKind::Proposal).expect_err("third refused");
         assert_eq!(refused.code(), Code::ResourceExhausted);
         let detail = read_error_detail(&refused).expect("an error detail");
-        assert_eq!(detail.code, RESOURCE_EXHAUSTED);
+        assert_eq!(detail.code, ErrorCode::ResourceExhausted.as_str());
         // Nothing has finished yet: the shortest hint.
         assert_eq!(detail.retry_after_ms, Some(OVERLOAD_RETRY_AFTER_MS_MIN));
         assert!(detail.message.contains("2 proposals in flight"), "{}", detail.message);

@@ -1,7 +1,7 @@
-//! Quotas at the edge: the serving leader runs the state machine's quota
-//! check ([`gavel_core::State::check_quota`]) before it proposes a write,
-//! so a write over its principal's quota is refused `RESOURCE_EXHAUSTED`
-//! (`QUOTA_EXCEEDED`) without costing a log entry.
+//! Quotas at the edge: the serving leader admits a write before it
+//! proposes it ([`gavel_core::State::admit`], whose last step is the quota
+//! check), so a write over its principal's quota is refused
+//! `RESOURCE_EXHAUSTED` (`QUOTA_EXCEEDED`) without costing a log entry.
 //!
 //! A write proposed and not yet applied has not taken its token or opened
 //! its record yet, so the check also counts each principal's writes in
@@ -16,10 +16,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use gavel_core::{Caller, Command, DomainError, ErrorCode, Principal};
+use gavel_core::{Caller, DomainError, ErrorCode, Principal};
 use tonic::Status;
 
-use crate::node::{domain_status, Node};
+use crate::metrics::Metrics;
+use crate::status::domain_status;
 
 /// Each principal's writes proposed by this node and not yet answered.
 #[derive(Debug, Default)]
@@ -48,35 +49,26 @@ impl Drop for Admitted {
 }
 
 impl InFlight {
-    /// Checks `command` by `caller` against its principal's quotas as the
-    /// state is here, with its writes in flight counted, and holds a place
-    /// for it until the returned guard drops. `None`: not a write, or no
-    /// principal (`--insecure`).
+    /// Runs `admit` (the core's admission, [`crate::node::Node::admit`])
+    /// with the count of `caller`'s writes in flight, and holds a place for
+    /// the command until the returned guard drops when `admit` says it
+    /// counts against the quotas. `None`: not such a write, or no principal
+    /// (`--insecure`, admitted with nothing in flight).
     pub fn admit(
         &self,
-        node: &Node,
         caller: Option<&Caller>,
-        request_id: &str,
-        command: &Command,
-    ) -> Result<Option<Admitted>, Status> {
-        let Some(caller) = caller else { return Ok(None) };
+        admit: impl FnOnce(u64) -> Result<bool, DomainError>,
+    ) -> Result<Option<Admitted>, DomainError> {
+        let Some(caller) = caller else {
+            admit(0)?;
+            return Ok(None);
+        };
         // The lock is held across the check, so two writes of one principal
         // never both pass with the same count.
         let mut counts = self.counts.lock().expect("in-flight lock poisoned");
         let in_flight = counts.get(&caller.principal).copied().unwrap_or(0);
-        let request_id = (!request_id.is_empty()).then_some(request_id);
-        let checked = node.reads.read(|state| {
-            state
-                .counts_against_quota(command)
-                .then(|| state.check_quota(Some(caller), request_id, command, node.wall_clock_ms(), in_flight))
-        });
-        match checked {
-            None => return Ok(None),
-            Some(Err(error)) => {
-                drop(counts);
-                return Err(self.refused(node, error));
-            }
-            Some(Ok(())) => {}
+        if !admit(in_flight)? {
+            return Ok(None);
         }
         *counts.entry(caller.principal.clone()).or_default() += 1;
         Ok(Some(Admitted { counts: self.counts.clone(), principal: caller.principal.clone() }))
@@ -84,9 +76,9 @@ impl InFlight {
 
     /// `error` as a status, counted in `gavel_quota_refused_total` when it
     /// is a quota refusal (at the edge or at apply).
-    pub fn refused(&self, node: &Node, error: DomainError) -> Status {
+    pub fn refused(&self, metrics: &Metrics, error: DomainError) -> Status {
         if let (ErrorCode::QuotaExceeded, Some(quota)) = (error.code, error.quota) {
-            node.metrics.count_quota_refusal(quota.kind);
+            metrics.count_quota_refusal(quota.kind);
         }
         domain_status(error)
     }

@@ -20,7 +20,7 @@
 //! - Calls this node serves from its own replica are served here:
 //!   `ClusterService/Status` (this node's own view), `AuditService/WatchEvents`
 //!   (streamed from the local replica), and, under the planted bug
-//!   [`Mutant::StaleRead`], `ApprovalService/GetApproval`.
+//!   `stale-read` (the feature `mutants`), `ApprovalService/GetApproval`.
 //! - Every other call first gets a request id in the [`metadata::REQUEST_ID`]
 //!   header when it carries none, so the leader and every retry of a forward
 //!   see the same id; a handler takes the message's request id, else that one.
@@ -52,6 +52,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use gavel_core::limits::WAIT_MS_MAX;
+#[cfg(feature = "mutants")]
 use gavel_core::mutants::Mutant;
 use gavel_core::{Caller, Principal};
 use gavel_proto::metadata;
@@ -62,9 +63,11 @@ use tonic::codegen::Service;
 use tonic::{Code, Status};
 use tracing::Instrument;
 
+use crate::connections::peer_of;
 use crate::node::{unavailable, Node};
 use crate::overload::CallKind;
-use crate::security::{forwarded_for, parse_forwarded_for, permission_denied, unauthenticated, Peer};
+use crate::peer::Peer;
+use crate::security::{forwarded_for, parse_forwarded_for, permission_denied, unauthenticated};
 
 /// Largest request message a node decodes: tonic's default, set explicitly
 /// on every service so that the refusal below names the limit in force. A
@@ -85,6 +88,7 @@ const RAFT_SERVICE: &str = "/gavel.internal.v1.RaftService/";
 const SERVED_BY_EVERY_NODE: [&str; 2] = ["/gavel.v1.ClusterService/Status", "/gavel.v1.AuditService/WatchEvents"];
 
 /// The read the planted bug [`Mutant::StaleRead`] answers from local state.
+#[cfg(feature = "mutants")]
 const STALE_READ: &str = "/gavel.v1.ApprovalService/GetApproval";
 
 /// How long a forwarded call may wait for the leader beyond the forward
@@ -198,7 +202,7 @@ where
     if !path.starts_with(PUBLIC_API) {
         if path.starts_with(RAFT_SERVICE) {
             if node.secured.is_some() {
-                if let Err(refusal) = admit_peer(node, &Peer::of(request.extensions())) {
+                if let Err(refusal) = admit_peer(node, &peer_of(request.extensions())) {
                     return refusal.into_http();
                 }
             }
@@ -219,7 +223,7 @@ where
     let kind = CallKind::of(path);
     let _admitted = match kind.map(|kind| (kind, node.admission.admit(kind))) {
         Some((kind, Err(refusal))) => {
-            node.metrics.count_overload_refusal(kind);
+            node.metrics.count_overload_refusal(kind.as_str());
             return refusal.into_http();
         }
         Some((_, Ok(permit))) => Some(permit),
@@ -231,7 +235,9 @@ where
     };
     crate::connections::mark_authenticated(request.extensions());
     request.extensions_mut().insert(caller.clone());
-    let served_here = SERVED_BY_EVERY_NODE.contains(&path) || (path == STALE_READ && node.plants(Mutant::StaleRead));
+    let served_here = SERVED_BY_EVERY_NODE.contains(&path);
+    #[cfg(feature = "mutants")]
+    let served_here = served_here || (path == STALE_READ && node.plants(Mutant::StaleRead));
     if served_here {
         return serve(inner, request).await;
     }
@@ -260,7 +266,7 @@ where
     }
     if let Some(kind) = kind {
         if let Err(refusal) = node.admission.leader_pushback(kind) {
-            node.metrics.count_overload_refusal(kind);
+            node.metrics.count_overload_refusal(kind.as_str());
             return refusal.into_http();
         }
     }
@@ -294,7 +300,7 @@ async fn authenticate(node: &Node, request: &mut Request<Body>) -> Result<Option
         request.headers_mut().remove(metadata::FORWARDED_FOR);
         return Ok(None);
     };
-    let peer = Peer::of(request.extensions());
+    let peer = peer_of(request.extensions());
     let headers = request.headers();
     if !headers.contains_key(metadata::FORWARDED) && !headers.contains_key(metadata::FORWARDED_FOR) {
         return secured.authenticate(headers, &peer).await.map(Some);

@@ -19,10 +19,11 @@ use std::time::Duration;
 use gavel_core::{Caller, DomainError, ErrorCode, GrantName, Principal, PrincipalKind};
 use gavel_pki::{TokenVerifier, TokenVerifierSettings};
 use gavel_raft::PeerTls;
-use tonic::codegen::http::{Extensions, HeaderMap};
+use tonic::codegen::http::HeaderMap;
 use tonic::Status;
 
-use crate::node::domain_status;
+use crate::peer::Peer;
+use crate::status::domain_status;
 
 /// A node's security settings.
 #[derive(Debug, Clone, Default)]
@@ -174,48 +175,6 @@ impl std::fmt::Debug for Secured {
     }
 }
 
-/// What the client certificate of a connection says, if it presented one.
-/// The TLS handshake already checked its chain to the cluster CA and its
-/// validity; this only reads the principal it names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Peer {
-    /// No certificate (a token client, or none at all).
-    Anonymous,
-    /// A certificate naming this principal.
-    Certified(Principal),
-    /// A certificate of the cluster CA that names no valid principal.
-    Unnamed(String),
-}
-
-impl Peer {
-    /// The client certificate of the connection a request came on, as the
-    /// node read it at the handshake ([`crate::connections::ConnectionInfo`]);
-    /// anonymous on a plaintext connection.
-    pub fn of(extensions: &Extensions) -> Peer {
-        extensions.get::<crate::connections::ConnectionInfo>().map_or(Peer::Anonymous, |info| info.peer.clone())
-    }
-
-    /// What the certificate chain a client presented at the handshake
-    /// names: its leaf's principal.
-    pub fn of_certificates(chain: Option<&[tokio_rustls::rustls::pki_types::CertificateDer<'_>]>) -> Peer {
-        match chain.and_then(|chain| chain.first()) {
-            None => Peer::Anonymous,
-            Some(leaf) => match gavel_pki::principal_from_certificate(leaf.as_ref()) {
-                Ok(principal) => Peer::Certified(principal),
-                Err(error) => Peer::Unnamed(error.to_string()),
-            },
-        }
-    }
-
-    /// The node id, when the certificate is a node certificate.
-    pub fn node_id(&self) -> Option<u64> {
-        match self {
-            Peer::Certified(Principal { kind: PrincipalKind::Node, id }) => id.parse().ok(),
-            _ => None,
-        }
-    }
-}
-
 /// `UNAUTHENTICATED` with the domain code `UNAUTHENTICATED`.
 pub fn unauthenticated(message: &str) -> Status {
     domain_status(DomainError::new(ErrorCode::Unauthenticated, message))
@@ -233,6 +192,7 @@ impl Secured {
     /// presented.
     pub fn server_config(&self) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, SecurityError> {
         crate::tls::server_config(&self.peer_tls.ca_pem, &self.peer_tls.cert_pem, &self.peer_tls.key_pem)
+            .map_err(|error| SecurityError::Tls(error.to_string()))
     }
 
     /// Who makes a call that came on a connection from `peer`: the bearer

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "mutants")]
 use gavel_core::mutants::Mutant;
 use gavel_proto::v1::access_service_server::AccessServiceServer;
 use gavel_proto::v1::approval_service_server::ApprovalServiceServer;
@@ -275,8 +276,11 @@ pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<Run
     let server_tls =
         secured.as_ref().map(|secured| secured.server_config()).transpose().map_err(ServerError::Security)?;
     let builder = tonic::transport::Server::builder();
+    let app = CoreApp::open(&options.data_dir).map_err(ServerError::ColdStore)?;
+    #[cfg(feature = "mutants")]
     let planted_bug = options.settings.planted_bug;
-    let app = CoreApp::open(planted_bug, &options.data_dir).map_err(ServerError::ColdStore)?;
+    #[cfg(feature = "mutants")]
+    app.plant(planted_bug);
     app.set_cold_pending_max(options.settings.checkpoint_cold_writes);
     if raft_io.blocking_inline() {
         // The simulator runs blocking work inline: a restore starts no thread either.
@@ -287,6 +291,7 @@ pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<Run
         addr: options.advertise.clone(),
         data_dir: options.data_dir.clone(),
         timings: options.timings.clone(),
+        #[cfg(feature = "mutants")]
         planted: gavel_raft::PlantedLogBugs {
             early_ack: planted_bug == Some(Mutant::EarlyAck),
             unsynced_append: planted_bug == Some(Mutant::UnsyncedAppend),

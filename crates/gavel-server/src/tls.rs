@@ -15,7 +15,7 @@
 //! socket closes with nothing unread.
 //!
 //! The client's identity is read from its certificate once, at the
-//! handshake ([`crate::security::Peer::of_certificates`]), not on every
+//! handshake ([`crate::peer::Peer::of_certificates`]), not on every
 //! request of the connection.
 
 use std::sync::Arc;
@@ -28,16 +28,20 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 
-use crate::security::SecurityError;
-
 /// How long a refused connection is drained before it is dropped.
 const REFUSED_LINGER: Duration = Duration::from_secs(1);
+
+/// Why a node's TLS material does not make a server configuration: which
+/// part is unusable and why (the caller says it is TLS material).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TlsMaterialError(String);
 
 /// The rustls server configuration of a node: its certificate and key, the
 /// cluster CA as client CA with client certificates optional (token clients
 /// present none), HTTP/2 by ALPN.
-pub fn server_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>, SecurityError> {
-    let invalid = |what: &str, error: &dyn std::fmt::Display| SecurityError::Tls(format!("{what}: {error}"));
+pub fn server_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>, TlsMaterialError> {
+    let invalid = |what: &str, error: &dyn std::fmt::Display| TlsMaterialError(format!("{what}: {error}"));
     let mut roots = RootCertStore::empty();
     for certificate in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         let certificate = certificate.map_err(|error| invalid("the CA certificate", &error))?;

@@ -2,7 +2,9 @@
 //! dependencies) lists none of the crates that belong to the binary, the SDK
 //! or the test tools; and the product binary stays the product: `cargo tree
 //! -p gavel-cli` lists none of the lab's crates (chaos, sim, bench, testkit,
-//! turmoil), which only `gavel-lab` links.
+//! turmoil), which only `gavel-lab` links, and enables none of the lab's
+//! features (gavel-raft's `sim`, any crate's `mutants`), which compile the
+//! simulator's seams and the planted bugs.
 
 use std::process::Command;
 
@@ -15,17 +17,23 @@ fn dependency_tree(package: &str) -> Vec<String> {
 }
 
 /// The crate names in `cargo tree -p <package> -e normal` with `extra` arguments.
-fn cargo_tree(package: &str, extra: &[&str]) -> Vec<String> {
+/// The lines `cargo tree` prints for `package`'s normal dependencies, one
+/// per package in `format`.
+fn cargo_tree_lines(package: &str, format: &str, extra: &[&str]) -> Vec<String> {
     let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let output = Command::new(env!("CARGO"))
-        .args(["tree", "--offline", "--locked", "-p", package, "-e", "normal", "--prefix", "none", "--format", "{p}"])
+        .args(["tree", "--offline", "--locked", "-p", package, "-e", "normal", "--prefix", "none", "--format", format])
         .args(extra)
         .current_dir(workspace)
         .output()
         .expect("run cargo tree");
     assert!(output.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
+    String::from_utf8_lossy(&output.stdout).lines().map(str::to_string).collect()
+}
+
+fn cargo_tree(package: &str, extra: &[&str]) -> Vec<String> {
+    cargo_tree_lines(package, "{p}", extra)
+        .iter()
         .filter_map(|line| line.split_whitespace().next())
         .map(str::to_string)
         .collect()
@@ -60,6 +68,57 @@ fn the_product_binary_links_no_lab_crate() {
     let lab = dependency_tree("gavel-lab");
     for expected in LAB {
         assert!(lab.iter().any(|name| name == expected), "gavel-lab should depend on {expected}: {lab:?}");
+    }
+}
+
+/// Each package of `cargo tree -p <package> -e normal` with the features it
+/// is built with, as `cargo build -p <package>` (a release build of it
+/// included) resolves them: without dev-dependencies, and without the
+/// features other workspace members would unify in.
+fn enabled_features(package: &str) -> Vec<(String, Vec<String>)> {
+    cargo_tree_lines(package, "{p}\t{f}", &[])
+        .iter()
+        .filter_map(|line| {
+            let (package, features) = line.split_once('\t')?;
+            let name = package.split_whitespace().next()?.to_string();
+            // A package already printed ends in ` (*)`.
+            let features = features.trim_end_matches(" (*)").trim();
+            let features = features.split(',').filter(|feature| !feature.is_empty()).map(str::to_string).collect();
+            Some((name, features))
+        })
+        .collect()
+}
+
+/// The lab's features on `package`'s build: gavel-raft's `sim` (the
+/// simulator's seams) and any crate's `mutants` (the planted bugs), as
+/// `crate/feature`.
+fn lab_features(package: &str) -> Vec<String> {
+    let mut found: Vec<String> = enabled_features(package)
+        .into_iter()
+        .flat_map(|(name, features)| features.into_iter().map(move |feature| (name.clone(), feature)))
+        .filter(|(name, feature)| feature == "mutants" || (name == "gavel-raft" && feature == "sim"))
+        .map(|(name, feature)| format!("{name}/{feature}"))
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn the_product_binary_compiles_no_simulation_seam_or_planted_bug() {
+    // STYLE, "Product and lab": test seams and planted bugs compile only
+    // under a feature a release build does not enable.
+    let product = enabled_features("gavel-cli");
+    assert!(
+        product.iter().any(|(name, features)| name == "tokio" && features.iter().any(|feature| feature == "rt")),
+        "the features are read, so the check can fail: {product:?}"
+    );
+    let found = lab_features("gavel-cli");
+    assert!(found.is_empty(), "the product binary gavel-cli is built with the lab's features {found:?}");
+    // The same reading sees them where they belong: the simulation's build.
+    let lab = lab_features("gavel-sim");
+    for expected in ["gavel-raft/sim", "gavel-raft/mutants", "gavel-core/mutants", "gavel-server/mutants"] {
+        assert!(lab.iter().any(|feature| feature == expected), "gavel-sim should enable {expected}: {lab:?}");
     }
 }
 

@@ -5,8 +5,9 @@
 //! length, until one is judged invalid or two replicas diverge. The catching
 //! seed, the checker and the one command that replays it are printed.
 //!
-//! Part of every `cargo test` (the bugs' code is in every build, inert
-//! unless a value names one); alone: `cargo test -p gavel-sim --test planted`.
+//! Part of every `cargo test --workspace` (gavel-sim turns on the crates'
+//! `mutants` features, which the product binary never does); alone:
+//! `cargo test -p gavel-sim --test planted`.
 
 use std::time::{Duration, Instant};
 

@@ -83,7 +83,7 @@ fn main() {
     let mut runs_measured = Vec::new();
     for run in 1..=runs {
         let node = work.join(format!("node-{run}"));
-        let app = CoreApp::open(None, &node).expect("open the application");
+        let app = CoreApp::open(&node).expect("open the application");
         app.resume(None, &|_| false).expect("start empty");
         let mut reader = BufReader::new(std::fs::File::open(&snapshot_path).expect("open the snapshot"));
         // Resets VmHWM to the current RSS, so each run's peak is its own.

@@ -50,11 +50,12 @@ use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+#[cfg(feature = "mutants")]
 use gavel_core::mutants::Mutant;
 use gavel_core::{DomainError, Envelope, Reply, State};
 use tokio::sync::watch;
 
-use crate::cold_store::{RecordBatch, RedbColdStore};
+use crate::cold_store::{RecordBatch, RedbColdStore, COLD_CACHE_BYTES};
 
 /// How many unflushed cold writes the application lets the overlay hold
 /// before it asks for them to be written into the cold store (without the
@@ -117,17 +118,6 @@ fn next_batches<R: Read>(
     })
 }
 
-/// redb's page cache for the cold store. redb's default (1 GiB) would let a
-/// snapshot build or install, which reads or writes every cold record once,
-/// fill a gigabyte of cache per node. The state machine reads a cold record
-/// rarely (a late report, a repeated submit, a read of history), but every
-/// write of changes inserts its cold writes at keys spread over the tables,
-/// and an install rewrites them all: the cache must hold the B-trees' branch
-/// pages (about 10 MB at a million retained executions) and the pages a
-/// transaction dirties, which 16 MiB did not (1M retained: install 32.1
-/// MB/s, throughput 0.80x the 10k figure).
-pub const COLD_CACHE_BYTES: usize = 64 * 1024 * 1024;
-
 /// The cold store's file in a node's data directory.
 pub const COLD_STORE_FILE: &str = "cold.redb";
 
@@ -141,8 +131,9 @@ pub struct CoreApp {
     cold_pending_max: AtomicUsize,
     /// Whether the overlay reached `cold_pending_max` at the last apply.
     checkpoint_due: AtomicBool,
-    /// The planted bug, set again on every restored state.
-    planted_bug: Option<Mutant>,
+    /// The planted bug ([`CoreApp::plant`]), set again on every restored state.
+    #[cfg(feature = "mutants")]
+    planted_bug: std::sync::OnceLock<Mutant>,
     applied: watch::Sender<u64>,
     /// The state hash at an applied index: hashing serializes the whole state,
     /// so status calls reuse it until the next apply.
@@ -157,23 +148,19 @@ pub struct CoreApp {
 }
 
 impl CoreApp {
-    /// An empty application whose state machine runs with `planted_bug`
-    /// (`None` outside the chaos harness and the simulation's planted-bug test).
-    pub fn new(planted_bug: Option<Mutant>) -> Arc<CoreApp> {
-        CoreApp::over(planted_bug, None)
+    /// An empty application.
+    pub fn new() -> Arc<CoreApp> {
+        CoreApp::over(None)
     }
 
     /// An empty application whose cold records go to `<data_dir>/cold.redb`
     /// (created, with `data_dir`, if missing; resumed from or cleared on
     /// start, see [`CoreApp::with_cold_store`]).
-    pub fn open(
-        planted_bug: Option<Mutant>,
-        data_dir: &std::path::Path,
-    ) -> Result<Arc<CoreApp>, gavel_core::ColdStoreError> {
+    pub fn open(data_dir: &std::path::Path) -> Result<Arc<CoreApp>, gavel_core::ColdStoreError> {
         std::fs::create_dir_all(data_dir).map_err(|error| {
             gavel_core::ColdStoreError::Write(format!("cannot create {}: {error}", data_dir.display()))
         })?;
-        CoreApp::with_cold_store(planted_bug, RedbColdStore::open(&data_dir.join(COLD_STORE_FILE))?)
+        CoreApp::with_cold_store(RedbColdStore::open(&data_dir.join(COLD_STORE_FILE))?)
     }
 
     /// An empty application whose cold records go to `store`. The store is
@@ -181,19 +168,36 @@ impl CoreApp {
     /// [`gavel_raft::Application::resume`] on start, which resumes from its
     /// checkpoint or clears it; an application used without Raft calls it
     /// (with `None` to start empty).
-    pub fn with_cold_store(
-        planted_bug: Option<Mutant>,
-        store: Arc<RedbColdStore>,
-    ) -> Result<Arc<CoreApp>, gavel_core::ColdStoreError> {
-        Ok(CoreApp::over(planted_bug, Some(store)))
+    pub fn with_cold_store(store: Arc<RedbColdStore>) -> Result<Arc<CoreApp>, gavel_core::ColdStoreError> {
+        Ok(CoreApp::over(Some(store)))
+    }
+
+    /// Plants `planted_bug` in the state machine, now and in every state
+    /// restored later (chaos harness and simulation only: the feature
+    /// `mutants`). Call it before Raft starts; the first bug planted stays.
+    #[cfg(feature = "mutants")]
+    pub fn plant(&self, planted_bug: Option<Mutant>) {
+        if let Some(planted_bug) = planted_bug {
+            let _ = self.planted_bug.set(planted_bug);
+        }
+        let mut state = self.state();
+        let current = std::mem::take(&mut *state);
+        *state = self.replanted(current);
+    }
+
+    /// `state` with this application's planted bug, for a state that
+    /// replaces the current one (restored, resumed or emptied).
+    #[cfg(feature = "mutants")]
+    fn replanted(&self, mut state: State) -> State {
+        state.set_planted_bug(self.planted_bug.get().copied());
+        state
     }
 
     /// An empty application over `cold_store` (or keeping its cold records
     /// in memory without one).
-    fn over(planted_bug: Option<Mutant>, cold_store: Option<Arc<RedbColdStore>>) -> Arc<CoreApp> {
+    fn over(cold_store: Option<Arc<RedbColdStore>>) -> Arc<CoreApp> {
         let (applied, _) = watch::channel(0);
         let mut state = State::new();
-        state.set_planted_bug(planted_bug);
         if let Some(store) = &cold_store {
             state.attach_cold_store(store.clone());
         }
@@ -202,7 +206,8 @@ impl CoreApp {
             cold_store,
             cold_pending_max: AtomicUsize::new(COLD_PENDING_MAX),
             checkpoint_due: AtomicBool::new(false),
-            planted_bug,
+            #[cfg(feature = "mutants")]
+            planted_bug: std::sync::OnceLock::new(),
             applied,
             hash_cache: Mutex::new(None),
             dedup_replays: AtomicU64::new(0),
@@ -405,9 +410,10 @@ impl gavel_raft::Application for CoreApp {
                          empty (it catches up from the cluster by snapshot)"
                     )
                 })?;
-                let mut resumed =
+                let resumed =
                     State::from_hot_snapshot(&checkpoint.hot, store.clone()).map_err(|error| error.to_string())?;
-                resumed.set_planted_bug(self.planted_bug);
+                #[cfg(feature = "mutants")]
+                let resumed = self.replanted(resumed);
                 *self.state() = resumed;
                 self.state_replaced();
                 Ok(Some(checkpoint.position))
@@ -447,15 +453,16 @@ impl CoreApp {
     /// store from the snapshot it has stored.
     fn restore_stream(&self, snapshot: &mut dyn Read, bytes: u64, position: Option<&[u8]>) -> Result<(), String> {
         let Some(store) = &self.cold_store else {
-            let mut restored = State::restore_from(snapshot, bytes).map_err(|error| error.to_string())?;
-            restored.set_planted_bug(self.planted_bug);
+            let restored = State::restore_from(snapshot, bytes).map_err(|error| error.to_string())?;
+            #[cfg(feature = "mutants")]
+            let restored = self.replanted(restored);
             *self.state() = restored;
             self.state_replaced();
             return Ok(());
         };
-        let (mut restored, mut records) =
-            State::read_snapshot_hot(snapshot, bytes).map_err(|error| error.to_string())?;
-        restored.set_planted_bug(self.planted_bug);
+        let (restored, mut records) = State::read_snapshot_hot(snapshot, bytes).map_err(|error| error.to_string())?;
+        #[cfg(feature = "mutants")]
+        let restored = self.replanted(restored);
         let hot = restored.hot_snapshot();
         let state = self.state();
         let started = std::time::Instant::now();
@@ -527,8 +534,9 @@ impl CoreApp {
             Err(error) => {
                 let cleared = store.clear();
                 let mut empty = State::new();
-                empty.set_planted_bug(self.planted_bug);
                 empty.attach_cold_store(store.clone());
+                #[cfg(feature = "mutants")]
+                let empty = self.replanted(empty);
                 *state = empty;
                 drop(state);
                 self.state_replaced();
@@ -559,14 +567,16 @@ mod tests {
 
     use super::*;
 
+    #[cfg(feature = "mutants")]
     #[test]
     fn the_planted_bug_is_set_on_the_new_state_and_again_on_every_restored_one() {
-        let app = CoreApp::new(Some(Mutant::NoFencing));
+        let app = CoreApp::new();
+        app.plant(Some(Mutant::NoFencing));
         assert_eq!(app.state().planted_bug(), Some(Mutant::NoFencing));
         let snapshot = gavel_raft::Application::snapshot(&*app);
         app.restore(&snapshot).expect("a snapshot of this state machine restores");
         assert_eq!(app.state().planted_bug(), Some(Mutant::NoFencing));
-        assert_eq!(CoreApp::new(None).state().planted_bug(), None);
+        assert_eq!(CoreApp::new().state().planted_bug(), None);
     }
 
     /// Two applications fed the same commands, one keeping its cold records
@@ -581,8 +591,8 @@ mod tests {
 
         let directory = tempfile::tempdir().expect("temp dir");
         let store = |name: &str| RedbColdStore::open(&directory.path().join(name)).expect("open the cold store");
-        let memory = CoreApp::new(None);
-        let mut disk = CoreApp::with_cold_store(None, store("first.redb")).expect("a cold store app");
+        let memory = CoreApp::new();
+        let mut disk = CoreApp::with_cold_store(store("first.redb")).expect("a cold store app");
         // Checkpoints between snapshots too.
         disk.set_cold_pending_max(25);
         let mut now_ms = 1_000;
@@ -644,7 +654,7 @@ mod tests {
                 let bytes = disk.snapshot();
                 if round == 34 {
                     // A restart: a new application on a new store, from the snapshot.
-                    disk = CoreApp::with_cold_store(None, store("second.redb")).expect("a cold store app");
+                    disk = CoreApp::with_cold_store(store("second.redb")).expect("a cold store app");
                     disk.set_cold_pending_max(25);
                     disk.restore(&bytes).expect("the snapshot restores");
                 }
@@ -691,7 +701,7 @@ mod tests {
     fn a_corrupt_snapshot_is_refused_and_never_leaves_a_mixed_state() {
         let directory = tempfile::tempdir().expect("temp dir");
         let store = RedbColdStore::open(&directory.path().join(COLD_STORE_FILE)).expect("open");
-        let app = CoreApp::with_cold_store(None, store.clone()).expect("a cold store app");
+        let app = CoreApp::with_cold_store(store.clone()).expect("a cold store app");
         app.resume(None, &|_| false).expect("start empty");
         let mut log_index = 0;
         lifecycles(&app, &mut log_index, 0..20);
@@ -717,7 +727,7 @@ mod tests {
         let directory = tempfile::tempdir().expect("temp dir");
         let open = |name: &str| {
             let store = RedbColdStore::open(&directory.path().join(name)).expect("open the cold store");
-            let app = CoreApp::with_cold_store(None, store.clone()).expect("a cold store app");
+            let app = CoreApp::with_cold_store(store.clone()).expect("a cold store app");
             app.resume(None, &|_| false).expect("start empty");
             (app, store)
         };
@@ -788,7 +798,7 @@ mod tests {
         let path = directory.path().join(COLD_STORE_FILE);
         let open = || {
             let store = RedbColdStore::open(&path).expect("open the cold store");
-            (CoreApp::with_cold_store(None, store.clone()).expect("a cold store app"), store)
+            (CoreApp::with_cold_store(store.clone()).expect("a cold store app"), store)
         };
         let (app, store) = open();
         assert_eq!(app.resume(None, &|_| false).expect("resume"), None, "nothing to resume from");
@@ -842,7 +852,7 @@ mod tests {
         let again = written(app.checkpoint_view().expect("a view").expect("a checkpoint").1);
         assert_eq!(again, whole, "a snapshot of the restored state is the same bytes");
         assert!(records >= 200 * 8, "the finalized lifecycles are on disk: {records} records");
-        let memory = CoreApp::new(None);
+        let memory = CoreApp::new();
         memory.restore(&whole).expect("the whole-state snapshot restores");
         assert_eq!(memory.state_hash(), hash);
         let from_bytes = State::snapshot_state_hash(&whole).expect("the snapshot decodes");

@@ -143,7 +143,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_wait_ends_at_its_deadline_when_nothing_is_applied() {
-        let port = ReadPort::new(CoreApp::new(None));
+        let port = ReadPort::new(CoreApp::new());
         let mut watch = port.watch();
         assert_eq!(watch.read(capabilities), 0);
         let started = Instant::now();
@@ -154,7 +154,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_apply_between_the_read_and_the_wait_is_not_missed() {
-        let app = CoreApp::new(None);
+        let app = CoreApp::new();
         let port = ReadPort::new(app.clone());
         let mut watch = port.watch();
         assert_eq!(watch.read(capabilities), 0);
@@ -170,7 +170,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_waiting_reader_wakes_on_the_next_apply_and_on_a_restore() {
-        let app = CoreApp::new(None);
+        let app = CoreApp::new();
         let port = ReadPort::new(app.clone());
         let mut watch = port.watch();
         watch.read(capabilities);
@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(watch.read(capabilities), 1);
 
         // A restore replaces the state without an entry: readers wake too.
-        let empty = CoreApp::new(None).snapshot();
+        let empty = CoreApp::new().snapshot();
         app.restore(&empty).expect("a snapshot restores");
         let woken = tokio::time::timeout(Duration::from_secs(60), watch.next_apply(None)).await;
         assert_eq!(woken, Ok(Woken::Applied), "a wait without a deadline wakes on the restore");
@@ -197,7 +197,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_watch_sees_only_applies_after_it_was_made() {
-        let app = CoreApp::new(None);
+        let app = CoreApp::new();
         register(&app, 1, "a");
         let mut watch = ReadPort::new(app.clone()).watch();
         let deadline = Instant::now() + Duration::from_secs(1);

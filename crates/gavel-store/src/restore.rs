@@ -47,7 +47,7 @@ pub async fn seed_data_dir(
     state: Vec<u8>,
     state_hash: &str,
 ) -> Result<(), RestoreError> {
-    let app = CoreApp::new(None);
+    let app = CoreApp::new();
     app.restore(&state).map_err(RestoreError::State)?;
     let found = app.state_hash();
     if found != state_hash {
@@ -66,7 +66,7 @@ mod tests {
 
     /// A state with one registered capability, as a snapshot, and its hash.
     fn a_state() -> (Vec<u8>, String) {
-        let app = CoreApp::new(None);
+        let app = CoreApp::new();
         let capability = CapabilitySpec {
             id: "cap".to_string(),
             side_effect: Some(SideEffect::Read),

@@ -4,7 +4,7 @@
 //   node dist/agent.js <orderId> <amountCents>
 //
 // Its principal needs submitter and act-for (it names the user it acts for).
-import { createGavelClient, optionsFromEnv } from "@gavel/client";
+import { actorText, createGavelClient, optionsFromEnv } from "@gavel/client";
 import { ActorKind, ExecutionState } from "@gavel/client";
 import { createGavelApprovalCoordinator } from "@gavel/orpc-agent";
 import { refundMeta } from "./refund.js";
@@ -13,8 +13,7 @@ import { refundMeta } from "./refund.js";
 const DECISION_WAIT_MS = Number(process.env.DECISION_WAIT_MS ?? 600_000);
 
 /** An actor as `kind:id`, the way principals are written. */
-const who = (actor: { id: string; kind: ActorKind } | undefined) =>
-  actor === undefined ? "none" : `${ActorKind[actor.kind].toLowerCase()}:${actor.id}`;
+const who = (actor: { id: string; kind: ActorKind } | undefined) => (actor === undefined ? "none" : actorText(actor));
 
 const [orderId = "o-42", amount = "1250"] = process.argv.slice(2);
 const client = createGavelClient(optionsFromEnv());

@@ -9,6 +9,11 @@ Key names:
   ``client.decide(id, approve)`` / ``client.vote(...)`` name the approval's
   terms hash (the one given, else the one read first);
 - ``GavelError``: every failure, with its stable domain ``code``;
+  ``gavel.codes`` lists every code (``GavelCode``, ``CODES``: its gRPC class
+  and when it happens), generated from the server's catalogue;
+- ``actor_text``: an actor as people read it, ``kind:id``
+  (``user:bob-finance``); a request naming an actor whose id already names
+  a kind (``user:alice``) is refused before sending, ``INVALID_ARGUMENT``;
 - ``canonical_json`` / ``input_hash``: RFC 8785, equal to the server's;
 - ``Worker``: polls, heartbeats and reports; handlers get the idempotency key,
   the lease id (fencing token) and cancellation;
@@ -16,8 +21,10 @@ Key names:
 """
 
 from gavel._invoke import new_request_id
+from gavel.actors import actor_id_problem, actor_text
 from gavel.canonical import UnserializableInputError, canonical_json, input_hash
 from gavel.client import AsyncClient, Client
+from gavel.codes import CODES, CodeInfo, GavelCode
 from gavel.config import ClientOptions, Tls
 from gavel.errors import GavelError
 from gavel.reach import Reachability
@@ -25,8 +32,11 @@ from gavel.worker import HandlerError, Task, Worker
 
 __all__ = [
     "AsyncClient",
+    "CODES",
     "Client",
     "ClientOptions",
+    "CodeInfo",
+    "GavelCode",
     "GavelError",
     "HandlerError",
     "Reachability",
@@ -34,6 +44,8 @@ __all__ = [
     "Tls",
     "UnserializableInputError",
     "Worker",
+    "actor_id_problem",
+    "actor_text",
     "canonical_json",
     "input_hash",
     "new_request_id",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from gavel.actors import actor_text
 from gavel.canonical import parse_json
 from gavel.limits import ID_BYTES_MAX
 from gavel.v1 import approval_pb2, common_pb2, execution_pb2
@@ -57,21 +58,24 @@ REFUSED = {
 
 
 def refusal(approval: approval_pb2.Approval) -> dict[str, Any]:
-    """The outcome of a tool call whose approval was refused (rejected, cancelled or expired)."""
+    """The outcome of a tool call whose approval was refused (rejected, cancelled or expired).
+
+    The approver is written ``kind:id`` (``user:bob-finance``), as everywhere people read a principal.
+    """
     outcome: dict[str, Any] = {"status": REFUSED[approval.status], "approval_id": approval.id}
     if approval.HasField("decision"):
-        outcome["approver"] = approval.decision.approver.id
+        outcome["approver"] = actor_text(approval.decision.approver)
         if approval.decision.HasField("comment"):
             outcome["comment"] = approval.decision.comment
     return outcome
 
 
 def outcome(execution: execution_pb2.Execution) -> dict[str, Any]:
-    """The outcome of a tool call whose execution is final, as plain JSON-able data."""
+    """The outcome of a tool call whose execution is final, as plain JSON-able data (the approver as ``kind:id``)."""
     result: dict[str, Any] = {"execution_id": execution.execution_id, "attempts": execution.attempts}
     if execution.HasField("approval_id"):
         result["approval_id"] = execution.approval_id
-        result["approver"] = execution.approver.id
+        result["approver"] = actor_text(execution.approver)
     which = execution.result.WhichOneof("outcome")
     if which == "completed":
         result.update(status="completed", output=parse_json(execution.result.completed.output_json))

@@ -51,9 +51,11 @@ describe("@gavel/client", () => {
     assert.equal(pinned.preferredEndpoint(), follower);
   });
 
-  test("errors carry the stable domain code; reads of unknown records are absent", async () => {
+  test("errors carry the stable domain code; reads of unknown records are NOT_FOUND", async () => {
     const client = cluster.adminClient();
-    assert.equal((await client.approvals.getApproval({ id: `nope_${run}` })).approval, undefined);
+    const unknown = await failure(client.approvals.getApproval({ id: `nope_${run}` }));
+    assert.equal(unknown.code, "NOT_FOUND");
+    assert.ok(unknown.message.endsWith(`approval nope_${run} was not found`), unknown.message);
     const notFound = await failure(client.approvals.consumeApproval({ id: `nope_${run}`, executionId: "exe" }));
     assert.equal(notFound.code, "NOT_FOUND");
     assert.equal(notFound.grpcCode, Code.NotFound);
@@ -117,9 +119,16 @@ describe("@gavel/client", () => {
     const survivors = cluster.endpoints.filter((_, index) => index !== leaderIndex);
     for (const endpoint of survivors) {
       const reader = cluster.adminClient({ endpoints: [endpoint] });
-      await eventually(`the write on ${endpoint}`, async () =>
-        (await reader.approvals.getApproval({ id: `after_${run}` })).approval ? true : undefined,
-      );
+      await eventually(`the write on ${endpoint}`, async () => {
+        try {
+          return (await reader.approvals.getApproval({ id: `after_${run}` })).approval ? true : undefined;
+        } catch (error) {
+          if (error instanceof GavelError && error.code === "NOT_FOUND") {
+            return undefined;
+          }
+          throw error;
+        }
+      });
     }
     console.log(`write after the leader SIGKILL took ${Date.now() - started} ms`);
     const reach = await client.reachability();

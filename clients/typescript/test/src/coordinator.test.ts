@@ -30,9 +30,9 @@ let coordinators: GavelApprovalCoordinator[];
 let coordinator: GavelApprovalCoordinator;
 const run = randomUUID().slice(0, 8);
 
-const alice = { id: "user:alice", kind: "user" as const, displayName: "Alice", attributes: { tenant: "acme", role: "agent" } };
-const bob = { id: "user:bob", kind: "user" as const, attributes: { team: "finance" } };
-const carol = { id: "user:carol", kind: "user" as const, displayName: "Carol" };
+const alice = { id: "alice", kind: "user" as const, displayName: "Alice", attributes: { tenant: "acme", role: "agent" } };
+const bob = { id: "bob", kind: "user" as const, attributes: { team: "finance" } };
+const carol = { id: "carol", kind: "user" as const, displayName: "Carol" };
 
 let serial = 0;
 function request(overrides: Partial<ApprovalRequest> = {}): ApprovalRequest {
@@ -79,7 +79,7 @@ after(async () => {
 
 describe("ApprovalCoordinator contract on Gavel", () => {
   test("create returns every field verbatim, and get reads the same record", async () => {
-    const sent = request({ actor: { id: "automation:agent-7", kind: "automation", displayName: "Agent 7" } });
+    const sent = request({ actor: { id: "agent-7", kind: "automation", displayName: "Agent 7" } });
     const created = await coordinator.create(sent);
     assert.deepEqual(created, { ...sent, status: "pending" });
     assert.deepEqual(await coordinator.get(sent.id), created);
@@ -95,7 +95,7 @@ describe("ApprovalCoordinator contract on Gavel", () => {
   test("records are detached copies", async () => {
     const created = await coordinator.create(request());
     created.reasons.push("tampered");
-    created.actor.id = "user:mallory";
+    created.actor.id = "mallory";
     (created.input as Record<string, unknown>).amountCents = 1;
     const read = await coordinator.get(created.id);
     assert.deepEqual(read?.reasons, ["amount over limit"]);
@@ -142,7 +142,7 @@ describe("ApprovalCoordinator contract on Gavel", () => {
       coordinator.decide(created.id, { status: "maybe" as "approved", approver: bob }),
     );
     assert.equal(badStatus.message, 'Invalid decision status "maybe"');
-    for (const approver of [{ id: "", kind: "user" }, { id: "user:x", kind: "robot" }, null, undefined, "bob"]) {
+    for (const approver of [{ id: "", kind: "user" }, { id: "x", kind: "robot" }, null, undefined, "bob"]) {
       const error = await rejection(
         coordinator.decide(created.id, { status: "approved", approver: approver as unknown as typeof bob }),
       );
@@ -235,8 +235,8 @@ describe("ApprovalCoordinator contract on Gavel", () => {
   test("list filters by status, capability and actor, alone and combined", async () => {
     const capA = `list.a.${run}`;
     const capB = `list.b.${run}`;
-    const dave = { id: `user:dave-${run}`, kind: "user" as const };
-    const erin = { id: `user:erin-${run}`, kind: "user" as const };
+    const dave = { id: `dave-${run}`, kind: "user" as const };
+    const erin = { id: `erin-${run}`, kind: "user" as const };
     const made: ApprovalRecord[] = [];
     for (const [capabilityId, actor] of [
       [capA, dave],
@@ -280,7 +280,7 @@ describe("ApprovalCoordinator contract on Gavel", () => {
   test("racing decides spread over all three nodes: exactly one wins", async () => {
     for (let round = 0; round < 5; round += 1) {
       const created = await coordinator.create(request());
-      const approvers = [bob, carol, { id: "user:dan", kind: "user" as const }];
+      const approvers = [bob, carol, { id: "dan", kind: "user" as const }];
       const outcomes = await Promise.allSettled(
         coordinators.flatMap((node, index) => [
           node.decide(created.id, { status: "approved", approver: approvers[index]! }),
@@ -345,7 +345,7 @@ describe("ApprovalCoordinator contract on Gavel", () => {
   test("self-approval is refused at decide unless the coordinator allows it", async () => {
     const created = await coordinator.create(request());
     const error = await rejection(coordinator.decide(created.id, { status: "approved", approver: alice }));
-    assert.match(error.message, /cannot be decided by its requester/);
+    assert.match(error.message, /cannot be decided by its requester user:alice \(self-approval is refused\)/);
     assert.equal((await coordinator.get(created.id))?.status, "pending");
     const lenient = createGavelApprovalCoordinator({ client: perNode[1]!, now, allowSelfApproval: true });
     const own = await lenient.create(request());

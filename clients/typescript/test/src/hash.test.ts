@@ -140,7 +140,7 @@ async function serverHash(value: unknown): Promise<string> {
     id: `hash_${run}_${serial}`,
     capabilityId: "hash.check",
     surface: "test",
-    actor: { id: "user:hasher", kind: ActorKind.USER },
+    actor: { id: "hasher", kind: ActorKind.USER },
     inputJson: JSON.stringify(value),
     risk: Risk.LOW,
     sideEffect: SideEffect.READ,

@@ -128,7 +128,7 @@ describe("I-JSON", () => {
   test("orpc-agent's coordinator and audit sink refuse values that are not I-JSON before sending", async () => {
     const coordinator = createGavelApprovalCoordinator({ client: admin });
     const sink = createGavelAuditSink({ client: admin });
-    const actor = { id: "user:alice", kind: "user" as const };
+    const actor = { id: "alice", kind: "user" as const };
     const values: [unknown, string][] = [
       [{ order: { qty: 2 ** 53 } }, "/order/qty"],
       [{ lines: [Number.NaN] }, "/lines/0"],

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { os } from "@orpc/server";
-import { ActorKind, ExecutionState, type GavelClient } from "@gavel/client";
+import { ActorKind, ExecutionState, type GavelClient, actorText } from "@gavel/client";
 import {
   type AgentMeta,
   type GavelAgentContext,
@@ -43,11 +43,12 @@ const refundOrder = base.handler(async ({ input, context, signal }) => {
     idempotencyKey: context.agent.idempotencyKey,
     executionId: context.agent.executionId,
     signalIsLeases: signal === context.agent.signal || signal?.aborted === context.agent.signal.aborted,
-    actor: context.agent.actor.id,
+    actor: actorText(context.agent.actor),
   });
   const existing = context.ledger.get(context.agent.idempotencyKey);
   if (existing) return existing;
-  const result = { orderId, refunded: amountCents, approver: context.agent.approver?.id ?? null };
+  // The outcome names its approver as people read principals: kind:id.
+  const result = { orderId, refunded: amountCents, approver: context.agent.approver ? actorText(context.agent.approver) : null };
   context.ledger.set(context.agent.idempotencyKey, result);
   return result;
 });
@@ -102,7 +103,7 @@ describe("@gavel/orpc-agent", () => {
       heartbeatIntervalMs: 100,
     });
     try {
-      const agent = { id: "user:agent-alice", kind: ActorKind.USER, attributes: { tenant: "acme" } };
+      const agent = { id: "agent-alice", kind: ActorKind.USER, attributes: { tenant: "acme" } };
       const submitted = await app.executions.submit({
         executionId: `refund-${run}`,
         capabilityId: refundMeta.id,
@@ -115,10 +116,10 @@ describe("@gavel/orpc-agent", () => {
       const coordinator = createGavelApprovalCoordinator({ client: app });
       const pending = await coordinator.get(approvalId);
       assert.equal(pending?.status, "pending");
-      assert.deepEqual(pending?.actor, { id: "user:agent-alice", kind: "user", attributes: { tenant: "acme" } });
+      assert.deepEqual(pending?.actor, { id: "agent-alice", kind: "user", attributes: { tenant: "acme" } });
       await coordinator.decide(approvalId, {
         status: "approved",
-        approver: { id: "user:bob-finance", kind: "user" },
+        approver: { id: "bob-finance", kind: "user" },
         comment: "customer verified",
       });
       const resumed = await app.executions.resume({ approvalId });
@@ -156,7 +157,7 @@ describe("@gavel/orpc-agent", () => {
       type: "capability.denied",
       timestamp: new Date(),
       surface: "mcp",
-      actor: { id: "user:mallory", kind: "user" },
+      actor: { id: "mallory", kind: "user" },
       executionId,
       capabilityId: refundMeta.id,
       reason: "policy: refunds over 1000 need a manager",
@@ -167,7 +168,7 @@ describe("@gavel/orpc-agent", () => {
     assert.equal(recorded.length, 1);
     const event = recorded[0]!;
     assert.equal(event.recordedByApplication, true);
-    assert.equal(event.actor?.id, "user:mallory");
+    assert.equal(event.actor?.id, "mallory");
     assert.equal(event.principal, "service:refund-app");
     assert.equal(event.attributes.surface, "mcp");
     const payload = JSON.parse(event.payloadJson ?? "{}") as Record<string, unknown>;

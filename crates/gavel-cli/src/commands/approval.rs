@@ -13,6 +13,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use clap::{Args, Subcommand, ValueEnum};
 use gavel_client::{pb, Client};
+use gavel_core::ErrorCode;
 use serde_json::{json, Value};
 
 use super::output::{self, actor_text, key_values, or_dash, time, Table};
@@ -224,7 +225,7 @@ pub async fn run(args: ApprovalArgs) -> Result<(), CommandError> {
             let response = client.get_approval(pb::GetApprovalRequest { id: id.clone(), caller_now_ms: None }).await?;
             let approval = response
                 .approval
-                .ok_or_else(|| CommandError::refused("NOT_FOUND", format!("approval {id} was not found")))?;
+                .ok_or_else(|| CommandError::refused(ErrorCode::NotFound, format!("approval {id} was not found")))?;
             print_approval(&approval, json)
         }
         ApprovalCommand::Approve { id, comment, confirmation } => {
@@ -277,7 +278,7 @@ async fn create_standing(
     // The risk and side effect the approval shows are the capability's own.
     let answer = client.get_capability(pb::GetCapabilityRequest { id: capability.clone(), version: None }).await?;
     let spec = answer.capability.and_then(|capability| capability.spec).ok_or_else(|| {
-        CommandError::refused("CAPABILITY_NOT_FOUND", format!("capability {capability} is not registered"))
+        CommandError::refused(ErrorCode::CapabilityNotFound, format!("capability {capability} is not registered"))
     })?;
     let request = pb::CreateApprovalRequest {
         id,

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
 use gavel_client::{pb, Client};
+use gavel_core::ErrorCode;
 use serde_json::json;
 
 use super::output::{self, Table};
@@ -193,7 +194,10 @@ pub async fn run(args: AuditArgs) -> Result<(), CommandError> {
                 ..pb::RecordEventRequest::default()
             };
             let event = client()?.record_event(request).await?.event.ok_or_else(|| {
-                CommandError::refused("INTERNAL", "the cluster recorded the event but returned none".to_string())
+                CommandError::refused(
+                    ErrorCode::Internal,
+                    "the cluster recorded the event but returned none".to_string(),
+                )
             })?;
             print_event(&event, json)
         }
@@ -215,7 +219,7 @@ async fn get(client: &Client, cursor: u64, json: bool) -> Result<(), CommandErro
     let response = client.get_event(pb::GetEventRequest { cursor }).await?;
     let event = response
         .event
-        .ok_or_else(|| CommandError::refused("NOT_FOUND", format!("no retained event has cursor {cursor}")))?;
+        .ok_or_else(|| CommandError::refused(ErrorCode::NotFound, format!("no retained event has cursor {cursor}")))?;
     print_event(&event, json)
 }
 

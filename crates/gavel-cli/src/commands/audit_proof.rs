@@ -10,6 +10,7 @@ use gavel_client::{pb, Client};
 use gavel_core::audit_export::{self, EventProof, ExportConsistency, ExportLine};
 use gavel_core::merkle::Hash;
 use gavel_core::note;
+use gavel_core::ErrorCode;
 use serde_json::json;
 
 use super::output;
@@ -19,15 +20,15 @@ use super::CommandError;
 const LEAVES_PAGE: u32 = 1_000;
 
 /// The refusal code of a file that does not verify.
-const VERIFICATION_FAILED: &str = "AUDIT_VERIFICATION_FAILED";
+const VERIFICATION_FAILED: ErrorCode = ErrorCode::AuditVerificationFailed;
 
 fn hashes(proof: &[Vec<u8>]) -> Result<Vec<Hash>, CommandError> {
     proof
         .iter()
         .map(|hash| {
-            hash.as_slice()
-                .try_into()
-                .map_err(|_| CommandError::refused("INTERNAL", "the cluster sent a proof hash that is not 32 bytes"))
+            hash.as_slice().try_into().map_err(|_| {
+                CommandError::refused(ErrorCode::Internal, "the cluster sent a proof hash that is not 32 bytes")
+            })
         })
         .collect()
 }
@@ -131,11 +132,12 @@ pub async fn proof(
     let proof = client.get_inclusion_proof(pb::GetInclusionProofRequest { index, size }).await?;
     let event = proof.canonical_event.clone().ok_or_else(|| {
         CommandError::refused(
-            "NOT_FOUND",
+            ErrorCode::NotFound,
             format!("retention dropped the event at cursor {cursor}: its hash is in the tree, its bytes are not"),
         )
     })?;
-    let root: Hash = proof.root.as_slice().try_into().map_err(|_| CommandError::refused("INTERNAL", "bad root"))?;
+    let root: Hash =
+        proof.root.as_slice().try_into().map_err(|_| CommandError::refused(ErrorCode::Internal, "bad root"))?;
     let checkpoint = match (&signed, head.signed_checkpoint.as_deref()) {
         (Some(body), Some(note)) if body.size == proof.size => note.to_string(),
         _ => gavel_core::merkle::checkpoint_body(&head.origin, proof.size, &root),
@@ -163,8 +165,9 @@ pub async fn export(client: &Client, file: &Path, earlier: &[PathBuf], json: boo
     // The export covers the tree up to the last cosigned checkpoint, so that
     // `verify --keys` vouches for every leaf; the unsigned head before one exists.
     let head_text = head_of(&tree_head).to_string();
-    let head = audit_export::parse_checkpoint_body(&head_text)
-        .map_err(|problem| CommandError::refused("INTERNAL", format!("the cluster's checkpoint: {problem}")))?;
+    let head = audit_export::parse_checkpoint_body(&head_text).map_err(|problem| {
+        CommandError::refused(ErrorCode::Internal, format!("the cluster's checkpoint: {problem}"))
+    })?;
     let mut earlier_bodies = Vec::new();
     for path in earlier {
         let text = std::fs::read_to_string(path)?;
@@ -185,11 +188,17 @@ pub async fn export(client: &Client, file: &Path, earlier: &[PathBuf], json: boo
     while index < head.size {
         let page = client.list_leaves(pb::ListLeavesRequest { start_index: index, limit: LEAVES_PAGE }).await?;
         if page.leaves.is_empty() {
-            return Err(CommandError::refused("INTERNAL", format!("the cluster returned no leaf at index {index}")));
+            return Err(CommandError::refused(
+                ErrorCode::Internal,
+                format!("the cluster returned no leaf at index {index}"),
+            ));
         }
         for leaf in page.leaves.into_iter().take_while(|leaf| leaf.index < head.size) {
             let hash: Hash = leaf.leaf_hash.as_slice().try_into().map_err(|_| {
-                CommandError::refused("INTERNAL", format!("the leaf hash at index {} is not 32 bytes", leaf.index))
+                CommandError::refused(
+                    ErrorCode::Internal,
+                    format!("the leaf hash at index {} is not 32 bytes", leaf.index),
+                )
             })?;
             writeln!(out, "{}", audit_export::leaf_line(leaf.index, &hash, leaf.canonical_event))?;
             index = leaf.index + 1;

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use gavel_client::pb;
+use gavel_core::ErrorCode;
 use gavel_raft::limits::SNAPSHOT_BYTES_MAX;
 use gavel_raft::{BackupError, BackupPosition};
 use gavel_store::restore::{seed_data_dir, RestoreError};
@@ -45,7 +46,7 @@ pub const FORMAT_VERSION: u32 = 1;
 /// it is allocated.
 pub const HEADER_BYTES_MAX: u32 = 1024 * 1024;
 /// The domain code of a file that is not a complete, intact backup.
-const CORRUPT: &str = "BACKUP_CORRUPT";
+const CORRUPT: ErrorCode = ErrorCode::BackupCorrupt;
 
 /// `gavel backup`.
 #[derive(Debug, Args)]
@@ -377,7 +378,7 @@ async fn restore(file: &Path, data_dir: &Path, id: u64, members: Option<&str>, j
     seed_data_dir(data_dir, id, &members, position, body, &header.state_hash).await.map_err(|error| match error {
         RestoreError::State(_) | RestoreError::StateHash { .. } => corrupt(file, error.to_string()),
         RestoreError::Seed(BackupError::DataDirNotEmpty(_)) => {
-            CommandError::refused("DATA_DIR_NOT_EMPTY", error.to_string())
+            CommandError::refused(ErrorCode::DataDirNotEmpty, error.to_string())
         }
         RestoreError::Seed(BackupError::Members(_)) => CommandError::Usage(error.to_string()),
         RestoreError::Seed(other) => CommandError::Other(other.into()),
@@ -418,7 +419,7 @@ mod tests {
 
     fn refusal(result: Result<(FileHeader, Vec<u8>), CommandError>) -> String {
         match result {
-            Err(CommandError::Refused { code, message, .. }) if code == CORRUPT => message,
+            Err(CommandError::Refused { code, message, .. }) if code == CORRUPT.as_str() => message,
             other => panic!("expected {CORRUPT}, got {other:?}"),
         }
     }

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use gavel_client::pb;
+use gavel_core::ErrorCode;
 use serde_json::{json, Map, Value};
 
 use super::output::{self, key_values, or_dash, time, Table};
@@ -86,10 +87,13 @@ pub async fn run(args: CapabilityArgs) -> Result<(), CommandError> {
             let client = args.global.client()?;
             let response = client.get_capability(pb::GetCapabilityRequest { id: id.clone(), version }).await?;
             let capability = response.capability.ok_or_else(|| match version {
-                Some(version) => {
-                    CommandError::refused("CAPABILITY_NOT_FOUND", format!("capability {id} has no version {version}"))
+                Some(version) => CommandError::refused(
+                    ErrorCode::CapabilityNotFound,
+                    format!("capability {id} has no version {version}"),
+                ),
+                None => {
+                    CommandError::refused(ErrorCode::CapabilityNotFound, format!("capability {id} is not registered"))
                 }
-                None => CommandError::refused("CAPABILITY_NOT_FOUND", format!("capability {id} is not registered")),
             })?;
             print_capability(&capability, json)
         }
@@ -110,7 +114,10 @@ pub fn read_spec_file(path: &Path) -> Result<pb::CapabilitySpec, CommandError> {
     };
     let value: Value = match extension.as_deref() {
         Some("json") => serde_json::from_str(&text()?).map_err(|error| {
-            CommandError::refused("CAPABILITY_INVALID", format!("{} is not valid JSON: {error}", path.display()))
+            CommandError::refused(
+                ErrorCode::CapabilityInvalid,
+                format!("{} is not valid JSON: {error}", path.display()),
+            )
         })?,
         Some("toml") => {
             let text = text()?;
@@ -119,7 +126,7 @@ pub fn read_spec_file(path: &Path) -> Result<pb::CapabilitySpec, CommandError> {
                     format!(" (line {})", text.bytes().take(span.start).filter(|byte| *byte == b'\n').count() + 1)
                 });
                 CommandError::refused(
-                    "CAPABILITY_INVALID",
+                    ErrorCode::CapabilityInvalid,
                     format!("{} is not valid TOML{line}: {}", path.display(), error.message()),
                 )
             })?;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use gavel_client::{pb, Client, ClientConfig, Reachability};
+use gavel_core::ErrorCode;
 use serde_json::{json, Value};
 
 use super::output::{self, or_dash, Table};
@@ -99,7 +100,7 @@ pub async fn run(args: ClusterArgs) -> Result<(), CommandError> {
             if !before.members.iter().any(|member| member.node_id == node_id) {
                 let ids: Vec<String> = before.members.iter().map(|member| member.node_id.to_string()).collect();
                 return Err(CommandError::refused(
-                    "NOT_A_MEMBER",
+                    ErrorCode::NotAMember,
                     format!("node {node_id} is not a member of the cluster (members: {})", ids.join(", ")),
                 ));
             }
@@ -117,20 +118,28 @@ pub async fn run(args: ClusterArgs) -> Result<(), CommandError> {
 struct Answer {
     addr: String,
     result: Result<pb::StatusResponse, String>,
+    /// A client-side configuration problem the call found (a node that
+    /// speaks TLS to a client without a CA), which no node can fix.
+    configuration: Option<String>,
 }
 
 /// Asks one node, without following the leader: the row is that node's own
 /// view. `base` carries the credentials.
 async fn ask(addr: String, base: ClientConfig) -> Answer {
     let config = ClientConfig { call_timeout: STATUS_TIMEOUT, retry_budget: Duration::ZERO, ..base };
+    let mut configuration = None;
     let result = match Client::with_config(std::slice::from_ref(&addr), config) {
         Ok(client) => client.status(pb::StatusRequest::default()).await.map_err(|error| match error {
             gavel_client::Error::Unavailable(reason) => reason,
+            gavel_client::Error::Config(reason) => {
+                configuration = Some(reason.clone());
+                reason
+            }
             other => other.to_string(),
         }),
         Err(error) => Err(error.to_string()),
     };
-    Answer { addr, result }
+    Answer { addr, result, configuration }
 }
 
 fn bare(addr: &str) -> &str {
@@ -155,6 +164,10 @@ async fn status(global: &GlobalArgs) -> Result<(), CommandError> {
     answers.extend(futures::future::join_all(unlisted.into_iter().map(|addr| ask(addr, base.clone()))).await);
 
     if answers.iter().all(|answer| answer.result.is_err()) {
+        // Said once, as a usage error: the nodes are up, the client is not set up for them.
+        if let Some(reason) = answers.iter().find_map(|answer| answer.configuration.clone()) {
+            return Err(CommandError::Usage(reason));
+        }
         let reasons: Vec<String> = answers
             .iter()
             .map(|answer| format!("{}: {}", answer.addr, answer.result.as_ref().err().map_or("", String::as_str)))

@@ -2,6 +2,7 @@
 
 use clap::{Args, Subcommand};
 use gavel_client::{pb, Client};
+use gavel_core::ErrorCode;
 use serde_json::json;
 
 use super::output::{self, actor_text, key_values, or_dash, time, Table};
@@ -156,7 +157,7 @@ pub(crate) fn read_input(input: &str) -> Result<String, CommandError> {
 }
 
 fn not_found(id: &str) -> CommandError {
-    CommandError::refused("NOT_FOUND", format!("execution {id} was not found"))
+    CommandError::refused(ErrorCode::NotFound, format!("execution {id} was not found"))
 }
 
 fn unwrap_execution(execution: Option<pb::Execution>) -> Result<pb::Execution, CommandError> {

@@ -1,7 +1,8 @@
 //! The operator and approver commands of the `gavel` binary, noun then verb:
 //! `gavel approval|capability|exec|audit|cluster|access|policy|backup <verb>`, and the
 //! offline credential commands `gavel cert|token <verb>` (and `gavel backup
-//! restore|inspect`, which work on files only).
+//! restore|inspect`, which work on files only), and `gavel codes`, the
+//! catalogue of stable codes.
 //!
 //! Each command is a thin shell over the `gavel-client` SDK: it builds one
 //! request, prints the answer as an aligned table or, with `--json`, as a
@@ -16,6 +17,7 @@ pub mod backup;
 pub mod capability;
 pub mod cert;
 pub mod cluster;
+pub mod codes;
 pub mod exec;
 pub mod output;
 pub mod policy;
@@ -27,6 +29,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gavel_client::{pb, Client, ClientConfig, Credentials};
+use gavel_core::ErrorCode;
 
 /// The endpoints of `gavel dev`, used when neither `--endpoints` nor
 /// `GAVEL_ENDPOINTS` is given.
@@ -200,9 +203,10 @@ pub enum CommandError {
 }
 
 impl CommandError {
-    /// A refusal found by the CLI itself, worded like the cluster's.
-    pub fn refused(code: &str, message: impl Into<String>) -> CommandError {
-        CommandError::Refused { code: code.to_string(), message: message.into(), problems: Vec::new() }
+    /// A refusal found by the CLI itself, worded like the cluster's, with a
+    /// code of the catalogue.
+    pub fn refused(code: ErrorCode, message: impl Into<String>) -> CommandError {
+        CommandError::Refused { code: code.as_str().to_string(), message: message.into(), problems: Vec::new() }
     }
 
     /// The exit code for this failure.
@@ -248,7 +252,7 @@ pub fn finish(outcome: Result<(), CommandError>) -> ExitCode {
         }
     }
     match &error {
-        CommandError::Refused { code, .. } if code == "UNAUTHENTICATED" => {
+        CommandError::Refused { code, .. } if code == ErrorCode::Unauthenticated.as_str() => {
             eprintln!("error: {error}");
             eprintln!(
                 "hint: the cluster did not accept your credentials; set --ca/--cert/--key or --token \

@@ -144,12 +144,10 @@ pub fn executed_before_failure(value: i32) -> Option<String> {
 
 // ----- plain-text helpers -----
 
-/// `kind:id`, the form `--as` takes; `-` when absent.
+/// `kind:id`, the form `--as` takes and every surface writes
+/// ([`gavel_client::actor_text`]); `-` when absent.
 pub fn actor_text(actor: Option<&pb::Actor>) -> String {
-    match actor {
-        Some(actor) => format!("{}:{}", actor_kind(actor.kind), actor.id),
-        None => "-".to_string(),
-    }
+    actor.map_or_else(|| "-".to_string(), gavel_client::actor_text)
 }
 
 /// An optional value, or `-`.

@@ -7,6 +7,7 @@
 
 use clap::{Args, Subcommand};
 use gavel_client::{pb, Client};
+use gavel_core::ErrorCode;
 use serde_json::{json, Value};
 
 use super::output::{self, actor_text, or_dash, time, Table};
@@ -128,7 +129,7 @@ pub async fn run(args: PolicyArgs) -> Result<(), CommandError> {
             let answer = client.get_policy(pb::GetPolicyRequest { name: name.clone() }).await?;
             let policy = answer
                 .policy
-                .ok_or_else(|| CommandError::refused("NOT_FOUND", format!("policy {name} was not found")))?;
+                .ok_or_else(|| CommandError::refused(ErrorCode::NotFound, format!("policy {name} was not found")))?;
             print_policies(&[policy], json)
         }
         PolicyCommand::List => print_policies(&client.list_policies(pb::ListPoliciesRequest {}).await?.policies, json),

@@ -1,6 +1,7 @@
 //! Who may do what, decided against the replicated bindings: the
-//! authorization of every command (at its log position, and by the edge
-//! before it proposes), of reads ([`State::authorize`]), and the commands
+//! authorization of every command (the second step of admission,
+//! `admission.rs`: at its log position, and by the edge before it
+//! proposes), of reads ([`State::authorize`]), and the commands
 //! that change the bindings (`Grant`, `Revoke`, `BootstrapAdmin`).
 //!
 //! A caller of `None` is a node started with `--insecure`: nothing is
@@ -78,7 +79,7 @@ impl State {
         if caller.principal.is_actor(actor) {
             return Ok(());
         }
-        self.require(caller, GrantName::ActFor, &format!("{what} as {} {}", actor_kind(actor), actor.id)).map(|_| ())
+        self.require(caller, GrantName::ActFor, &format!("{what} as {actor}")).map(|_| ())
     }
 
     /// A time claimed by the caller (`field`) needs the `clock` grant, and
@@ -129,12 +130,12 @@ impl State {
         Ok(())
     }
 
-    /// Whether `caller` may have `command` applied, stamped `now_ms` (cluster
-    /// time is the later of it and the state's clock, as at apply).
-    /// [`State::apply`] runs it at the command's log position, before
-    /// anything changes; the edge runs it before proposing, with the time it
-    /// would stamp, so a refused command costs no log entry (the answer at
-    /// apply is the one that counts: a `Revoke` may be ordered in between).
+    /// Whether `caller`'s grants and ownership allow `command`, stamped
+    /// `now_ms` (cluster time is the later of it and the state's clock, as
+    /// at apply): the authorization step of [`State::admit`], which the
+    /// edge asks before proposing and [`State::apply`] at the command's log
+    /// position, before anything changes (that answer counts: a `Revoke`
+    /// may be ordered in between).
     ///
     /// A record the decision reads (the approval of a decision, the lease of
     /// a heartbeat or report) that does not exist is left to the command,
@@ -181,7 +182,7 @@ impl State {
             Command::DecideApproval { approval_id, approver, caller_now_ms, terms_hash, .. } => {
                 let grant = self.require(caller, GrantName::Approver, "decide approvals")?;
                 if !caller.principal.is_actor(approver) {
-                    let what = format!("decide as approver {} {}", actor_kind(approver), approver.id);
+                    let what = format!("decide as approver {approver}");
                     self.require(caller, GrantName::DelegateDecide, &what)?;
                 }
                 self.check_may_decide(caller, approval_id, grant)?;
@@ -278,7 +279,6 @@ impl State {
         grant: &Grant,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        crate::precheck::grant(subject, grant)?;
         if self.bindings.bind(subject, grant)? {
             let kind = EventKind::AccessGranted { principal: subject.clone(), grant: grant.name };
             self.audit.record(kind, &actor_of(principal), EventSubject::default(), self.clock_ms);
@@ -297,7 +297,6 @@ impl State {
         name: GrantName,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        crate::precheck::principal("principal", subject)?;
         let held = self.bindings.get(subject, name).is_some();
         if held && name == GrantName::Admin && self.bindings.admins().count() == 1 {
             return Err(DomainError::new(
@@ -322,7 +321,6 @@ impl State {
         admin: &Principal,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        crate::precheck::grant(admin, &Grant::of(GrantName::Admin))?;
         if self.bindings.get(admin, GrantName::Admin).is_some() {
             return Ok(self.grants_reply(admin));
         }
@@ -338,15 +336,5 @@ impl State {
     /// The reply to an access command: every grant `principal` now holds.
     pub(super) fn grants_reply(&self, principal: &Principal) -> Reply {
         Reply::Grants { principal: principal.clone(), grants: self.bindings.of(principal) }
-    }
-}
-
-/// An actor's kind, as written in refusals.
-fn actor_kind(actor: &Actor) -> &'static str {
-    match actor.kind {
-        crate::model::ActorKind::User => "user",
-        crate::model::ActorKind::Service => "service",
-        crate::model::ActorKind::Automation => "automation",
-        crate::model::ActorKind::Anonymous => "anonymous",
     }
 }

@@ -1,6 +1,7 @@
 //! The approval commands (SPEC §3): create, decide, consume, cancel. Each
-//! validates its input, asks the approvals part for the transition and
-//! records the audit event in the same command.
+//! runs after admission validated its input (`admission.rs`), asks the
+//! approvals part for the transition and records the audit event in the
+//! same command.
 
 use crate::access::{Caller, Principal};
 use crate::audit::{EventKind, EventSubject};
@@ -9,7 +10,6 @@ use crate::error::{DomainError, ErrorCode, RefusedApproval};
 use crate::machine::State;
 use crate::model::{Actor, Approval, ApprovalStatus, StoredApprovalStatus};
 use crate::standing::{Standing, StandingSpec};
-use crate::validate::{check_actor, invalid_if_any, Problems};
 
 /// The reply to an approval command: the record with its status at `now_ms`.
 fn approval_reply(approval: &Approval, now_ms: u64) -> Reply {
@@ -39,33 +39,26 @@ impl State {
     }
 
     /// Creates an approval requested by `principal` (who is recorded, for
-    /// the self-approval check).
+    /// the self-approval check), of a standing approval when `standing` is
+    /// given. `input` is its canonical input and input hash and `validity`
+    /// its validity window when the request fixed it, as admission checked
+    /// them (`crate::precheck::Checked`).
     pub(super) fn create_approval(
         &mut self,
         request: &CreateApproval,
-        principal: Option<&Principal>,
-    ) -> Result<Reply, DomainError> {
-        self.create_approval_with(request, None, principal)
-    }
-
-    /// [`State::create_approval`], of a standing approval when `standing`
-    /// is given (its terms are checked against the canonical input).
-    pub(super) fn create_approval_with(
-        &mut self,
-        request: &CreateApproval,
+        (input_json, input_hash): (String, String),
+        validity: Option<(u64, u64)>,
         standing: Option<&StandingSpec>,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        // The input hash and the validity window (at most 30 days, absolute
-        // or relative) are checked by the same functions the edge runs
-        // before proposing; only the default `requestedAt` (the clock) is
-        // known here alone.
-        let (input_json, input_hash) = crate::precheck::create_approval(request)?;
-        if let Some(standing) = standing {
-            crate::standing::check_spec(standing, &input_json)?;
-        }
         let now_ms = self.approval_now(request.caller_now_ms);
-        let (requested_at_ms, expires_at_ms) = crate::precheck::approval_validity(request, now_ms)?;
+        // Admission judged the window whenever the request fixes its
+        // requested-at time; only the default (the cluster clock) is known
+        // here alone.
+        let (requested_at_ms, expires_at_ms) = match validity {
+            Some(window) => window,
+            None => crate::precheck::validity_window(request, now_ms)?,
+        };
         if self.approvals.contains(&request.id) {
             return Err(DomainError::new(
                 ErrorCode::AlreadyExists,
@@ -162,16 +155,7 @@ impl State {
         caller_now_ms: Option<u64>,
         caller: Option<&Caller>,
     ) -> Result<Reply, DomainError> {
-        if !matches!(status, ApprovalStatus::Approved | ApprovalStatus::Rejected) {
-            return Err(DomainError::invalid("invalid decision status"));
-        }
         let principal = caller.map(|caller| &caller.principal);
-        let mut problems = Problems::new();
-        problems.timestamp("now", caller_now_ms);
-        if let Err(problem) = crate::terms::check_terms_hash_form(terms_hash) {
-            problems.push(problem);
-        }
-        invalid_if_any(problems, "invalid decision")?;
         // A decision on an approval a policy governs is one vote, on the
         // input stored (the decide request names no input hash; docs/policies.md).
         if self.approvals.get(id).is_some_and(|approval| approval.quorum.is_some()) {
@@ -180,11 +164,6 @@ impl State {
             let seen = crate::machine::policy_commands::Seen { input_hash: None, terms_hash };
             return self.cast_vote(id, approve, seen, approver, comment, caller, now_ms);
         }
-        check_actor("approver", approver).map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
-        let mut problems = Problems::new();
-        problems.text("comment", comment);
-        problems.timestamp("now", caller_now_ms);
-        invalid_if_any(problems, "invalid decision")?;
         let now_ms = self.approval_now(caller_now_ms);
         // A principal deciding as itself must not be the one that requested
         // it, whatever actor it named then; one deciding on another's behalf
@@ -218,10 +197,6 @@ impl State {
         caller_now_ms: Option<u64>,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        let mut problems = Problems::new();
-        problems.id("executionId", execution_id);
-        problems.timestamp("now", caller_now_ms);
-        invalid_if_any(problems, "invalid consume request")?;
         let now_ms = self.approval_now(caller_now_ms);
         let approval = self.mark_consumed(id, execution_id, now_ms, principal)?;
         Ok(approval_reply(&approval, now_ms))
@@ -256,9 +231,6 @@ impl State {
         caller_now_ms: Option<u64>,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        let mut problems = Problems::new();
-        problems.timestamp("now", caller_now_ms);
-        invalid_if_any(problems, "invalid cancel request")?;
         let now_ms = self.approval_now(caller_now_ms);
         let approval = match self.approvals.cancel(id, now_ms) {
             Ok(approval) => approval,

@@ -8,20 +8,18 @@ use crate::approvals::not_found as approval_not_found;
 use crate::audit::{EventKind, EventSubject};
 use crate::command::{Reply, Submit, Task};
 use crate::error::{DomainError, ErrorCode};
+use crate::executions::not_found as execution_not_found;
 use crate::ids::{approval_id_for, idempotency_key};
-use crate::limits::{INPUT_BYTES_MAX, OUTPUT_BYTES_MAX};
+use crate::limits::INPUT_BYTES_MAX;
 use crate::machine::State;
 use crate::model::{
     AcceptedReport, Actor, Approval, ApprovalStatus, CancelCode, Capability, ExecutedBeforeFailure, Execution,
     ExecutionState, Lease, ReportOutcome, ResultEnvelope, StoredApprovalStatus,
 };
+#[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
 use crate::retry::{retry_after_ms, AttemptFailure, WORKER_LOST_CODE};
-use crate::validate::{check_actor, check_id, check_json, invalid_if_any, Problems};
-
-fn execution_not_found(id: &str) -> DomainError {
-    DomainError::new(ErrorCode::NotFound, format!("execution {id} was not found"))
-}
+use crate::validate::check_json;
 
 fn lease_lost(lease_id: u64, why: &str) -> DomainError {
     DomainError::new(ErrorCode::LeaseLost, format!("lease {lease_id} is not current: {why}"))
@@ -80,9 +78,14 @@ impl State {
     }
 
     /// Submits an execution for `principal` (recorded on the approval when
-    /// the capability needs one).
-    pub(super) fn submit(&mut self, submit: &Submit, principal: Option<&Principal>) -> Result<Reply, DomainError> {
-        let (input_json, input_hash) = crate::precheck::submit(submit)?;
+    /// the capability needs one); `input` is its canonical input and input
+    /// hash, as admission checked them.
+    pub(super) fn submit(
+        &mut self,
+        submit: &Submit,
+        (input_json, input_hash): (String, String),
+        principal: Option<&Principal>,
+    ) -> Result<Reply, DomainError> {
         let capability = self.registry.get(&submit.capability_id, None).ok_or_else(|| {
             DomainError::new(
                 ErrorCode::CapabilityNotFound,
@@ -139,6 +142,18 @@ impl State {
             return Ok(Reply::ApprovalRequired { approval: existing.into_owned(), status });
         }
         let policy = capability.approval.as_ref().expect("requires_approval implies a policy");
+        let expires_at_ms = self.clock_ms.saturating_add(policy.expires_in_ms);
+        // As for an approval created on its own (`precheck::validity_window`):
+        // an expiry past the last Unix time Gavel accepts is refused, and
+        // before anything is recorded.
+        if expires_at_ms > crate::limits::TIMESTAMP_MS_MAX {
+            return Err(DomainError::invalid(format!(
+                "the approval would expire at {expires_at_ms}, past the last Unix time in milliseconds Gavel \
+                 accepts ({}): is the cluster clock at {} right?",
+                crate::limits::TIMESTAMP_MS_MAX,
+                self.clock_ms
+            )));
+        }
         let subject = EventSubject {
             execution_id: Some(&submit.execution_id),
             capability_id: Some(&capability.id),
@@ -160,7 +175,7 @@ impl State {
             risk: capability.risk,
             side_effect: capability.side_effect,
             requested_at_ms: self.clock_ms,
-            expires_at_ms: self.clock_ms.saturating_add(policy.expires_in_ms),
+            expires_at_ms,
             allow_self_approval: false,
             requester_principal: principal.cloned(),
             status: StoredApprovalStatus::Pending,
@@ -182,22 +197,16 @@ impl State {
     }
 
     /// Verifies the approval, consumes it and creates the execution: one
-    /// command, recorded as `principal` when there is one.
+    /// command, recorded as `principal` when there is one. `given` is the
+    /// canonical input and input hash the request gave, if any, as admission
+    /// checked them.
     pub(super) fn resume(
         &mut self,
         approval_id: &str,
         execution_id: &str,
-        input_json: Option<&str>,
+        given: Option<(String, String)>,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        let mut problems = Problems::new();
-        problems.id("approvalId", approval_id);
-        problems.record_id("executionId", execution_id);
-        invalid_if_any(problems, "invalid resume request")?;
-        let given = match input_json {
-            Some(text) => Some(check_json("input", text, INPUT_BYTES_MAX, ErrorCode::InputInvalid)?),
-            None => None,
-        };
         let given_hash = given.as_ref().map(|(_, hash)| hash.clone());
         let approval = self.approvals.get(approval_id).ok_or_else(|| approval_not_found(approval_id))?.into_owned();
         let now_ms = self.clock_ms;
@@ -265,7 +274,7 @@ impl State {
         if approver.as_ref().is_some_and(|approver| approver.id == approval.actor.id) && !approval.allow_self_approval {
             return refuse(
                 ErrorCode::ApprovalSelfApproval,
-                format!("approval {approval_id} was decided by its requester"),
+                format!("approval {approval_id} was decided by its requester {}", approval.actor),
             );
         }
         let capability_version = self
@@ -383,7 +392,6 @@ impl State {
         tasks_max: u32,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        crate::precheck::poll(worker_id, queues, tasks_max)?;
         self.release_due_backoffs();
         let mut tasks = Vec::new();
         let mut seen: Vec<&String> = Vec::new();
@@ -451,7 +459,11 @@ impl State {
         if lease.worker_id != worker_id {
             return Err(lease_lost(lease_id, "it is held by another worker"));
         }
-        if self.leases.deadline_ms(lease_id) <= self.clock_ms && !self.planted(Mutant::NoFencing) {
+        let past_deadline = self.leases.deadline_ms(lease_id) <= self.clock_ms;
+        // Planted bug `no-fencing`: a report under an expired lease is taken.
+        #[cfg(feature = "mutants")]
+        let past_deadline = past_deadline && !self.planted(Mutant::NoFencing);
+        if past_deadline {
             self.expire_lease(lease_id);
             return Err(lease_lost(lease_id, "its deadline has passed"));
         }
@@ -459,7 +471,6 @@ impl State {
     }
 
     pub(super) fn heartbeat(&mut self, lease_id: u64, worker_id: &str) -> Result<Reply, DomainError> {
-        check_id("workerId", worker_id).map_err(DomainError::invalid)?;
         if let Some(record) = self.leases.get(lease_id) {
             let execution = self.executions.get(&record.execution_id).expect("leases are kept for retained executions");
             if execution.cancel_requested && execution.revoked_lease_id == Some(lease_id) {
@@ -474,24 +485,20 @@ impl State {
         Ok(Reply::Heartbeat { cancel_requested: false, deadline_ms: lease.deadline_ms })
     }
 
+    /// A worker's report under `lease_id`; `output_json` is a completed
+    /// attempt's canonical output, as admission checked it.
     pub(super) fn report(
         &mut self,
         lease_id: u64,
         worker_id: &str,
         outcome: &ReportOutcome,
+        output_json: Option<String>,
     ) -> Result<Reply, DomainError> {
-        check_id("workerId", worker_id).map_err(DomainError::invalid)?;
         let outcome = match outcome {
-            ReportOutcome::Completed { output_json } => ReportOutcome::Completed {
-                output_json: check_json("output", output_json, OUTPUT_BYTES_MAX, ErrorCode::InvalidArgument)?.0,
+            ReportOutcome::Completed { .. } => ReportOutcome::Completed {
+                output_json: output_json.expect("a checked completed report has its canonical output"),
             },
-            ReportOutcome::Failed { code, message, retryable } => {
-                let mut problems = Problems::new();
-                problems.id("error.code", code);
-                problems.text("error.message", Some(message));
-                invalid_if_any(problems, "invalid failure report")?;
-                ReportOutcome::Failed { code: code.clone(), message: message.clone(), retryable: *retryable }
-            }
+            failed => failed.clone(),
         };
         let Some(record) = self.leases.get(lease_id) else {
             return Err(lease_lost(lease_id, "unknown lease"));
@@ -566,8 +573,15 @@ impl State {
         let execution = self.executions.get(id).expect("failed attempts belong to retained executions");
         let capability = self.registry.of_execution(&execution);
         let attempts = execution.attempts;
-        let planted = self.planted(Mutant::RetryNonIdempotent);
-        if let Some(wait_ms) = retry_after_ms(capability, attempts, &failure, planted) {
+        let wait_ms = retry_after_ms(capability, attempts, &failure);
+        // Planted bug `retry-non-idempotent`: retried once anyway.
+        #[cfg(feature = "mutants")]
+        let wait_ms = wait_ms.or_else(|| {
+            self.planted(Mutant::RetryNonIdempotent)
+                .then(|| crate::mutants::retry_non_idempotent_ms(capability, attempts, &failure))
+                .flatten()
+        });
+        if let Some(wait_ms) = wait_ms {
             let kind = EventKind::Retried {
                 attempt: attempts + 1,
                 previous_error_code: failure.code().to_string(),
@@ -619,10 +633,6 @@ impl State {
         actor: Option<&Actor>,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        check_id("executionId", id).map_err(DomainError::invalid)?;
-        if let Some(actor) = actor {
-            check_actor("actor", actor)?;
-        }
         let execution = self.executions.get(id).ok_or_else(|| execution_not_found(id))?;
         if execution.state.is_final() {
             return Err(DomainError::new(ErrorCode::ExecutionFinal, format!("execution {id} is already final")));

@@ -1,9 +1,11 @@
 //! Who may act on a record and who may see it: the ownership rules of
 //! docs/security.md ("Ownership"), decided here, next to the records, for
 //! the commands (`authorize_command` calls [`State::check_may_act_on_approval`]
-//! and [`State::check_may_act_on_execution`]) and for the edge's reads
-//! ([`State::may_read_approval`], [`State::may_read_execution`],
-//! [`State::may_read_event`], [`State::approval_view`]).
+//! and [`State::check_may_act_on_execution`]) and for the edge's reads: one
+//! record through [`State::visible_approval`] and [`State::visible_execution`],
+//! listings and streams through [`State::approval_view`],
+//! [`State::may_read_approval`], [`State::may_read_execution`] and
+//! [`State::may_read_event`].
 //!
 //! A record's owners are the principal that created it
 //! (`requester_principal`) and the subject it was created for (its `actor`,
@@ -18,16 +20,22 @@
 //!   and the executions it approved; a worker, the executions it holds or
 //!   held a lease on; an auditor, everything.
 //!
-//! A record outside the caller's view is answered exactly as an unknown one
-//! (`NOT_FOUND`, or an empty read), so neither its existence nor its owner
-//! leaks. A record the caller may see but not act on is `PERMISSION_DENIED`,
-//! with a message that names no other principal.
+//! A record outside the caller's view is answered exactly as an unknown one:
+//! `NOT_FOUND` with the same message, built in one place for each kind
+//! (`approvals::not_found`, `executions::not_found`) and reached through the
+//! `visible_*` reads, so neither its existence nor its owner leaks (a
+//! listing or a stream leaves it out). A record the caller may see but not
+//! act on is `PERMISSION_DENIED`, with a message that names no other
+//! principal.
+
+use std::borrow::Cow;
 
 use crate::access::{Caller, Grant, GrantName, Principal};
 use crate::approvals::{not_found as approval_not_found, ApprovalView};
 use crate::audit::Event;
 use crate::command::Command;
 use crate::error::{DomainError, ErrorCode};
+use crate::executions::not_found as execution_not_found;
 use crate::machine::State;
 use crate::model::{Actor, Approval, ApprovalStatus, Execution};
 
@@ -139,6 +147,28 @@ impl State {
         }
     }
 
+    /// Approval `id` as `caller` reads one record (`GetApproval`,
+    /// `ListVotes`): `NOT_FOUND` when no approval has the id and, with the
+    /// very same refusal, when it is outside the caller's view
+    /// ([`State::may_read_approval`]). `None` (`--insecure`) sees every record.
+    pub fn visible_approval(&self, caller: Option<&Caller>, id: &str) -> Result<Cow<'_, Approval>, DomainError> {
+        self.approvals
+            .get(id)
+            .filter(|approval| self.may_read_approval(caller, approval))
+            .ok_or_else(|| approval_not_found(id))
+    }
+
+    /// Execution `id` as `caller` reads one record (`GetExecution`,
+    /// `WaitExecution`): `NOT_FOUND` when no execution has the id and, with
+    /// the very same refusal, when it is outside the caller's view
+    /// ([`State::may_read_execution`]).
+    pub fn visible_execution(&self, caller: Option<&Caller>, id: &str) -> Result<Cow<'_, Execution>, DomainError> {
+        self.executions
+            .get(id)
+            .filter(|execution| self.may_read_execution(caller, execution))
+            .ok_or_else(|| execution_not_found(id))
+    }
+
     /// Whether `caller` may read `approval` (`GetApproval`, a listing, its events).
     pub fn may_read_approval(&self, caller: Option<&Caller>, approval: &Approval) -> bool {
         self.approval_view(caller).is_none_or(|view| view.admits(approval))
@@ -197,10 +227,8 @@ impl State {
         if self.may_act(caller, approval.requester_principal.as_ref(), &approval.actor) {
             return Ok(());
         }
-        if self.may_read_approval(Some(caller), &approval) {
-            return Err(not_yours(caller, what, &format!("approval {approval_id}")));
-        }
-        Err(approval_not_found(approval_id))
+        self.visible_approval(Some(caller), approval_id)?;
+        Err(not_yours(caller, what, &format!("approval {approval_id}")))
     }
 
     /// Cancelling execution `execution_id`: the same rule as
@@ -210,10 +238,8 @@ impl State {
         if self.may_act(caller, execution.requester_principal.as_ref(), &execution.actor) {
             return Ok(());
         }
-        if self.may_read_execution(Some(caller), &execution) {
-            return Err(not_yours(caller, "cancel", &format!("execution {execution_id}")));
-        }
-        Err(DomainError::new(ErrorCode::NotFound, format!("execution {execution_id} was not found")))
+        self.visible_execution(Some(caller), execution_id)?;
+        Err(not_yours(caller, "cancel", &format!("execution {execution_id}")))
     }
 
     /// An application event about an execution or approval: allowed about
@@ -278,9 +304,7 @@ impl State {
         if approver.covers_types(&approval.types) || approval.quorum.is_some() {
             return Ok(());
         }
-        if !self.may_read_approval(Some(caller), &approval) {
-            return Err(approval_not_found(approval_id));
-        }
+        self.visible_approval(Some(caller), approval_id)?;
         Err(DomainError::new(
             ErrorCode::PermissionDenied,
             format!(

@@ -31,8 +31,7 @@ use crate::error::{DomainError, ErrorCode, RefusedApproval};
 use crate::limits::VOTES_PER_APPROVAL_MAX;
 use crate::machine::State;
 use crate::model::{Actor, ActorKind, Approval, ApprovalStatus, StoredApprovalStatus};
-use crate::policies::{check_name, check_spec, Approvers, Policy, PolicySpec, Quorum, Vote};
-use crate::validate::{invalid_if_any, Problems};
+use crate::policies::{Approvers, Policy, PolicySpec, Quorum, Vote};
 
 /// The principal an actor is when no credential says (`--insecure`).
 fn principal_of_actor(actor: &Actor) -> Principal {
@@ -53,26 +52,6 @@ fn quorum_of(policy: &Policy) -> Quorum {
         deny_threshold: policy.deny_threshold,
         votes: Vec::new(),
     }
-}
-
-/// Checks a vote's fields without state.
-pub(crate) fn check_vote(
-    approval_id: &str,
-    input_hash: Option<&str>,
-    approver: &Actor,
-    comment: Option<&str>,
-) -> Result<(), DomainError> {
-    crate::validate::check_actor("approver", approver)
-        .map_err(|error| DomainError { code: ErrorCode::InvalidArgument, ..error })?;
-    let mut problems = Problems::new();
-    problems.id("approvalId", approval_id);
-    problems.text("comment", comment);
-    if let Some(hash) = input_hash {
-        if hash.len() != 64 || !hash.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')) {
-            problems.push("inputHash must be 64 lower-case hex digits (SHA-256)".to_string());
-        }
-    }
-    invalid_if_any(problems, "invalid vote")
 }
 
 /// What a voter says it was shown: the input hash (`CastVote` names one; a
@@ -104,7 +83,6 @@ impl State {
         spec: &PolicySpec,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        check_spec(spec)?;
         let policy = self.policies.set(spec, self.clock_ms)?.clone();
         let stale: Vec<String> = self
             .approvals
@@ -140,7 +118,6 @@ impl State {
         non_retroactive: bool,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        check_name(name)?;
         let policy = self.policies.delete(name)?;
         let governed = self.approvals.open_governed_by(name);
         let voided = self.void_approvals(&governed, non_retroactive, principal);
@@ -339,7 +316,6 @@ impl State {
         now_ms: u64,
     ) -> Result<Reply, DomainError> {
         let Seen { input_hash, terms_hash } = seen;
-        check_vote(approval_id, input_hash, approver, comment)?;
         let approval = self.approvals.get(approval_id).ok_or_else(|| crate::approvals::not_found(approval_id))?;
         let Some(quorum) = approval.quorum.clone() else {
             return Err(DomainError::new(
@@ -442,12 +418,11 @@ impl State {
         approver: &Actor,
         caller: Option<&Caller>,
     ) -> Result<Reply, DomainError> {
-        check_vote(approval_id, None, approver, None)?;
         let voter = match caller {
             Some(caller) if !caller.principal.is_actor(approver) => {
                 return Err(DomainError::new(
                     ErrorCode::PermissionDenied,
-                    format!("{} may not withdraw the vote of {}: only its own", caller.principal, approver.id),
+                    format!("{} may not withdraw the vote of {approver}: only its own", caller.principal),
                 ))
             }
             Some(caller) => caller.principal.clone(),

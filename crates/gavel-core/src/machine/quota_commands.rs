@@ -1,8 +1,9 @@
 //! Per-principal quotas across parts: which commands are writes, which
-//! open a record that a count quota bounds, the check the edge runs before
-//! proposing and `apply` runs again at the command's log position
-//! ([`State::check_quota`], [`State::charge_quota`]), the admin's
-//! `SetQuota`, and the reads of quotas.
+//! open a record that a count quota bounds, the check admission runs
+//! ([`State::check_quota`], part of [`State::admit`]: at the edge before
+//! proposing and in `apply` at the command's log position), the token an
+//! admitted write takes ([`State::charge_quota`]), the admin's `SetQuota`,
+//! and the reads of quotas.
 //!
 //! Writes are what a client sends to change state: `CreateApproval`,
 //! `DecideApproval`, `ConsumeApproval`, `CancelApproval`, `Submit`,
@@ -17,7 +18,7 @@ use std::collections::BTreeMap;
 
 use crate::access::{Action, Caller, Principal};
 use crate::audit::{EventKind, EventSubject};
-use crate::command::{Command, Envelope, Reply};
+use crate::command::{Command, Reply};
 use crate::error::{DomainError, QuotaKind};
 use crate::machine::State;
 use crate::model::Actor;
@@ -70,9 +71,9 @@ impl State {
 
     /// Whether `caller` may send `command` now under its quotas, stamped
     /// `now_ms`, while `in_flight` of its writes are proposed but not yet
-    /// applied (the serving leader's count; 0 at apply). The edge runs it
-    /// before proposing, so a refused write costs no log entry; `apply`
-    /// runs it again ([`State::charge_quota`]) and that answer counts.
+    /// applied (the serving leader's count; 0 at apply). The last step of
+    /// [`State::admit`]: the edge asks it before proposing, so a refused
+    /// write costs no log entry; `apply` asks it again and that answer counts.
     ///
     /// A count quota is checked first (it is not cured by waiting), then
     /// the write rate. A retry of a request the dedup table remembers is
@@ -116,22 +117,14 @@ impl State {
         })
     }
 
-    /// [`State::check_quota`] at the command's log position, and one token
-    /// from its principal's write bucket when it passes (a write refused
-    /// later for another reason still cost its log entry). Called by
-    /// `apply` right after authorization; a replay the dedup table answers
-    /// costs nothing.
-    pub(super) fn charge_quota(&mut self, envelope: &Envelope) -> Result<(), DomainError> {
-        let caller = envelope.caller.as_ref();
-        let request_id = envelope.request_id.as_deref();
-        self.check_quota(caller, request_id, &envelope.command, self.clock_ms, 0)?;
-        let Some(caller) = caller else { return Ok(()) };
-        if self.quota_cost(&envelope.command).is_some()
-            && !self.remembers(request_id, &caller.principal, &envelope.command)
-        {
+    /// Takes one token from the write bucket of the principal of a write
+    /// `apply` admitted (a write refused later for another reason still cost
+    /// its log entry). A replay the dedup table answers costs nothing.
+    pub(super) fn charge_quota(&mut self, caller: Option<&Caller>, request_id: Option<&str>, command: &Command) {
+        let Some(caller) = caller else { return };
+        if self.quota_cost(command).is_some() && !self.remembers(request_id, &caller.principal, command) {
             self.quotas.charge(&caller.principal, self.clock_ms);
         }
-        Ok(())
     }
 
     /// `SetQuota`: changes `subject`'s limits and records `quota.set`, by
@@ -142,7 +135,6 @@ impl State {
         change: &QuotaChange,
         principal: Option<&Principal>,
     ) -> Result<Reply, DomainError> {
-        crate::precheck::set_quota(subject, change)?;
         let limits = self.quotas.set(subject, change)?;
         let kind = EventKind::QuotaSet {
             principal: subject.clone(),

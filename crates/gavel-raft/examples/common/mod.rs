@@ -37,6 +37,7 @@ pub async fn single_node(dir: &Path) -> RaftNode {
             addr: "127.0.0.1:1".into(),
             data_dir: dir.to_path_buf(),
             timings: RaftTimings::default(),
+            #[cfg(feature = "mutants")]
             planted: Default::default(),
             peer_tls: None,
         },

@@ -117,7 +117,7 @@ pub(crate) type ThreadExited = oneshot::Receiver<()>;
 
 impl Durability {
     /// Starts the fsync thread for the sled database in `sled_dir` (or,
-    /// with [`Threading::Inline`], none). Its exit signal also waits for
+    /// inline, the simulator's threading, none). Its exit signal also waits for
     /// `wal_writer`, the log's writer thread.
     pub(crate) fn start(
         db: sled::Db,
@@ -128,7 +128,7 @@ impl Durability {
         let data_file = File::open(sled_dir.join("db"))?;
         let blobs = BlobSyncer::new(sled_dir.join("blobs"));
         let (exited_tx, exited_rx) = oneshot::channel();
-        if threading == Threading::Inline {
+        if threading.is_inline() {
             let inline = InlineSyncer {
                 state: Mutex::new(Some((db, data_file, blobs))),
                 exited: Mutex::new(Some(exited_tx)),

@@ -1,5 +1,6 @@
 //! Planted bug `early-ack` (switched on by `PlantedLogBugs::early_ack`,
-//! which a shell built with the `mutants` feature sets from `GAVEL_MUTANT`):
+//! which a shell built with the `mutants` feature sets from `GAVEL_MUTANT`;
+//! compiled only with this crate's feature `mutants`):
 //! log appends are acknowledged at once and written to the log only
 //! [`WRITE_DELAY`] later, like a write-back cache that acknowledges before
 //! the data is stable. Until then the entries live in this overlay, which
@@ -44,6 +45,7 @@ impl Overlay {
         }
         let overlay = self.clone();
         match threading {
+            #[cfg(feature = "sim")]
             Threading::Inline => {
                 tokio::spawn(async move {
                     tokio::time::sleep(WRITE_DELAY).await;

@@ -59,6 +59,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, io::Error> {
         let entries = self.shared.wal.entries(&range).map_err(read_error)?;
+        #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             let mut merged: std::collections::BTreeMap<u64, Entry> =
                 entries.into_iter().map(|entry| (entry.log_id.index, entry)).collect();
@@ -100,6 +101,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let (last_purged_log_id, last_log_id) = self.shared.wal.log_state();
+        #[cfg(feature = "mutants")]
         let last_log_id = match self.shared.early_ack.as_ref().and_then(|early_ack| early_ack.last()) {
             Some(entry) if Some(entry.log_id) > last_log_id => Some(entry.log_id),
             _ => last_log_id,
@@ -120,6 +122,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // and takes a saved vote to mean they are durable too.
         let wal = self.shared.wal.clone();
         let vote = *vote;
+        #[cfg(feature = "sim")]
         self.shared.wait_for_disk().await;
         self.shared
             .threading
@@ -164,6 +167,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             // Planted bug: acknowledge at once, write later (see early_ack.rs).
             early_ack.append(self.shared.wal.clone(), entries.into_iter().collect(), self.shared.threading);
@@ -182,8 +186,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let done: Done = Box::new(move |result| callback.io_completed(result.map_err(io::Error::other)));
         // A slow simulated disk: the entries are written (and acknowledged)
         // only after its latency, in simulated time.
+        #[cfg(feature = "sim")]
         self.shared.wait_for_disk().await;
         self.shared.wal.append(entries.into_iter().collect(), Some(done)).map_err(write_error)?;
+        #[cfg(feature = "sim")]
         self.shared.crash_point(crate::io::CrashPoint::LogAppended).await;
         Ok(())
     }
@@ -192,6 +198,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // openraft 0.10 names the last entry to keep (none: keep nothing);
         // the WAL removes from an index on.
         let from = last_kept.map_or(0, |log_id| log_id.index + 1);
+        #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             early_ack.truncate(from);
         }
@@ -199,6 +206,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // them back next to the entries that replace them. Truncation is rare
         // (only after a leader change), so the wait costs nothing overall.
         let (done, durable) = reply_when_done();
+        #[cfg(feature = "sim")]
         self.shared.wait_for_disk().await;
         self.shared.wal.truncate(from, Some(done)).map_err(write_error)?;
         match durable.await {
@@ -208,6 +216,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        #[cfg(feature = "mutants")]
         if let Some(early_ack) = &self.shared.early_ack {
             early_ack.purge(log_id.index);
         }

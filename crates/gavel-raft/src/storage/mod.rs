@@ -71,6 +71,7 @@
 #![allow(clippy::result_large_err)]
 
 mod durability;
+#[cfg(feature = "mutants")]
 mod early_ack;
 mod log_store;
 pub(crate) mod snapshot_file;
@@ -94,10 +95,15 @@ pub(crate) use state_machine::{request_snapshots, StateMachineStore};
 
 use crate::application::Application;
 use crate::limits::{SLED_CACHE_BYTES, SLED_SEGMENT_BYTES};
-use crate::typ::{LogId, SnapshotMeta};
+use crate::typ::{LeaderId, LogId, Node, NodeId, SnapshotMeta, TypeConfig};
 use crate::RaftError;
 use durability::Durability;
 use wal::Wal;
+
+/// The running Raft instance, with its state machine type.
+pub(crate) type Raft = openraft::Raft<TypeConfig, StateMachineStore>;
+/// A snapshot: metadata plus a handle to the file of the application's bytes.
+pub(crate) type Snapshot = openraft::Snapshot<LeaderId, NodeId, Node, SnapshotData>;
 
 const COMMITTED_KEY: &[u8] = b"committed";
 const SNAPSHOT_META_KEY: &[u8] = b"meta";
@@ -129,13 +135,16 @@ pub(crate) struct Shared {
     /// simulator ([`crate::io`]).
     threading: wal::Threading,
     /// The simulated disk, whose latency appends, truncations and vote
-    /// writes wait for (`None` in production).
+    /// writes wait for (`None` when simulated IO left it out).
+    #[cfg(feature = "sim")]
     sim_disk: Option<crate::io::SimDisk>,
     /// Where snapshots built and installed are counted, if anywhere
     /// ([`crate::RaftIo::counting_snapshots`]).
+    #[cfg(feature = "sim")]
     snapshot_counts: Option<crate::io::SnapshotCounts>,
     /// The planted bug `early-ack`, when planted: entries acknowledged but
     /// not yet written.
+    #[cfg(feature = "mutants")]
     early_ack: Option<Arc<early_ack::Overlay>>,
 }
 
@@ -226,23 +235,23 @@ pub(crate) fn wal_dir(data_dir: &Path) -> PathBuf {
 }
 
 /// Opens (or creates) the store in `data_dir` and restores the application
-/// from the last snapshot; `plant_early_ack` plants the bug `early-ack`.
-/// Blocking: call from a blocking context.
-pub(crate) fn open(
-    data_dir: &Path,
-    app: Arc<dyn Application>,
-    plant_early_ack: bool,
-) -> Result<OpenedStorage, RaftError> {
-    let planted = crate::config::PlantedLogBugs { early_ack: plant_early_ack, ..Default::default() };
-    open_with(data_dir, app, planted, &crate::io::RaftIo::default())
+/// from the last snapshot. Blocking: call from a blocking context.
+pub(crate) fn open(data_dir: &Path, app: Arc<dyn Application>) -> Result<OpenedStorage, RaftError> {
+    open_with(
+        data_dir,
+        app,
+        #[cfg(feature = "mutants")]
+        crate::config::PlantedLogBugs::default(),
+        &crate::io::RaftIo::default(),
+    )
 }
 
-/// [`open`] on the IO `io` gives: the log's disk and who writes it, with
-/// the log's `planted` bugs.
+/// [`open`] on the IO `io` gives: the log's disk and who writes it (with
+/// the feature `mutants`, with the log's `planted` bugs).
 pub(crate) fn open_with(
     data_dir: &Path,
     app: Arc<dyn Application>,
-    planted: crate::config::PlantedLogBugs,
+    #[cfg(feature = "mutants")] planted: crate::config::PlantedLogBugs,
     io: &crate::io::RaftIo,
 ) -> Result<OpenedStorage, RaftError> {
     let storage_error =
@@ -274,8 +283,9 @@ pub(crate) fn open_with(
     let threading = io.threading();
     let (wal, wal_writer) = Wal::open_threaded(&wal_dir(data_dir), log_fs, segment_bytes, threading)
         .map_err(|e| RaftError::Storage(e.to_string()))?;
+    #[cfg(feature = "mutants")]
     wal.plant(planted);
-    if threading == wal::Threading::Inline {
+    if threading.is_inline() {
         // The simulator: appends are synced a moment after they are
         // written, as by the writer thread, so that a crash can lose an
         // entry the node already sent.
@@ -295,8 +305,11 @@ pub(crate) fn open_with(
         snapshot_seq: AtomicU64::new(0),
         install_fence: Arc::default(),
         threading,
+        #[cfg(feature = "sim")]
         sim_disk: io.slow_disk(),
+        #[cfg(feature = "sim")]
         snapshot_counts: io.snapshot_counts(),
+        #[cfg(feature = "mutants")]
         early_ack: planted.early_ack.then(Arc::default),
     });
     shared.tidy_snapshot_dir().map_err(|e| storage_error("cannot prepare the snapshot directory", &e))?;
@@ -305,8 +318,9 @@ pub(crate) fn open_with(
 }
 
 impl Shared {
-    /// Waits the simulated disk's latency, if it is slow (nothing in
-    /// production).
+    /// Waits the simulated disk's latency, if it is slow (the feature
+    /// `sim` only).
+    #[cfg(feature = "sim")]
     async fn wait_for_disk(&self) {
         if let Some(disk) = &self.sim_disk {
             disk.wait_latency().await;
@@ -315,7 +329,8 @@ impl Shared {
 
     /// Stops here for good when a simulated power cut is armed at `point`
     /// and this is its turn ([`crate::SimDisk::cut_power_at`]): the
-    /// simulator then crashes the node. Nothing in production.
+    /// simulator then crashes the node. The feature `sim` only.
+    #[cfg(feature = "sim")]
     async fn crash_point(&self, point: crate::io::CrashPoint) {
         if self.sim_disk.as_ref().is_some_and(|disk| disk.reached(point)) {
             std::future::pending::<()>().await;
@@ -376,4 +391,19 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::Error> {
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::Error> {
     bincode::deserialize(bytes)
+}
+
+/// What a restart would read of a simulated disk (the simulator's checks).
+#[cfg(feature = "sim")]
+impl crate::io::SimDisk {
+    /// The vote saved on this disk by the node whose data directory is
+    /// `data_dir`, if any (read as a restart would read it; call it while
+    /// no node runs on the disk, after [`SimDisk::crash`](crate::io::SimDisk::crash)).
+    /// An error is a vote file that does not check out, a sentence.
+    pub fn saved_vote(&self, data_dir: &Path) -> Result<Option<crate::VoteMark>, String> {
+        let dir = wal_dir(data_dir);
+        wal::read_saved_vote(&*self.0, &dir)
+            .map(|vote| vote.as_ref().map(crate::typ::vote_mark))
+            .map_err(|error| error.to_string())
+    }
 }

@@ -15,11 +15,13 @@ use tokio::sync::mpsc;
 
 use super::snapshot_file::{self, SnapshotData, SnapshotFile};
 use super::{encode, Shared, SNAPSHOT_FILE_KEY, SNAPSHOT_LEGACY_DATA_KEY, SNAPSHOT_META_KEY};
+use super::{Raft, Snapshot};
 use crate::application::{Application, SnapshotSource};
 use crate::batch;
+#[cfg(feature = "sim")]
 use crate::io::CrashPoint;
 use crate::limits::SNAPSHOT_STREAM_BUFFER_BYTES;
-use crate::typ::{Command, LogId, Raft, Reply, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::typ::{Command, LogId, Reply, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::RaftError;
 
 /// The state machine: the application plus the last applied log id and
@@ -232,11 +234,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             Captured::Source(source) => source,
             Captured::Checkpoint(checkpointed) => {
                 let store_bytes = checkpointed.map_err(|e| write_error(&e))?;
+                #[cfg(feature = "sim")]
                 self.shared.crash_point(CrashPoint::CheckpointWritten).await;
                 let stored = persist_snapshot(&self.shared, &self.meta, None, WriteMode::OnlyIfNewer).await?;
+                #[cfg(feature = "sim")]
                 self.shared.crash_point(CrashPoint::SnapshotStored).await;
                 crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
                 if stored {
+                    #[cfg(feature = "sim")]
                     self.shared.snapshot_counts.iter().for_each(crate::io::SnapshotCounts::count_built);
                     crate::stats::stats().count_snapshot(usize::try_from(store_bytes).unwrap_or(usize::MAX));
                     tracing::info!(
@@ -258,9 +263,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .map_err(|e| write_error(&e))?
             .map_err(|e| write_error(&e))?;
         let stored = persist_snapshot(&self.shared, &self.meta, Some(&mut file), WriteMode::OnlyIfNewer).await?;
+        #[cfg(feature = "sim")]
         self.shared.crash_point(CrashPoint::SnapshotStored).await;
         crate::stats::stats().snapshot_build.observe_duration(started.elapsed());
         if stored {
+            #[cfg(feature = "sim")]
             self.shared.snapshot_counts.iter().for_each(crate::io::SnapshotCounts::count_built);
             tracing::info!(snapshot = %self.meta, bytes = file.bytes(), took = ?started.elapsed(), "snapshot built");
         }
@@ -415,6 +422,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         match self.app.write_changes() {
                             Ok(()) => {
                                 self.stale_checkpoint = true;
+                                #[cfg(feature = "sim")]
                                 self.shared.crash_point(CrashPoint::ChangesWritten).await;
                                 tracing::debug!(
                                     log_index = entry.log_id.index,
@@ -432,6 +440,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     Reply::default()
                 }
             };
+            #[cfg(feature = "sim")]
             self.shared.crash_point(CrashPoint::Applied).await;
             if let Some(responder) = responder {
                 responder.send(reply);
@@ -492,6 +501,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .map_err(|e| refused(&e))?;
         if self.own_state {
             persist_snapshot(&self.shared, meta, Some(&mut file), WriteMode::Replace).await?;
+            #[cfg(feature = "sim")]
             self.shared.crash_point(CrashPoint::InstallStored).await;
         }
         let stored = started.elapsed();
@@ -506,6 +516,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .await
             .map_err(|e| refused(&e))?;
         restored.map_err(|e| refused(&e))?;
+        #[cfg(feature = "sim")]
         self.shared.crash_point(CrashPoint::InstallRestored).await;
         // `stored`: the received file made durable (and, for an application
         // that keeps its own state, named in sled) before the restore.
@@ -516,6 +527,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.commands.since_last = 0;
+        #[cfg(feature = "sim")]
         self.shared.snapshot_counts.iter().for_each(crate::io::SnapshotCounts::count_installed);
         // The restore ended with a durable checkpoint at the snapshot.
         self.stale_checkpoint = false;

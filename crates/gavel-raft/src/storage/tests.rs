@@ -110,7 +110,7 @@ fn without_responders(
 }
 
 fn open_with(dir: &Path, app: Arc<RecordingApp>) -> OpenedStorage {
-    open(dir, app, false).expect("open storage")
+    open(dir, app).expect("open storage")
 }
 
 /// Drops both halves of the store and waits until sled's files are closed,
@@ -323,7 +323,7 @@ async fn a_corrupt_log_makes_the_store_refuse_to_open_with_a_clear_error() {
     // A byte in the middle of the entries: durable data, not a torn tail.
     bytes[200] ^= 0x40;
     std::fs::write(&segment, &bytes).expect("write the segment");
-    match open(dir.path(), Arc::new(RecordingApp::default()), false) {
+    match open(dir.path(), Arc::new(RecordingApp::default())) {
         Err(crate::RaftError::Storage(message)) => {
             assert!(message.contains("corrupt") && message.contains("refusing to start"), "{message}");
         }
@@ -344,7 +344,7 @@ async fn a_data_directory_with_a_log_in_the_old_sled_format_is_refused() {
         db.open_tree("log").expect("log tree").insert(1u64.to_be_bytes(), b"an old entry".to_vec()).expect("insert");
         db.flush().expect("flush");
     }
-    match open(dir.path(), Arc::new(RecordingApp::default()), false) {
+    match open(dir.path(), Arc::new(RecordingApp::default())) {
         Err(crate::RaftError::Storage(message)) => assert!(message.contains("old sled format"), "{message}"),
         Err(other) => panic!("refused for the wrong reason: {other}"),
         Ok(_) => panic!("a log in the old format was ignored"),
@@ -427,7 +427,7 @@ async fn an_install_stores_the_file_before_an_application_with_its_own_state_rew
     {
         let failing = Arc::new(OwnStateApp { fail_restore: true, ..OwnStateApp::default() });
         let OpenedStorage { log_store, mut state_machine, closed } =
-            open(dir.path(), failing.clone(), false).expect("open storage");
+            open(dir.path(), failing.clone()).expect("open storage");
         let spool = super::snapshot_file::temporary_path(&super::snapshot_dir(dir.path()), "receive");
         let received = super::snapshot_file::write_bytes(spool, bytes.clone()).expect("the received file");
         let installed = state_machine.install_snapshot(&meta, SnapshotData::File(received)).await;
@@ -436,7 +436,7 @@ async fn an_install_stores_the_file_before_an_application_with_its_own_state_rew
         close(log_store, state_machine, closed).await;
     }
     let app = Arc::new(OwnStateApp::default());
-    let OpenedStorage { mut state_machine, .. } = open(dir.path(), app.clone(), false).expect("reopen storage");
+    let OpenedStorage { mut state_machine, .. } = open(dir.path(), app.clone()).expect("reopen storage");
     assert_eq!(app.snapshot(), bytes, "the start restored the received snapshot from its stored file");
     let (applied, _) = state_machine.applied_state().await.expect("applied state");
     assert_eq!(applied, meta.last_log_id);
@@ -448,6 +448,7 @@ fn open_on_sim_disk(dir: &Path, disk: &crate::io::SimDisk) -> OpenedStorage {
     super::open_with(
         dir,
         Arc::new(RecordingApp::default()),
+        #[cfg(feature = "mutants")]
         crate::config::PlantedLogBugs::default(),
         &crate::io::RaftIo::simulated(dial, disk.clone()),
     )

@@ -4,7 +4,8 @@ use gavel_core::{Approval, ApprovalFilter, ApprovalStatus, Caller, Command, Crea
 use gavel_proto::v1 as pb;
 
 use super::common::{
-    actor_or_caller, actor_out, risk_in, risk_out, side_effect_in, side_effect_out, timestamp_in, timestamp_out,
+    actor_or_caller, actor_out, risk_in, risk_out, side_effect_in, side_effect_out, status_out, timestamp_in,
+    timestamp_out,
 };
 use crate::replies::ApprovalReply;
 
@@ -30,19 +31,6 @@ fn status_named(value: i32) -> Option<ApprovalStatus> {
         Ok(pb::ApprovalStatus::Voided) => Some(ApprovalStatus::Voided),
         Ok(pb::ApprovalStatus::Unspecified) | Err(_) => None,
     }
-}
-
-/// Encodes an approval status.
-pub fn status_out(value: ApprovalStatus) -> i32 {
-    (match value {
-        ApprovalStatus::Pending => pb::ApprovalStatus::Pending,
-        ApprovalStatus::Approved => pb::ApprovalStatus::Approved,
-        ApprovalStatus::Rejected => pb::ApprovalStatus::Rejected,
-        ApprovalStatus::Cancelled => pb::ApprovalStatus::Cancelled,
-        ApprovalStatus::Expired => pb::ApprovalStatus::Expired,
-        ApprovalStatus::Consumed => pb::ApprovalStatus::Consumed,
-        ApprovalStatus::Voided => pb::ApprovalStatus::Voided,
-    }) as i32
 }
 
 /// Encodes an approval with its status as seen at read time.

@@ -1,9 +1,7 @@
 //! Actors, shared enums and timestamps.
 
 use gavel_core::limits::TIMESTAMP_MS_MAX;
-use gavel_core::{Actor, ActorKind, Caller, DomainError, ErrorCode, Risk, SideEffect};
-
-use super::approval::status_out;
+use gavel_core::{Actor, ActorKind, ApprovalStatus, Caller, DomainError, ErrorCode, Risk, SideEffect};
 use gavel_proto::v1 as pb;
 
 /// Decodes an optional caller timestamp (Unix ms).
@@ -153,4 +151,17 @@ pub fn risk_out(value: Risk) -> i32 {
 /// Empty string means "none" for optional proto3 strings that are not marked optional.
 pub fn non_empty(value: &str) -> Option<String> {
     (!value.is_empty()).then(|| value.to_string())
+}
+
+/// Encodes an approval status.
+pub fn status_out(value: ApprovalStatus) -> i32 {
+    (match value {
+        ApprovalStatus::Pending => pb::ApprovalStatus::Pending,
+        ApprovalStatus::Approved => pb::ApprovalStatus::Approved,
+        ApprovalStatus::Rejected => pb::ApprovalStatus::Rejected,
+        ApprovalStatus::Cancelled => pb::ApprovalStatus::Cancelled,
+        ApprovalStatus::Expired => pb::ApprovalStatus::Expired,
+        ApprovalStatus::Consumed => pb::ApprovalStatus::Consumed,
+        ApprovalStatus::Voided => pb::ApprovalStatus::Voided,
+    }) as i32
 }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "mutants")]
 use gavel_core::mutants::Mutant;
 use gavel_core::{Action, Approval, ApprovalFilter, State};
 use gavel_proto::v1 as pb;
@@ -42,22 +43,22 @@ impl ApprovalService for Approvals {
         let (_, extensions, message) = request.into_parts();
         let caller = caller(&extensions)?;
         let caller_now_ms = timestamp_in("callerNowMs", message.caller_now_ms).map_err(domain_status)?;
-        // An approval outside the caller's view reads as an unknown one.
+        // An approval outside the caller's view reads as an unknown one: NOT_FOUND.
         let read = |state: &State| {
             let now_ms = self.node.read_time_ms(state, caller_now_ms);
             state
-                .approval(&message.id)
-                .filter(|approval| state.may_read_approval(caller.as_ref(), approval))
+                .visible_approval(caller.as_ref(), &message.id)
                 .map(|approval| approval_read_out(state, caller.as_ref(), &approval, now_ms))
+                .map_err(domain_status)
         };
-        let approval = if self.node.plants(Mutant::StaleRead) {
+        #[cfg(feature = "mutants")]
+        if self.node.plants(Mutant::StaleRead) {
             // Planted bug: the routing layer let this call through on any
             // node, and it answers from local state without a read barrier.
-            self.node.reads.read(read)
-        } else {
-            self.node.read(caller.as_ref(), Action::ReadApprovals, read).await?
-        };
-        Ok(Response::new(pb::GetApprovalResponse { approval }))
+            return Ok(Response::new(pb::GetApprovalResponse { approval: Some(self.node.reads.read(read)?) }));
+        }
+        let approval = self.node.read(caller.as_ref(), Action::ReadApprovals, read).await??;
+        Ok(Response::new(pb::GetApprovalResponse { approval: Some(approval) }))
     }
 
     async fn decide_approval(

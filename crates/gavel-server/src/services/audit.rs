@@ -19,7 +19,7 @@ use gavel_core::limits::EVENTS_PAGE_MAX;
 use gavel_core::{Action, Command, Event, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::audit_service_server::AuditService;
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 
 use crate::convert::audit::record_event_in;
 use crate::convert::execution::event_out;
@@ -61,7 +61,7 @@ impl CursorRefusal {
                 format!("events up to cursor {dropped_to} were dropped by retention; resume from cursor {dropped_to}")
             }
         };
-        gavel_proto::error_detail::domain_status(Code::OutOfRange, "OUT_OF_RANGE", &message, Vec::new(), None, None)
+        crate::node::refusal_status(gavel_core::ErrorCode::OutOfRange, &message, None, None)
     }
 }
 
@@ -346,6 +346,7 @@ fn check_cosignature(state: &State, node_id: u64, size: u64, signature: &[u8]) -
 pub(super) mod tests {
     use super::*;
     use gavel_core::{Command, Envelope, Retention};
+    use tonic::Code;
 
     /// A state whose trail holds events 1..=`count`: one capability
     /// registration each, event `n` at time `n` seconds.

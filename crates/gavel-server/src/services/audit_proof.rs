@@ -6,23 +6,16 @@
 
 use gavel_core::limits::AUDIT_LEAVES_PAGE_MAX;
 use gavel_core::merkle::{self, Hash, ProofError};
-use gavel_core::State;
+use gavel_core::{ErrorCode, State};
 use gavel_proto::v1 as pb;
-use tonic::{Code, Status};
+use tonic::Status;
 
 /// Leaves per page when the caller asks for the server's default.
 const LEAVES_PAGE_DEFAULT: u32 = 100;
 
 /// A refused proof request, as `OUT_OF_RANGE`.
 fn out_of_range(error: &ProofError) -> Status {
-    gavel_proto::error_detail::domain_status(
-        Code::OutOfRange,
-        "OUT_OF_RANGE",
-        &error.to_string(),
-        Vec::new(),
-        None,
-        None,
-    )
+    crate::node::refusal_status(ErrorCode::OutOfRange, &error.to_string(), None, None)
 }
 
 /// `size`, or the tree's size now for 0.
@@ -119,6 +112,7 @@ pub(crate) fn leaves(state: &State, start_index: u64, limit: u32) -> pb::ListLea
 mod tests {
     use super::*;
     use crate::services::audit::tests::state_with_events;
+    use tonic::Code;
 
     fn hash(bytes: &[u8]) -> Hash {
         bytes.try_into().expect("32 bytes")

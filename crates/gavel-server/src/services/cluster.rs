@@ -4,15 +4,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use gavel_core::Action;
-use gavel_proto::error_detail::domain_status;
+use gavel_core::{Action, ErrorCode};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::cluster_service_server::ClusterService;
 use gavel_raft::limits::SNAPSHOT_CHUNK_BYTES;
 use gavel_raft::{Backup, BackupError, Role, WriteError};
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 
-use crate::node::{unavailable, write_error_status, Node};
+use crate::node::{refusal_status, unavailable, write_error_status, Node};
 use crate::routing::MEMBERSHIP_CHANGE_WAIT;
 
 /// Serves cluster status and membership.
@@ -79,11 +78,9 @@ fn refuse_removing_last_voter(node: &Node, node_id: u64) -> Result<(), Status> {
     let members = node.raft.status().members;
     let voters: Vec<u64> = members.iter().filter(|member| member.voter).map(|member| member.node_id).collect();
     if voters == [node_id] {
-        return Err(domain_status(
-            Code::FailedPrecondition,
-            "LAST_VOTER",
+        return Err(refusal_status(
+            ErrorCode::LastVoter,
             &format!("node {node_id} is the last voter; add and promote another node before removing it"),
-            Vec::new(),
             None,
             None,
         ));
@@ -106,13 +103,13 @@ enum BackupProgress {
 
 /// A refused or failed backup as a status.
 fn backup_status(error: BackupError) -> Status {
-    let (code, domain_code, retry_after_ms) = match &error {
-        BackupError::Busy => (Code::ResourceExhausted, "BACKUP_RUNNING", Some(1000)),
-        BackupError::TooLarge { .. } => (Code::FailedPrecondition, "SNAPSHOT_TOO_LARGE", None),
-        BackupError::Empty => (Code::FailedPrecondition, "FAILED_PRECONDITION", None),
-        _ => (Code::Unavailable, "UNAVAILABLE", Some(crate::node::RETRY_AFTER_MS)),
+    let (code, retry_after_ms) = match &error {
+        BackupError::Busy => (ErrorCode::BackupRunning, Some(1000)),
+        BackupError::TooLarge { .. } => (ErrorCode::SnapshotTooLarge, None),
+        BackupError::Empty => (ErrorCode::FailedPrecondition, None),
+        _ => (ErrorCode::Unavailable, Some(crate::node::RETRY_AFTER_MS)),
     };
-    domain_status(code, domain_code, &format!("backup: {error}"), Vec::new(), retry_after_ms, None)
+    refusal_status(code, &format!("backup: {error}"), retry_after_ms, None)
 }
 
 /// The header of `backup`, taken by `node`.

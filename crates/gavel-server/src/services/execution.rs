@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gavel_core::limits::WAIT_MS_MAX;
-use gavel_core::{Action, Caller, DomainError, ErrorCode, Execution};
+use gavel_core::{Action, Caller, Execution};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::execution_service_server::ExecutionService;
 use tonic::{Request, Response, Status};
@@ -52,15 +52,14 @@ impl ExecutionService for Executions {
         let execution = self
             .node
             .read(caller.as_ref(), Action::ReadExecution, |state| {
-                // An execution outside the caller's view reads as an unknown one.
+                // An execution outside the caller's view reads as an unknown one: NOT_FOUND.
                 state
-                    .execution(&message.execution_id)
-                    .filter(|execution| state.may_read_execution(caller.as_ref(), execution))
-                    .as_deref()
-                    .map(execution_out)
+                    .visible_execution(caller.as_ref(), &message.execution_id)
+                    .map(|execution| execution_out(&execution))
             })
-            .await?;
-        Ok(Response::new(pb::GetExecutionResponse { execution }))
+            .await?
+            .map_err(domain_status)?;
+        Ok(Response::new(pb::GetExecutionResponse { execution: Some(execution) }))
     }
 
     async fn wait_execution(
@@ -121,17 +120,10 @@ async fn wait_final(
     // The caller is authorized once, at that read.
     node.read(caller, Action::ReadExecution, |_| ()).await?;
     loop {
-        // An execution outside the caller's view reads as an unknown one.
-        let execution = applied.read(|state| {
-            state
-                .execution(execution_id)
-                .filter(|execution| state.may_read_execution(caller, execution))
-                .map(std::borrow::Cow::into_owned)
-        });
-        let Some(execution) = execution else {
-            let message = format!("execution {execution_id} was not found");
-            return Err(domain_status(DomainError::new(ErrorCode::NotFound, message)));
-        };
+        // An execution outside the caller's view reads as an unknown one: NOT_FOUND.
+        let execution = applied
+            .read(|state| state.visible_execution(caller, execution_id).map(std::borrow::Cow::into_owned))
+            .map_err(domain_status)?;
         if execution.state.is_final() {
             return Ok((execution, false));
         }

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use gavel_core::{Action, Command, DomainError, ErrorCode};
+use gavel_core::{Action, Command, DomainError};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::policy_service_server::PolicyService;
 use tonic::{Request, Response, Status};
@@ -106,12 +106,8 @@ impl PolicyService for Policies {
         let quorum = self
             .node
             .read(caller.as_ref(), Action::ReadApprovals, |state| {
-                let approval = state
-                    .approval(&message.approval_id)
-                    .filter(|approval| state.may_read_approval(caller.as_ref(), approval))
-                    .ok_or_else(|| {
-                        DomainError::new(ErrorCode::NotFound, format!("approval {} was not found", message.approval_id))
-                    })?;
+                // Outside the caller's view, as an unknown approval: NOT_FOUND.
+                let approval = state.visible_approval(caller.as_ref(), &message.approval_id)?;
                 Ok::<_, DomainError>(approval.quorum.as_ref().map(quorum_out))
             })
             .await?

@@ -78,11 +78,11 @@ async fn long_poll(
     queues: &[String],
     wait: Duration,
 ) -> Result<Vec<Task>, Status> {
-    gavel_core::precheck::precheck(&poll).map_err(domain_status)?;
     node.ensure_leader()?;
-    // Before waiting: a worker polling a queue it was not granted is refused
-    // whether or not work is ready there.
-    node.authorize_command(caller, &poll)?;
+    // Before waiting: a malformed poll, or a worker polling a queue it was
+    // not granted, is refused whether or not work is ready there (a poll
+    // counts against no quota: no place is held for it).
+    node.admit(caller, request_id, &poll).map_err(domain_status)?;
     let deadline = tokio::time::Instant::now() + wait;
     let mut applied = node.reads.watch();
     if let Some(tasks) = applied.read(|state| state.replayed_grants_for(request_id, caller, &poll)) {

@@ -8,7 +8,9 @@
 // - UNAVAILABLE and transport breaks are retried with the same request id,
 //   pausing at least the server's `retry_after_ms` and going to its
 //   `leader_hint`, until the retry budget is spent;
-// - every other failure is a GavelError carrying the stable domain code.
+// - every other failure is a GavelError carrying the stable domain code;
+// - a request's JSON (ijson.ts) and its actor's id (actors.ts) are refused
+//   before sending when the cluster would refuse them.
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { type DescMethod, type DescService, create } from "@bufbuild/protobuf";
@@ -25,6 +27,7 @@ import { WorkerService } from "./gen/gavel/v1/worker_pb.js";
 import { GavelError, fromAttempt, readErrorDetail, retryableAttempt } from "./errors.js";
 import { ConnectError } from "@connectrpc/connect";
 import { type JsonField, checkJsonText } from "./ijson.js";
+import { checkActors } from "./actors.js";
 import { Reachability } from "./reach.js";
 import { type DecideOptions, type VoteOptions, decide, vote } from "./decide.js";
 import type { Approval } from "./gen/gavel/v1/approval_pb.js";
@@ -278,6 +281,7 @@ function buildClient(
     if (json !== undefined) {
       checkJsonText(...json);
     }
+    checkActors(method.input, message);
     if ("requestId" in message && message.requestId === "") {
       message.requestId = newRequestId();
     }

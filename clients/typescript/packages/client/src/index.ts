@@ -3,7 +3,9 @@
 // following and safe retries (client.ts); the worker runtime (worker.ts); and
 // the canonical input hash (hash.ts); deciding and voting by an approval's
 // terms hash (decide.ts); the I-JSON check of JSON before it is
-// sent (ijson.ts).
+// sent (ijson.ts); actors written `kind:id` and the refusal of an actor id
+// that names a kind (actors.ts); every stable code, generated from the server's catalogue
+// (codes.ts).
 export {
   type ClientOptions,
   type GavelClient,
@@ -15,6 +17,8 @@ export {
 } from "./client.js";
 export { type DecideOptions, type VoteOptions } from "./decide.js";
 export { GavelError, readErrorDetail } from "./errors.js";
+export { actorIdProblem, actorText } from "./actors.js";
+export { type GavelCode, type GavelCodeClass, type GavelCodeInfo, GAVEL_CODES, isGavelCode } from "./codes.js";
 export { Code } from "@connectrpc/connect";
 export { Reachability } from "./reach.js";
 export { UnserializableInputError, canonicalJson, inputHash } from "./hash.js";

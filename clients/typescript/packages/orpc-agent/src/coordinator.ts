@@ -19,6 +19,7 @@
 import {
   type Actor as PbActor,
   ActorKind as PbActorKind,
+  actorText,
   type Approval,
   ApprovalStatus as PbStatus,
   Code,
@@ -336,6 +337,17 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
   const allowSelfApproval = options.allowSelfApproval ?? false;
   const pageSize = options.pageSize ?? 500;
   const maxListed = options.maxListed ?? 100_000;
+  /** Approval `id`, or undefined when the cluster answers NOT_FOUND (none, or not readable by this client). */
+  const readApproval = async (id: string): Promise<Approval | undefined> => {
+    try {
+      return (await client.approvals.getApproval({ id, callerNowMs: nowMs() })).approval;
+    } catch (error) {
+      if (error instanceof GavelError && error.code === "NOT_FOUND") {
+        return undefined;
+      }
+      throw error;
+    }
+  };
 
   return {
     async create(request: ApprovalRequest): Promise<ApprovalRecord> {
@@ -393,13 +405,12 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
     },
 
     async get(id: string): Promise<ApprovalRecord | null> {
-      const response = await client.approvals.getApproval({ id, callerNowMs: nowMs() });
-      return response.approval === undefined ? null : toRecord(response.approval);
+      const approval = await readApproval(id);
+      return approval === undefined ? null : toRecord(approval);
     },
 
     async terms(id: string): Promise<ApprovalTerms | null> {
-      const response = await client.approvals.getApproval({ id, callerNowMs: nowMs() });
-      const approval = response.approval;
+      const approval = await readApproval(id);
       if (approval === undefined) {
         return null;
       }
@@ -464,7 +475,7 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
         if (error instanceof GavelError) {
           if (error.code === "APPROVAL_SELF_APPROVAL") {
             throw refusal(
-              `Approval "${id}" cannot be decided by its requester "${decision.approver.id}" (self-approval is refused)`,
+              `Approval "${id}" cannot be decided by its requester ${actorText(decision.approver)} (self-approval is refused)`,
               error,
             );
           }

@@ -51,6 +51,7 @@
 mod file;
 mod record;
 mod recovery;
+#[cfg(feature = "sim")]
 mod sim_fs;
 mod vote;
 mod writer;
@@ -64,6 +65,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 pub(crate) use file::{FileSystem, RealFs, WalFile};
+#[cfg(feature = "sim")]
 pub(crate) use sim_fs::SimFs;
 
 use crate::typ::{Entry, LogId, Vote};
@@ -241,11 +243,13 @@ struct WalShared {
     /// Serializes vote writes (they share one temporary file).
     vote: Mutex<()>,
     /// The log's planted bugs, set once after opening ([`Wal::plant`]).
+    #[cfg(feature = "mutants")]
     planted: std::sync::OnceLock<crate::config::PlantedLogBugs>,
 }
 
 impl WalShared {
     /// The log's planted bugs (none until [`Wal::plant`]).
+    #[cfg(feature = "mutants")]
     fn planted(&self) -> crate::config::PlantedLogBugs {
         self.planted.get().copied().unwrap_or_default()
     }
@@ -276,10 +280,10 @@ fn parse_segment_file_name(name: &str) -> Option<u64> {
 pub(crate) struct Wal {
     shared: Arc<WalShared>,
     /// To the writer thread; `None` when the log writes inline (the
-    /// simulator's [`Threading::Inline`]).
+    /// simulator's `Threading::Inline`).
     ops: Option<mpsc::Sender<Op>>,
     /// The one writer: the writer thread's, or the caller's inline (the
-    /// simulator's [`Threading::Inline`]).
+    /// simulator's `Threading::Inline`).
     writer: Arc<Mutex<writer::Writer>>,
 }
 
@@ -308,8 +312,22 @@ pub(crate) enum Threading {
     /// A writer thread groups what is queued while it writes (group commit).
     #[default]
     Writer,
-    /// Every operation is written and synced by its caller before it returns.
+    /// Every operation is written and synced by its caller before it returns
+    /// (the simulator's IO only, cargo feature `sim`).
+    #[cfg(feature = "sim")]
     Inline,
+}
+
+impl Threading {
+    /// Whether operations run inline on their caller's thread (never
+    /// without the feature `sim`).
+    pub(crate) fn is_inline(self) -> bool {
+        match self {
+            Threading::Writer => false,
+            #[cfg(feature = "sim")]
+            Threading::Inline => true,
+        }
+    }
 }
 
 impl Wal {
@@ -339,9 +357,10 @@ impl Wal {
             fs,
             index: Mutex::new(recovered.index),
             vote: Mutex::new(()),
+            #[cfg(feature = "mutants")]
             planted: std::sync::OnceLock::new(),
         });
-        let inline = threading == Threading::Inline;
+        let inline = threading.is_inline();
         let writer = Arc::new(Mutex::new(writer::Writer::new(shared.clone(), recovered.tail, segment_bytes, inline)));
         if inline {
             return Ok((Wal { shared, ops: None, writer }, WriterThread(None)));
@@ -548,6 +567,7 @@ impl Wal {
     }
 
     /// Plants the log's bugs `planted` (the first call wins).
+    #[cfg(feature = "mutants")]
     pub(crate) fn plant(&self, planted: crate::config::PlantedLogBugs) {
         let _ = self.shared.planted.set(planted);
     }
@@ -563,6 +583,7 @@ impl Wal {
     pub(crate) fn save_vote(&self, vote: &Vote) -> Result<(), WalError> {
         let _one_at_a_time = self.shared.vote.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.wait_for_pending_writes()?;
+        #[cfg(feature = "mutants")]
         if self.shared.planted().unsynced_vote && vote::overwrite_unsynced(&*self.shared.fs, &self.shared.dir, vote)? {
             // Planted bug: the vote is granted before it is durable.
             return Ok(());
@@ -622,6 +643,7 @@ impl Wal {
 
 /// The vote saved in the log directory `dir` of `fs`, if any, read without
 /// opening the log (a simulator reads a crashed node's disk).
+#[cfg(feature = "sim")]
 pub(crate) fn read_saved_vote(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Vote>, WalError> {
     vote::read(fs, dir)
 }

@@ -2,20 +2,12 @@
 //! tail, refuse damaged durable data, and rebuild the in-memory index.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use super::file::{FileSystem, WalFile};
+use super::file::FileSystem;
 use super::record::{self, Found, Kind};
-use super::writer::{create_segment, segment_header_payload};
+use super::writer::{create_segment, segment_header_payload, Tail};
 use super::{parse_segment_file_name, segment_file_name, Index, Place, WalError};
 use crate::typ::{Entry, LogId};
-
-/// Where the writer continues.
-pub(super) struct Tail {
-    pub(super) segment: u64,
-    pub(super) file: Arc<dyn WalFile>,
-    pub(super) position: u64,
-}
 
 pub(super) struct Recovered {
     pub(super) index: Index,

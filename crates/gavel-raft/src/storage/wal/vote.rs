@@ -43,6 +43,7 @@ fn encode(vote: &Vote) -> Result<Vec<u8>, WalError> {
 /// brings the old vote back. Returns false (nothing written) when there is
 /// no saved vote of the same size to write over: the caller saves it the
 /// right way.
+#[cfg(feature = "mutants")]
 pub(super) fn overwrite_unsynced(fs: &dyn FileSystem, dir: &Path, vote: &Vote) -> Result<bool, WalError> {
     let bytes = encode(vote)?;
     let path = dir.join(VOTE_FILE);

@@ -6,7 +6,6 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use super::file::{FileSystem, WalFile};
 use super::record::{self, Kind, HEADER_BYTES};
-use super::recovery::Tail;
 use super::{segment_file_name, Done, Place, WalError, WalShared};
 use crate::typ::LogId;
 
@@ -97,7 +96,7 @@ pub(super) struct Writer {
     position: u64,
     segment_bytes: u64,
     next: Option<Preparing>,
-    /// Writing inline ([`super::Threading::Inline`]): no thread prepares the
+    /// Writing inline (`super::Threading::Inline`): no thread prepares the
     /// next segment; the rotation does.
     inline: bool,
     /// Appends are written at once and synced later ([`Writer::sync_deferred`]):
@@ -111,6 +110,13 @@ pub(super) struct Writer {
 /// The temporary name of a segment being prepared.
 pub(super) fn prepared_file_name(segment: u64) -> String {
     format!("{}.tmp", segment_file_name(segment))
+}
+
+/// Where the writer continues.
+pub(super) struct Tail {
+    pub(super) segment: u64,
+    pub(super) file: Arc<dyn WalFile>,
+    pub(super) position: u64,
 }
 
 /// The payload of a segment's header record: format version and number.
@@ -213,11 +219,11 @@ impl Writer {
     /// in order (or all of them with the error that stopped the log).
     pub(super) fn serve(&mut self, group: Vec<Op>) {
         let stopped = self.shared.lock().stopped.clone();
+        let defer = self.defer_appends && group.iter().all(|op| matches!(op, Op::Append { .. }));
         // The planted `unsynced-append` acknowledges after the write alone,
         // deferral or not.
-        let defer = self.defer_appends
-            && !self.shared.planted().unsynced_append
-            && group.iter().all(|op| matches!(op, Op::Append { .. }));
+        #[cfg(feature = "mutants")]
+        let defer = defer && !self.shared.planted().unsynced_append;
         let result = match stopped {
             Some(reason) => Err(WalError::Stopped(reason)),
             None => self.write_group(&group, !defer),
@@ -310,9 +316,10 @@ impl Writer {
         let started = std::time::Instant::now();
         self.write_out(&mut buffer)?;
         let written_at = std::time::Instant::now();
-        let skip_sync = self.shared.planted().unsynced_append || !sync;
         // Planted bug `unsynced-append`: acknowledged after the write alone.
-        if !skip_sync {
+        #[cfg(feature = "mutants")]
+        let sync = sync && !self.shared.planted().unsynced_append;
+        if sync {
             self.file.sync_data().map_err(|e| WalError::io("fdatasync of the raft log failed", &e))?;
         }
         stats.wal_append.observe_duration(written_at - started);

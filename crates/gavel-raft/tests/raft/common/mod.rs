@@ -174,6 +174,7 @@ impl TestNode {
                 addr: addr.clone(),
                 data_dir: dir.to_path_buf(),
                 timings,
+                #[cfg(feature = "mutants")]
                 planted: Default::default(),
                 peer_tls: None,
             },

@@ -731,7 +731,7 @@ export const GetApprovalRequestSchema: GenMessage<GetApprovalRequest> = /*@__PUR
  */
 export type GetApprovalResponse = Message<"gavel.v1.GetApprovalResponse"> & {
   /**
-   * The approval; absent when no approval has this id (like null in the SDKs).
+   * The approval (an unknown id is NOT_FOUND).
    *
    * @generated from field: gavel.v1.Approval approval = 1;
    */
@@ -1144,8 +1144,8 @@ export const ApprovalService: GenService<{
     output: typeof CreateApprovalResponseSchema;
   },
   /**
-   * Reads an approval; an unknown id answers with no approval rather than an
-   * error.
+   * Reads an approval. NOT_FOUND for an unknown id, and the same NOT_FOUND
+   * for an approval the caller may not read.
    *
    * @generated from rpc gavel.v1.ApprovalService.GetApproval
    */

@@ -607,7 +607,7 @@ export const GetExecutionRequestSchema: GenMessage<GetExecutionRequest> = /*@__P
  */
 export type GetExecutionResponse = Message<"gavel.v1.GetExecutionResponse"> & {
   /**
-   * The execution; absent when no execution has this id.
+   * The execution (an unknown id is NOT_FOUND).
    *
    * @generated from field: gavel.v1.Execution execution = 1;
    */
@@ -891,8 +891,8 @@ export const ExecutionService: GenService<{
     output: typeof ResumeResponseSchema;
   },
   /**
-   * Reads an execution; an unknown id answers with no execution rather than
-   * an error.
+   * Reads an execution. NOT_FOUND for an unknown id, and the same NOT_FOUND
+   * for an execution the caller may not read.
    *
    * @generated from rpc gavel.v1.ExecutionService.GetExecution
    */
