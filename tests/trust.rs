@@ -755,10 +755,13 @@ async fn bad_certificates_plaintext_and_bad_tokens_get_a_clear_error_and_others_
         }
         secure.still_serves_a_good_client().await;
     }
-    // Plaintext to a TLS node: the handshake never happens, nothing answers.
+    // Plaintext to a TLS node: the handshake never happens, no node serves
+    // the call, and the client says at once that the node speaks TLS and
+    // no CA is configured (`gavel_client`'s TLS probe, issue #40).
     let plaintext = secure.client_with(None, None);
-    let message = assert_refused(plaintext.who_am_i(pb::WhoAmIRequest {}).await, "UNAVAILABLE", "plaintext");
+    let message = assert_refused(plaintext.who_am_i(pb::WhoAmIRequest {}).await, "CONFIG", "plaintext");
     assert!(!message.contains("user:"), "no node answered plaintext: {message}");
+    assert!(message.contains("answers with TLS") && message.contains("GAVEL_CA"), "plaintext: {message}");
     secure.still_serves_a_good_client().await;
 
     // Tokens, sent over TLS without a certificate.
