@@ -282,6 +282,21 @@ pub async fn start_secure(dir: &std::path::Path) -> gavel_testkit::Cluster {
     gavel_testkit::Cluster::start(spec).await.unwrap_or_else(|error| panic!("the secure cluster starts: {error}"))
 }
 
+/// A failure of the call's transport, not an answer of the cluster: no
+/// node, a broken connection, or (as the SDK also retries) an HTTP/2
+/// stream the node reset without answering, such as a forward whose
+/// leader was killed mid-request; never one that carries a domain code.
+fn transient(status: &tonic::Status) -> bool {
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => true,
+        tonic::Code::Internal => {
+            gavel_proto::error_detail::read_domain_code(status).is_none()
+                && status.message().starts_with("h2 protocol error")
+        }
+        _ => false,
+    }
+}
+
 /// Retries a call while the cluster answers UNAVAILABLE (elections) or the
 /// connection breaks, up to [`WAIT`]. The call must carry its own request id so
 /// a retry is deduplicated.
@@ -293,12 +308,7 @@ where
     let started = Instant::now();
     loop {
         match call().await {
-            Err(status)
-                if matches!(
-                    status.code(),
-                    tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
-                ) && started.elapsed() < WAIT =>
-            {
+            Err(status) if transient(&status) && started.elapsed() < WAIT => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             other => return other,
