@@ -128,6 +128,7 @@ async fn worker_aborts_its_handler_at_the_deadline_when_the_cluster_is_gone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn workers_keep_going_after_the_leader_is_killed_and_finalize_each_execution_once() {
+    assert_eq!(gavel_client::POLL_TASKS_MAX, gavel_core::limits::POLL_TASKS_MAX, "the SDK's copy of the limit");
     let mut cluster = Cluster::start(3).await;
     let spec = pb::CapabilitySpec {
         timeout_ms: Some(3_000),
@@ -143,7 +144,9 @@ async fn workers_keep_going_after_the_leader_is_killed_and_finalize_each_executi
         let worker = Worker::builder(&all)
             .queue("echo.read")
             .worker_id(&format!("echo-{i}"))
-            .concurrency(4)
+            // Above the cluster's 64 tasks per poll: the SDK asks for at most
+            // that many (#42: a worker of concurrency 100 never took work).
+            .concurrency(100)
             .poll_wait(Duration::from_secs(1))
             .handler(|context| async move {
                 tokio::time::sleep(Duration::from_millis(20)).await;

@@ -185,7 +185,9 @@ async def test_cancel_reaches_an_async_handler_as_cancellation_and_a_sync_one_as
         {async_id: waits_forever, sync_id: waits_for_the_event},
         queues=[async_id, sync_id],
         options=worker_options,
-        concurrency=2,
+        # Above the cluster's 64 tasks per poll: the worker asks for at most
+        # that many (a worker of concurrency 100 once never took work).
+        concurrency=100,
         poll_wait=1.0,
         heartbeat_interval=0.1,
     )

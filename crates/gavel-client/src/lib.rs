@@ -75,4 +75,4 @@ pub use error::{ApprovalRefusal, Error};
 pub use gavel_proto::v1 as pb;
 pub use reach::Reachability;
 pub use tokio_util::sync::CancellationToken;
-pub use worker::{HandlerError, TaskContext, Worker, WorkerBuilder};
+pub use worker::{HandlerError, TaskContext, Worker, WorkerBuilder, POLL_TASKS_MAX};

@@ -19,6 +19,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{new_request_id, Client, ClientConfig};
+
+/// The most tasks one poll may ask for (the cluster's `POLL_TASKS_MAX`, which
+/// the SDK does not link); a worker with a higher concurrency fills its slots
+/// over several polls.
+pub const POLL_TASKS_MAX: u32 = 64;
 use crate::error::Error;
 
 /// Everything a handler knows about the attempt it runs.
@@ -239,7 +244,9 @@ impl Worker {
                 permit = permits.clone().acquire_owned() => permit.map_err(|_| Error::Config("worker closed".to_string()))?,
                 _ = shutdown.cancelled() => break 'polling,
             };
-            let max_tasks = 1 + permits.available_permits() as u32;
+            // One poll asks for at most the cluster's limit; a higher
+            // concurrency fills its slots over several polls.
+            let max_tasks = (1 + permits.available_permits() as u32).min(POLL_TASKS_MAX);
             let request = pb::PollRequest {
                 request_id: new_request_id(),
                 worker_id: worker.worker_id.clone(),

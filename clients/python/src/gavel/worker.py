@@ -53,6 +53,10 @@ _log = logging.getLogger("gavel.worker")
 #: Why a handler was stopped.
 STOP_REASONS = ("cancelled", "lease-lost", "deadline", "shutdown")
 
+#: The most tasks one poll may ask for (the cluster's ``POLL_TASKS_MAX``); a
+#: worker with a higher concurrency fills its slots over several polls.
+POLL_TASKS_MAX = 64
+
 
 @dataclass
 class Task:
@@ -222,7 +226,7 @@ class Worker:
                         request_id=new_request_id(),
                         worker_id=self.worker_id,
                         queues=self.queues,
-                        max_tasks=self.concurrency - len(self._running),
+                        max_tasks=min(POLL_TASKS_MAX, self.concurrency - len(self._running)),
                         wait_ms=int(self.poll_wait * 1000),
                     )
                 )

@@ -70,6 +70,9 @@ describe("createWorker", () => {
     const worker = createWorker({
       client: workerClient,
       queues: [capabilityId],
+      // Above the cluster's 64 tasks per poll: the SDK asks for at most that
+      // many (a worker of concurrency 100 once never took work, silently).
+      concurrency: 100,
       pollWaitMs: 1000,
       heartbeatIntervalMs: 200,
       handlers: {

@@ -97,7 +97,10 @@ export interface WorkerOptions {
   heartbeatIntervalMs?: number;
   /** How long a shutdown waits for running handlers before aborting them, ms. Default 10000. */
   shutdownGraceMs?: number;
-  /** Called with each problem the worker copes with itself (a failed poll, a refused report). */
+  /**
+   * Called with each problem the worker copes with itself (a failed poll, a
+   * refused report). Default: one `console.warn` line per problem.
+   */
   onError?: (error: unknown, context: { executionId?: string; stage: "poll" | "report" | "handler" }) => void;
 }
 
@@ -122,6 +125,18 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     signal?.addEventListener("abort", done, { once: true });
   });
 
+/**
+ * The most tasks one poll may ask for (the cluster's `POLL_TASKS_MAX`); a
+ * worker with a higher concurrency fills its slots over several polls.
+ */
+export const POLL_TASKS_MAX = 64;
+
+/** The default `onError`: a problem the worker copes with is still said. */
+function warnOfError(error: unknown, context: { executionId?: string; stage: "poll" | "report" | "handler" }): void {
+  const where = context.executionId === undefined ? context.stage : `${context.stage} of ${context.executionId}`;
+  console.warn(`gavel worker: ${where} failed: ${error instanceof Error ? error.message : String(error)}`);
+}
+
 /** Starts a worker; it runs until `shutdown()`. */
 export function createWorker(options: WorkerOptions): Worker {
   if (options.queues.length === 0) {
@@ -138,7 +153,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const client = options.client;
   // Heartbeats give up quickly: the next one is due soon anyway.
   const heartbeats = client.withOptions({ retryBudgetMs: heartbeatIntervalMs, callTimeoutMs: 2000 });
-  const onError = options.onError ?? (() => {});
+  const onError = options.onError ?? warnOfError;
 
   const stopPolling = new AbortController();
   const running = new Map<string, { controller: AbortController; finished: Promise<void> }>();
@@ -308,7 +323,7 @@ export function createWorker(options: WorkerOptions): Worker {
             requestId: newRequestId(),
             workerId,
             queues: [...options.queues],
-            maxTasks: concurrency - running.size,
+            maxTasks: Math.min(POLL_TASKS_MAX, concurrency - running.size),
             waitMs: BigInt(pollWaitMs),
           },
           { signal: stopPolling.signal },
