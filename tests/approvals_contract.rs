@@ -157,7 +157,12 @@ async fn all_events(cluster: &Cluster, via: u64) -> Vec<pb::Event> {
     loop {
         let page = retry(|| {
             let mut client = cluster.audit(via);
-            let request = pb::ListEventsRequest { after_cursor, limit: 500, execution_id: None };
+            let request = pb::ListEventsRequest {
+                after_cursor,
+                limit: 500,
+                execution_id: None,
+                ..pb::ListEventsRequest::default()
+            };
             async move { client.list_events(request).await }
         })
         .await
@@ -495,11 +500,17 @@ async fn list_filters_compose_and_pages_follow_requested_at_then_id(cluster: &Cl
         .await
         .expect("reject lst-d");
 
+    // SPEC §3's order, (requested_at, id), is the oldest-first listing; a
+    // listing that asks for no order is newest first (issue #40).
+    let newest_by_default =
+        pb::ListApprovalsRequest { capability_id: Some("list.cap".to_string()), ..pb::ListApprovalsRequest::default() };
+    assert_eq!(list_ids(cluster, nodes.follower, newest_by_default).await, ["lst-d", "lst-b", "lst-a", "lst-c"]);
     let query = |status: Option<pb::ApprovalStatus>, capability_id: Option<&str>, actor_id: Option<&str>| {
         pb::ListApprovalsRequest {
             status: status.map(|status| status as i32),
             capability_id: capability_id.map(str::to_string),
             actor_id: actor_id.map(str::to_string),
+            oldest_first: true,
             ..pb::ListApprovalsRequest::default()
         }
     };
@@ -548,7 +559,7 @@ async fn list_filters_compose_and_pages_follow_requested_at_then_id(cluster: &Cl
     loop {
         let request = pb::ListApprovalsRequest {
             limit: 3,
-            newest_first: true,
+            oldest_first: false,
             page_token: page_token.clone(),
             ..query(None, Some("list.cap"), None)
         };

@@ -85,20 +85,30 @@ enum Rpc {
     ListCapabilities,
     CreateApproval,
     GetApproval,
+    /// `WaitApproval` of the fixed approval, with no wait.
+    WaitApproval,
     DecideApproval,
     ConsumeApproval,
     ListApprovals,
     CancelApproval,
     Submit,
     Resume,
+    /// `ResumeAndWait` with no wait: the resume's rule, then the wait's.
+    ResumeAndWait,
     GetExecution,
     WaitExecution,
     CancelExecution,
+    /// `ListExecutions`, paged until the completed execution shows up or
+    /// the pages end: an execution outside the view is simply absent.
+    ListExecutions,
     ListExecutionEvents,
     Poll,
     PollIdle,
     Heartbeat,
     Report,
+    /// `ReportAndPoll` polling a queue with no ready work: the report's
+    /// rule, then the poll's.
+    ReportAndPoll,
     WatchEvents,
     ListEvents,
     GetEvent,
@@ -208,20 +218,26 @@ const TABLE: &[Row] = &[
     row(Rpc::ListCapabilities, Allowed::Anyone, false, true),
     row(Rpc::CreateApproval, Allowed::AnyOf(&[Submitter]), true, false),
     row(Rpc::GetApproval, Allowed::Reads(APPROVAL_READERS, Record::Approval), false, true),
+    row(Rpc::WaitApproval, Allowed::Reads(APPROVAL_READERS, Record::Approval), false, true),
     row(Rpc::DecideApproval, Allowed::Decides, true, true),
     row(Rpc::ConsumeApproval, Allowed::Owner(&[Submitter], Record::Approval), true, true),
     row(Rpc::ListApprovals, Allowed::Reads(APPROVAL_READERS, Record::Approval), false, true),
     row(Rpc::CancelApproval, Allowed::Owner(&[Submitter], Record::Approval), true, false),
     row(Rpc::Submit, Allowed::AnyOf(&[Submitter]), true, true),
     row(Rpc::Resume, Allowed::Owner(&[Submitter], Record::Approval), true, true),
+    // The admin may resume but not read the execution: it gets the resume's
+    // answer (wait_refused), not a refusal.
+    row(Rpc::ResumeAndWait, Allowed::Owner(&[Submitter], Record::Approval), true, true),
     row(Rpc::GetExecution, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, true),
     row(Rpc::WaitExecution, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, false),
     row(Rpc::CancelExecution, Allowed::Owner(&[Submitter], Record::Queued), true, true),
+    row(Rpc::ListExecutions, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, true),
     row(Rpc::ListExecutionEvents, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, true),
     row(Rpc::Poll, Allowed::AnyOf(&[Worker]), true, true),
     row(Rpc::PollIdle, Allowed::AnyOf(&[Worker]), true, false),
     row(Rpc::Heartbeat, Allowed::LeaseHolder, true, true),
     row(Rpc::Report, Allowed::LeaseHolder, true, false),
+    row(Rpc::ReportAndPoll, Allowed::LeaseHolder, true, true),
     row(Rpc::WatchEvents, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, true),
     row(Rpc::ListEvents, Allowed::AnyOf(&[Auditor]), false, true),
     row(Rpc::GetEvent, Allowed::AnyOf(&[Auditor]), false, false),
@@ -715,7 +731,7 @@ impl World {
         match rpc {
             Rpc::DecideApproval | Rpc::CancelApproval => target.approval_id = self.pending_approval().await,
             Rpc::ConsumeApproval => target.approval_id = self.approved_approval().await,
-            Rpc::Resume => target.approval_id = self.approval_to_resume().await,
+            Rpc::Resume | Rpc::ResumeAndWait => target.approval_id = self.approval_to_resume().await,
             // An event a caller records about an execution is its own to
             // read: recording about the fixed one would widen the views the
             // read rows check.
@@ -723,7 +739,7 @@ impl World {
                 target.execution_id = self.queued_execution("authz.queued").await;
             }
             Rpc::Poll => target.execution_id = self.queued_execution("authz.poll").await,
-            Rpc::Heartbeat | Rpc::Report => {
+            Rpc::Heartbeat | Rpc::Report | Rpc::ReportAndPoll => {
                 (target.lease_id, target.execution_id) = self.lease("authz.lease", "authz-lease").await;
             }
             Rpc::Revoke => target.subject = self.bound_subject().await,
@@ -772,6 +788,11 @@ impl World {
                 let answer = ApprovalServiceClient::new(channel).get_approval(request).await?;
                 found(answer.into_inner().approval, "the fixed approval")
             }
+            Rpc::WaitApproval => {
+                let request = pb::WaitApprovalRequest { id: target.approval_id.clone(), wait_ms: 0 };
+                let answer = ApprovalServiceClient::new(channel).wait_approval(request).await?;
+                found(answer.into_inner().approval, "the fixed approval")
+            }
             Rpc::DecideApproval => {
                 // A decision names the terms its author was shown (SPEC §13).
                 let request = pb::DecideApprovalRequest {
@@ -793,8 +814,9 @@ impl World {
                 done(ApprovalServiceClient::new(channel).consume_approval(request).await)
             }
             Rpc::ListApprovals => {
-                // The fixed approval is the oldest: first in every page that may hold it.
-                let request = pb::ListApprovalsRequest { limit: 10, ..pb::ListApprovalsRequest::default() };
+                // The fixed approval is the oldest: first in every oldest-first page that may hold it.
+                let request =
+                    pb::ListApprovalsRequest { limit: 10, oldest_first: true, ..pb::ListApprovalsRequest::default() };
                 let page = ApprovalServiceClient::new(channel).list_approvals(request).await?.into_inner();
                 let listed = page.approvals.iter().any(|approval| approval.id == target.approval_id);
                 found(listed.then_some(()), "the fixed approval in the listing")
@@ -822,6 +844,16 @@ impl World {
                 };
                 done(ExecutionServiceClient::new(channel).resume(request).await)
             }
+            Rpc::ResumeAndWait => {
+                let resume = pb::ResumeRequest {
+                    request_id,
+                    approval_id: target.approval_id.clone(),
+                    ..pb::ResumeRequest::default()
+                };
+                let request = pb::ResumeAndWaitRequest { resume: Some(resume), wait_ms: 0 };
+                let answer = ExecutionServiceClient::new(channel).resume_and_wait(request).await?;
+                found(answer.into_inner().execution, "the resumed execution")
+            }
             Rpc::GetExecution => {
                 let request = pb::GetExecutionRequest { execution_id: target.execution_id.clone() };
                 let answer = ExecutionServiceClient::new(channel).get_execution(request).await?;
@@ -839,6 +871,20 @@ impl World {
                 let request =
                     pb::CancelExecutionRequest { request_id, execution_id: target.execution_id.clone(), actor: None };
                 done(ExecutionServiceClient::new(channel).cancel_execution(request).await)
+            }
+            Rpc::ListExecutions => {
+                let mut request = pb::ListExecutionsRequest { limit: 1_000, ..pb::ListExecutionsRequest::default() };
+                let mut listed = false;
+                loop {
+                    let mut client = ExecutionServiceClient::new(channel.clone());
+                    let page = client.list_executions(request.clone()).await?.into_inner();
+                    listed |= page.executions.iter().any(|execution| execution.execution_id == target.execution_id);
+                    if listed || page.next_page_token.is_empty() {
+                        break;
+                    }
+                    request.page_token = page.next_page_token;
+                }
+                found(listed.then_some(()), "the completed execution in the listing")
             }
             Rpc::ListExecutionEvents => {
                 let request = pb::ListExecutionEventsRequest {
@@ -880,6 +926,27 @@ impl World {
                 };
                 done(WorkerServiceClient::new(channel).report(request).await)
             }
+            Rpc::ReportAndPoll => {
+                let report = pb::ReportRequest {
+                    request_id,
+                    lease_id: target.lease_id,
+                    worker_id: String::new(),
+                    outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted {
+                        output_json: "{}".into(),
+                    })),
+                };
+                let request = pb::ReportAndPollRequest {
+                    report: Some(report),
+                    queues: vec!["authz-empty".into()],
+                    max_tasks: 1,
+                    ..pb::ReportAndPollRequest::default()
+                };
+                let answer = WorkerServiceClient::new(channel).report_and_poll(request).await?.into_inner();
+                match answer.poll_failure {
+                    Some(failure) => Err(Status::internal(format!("the poll part failed: {failure:?}"))),
+                    None => found(answer.report, "the report's answer"),
+                }
+            }
             Rpc::WatchEvents => {
                 // The fixed execution's events are all written: a watcher that
                 // may read them gets the first at once, one that may not
@@ -895,7 +962,12 @@ impl World {
                 }
             }
             Rpc::ListEvents => {
-                let request = pb::ListEventsRequest { after_cursor: 0, limit: 10, execution_id: None };
+                let request = pb::ListEventsRequest {
+                    after_cursor: 0,
+                    limit: 10,
+                    execution_id: None,
+                    ..pb::ListEventsRequest::default()
+                };
                 let answer = AuditServiceClient::new(channel).list_events(request).await?;
                 nonempty(answer.into_inner().events.len(), "audit events")
             }
@@ -927,7 +999,8 @@ impl World {
                 done(AuditServiceClient::new(channel).register_note_key(request).await)
             }
             Rpc::CosignCheckpoint => {
-                let request = pb::CosignCheckpointRequest { node_id: 1, size: 1, signature: vec![7; 64] };
+                let request =
+                    pb::CosignCheckpointRequest { node_id: 1, size: 1, signature: vec![7; 64], ..Default::default() };
                 done(AuditServiceClient::new(channel).cosign_checkpoint(request).await)
             }
             Rpc::RecordEvent => {
@@ -1089,7 +1162,12 @@ impl World {
         let mut events = Vec::new();
         loop {
             let after_cursor = *self.audit_head.lock().expect("not poisoned");
-            let request = pb::ListEventsRequest { after_cursor, limit: 1_000, execution_id: None };
+            let request = pb::ListEventsRequest {
+                after_cursor,
+                limit: 1_000,
+                execution_id: None,
+                ..pb::ListEventsRequest::default()
+            };
             let page = AuditServiceClient::new(self.ops("auditor"))
                 .list_events(request)
                 .await

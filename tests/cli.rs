@@ -295,7 +295,9 @@ async fn approval_flow_through_the_cli_matches_the_golden_files() {
     check_golden("approval_approve", &normalize(&approved));
     let resumed = gavel(endpoints, &["exec", "resume", &approval_id, "--json"]).await.json();
     check_golden("exec_resume", &normalize(&resumed));
-    let again = gavel(endpoints, &["exec", "resume", &approval_id]).await;
+    // With --wait the resume and the wait are one call (ResumeAndWait),
+    // refused as the resume is.
+    let again = gavel(endpoints, &["exec", "resume", &approval_id, "--wait", "100"]).await;
     assert_eq!(again.code, 3, "{again:#?}");
     assert!(again.stderr.starts_with("error: APPROVAL_CONSUMED: "), "{again:#?}");
 
@@ -328,19 +330,56 @@ async fn approval_flow_through_the_cli_matches_the_golden_files() {
     assert_eq!(serde_json::from_str::<Value>(&timed_out.stdout).expect("execution JSON")["state"], "queued");
     assert!(timed_out.stderr.contains("still queued"), "{timed_out:#?}");
 
-    // The audit trail: everything, then a resume from the printed cursor.
+    // Executions, newest first, a page at a time (issue #40).
+    let listed = gavel(endpoints, &["exec", "list", "--json"]).await.json();
+    let ids: Vec<&str> =
+        listed["executions"].as_array().expect("executions").iter().filter_map(|e| e["executionId"].as_str()).collect();
+    assert_eq!(ids, ["ex-lookup-1", "ex-refund-1"], "{listed:#}");
+    assert_eq!(listed["nextPageToken"], Value::Null);
+    let first = gavel(endpoints, &["exec", "list", "--limit", "1"]).await;
+    assert!(first.stdout.contains("ex-lookup-1") && !first.stdout.contains("ex-refund-1"), "{first:#?}");
+    let footer = first.stdout.lines().last().expect("a footer");
+    let token = footer.strip_prefix("more: --page-token ").expect("the footer names the next page");
+    let second = gavel(endpoints, &["exec", "list", "--json", "--limit", "1", "--page-token", token]).await.json();
+    assert_eq!(second["executions"][0]["executionId"], "ex-refund-1", "{second:#}");
+    let completed =
+        gavel(endpoints, &["exec", "list", "--json", "--status", "completed", "--principal", "alice"]).await;
+    assert_eq!(completed.json()["executions"][0]["executionId"], "ex-refund-1");
+    let too_many = gavel(endpoints, &["exec", "list", "--limit", "1001"]).await;
+    assert!(too_many.stderr.contains("PAGE_SIZE_INVALID"), "{too_many:#?}");
+
+    // The audit trail: newest first, then from the printed cursor on.
     let lines = gavel(endpoints, &["audit", "tail", "--json"]).await.json_lines();
     let (last, events) = lines.split_last().expect("at least the cursor line");
     let last_cursor = last["lastCursor"].as_u64().expect("the last line carries lastCursor");
-    assert_eq!(events.last().and_then(|event| event["cursor"].as_u64()), Some(last_cursor));
+    assert_eq!(events.first().and_then(|event| event["cursor"].as_u64()), Some(last_cursor));
+    assert_eq!(last["nextPageToken"], Value::Null, "fewer events than a page");
     check_golden("audit_tail", &normalize(&Value::Array(lines.clone())));
     let after = last_cursor.to_string();
     let resumed_tail = gavel(endpoints, &["audit", "tail", "--json", "--after", &after]).await.json_lines();
-    assert_eq!(resumed_tail, vec![json!({ "lastCursor": last_cursor })], "nothing new after the last cursor");
-    let middle = events[events.len() - 2]["cursor"].as_u64().expect("cursor").to_string();
+    let nothing_new = json!({ "lastCursor": last_cursor, "nextPageToken": null });
+    assert_eq!(resumed_tail, vec![nothing_new], "nothing new after the last cursor");
+    let middle = events[1]["cursor"].as_u64().expect("cursor").to_string();
     let tail_end = gavel(endpoints, &["audit", "tail", "--json", "--after", &middle]).await.json_lines();
     assert_eq!(tail_end.len(), 2, "one event and the cursor line: {tail_end:#?}");
-    assert_eq!(tail_end[0], events[events.len() - 1]);
+    assert_eq!(tail_end[0], events[0]);
+    // Pages of three, newest first, continue with the token to the oldest.
+    let mut paged = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut args = vec!["audit", "tail", "--json", "--limit", "3"];
+        if let Some(token) = &token {
+            args.extend(["--page-token", token.as_str()]);
+        }
+        let mut page = gavel(endpoints, &args).await.json_lines();
+        let footer = page.pop().expect("the cursor line");
+        paged.extend(page);
+        match footer["nextPageToken"].as_str() {
+            Some(next) => token = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(paged, events, "pages of three are the one page of every event");
 
     // Cluster status: one row per node, one leader that every node names, and
     // (once replication has caught up) one state hash.
@@ -658,7 +697,7 @@ async fn approving_from_the_cli_binds_the_terms_the_person_was_shown() {
 
     // Every id this cluster stored is safe: --unsafe-ids lists none.
     let listed = gavel(endpoints, &["approval", "list", "--unsafe-ids", "--json"]).await.json();
-    assert_eq!(listed, json!({ "approvals": [] }));
+    assert_eq!(listed, json!({ "approvals": [], "nextPageToken": null }));
     let table = gavel(endpoints, &["approval", "list", "--unsafe-ids"]).await;
     assert_eq!(table.code, 0, "{table:#?}");
     assert!(table.stdout.is_empty() && table.stderr.contains("no approval id breaks the id rule"), "{table:#?}");

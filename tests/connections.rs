@@ -1,12 +1,15 @@
 //! Connections at process level, against a secure 3-node cluster of real
 //! `gavel node` processes: a flood of idle unauthenticated connections (raw
 //! TCP that never handshakes, and TLS without a client certificate that
-//! never calls) from twenty loopback source addresses is capped per source,
-//! closed by the authentication deadline, costs the leader no term and no
-//! legitimate call, and leaves the node's memory where it was; the per-source
-//! and overall caps refuse the connection past them at accept and count it;
-//! an idle connection is closed and its client reconnects, while a stream in
-//! flight keeps its connection.
+//! never calls) from twenty loopback source addresses is held to each
+//! source's share (the oldest evicted), closed by the authentication
+//! deadline, costs the leader no term and no legitimate call, and leaves
+//! the node's memory where it was; a full address share and a full
+//! unauthenticated pool evict their oldest and count it; an idle
+//! connection is closed and its client reconnects, while a stream in
+//! flight keeps its connection; and the fill of issue #40 (ten addresses of
+//! one /24) refuses no peer reconnecting after a SIGKILL and no client with
+//! a certificate.
 //!
 //! The test raises its own `RLIMIT_NOFILE` (it runs as root) so that it can
 //! hold the flood's sockets; the nodes inherit the raised hard limit and
@@ -37,7 +40,7 @@ const TEST_DESCRIPTORS: u64 = 65_536;
 
 /// The flood: connections per source address, and the source addresses
 /// (127.0.0.2 and up; all of 127.0.0.0/8 is loopback on Linux).
-const FLOOD_PER_SOURCE: usize = 1_000;
+const FLOOD_PER_SOURCE: usize = 600;
 const FLOOD_SOURCES: u8 = 20;
 
 /// One flood connection in this many completes a TLS handshake (without a
@@ -65,11 +68,14 @@ enum Flood {
 /// Connections opened at once by the flood.
 const FLOOD_CONCURRENCY: usize = 64;
 
-/// The flooded cluster's bounds: each source may hold 600 connections, so
-/// 400 of each source's 1,000 are refused at accept; the overall cap leaves
-/// room for the 12,000 accepted and the legitimate clients and peers.
-const FLOOD_PER_SOURCE_MAX: usize = 600;
-const FLOOD_CONNECTIONS_MAX: usize = 15_000;
+/// The flooded cluster's bounds: each source may hold 400 unauthenticated
+/// connections, so 200 of each source's 600 evict its oldest; the /24's
+/// share and the unauthenticated pool (at most half the overall cap, which
+/// the node keeps under its descriptor limit) are raised past the 8,000
+/// kept, which this test measures memory with.
+const FLOOD_PER_SOURCE_MAX: usize = 400;
+const FLOOD_CONNECTIONS_MAX: usize = 30_000;
+const FLOOD_UNAUTHENTICATED_MAX: usize = 15_000;
 
 /// The flooded cluster's authentication deadline: long enough to open the
 /// whole flood before the first connections are closed, short enough for a
@@ -221,11 +227,18 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
     // ones at a time, which the nodes' inherited limit must hold too.
     let descriptors = raise_descriptor_limit(TEST_DESCRIPTORS);
     let capped = FLOOD_SOURCES as usize * FLOOD_PER_SOURCE_MAX;
-    assert!(descriptors as usize > capped + 4_096, "RLIMIT_NOFILE {descriptors} cannot hold the flood's {capped}");
+    // The unauthenticated pool is at most half of what the node keeps under
+    // the descriptor limit it inherits.
+    assert!(
+        descriptors as usize > 2 * capped + 2_048,
+        "RLIMIT_NOFILE {descriptors} cannot hold the flood's {capped} in the unauthenticated pool"
+    );
     let flags = vec![
         format!("--auth-deadline-ms={}", FLOOD_AUTH_DEADLINE.as_millis()),
         format!("--connections-per-source-max={FLOOD_PER_SOURCE_MAX}"),
         format!("--connections-max={FLOOD_CONNECTIONS_MAX}"),
+        format!("--unauthenticated-connections-max={FLOOD_UNAUTHENTICATED_MAX}"),
+        format!("--connections-per-prefix-max={FLOOD_UNAUTHENTICATED_MAX}"),
         format!("--idle-timeout-ms={}", FLOOD_IDLE_TIMEOUT.as_millis()),
     ];
     let (cluster, metrics, _dir) = start_cluster(&flags).await;
@@ -246,6 +259,7 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
     let refused_before = scraped(&metrics[&leader], "gavel_connections_refused_total", "").await;
     let deadline_before = scraped(&metrics[&leader], "gavel_connections_closed_total", "auth_deadline").await;
     let idle_before = scraped(&metrics[&leader], "gavel_connections_closed_total", "idle").await;
+    let evicted_before = scraped(&metrics[&leader], "gavel_connections_pool_evicted_total", "").await;
     let rss_before = rss_kib(pid);
 
     // The flood, and a legitimate client calling all along: on the
@@ -349,8 +363,9 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
     .await;
     let open_peak = scraped(&metrics[&leader], "gavel_connections_open", "").await;
     let rss_peak = rss_kib(pid);
-    let closed_early =
-        scraped(&metrics[&leader], "gavel_connections_closed_total", "").await - (deadline_before + idle_before);
+    let closed_early = scraped(&metrics[&leader], "gavel_connections_closed_total", "auth_deadline").await
+        + scraped(&metrics[&leader], "gavel_connections_closed_total", "idle").await
+        - (deadline_before + idle_before);
 
     let mut not_closed = BTreeMap::<Flood, usize>::new();
     let mut latest_close = BTreeMap::<Flood, Duration>::new();
@@ -364,8 +379,10 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
         }
     }
     // Every flood connection has seen its close, so the node has counted
-    // each one it refused.
-    let refused_per_source = scraped(&metrics[&leader], "gavel_connections_refused_total", "per_source").await as usize;
+    // each one it evicted.
+    let evicted_per_source =
+        scraped(&metrics[&leader], "gavel_connections_pool_evicted_total", "share=\"address\"").await as usize;
+    let evicted = scraped(&metrics[&leader], "gavel_connections_pool_evicted_total", "").await - evicted_before;
     let health_watch_ended =
         tokio::time::timeout(WAIT, health_watch).await.expect("the health watch ends").expect("the health watch task");
     let _ = stop_legit.send(true);
@@ -389,10 +406,10 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
     // the gauge's peak also holds the legitimate client's fresh connections,
     // which its dropped channels may close themselves (not counted as closed
     // by the node), and whatever a peer redialed.
-    let flood_accepted = attempts as f64 - unconnected.load(Ordering::Relaxed) as f64 - refused;
+    let flood_accepted = attempts as f64 - unconnected.load(Ordering::Relaxed) as f64 - refused - evicted;
     println!(
-        "flood: {attempts} connections from {FLOOD_SOURCES} sources opened in {flood_opened:?}; {refused_per_source} \
-         refused per source; {flood_accepted} accepted, {accepted_at_peak} open at the peak; {closed_by_deadline} closed by the deadline and {closed_idle} by the idle timeout; \
+        "flood: {attempts} connections from {FLOOD_SOURCES} sources opened in {flood_opened:?}; {evicted_per_source} \
+         evicted per source; {flood_accepted} kept, {accepted_at_peak} open at the peak; {closed_by_deadline} closed by the deadline and {closed_idle} by the idle timeout; \
          last close after its open {latest_close:?}; RSS {rss_before} KiB before, {rss_peak} KiB at the peak \
          ({:.1} KiB per open connection), {rss_after} KiB after; {} legitimate calls served after {} retries of UNAVAILABLE; a health watch without credentials ended after {health_watch_ended:?}",
         (rss_peak.saturating_sub(rss_before)) as f64 / accepted_at_peak.max(1.0),
@@ -408,11 +425,12 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
     assert!(failures.is_empty(), "legitimate calls failed during the flood: {failures:?}");
     assert!(served.load(Ordering::Relaxed) >= 10, "the legitimate client was served throughout");
     assert!(not_closed.is_empty(), "every flood connection is closed within the deadline ({FLOOD_AUTH_DEADLINE:?} + slack): {not_closed:?} were not");
-    // Each source may hold FLOOD_PER_SOURCE_MAX; a connection closed during
-    // the flood frees a slot for a later one.
+    // Each source may hold FLOOD_PER_SOURCE_MAX; past it a new connection
+    // evicts the source's oldest, and a connection closed during the flood
+    // frees a slot for a later one.
     assert!(
-        refused_per_source + closed_early as usize >= attempts - capped,
-        "{refused_per_source} refused per source of {attempts} attempts, {capped} allowed"
+        evicted_per_source + closed_early as usize >= attempts - capped,
+        "{evicted_per_source} evicted per source of {attempts} attempts, {capped} kept"
     );
     assert!(open_peak <= (capped + 64) as f64, "at most the per-source caps were open: {open_peak}");
     // A raw connection is closed by the deadline (its handshake never ends);
@@ -424,6 +442,7 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
         "the node closed every accepted flood connection and the health watch's: \
          {closed_by_deadline} + {closed_idle} of {flood_accepted} + 1"
     );
+    assert_eq!(refused, 0.0, "no flood connection is refused at accept: the oldest are evicted");
     assert!(closed_by_deadline >= flood_accepted / 2.0, "most were raw, closed by the deadline");
     assert!(settled.is_some(), "the flood's connections are all closed");
     assert_eq!(status_after.term, term, "no election: the peers kept their connections");
@@ -434,9 +453,11 @@ async fn a_flood_of_idle_unauthenticated_connections_is_capped_closed_at_the_dea
     );
 }
 
-/// The small cluster's bounds: few enough connections to count one by one.
+/// The small cluster's bounds: few enough connections to count one by one
+/// (of 48 connections, 24 unauthenticated at most).
 const SMALL_PER_SOURCE_MAX: usize = 16;
 const SMALL_CONNECTIONS_MAX: usize = 48;
+const SMALL_UNAUTHENTICATED_MAX: usize = 24;
 const SMALL_IDLE_TIMEOUT: Duration = Duration::from_millis(1_500);
 
 /// Whether the node closed `stream`: its read ends (or fails) within `wait`.
@@ -445,21 +466,25 @@ async fn is_closed(stream: &mut TcpStream, wait: Duration) -> bool {
     matches!(tokio::time::timeout(wait, stream.read(&mut buffer)).await, Ok(Ok(0) | Err(_)))
 }
 
-/// Asserts that of `streams`, opened in order, the node closed the last
-/// `past_cap` (the ones past the `cap` cap) and kept the others open. One
-/// expected open is watched for 200 ms; one expected closed for up to
-/// `WAIT`, still well within the authentication deadline, the only other
-/// bound that closes a raw connection: on a loaded machine the node may
-/// take more than a moment to accept and close it.
-async fn assert_only_the_last_closed(streams: &mut [TcpStream], past_cap: usize, cap: &str) {
-    let first_past_cap = streams.len() - past_cap;
+/// Asserts that of `streams`, opened in order, the node closed the first
+/// `evicted` (the oldest, evicted when the `share` share was full) and kept
+/// the others open. One expected open is watched for 200 ms; one expected
+/// closed for up to `WAIT`, still well within the authentication deadline,
+/// the only other bound that closes a raw connection: on a loaded machine
+/// the node may take more than a moment to accept and close it.
+async fn assert_only_the_first_closed(streams: &mut [TcpStream], evicted: usize, share: &str) {
     let mut closed = Vec::new();
     for (n, stream) in streams.iter_mut().enumerate() {
-        let watched = if n < first_past_cap { Duration::from_millis(200) } else { WAIT };
+        let watched = if n >= evicted { Duration::from_millis(200) } else { WAIT };
         closed.push(is_closed(stream, watched).await);
     }
-    let expected: Vec<bool> = (0..closed.len()).map(|n| n >= first_past_cap).collect();
-    assert_eq!(closed, expected, "the {past_cap} past the {cap} cap, and only they, are closed at once");
+    let expected: Vec<bool> = (0..closed.len()).map(|n| n < evicted).collect();
+    assert_eq!(closed, expected, "the {evicted} oldest, and only they, are evicted when the {share} share is full");
+}
+
+/// `gavel_connections_pool_evicted_total{share}` at `addr`.
+async fn evicted_by_share(addr: &str, share: &str) -> f64 {
+    scraped(addr, "gavel_connections_pool_evicted_total", &format!("share=\"{share}\"")).await
 }
 
 /// `name{reason="..."}` on the node serving metrics at `addr`.
@@ -497,10 +522,11 @@ async fn settled_open(addr: &str, quiet: Duration) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn caps_refuse_at_accept_an_idle_connection_is_closed_and_a_stream_keeps_its_own() {
+async fn full_shares_evict_their_oldest_an_idle_connection_is_closed_and_a_stream_keeps_its_own() {
     let flags = vec![
         format!("--connections-per-source-max={SMALL_PER_SOURCE_MAX}"),
         format!("--connections-max={SMALL_CONNECTIONS_MAX}"),
+        format!("--unauthenticated-connections-max={SMALL_UNAUTHENTICATED_MAX}"),
         format!("--idle-timeout-ms={}", SMALL_IDLE_TIMEOUT.as_millis()),
         // The raw connections below are held while they are counted.
         "--auth-deadline-ms=60000".to_string(),
@@ -516,29 +542,35 @@ async fn caps_refuse_at_accept_an_idle_connection_is_closed_and_a_stream_keeps_i
     let scrape_at = metrics[&node].as_str();
     let baseline = settled_open(scrape_at, SMALL_IDLE_TIMEOUT * 2).await;
 
-    // Per source: the connections past the cap are closed at accept, the others stay.
+    // Per source: each connection past the share evicts the source's oldest.
     let mut held = Vec::new();
     for _ in 0..SMALL_PER_SOURCE_MAX + 4 {
         held.push(connect_from(loopback(2), target).await.expect("the kernel completes the TCP handshake"));
     }
     open_reaches(scrape_at, baseline + SMALL_PER_SOURCE_MAX as f64).await;
-    assert_only_the_last_closed(&mut held, 4, "per-source").await;
-    assert_eq!(by_reason(scrape_at, "gavel_connections_refused_total", "per_source").await, 4.0);
-    held.truncate(SMALL_PER_SOURCE_MAX);
+    assert_only_the_first_closed(&mut held, 4, "address").await;
+    assert_eq!(evicted_by_share(scrape_at, "address").await, 4.0);
+    held.drain(..4);
 
-    // Overall: fill the node to its cap from other sources, each under its own cap.
-    let room = SMALL_CONNECTIONS_MAX - (baseline as usize + SMALL_PER_SOURCE_MAX);
-    let mut overall = Vec::new();
+    // The pool: filled from other sources, each within its own share, its
+    // oldest (the first source's) are evicted, and nothing is refused.
+    let room = SMALL_UNAUTHENTICATED_MAX - SMALL_PER_SOURCE_MAX;
+    let mut others = Vec::new();
     for n in 0..room + 3 {
         let source = loopback(3 + (n / (SMALL_PER_SOURCE_MAX / 2)) as u8);
-        overall.push(connect_from(source, target).await.expect("the kernel completes the TCP handshake"));
+        others.push(connect_from(source, target).await.expect("the kernel completes the TCP handshake"));
     }
-    open_reaches(scrape_at, SMALL_CONNECTIONS_MAX as f64).await;
-    assert_only_the_last_closed(&mut overall, 3, "overall").await;
-    assert_eq!(by_reason(scrape_at, "gavel_connections_refused_total", "overall").await, 3.0);
-    assert_eq!(by_reason(scrape_at, "gavel_connections_refused_total", "per_source").await, 4.0);
+    open_reaches(scrape_at, baseline + SMALL_UNAUTHENTICATED_MAX as f64).await;
+    assert_only_the_first_closed(&mut held, 3, "pool").await;
+    assert_only_the_first_closed(&mut others, 0, "pool").await;
+    assert_eq!(evicted_by_share(scrape_at, "pool").await, 3.0);
+    assert_eq!(scraped(scrape_at, "gavel_connections_refused_total", "").await, 0.0);
+    assert_eq!(
+        scraped(scrape_at, "gavel_connections_pool_open", "pool=\"unauthenticated\"").await,
+        SMALL_UNAUTHENTICATED_MAX as f64
+    );
     drop(held);
-    drop(overall);
+    drop(others);
     open_reaches(scrape_at, baseline).await;
 
     // A served connection its client closes gives its slot back at once,
@@ -613,4 +645,178 @@ async fn caps_refuse_at_accept_an_idle_connection_is_closed_and_a_stream_keeps_i
 
     let status = cluster.status(leader).await.expect("the leader answers");
     assert_eq!((status.term, status.leader_id), (term, Some(leader)), "no election with a 1.5 s idle timeout");
+}
+
+/// The fill of issue #40: source addresses 127.0.0.2 to .11, all in the
+/// 127.0.0.0/24 the cluster's peers and legitimate clients (127.0.0.1) use.
+const FILL_SOURCES: u8 = 10;
+
+/// Connections each fill address tries to hold: the old per-source cap,
+/// so that the ten together try to hold more than the node's overall cap
+/// (10,000), as in the finding; they are ten times the /24's share of the
+/// unauthenticated pool (1,024 by default), so the fill keeps evicting its
+/// own oldest.
+const FILL_HELD_PER_SOURCE: usize = 1_024;
+
+/// How often each fill address opens a connection while under its
+/// `FILL_HELD_PER_SOURCE`: 1,000 connections a second in all, about what
+/// ten addresses re-dialling as a 10 s deadline closes 1,024 each made.
+const FILL_DIAL_EVERY: Duration = Duration::from_millis(10);
+
+/// One fill address: raw TCP connections to `target` that never send a
+/// byte, re-dialled as the node closes them, until `stop`. When the node
+/// comes back after it was down, the address dials back to back until it
+/// holds its `FILL_HELD_PER_SOURCE` again, so that a restarted node's pool
+/// is full as its peers reconnect.
+async fn fill_from(source: IpAddr, target: SocketAddr, stop: tokio::sync::watch::Receiver<bool>) -> u64 {
+    let held = Arc::new(Semaphore::new(FILL_HELD_PER_SOURCE));
+    let mut dials = tokio::time::interval(FILL_DIAL_EVERY);
+    dials.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut opened = 0;
+    let mut bursting = false;
+    while !*stop.borrow() {
+        if !bursting {
+            dials.tick().await;
+        }
+        let Ok(permit) = held.clone().try_acquire_owned() else {
+            bursting = false;
+            continue;
+        };
+        // The node may be down (killed and restarting): the next tick tries again.
+        let Ok(tcp) = connect_from(source, target).await else {
+            bursting = true;
+            dials.tick().await;
+            continue;
+        };
+        opened += 1;
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            tokio::select! {
+                _ = wait_closed(tcp, Instant::now(), Duration::from_secs(3_600)) => {}
+                _ = stop.wait_for(|stop| *stop) => {}
+            }
+        });
+    }
+    opened
+}
+
+/// `WhoAmI` on a fresh connection to `target` with `credentials`, as a
+/// patient client makes it: a connection evicted before its handshake
+/// ended, or a read that missed its quorum, is tried again (up to five
+/// times); returns how many tries it took.
+async fn served_on_a_fresh_connection(target: &str, credentials: &ClientTls) -> Result<usize, tonic::Status> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let fresh = tonic::transport::Endpoint::from_shared(format!("https://{target}"))
+            .expect("an endpoint")
+            .tls_config(credentials.tonic_config())
+            .expect("a TLS configuration")
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(5))
+            .connect_lazy();
+        match who_am_i(fresh).await {
+            Ok(()) => return Ok(tries),
+            Err(status) if status.code() == tonic::Code::Unavailable && tries < 5 => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(status) => return Err(status),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_of_unauthenticated_connections_from_one_prefix_refuses_no_peer_and_no_authenticated_client() {
+    let started = Instant::now();
+    raise_descriptor_limit(TEST_DESCRIPTORS);
+    // The default pools and shares, on a secured cluster.
+    let (cluster, metrics, _dir) = start_cluster(&[]).await;
+    let leader = cluster.wait_for_leader(WAIT).await.unwrap_or_else(|error| panic!("{error}"));
+    let node = cluster.ids().into_iter().find(|id| *id != leader).expect("a follower");
+    let addr = cluster.addr(node).expect("an address").to_string();
+    let target: SocketAddr = addr.parse().expect("an address");
+    let admin = cluster.credentials(&Principal::parse("user:admin").expect("a principal")).expect("credentials");
+
+    // The fill, against the follower that will be killed: the leader's Raft
+    // connections to it, and a fresh client's, go through its accept.
+    let (stop_fill, fill_stopped) = tokio::sync::watch::channel(false);
+    let fill: Vec<_> =
+        (0..FILL_SOURCES).map(|n| tokio::spawn(fill_from(loopback(2 + n), target, fill_stopped.clone()))).collect();
+    let filled = gavel_testkit::eventually(WAIT, Duration::from_millis(100), || async {
+        let evicted = scraped(&metrics[&node], "gavel_connections_pool_evicted_total", "share=\"prefix\"").await;
+        (evicted > 0.0).then_some(evicted)
+    })
+    .await;
+    assert!(filled.is_some(), "the fill reached the /24's share of the unauthenticated pool");
+    let tries_before =
+        served_on_a_fresh_connection(&addr, &admin).await.expect("a fresh client is served during the fill");
+
+    // SIGKILL and restart the filled node; writes it misses meanwhile.
+    cluster.kill(node).unwrap_or_else(|error| panic!("{error}"));
+    for n in 0..3 {
+        let principal = Principal::parse(&format!("user:missed-{n}")).expect("a principal");
+        cluster.grant(&principal, &[gavel_core::GrantName::Submitter], WAIT).await.expect("a write while it is down");
+    }
+    let leader_index = cluster.status(leader).await.expect("the leader answers").last_applied_index;
+    cluster.start_node(node).unwrap_or_else(|error| panic!("{error}"));
+    let caught_up = applied_at_least(&cluster, node, leader_index).await;
+    let evicted_at_catch_up = scraped(&metrics[&node], "gavel_connections_pool_evicted_total", "").await;
+    // Once the fill has filled the restarted node's /24 share again, the
+    // leader's connection (in the peers' pool) still carries the log.
+    let refilled = gavel_testkit::eventually(WAIT, Duration::from_millis(100), || async {
+        let evicted = scraped(&metrics[&node], "gavel_connections_pool_evicted_total", "share=\"prefix\"").await;
+        (evicted > 0.0).then_some(evicted)
+    })
+    .await
+    .unwrap_or(0.0);
+    let principal = Principal::parse("user:after-refill").expect("a principal");
+    cluster.grant(&principal, &[gavel_core::GrantName::Submitter], WAIT).await.expect("a write after the refill");
+    let leader_index_after = cluster.status(leader).await.expect("the leader answers").last_applied_index;
+    let caught_up_after = applied_at_least(&cluster, node, leader_index_after).await;
+    let tries_after =
+        served_on_a_fresh_connection(&addr, &admin).await.expect("a fresh client is served after the restart");
+    let pools: Vec<(&str, f64, f64)> = {
+        let mut pools = Vec::new();
+        for pool in ["unauthenticated", "authenticated", "peer"] {
+            let label = format!("pool=\"{pool}\"");
+            pools.push((
+                pool,
+                scraped(&metrics[&node], "gavel_connections_pool_open", &label).await,
+                scraped(&metrics[&node], "gavel_connections_pool_refused_total", &label).await,
+            ));
+        }
+        pools
+    };
+    let _ = stop_fill.send(true);
+    let mut opened = 0;
+    for source in fill {
+        opened += source.await.expect("a fill task");
+    }
+    println!(
+        "fill: {opened} connections from {FILL_SOURCES} addresses; the restarted node had evicted \
+         {evicted_at_catch_up} when it caught up, and {refilled} from its /24 once refilled; pools \
+         (open, refused) {pools:?}; a fresh client served after {tries_before} and {tries_after} tries; {:?} in all",
+        started.elapsed()
+    );
+
+    assert!(caught_up, "the restarted node's peer reconnected through the fill and it caught up");
+    assert!(refilled > 0.0, "the fill filled the restarted node's /24 share too");
+    assert!(caught_up_after, "with the share full, the leader's connection still carries the log");
+    for (pool, open, refused) in &pools {
+        assert_eq!(*refused, 0.0, "the {pool} pool refused nothing");
+        if *pool == "peer" {
+            assert!(*open >= 1.0, "the leader's connection is in the peers' pool");
+        }
+    }
+}
+
+/// Whether node `id` applies up to `index` within 15 s.
+async fn applied_at_least(cluster: &Cluster, id: u64, index: u64) -> bool {
+    gavel_testkit::eventually(Duration::from_secs(15), Duration::from_millis(100), || async {
+        let status = cluster.status(id).await?;
+        (status.last_applied_index >= index).then_some(())
+    })
+    .await
+    .is_some()
 }

@@ -162,6 +162,62 @@ fn gavel_with_env(env: &[(String, String)], args: &[&str]) -> Output {
         .expect("run gavel")
 }
 
+/// Runs `gavel ARGS...` and returns its standard output, asserting exit 0.
+fn succeeded(env: &[(String, String)], args: &[&str]) -> String {
+    let output = gavel_with_env(env, args);
+    assert_eq!(output.status.code(), Some(0), "gavel {args:?}: {output:?}");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// docs/audit.md's "An auditor's walk-through", step by step.
+fn audit_walk_through(env: &[(String, String)], dir: &Path) {
+    let started = Instant::now();
+    let file = |name: &str| dir.join(name).to_str().expect("a UTF-8 path").to_string();
+    // 1. The keys (each node's, as a log key and as its cosigner key) and a checkpoint.
+    let keys = succeeded(env, &["audit", "keys"]);
+    assert_eq!(keys.lines().count(), 6, "{keys}");
+    std::fs::write(file("cluster.keys"), &keys).expect("write the keys");
+    // The first checkpoint is published within about a second of the first events.
+    let by = Instant::now() + STARTS_WITHIN;
+    let monday = loop {
+        let checkpoint = gavel_with_env(env, &["audit", "checkpoint"]);
+        if checkpoint.status.success() || Instant::now() > by {
+            break String::from_utf8_lossy(&checkpoint.stdout).into_owned();
+        }
+        assert!(String::from_utf8_lossy(&checkpoint.stderr).contains("AUDIT_CHECKPOINT_UNSIGNED"), "{checkpoint:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let origin = monday.lines().next().expect("an origin line").to_string();
+    assert!(monday.contains(&format!("\n\n\u{2014} {origin} ")), "the log's signature: {monday}");
+    assert!(
+        monday.lines().filter(|line| line.starts_with(&format!("\u{2014} {origin}/node-"))).count() >= 2,
+        "{monday}"
+    );
+    std::fs::write(file("monday.checkpoint"), &monday).expect("write the checkpoint");
+    // More events, then a checkpoint past Monday's.
+    let record = ["audit", "record", "walk.through", "--payload", "{}"];
+    succeeded(env, &record);
+    let monday_size: u64 = monday.lines().nth(1).and_then(|size| size.parse().ok()).expect("a size");
+    let by = Instant::now() + STARTS_WITHIN;
+    while succeeded(env, &["audit", "checkpoint"]).lines().nth(1).and_then(|size| size.parse::<u64>().ok())
+        <= Some(monday_size)
+    {
+        assert!(Instant::now() < by, "no checkpoint past size {monday_size}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // 2. Export with Monday's checkpoint; 3. verify with the keys.
+    let exported =
+        succeeded(env, &["audit", "export", &file("trail.jsonl"), "--checkpoint", &file("monday.checkpoint")]);
+    assert!(exported.starts_with("exported "), "{exported}");
+    let verified = succeeded(env, &["audit", "verify", &file("trail.jsonl"), "--keys", &file("cluster.keys")]);
+    assert!(verified.starts_with("verified: ") && verified.contains("1 consistency proofs"), "{verified}");
+    // 4. Prove one event and verify the proof on its own.
+    succeeded(env, &["audit", "proof", "1", "--out", &file("event.proof")]);
+    let proven = succeeded(env, &["audit", "verify-proof", &file("event.proof"), "--keys", &file("cluster.keys")]);
+    assert!(proven.starts_with(&format!("verified: the event at cursor 1 is in {origin}'s tree of ")), "{proven}");
+    println!("the audit walk-through took {:?}", started.elapsed());
+}
+
 #[test]
 fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_node() {
     let _serial = one_at_a_time();
@@ -332,6 +388,10 @@ fn gavel_dev_prints_its_endpoints_refuses_taken_ports_and_dies_loudly_with_a_nod
     let still = gavel_with_env(&env, &["approval", "get", "standing-o-9", "--json"]);
     let still: serde_json::Value = serde_json::from_slice(&still.stdout).expect("JSON");
     assert_eq!(still["status"], "pending", "{still}");
+
+    // docs/audit.md's walk-through, as written, on this cluster: it signs
+    // like a production one (issue #41).
+    audit_walk_through(&env, dir.path());
 
     // Without the credentials the same endpoints refuse plaintext.
     let plain = gavel_with_env(&env[..1], &["cluster", "status"]);

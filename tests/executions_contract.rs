@@ -217,8 +217,12 @@ async fn list_events(cluster: &Cluster, via: u64, after_cursor: u64, execution_i
     loop {
         let page = retry(|| {
             let mut client = cluster.audit(via);
-            let request =
-                pb::ListEventsRequest { after_cursor, limit: 50, execution_id: execution_id.map(str::to_string) };
+            let request = pb::ListEventsRequest {
+                after_cursor,
+                limit: 50,
+                execution_id: execution_id.map(str::to_string),
+                ..pb::ListEventsRequest::default()
+            };
             async move { client.list_events(request).await }
         })
         .await
@@ -468,6 +472,113 @@ async fn approval_required_submit_then_resume(cluster: &Cluster, nodes: &Nodes) 
     assert_eq!(cluster.get_execution(nodes.follower, "ex-refund-2").await, None);
 }
 
+/// Issue #42: waiting for a decision, resume-and-wait and report-and-poll
+/// are single calls, through a follower as through the leader.
+async fn fewer_round_trips_wait_for_decisions_resume_and_wait_and_report_and_poll(cluster: &Cluster, nodes: &Nodes) {
+    let input = r#"{"order":"o-42","amount":7}"#;
+    let response =
+        submit(cluster, nodes.leader, submit_request("ex-rt", "payments.refund", input)).await.expect("submit");
+    let Some(pb::submit_response::Outcome::ApprovalRequired(approval)) = response.outcome else {
+        panic!("expected approval-required: {response:?}");
+    };
+    let wait_approval = |via: u64, id: String, wait_ms: u64| {
+        let mut client = cluster.approvals(via);
+        async move { client.wait_approval(pb::WaitApprovalRequest { id, wait_ms }).await.map(tonic::Response::into_inner) }
+    };
+
+    // A pending approval at the deadline comes back as it is, timed out.
+    let pending = wait_approval(nodes.leader, approval.id.clone(), 100).await.expect("wait on a pending approval");
+    assert!(pending.timed_out);
+    assert_eq!(pending.approval.expect("the approval").status, pb::ApprovalStatus::Pending as i32);
+    expect_refusal(wait_approval(nodes.leader, "apr-nowhere".into(), 100).await, Code::NotFound, "NOT_FOUND");
+
+    // A waiter wakes when the decision is applied, long before its wait_ms.
+    let waiter = tokio::spawn(wait_approval(nodes.follower, approval.id.clone(), 20_000));
+    tokio::time::sleep(Duration::from_millis(300)).await; // let the wait start (not an assertion)
+    let started = Instant::now();
+    decide(cluster, nodes.leader, &approval.id, pb::ApprovalStatus::Approved, "bob").await;
+    let decided = tokio::time::timeout(WAIT, waiter).await.expect("the wait returns").expect("task").expect("wait");
+    assert!(!decided.timed_out, "{decided:?}");
+    assert_eq!(decided.approval.expect("the approval").status, pb::ApprovalStatus::Approved as i32);
+    assert!(started.elapsed() < Duration::from_secs(10), "the wait woke on the decision");
+
+    // A pending approval that expires during the wait reads EXPIRED then: no
+    // apply marks an expiry, so the wait wakes at expires_at_ms itself.
+    let create = pb::CreateApprovalRequest {
+        request_id: request_id("create"),
+        id: "apr-rt-expiring".into(),
+        capability_id: "payments.refund".into(),
+        actor: Some(user("alice")),
+        input_json: "{}".into(),
+        expires_in_ms: Some(300),
+        risk: pb::Risk::Low as i32,
+        side_effect: pb::SideEffect::External as i32,
+        ..pb::CreateApprovalRequest::default()
+    };
+    retry(|| {
+        let mut client = cluster.approvals(nodes.leader);
+        let create = create.clone();
+        async move { client.create_approval(create).await }
+    })
+    .await
+    .expect("create an expiring approval");
+    let expired = wait_approval(nodes.leader, "apr-rt-expiring".into(), 20_000).await.expect("wait for expiry");
+    assert!(!expired.timed_out, "{expired:?}");
+    assert_eq!(expired.approval.expect("the approval").status, pb::ApprovalStatus::Expired as i32);
+
+    // Resume and wait in one call; the worker reports and polls in one call.
+    let resume = pb::ResumeRequest {
+        request_id: request_id("resume-wait"),
+        approval_id: approval.id.clone(),
+        ..pb::ResumeRequest::default()
+    };
+    let resumer = {
+        let mut client = cluster.executions(nodes.follower);
+        let request = pb::ResumeAndWaitRequest { resume: Some(resume), wait_ms: 20_000 };
+        tokio::spawn(async move { client.resume_and_wait(request).await })
+    };
+    let task = lease_one(cluster, nodes.leader, "worker-rt", "payments.refund").await;
+    assert_eq!(task.execution_id, "ex-rt");
+    // A poll part the cluster refuses (no queue) refuses the call before
+    // the report is taken: the lease is still open afterwards.
+    let report_and_poll = |report: pb::ReportRequest, queues: Vec<String>| {
+        let mut client = cluster.workers(nodes.follower);
+        let request = pb::ReportAndPollRequest { report: Some(report), queues, max_tasks: 1, ..Default::default() };
+        async move { client.report_and_poll(request).await.map(tonic::Response::into_inner) }
+    };
+    let refused = report_and_poll(completed_report(&task, r#"{"refunded":true}"#), Vec::new()).await;
+    expect_refusal(refused, Code::InvalidArgument, "INVALID_ARGUMENT");
+    heartbeat(cluster, nodes.leader, &task).await.expect("the lease survived the refused call");
+    let answer = report_and_poll(completed_report(&task, r#"{"refunded":true}"#), vec!["payments.refund".into()])
+        .await
+        .expect("report and poll");
+    assert_eq!(answer.poll_failure, None);
+    assert!(answer.tasks.is_empty(), "no other refund is queued: {:?}", answer.tasks);
+    let reported = answer.report.expect("the report's answer").execution.expect("the execution");
+    assert_eq!(state_of(&reported), pb::ExecutionState::Completed);
+    let resumed = tokio::time::timeout(WAIT, resumer).await.expect("resume-and-wait returns").expect("task");
+    let resumed = resumed.expect("resume and wait").into_inner();
+    assert!(!resumed.timed_out && !resumed.wait_refused, "{resumed:?}");
+    let execution = resumed.execution.expect("the execution");
+    assert_eq!(state_of(&execution), pb::ExecutionState::Completed);
+    let Some(pb::result_envelope::Outcome::Completed(completed)) = execution.result.and_then(|result| result.outcome)
+    else {
+        panic!("expected a completed result");
+    };
+    assert_eq!(json(&completed.output_json), json(r#"{"refunded":true}"#));
+
+    // A busy worker takes its next task with the report of the last one.
+    for n in 1..=2 {
+        submit_queued(cluster, nodes.leader, submit_request(&format!("ex-rt-next-{n}"), "wake.up", "{}")).await;
+    }
+    let first = lease_one(cluster, nodes.leader, "worker-rt", "wake.up").await;
+    let answer =
+        report_and_poll(completed_report(&first, "null"), vec!["wake.up".into()]).await.expect("report and poll");
+    assert_eq!(answer.poll_failure, None);
+    assert_eq!(answer.tasks.iter().map(|task| task.execution_id.as_str()).collect::<Vec<_>>(), ["ex-rt-next-2"]);
+    report(cluster, nodes.leader, completed_report(&answer.tasks[0], "null")).await.expect("report");
+}
+
 async fn poll_waits_for_work_and_wakes_when_it_arrives(cluster: &Cluster, nodes: &Nodes) {
     for via in [nodes.leader, nodes.follower] {
         let started = Instant::now();
@@ -713,6 +824,7 @@ async fn executions_follow_the_contract_through_leader_and_follower() {
     submit_is_idempotent_by_execution_id(&cluster, &nodes).await;
     a_leased_task_carries_everything_a_worker_needs(&cluster, &nodes).await;
     approval_required_submit_then_resume(&cluster, &nodes).await;
+    fewer_round_trips_wait_for_decisions_resume_and_wait_and_report_and_poll(&cluster, &nodes).await;
     poll_waits_for_work_and_wakes_when_it_arrives(&cluster, &nodes).await;
     a_late_report_is_refused_and_the_attempt_is_retried(&cluster, &nodes).await;
     cancellation_revokes_the_lease_and_reaches_the_worker(&cluster, &nodes).await;

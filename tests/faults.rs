@@ -123,7 +123,12 @@ async fn all_events(cluster: &Cluster, via: u64) -> Vec<pb::Event> {
     loop {
         let page = retry(|| {
             let mut client = cluster.audit(via);
-            let request = pb::ListEventsRequest { after_cursor, limit: 1000, execution_id: None };
+            let request = pb::ListEventsRequest {
+                after_cursor,
+                limit: 1000,
+                execution_id: None,
+                ..pb::ListEventsRequest::default()
+            };
             async move { client.list_events(request).await }
         })
         .await

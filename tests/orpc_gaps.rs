@@ -267,7 +267,12 @@ async fn recorded_events_are_replicated_role_checked_and_marked_with_their_princ
         let got = through.get_event(pb::GetEventRequest { cursor: recorded.cursor }).await.expect("get event");
         assert_eq!(got.event.as_ref(), Some(&recorded), "node {id}");
         let page = through
-            .list_events(pb::ListEventsRequest { after_cursor: recorded.cursor - 1, limit: 10, execution_id: None })
+            .list_events(pb::ListEventsRequest {
+                after_cursor: recorded.cursor - 1,
+                limit: 10,
+                execution_id: None,
+                ..pb::ListEventsRequest::default()
+            })
             .await
             .expect("list events");
         assert_eq!(page.events, vec![recorded.clone()], "node {id}: exactly one event, the retry appended none");
@@ -307,7 +312,12 @@ async fn recorded_events_are_replicated_role_checked_and_marked_with_their_princ
     };
     refused(agent.record_event(oversized).await, Code::InvalidArgument, "INVALID_ARGUMENT");
     let page = auditor
-        .list_events(pb::ListEventsRequest { after_cursor: recorded.cursor, limit: 100, execution_id: None })
+        .list_events(pb::ListEventsRequest {
+            after_cursor: recorded.cursor,
+            limit: 100,
+            execution_id: None,
+            ..pb::ListEventsRequest::default()
+        })
         .await
         .expect("list events");
     assert!(
@@ -373,7 +383,12 @@ async fn the_cli_records_an_application_event_and_refuses_gavels_own_types() {
     let leader = cluster.wait_for_leader().await;
     let after = cluster
         .audit(leader)
-        .list_events(pb::ListEventsRequest { after_cursor: cursor, limit: 10, execution_id: None })
+        .list_events(pb::ListEventsRequest {
+            after_cursor: cursor,
+            limit: 10,
+            execution_id: None,
+            ..pb::ListEventsRequest::default()
+        })
         .await
         .expect("list events")
         .into_inner();

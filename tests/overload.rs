@@ -563,3 +563,85 @@ async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
     cluster.check_alive().unwrap_or_else(|error| panic!("a node crashed: {error}"));
     cluster.shutdown();
 }
+
+/// The leader's proposal bound in the per-principal test: small, so that a
+/// few dozen flooding callers hold it.
+const SHED_PROPOSALS_MAX: usize = 8;
+
+/// The flooding principal's concurrent callers, each retrying its refusals.
+const HEAVY_CALLERS: usize = 48;
+
+/// How long the heavy principal floods while the light one creates.
+const SHED_WINDOW: Duration = Duration::from_secs(4);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_light_principals_writes_are_admitted_while_a_heavy_one_floods_the_leader() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
+    spec.security = Security::secure(principal("user:admin"));
+    spec.start_timeout = support::WAIT;
+    spec.status_timeout = Duration::from_secs(10);
+    let metrics: BTreeMap<u64, String> =
+        (1..=3).map(|id| (id, format!("127.0.0.1:{}", support::free_port()))).collect();
+    spec.node_args = metrics
+        .iter()
+        .map(|(id, addr)| {
+            let flags = vec![
+                format!("--metrics-listen={addr}"),
+                format!("--proposals-in-flight-max={SHED_PROPOSALS_MAX}"),
+                format!("--election-timeout-min-ms={ELECTION_TIMEOUT_MIN_MS}"),
+                format!("--election-timeout-max-ms={}", 2 * ELECTION_TIMEOUT_MIN_MS),
+            ];
+            (*id, flags)
+        })
+        .collect();
+    let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("the secure cluster starts: {error}"));
+    let (heavy, light) = (principal("user:heavy"), principal("user:light"));
+    for who in [&heavy, &light] {
+        cluster.grant(who, &[GrantName::Submitter], support::WAIT).await.unwrap_or_else(|error| panic!("{error}"));
+        cluster.set_quota(gavel_testkit::unthrottled(who)).await.unwrap_or_else(|error| panic!("{error}"));
+    }
+    let leader = cluster.wait_for_leader(support::WAIT).await.unwrap_or_else(|error| panic!("{error}"));
+    let channel_as = |who: &Principal| {
+        let tls = cluster.credentials(who).expect("credentials");
+        gavel_testkit::channel_with(cluster.addr(leader).expect("the leader"), Duration::from_secs(10), Some(&tls))
+            .expect("a channel")
+    };
+
+    // The heavy principal floods the leader; the light one creates one
+    // approval at a time and must never be refused.
+    let heavy_channel = channel_as(&heavy);
+    let until = Instant::now() + SHED_WINDOW;
+    let flood: Vec<_> = (0..HEAVY_CALLERS)
+        .map(|n| tokio::spawn(raw_client(heavy_channel.clone(), true, format!("heavy{n}"), Instant::now(), until)))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut light_client = ApprovalServiceClient::new(channel_as(&light));
+    let (mut light_created, mut light_refused) = (0, Vec::new());
+    let mut sequence = 0;
+    while Instant::now() + Duration::from_millis(500) < until {
+        sequence += 1;
+        match light_client.create_approval(create_request(&format!("apr-light-{sequence}"))).await {
+            Ok(_) => light_created += 1,
+            Err(status) => light_refused.push(format!("{:?}: {}", status.code(), status.message())),
+        }
+    }
+    let mut heavy_tally = Tally::default();
+    for caller in flood {
+        heavy_tally.merge(tokio::time::timeout(JOIN_WAIT, caller).await.expect("a caller ends").expect("a caller"));
+    }
+    let shed_heavy = support::scraped(&metrics[&leader], "gavel_overload_shed_total", "user:heavy").await;
+    let shed_light = support::scraped(&metrics[&leader], "gavel_overload_shed_total", "user:light").await;
+    println!(
+        "overload test: per principal: the light principal created {light_created} ({} refused); the heavy one \
+         {} admitted, {} refused, {shed_heavy} shed for its fair share",
+        light_refused.len(),
+        heavy_tally.acknowledged.len(),
+        heavy_tally.refused,
+    );
+    assert!(heavy_tally.refused > 0, "the heavy principal was refused: the bound was reached");
+    assert!(shed_heavy > 0.0, "the heavy principal's refusals are counted as shed, by principal");
+    assert_eq!(shed_light, 0.0);
+    assert!(light_refused.is_empty(), "the light principal's writes were all admitted: {light_refused:?}");
+    assert!(light_created >= 5, "the light principal was served throughout: {light_created}");
+}

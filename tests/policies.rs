@@ -164,7 +164,12 @@ async fn quorums_from_the_cli_and_a_vote_race_through_all_three_nodes() {
     voters.sort();
     assert_eq!(voters, ON_CALL, "three distinct votes, none twice");
     let events = AuditServiceClient::new(channel(&cluster, 3, ADMIN))
-        .list_events(pb::ListEventsRequest { after_cursor: 0, limit: 1_000, execution_id: None })
+        .list_events(pb::ListEventsRequest {
+            after_cursor: 0,
+            limit: 1_000,
+            execution_id: None,
+            ..pb::ListEventsRequest::default()
+        })
         .await
         .expect("events")
         .into_inner()

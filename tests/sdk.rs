@@ -271,7 +271,12 @@ async fn a_submit_retried_after_an_ambiguous_failure_creates_one_execution() {
     );
     let direct = Client::new(&endpoints(&cluster)).expect("client");
     let events = direct
-        .list_events(pb::ListEventsRequest { after_cursor: 0, limit: 1000, execution_id: None })
+        .list_events(pb::ListEventsRequest {
+            after_cursor: 0,
+            limit: 1000,
+            execution_id: None,
+            ..pb::ListEventsRequest::default()
+        })
         .await
         .expect("events")
         .events;

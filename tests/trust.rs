@@ -141,7 +141,12 @@ impl Secure {
             let after_cursor = events.last().map_or(0, |event: &pb::Event| event.cursor);
             let page = self
                 .admin
-                .list_events(pb::ListEventsRequest { after_cursor, limit: 500, execution_id: None })
+                .list_events(pb::ListEventsRequest {
+                    after_cursor,
+                    limit: 500,
+                    execution_id: None,
+                    ..pb::ListEventsRequest::default()
+                })
                 .await
                 .expect("the auditor reads the trail")
                 .events;

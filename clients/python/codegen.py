@@ -18,6 +18,9 @@ from pathlib import Path
 LONG_POLL_FIELDS = {
     "gavel.v1.WorkerService.Poll": "wait_ms",
     "gavel.v1.ExecutionService.WaitExecution": "timeout_ms",
+    "gavel.v1.ApprovalService.WaitApproval": "wait_ms",
+    "gavel.v1.ExecutionService.ResumeAndWait": "wait_ms",
+    "gavel.v1.WorkerService.ReportAndPoll": "wait_ms",
 }
 
 # The accessor each service gets on a client (client.approvals, ...).

@@ -93,12 +93,23 @@ impl Cluster {
     /// [`Cluster::start_with`], with extra environment variables for every
     /// node process (nodes added later get them too).
     pub async fn start_with_env(count: u64, flags: &[&str], env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with_node_flags(count, flags, env, |_| Vec::new()).await
+    }
+
+    /// [`Cluster::start_with_env`], with `node_flags(id)` added to node
+    /// `id`'s flags (a listen address of its own, say).
+    pub async fn start_with_node_flags(
+        count: u64,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        node_flags: impl Fn(u64) -> Vec<String>,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let flags: Vec<String> = flags.iter().map(|flag| flag.to_string()).collect();
         let mut spec = ClusterSpec::new(gavel_binary(), dir.path());
         spec.nodes = count;
         // Per node, so that a test can replace one node's flags (clap refuses a flag given twice).
-        spec.node_args = (1..=count).map(|id| (id, flags.clone())).collect();
+        spec.node_args = (1..=count).map(|id| (id, [flags.clone(), node_flags(id)].concat())).collect();
         spec.start_timeout = WAIT;
         spec.status_timeout = CALL_TIMEOUT;
         spec.env = env.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect();
@@ -110,7 +121,7 @@ impl Cluster {
                 id,
                 addr: processes.addr(id).expect("a placed node").to_string(),
                 data_dir: processes.data_dir(id).expect("a placed node").to_path_buf(),
-                extra_flags: flags.clone(),
+                extra_flags: [flags.clone(), node_flags(id)].concat(),
             })
             .collect();
         Cluster { processes, nodes, dir, flags }

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
@@ -24,7 +23,6 @@ from langgraph.types import Command
 
 import gavel
 from gavel.langgraph import gavel_tool_call
-from gavel.v1 import approval_pb2
 
 CAPABILITY_ID = "orders.refund.py"
 DECISION_WAIT_S = float(os.environ.get("DECISION_WAIT_S", "600"))
@@ -71,12 +69,8 @@ def main() -> int:
             approval_id = pending.value["gavel_approval_id"]
             print(f"approval required: {approval_id}", flush=True)
             print(f"an approver runs: gavel approval approve {approval_id}", flush=True)
-            deadline = time.monotonic() + DECISION_WAIT_S
-            while time.monotonic() < deadline:
-                approval = client.approvals.get_approval(id=approval_id).approval
-                if approval.status != approval_pb2.APPROVAL_STATUS_PENDING:
-                    break
-                time.sleep(0.25)
+            # Long-polls until the decision (WaitApproval): no polling loop.
+            client.wait_decision(approval_id, timeout=DECISION_WAIT_S)
             # Resume the thread: the node replays and spends the approval once.
             result = graph.invoke(Command(resume={"gavel_approval_id": approval_id}), config)
         outcome = result["outcome"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import gavel
 from gavel.v1 import approval_pb2, execution_pb2
@@ -31,22 +30,23 @@ def main() -> int:
             input_json=gavel.canonical_json({"order_id": order_id, "amount_cents": amount_cents}),
             surface="python",
         )
+        execution: execution_pb2.Execution | None = None
         if submitted.WhichOneof("outcome") == "approval_required":
             approval = submitted.approval_required
             print(f"approval required: {approval.id}", flush=True)
             print(f"an approver runs: gavel approval approve {approval.id}", flush=True)
-            deadline = time.monotonic() + DECISION_WAIT_S
-            while approval.status == approval_pb2.APPROVAL_STATUS_PENDING and time.monotonic() < deadline:
-                time.sleep(0.25)
-                approval = client.approvals.get_approval(id=approval.id).approval
+            # Long-polls until the decision (WaitApproval), then resumes and
+            # waits for the result in one call (ResumeAndWait).
+            approval = client.wait_decision(approval.id, timeout=DECISION_WAIT_S)
             if approval.status == approval_pb2.APPROVAL_STATUS_APPROVED:
-                client.executions.resume(approval_id=approval.id)
+                execution = client.resume_and_wait(approval.id, timeout=30)
             elif approval.status != approval_pb2.APPROVAL_STATUS_CONSUMED:
                 status = approval_pb2.ApprovalStatus.Name(approval.status).removeprefix("APPROVAL_STATUS_").lower()
                 print(f"approval {approval.id} is {status}; nothing was refunded", file=sys.stderr)
                 return 3
             print(f"approved; resumed {execution_id}", flush=True)
-        execution = client.wait_final(execution_id, timeout=30)
+        if execution is None:
+            execution = client.wait_final(execution_id, timeout=30)
         if execution.state != execution_pb2.EXECUTION_STATE_COMPLETED:
             state = execution_pb2.ExecutionState.Name(execution.state)
             print(f"execution {execution_id} ended {state}: {execution.result}", file=sys.stderr)

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import re
+import threading
 import time
 import uuid
 
@@ -64,6 +65,20 @@ def refusal(call: object, *args: object, **kwargs: object) -> gavel.GavelError:
     with pytest.raises(gavel.GavelError) as caught:
         call(*args, **kwargs)  # type: ignore[operator]
     return caught.value
+
+
+def test_wait_decision_returns_once_the_approval_is_decided(app: gavel.Client, bob: gavel.Client) -> None:
+    created = create(app)
+    assert app.wait_decision(created.id, timeout=0.1).status == approval_pb2.APPROVAL_STATUS_PENDING
+    seen: list[approval_pb2.Approval] = []
+    waiter = threading.Thread(target=lambda: seen.append(app.wait_decision(created.id, timeout=20)))
+    waiter.start()
+    time.sleep(0.3)  # let the wait start (not an assertion)
+    started = time.monotonic()
+    bob.decide(created.id, True)
+    waiter.join(timeout=20)
+    assert [approval.status for approval in seen] == [approval_pb2.APPROVAL_STATUS_APPROVED]
+    assert time.monotonic() - started < 10, "the wait woke on the decision"
 
 
 def test_create_returns_every_field_and_get_reads_the_same_record(app: gavel.Client) -> None:
@@ -183,7 +198,16 @@ def test_list_filters_by_status_capability_and_actor(app: gavel.Client, bob: gav
     made = [create(app, capability_id=capability_id) for _ in range(3)]
     bob.approvals.decide_approval(id=made[1].id, status=approval_pb2.APPROVAL_STATUS_REJECTED)
     listed = app.approvals.list_approvals(capability_id=capability_id).approvals
-    assert [approval.id for approval in listed] == [approval.id for approval in made]
+    assert [approval.id for approval in listed] == [approval.id for approval in reversed(made)], "newest first"
+    oldest = app.approvals.list_approvals(capability_id=capability_id, oldest_first=True).approvals
+    assert [approval.id for approval in oldest] == [approval.id for approval in made]
+    first = app.approvals.list_approvals(capability_id=capability_id, limit=2)
+    assert len(first.approvals) == 2 and first.next_page_token
+    rest = app.approvals.list_approvals(capability_id=capability_id, limit=2, page_token=first.next_page_token)
+    paged = [approval.id for approval in [*first.approvals, *rest.approvals]]
+    assert paged == [approval.id for approval in reversed(made)] and rest.next_page_token == ""
+    executions = app.executions.list_executions(limit=1)
+    assert len(executions.executions) <= 1
     rejected = app.approvals.list_approvals(
         capability_id=capability_id, status=approval_pb2.APPROVAL_STATUS_REJECTED
     ).approvals

@@ -121,6 +121,32 @@ async def test_runs_a_task_heartbeats_past_the_heartbeat_timeout_and_reports(
 
 
 @pytest.mark.asyncio(loop_scope="session")
+async def test_resume_and_wait_returns_the_final_execution_in_one_call(
+    cluster: TestCluster, app: gavel.AsyncClient, worker_options: gavel.ClientOptions
+) -> None:
+    capability_id = register(cluster, "gated", approval=capability_pb2.ApprovalPolicy(required=True, type="finance"))
+    cluster.grant("user:py-w-approver", "approver")
+
+    async def refund(task: gavel.Task) -> Any:
+        return {"refunded": task.input["cents"]}
+
+    worker = gavel.Worker({capability_id: refund}, queues=[capability_id], options=worker_options, poll_wait=1.0)
+    running = start(worker)
+    try:
+        submitted = await app.executions.submit(
+            capability_id=capability_id, input_json=gavel.canonical_json({"cents": 5}), surface="python-test"
+        )
+        approval_id = submitted.approval_required.id
+        async with gavel.AsyncClient(cluster.token_options("user:py-w-approver")) as approver:
+            await approver.decide(approval_id, True)
+        execution = await app.resume_and_wait(approval_id, timeout=20)
+    finally:
+        await stop(worker, running)
+    assert execution.state == execution_pb2.EXECUTION_STATE_COMPLETED, execution
+    assert execution.result.completed.output_json == '{"refunded":5}'
+
+
+@pytest.mark.asyncio(loop_scope="session")
 async def test_a_retry_keeps_the_idempotency_key_and_a_fatal_failure_is_not_retried(
     cluster: TestCluster, app: gavel.AsyncClient, worker_options: gavel.ClientOptions
 ) -> None:

@@ -524,7 +524,7 @@ pub struct AuditProofs {
     pub node: u64,
     /// The final tree head (`None` when it could not be read).
     pub head: Option<TreeHead>,
-    /// One consistency proof per distinct checkpoint seen (a bounded sample).
+    /// One consistency proof per distinct checkpoint seen (all of them).
     pub consistency: Vec<ConsistencyRecord>,
     /// One inclusion proof per sampled event of the final trail.
     pub inclusion: Vec<InclusionRecord>,

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt as _;
 use gavel_pki::GrantName;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
@@ -42,9 +43,13 @@ pub const EXIT_HARNESS_CRASH: i32 = 3;
 /// the nodes): often enough that heads from before every fault are recorded,
 /// rarely enough not to be part of the load.
 const CHECKPOINT_POLL: Duration = Duration::from_secs(1);
-/// At most this many distinct checkpoints seen get a consistency proof to the
-/// final head (evenly spread over the ones seen; the rest are `unknown`).
-const CONSISTENCY_SAMPLE_MAX: usize = 200;
+/// How many consistency proofs are read at once after healing: every
+/// distinct size seen gets one (hundreds in a long run), each a few hashes.
+const CONSISTENCY_READS_IN_FLIGHT: usize = 16;
+/// How long all the consistency proofs together may take to read; one not
+/// read by then is recorded as an error (the checker's `unknown`), so a
+/// stuck node cannot hold the verdict forever.
+const CONSISTENCY_READS_TIMEOUT: Duration = Duration::from_secs(120);
 /// At most this many events of the final trail get an inclusion proof
 /// (evenly spread over the trail, the first and last included).
 const INCLUSION_SAMPLE_MAX: usize = 200;
@@ -745,7 +750,12 @@ async fn final_state(
     let audit = AuditServiceClient::new(channel);
     let mut cursor = 0;
     loop {
-        let request = pb::ListEventsRequest { after_cursor: cursor, limit: 1000, execution_id: None };
+        let request = pb::ListEventsRequest {
+            after_cursor: cursor,
+            limit: 1000,
+            execution_id: None,
+            ..pb::ListEventsRequest::default()
+        };
         let page = read_with_retries(|| {
             let (mut client, request) = (audit.clone(), request.clone());
             async move { client.list_events(request).await }
@@ -807,7 +817,7 @@ fn spread<T: Clone>(items: &[T], max: usize) -> Vec<T> {
 }
 
 /// Reads the final tree head from one node, then a consistency proof from
-/// each checkpoint `seen` (a bounded sample) to it and an inclusion proof of
+/// every checkpoint `seen` to it and an inclusion proof of
 /// each sampled cursor of the final `trail` in it. Errors are recorded, not
 /// raised: the checker judges what is missing as `unknown`.
 async fn audit_proofs(
@@ -829,23 +839,38 @@ async fn audit_proofs(
     let head = head.into_inner();
     let head = TreeHead { size: head.size, root: hex::encode(&head.root) };
     let hexes = |hashes: &[Vec<u8>]| hashes.iter().map(hex::encode).collect::<Vec<_>>();
-    for old in spread(seen, CONSISTENCY_SAMPLE_MAX) {
-        let request = pb::GetConsistencyProofRequest { old_size: old.size, new_size: head.size };
-        let answer = read_with_retries(|| {
-            let mut client = audit.clone();
-            async move { client.get_consistency_proof(request).await }
-        })
-        .await;
-        proofs.consistency.push(match answer {
-            Ok(answer) => {
-                let answer = answer.into_inner();
-                ConsistencyRecord {
-                    old,
-                    proof: hexes(&answer.proof),
-                    new: Some(TreeHead { size: answer.new_size, root: hex::encode(&answer.new_root) }),
-                    error: None,
-                }
+    // One proof per distinct size (two roots of one size are a fork the
+    // checker flags; the same proof is checked against each), read
+    // concurrently under one deadline, so every checkpoint seen is judged.
+    let sizes: BTreeSet<u64> = seen.iter().map(|old| old.size).filter(|size| *size <= head.size).collect();
+    let deadline = tokio::time::Instant::now() + CONSISTENCY_READS_TIMEOUT;
+    let reads = futures::stream::iter(sizes)
+        .map(|old_size| {
+            let request = pb::GetConsistencyProofRequest { old_size, new_size: head.size };
+            let audit = audit.clone();
+            async move {
+                let read = read_with_retries(|| {
+                    let mut client = audit.clone();
+                    async move { client.get_consistency_proof(request).await }
+                });
+                let answer = match tokio::time::timeout_at(deadline, read).await {
+                    Ok(answer) => answer.map(tonic::Response::into_inner),
+                    Err(_) => Err(tonic::Status::deadline_exceeded("not read before the proofs' deadline")),
+                };
+                (old_size, answer)
             }
+        })
+        .buffer_unordered(CONSISTENCY_READS_IN_FLIGHT)
+        .collect::<std::collections::BTreeMap<u64, _>>()
+        .await;
+    for old in seen.iter().filter(|old| old.size <= head.size).cloned() {
+        proofs.consistency.push(match &reads[&old.size] {
+            Ok(answer) => ConsistencyRecord {
+                old,
+                proof: hexes(&answer.proof),
+                new: Some(TreeHead { size: answer.new_size, root: hex::encode(&answer.new_root) }),
+                error: None,
+            },
             Err(status) => ConsistencyRecord { old, proof: Vec::new(), new: None, error: Some(status.to_string()) },
         });
     }

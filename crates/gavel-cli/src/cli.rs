@@ -47,6 +47,10 @@ pub enum TopCommand {
     Console(crate::console::ConsoleArgs),
     /// Post each new pending approval its principal may read to Slack or signed webhooks.
     Notify(crate::notify::NotifyArgs),
+    /// An MCP gateway: forwards ungoverned tool calls, turns governed ones into Gavel executions (`check` validates a configuration).
+    Mcp(Box<crate::commands::mcp::McpArgs>),
+    /// A C2SP tlog-witness of audit logs: cosigns checkpoints consistent with the last it saw, refuses forks.
+    Witness(crate::witness::WitnessArgs),
     /// Approvals: list, get, approve, reject, withdraw (a vote), cancel, votes.
     Approval(ApprovalArgs),
     /// The capability registry: register, get, list.
@@ -166,6 +170,12 @@ pub struct NodeArgs {
     /// 127.0.0.1:7501. Off unless given. Metrics carry counts, never ids.
     #[arg(long, env = "GAVEL_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    /// Also serve the audit tree as C2SP tlog-tiles on the --metrics-listen
+    /// address, under /audit/, to whoever reaches it (no authentication):
+    /// `hashes` the checkpoint and hash tiles, `entries` the entry bundles
+    /// (the events) too; `off` nothing (docs/audit.md).
+    #[arg(long, env = "GAVEL_AUDIT_TILES", value_name = "WHAT", default_value = "off", requires = "metrics_listen")]
+    pub audit_tiles: gavel_server::audit_tiles::AuditTiles,
     /// Calls that propose a command this node takes at once; past it a call
     /// is refused RESOURCE_EXHAUSTED with a retry hint (docs/limits.md).
     #[arg(long, env = "GAVEL_PROPOSALS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::PROPOSALS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
@@ -196,9 +206,18 @@ pub struct NodeArgs {
     /// before their TLS handshake. Lowered to stay under RLIMIT_NOFILE.
     #[arg(long, env = "GAVEL_CONNECTIONS_MAX", default_value_t = gavel_server::limits::CONNECTIONS_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub connections_max: u64,
-    /// Connections open at once from one source IP address.
+    /// Unauthenticated connections open at once (at most half of
+    /// --connections-max); past it a new one evicts the oldest.
+    #[arg(long, env = "GAVEL_UNAUTHENTICATED_CONNECTIONS_MAX", default_value_t = gavel_server::limits::UNAUTHENTICATED_CONNECTIONS_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub unauthenticated_connections_max: u64,
+    /// Unauthenticated connections open at once from one IPv4 address; past
+    /// it a new one evicts that address's oldest.
     #[arg(long, env = "GAVEL_CONNECTIONS_PER_SOURCE_MAX", default_value_t = gavel_server::limits::CONNECTIONS_PER_SOURCE_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub connections_per_source_max: u64,
+    /// Unauthenticated connections open at once from one IPv4 /24 or IPv6
+    /// /64; past it a new one evicts that prefix's oldest.
+    #[arg(long, env = "GAVEL_CONNECTIONS_PER_PREFIX_MAX", default_value_t = gavel_server::limits::CONNECTIONS_PER_PREFIX_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub connections_per_prefix_max: u64,
     /// Cold writes (finalized records and audit events) held in memory
     /// before they are written into `cold.redb` between snapshots.
     /// Lower: less memory and more, smaller writes.
@@ -210,6 +229,12 @@ pub struct NodeArgs {
     /// must still sign for a checkpoint to be published.
     #[arg(long, env = "GAVEL_AUDIT_CHECKPOINTS", default_value_t = true, action = clap::ArgAction::Set)]
     pub audit_checkpoints: bool,
+    /// A C2SP tlog-policy file whose `witness NAME VKEY URL` lines name the
+    /// external witnesses (C2SP tlog-witness) the leader submits each
+    /// published checkpoint to; their cosignatures join the checkpoint
+    /// (docs/audit.md). Witnesses without a URL are not submitted to.
+    #[arg(long, env = "GAVEL_AUDIT_WITNESS_POLICY", value_name = "FILE")]
+    pub audit_witness_policy: Option<std::path::PathBuf>,
     /// How log lines are written to standard error: `text` for people,
     /// `json` (one object per line, with the span fields such as `trace_id`) for collectors.
     #[arg(long, env = "GAVEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -9,7 +9,8 @@
 //! during start or later (naming the node, its exit status and its log).
 //!
 //! Each node serves Prometheus metrics on plain HTTP at its gRPC port + 100
-//! (`--metrics-listen`), printed with the node.
+//! (`--metrics-listen`), printed with the node. Its nodes cosign the audit
+//! checkpoints (`--audit-checkpoints=true`), as a production cluster's do.
 //!
 //! The cluster is secure: the kit writes a development CA, node
 //! certificates, an admin client certificate (`user:admin`, the cluster's
@@ -95,6 +96,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let admin = Principal::new(PrincipalKind::User, ADMIN_ID).map_err(anyhow::Error::msg)?;
     let mut spec = ClusterSpec::new(resolve_gavel_binary(None)?, &data_dir);
     spec.args = args.timings.to_flags();
+    // A dev cluster signs like a production one (SPEC §11): each node keeps
+    // a note key and cosigns the audit checkpoints, so `gavel audit keys`,
+    // `checkpoint` and `verify --keys` work as docs/audit.md shows. (The
+    // kit's clusters default to off, to keep their logs quiet.)
+    spec.args.push("--audit-checkpoints=true".to_string());
     if args.log_format == crate::cli::LogFormat::Json {
         spec.args.push("--log-format=json".to_string());
     }

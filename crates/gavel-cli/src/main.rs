@@ -19,6 +19,7 @@ mod dev;
 mod logging;
 mod node_security;
 mod notify;
+mod witness;
 
 use std::process::ExitCode;
 
@@ -33,8 +34,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(
         cli.command,
-        TopCommand::Node(_) | TopCommand::Dev(_) | TopCommand::Console(_) | TopCommand::Notify(_)
-    );
+        TopCommand::Node(_)
+            | TopCommand::Dev(_)
+            | TopCommand::Console(_)
+            | TopCommand::Notify(_)
+            | TopCommand::Witness(_)
+    ) || matches!(&cli.command, TopCommand::Mcp(args) if args.command.is_none());
     // Operator commands keep standard error for their own messages.
     let default_filter = if serving { "info,openraft=warn" } else { "warn" };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -80,6 +85,8 @@ fn run(cli: Cli, runtime: &tokio::runtime::Runtime) -> ExitCode {
         TopCommand::Dev(args) => served(runtime.block_on(dev::run(args))),
         TopCommand::Console(args) => served(runtime.block_on(console::run(args))),
         TopCommand::Notify(args) => served(runtime.block_on(notify::run(args))),
+        TopCommand::Mcp(args) => served(runtime.block_on(commands::mcp::run(*args))),
+        TopCommand::Witness(args) => served(runtime.block_on(witness::run(args))),
         TopCommand::Approval(args) => finish(runtime.block_on(commands::approval::run(args))),
         TopCommand::Capability(args) => finish(runtime.block_on(commands::capability::run(args))),
         TopCommand::Exec(args) => finish(runtime.block_on(commands::exec::run(args))),
@@ -213,11 +220,22 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             },
             checkpoint_cold_writes: usize::try_from(args.checkpoint_cold_writes).unwrap_or(usize::MAX),
             audit_checkpoints: args.audit_checkpoints,
+            audit_witnesses: match &args.audit_witness_policy {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                    gavel_core::witness::Policy::parse(&text)
+                        .map_err(|problem| anyhow::anyhow!("{}: {problem}", path.display()))?
+                        .witnesses
+                }
+                None => Vec::new(),
+            },
             connections: gavel_server::connections::ConnectionLimits {
                 auth_deadline: std::time::Duration::from_millis(args.auth_deadline_ms),
                 idle_timeout: std::time::Duration::from_millis(args.idle_timeout_ms),
                 connections_max: connections_max_kept,
+                unauthenticated_max: usize::try_from(args.unauthenticated_connections_max).unwrap_or(usize::MAX),
                 connections_per_source_max: usize::try_from(args.connections_per_source_max).unwrap_or(usize::MAX),
+                connections_per_prefix_max: usize::try_from(args.connections_per_prefix_max).unwrap_or(usize::MAX),
             },
             ..ServerSettings::default()
         },
@@ -228,8 +246,11 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let metrics = metrics_listener.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "serving Prometheus metrics on http://{addr}/metrics");
+            if args.audit_tiles != gavel_server::audit_tiles::AuditTiles::Off {
+                tracing::info!(%addr, tiles = ?args.audit_tiles, "serving the audit tiles on http://{addr}/audit/");
+            }
         }
-        tokio::spawn(gavel_server::scrape::serve(listener, running.node.clone(), metrics_stopped))
+        tokio::spawn(gavel_server::scrape::serve(listener, running.node.clone(), args.audit_tiles, metrics_stopped))
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -442,7 +442,10 @@ impl Client {
         mutating decide_approval checking [actors::check], ApprovalServiceClient, pb::DecideApprovalRequest, pb::DecideApprovalResponse);
     rpc!(/// Spends an approved approval on one execution.
         mutating consume_approval, ApprovalServiceClient, pb::ConsumeApprovalRequest, pb::ConsumeApprovalResponse);
-    rpc!(/// Lists approvals.
+    rpc!(/// Lists approvals a page at a time: newest first unless the request
+        /// sets `oldest_first`; `limit` is the page size (0: 50, at most
+        /// 1000) and `page_token` continues from a response's
+        /// `next_page_token`.
         read list_approvals, ApprovalServiceClient, pb::ListApprovalsRequest, pb::ListApprovalsResponse);
     rpc!(/// Withdraws a pending approval.
         mutating cancel_approval, ApprovalServiceClient, pb::CancelApprovalRequest, pb::CancelApprovalResponse);
@@ -463,6 +466,12 @@ impl Client {
     rpc!(/// Cancels an execution (terminal). Its actor is checked before
         /// sending, as `create_approval`'s is.
         mutating cancel_execution checking [actors::check], ExecutionServiceClient, pb::CancelExecutionRequest, pb::CancelExecutionResponse);
+    rpc!(/// Lists the executions the caller may read a page at a time: newest
+        /// first unless the request sets `oldest_first`, filtered by state,
+        /// capability and requester; `limit` is the page size (0: 50, at
+        /// most 1000) and `page_token` continues from a response's
+        /// `next_page_token`.
+        read list_executions, ExecutionServiceClient, pb::ListExecutionsRequest, pb::ListExecutionsResponse);
     rpc!(/// Lists one execution's audit events.
         read list_execution_events, ExecutionServiceClient, pb::ListExecutionEventsRequest, pb::ListExecutionEventsResponse);
     rpc!(/// Heartbeats a lease.
@@ -470,7 +479,8 @@ impl Client {
     rpc!(/// Reports an attempt's outcome. A completed attempt's output is checked
         /// before sending, as `create_approval`'s input is.
         mutating report checking [json::check], WorkerServiceClient, pb::ReportRequest, pb::ReportResponse);
-    rpc!(/// Lists audit events after a cursor.
+    rpc!(/// Lists audit events after a cursor, in cursor order, or newest first
+        /// (`newest_first`, continued with `page_token`).
         read list_events, AuditServiceClient, pb::ListEventsRequest, pb::ListEventsResponse);
     rpc!(/// Reads the audit event at one cursor.
         read get_event, AuditServiceClient, pb::GetEventRequest, pb::GetEventResponse);
@@ -532,6 +542,59 @@ impl Client {
         self.call(wait, move |channel, timeout| {
             let request = request.clone();
             async move { ExecutionServiceClient::new(channel).wait_execution(timed(request, timeout)).await }
+        })
+        .await
+    }
+
+    /// Long-polls until the approval is no longer pending (decided,
+    /// cancelled, voided or expired) or `wait_ms` passes; `NOT_FOUND` when
+    /// there is none the caller may read.
+    pub async fn wait_approval(&self, request: pb::WaitApprovalRequest) -> Result<pb::WaitApprovalResponse, Error> {
+        let wait = Duration::from_millis(request.wait_ms);
+        self.call(wait, move |channel, timeout| {
+            let request = request.clone();
+            async move { ApprovalServiceClient::new(channel).wait_approval(timed(request, timeout)).await }
+        })
+        .await
+    }
+
+    /// Resumes an approved approval and long-polls until the execution is
+    /// final or `wait_ms` passes, in one call. The resume keeps one request
+    /// id across retries, so a retry after a failed wait gets the same
+    /// execution back.
+    pub async fn resume_and_wait(
+        &self,
+        mut request: pb::ResumeAndWaitRequest,
+    ) -> Result<pb::ResumeAndWaitResponse, Error> {
+        let resume = request.resume.get_or_insert_with(pb::ResumeRequest::default);
+        json::check(&*resume)?;
+        if resume.request_id.is_empty() {
+            resume.request_id = self.fresh_request_id();
+        }
+        let wait = Duration::from_millis(request.wait_ms);
+        self.call(wait, move |channel, timeout| {
+            let request = request.clone();
+            async move { ExecutionServiceClient::new(channel).resume_and_wait(timed(request, timeout)).await }
+        })
+        .await
+    }
+
+    /// Reports an attempt's outcome and long-polls for the next tasks, in
+    /// one call. An accepted report is never lost to the poll: a poll that
+    /// failed after it sets `poll_failure` in the answer.
+    pub async fn report_and_poll(
+        &self,
+        mut request: pb::ReportAndPollRequest,
+    ) -> Result<pb::ReportAndPollResponse, Error> {
+        let report = request.report.get_or_insert_with(pb::ReportRequest::default);
+        json::check(&*report)?;
+        if report.request_id.is_empty() {
+            report.request_id = self.fresh_request_id();
+        }
+        let wait = Duration::from_millis(request.wait_ms);
+        self.call(wait, move |channel, timeout| {
+            let request = request.clone();
+            async move { WorkerServiceClient::new(channel).report_and_poll(timed(request, timeout)).await }
         })
         .await
     }

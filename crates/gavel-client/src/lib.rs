@@ -8,7 +8,11 @@
 //! - [`Worker`]: polls a queue, heartbeats in the background, hands each task
 //!   a [`TaskContext`] with a cancellation token (caller cancel, lease loss,
 //!   or the local deadline, which fires even when the cluster is unreachable),
-//!   and reports the outcome with retries.
+//!   and reports the outcome with retries, taking the next ready task in the
+//!   same call ([`Client::report_and_poll`]).
+//! - Fewer round trips for an agent: [`Client::wait_approval`] long-polls
+//!   until an approval is decided, [`Client::resume_and_wait`] resumes and
+//!   waits for the final execution in one call.
 //! - Administration ([`Client::backup`], [`BackupDownload`],
 //!   [`Client::add_node`]): a streamed backup from the leader, and adding a
 //!   node that answers once it has caught up.

@@ -5,7 +5,10 @@
 //! token when the caller cancels (seen in a heartbeat reply), when the lease
 //! is lost, or at the attempt's deadline on the worker's own clock, which
 //! fires even when no node can be reached. It then reports the outcome,
-//! retrying on transport failures with the same request id.
+//! retrying on transport failures with the same request id, and in the same
+//! call (`ReportAndPoll`) takes the next task that is ready for the slot it
+//! frees, so a busy worker spends one round trip per task; an idle slot goes
+//! back to the long-poll.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -284,7 +287,7 @@ impl Worker {
                         },
                     },
                 };
-                running.spawn(run_task(worker.clone(), task, handlers_token.child_token(), permit));
+                running.spawn(run_tasks(worker.clone(), task, handlers_token.clone(), shutdown.clone(), permit));
             }
         }
         let drained =
@@ -297,8 +300,30 @@ impl Worker {
     }
 }
 
-async fn run_task(worker: Arc<Worker>, task: pb::Task, token: CancellationToken, _permit: OwnedSemaphorePermit) {
-    let Some(lease) = task.lease.clone() else { return };
+/// Runs `task` and then, while each report brings back a ready task for the
+/// slot, the next one, holding the slot's permit throughout.
+async fn run_tasks(
+    worker: Arc<Worker>,
+    task: pb::Task,
+    handlers_token: CancellationToken,
+    shutdown: CancellationToken,
+    _permit: OwnedSemaphorePermit,
+) {
+    let mut task = Some(task);
+    while let Some(next) = task.take() {
+        task = run_task(&worker, next, handlers_token.child_token(), &shutdown).await;
+    }
+}
+
+/// Runs one task and reports its outcome; returns the task the report took
+/// for the freed slot, if one was ready (never after shutdown).
+async fn run_task(
+    worker: &Arc<Worker>,
+    task: pb::Task,
+    token: CancellationToken,
+    shutdown: &CancellationToken,
+) -> Option<pb::Task> {
+    let lease = task.lease.clone()?;
     let context = TaskContext {
         execution_id: task.execution_id.clone(),
         attempt: task.attempt,
@@ -330,7 +355,7 @@ async fn run_task(worker: Arc<Worker>, task: pb::Task, token: CancellationToken,
         // Cancelled, lease lost or timed out: the cluster already decided (or will,
         // at the deadline); a report now would only be refused as LEASE_LOST.
         tracing::info!(execution_id = %task.execution_id, lease_id = lease.lease_id, ?stop, "handler stopped before reporting");
-        return;
+        return None;
     };
     let outcome = match outcome {
         Ok(output) => completed(output.to_string()),
@@ -346,8 +371,33 @@ async fn run_task(worker: Arc<Worker>, task: pb::Task, token: CancellationToken,
         worker_id: worker.worker_id.clone(),
         outcome: Some(outcome),
     };
-    if let Err(error) = worker.client.report(request).await {
-        tracing::warn!(execution_id = %task.execution_id, %error, "report refused or undeliverable");
+    if shutdown.is_cancelled() {
+        if let Err(error) = worker.client.report(request).await {
+            tracing::warn!(execution_id = %task.execution_id, %error, "report refused or undeliverable");
+        }
+        return None;
+    }
+    // Report and take the next ready task without waiting (wait_ms 0): a
+    // long wait here would hold the slot the main loop's long-poll covers.
+    let request = pb::ReportAndPollRequest {
+        report: Some(request),
+        poll_request_id: String::new(),
+        queues: worker.queues.clone(),
+        max_tasks: 1,
+        wait_ms: 0,
+    };
+    match worker.client.report_and_poll(request).await {
+        Ok(answer) => {
+            if let Some(failure) = answer.poll_failure {
+                let detail = failure.detail.unwrap_or_default();
+                tracing::warn!(code = %detail.code, message = %detail.message, "report accepted; its poll failed");
+            }
+            answer.tasks.into_iter().next()
+        }
+        Err(error) => {
+            tracing::warn!(execution_id = %task.execution_id, %error, "report refused or undeliverable");
+            None
+        }
     }
 }
 

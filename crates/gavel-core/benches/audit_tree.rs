@@ -171,13 +171,14 @@ fn proof_sizes() {
     }
 }
 
-/// An export of `count` events: one lifecycle's events repeated, each with
-/// its own cursor, then a checkpoint.
+/// An export of `count` events: the format line, one lifecycle's events
+/// repeated, each with its own cursor, then a checkpoint.
 fn export_lines(count: u64) -> Vec<String> {
     let mut state = State::new();
     approval_lifecycles(&mut state, 0, 1);
     let templates: Vec<Event> = state.events_after(0, 10);
-    let mut lines = Vec::with_capacity(count as usize + 1);
+    let mut lines = Vec::with_capacity(count as usize + 2);
+    lines.push(audit_export::format_line());
     let mut frontier = Frontier::new();
     for index in 0..count {
         let template = &templates[(index % templates.len() as u64) as usize];

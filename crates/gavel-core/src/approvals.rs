@@ -19,17 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::access::{scope_covers_types, Principal};
 use crate::cold::{ColdRecords, ColdTable};
 use crate::error::{DomainError, ErrorCode};
+use crate::listing::{key_time, time_key, ListOrder, AFTER_EVERY_TIME_KEY};
 use crate::model::{Actor, Approval, ApprovalStatus, Decision, StoredApprovalStatus};
-
-/// Which way [`crate::State::list_approvals`] runs through (requested_at, id).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ListOrder {
-    /// Oldest first; a page continues after the cursor.
-    #[default]
-    OldestFirst,
-    /// Newest first; a page continues before the cursor.
-    NewestFirst,
-}
 
 /// Filters for [`crate::State::list_approvals`]; they compose.
 #[derive(Debug, Clone, Default)]
@@ -128,24 +119,6 @@ impl Default for Approvals {
             closed_counts: BTreeMap::new(),
         }
     }
-}
-
-/// A cold index key: the time big-endian (so keys sort by time), then the id.
-/// Bytes sort exactly as the tuple `(time, id)` does.
-fn time_key(time_ms: u64, id: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(8 + id.len());
-    key.extend_from_slice(&time_ms.to_be_bytes());
-    key.extend_from_slice(id.as_bytes());
-    key
-}
-
-/// A key after every [`time_key`]: where a newest-first listing of closed
-/// approvals starts (no approval is requested at `u64::MAX` ms).
-const AFTER_EVERY_TIME_KEY: [u8; 9] = [0xff; 9];
-
-/// The time at the start of a [`time_key`].
-fn key_time(key: &[u8]) -> u64 {
-    u64::from_be_bytes(key[..8].try_into().expect("a time key starts with 8 bytes of time"))
 }
 
 /// `NOT_FOUND` for an approval id.

@@ -541,6 +541,12 @@ impl AuditLog {
         self.next_cursor
     }
 
+    /// The cursor of the oldest retained event (`next_cursor` when none is):
+    /// retention dropped every event before it, and only those.
+    pub(crate) fn first_cursor(&self) -> u64 {
+        self.first_cursor
+    }
+
     /// True when no event is retained.
     pub(crate) fn is_empty(&self) -> bool {
         self.first_cursor == self.next_cursor

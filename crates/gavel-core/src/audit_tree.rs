@@ -142,6 +142,22 @@ impl AuditTree {
         &self.tiles
     }
 
+    /// The first `width` hashes of tile `index` of `level`, concatenated, as
+    /// C2SP `tlog-tiles` serves them; `None` when the tree has fewer hashes
+    /// there (or `width` is not 1 to 256). Full tiles are never deleted, so
+    /// every tile the tree reached is here whatever retention dropped.
+    pub(crate) fn tile(&self, level: u32, index: u64, width: u64) -> Option<Vec<u8>> {
+        if !(1..=AUDIT_TILE_WIDTH).contains(&width) {
+            return None;
+        }
+        let entries_at_level = self.size().checked_shr(level.checked_mul(TILE_HEIGHT)?).unwrap_or(0);
+        let first = index.checked_mul(AUDIT_TILE_WIDTH)?;
+        if first.checked_add(width)? > entries_at_level {
+            return None;
+        }
+        Some(self.entries(level, first, width).concat())
+    }
+
     /// Entries `first..first + count` of tile level `level` (all within one tile).
     fn entries(&self, level: u32, first: u64, count: u64) -> Vec<Hash> {
         let tile_index = first / AUDIT_TILE_WIDTH;
@@ -210,6 +226,20 @@ mod tests {
             assert_eq!(tiled.consistency_proof(probe / 3, probe), merkle::consistency_proof(&memory, probe / 3, probe));
         }
         assert_eq!(tiled.leaf(size - 1), memory.leaf(size - 1));
+        // The tiles as tlog-tiles serves them: the nodes at heights 0, 8, 16.
+        let nodes = |height: u32, indices: std::ops::Range<u64>| -> Vec<u8> {
+            indices.flat_map(|index| memory.node(height, index)).collect()
+        };
+        assert_eq!(tiled.tile(0, 3, 256), Some(nodes(0, 768..1024)));
+        assert_eq!(tiled.tile(0, 256, 44), Some(nodes(0, 65_536..65_580)), "a partial tile's prefix");
+        assert_eq!(tiled.tile(1, 0, 256), Some(nodes(8, 0..256)));
+        assert_eq!(tiled.tile(1, 1, 1), Some(nodes(8, 256..257)));
+        assert_eq!(tiled.tile(2, 0, 1), Some(nodes(16, 0..1)));
+        for (level, index, width) in [(0, 257, 45), (1, 1, 2), (2, 0, 2), (3, 0, 1), (0, 0, 0), (0, 0, 257), (63, 0, 1)]
+        {
+            assert_eq!(tiled.tile(level, index, width), None, "tile {level}/{index}.p/{width} is past the tree");
+        }
+        assert_eq!(tiled.tile(0, u64::MAX, 1), None);
         assert_eq!(tiled.leaf(size), None);
         assert_eq!(tiled.root_at(size + 1), Err(ProofError::SizeNotReached { size: size + 1, current: size }));
         // The hot part is the frontier: one hash per bit set in the size.

@@ -71,11 +71,16 @@ pub enum ColdTable {
     /// level (one byte), then tile index (big-endian); the value is 256
     /// hashes. Never compacted.
     AuditTiles = 9,
+    /// Every retained execution, non-final or finalized, by submitted-at
+    /// (big-endian) then id, no value: the listing index of
+    /// `ListExecutions` (issue #40), written at submission and dropped with
+    /// the execution by retention.
+    ExecutionsBySubmission = 10,
 }
 
 impl ColdTable {
     /// Every table, in tag order.
-    pub const ALL: [ColdTable; 9] = [
+    pub const ALL: [ColdTable; 10] = [
         ColdTable::Executions,
         ColdTable::Finalized,
         ColdTable::Leases,
@@ -85,6 +90,7 @@ impl ColdTable {
         ColdTable::ApprovalsByTime,
         ColdTable::ApprovalsClosed,
         ColdTable::AuditTiles,
+        ColdTable::ExecutionsBySubmission,
     ];
 
     /// The table's stable tag.
@@ -463,7 +469,9 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"GAVELSNP";
 /// Format 3: the audit trail's Merkle tree (frontier and tile tails in the
 /// hot state, full tiles in the `AuditTiles` table), approval policies in
 /// the hot state, and an approval's quorum and standing terms on its record.
-pub const SNAPSHOT_FORMAT: u32 = 3;
+/// Format 4: the executions' listing index (the `ExecutionsBySubmission`
+/// table).
+pub const SNAPSHOT_FORMAT: u32 = 4;
 
 /// Reads and checks the snapshot header ([`SNAPSHOT_MAGIC`],
 /// [`SNAPSHOT_FORMAT`]) at the start of `reader`.

@@ -152,7 +152,28 @@ pub enum Command {
         node_id: u64,
         /// The checkpoint's tree size.
         size: u64,
-        /// The Ed25519 signature over the checkpoint body (64 bytes).
+        /// The C2SP `tlog-cosignature/v1` timestamp (POSIX seconds) the
+        /// signature commits to.
+        timestamp_s: u64,
+        /// The Ed25519 signature over the `cosignature/v1` message of the
+        /// checkpoint body (64 bytes).
+        signature: Vec<u8>,
+        /// The log's signature: the node's plain Ed25519 signature over the
+        /// body, under the origin's name (docs/decisions/0099). The node that
+        /// starts a checkpoint (the leader) sends it; the first one is kept.
+        log_signature: Option<Vec<u8>>,
+    },
+    /// The leader stores an external witness's C2SP cosignature of the
+    /// published checkpoint of `size`, which it verified with the witness's
+    /// key before proposing (docs/decisions/0100). Only that node may send it.
+    AddWitnessCosignature {
+        /// The proposing node.
+        node_id: u64,
+        /// The checkpoint's tree size.
+        size: u64,
+        /// The witness's key name.
+        witness: String,
+        /// The signature line's bytes: key id, timestamp and Ed25519 signature (4 + 8 + 64).
         signature: Vec<u8>,
     },
     /// Name the first admin of a secured cluster, like etcd's root user.

@@ -226,6 +226,22 @@ pub enum ErrorCode {
     /// approvals, so it reads no further events until they drain (none is
     /// dropped: they wait in the trail). `NOTIFY_QUEUE_FULL`, class `ResourceExhausted`.
     NotifyQueueFull,
+    /// A list call asked for more records per page than `LIST_PAGE_MAX`
+    /// (`ListApprovals`, `ListExecutions`, `ListEvents`). `PAGE_SIZE_INVALID`,
+    /// class `InvalidArgument`.
+    PageSizeInvalid,
+    /// A list call's page token is not one a page of that list handed out.
+    /// `PAGE_TOKEN_INVALID`, class `InvalidArgument`.
+    PageTokenInvalid,
+    /// `gavel audit verify` of a file whose first line names no export
+    /// format, or one this build does not read. `AUDIT_EXPORT_FORMAT_UNKNOWN`,
+    /// class `InvalidArgument`.
+    AuditExportFormatUnknown,
+    /// `gavel audit checkpoint`, `proof` or `export` while no checkpoint the
+    /// nodes cosigned covers what was asked (before the first is published,
+    /// or an event newer than the last; one comes within about a second).
+    /// `AUDIT_CHECKPOINT_UNSIGNED`, class `Unavailable`.
+    AuditCheckpointUnsigned,
 }
 
 impl ErrorCode {
@@ -305,6 +321,10 @@ impl ErrorCode {
             ErrorCode::DataDirNotEmpty => "DATA_DIR_NOT_EMPTY",
             ErrorCode::AuditVerificationFailed => "AUDIT_VERIFICATION_FAILED",
             ErrorCode::NotifyQueueFull => "NOTIFY_QUEUE_FULL",
+            ErrorCode::PageSizeInvalid => "PAGE_SIZE_INVALID",
+            ErrorCode::PageTokenInvalid => "PAGE_TOKEN_INVALID",
+            ErrorCode::AuditExportFormatUnknown => "AUDIT_EXPORT_FORMAT_UNKNOWN",
+            ErrorCode::AuditCheckpointUnsigned => "AUDIT_CHECKPOINT_UNSIGNED",
         }
     }
 
@@ -325,7 +345,10 @@ impl ErrorCode {
             | ErrorCode::ApprovalIdMismatch
             | ErrorCode::OidcStateInvalid
             | ErrorCode::OidcSettings
-            | ErrorCode::NotifyConfig => ErrorClass::InvalidArgument,
+            | ErrorCode::NotifyConfig
+            | ErrorCode::PageSizeInvalid
+            | ErrorCode::PageTokenInvalid
+            | ErrorCode::AuditExportFormatUnknown => ErrorClass::InvalidArgument,
             ErrorCode::NotFound | ErrorCode::CapabilityNotFound | ErrorCode::NotAMember => ErrorClass::NotFound,
             ErrorCode::AlreadyExists => ErrorClass::AlreadyExists,
             ErrorCode::Unauthenticated
@@ -382,7 +405,8 @@ impl ErrorCode {
             ErrorCode::Unavailable
             | ErrorCode::OidcProviderUnavailable
             | ErrorCode::NotifyStateIo
-            | ErrorCode::NotifyPostAbandoned => ErrorClass::Unavailable,
+            | ErrorCode::NotifyPostAbandoned
+            | ErrorCode::AuditCheckpointUnsigned => ErrorClass::Unavailable,
             ErrorCode::Internal => ErrorClass::Internal,
             ErrorCode::NotifyStateCorrupt | ErrorCode::BackupCorrupt | ErrorCode::AuditVerificationFailed => {
                 ErrorClass::DataLoss
@@ -467,6 +491,12 @@ impl ErrorCode {
             ErrorCode::DataDirNotEmpty => "CLI: a backup is restored only into an empty data directory",
             ErrorCode::AuditVerificationFailed => "CLI: the audit export or proof does not verify",
             ErrorCode::NotifyQueueFull => "notifier log: its queues are full; it reads no events until they drain",
+            ErrorCode::PageSizeInvalid => "a list's page size is above its limit (1000)",
+            ErrorCode::PageTokenInvalid => "a list's page token is not one that list handed out",
+            ErrorCode::AuditExportFormatUnknown => "CLI: the file is not an audit export in a format this gavel reads",
+            ErrorCode::AuditCheckpointUnsigned => {
+                "CLI: no checkpoint the nodes cosigned covers it yet; try again shortly"
+            }
         }
     }
 
@@ -545,6 +575,10 @@ impl ErrorCode {
         ErrorCode::DataDirNotEmpty,
         ErrorCode::AuditVerificationFailed,
         ErrorCode::NotifyQueueFull,
+        ErrorCode::PageSizeInvalid,
+        ErrorCode::PageTokenInvalid,
+        ErrorCode::AuditExportFormatUnknown,
+        ErrorCode::AuditCheckpointUnsigned,
     ];
 }
 

@@ -6,7 +6,11 @@
 //!
 //! Non-final executions are hot (in memory); a finalized one moves to the
 //! cold records ([`crate::cold`]) with its entry in the finalized index, and
-//! is read back from there.
+//! is read back from there. Every retained execution, hot or finalized, has
+//! one entry in the cold listing index by (submitted_at, id), written at
+//! submission and dropped by retention with the record: `ListExecutions`
+//! pages through it (issue #40) without a hot index that would grow with
+//! the retained history.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cold::{ColdRecords, ColdTable};
 use crate::error::{DomainError, ErrorCode};
+use crate::listing::{key_parts, time_key, ListOrder, Page, AFTER_EVERY_TIME_KEY};
 use crate::model::{AcceptedReport, Execution, ExecutionState, Lease, ResultEnvelope};
 
 /// `NOT_FOUND` for an execution id.
@@ -31,7 +36,9 @@ pub(crate) fn not_found(id: &str) -> DomainError {
 /// - non-final: in `records` (hot), not in `finalized_records`;
 /// - final: a `result`, no lease, in `finalized_records` (cold) and not in
 ///   `records`, exactly one entry `(finalized_at_ms, id)` in
-///   `finalized_index`, and counted once in `finalized_counts`.
+///   `finalized_index`, and counted once in `finalized_counts`;
+/// - retained, final or not: exactly one entry
+///   [`time_key`]`(submitted_at_ms, id)` in `by_submission`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Executions {
     records: BTreeMap<String, Execution>,
@@ -47,6 +54,9 @@ pub(crate) struct Executions {
     finalized_index: ColdRecords,
     /// How many retained finalized executions are in each final state.
     finalized_counts: BTreeMap<ExecutionState, u64>,
+    /// Every retained execution by [`time_key`] of (submitted_at, id), for
+    /// listing (cold; the value is empty).
+    by_submission: ColdRecords,
 }
 
 impl Default for Executions {
@@ -59,7 +69,36 @@ impl Default for Executions {
             finalized_records: ColdRecords::new(ColdTable::Executions),
             finalized_index: ColdRecords::new(ColdTable::Finalized),
             finalized_counts: BTreeMap::new(),
+            by_submission: ColdRecords::new(ColdTable::ExecutionsBySubmission),
         }
+    }
+}
+
+/// Filters for [`crate::State::list_executions`]; they compose.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecutionFilter {
+    /// Only executions in this state.
+    pub state: Option<ExecutionState>,
+    /// Only executions of this capability.
+    pub capability_id: Option<String>,
+    /// Only executions requested by this principal (written `kind:id`) or
+    /// by this actor id (the one name a node started with `--insecure`
+    /// records).
+    pub requester: Option<String>,
+}
+
+impl ExecutionFilter {
+    fn admits(&self, execution: &Execution) -> bool {
+        self.state.is_none_or(|state| execution.state == state)
+            && self.capability_id.as_deref().is_none_or(|id| execution.capability_id == id)
+            && self.requester.as_deref().is_none_or(|requester| {
+                execution.actor.id == requester
+                    || execution.requester_principal.as_ref().is_some_and(|principal| {
+                        requester
+                            .split_once(':')
+                            .is_some_and(|(kind, id)| principal.kind.as_str() == kind && principal.id == id)
+                    })
+            })
     }
 }
 
@@ -108,13 +147,13 @@ impl Executions {
     }
 
     /// The cold record sets of this part, for flushing and export.
-    pub(crate) fn cold_mut(&mut self) -> [&mut ColdRecords; 2] {
-        [&mut self.finalized_records, &mut self.finalized_index]
+    pub(crate) fn cold_mut(&mut self) -> [&mut ColdRecords; 3] {
+        [&mut self.finalized_records, &mut self.finalized_index, &mut self.by_submission]
     }
 
     /// The cold record sets of this part, for export.
-    pub(crate) fn cold(&self) -> [&ColdRecords; 2] {
-        [&self.finalized_records, &self.finalized_index]
+    pub(crate) fn cold(&self) -> [&ColdRecords; 3] {
+        [&self.finalized_records, &self.finalized_index, &self.by_submission]
     }
 
     /// How many executions wait ready in each queue (queues never used are absent).
@@ -143,6 +182,7 @@ impl Executions {
         assert!(!self.contains(&execution.execution_id), "execution ids are checked before create");
         assert_eq!(execution.state, ExecutionState::Queued, "a new execution starts queued");
         let id = execution.execution_id.clone();
+        self.by_submission.put(time_key(execution.submitted_at_ms, &id), &());
         self.records.insert(id.clone(), execution);
         self.enqueue(&id, queue);
         &self.records[&id]
@@ -308,6 +348,73 @@ impl Executions {
         self.finalized_counts.values().any(|count| *count > 0)
     }
 
+    /// One page of retained executions in (submitted_at, id) order (newest
+    /// first: the reverse), starting past `after`: those the filter and
+    /// `visible` (the caller's view, [`crate::State::may_read_execution`])
+    /// admit, at most `limit` of them, looking at about `scanned_max` index
+    /// entries. A page that stops at either bound while entries are left
+    /// names where the next one continues: after its last record when it is
+    /// full; when the scan bound stopped it, past the whole millisecond it
+    /// reached (its time, with no id: the one it stopped at may be outside
+    /// the caller's view, and a token names none of those), so it finishes
+    /// that millisecond first.
+    pub(crate) fn list(
+        &self,
+        filter: &ExecutionFilter,
+        visible: impl Fn(&Execution) -> bool,
+        after: Option<&(u64, String)>,
+        limit: usize,
+        order: ListOrder,
+        scanned_max: usize,
+    ) -> Page<Cow<'_, Execution>> {
+        let newest_first = order == ListOrder::NewestFirst;
+        // Going forward the cursor is the first key to look at; going back,
+        // the key every one looked at is before.
+        let past = |key: &[u8]| {
+            let mut cursor = key.to_vec();
+            if !newest_first {
+                cursor.push(0);
+            }
+            cursor
+        };
+        let mut cursor = match after {
+            Some((time, id)) => past(&time_key(*time, id)),
+            None if newest_first => AFTER_EVERY_TIME_KEY.to_vec(),
+            None => Vec::new(),
+        };
+        let next_key = |cursor: &[u8]| {
+            let found =
+                if newest_first { self.by_submission.seek_before(cursor) } else { self.by_submission.seek(cursor) };
+            found.map(|(key, _)| key)
+        };
+        let mut records = Vec::new();
+        let mut scanned = 0;
+        let mut last = None;
+        while let Some(key) = next_key(&cursor) {
+            let (time, id) = key_parts(&key);
+            if records.len() >= limit {
+                return Page { records, next: last };
+            }
+            match &last {
+                Some((last_time, _)) if scanned >= scanned_max && *last_time != time => {
+                    // Newest first, before every key of `last_time`; oldest
+                    // first, after every one (ids are never empty).
+                    let past = if newest_first { *last_time } else { last_time + 1 };
+                    return Page { records, next: Some((past, String::new())) };
+                }
+                _ => {}
+            }
+            scanned += 1;
+            let execution = self.get(id).expect("the listing index points at retained executions");
+            if filter.admits(&execution) && visible(&execution) {
+                records.push(execution);
+            }
+            last = Some((time, id.to_string()));
+            cursor = past(&key);
+        }
+        Page { records, next: None }
+    }
+
     /// Drops executions finalized at or before `horizon` (`None`: nothing is
     /// old enough yet) and returns them, oldest first, so the caller can drop
     /// what refers to them. Never drops a non-final execution.
@@ -327,6 +434,7 @@ impl Executions {
             assert!(execution.state.is_final(), "compaction never drops a non-final execution");
             self.finalized_records.delete(id);
             self.finalized_index.delete(&key);
+            self.by_submission.delete(&time_key(execution.submitted_at_ms, id_text));
             let count = self.finalized_counts.get_mut(&execution.state).expect("finalized executions are counted");
             *count -= 1;
             if *count == 0 {

@@ -42,6 +42,19 @@ pub fn execution_id_for(request_id: &str) -> String {
     format!("ex-{}", &sha256_hex(request_id.as_bytes())[..32])
 }
 
+/// The request id of the poll part of a `ReportAndPoll` that names none:
+/// the report's own id with `/next`, so a client retry of the call (same
+/// request id) replays the same grants. When that would exceed the id
+/// limit, the report's id is replaced by its digest.
+pub fn next_poll_request_id(report_request_id: &str) -> String {
+    let derived = format!("{report_request_id}/next");
+    if derived.len() <= ID_BYTES_MAX {
+        return derived;
+    }
+    let digest = sha256_hex(report_request_id.as_bytes());
+    format!("report-{}/next", &digest[..32])
+}
+
 /// The request id of one grant attempt of a long-poll: the poll's own id and
 /// the attempt number, so a client retry of the poll replays the same grants
 /// (see [`crate::State::replayed_grants`]). When that would exceed the id
@@ -75,6 +88,7 @@ mod tests {
             approval_id_for(&longest),
             execution_id_for(&longest),
             grant_request_id(&longest, u32::MAX),
+            grant_request_id(&next_poll_request_id(&longest), u32::MAX),
             idempotency_key(&longest),
         ] {
             assert!(derived.len() <= ID_BYTES_MAX, "{derived}");
@@ -86,6 +100,7 @@ mod tests {
     fn short_inputs_keep_their_readable_form() {
         assert_eq!(approval_id_for("refund-1"), "apr_refund-1");
         assert_eq!(grant_request_id("poll-7", 2), "poll-7/2");
+        assert_eq!(next_poll_request_id("report-7"), "report-7/next");
         assert_ne!(execution_id_for("req-1"), execution_id_for("req-2"));
         assert_eq!(execution_id_for("req-1"), execution_id_for("req-1"));
     }

@@ -55,6 +55,7 @@ mod grants;
 pub mod ids;
 mod leases;
 pub mod limits;
+mod listing;
 pub mod machine;
 pub mod merkle;
 pub mod model;
@@ -68,10 +69,12 @@ pub mod registry;
 pub mod retry;
 pub mod standing;
 pub mod terms;
+pub mod tlog_tiles;
 pub mod validate;
+pub mod witness;
 
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
-pub use approvals::{ApprovalFilter, ApprovalView, ListOrder};
+pub use approvals::{ApprovalFilter, ApprovalView};
 pub use audit::{Event, EventKind};
 pub use cold::{
     ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, RecordPlace, SnapshotError, SnapshotRecords,
@@ -82,6 +85,8 @@ pub use command::{
     Submit, Task,
 };
 pub use error::{DomainError, ErrorClass, ErrorCode, QuotaKind, RefusedApproval, RefusedQuota};
+pub use executions::ExecutionFilter;
+pub use listing::{ListOrder, Page};
 pub use machine::{DecisionControls, State, StateCounts};
 pub use model::*;
 pub use policies::{Approvers, Factor, Policy, PolicySpec, Quorum, Vote};

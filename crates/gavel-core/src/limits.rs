@@ -60,7 +60,8 @@ pub const APP_EVENT_PAYLOAD_BYTES_MAX: usize = 16 * 1024;
 /// Most tasks one poll may lease. Bounds the size of one replicated command's reply.
 pub const POLL_TASKS_MAX: u32 = 64;
 
-/// Longest long-poll wait (poll, wait-for-result), in milliseconds. Longer waits
+/// Longest long-poll wait (poll, report-and-poll, wait-for-result,
+/// resume-and-wait, wait-for-decision), in milliseconds. Longer waits
 /// tie up a connection without telling the caller anything new.
 pub const WAIT_MS_MAX: u64 = 60_000;
 
@@ -98,11 +99,29 @@ pub const DEDUP_ENTRIES_MAX: usize = 100_000;
 /// a leader election and a client backoff with a wide margin.
 pub const DEDUP_TTL_MS: u64 = 10 * 60 * 1000;
 
+/// Records a list page returns when the caller names no page size
+/// (`ListApprovals`, `ListExecutions`, `ListEvents`, and `gavel approval
+/// list`, `gavel exec list`, `gavel audit tail`): a screenful a person can
+/// read, small enough that a list costs one small read (issue #40).
+pub const LIST_PAGE_DEFAULT: u32 = 50;
+
+/// Most records one list page returns: a page size above it is refused
+/// with `PAGE_SIZE_INVALID` at the edge. A page is copied under the state
+/// lock and sent in one message; 1,000 records of at most 64 KiB of input
+/// each stay well under the gRPC message bound.
+pub const LIST_PAGE_MAX: u32 = 1_000;
+
 /// Most events one audit page returns.
-pub const EVENTS_PAGE_MAX: u32 = 1_000;
+pub const EVENTS_PAGE_MAX: u32 = LIST_PAGE_MAX;
 
 /// Most approvals one list page returns.
-pub const APPROVALS_PAGE_MAX: u32 = 1_000;
+pub const APPROVALS_PAGE_MAX: u32 = LIST_PAGE_MAX;
+
+/// Most records one `ListExecutions` page looks at, matching its filters
+/// or not: a filter that matches few of the retained executions would
+/// otherwise read all of them, from the cold store, for one page. The page
+/// then ends early, with a token to continue.
+pub const LIST_SCANNED_MAX: usize = 10_000;
 
 /// Largest timestamp accepted from a caller (year 9999 in Unix milliseconds).
 /// Anything larger is a unit mistake (micro- or nanoseconds).
@@ -185,6 +204,15 @@ pub const AUDIT_LEAVES_PAGE_MAX: u32 = 1_000;
 /// snapshot; a cluster has 3 or 5 voters, and replaced nodes keep theirs
 /// (old checkpoints name them), so 32 leaves room for years of replacements.
 pub const NOTE_KEYS_MAX: usize = 32;
+
+/// Most external witness cosignatures kept on a checkpoint. Each is a line
+/// of every served checkpoint; C2SP verifiers must accept 16 signatures in
+/// all, and a policy of more than a dozen witnesses is not one a log needs.
+pub const WITNESS_COSIGNATURES_MAX: usize = 12;
+
+/// Longest witness key name, in bytes (a schema-less URL such as
+/// `witness.example.com/w1`).
+pub const WITNESS_NAME_BYTES_MAX: usize = 256;
 
 /// Events after which the leader proposes a new audit checkpoint (it also
 /// does after [`AUDIT_CHECKPOINT_INTERVAL_MS`]). Each checkpoint costs one

@@ -25,6 +25,7 @@ mod policy_commands;
 
 mod quota_commands;
 mod recall;
+mod tiles;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -33,7 +34,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Caller, Grant, Principal};
-use crate::approvals::{ApprovalFilter, Approvals, ListOrder};
+use crate::approvals::{ApprovalFilter, Approvals};
 use crate::audit::{AuditLog, Event, EventKind, EventSubject};
 use crate::audit_tree::AuditTree;
 use crate::canonical_json::sha256_hex;
@@ -44,6 +45,7 @@ use crate::error::{DomainError, ErrorCode};
 use crate::executions::Executions;
 use crate::grants::Bindings;
 use crate::leases::Leases;
+use crate::listing::ListOrder;
 use crate::model::{Actor, Approval, Capability, Execution};
 #[cfg(feature = "mutants")]
 use crate::mutants::Mutant;
@@ -290,8 +292,11 @@ impl State {
             Command::RecordEvent(event) => self.record_event(event, checked.payload_json, principal),
             Command::SetQuota { principal: subject, change } => self.set_quota(subject, change, principal),
             Command::RegisterNoteKey { node_id, public_key } => self.register_note_key(*node_id, public_key),
-            Command::CosignCheckpoint { node_id, size, signature } => {
-                self.cosign_checkpoint(*node_id, *size, signature)
+            Command::CosignCheckpoint { node_id, size, timestamp_s, signature, log_signature } => {
+                self.cosign_checkpoint(*node_id, *size, *timestamp_s, signature, log_signature.as_deref())
+            }
+            Command::AddWitnessCosignature { size, witness, signature, .. } => {
+                self.add_witness_cosignature(*size, witness, signature)
             }
             Command::SetPolicy(spec) => self.set_policy(spec, principal),
             Command::DeletePolicy { name, non_retroactive } => self.delete_policy(name, *non_retroactive, principal),
@@ -547,6 +552,53 @@ impl State {
         self.audit.events_after(after_cursor, limit, &|id| self.executions.get(id))
     }
 
+    /// Events after `after_cursor` and before `before_cursor`, newest first,
+    /// at most `limit` (capped at [`crate::limits::EVENTS_PAGE_MAX`]), of
+    /// one execution or of the whole trail: a newest-first page of
+    /// `ListEvents` (`gavel audit tail`, issue #40). Cursors are dense, so
+    /// the trail's page is the range just below `before_cursor`. The
+    /// per-execution index is read forward, so one execution's page is the
+    /// tail of a forward read from `after_cursor`: an execution's events
+    /// are few (its attempts and what applications recorded about it).
+    pub fn events_before(
+        &self,
+        execution_id: Option<&str>,
+        after_cursor: u64,
+        before_cursor: u64,
+        limit: u32,
+    ) -> Vec<Event> {
+        let limit = limit.clamp(1, crate::limits::EVENTS_PAGE_MAX);
+        let mut newest = std::collections::VecDeque::new();
+        match execution_id {
+            None => {
+                let low = after_cursor.max(before_cursor.saturating_sub(u64::from(limit) + 1));
+                let span = u32::try_from(before_cursor.saturating_sub(low + 1)).unwrap_or(limit).min(limit);
+                if span > 0 {
+                    newest
+                        .extend(self.events_after(low, span).into_iter().filter(|event| event.cursor < before_cursor));
+                }
+            }
+            Some(id) => {
+                let mut after = after_cursor;
+                'read: loop {
+                    let chunk = self.execution_events(id, after, crate::limits::EVENTS_PAGE_MAX);
+                    let Some(last) = chunk.last() else { break };
+                    after = last.cursor;
+                    for event in chunk {
+                        if event.cursor >= before_cursor {
+                            break 'read;
+                        }
+                        newest.push_back(event);
+                        if newest.len() > limit as usize {
+                            newest.pop_front();
+                        }
+                    }
+                }
+            }
+        }
+        newest.into_iter().rev().collect()
+    }
+
     /// How many execution ids the per-execution event index holds (bounded by retention).
     pub fn indexed_execution_count(&self) -> usize {
         self.audit.indexed_execution_count()
@@ -775,8 +827,8 @@ impl State {
         sha256_hex(&self.hot_snapshot())
     }
 
-    fn cold_records(&self) -> [&ColdRecords; 9] {
-        let [executions, finalized] = self.executions.cold();
+    fn cold_records(&self) -> [&ColdRecords; 10] {
+        let [executions, finalized, by_submission] = self.executions.cold();
         let [events, by_execution] = self.audit.cold();
         let [approvals, approvals_by_time, approvals_closed] = self.approvals.cold();
         [
@@ -789,15 +841,27 @@ impl State {
             approvals_by_time,
             approvals_closed,
             self.audit_tree.cold(),
+            by_submission,
         ]
     }
 
-    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 9] {
-        let [executions, finalized] = self.executions.cold_mut();
+    fn cold_records_mut(&mut self) -> [&mut ColdRecords; 10] {
+        let [executions, finalized, by_submission] = self.executions.cold_mut();
         let [events, by_execution] = self.audit.cold_mut();
         let [approvals, approvals_by_time, approvals_closed] = self.approvals.cold_mut();
         let leases = self.leases.cold_mut();
         let tiles = self.audit_tree.cold_mut();
-        [executions, finalized, leases, events, by_execution, approvals, approvals_by_time, approvals_closed, tiles]
+        [
+            executions,
+            finalized,
+            leases,
+            events,
+            by_execution,
+            approvals,
+            approvals_by_time,
+            approvals_closed,
+            tiles,
+            by_submission,
+        ]
     }
 }

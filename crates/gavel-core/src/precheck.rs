@@ -155,7 +155,11 @@ pub fn check(command: &Command) -> Result<Checked<'_>, DomainError> {
         Command::RecordEvent(event) => record_event(event).map(|payload_json| checked.payload_json = payload_json),
         Command::Tick { .. } => Ok(()),
         Command::RegisterNoteKey { public_key, .. } => check_note_key(public_key),
-        Command::CosignCheckpoint { signature, .. } => check_signature(signature),
+        Command::CosignCheckpoint { signature, log_signature, .. } => {
+            check_signature(signature)?;
+            log_signature.as_deref().map_or(Ok(()), check_signature)
+        }
+        Command::AddWitnessCosignature { witness, signature, .. } => check_witness_cosignature(witness, signature),
         Command::SetQuota { principal, change } => set_quota(principal, change),
         Command::SetPolicy(spec) => crate::policies::check_spec(spec),
         Command::DeletePolicy { name, .. } => crate::policies::check_name(name),
@@ -417,6 +421,22 @@ pub(crate) fn check_note_key(public_key: &[u8]) -> Result<(), DomainError> {
 /// Checks a cosignature's length (in admission).
 pub(crate) fn check_signature(signature: &[u8]) -> Result<(), DomainError> {
     check_length("a cosignature (an Ed25519 signature)", signature, SIGNATURE_BYTES)
+}
+
+/// Checks a witness cosignature's form: a key name of at most
+/// [`crate::limits::WITNESS_NAME_BYTES_MAX`] bytes with no space or `+`,
+/// and key id, timestamp and signature (4 + 8 + 64 bytes).
+pub(crate) fn check_witness_cosignature(witness: &str, signature: &[u8]) -> Result<(), DomainError> {
+    let bad_name = witness.is_empty()
+        || witness.len() > crate::limits::WITNESS_NAME_BYTES_MAX
+        || witness.chars().any(|c| c.is_whitespace() || c.is_control() || c == '+');
+    if bad_name {
+        return Err(DomainError::invalid(format!(
+            "a witness name has 1 to {} bytes and no space or '+'",
+            crate::limits::WITNESS_NAME_BYTES_MAX
+        )));
+    }
+    check_length("a witness cosignature (key id, timestamp, signature)", signature, 4 + 8 + SIGNATURE_BYTES)
 }
 
 /// Checks a vote's fields without state (in admission).

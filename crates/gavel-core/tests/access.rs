@@ -330,7 +330,23 @@ fn table() -> Vec<(&'static str, Operation, Allowed)> {
         ),
         (
             "CosignCheckpoint",
-            Operation::Command(|_| Command::CosignCheckpoint { node_id: 1, size: 1, signature: vec![1; 64] }),
+            Operation::Command(|_| Command::CosignCheckpoint {
+                node_id: 1,
+                size: 1,
+                timestamp_s: 1,
+                signature: vec![1; 64],
+                log_signature: None,
+            }),
+            Allowed::Node,
+        ),
+        (
+            "AddWitnessCosignature",
+            Operation::Command(|_| Command::AddWitnessCosignature {
+                node_id: 1,
+                size: 1,
+                witness: "w.example/1".to_string(),
+                signature: vec![1; 76],
+            }),
             Allowed::Node,
         ),
         ("GetApproval/ListApprovals", Operation::Read(Action::ReadApprovals), Allowed::OneOf(READERS)),
@@ -379,6 +395,7 @@ fn row_name(command: &Command) -> &'static str {
         Command::SetQuota { .. } => "SetQuota",
         Command::RegisterNoteKey { .. } => "RegisterNoteKey",
         Command::CosignCheckpoint { .. } => "CosignCheckpoint",
+        Command::AddWitnessCosignature { .. } => "AddWitnessCosignature",
         Command::SetPolicy(_) => "SetPolicy",
         Command::DeletePolicy { .. } => "DeletePolicy",
         Command::CastVote { .. } => "CastVote",
@@ -436,6 +453,7 @@ fn the_table_names_every_command() {
         "Tick",
         "RegisterNoteKey",
         "CosignCheckpoint",
+        "AddWitnessCosignature",
         "SetPolicy",
         "DeletePolicy",
         "CastVote",
@@ -1487,4 +1505,25 @@ mod properties {
             check(&steps)?;
         }
     }
+}
+
+#[test]
+fn list_executions_shows_each_caller_only_the_executions_in_its_view() {
+    let (mut script, w1, _w2) = one_queued_execution();
+    let other = holder(&mut script, service("other"), &[GrantName::Submitter]);
+    execution_of(script.apply_by(&other, submit_by("e2", "cap", other.principal.as_actor())));
+    let auditor = holder(&mut script, user("audit"), &[GrantName::Auditor]);
+    let app = Caller::of(service("app"));
+    let listed = |script: &Script, caller: &Caller| -> Vec<String> {
+        let filter = gavel_core::ExecutionFilter::default();
+        let page = script.state.list_executions(Some(caller), &filter, None, 10, gavel_core::ListOrder::NewestFirst);
+        page.records.iter().map(|execution| execution.execution_id.clone()).collect()
+    };
+    assert_eq!(listed(&script, &app), ["e1"], "the owner sees its own");
+    assert_eq!(listed(&script, &other), ["e2"], "another submitter sees only its own");
+    assert_eq!(listed(&script, &auditor), ["e2", "e1"], "the auditor sees all, newest first");
+    assert!(listed(&script, &w1).is_empty(), "a worker without a lease sees none");
+    // The worker that takes the lease then sees that one execution.
+    tasks_of(script.apply_by(&w1, poll_command("w1", "cap")));
+    assert_eq!(listed(&script, &w1), ["e1"]);
 }

@@ -60,6 +60,45 @@ fn every_event_is_a_leaf_at_its_cursor_and_the_root_is_the_one_an_auditor_rebuil
 }
 
 #[test]
+fn tiles_are_the_tree_and_bundles_its_events_and_retention_drops_bundles_not_tiles() {
+    let mut script = ready();
+    lifecycles_and_approvals(&mut script, 50);
+    let state = &script.state;
+    let size = state.audit_tree_size();
+    assert!((257..512).contains(&size), "one full level-0 tile and a partial one: {size}");
+    let leaves = |range: std::ops::Range<u64>| -> Vec<u8> {
+        range.flat_map(|index| state.audit_leaf_hash(index).expect("sealed")).collect()
+    };
+    assert_eq!(state.audit_tile(0, 0, 256), Some(leaves(0..256)));
+    assert_eq!(state.audit_tile(0, 1, size - 256), Some(leaves(256..size)));
+    assert_eq!(state.audit_tile(0, 1, size - 255), None, "past the tree");
+    let tree = rebuilt(state);
+    assert_eq!(state.audit_tile(1, 0, 1), Some(merkle::NodeSource::node(&tree, 8, 0).to_vec()));
+    // A bundle: each entry a big-endian u16 length and an event's canonical bytes, hashing to its leaf.
+    let bundle = state.audit_entry_bundle(1, size - 256).expect("retained");
+    let mut rest = bundle.as_slice();
+    for index in 256..size {
+        let length = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+        assert_eq!(Some(merkle::leaf_hash(&rest[2..2 + length])), state.audit_leaf_hash(index), "entry {index}");
+        rest = &rest[2 + length..];
+    }
+    assert!(rest.is_empty());
+    assert_eq!(state.audit_entry_bundle(2, 1), Err(gavel_core::tlog_tiles::BundleError::NotReached { size }));
+    // Retention drops the old events: their bundle goes, their tiles stay.
+    let tile = state.audit_tile(0, 0, 256);
+    script.advance(10_000_000);
+    script.tick_with(Retention { records_ms: 1_000, events_ms: 1_000 });
+    let state = &script.state;
+    let first_retained_index = state.audit_first_retained_index();
+    assert!(first_retained_index >= 256, "the old events are dropped: {first_retained_index}");
+    assert_eq!(state.audit_tile(0, 0, 256), tile);
+    assert_eq!(
+        state.audit_entry_bundle(0, 256),
+        Err(gavel_core::tlog_tiles::BundleError::Pruned { first_retained_index })
+    );
+}
+
+#[test]
 fn a_leaf_is_the_event_with_its_principal_stamped() {
     let mut script = Script::new();
     let node = Caller::of(Principal::node(1));
@@ -151,7 +190,15 @@ fn node(id: u64) -> Caller {
 }
 
 fn cosign(script: &mut Script, id: u64, size: u64) -> gavel_core::Reply {
-    let command = Command::CosignCheckpoint { node_id: id, size, signature: vec![id as u8; 64] };
+    // The first signer (the leader) also signs as the log.
+    let log_signature = (id == 1).then(|| vec![9; 64]);
+    let command = Command::CosignCheckpoint {
+        node_id: id,
+        size,
+        timestamp_s: 1_700_000_000,
+        signature: vec![id as u8; 64],
+        log_signature,
+    };
     script.apply_by(&node(id), command)
 }
 
@@ -177,9 +224,29 @@ fn a_checkpoint_is_published_once_a_majority_of_the_registered_keys_cosigned_it(
     // The signed note names the two signers' keys over the body of that size.
     let note = script.state.signed_checkpoint().expect("a signed note");
     let body = script.state.checkpoint_body_at(size).expect("reached");
-    assert!(note.starts_with(&format!("{body}\n\u{2014} ")), "{note}");
-    assert_eq!(note.lines().filter(|line| line.starts_with('\u{2014}')).count(), 2);
-    assert_eq!(script.state.note_verifier_keys().len(), 3);
+    assert!(
+        note.starts_with(&format!("{body}\n\u{2014} {} ", script.state.audit_origin())),
+        "the log's line first: {note}"
+    );
+    assert_eq!(note.lines().filter(|line| line.starts_with('\u{2014}')).count(), 3, "{note}");
+    // Each node's key twice: as a log key and as its cosigner key.
+    assert_eq!(script.state.note_verifier_keys().len(), 6);
+    // A witness's cosignature joins the published checkpoint; one for another size does not.
+    let witness = |size: u64| Command::AddWitnessCosignature {
+        node_id: 1,
+        size,
+        witness: "witness.example/w1".to_string(),
+        signature: vec![4; 76],
+    };
+    script.apply_by(&node(1), witness(size - 2));
+    assert!(script.state.published_checkpoint().expect("published").witness_signatures.is_empty());
+    script.apply_by(&node(1), witness(size));
+    let note = script.state.signed_checkpoint().expect("a signed note");
+    let last = note.lines().last().expect("lines");
+    assert!(last.starts_with("\u{2014} witness.example/w1 BAQEBAQE") && last.ends_with("BA=="), "{note}");
+    let as_user =
+        script.apply_by(&Caller::of(Principal::new(PrincipalKind::User, "mallory").expect("an id")), witness(size));
+    refused(as_user, gavel_core::ErrorCode::PermissionDenied);
 }
 
 #[test]
@@ -196,7 +263,10 @@ fn checkpoint_commands_are_refused_from_another_node_for_an_unknown_key_or_past_
     refused(cosign(&mut script, 1, size + 1), gavel_core::ErrorCode::FailedPrecondition);
     refused(cosign(&mut script, 1, 0), gavel_core::ErrorCode::FailedPrecondition);
     let user = Caller::of(Principal::new(PrincipalKind::User, "mallory").expect("an id"));
-    let as_user = script.apply_by(&user, Command::CosignCheckpoint { node_id: 1, size, signature: vec![0; 64] });
+    let as_user = script.apply_by(
+        &user,
+        Command::CosignCheckpoint { node_id: 1, size, timestamp_s: 1, signature: vec![0; 64], log_signature: None },
+    );
     refused(as_user, gavel_core::ErrorCode::PermissionDenied);
     // One key of one registered: a quorum of one publishes at once.
     assert!(matches!(cosign(&mut script, 1, size), gavel_core::Reply::Cosigned { published: true, .. }));

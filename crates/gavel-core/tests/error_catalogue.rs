@@ -102,11 +102,15 @@ fn declared_index(code: ErrorCode) -> usize {
         ErrorCode::DataDirNotEmpty => 70,
         ErrorCode::AuditVerificationFailed => 71,
         ErrorCode::NotifyQueueFull => 72,
+        ErrorCode::PageSizeInvalid => 73,
+        ErrorCode::PageTokenInvalid => 74,
+        ErrorCode::AuditExportFormatUnknown => 75,
+        ErrorCode::AuditCheckpointUnsigned => 76,
     }
 }
 
 /// The highest index [`declared_index`] gives.
-const LAST_INDEX: usize = 72;
+const LAST_INDEX: usize = 76;
 
 #[test]
 fn every_code_is_listed_in_all_at_its_bincode_index() {

@@ -155,6 +155,7 @@ async fn list_pending(client: &Client) -> Result<Vec<(String, String)>, NotifyEr
                 status: Some(pb::ApprovalStatus::Pending as i32),
                 limit: LIST_PAGE_APPROVALS,
                 page_token: page_token.clone(),
+                oldest_first: true,
                 ..pb::ListApprovalsRequest::default()
             })
             .await?;

@@ -6,9 +6,11 @@
 //! public key through the log (`RegisterNoteKey`). The leader starts a
 //! checkpoint every [`AUDIT_CHECKPOINT_EVENTS`] events or
 //! [`AUDIT_CHECKPOINT_INTERVAL_MS`] when the tree grew, by cosigning the
-//! tree's size; every node (the leader too) cosigns the checkpoint being
-//! cosigned once its own tree reaches that size, signing the body its own
-//! replica computes: a witness's check. A quorum of registered keys
+//! tree's size (its signature as the log, under the origin's name, goes
+//! with it: docs/decisions/0099); every node (the leader too) cosigns the
+//! checkpoint being cosigned once its own tree reaches that size, signing
+//! the body its own replica computes as a C2SP `tlog-cosignature/v1`: a
+//! witness's check. A quorum of registered keys
 //! publishes it. A node sends its commands to the leader over the public
 //! `AuditService` with its own certificate, so the leader proposes them as
 //! that node's.
@@ -53,7 +55,13 @@ pub enum NoteKeyError {
 
 /// Loads this node's note key from `data_dir`, generating it at first start.
 pub fn load_or_create_note_key(data_dir: &Path) -> Result<Ed25519KeyPair, NoteKeyError> {
-    let path = data_dir.join(NOTE_KEY_FILE);
+    load_or_create_key_file(&data_dir.join(NOTE_KEY_FILE))
+}
+
+/// Loads an Ed25519 PKCS#8 key from `path`, generating it (mode 0600) when
+/// the file does not exist (a node's note key, a `gavel witness`'s key).
+pub fn load_or_create_key_file(path: &Path) -> Result<Ed25519KeyPair, NoteKeyError> {
+    let path = path.to_path_buf();
     let shown = path.display().to_string();
     let io = |error| NoteKeyError::Io { path: shown.clone(), error };
     let pkcs8 = match std::fs::read(&path) {
@@ -87,20 +95,31 @@ fn next_command(
     key: &Ed25519KeyPair,
     leader: bool,
     interval_passed: bool,
+    now_s: u64,
 ) -> Option<Command> {
     let public_key = key.public_key().as_ref();
     if !state.has_note_key(node_id, public_key) {
         return Some(Command::RegisterNoteKey { node_id, public_key: public_key.to_vec() });
     }
     let size = state.audit_tree_size();
-    let sign = |size: u64| {
+    // A C2SP tlog-cosignature/v1 of the body this replica computes; the
+    // node that starts a checkpoint also signs the bare body as the log.
+    let sign = |size: u64, as_log: bool| {
         let body = state.checkpoint_body_at(size).expect("a size the tree reached");
-        Some(Command::CosignCheckpoint { node_id, size, signature: key.sign(body.as_bytes()).as_ref().to_vec() })
+        let timestamp_s = now_s;
+        let message = gavel_core::note::cosigned_message(&body, timestamp_s);
+        Some(Command::CosignCheckpoint {
+            node_id,
+            size,
+            timestamp_s,
+            signature: key.sign(message.as_bytes()).as_ref().to_vec(),
+            log_signature: as_log.then(|| key.sign(body.as_bytes()).as_ref().to_vec()),
+        })
     };
     let pending = state.pending_checkpoint();
     if let Some(pending) = pending {
         if !pending.signatures.contains_key(&node_id) && pending.size <= size {
-            return sign(pending.size);
+            return sign(pending.size, pending.log_signature.is_none());
         }
     }
     if !leader {
@@ -109,7 +128,7 @@ fn next_command(
     let covered = pending.map(|pending| pending.size).or(state.published_checkpoint().map(|published| published.size));
     let covered = covered.unwrap_or(0);
     let grown = size.saturating_sub(covered);
-    (grown >= AUDIT_CHECKPOINT_EVENTS || (grown > 0 && interval_passed)).then(|| sign(size)).flatten()
+    (grown >= AUDIT_CHECKPOINT_EVENTS || (grown > 0 && interval_passed)).then(|| sign(size, true)).flatten()
 }
 
 /// Sends `command` to the leader: proposed here when this node leads, else
@@ -125,9 +144,16 @@ async fn send(node: &Node, caller: Option<&Caller>, command: Command) -> Result<
         Command::RegisterNoteKey { node_id, public_key } => {
             client.register_note_key(pb::RegisterNoteKeyRequest { node_id, public_key }).await.map(drop)
         }
-        Command::CosignCheckpoint { node_id, size, signature } => {
-            client.cosign_checkpoint(pb::CosignCheckpointRequest { node_id, size, signature }).await.map(drop)
-        }
+        Command::CosignCheckpoint { node_id, size, timestamp_s, signature, log_signature } => client
+            .cosign_checkpoint(pb::CosignCheckpointRequest {
+                node_id,
+                size,
+                signature,
+                timestamp: timestamp_s,
+                log_signature,
+            })
+            .await
+            .map(drop),
         other => Err(tonic::Status::internal(format!("the checkpointer does not send {other:?}"))),
     }
 }
@@ -143,8 +169,11 @@ pub async fn run(node: Arc<Node>, key: Ed25519KeyPair, mut shutdown: watch::Rece
             return;
         }
         let leader = node.raft.status().is_leader();
+        // The cosignature's timestamp is this node's clock: it is a
+        // statement of when this node saw the tree, not a replicated fact.
+        let now_s = node.clock.now_ms() / 1_000;
         let command =
-            applied.read(|state| next_command(state, node.id, &key, leader, last_started.elapsed() >= interval));
+            applied.read(|state| next_command(state, node.id, &key, leader, last_started.elapsed() >= interval, now_s));
         let wait = match command {
             Some(command) => {
                 let starts = matches!(&command, Command::CosignCheckpoint { size, .. }

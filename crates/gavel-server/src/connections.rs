@@ -1,12 +1,18 @@
-//! Connections to a node's gRPC port, from accept to close: the caps on how
-//! many are open ([`ConnectionTable`]), the authentication deadline and the
+//! Connections to a node's gRPC port, from accept to close: the pools they
+//! count against ([`ConnectionTable`]), the authentication deadline and the
 //! idle timeout ([`Activity`]), each bound named in [`crate::limits`].
 //!
 //! - **At accept**, before the TLS handshake allocates anything, a
-//!   connection takes a [`Slot`] in the [`ConnectionTable`], or is closed at
-//!   once when the node already holds [`ConnectionLimits::connections_max`]
-//!   connections, or its source address
-//!   [`ConnectionLimits::connections_per_source_max`].
+//!   connection takes a [`Slot`] in the unauthenticated [`Pool`], counted
+//!   by its source's shares (its IPv4 address and /24, or its IPv6 /64).
+//!   When a share or the pool is full the oldest unauthenticated connection
+//!   of the narrowest full share is evicted to make room
+//!   ([`ConnectionTable`] says why not the newcomer); a connection is
+//!   refused at accept only when the node holds
+//!   [`ConnectionLimits::connections_max`] connections.
+//! - **When it authenticates** (a client certificate at the handshake, a
+//!   call with a token, a Raft call) it moves to the authenticated or the
+//!   peer pool, whose room no unauthenticated connection can take.
 //! - **The authentication deadline** runs from accept: the TLS handshake must
 //!   finish within it, and so must the connection's first authenticated
 //!   call unless its client certificate already named a principal (the
@@ -27,20 +33,20 @@
 //! Memory freed by closed connections is handed back to the system after
 //! bursts of closes (`TRIM_AFTER_CLOSES`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -50,13 +56,15 @@ use tonic::codegen::Service;
 use tonic::transport::server::Connected;
 
 use crate::limits::{AUTH_DEADLINE, CLOSE_GRACE, CONNECTIONS_MAX, CONNECTIONS_PER_SOURCE_MAX, DESCRIPTORS_RESERVED};
+use crate::limits::{CONNECTIONS_PER_PREFIX_MAX, PEER_CONNECTIONS_MAX, UNAUTHENTICATED_CONNECTIONS_MAX};
 use crate::limits::{CONNECTION_TIMEOUT_MAX, IDLE_TIMEOUT, LISTEN_BACKLOG};
 use crate::metrics::Metrics;
 use crate::peer::Peer;
 
 /// The connection bounds of one node ([`crate::limits`] by default; `gavel
 /// node --auth-deadline-ms --idle-timeout-ms --connections-max
-/// --connections-per-source-max`).
+/// --unauthenticated-connections-max --connections-per-source-max
+/// --connections-per-prefix-max`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// From accept to the TLS handshake's end and the first authenticated call.
@@ -65,8 +73,12 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
     /// Connections open at once (lowered under the descriptor limit, [`connections_max_under`]).
     pub connections_max: usize,
-    /// Connections open at once from one source address.
+    /// Unauthenticated connections at once (at most half of `connections_max`).
+    pub unauthenticated_max: usize,
+    /// Unauthenticated connections at once from one IPv4 address.
     pub connections_per_source_max: usize,
+    /// Unauthenticated connections at once from one IPv4 /24 or IPv6 /64.
+    pub connections_per_prefix_max: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -75,7 +87,9 @@ impl Default for ConnectionLimits {
             auth_deadline: AUTH_DEADLINE,
             idle_timeout: IDLE_TIMEOUT,
             connections_max: CONNECTIONS_MAX,
+            unauthenticated_max: UNAUTHENTICATED_CONNECTIONS_MAX,
             connections_per_source_max: CONNECTIONS_PER_SOURCE_MAX,
+            connections_per_prefix_max: CONNECTIONS_PER_PREFIX_MAX,
         }
     }
 }
@@ -83,10 +97,9 @@ impl Default for ConnectionLimits {
 /// Why a connection was closed at accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// The node holds [`ConnectionLimits::connections_max`] connections.
+    /// The node holds [`ConnectionLimits::connections_max`] connections
+    /// (every pool full, or evicted ones not yet gone).
     Overall,
-    /// Its source address holds [`ConnectionLimits::connections_per_source_max`].
-    PerSource,
 }
 
 impl Refusal {
@@ -94,7 +107,6 @@ impl Refusal {
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::Overall => "overall",
-            Refusal::PerSource => "per_source",
         }
     }
 }
@@ -106,6 +118,10 @@ pub enum Closure {
     AuthDeadline,
     /// It carried no call for the idle timeout.
     Idle,
+    /// It was the oldest unauthenticated connection of a full share, and a new one needed its room.
+    Evicted,
+    /// It authenticated into a pool that was full.
+    PoolFull,
 }
 
 impl Closure {
@@ -114,63 +130,335 @@ impl Closure {
         match self {
             Closure::AuthDeadline => "auth_deadline",
             Closure::Idle => "idle",
+            Closure::Evicted => "evicted",
+            Closure::PoolFull => "pool_full",
         }
     }
 }
 
-/// The connections open on a node, overall and by source address.
+/// The pool an open connection counts against. Every connection starts
+/// unauthenticated and moves out when it authenticates, so that whoever
+/// fills the unauthenticated pool takes no room from the cluster or from
+/// principals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pool {
+    /// Accepted, not yet authenticated (in its TLS handshake, or waiting for
+    /// its first authenticated call).
+    Unauthenticated,
+    /// Authenticated as a principal (a client certificate, or a call with a token).
+    Authenticated,
+    /// A cluster member's: a node certificate, or a Raft call.
+    Peer,
+}
+
+impl Pool {
+    const ALL: [Pool; 3] = [Pool::Unauthenticated, Pool::Authenticated, Pool::Peer];
+
+    /// The `pool` label of the `gavel_connections_pool_*` metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pool::Unauthenticated => "unauthenticated",
+            Pool::Authenticated => "authenticated",
+            Pool::Peer => "peer",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Pool::Unauthenticated => 0,
+            Pool::Authenticated => 1,
+            Pool::Peer => 2,
+        }
+    }
+}
+
+/// Which share of the unauthenticated pool was full when a connection was
+/// evicted to make room for a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// The new connection's IPv4 address held [`ConnectionLimits::connections_per_source_max`].
+    Address,
+    /// Its IPv4 /24 or IPv6 /64 held [`ConnectionLimits::connections_per_prefix_max`].
+    Prefix,
+    /// The pool held [`ConnectionLimits::unauthenticated_max`].
+    Pool,
+}
+
+impl Eviction {
+    /// The `share` label of `gavel_connections_pool_evicted_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Eviction::Address => "address",
+            Eviction::Prefix => "prefix",
+            Eviction::Pool => "pool",
+        }
+    }
+}
+
+/// A source's shares of the unauthenticated pool: an IPv4 address and its
+/// /24, or an IPv6 /64 (one host or one network can hold as many addresses
+/// as it likes inside a /64, so the /64 is the narrowest share worth counting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Share {
+    Address([u8; 4]),
+    Prefix24([u8; 3]),
+    Prefix64([u8; 8]),
+}
+
+/// The shares `source` counts against: its address share (IPv4 only) and
+/// its prefix share. An IPv4-mapped IPv6 address counts as the IPv4 one.
+fn shares(source: IpAddr) -> (Option<Share>, Share) {
+    match source.to_canonical() {
+        IpAddr::V4(address) => {
+            let [a, b, c, d] = address.octets();
+            (Some(Share::Address([a, b, c, d])), Share::Prefix24([a, b, c]))
+        }
+        IpAddr::V6(address) => {
+            let octets = address.octets();
+            let mut prefix = [0u8; 8];
+            prefix.copy_from_slice(&octets[..8]);
+            (None, Share::Prefix64(prefix))
+        }
+    }
+}
+
+/// The caps of each pool, from [`ConnectionLimits`]: the unauthenticated
+/// pool at most half of `connections_max`, the peers' at most
+/// [`PEER_CONNECTIONS_MAX`] and an eighth of it, the authenticated pool the
+/// rest; every cap at least one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PoolCaps {
+    connections_max: usize,
+    pools: [usize; 3],
+    per_address_max: usize,
+    per_prefix_max: usize,
+}
+
+impl PoolCaps {
+    fn of(limits: &ConnectionLimits) -> PoolCaps {
+        let connections_max = limits.connections_max.max(3);
+        let unauthenticated = limits.unauthenticated_max.clamp(1, connections_max / 2);
+        let peers = PEER_CONNECTIONS_MAX.clamp(1, (connections_max / 8).max(1));
+        let authenticated = connections_max - unauthenticated - peers;
+        PoolCaps {
+            connections_max,
+            pools: [unauthenticated, authenticated.max(1), peers],
+            per_address_max: limits.connections_per_source_max.max(1),
+            per_prefix_max: limits.connections_per_prefix_max.max(1),
+        }
+    }
+}
+
+/// An unauthenticated connection's place in eviction order: one that has
+/// not finished its TLS handshake goes before one that has (an attacker's
+/// raw connections cost it nothing; a finished handshake cost it CPU), and
+/// the older before the newer.
+type EvictionKey = (bool, u64);
+
+/// The connections open on a node, in their pools ([`Pool`]); the
+/// unauthenticated ones also by source share, in eviction order.
+///
+/// A new connection is never refused for its share or its pool being full:
+/// the oldest unauthenticated connection of the narrowest full share (its
+/// IPv4 address, then its /24 or IPv6 /64, then the whole pool) is closed
+/// to make room. A legitimate client often shares a prefix with whoever
+/// fills it (a NAT, a cloud network, loopback in the tests); refusing the
+/// newcomer would refuse it, while evicting the oldest gives it the time
+/// the attacker needs to open a whole share of connections to finish its
+/// handshake and authenticate, and an attacker holding connections it
+/// never authenticates gains nothing by holding them longer.
 #[derive(Debug)]
 pub struct ConnectionTable {
-    connections_max: usize,
-    per_source_max: usize,
-    open: Mutex<OpenCounts>,
+    caps: PoolCaps,
+    pools: Mutex<Pools>,
+    metrics: Arc<Metrics>,
     /// Connections closed since the node started.
     closed: AtomicUsize,
 }
 
 /// What [`ConnectionTable`] counts under its lock.
 #[derive(Debug, Default)]
-struct OpenCounts {
-    total: usize,
-    by_source: HashMap<IpAddr, usize>,
+struct Pools {
+    next_id: u64,
+    /// Connections with a [`Slot`]: those in the pools and evicted ones not yet gone.
+    held: usize,
+    /// Connections counted in each pool ([`Pool::index`]).
+    open: [usize; 3],
+    members: HashMap<u64, Member>,
+    /// The unauthenticated connections in eviction order.
+    unauthenticated: BTreeSet<EvictionKey>,
+    /// The same, by share.
+    by_share: HashMap<Share, BTreeSet<EvictionKey>>,
+}
+
+/// One connection in a pool.
+#[derive(Debug)]
+struct Member {
+    pool: Pool,
+    source: IpAddr,
+    handshaken: bool,
+    activity: Weak<Activity>,
+}
+
+impl Pools {
+    fn share_count(&self, share: &Share) -> usize {
+        self.by_share.get(share).map_or(0, BTreeSet::len)
+    }
+
+    fn oldest_in(&self, share: &Share) -> Option<u64> {
+        self.by_share.get(share).and_then(|keys| keys.first()).map(|(_, id)| *id)
+    }
+
+    /// Takes an unauthenticated member out of the eviction order.
+    fn unlist(&mut self, id: u64, member: &Member) {
+        let key = (member.handshaken, id);
+        self.unauthenticated.remove(&key);
+        let (address, prefix) = shares(member.source);
+        for share in address.into_iter().chain([prefix]) {
+            if let Some(keys) = self.by_share.get_mut(&share) {
+                keys.remove(&key);
+                if keys.is_empty() {
+                    // Sources come and go: keep only those with connections open.
+                    self.by_share.remove(&share);
+                }
+            }
+        }
+    }
+
+    /// Puts an unauthenticated member into the eviction order.
+    fn list(&mut self, id: u64, member: &Member) {
+        let key = (member.handshaken, id);
+        self.unauthenticated.insert(key);
+        let (address, prefix) = shares(member.source);
+        for share in address.into_iter().chain([prefix]) {
+            self.by_share.entry(share).or_default().insert(key);
+        }
+    }
+
+    /// Takes member `id` out of its pool (and the table); its slot stays held.
+    fn remove(&mut self, id: u64) -> Option<Member> {
+        let member = self.members.remove(&id)?;
+        if member.pool == Pool::Unauthenticated {
+            self.unlist(id, &member);
+        }
+        self.open[member.pool.index()] -= 1;
+        Some(member)
+    }
 }
 
 impl ConnectionTable {
-    /// A table that admits `connections_max` connections, `per_source_max` from one address.
-    pub fn new(connections_max: usize, per_source_max: usize) -> Arc<ConnectionTable> {
-        Arc::new(ConnectionTable {
-            connections_max,
-            per_source_max,
-            open: Mutex::new(OpenCounts::default()),
+    /// A table under `limits` (its caps per pool from them), counting into `metrics`.
+    pub fn new(limits: &ConnectionLimits, metrics: Arc<Metrics>) -> Arc<ConnectionTable> {
+        let table = Arc::new(ConnectionTable {
+            caps: PoolCaps::of(limits),
+            pools: Mutex::new(Pools::default()),
+            metrics,
             closed: AtomicUsize::new(0),
-        })
+        });
+        for pool in Pool::ALL {
+            table.metrics.set_connection_pool_open(pool.as_str(), 0);
+        }
+        table
     }
 
-    /// A slot for a connection from `source`, held until the connection
-    /// closes, or why there is none.
-    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Result<Slot, Refusal> {
-        let mut open = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if open.total >= self.connections_max {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pools> {
+        self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A slot in the unauthenticated pool for `activity`, a connection from
+    /// `source`, held until the connection closes; room is made by evicting
+    /// the oldest unauthenticated connection of the narrowest full share
+    /// ([`ConnectionTable`]). Refused only when the node holds
+    /// `connections_max` connections.
+    pub fn admit(self: &Arc<Self>, source: IpAddr, activity: &Arc<Activity>) -> Result<Slot, Refusal> {
+        let mut pools = self.lock();
+        if pools.held >= self.caps.connections_max {
+            drop(pools);
+            self.metrics.count_connection_pool_refused(Pool::Unauthenticated.as_str());
             return Err(Refusal::Overall);
         }
-        let from_source = open.by_source.entry(source).or_insert(0);
-        if *from_source >= self.per_source_max {
-            return Err(Refusal::PerSource);
+        let (address, prefix) = shares(source);
+        let full = match address {
+            Some(address) if pools.share_count(&address) >= self.caps.per_address_max => {
+                Some((Eviction::Address, pools.oldest_in(&address)))
+            }
+            _ if pools.share_count(&prefix) >= self.caps.per_prefix_max => {
+                Some((Eviction::Prefix, pools.oldest_in(&prefix)))
+            }
+            _ if pools.open[Pool::Unauthenticated.index()] >= self.caps.pools[Pool::Unauthenticated.index()] => {
+                Some((Eviction::Pool, pools.unauthenticated.first().map(|(_, id)| *id)))
+            }
+            _ => None,
+        };
+        // A full share holds at least one connection (every cap is at least one).
+        let evicted = full.and_then(|(why, id)| Some((why, pools.remove(id?)?)));
+        let id = pools.next_id;
+        pools.next_id += 1;
+        let member =
+            Member { pool: Pool::Unauthenticated, source, handshaken: false, activity: Arc::downgrade(activity) };
+        pools.list(id, &member);
+        pools.members.insert(id, member);
+        pools.open[Pool::Unauthenticated.index()] += 1;
+        pools.held += 1;
+        let unauthenticated = pools.open[Pool::Unauthenticated.index()];
+        drop(pools);
+        self.metrics.set_connection_pool_open(Pool::Unauthenticated.as_str(), unauthenticated);
+        if let Some((why, victim)) = evicted {
+            self.metrics.count_connection_evicted(Pool::Unauthenticated.as_str(), why.as_str());
+            self.metrics.count_connection_closed(Closure::Evicted.as_str());
+            if let Some(activity) = victim.activity.upgrade() {
+                activity.close_now(Closure::Evicted);
+            }
         }
-        *from_source += 1;
-        open.total += 1;
-        Ok(Slot { table: self.clone(), source })
+        let _ = activity.membership.set((self.clone(), id));
+        Ok(Slot { table: self.clone(), id })
     }
 
-    /// Connections open now (handshaking or served).
+    /// Notes that connection `id` finished its TLS handshake: it goes after
+    /// those that have not in eviction order.
+    fn handshaken(&self, id: u64) {
+        let mut pools = self.lock();
+        let Some(mut member) = pools.members.remove(&id) else { return };
+        if member.pool == Pool::Unauthenticated && !member.handshaken {
+            pools.unlist(id, &member);
+            member.handshaken = true;
+            pools.list(id, &member);
+        }
+        pools.members.insert(id, member);
+    }
+
+    /// Moves connection `id` out of the unauthenticated pool into `pool`;
+    /// `false` when `pool` is full (counted) or the connection was evicted.
+    fn promote(&self, id: u64, pool: Pool) -> bool {
+        let mut pools = self.lock();
+        let Some(current) = pools.members.get(&id).map(|member| member.pool) else { return false };
+        if current != Pool::Unauthenticated || pool == Pool::Unauthenticated {
+            return true;
+        }
+        if pools.open[pool.index()] >= self.caps.pools[pool.index()] {
+            drop(pools);
+            self.metrics.count_connection_pool_refused(pool.as_str());
+            return false;
+        }
+        let Some(mut member) = pools.remove(id) else { return false };
+        member.pool = pool;
+        pools.open[pool.index()] += 1;
+        pools.members.insert(id, member);
+        let open = pools.open;
+        drop(pools);
+        self.metrics.set_connection_pool_open(Pool::Unauthenticated.as_str(), open[Pool::Unauthenticated.index()]);
+        self.metrics.set_connection_pool_open(pool.as_str(), open[pool.index()]);
+        true
+    }
+
+    /// Connections open now (handshaking or served), evicted ones not yet gone included.
     pub fn open(&self) -> usize {
-        self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).total
+        self.lock().held
     }
 
-    /// Connections open now from `source`.
-    pub fn open_from(&self, source: IpAddr) -> usize {
-        let open = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        open.by_source.get(&source).copied().unwrap_or(0)
+    /// Connections counted in `pool` now.
+    pub fn open_in(&self, pool: Pool) -> usize {
+        self.lock().open[pool.index()]
     }
 
     /// Connections closed since the table was made.
@@ -178,17 +466,14 @@ impl ConnectionTable {
         self.closed.load(Ordering::Relaxed)
     }
 
-    fn release(&self, source: IpAddr) {
+    fn release(&self, id: u64) {
         self.closed.fetch_add(1, Ordering::Relaxed);
-        let mut open = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        open.total -= 1;
-        if let Some(from_source) = open.by_source.get_mut(&source) {
-            *from_source -= 1;
-            if *from_source == 0 {
-                // Sources come and go: keep only those with connections open.
-                open.by_source.remove(&source);
-            }
-        }
+        let mut pools = self.lock();
+        pools.held -= 1;
+        let Some(member) = pools.remove(id) else { return };
+        let open = pools.open[member.pool.index()];
+        drop(pools);
+        self.metrics.set_connection_pool_open(member.pool.as_str(), open);
     }
 }
 
@@ -196,12 +481,12 @@ impl ConnectionTable {
 #[derive(Debug)]
 pub struct Slot {
     table: Arc<ConnectionTable>,
-    source: IpAddr,
+    id: u64,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.table.release(self.source);
+        self.table.release(self.id);
     }
 }
 
@@ -291,6 +576,12 @@ pub struct Activity {
     /// Set to cut the connection: its reads and writes fail from then on.
     cut: AtomicBool,
     reader: AtomicWaker,
+    /// Its table and its id there, once admitted.
+    membership: OnceLock<(Arc<ConnectionTable>, u64)>,
+    /// Why the table closed it at once, if it did ([`Activity::close_now`]).
+    closed_now: OnceLock<Closure>,
+    /// Wakes whoever waits on the connection when `closed_now` is set.
+    closing_now: Notify,
 }
 
 impl Activity {
@@ -303,12 +594,47 @@ impl Activity {
             authenticated: AtomicBool::new(false),
             cut: AtomicBool::new(false),
             reader: AtomicWaker::new(),
+            membership: OnceLock::new(),
+            closed_now: OnceLock::new(),
+            closing_now: Notify::new(),
         })
     }
 
-    /// Marks the connection authenticated: the authentication deadline no longer applies.
-    pub fn authenticate(&self) {
-        self.authenticated.store(true, Ordering::Relaxed);
+    /// Marks the connection authenticated, into `pool`: the authentication
+    /// deadline no longer applies, and it leaves the unauthenticated pool.
+    /// When `pool` is full the connection is closed instead
+    /// ([`Closure::PoolFull`]).
+    pub fn authenticate(&self, pool: Pool) {
+        if self.is_authenticated() {
+            return;
+        }
+        let admitted = self.membership.get().is_none_or(|(table, id)| table.promote(*id, pool));
+        if admitted {
+            self.authenticated.store(true, Ordering::Relaxed);
+        } else if self.closed_now.get().is_none() {
+            if let Some((table, _)) = self.membership.get() {
+                table.metrics.count_connection_closed(Closure::PoolFull.as_str());
+            }
+            self.close_now(Closure::PoolFull);
+        }
+    }
+
+    /// Closes the connection at once for `closure` (the table evicted it, or
+    /// its pool was full): whoever serves it stops waiting.
+    fn close_now(&self, closure: Closure) {
+        if self.closed_now.set(closure).is_ok() {
+            self.closing_now.notify_one();
+        }
+    }
+
+    /// Waits until the table closes the connection at once.
+    async fn closed_now(&self) -> Closure {
+        loop {
+            if let Some(closure) = self.closed_now.get() {
+                return *closure;
+            }
+            self.closing_now.notified().await;
+        }
     }
 
     /// Whether a client certificate or a call authenticated the connection.
@@ -347,6 +673,9 @@ impl Activity {
     /// When the connection must close and why, as of `now`: `Ok` with the
     /// reason once a bound has passed, else `Err` with the instant to look again.
     pub fn closing(&self, limits: &ConnectionLimits, now: Instant) -> Result<Closure, Instant> {
+        if let Some(closure) = self.closed_now.get() {
+            return Ok(*closure);
+        }
         let mut next = later(now, limits.idle_timeout);
         if !self.is_authenticated() {
             let deadline = later(self.accepted, limits.auth_deadline);
@@ -373,7 +702,10 @@ impl Activity {
         loop {
             match self.closing(limits, Instant::now()) {
                 Ok(closure) => return closure,
-                Err(next) => tokio::time::sleep_until(next.into()).await,
+                Err(next) => tokio::select! {
+                    () = tokio::time::sleep_until(next.into()) => {}
+                    closure = self.closed_now() => return closure,
+                },
             }
         }
     }
@@ -416,12 +748,12 @@ pub fn peer_of(extensions: &Extensions) -> Peer {
     extensions.get::<ConnectionInfo>().map_or(Peer::Anonymous, |info| info.peer.clone())
 }
 
-/// Marks the connection a request came on authenticated (the routing layer
-/// calls it once it authenticated a call); nothing for a request that came
-/// another way (an in-process test).
-pub fn mark_authenticated(extensions: &Extensions) {
+/// Marks the connection a request came on authenticated into `pool` (the
+/// routing layer calls it once it authenticated a call or admitted a Raft
+/// call); nothing for a request that came another way (an in-process test).
+pub fn mark_authenticated(extensions: &Extensions, pool: Pool) {
     if let Some(info) = extensions.get::<ConnectionInfo>() {
-        info.activity.authenticate();
+        info.activity.authenticate(pool);
     }
 }
 
@@ -447,8 +779,13 @@ impl Connection {
             Transport::Plain(_) => Peer::Anonymous,
             Transport::Tls(stream) => Peer::of_certificates(stream.get_ref().1.peer_certificates()),
         };
+        if let Some((table, id)) = activity.membership.get() {
+            table.handshaken(*id);
+        }
         if matches!(peer, Peer::Certified(_)) {
-            activity.authenticate();
+            // A node certificate is the cluster's; the membership is checked
+            // at each Raft call.
+            activity.authenticate(if peer.node_id().is_some() { Pool::Peer } else { Pool::Authenticated });
         }
         Connection { transport, info: ConnectionInfo { peer, activity }, _served: None }
     }
@@ -647,7 +984,8 @@ pub async fn serve(listener: TcpListener, acceptor: Acceptor, mut shutdown: watc
                 continue;
             }
         };
-        let slot = match acceptor.table.admit(source.ip()) {
+        let activity = Activity::new(Instant::now());
+        let slot = match acceptor.table.admit(source.ip(), &activity) {
             Ok(slot) => slot,
             Err(refusal) => {
                 acceptor.metrics.count_connection_refused(refusal.as_str());
@@ -662,7 +1000,6 @@ pub async fn serve(listener: TcpListener, acceptor: Acceptor, mut shutdown: watc
         let _ = tcp.set_nodelay(true);
         let (acceptor, tls, shutdown) = (acceptor.clone(), tls.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let activity = Activity::new(Instant::now());
             if let Some(connection) = open(tcp, tls, &activity, &acceptor).await {
                 serve_connection(connection, activity, &acceptor, shutdown).await;
             }
@@ -688,7 +1025,12 @@ async fn open(
         return Some(Connection::new(Transport::Plain(tcp), activity.clone()));
     };
     let deadline = later(activity.accepted, acceptor.limits.auth_deadline);
-    match tokio::time::timeout_at(deadline.into(), tls.accept(tcp).into_fallible()).await {
+    let handshake = tokio::select! {
+        handshake = tokio::time::timeout_at(deadline.into(), tls.accept(tcp).into_fallible()) => handshake,
+        // Evicted in its handshake: counted by the table, closed here.
+        _ = activity.closed_now() => return None,
+    };
+    match handshake {
         Ok(Ok(stream)) => Some(Connection::new(Transport::Tls(Box::new(stream)), activity.clone())),
         Ok(Err((error, tcp))) => {
             tracing::debug!(%error, "TLS handshake refused");
@@ -714,6 +1056,10 @@ async fn serve_connection(
     let (close, closed) = oneshot::channel();
     let (served, mut done) = oneshot::channel::<()>();
     let connection = Connection { _served: Some(served), ..connection };
+    if activity.closed_now.get().is_some() {
+        // Evicted (or its pool full) before it was served: counted by the table.
+        return;
+    }
     let mut serving = (acceptor.serve_one)(connection, closed);
     let closure = tokio::select! {
         () = &mut serving => return,
@@ -724,9 +1070,17 @@ async fn serve_connection(
     };
     if let Some(closure) = closure {
         tracing::debug!(reason = closure.as_str(), "closing a connection");
-        acceptor.metrics.count_connection_closed(closure.as_str());
+        // The table counted those it closed at once.
+        if activity.closed_now.get().is_none() {
+            acceptor.metrics.count_connection_closed(closure.as_str());
+        }
     }
     let _ = close.send(());
+    if closure == Some(Closure::Evicted) {
+        // Never authenticated: only a health or reflection call can be in
+        // flight, and its room is already another connection's.
+        activity.cut();
+    }
     loop {
         tokio::select! {
             () = &mut serving => return,
@@ -740,7 +1094,9 @@ async fn serve_connection(
                 // grace either: a stream that never ends (WatchEvents, a
                 // long poll) would hold the node's exit, and its client
                 // resumes on another node as it does after a crash.
-                if activity.streams() == 0 || closure.is_none_or(|closure| closure == Closure::AuthDeadline) {
+                if activity.streams() == 0
+                    || closure.is_none_or(|closure| matches!(closure, Closure::AuthDeadline | Closure::Evicted))
+                {
                     activity.cut();
                 }
             }
@@ -756,28 +1112,147 @@ mod tests {
         IpAddr::from([127, 0, 0, last])
     }
 
-    #[test]
-    fn the_table_refuses_past_the_per_source_cap_then_past_the_overall_cap() {
-        let table = ConnectionTable::new(5, 2);
-        let first = table.admit(address(2)).expect("first from .2");
-        let _second = table.admit(address(2)).expect("second from .2");
-        assert_eq!(table.admit(address(2)).map(|_| ()), Err(Refusal::PerSource));
-        let _others: Vec<Slot> = (3..6).map(|last| table.admit(address(last)).expect("another source")).collect();
-        assert_eq!(table.open(), 5);
-        assert_eq!(table.admit(address(9)).map(|_| ()), Err(Refusal::Overall));
-        drop(first);
-        assert_eq!(table.open_from(address(2)), 1);
-        let _again = table.admit(address(2)).expect("a slot freed");
-        assert_eq!(table.open(), 5);
+    fn limits_of(
+        connections_max: usize,
+        unauthenticated_max: usize,
+        per_source: usize,
+        per_prefix: usize,
+    ) -> ConnectionLimits {
+        ConnectionLimits {
+            connections_max,
+            unauthenticated_max,
+            connections_per_source_max: per_source,
+            connections_per_prefix_max: per_prefix,
+            ..ConnectionLimits::default()
+        }
+    }
+
+    /// A connection from `source` admitted to `table`, with its activity.
+    fn admitted(table: &Arc<ConnectionTable>, source: IpAddr) -> (Slot, Arc<Activity>) {
+        let activity = Activity::new(Instant::now());
+        let slot = table.admit(source, &activity).expect("admitted");
+        (slot, activity)
+    }
+
+    fn evicted(activity: &Activity) -> bool {
+        activity.closed_now.get() == Some(&Closure::Evicted)
     }
 
     #[test]
-    fn a_source_whose_connections_all_closed_is_forgotten() {
-        let table = ConnectionTable::new(10, 10);
-        let slots: Vec<Slot> = (0..4).map(|_| table.admit(address(7)).expect("a slot")).collect();
+    fn a_full_address_share_evicts_its_oldest_unauthenticated_connection_not_the_newcomer() {
+        let table = ConnectionTable::new(&limits_of(100, 50, 2, 10), Arc::new(Metrics::new()));
+        let first = admitted(&table, address(2));
+        let second = admitted(&table, address(2));
+        let third = admitted(&table, address(2));
+        assert!(evicted(&first.1), "the oldest of the full address share is evicted");
+        assert!(!evicted(&second.1) && !evicted(&third.1));
+        assert_eq!(table.open_in(Pool::Unauthenticated), 2);
+        // Its slot is held until its connection is gone.
+        assert_eq!(table.open(), 3);
+        drop(first);
+        assert_eq!(table.open(), 2);
+        // Another address of the /24 has its own address share.
+        let other = admitted(&table, address(3));
+        assert!(!evicted(&other.1) && !evicted(&second.1));
+    }
+
+    #[test]
+    fn a_full_prefix_evicts_its_oldest_and_a_finished_handshake_is_evicted_after_those_without() {
+        let table = ConnectionTable::new(&limits_of(100, 50, 10, 4), Arc::new(Metrics::new()));
+        let handshaken = admitted(&table, address(2));
+        table.handshaken(table_id(&handshaken.1));
+        let raw: Vec<_> = (3..6).map(|last| admitted(&table, address(last))).collect();
+        // Another /24 counts apart.
+        let elsewhere = admitted(&table, IpAddr::from([10, 0, 0, 1]));
+        // The /24 holds four: a newcomer from it evicts the oldest raw one,
+        // not the older connection that finished its handshake.
+        let newcomer = admitted(&table, address(1));
+        assert!(evicted(&raw[0].1));
+        assert!(!evicted(&handshaken.1) && !evicted(&raw[1].1) && !evicted(&elsewhere.1) && !evicted(&newcomer.1));
+        assert_eq!(table.open_in(Pool::Unauthenticated), 5);
+    }
+
+    #[test]
+    fn a_full_pool_evicts_its_oldest_and_an_ipv6_64_is_one_share() {
+        let table = ConnectionTable::new(&limits_of(100, 3, 10, 2), Arc::new(Metrics::new()));
+        let v6 = |last: u16| IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]);
+        let first = admitted(&table, v6(1));
+        let second = admitted(&table, v6(2));
+        let third = admitted(&table, v6(3));
+        assert!(evicted(&first.1), "two addresses of one /64 share its share of two");
+        let fourth = admitted(&table, address(9));
+        assert!(!evicted(&second.1), "the pool holds three");
+        let fifth = admitted(&table, address(10));
+        assert!(evicted(&second.1), "the pool of three was full: its oldest goes");
+        assert!(!evicted(&third.1) && !evicted(&fourth.1) && !evicted(&fifth.1));
+        // An IPv4-mapped address is its IPv4 address.
+        assert_eq!(shares("::ffff:127.0.0.9".parse().expect("an address")), shares(address(9)));
+    }
+
+    fn table_id(activity: &Activity) -> u64 {
+        activity.membership.get().expect("admitted").1
+    }
+
+    #[test]
+    fn authenticated_and_peer_connections_leave_the_unauthenticated_pool_and_are_never_evicted() {
+        let table = ConnectionTable::new(&limits_of(100, 2, 2, 2), Arc::new(Metrics::new()));
+        let peer = admitted(&table, address(1));
+        peer.1.authenticate(Pool::Peer);
+        let client = admitted(&table, address(1));
+        client.1.authenticate(Pool::Authenticated);
+        assert_eq!([Pool::Unauthenticated, Pool::Authenticated, Pool::Peer].map(|pool| table.open_in(pool)), [0, 1, 1]);
+        // A fill of the unauthenticated pool from the same address evicts only its own.
+        let fill: Vec<_> = (0..10).map(|_| admitted(&table, address(1))).collect();
+        assert!(!evicted(&peer.1) && !evicted(&client.1));
+        assert_eq!(fill.iter().filter(|(_, activity)| evicted(activity)).count(), 8);
+        assert!(peer.1.is_authenticated() && client.1.is_authenticated());
+        // An evicted connection authenticates into nothing.
+        fill[0].1.authenticate(Pool::Authenticated);
+        assert!(!fill[0].1.is_authenticated());
+    }
+
+    #[test]
+    fn a_full_authenticated_pool_closes_the_connection_that_authenticates_into_it() {
+        // 24 connections: 12 unauthenticated, 3 peers, 9 authenticated.
+        let table = ConnectionTable::new(&limits_of(24, 100, 100, 100), Arc::new(Metrics::new()));
+        let clients: Vec<_> = (0..9)
+            .map(|_| {
+                let (slot, activity) = admitted(&table, address(1));
+                activity.authenticate(Pool::Authenticated);
+                (slot, activity)
+            })
+            .collect();
+        assert!(clients.iter().all(|(_, activity)| activity.is_authenticated()));
+        let (_slot, late) = admitted(&table, address(1));
+        late.authenticate(Pool::Authenticated);
+        assert!(!late.is_authenticated());
+        assert_eq!(late.closed_now.get(), Some(&Closure::PoolFull));
+        // The peers' pool has its own room.
+        let (_peer_slot, peer) = admitted(&table, address(1));
+        peer.authenticate(Pool::Peer);
+        assert!(peer.is_authenticated());
+    }
+
+    #[test]
+    fn the_node_refuses_at_accept_only_when_it_holds_connections_max() {
+        let table = ConnectionTable::new(&limits_of(6, 3, 10, 10), Arc::new(Metrics::new()));
+        let mut held: Vec<_> = (0..6).map(|_| admitted(&table, address(2))).collect();
+        // Three evicted, not yet gone: six held.
+        assert_eq!(table.open(), 6);
+        let activity = Activity::new(Instant::now());
+        assert_eq!(table.admit(address(3), &activity).map(|_| ()), Err(Refusal::Overall));
+        held.retain(|(_, activity)| !evicted(activity));
+        admitted(&table, address(3));
+    }
+
+    #[test]
+    fn shares_whose_connections_all_closed_are_forgotten() {
+        let table = ConnectionTable::new(&limits_of(100, 50, 10, 10), Arc::new(Metrics::new()));
+        let slots: Vec<_> = (0..4).map(|_| admitted(&table, address(7))).collect();
         drop(slots);
         assert_eq!(table.open(), 0);
-        assert!(table.open.lock().expect("unpoisoned").by_source.is_empty());
+        let pools = table.lock();
+        assert!(pools.by_share.is_empty() && pools.members.is_empty() && pools.unauthenticated.is_empty());
     }
 
     #[test]
@@ -802,7 +1277,7 @@ mod tests {
         let activity = Activity::new(accepted);
         let forever = ConnectionLimits { auth_deadline: Duration::MAX, idle_timeout: Duration::MAX, ..limits() };
         assert!(activity.closing(&forever, accepted).is_err());
-        activity.authenticate();
+        activity.authenticate(Pool::Authenticated);
         assert!(activity.closing(&forever, accepted + Duration::from_secs(3600)).is_err());
     }
 
@@ -816,7 +1291,7 @@ mod tests {
             Err(accepted + limits().auth_deadline)
         );
         assert_eq!(activity.closing(&limits(), accepted + Duration::from_secs(10)), Ok(Closure::AuthDeadline));
-        activity.authenticate();
+        activity.authenticate(Pool::Authenticated);
         assert!(activity.closing(&limits(), accepted + Duration::from_secs(10)).is_err());
     }
 
@@ -824,7 +1299,7 @@ mod tests {
     fn an_authenticated_connection_closes_only_after_the_idle_timeout_with_no_call_in_flight() {
         let accepted = Instant::now();
         let activity = Activity::new(accepted);
-        activity.authenticate();
+        activity.authenticate(Pool::Authenticated);
         let idle = limits().idle_timeout;
         assert_eq!(activity.closing(&limits(), accepted + idle), Ok(Closure::Idle));
         let watch = activity.stream_started();

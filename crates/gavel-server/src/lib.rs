@@ -27,6 +27,7 @@
 //! after the read barrier. An insecure node (`--insecure`) serves plaintext
 //! with `caller = None`, exactly as before authentication existed.
 
+pub mod audit_tiles;
 pub mod checkpointer;
 pub mod connections;
 pub mod convert;
@@ -47,3 +48,4 @@ pub mod status;
 pub mod ticker;
 pub mod tls;
 pub mod trace;
+pub mod witnesses;

@@ -5,7 +5,8 @@
 //! `--reads-in-flight-max`). The connection bounds below are enforced even
 //! earlier, by [`crate::connections`]: at accept, before the TLS handshake
 //! allocates anything, and on each open connection (`--auth-deadline-ms`,
-//! `--idle-timeout-ms`, `--connections-max`, `--connections-per-source-max`).
+//! `--idle-timeout-ms`, `--connections-max`, `--unauthenticated-connections-max`,
+//! `--connections-per-source-max`, `--connections-per-prefix-max`).
 
 use std::time::Duration;
 
@@ -21,8 +22,17 @@ use std::time::Duration;
 /// cause (`tests/overload.rs` measures both).
 pub const PROPOSALS_IN_FLIGHT_MAX: usize = 64;
 
-/// Long-polls (`WorkerService/Poll`, `ExecutionService/WaitExecution`)
-/// waiting on this node at once. A long-poll costs little while it waits (a
+/// How much of [`PROPOSALS_IN_FLIGHT_MAX`], in percent, may be taken
+/// before a principal that holds its fair share of it (the bound divided
+/// among the principals with proposals in flight) is refused
+/// (`crate::overload::shed`). The rest, a quarter, stays for principals
+/// within their share, so that a light principal's writes are admitted
+/// while a heavy one floods; a principal alone still uses the whole bound.
+pub const PROPOSALS_CONTENDED_PERCENT: usize = 75;
+
+/// Long-polls (`WorkerService/Poll` and `ReportAndPoll`,
+/// `ExecutionService/WaitExecution` and `ResumeAndWait`,
+/// `ApprovalService/WaitApproval`) waiting on this node at once. A long-poll costs little while it waits (a
 /// parked task and a watch receiver), but each holds an HTTP/2 stream for up
 /// to `WAIT_MS_MAX`, so the bound is larger than the proposals' and still
 /// finite.
@@ -102,14 +112,41 @@ pub const CONNECTION_TIMEOUT_MAX: Duration = Duration::from_secs(24 * 60 * 60);
 /// descriptor.
 pub const CONNECTIONS_MAX: usize = 10_000;
 
-/// Connections open on one node at once from one source IP address. Past
-/// it a new connection from that address is closed at accept, so one
-/// client (or one attacker) cannot take the whole [`CONNECTIONS_MAX`]. A
-/// client process normally needs one connection per node (HTTP/2 carries
-/// its calls side by side), a 64-client benchmark or a test suite on one
-/// machine some hundreds, and several application servers behind one NAT
-/// address share it: 1,024.
-pub const CONNECTIONS_PER_SOURCE_MAX: usize = 1_024;
+/// Unauthenticated connections open on one node at once from one IPv4
+/// address (`--connections-per-source-max`): a new one past it evicts that
+/// address's oldest unauthenticated connection (`crate::connections`). A
+/// legitimate client's connection is unauthenticated only for its TLS
+/// handshake and first call, milliseconds; 256 lets a few hundred clients
+/// behind one NAT address reconnect at once, and keeps one address from
+/// taking more than a quarter of its /24's share.
+pub const CONNECTIONS_PER_SOURCE_MAX: usize = 256;
+
+/// Unauthenticated connections open on one node at once from one IPv4 /24
+/// or one IPv6 /64 (`--connections-per-prefix-max`); a new one past it
+/// evicts the prefix's oldest unauthenticated connection. Counting exact
+/// addresses let ten addresses of one /24 fill the whole node, and one /64
+/// is as many addresses as its holder likes: the prefix is the unit an
+/// attacker cannot multiply cheaply. Half of
+/// [`UNAUTHENTICATED_CONNECTIONS_MAX`], so that two prefixes are needed to
+/// fill the pool.
+pub const CONNECTIONS_PER_PREFIX_MAX: usize = 1_024;
+
+/// Unauthenticated connections (accepted, not yet authenticated) open on
+/// one node at once (`--unauthenticated-connections-max`; at most half of
+/// [`CONNECTIONS_MAX`]). A new one past it evicts the oldest in the pool.
+/// The rest of [`CONNECTIONS_MAX`] is kept for connections that
+/// authenticated (a principal's, a peer's), so filling this pool refuses no
+/// Raft peer and no client with a valid certificate or token. An idle
+/// unauthenticated connection takes 12 KiB before its handshake and 39 KiB
+/// after (docs/limits.md): at most about 80 MB.
+pub const UNAUTHENTICATED_CONNECTIONS_MAX: usize = 2_048;
+
+/// Connections of cluster members (a node certificate, or a Raft call on an
+/// insecure node) open on one node at once, kept apart from the principals'
+/// (at most an eighth of [`CONNECTIONS_MAX`]). A peer opens a few
+/// connections to each node (Raft, forwarding, snapshots); 256 is a cluster
+/// of dozens of nodes with room for connections a restarted peer left behind.
+pub const PEER_CONNECTIONS_MAX: usize = 256;
 
 /// Connections the kernel holds for the node between their TCP handshake
 /// and the node's accept (the `listen` backlog; Linux caps it at

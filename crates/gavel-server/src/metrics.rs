@@ -13,8 +13,10 @@
 //!   ([`Metrics::count_quota_refusal`]); never the principal.
 //! - **Connections** ([`crate::connections`]): `gavel_connections_open`,
 //!   `gavel_connections_refused_total{reason}` (a cap, at accept) and
-//!   `gavel_connections_closed_total{reason}` (the authentication deadline
-//!   or the idle timeout).
+//!   `gavel_connections_closed_total{reason}` (the authentication deadline,
+//!   the idle timeout, an eviction, a full pool), and per pool
+//!   `gavel_connections_pool_open{pool}`, `gavel_connections_pool_refused_total{pool}`
+//!   and `gavel_connections_pool_evicted_total{pool,share}`.
 //! - `gavel_dedup_replays_total{at}`: retries answered from the dedup table,
 //!   at apply (read from `CoreApp::dedup_replays` at scrape time) or at a
 //!   long-poll's edge ([`Metrics::count_poll_replay`]).
@@ -77,6 +79,12 @@ pub const DOMAIN_CODE_LABELS_MAX: usize = 48;
 /// How many queues keep their own `queue` label; the rest are summed into
 /// `other`. Queue names are chosen by whoever registers capabilities.
 pub const QUEUE_LABELS_MAX: usize = 32;
+
+/// How many principals keep their own `principal` label in
+/// `gavel_overload_shed_total`; the rest are summed into `other`. Sheds fall
+/// on the principals sending the most, few at a time, and a principal is
+/// whoever holds a certificate or a token: the label stays bounded.
+pub const SHED_PRINCIPAL_LABELS_MAX: usize = 32;
 
 /// The label value a capped label takes past its cap.
 pub const OTHER: &str = "other";
@@ -168,6 +176,29 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
+/// A `pool` label: the connection pool ([`crate::connections::Pool::as_str`], three values).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PoolLabels {
+    pool: &'static str,
+}
+
+/// A `pool` and a `share` label: the pool a connection was evicted from and
+/// the share of it that was full ([`crate::connections::Eviction::as_str`],
+/// three values).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct EvictedLabels {
+    pool: &'static str,
+    share: &'static str,
+}
+
+/// A `principal` label: the principal whose write was shed for holding its
+/// fair share ([`crate::overload::shed`]), capped at
+/// [`SHED_PRINCIPAL_LABELS_MAX`] principals.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ShedLabels {
+    principal: String,
+}
+
 /// An `at` label: where a retry was answered from the dedup table
 /// (`apply`: a command applied again, `poll`: a long-poll retried at the edge).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -222,8 +253,18 @@ pub struct Metrics {
     /// `gavel_connections_refused_total{reason}`: connections closed at accept by a cap.
     connections_refused: Family<ReasonLabels, Counter>,
     /// `gavel_connections_closed_total{reason}`: connections the node closed
-    /// (authentication deadline, idle timeout).
+    /// (authentication deadline, idle timeout, evicted, pool full).
     connections_closed: Family<ReasonLabels, Counter>,
+    /// `gavel_connections_pool_open{pool}`: connections counted in each pool.
+    connections_pool_open: Family<PoolLabels, Gauge>,
+    /// `gavel_connections_pool_refused_total{pool}`: connections a full pool refused.
+    connections_pool_refused: Family<PoolLabels, Counter>,
+    /// `gavel_connections_pool_evicted_total{pool,share}`: connections evicted
+    /// to make room, by the share that was full.
+    connections_pool_evicted: Family<EvictedLabels, Counter>,
+    /// `gavel_overload_shed_total{principal}`: writes shed for their
+    /// principal holding its fair share of the proposals in flight.
+    overload_shed: Family<ShedLabels, Counter>,
     /// `gavel_late_reports_total`: reports and heartbeats refused `LEASE_LOST`.
     late_reports: Counter,
     /// `gavel_dedup_replays_total{at}`: retries answered with the reply their
@@ -235,6 +276,7 @@ pub struct Metrics {
     methods: LabelCap,
     domain_codes: LabelCap,
     queues: LabelCap,
+    shed_principals: LabelCap,
     /// One scrape at a time: the gauge families are cleared and refilled.
     scrape: Mutex<()>,
 }
@@ -343,11 +385,32 @@ impl Metrics {
             connections_closed: registered(
                 r,
                 "gavel_connections_closed",
-                "Connections this node closed (reason: auth_deadline, no handshake or authenticated call in time; idle, no call in flight for the idle timeout)",
+                "Connections this node closed (reason: auth_deadline, no handshake or authenticated call in time; idle, no call in flight for the idle timeout; evicted, the oldest unauthenticated connection of a full share; pool_full, authenticated into a full pool)",
+            ),
+            connections_pool_open: registered(
+                r,
+                "gavel_connections_pool_open",
+                "Connections counted in each pool: unauthenticated (accepted, not yet authenticated), authenticated (a principal), peer (a node certificate or a Raft call)",
+            ),
+            connections_pool_refused: registered(
+                r,
+                "gavel_connections_pool_refused",
+                "Connections refused because their pool was full (unauthenticated: at accept, the node at --connections-max; authenticated, peer: when they authenticated)",
+            ),
+            connections_pool_evicted: registered(
+                r,
+                "gavel_connections_pool_evicted",
+                "Unauthenticated connections closed to make room for a new one, the oldest of the share that was full (share: address, an IPv4 address; prefix, an IPv4 /24 or IPv6 /64; pool, the whole pool)",
+            ),
+            overload_shed: registered(
+                r,
+                "gavel_overload_shed",
+                "Writes shed while this node's proposals in flight were near their bound because their principal held its fair share of it, by principal (the first 32 principals shed keep their name, later ones read other)",
             ),
             methods: LabelCap::new(METHOD_LABELS_MAX),
             domain_codes: LabelCap::new(DOMAIN_CODE_LABELS_MAX),
             queues: LabelCap::new(QUEUE_LABELS_MAX),
+            shed_principals: LabelCap::new(SHED_PRINCIPAL_LABELS_MAX),
             scrape: Mutex::new(()),
             registry,
         }
@@ -359,7 +422,10 @@ impl Metrics {
         let method = self.methods.label(method_of(path));
         let domain_code = if domain_code.is_empty() { String::new() } else { self.domain_codes.label(domain_code) };
         if ErrorCode::from_wire(&domain_code) == Some(ErrorCode::LeaseLost)
-            && matches!(method.as_str(), "WorkerService/Report" | "WorkerService/Heartbeat")
+            && matches!(
+                method.as_str(),
+                "WorkerService/Report" | "WorkerService/ReportAndPoll" | "WorkerService/Heartbeat"
+            )
         {
             self.late_reports.inc();
         }
@@ -394,6 +460,27 @@ impl Metrics {
     /// `reason` is the label of its `Closure`).
     pub fn count_connection_closed(&self, reason: &'static str) {
         self.connections_closed.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// Sets the gauge of connections counted in `pool` ([`crate::connections::Pool::as_str`]).
+    pub fn set_connection_pool_open(&self, pool: &'static str, open: usize) {
+        self.connections_pool_open.get_or_create(&PoolLabels { pool }).set(clamp(open as u64));
+    }
+
+    /// Counts one connection refused because `pool` was full.
+    pub fn count_connection_pool_refused(&self, pool: &'static str) {
+        self.connections_pool_refused.get_or_create(&PoolLabels { pool }).inc();
+    }
+
+    /// Counts one connection evicted from `pool` because `share` was full.
+    pub fn count_connection_evicted(&self, pool: &'static str, share: &'static str) {
+        self.connections_pool_evicted.get_or_create(&EvictedLabels { pool, share }).inc();
+    }
+
+    /// Counts one write of `principal` shed for holding its fair share of
+    /// the proposals in flight ([`crate::overload::shed`]).
+    pub fn count_overload_shed(&self, principal: &str) {
+        self.overload_shed.get_or_create(&ShedLabels { principal: self.shed_principals.label(principal) }).inc();
     }
 
     /// Counts one more connection open ([`crate::connections`], at accept).
@@ -769,11 +856,11 @@ mod tests {
 
     #[test]
     fn connection_refusals_and_closes_are_counted_by_reason() {
-        use crate::connections::{Closure, Refusal};
+        use crate::connections::{Closure, Eviction, Pool, Refusal};
         let metrics = Metrics::new();
-        metrics.count_connection_refused(Refusal::PerSource.as_str());
-        metrics.count_connection_refused(Refusal::PerSource.as_str());
         metrics.count_connection_refused(Refusal::Overall.as_str());
+        metrics.count_connection_evicted(Pool::Unauthenticated.as_str(), Eviction::Prefix.as_str());
+        metrics.count_connection_evicted(Pool::Unauthenticated.as_str(), Eviction::Prefix.as_str());
         metrics.count_connection_closed(Closure::AuthDeadline.as_str());
         metrics.count_connection_closed(Closure::Idle.as_str());
         for _ in 0..8 {
@@ -782,7 +869,10 @@ mod tests {
         metrics.count_connection_ended();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &metrics.registry).expect("encodes");
-        assert!(text.contains(r#"gavel_connections_refused_total{reason="per_source"} 2"#), "{text}");
+        assert!(
+            text.contains(r#"gavel_connections_pool_evicted_total{pool="unauthenticated",share="prefix"} 2"#),
+            "{text}"
+        );
         assert!(text.contains(r#"gavel_connections_refused_total{reason="overall"} 1"#), "{text}");
         assert!(text.contains(r#"gavel_connections_closed_total{reason="auth_deadline"} 1"#), "{text}");
         assert!(text.contains(r#"gavel_connections_closed_total{reason="idle"} 1"#), "{text}");

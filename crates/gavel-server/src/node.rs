@@ -53,6 +53,10 @@ pub struct ServerSettings {
     /// Whether this node keeps a note key and cosigns audit checkpoints
     /// ([`crate::checkpointer`]); on by default.
     pub audit_checkpoints: bool,
+    /// External witnesses the leader submits each published checkpoint to
+    /// (C2SP `tlog-witness`; [`crate::witnesses`]): a policy file's
+    /// witnesses that have a URL. Empty: none.
+    pub audit_witnesses: Vec<gavel_core::witness::PolicyWitness>,
 }
 
 impl Default for ServerSettings {
@@ -66,6 +70,7 @@ impl Default for ServerSettings {
             checkpoint_cold_writes: gavel_store::app::COLD_PENDING_MAX,
             connections: crate::connections::ConnectionLimits::default(),
             audit_checkpoints: true,
+            audit_witnesses: Vec::new(),
         }
     }
 }

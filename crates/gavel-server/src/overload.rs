@@ -28,6 +28,17 @@
 //! most [`LEADER_PUSHBACK_MS_MAX`]), with what remains of that hint:
 //! [`Admission::learn_from_leader`], [`Admission::leader_pushback`].
 //!
+//! **Proposals are shed from the heaviest principal first.** The bound
+//! alone refused whoever came next, so the principal flooding a node got no
+//! more of the refusals than anyone else. Once a proposal is authenticated
+//! it takes its slot from [`Admission::admit_as`]: while the
+//! proposals in flight are past [`PROPOSALS_CONTENDED_PERCENT`] of their
+//! bound, a principal that already holds its fair share (the bound divided
+//! among the principals with proposals in flight) is refused, so the last
+//! quarter of the bound stays for principals within their share: a
+//! light principal is admitted while a heavy one floods ([`shed`], counted
+//! in `gavel_overload_shed_total{principal}`, the label capped).
+//!
 //! The routing layer ([`crate::routing`]) asks [`Admission::admit`] before
 //! it authenticates, serves or forwards a call, and holds the permit until
 //! the handler (or the forward) has answered. A follower bounds what it
@@ -38,8 +49,9 @@
 //! changes: an operator must be able to look and act while the node sheds
 //! load.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use gavel_core::ErrorCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
@@ -49,7 +61,7 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use crate::limits::{LEADER_PUSHBACK_MS_MAX, OVERLOAD_RETRY_AFTER_MS_MAX, OVERLOAD_RETRY_AFTER_MS_MIN};
-use crate::limits::{LONG_POLLS_MAX, PROPOSALS_IN_FLIGHT_MAX, READS_IN_FLIGHT_MAX};
+use crate::limits::{LONG_POLLS_MAX, PROPOSALS_CONTENDED_PERCENT, PROPOSALS_IN_FLIGHT_MAX, READS_IN_FLIGHT_MAX};
 use crate::status::refusal_status;
 use tonic::codegen::http::HeaderMap;
 
@@ -58,7 +70,11 @@ use tonic::codegen::http::HeaderMap;
 pub enum CallKind {
     /// A call whose handler proposes a command.
     Proposal,
-    /// A long-poll: `WorkerService/Poll`, `ExecutionService/WaitExecution`.
+    /// A long-poll: `WorkerService/Poll`, `ExecutionService/WaitExecution`,
+    /// `ApprovalService/WaitApproval`, and the two calls that propose and
+    /// then long-poll, `WorkerService/ReportAndPoll` and
+    /// `ExecutionService/ResumeAndWait` (they hold their slot for the wait,
+    /// so the proposals' bound is not spent on waiting).
     LongPoll,
     /// A linearizable read: `Get*`, `List*`, `WhoAmI`.
     Read,
@@ -71,7 +87,9 @@ impl CallKind {
         let (service, method) = path.strip_prefix("/gavel.v1.")?.split_once('/')?;
         match (service, method) {
             ("ClusterService", _) | ("AuditService", "WatchEvents") => None,
-            ("WorkerService", "Poll") | ("ExecutionService", "WaitExecution") => Some(CallKind::LongPoll),
+            ("WorkerService", "Poll" | "ReportAndPoll")
+            | ("ExecutionService", "WaitExecution" | "ResumeAndWait")
+            | ("ApprovalService", "WaitApproval") => Some(CallKind::LongPoll),
             (_, "WhoAmI" | "List") => Some(CallKind::Read),
             (_, method) if method.starts_with("Get") || method.starts_with("List") => Some(CallKind::Read),
             _ => Some(CallKind::Proposal),
@@ -236,6 +254,58 @@ pub struct Admitted {
     _slot: OwnedSemaphorePermit,
     since: Instant,
     held: Arc<HoldTime>,
+    /// Its principal's count of calls in flight ([`Admission::admit_as`]).
+    _principal: Option<InFlight>,
+}
+
+/// Whether a principal's proposal is shed, by [`shed`]'s rule: refused
+/// because its principal holds its fair share of a contended bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shed {
+    /// Its principal held at least its fair share while the bound was contended.
+    OverFairShare,
+}
+
+/// The rule that sheds the heaviest principals first. A call has taken one
+/// of `max` slots, `in_flight` are taken counting it; its principal holds
+/// `mine` others, and `principals` principals have calls in flight
+/// counting its own. The call is shed when the bound is contended (more
+/// than [`PROPOSALS_CONTENDED_PERCENT`] of it taken) and its principal
+/// already holds its fair share, the bound divided among the principals
+/// (rounded up), counting at least two: a principal alone is shed past the
+/// contended mark too, so that the rest of the bound is there for the next
+/// principal to come (a share counted among those in flight only gave a
+/// lone flooder the whole bound, and the next principal found it full). A
+/// principal within its share is admitted until the bound itself is reached.
+pub fn shed(max: usize, in_flight: usize, mine: usize, principals: usize) -> Option<Shed> {
+    let contended = in_flight > max * PROPOSALS_CONTENDED_PERCENT / 100;
+    let fair_share = max.div_ceil(principals.max(2));
+    (contended && mine >= fair_share).then_some(Shed::OverFairShare)
+}
+
+/// Calls in flight by principal, for [`shed`].
+#[derive(Debug, Default)]
+struct ByPrincipal {
+    in_flight: Mutex<HashMap<String, usize>>,
+}
+
+/// One call counted in flight for its principal until dropped.
+#[derive(Debug)]
+struct InFlight {
+    by_principal: Arc<ByPrincipal>,
+    principal: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut in_flight = self.by_principal.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = in_flight.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                in_flight.remove(&self.principal);
+            }
+        }
+    }
 }
 
 impl Drop for Admitted {
@@ -252,6 +322,8 @@ pub struct Admission {
     proposals: Bound,
     long_polls: Bound,
     reads: Bound,
+    /// Proposals in flight by principal.
+    proposals_by_principal: Arc<ByPrincipal>,
 }
 
 impl Admission {
@@ -263,6 +335,7 @@ impl Admission {
             proposals: Bound::new(limits.proposals_in_flight_max),
             long_polls: Bound::new(limits.long_polls_max),
             reads: Bound::new(limits.reads_in_flight_max),
+            proposals_by_principal: Arc::default(),
         }
     }
 
@@ -278,7 +351,7 @@ impl Admission {
         match bound.slots.clone().try_acquire_owned() {
             Ok(slot) => {
                 bound.hint.record(false);
-                Ok(Admitted { _slot: slot, since: Instant::now(), held: bound.held.clone() })
+                Ok(Admitted { _slot: slot, since: Instant::now(), held: bound.held.clone(), _principal: None })
             }
             Err(TryAcquireError::NoPermits | TryAcquireError::Closed) => {
                 bound.hint.record(true);
@@ -289,6 +362,64 @@ impl Admission {
 }
 
 impl Admission {
+    /// The refusal of a call of `kind` when its bound has no slot left,
+    /// asked before the call is authenticated; takes no slot. A proposal
+    /// takes its slot once its principal is known ([`Admission::admit_as`]).
+    pub fn refuse_if_full(&self, kind: CallKind) -> Result<(), Status> {
+        let bound = self.bound(kind);
+        if bound.slots.available_permits() > 0 {
+            return Ok(());
+        }
+        bound.hint.record(true);
+        Err(refusal(kind, bound.max, bound.retry_after_ms(self.now_ms())))
+    }
+
+    /// A permit for one proposal of `principal`, counted in flight for it,
+    /// or the `RESOURCE_EXHAUSTED` refusal: when the bound is reached, or
+    /// when [`shed`] sheds it (then with [`Shed`]). Taken under the lock of
+    /// the counts by principal, so that a shed call never holds a slot.
+    pub fn admit_as(&self, principal: &str) -> Result<Admitted, (Status, Option<Shed>)> {
+        let bound = &self.proposals;
+        let mut in_flight =
+            self.proposals_by_principal.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Ok(slot) = bound.slots.clone().try_acquire_owned() else {
+            drop(in_flight);
+            bound.hint.record(true);
+            return Err((refusal(CallKind::Proposal, bound.max, bound.retry_after_ms(self.now_ms())), None));
+        };
+        let in_flight_total = bound.max.saturating_sub(bound.slots.available_permits());
+        let mine = in_flight.get(principal).copied().unwrap_or(0);
+        let principals = in_flight.len() + usize::from(mine == 0);
+        if let Some(shed) = shed(bound.max, in_flight_total, mine, principals) {
+            drop((slot, in_flight));
+            bound.hint.record(true);
+            let retry_after_ms = bound.retry_after_ms(self.now_ms());
+            let status = refusal_status(
+                ErrorCode::ResourceExhausted,
+                &format!(
+                    "this node is overloaded and {principal} holds its fair share of the {} proposals in flight; \
+                     retry after {retry_after_ms} ms",
+                    bound.max
+                ),
+                Some(retry_after_ms),
+                None,
+            );
+            return Err((status, Some(shed)));
+        }
+        *in_flight.entry(principal.to_string()).or_insert(0) += 1;
+        drop(in_flight);
+        bound.hint.record(false);
+        Ok(Admitted {
+            _slot: slot,
+            since: Instant::now(),
+            held: bound.held.clone(),
+            _principal: Some(InFlight {
+                by_principal: self.proposals_by_principal.clone(),
+                principal: principal.to_string(),
+            }),
+        })
+    }
+
     fn bound(&self, kind: CallKind) -> &Bound {
         match kind {
             CallKind::Proposal => &self.proposals,
@@ -367,6 +498,9 @@ mod tests {
         assert_eq!(kind("WorkerService/Heartbeat"), Some(CallKind::Proposal));
         assert_eq!(kind("WorkerService/Poll"), Some(CallKind::LongPoll));
         assert_eq!(kind("ExecutionService/WaitExecution"), Some(CallKind::LongPoll));
+        assert_eq!(kind("ExecutionService/ResumeAndWait"), Some(CallKind::LongPoll));
+        assert_eq!(kind("ApprovalService/WaitApproval"), Some(CallKind::LongPoll));
+        assert_eq!(kind("WorkerService/ReportAndPoll"), Some(CallKind::LongPoll));
         assert_eq!(kind("ApprovalService/GetApproval"), Some(CallKind::Read));
         assert_eq!(kind("AccessService/List"), Some(CallKind::Read));
         assert_eq!(kind("AccessService/WhoAmI"), Some(CallKind::Read));
@@ -394,6 +528,34 @@ mod tests {
         admission.admit(CallKind::Read).expect("a read is admitted");
         drop(first);
         admission.admit(CallKind::Proposal).expect("admitted once a permit is back");
+    }
+
+    #[test]
+    fn the_heaviest_principal_is_shed_first_and_a_light_one_is_admitted_while_the_bound_has_room() {
+        // The rule: a principal alone uses the whole bound; two share it.
+        assert_eq!(shed(8, 7, 6, 1), Some(Shed::OverFairShare), "alone, shed past three quarters");
+        assert_eq!(shed(8, 6, 5, 1), None, "not contended yet (6 of 8 is 75 %)");
+        assert_eq!(shed(8, 7, 6, 2), Some(Shed::OverFairShare), "contended, over its share of 4");
+        assert_eq!(shed(64, 60, 6, 10), None, "ten principals of six each: within their shares");
+        assert_eq!(shed(8, 8, 1, 2), None, "within its share: admitted up to the bound");
+        assert_eq!(shed(1, 1, 0, 5), None, "a bound of one: whoever comes first");
+
+        // Through Admission: a heavy principal floods a bound of 8, a light one calls.
+        let admission = Admission::new(OverloadLimits { proposals_in_flight_max: 8, ..OverloadLimits::default() });
+        let admit = |principal: &str| admission.admit_as(principal);
+        let heavy: Vec<Admitted> = (0..6).map(|_| admit("user:heavy").expect("up to three quarters")).collect();
+        let (refused, shed_as) = admit("user:heavy").expect_err("alone, past three quarters");
+        assert_eq!((refused.code(), shed_as), (Code::ResourceExhausted, Some(Shed::OverFairShare)));
+        assert!(read_error_detail(&refused).and_then(|detail| detail.retry_after_ms).is_some());
+        admission.refuse_if_full(CallKind::Proposal).expect("a shed call holds no slot");
+        // The light principal gets the last quarter, within its share of four.
+        let light: Vec<Admitted> = (0..2).map(|_| admit("user:light").expect("the light principal")).collect();
+        let (full, shed_as) = admit("user:light").expect_err("the bound is full");
+        assert_eq!((full.code(), shed_as), (Code::ResourceExhausted, None));
+        admission.refuse_if_full(CallKind::Proposal).expect_err("refused before authentication too");
+        // The counts follow the calls.
+        drop((heavy, light));
+        assert!(admission.proposals_by_principal.in_flight.lock().expect("unpoisoned").is_empty());
     }
 
     #[test]

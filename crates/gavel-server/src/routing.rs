@@ -97,9 +97,11 @@ const STALE_READ: &str = "/gavel.v1.ApprovalService/GetApproval";
 /// (`grpc-timeout`) still ends the call earlier.
 fn extra_wait(path: &str) -> Duration {
     match path {
-        "/gavel.v1.WorkerService/Poll" | "/gavel.v1.ExecutionService/WaitExecution" => {
-            Duration::from_millis(WAIT_MS_MAX)
-        }
+        "/gavel.v1.WorkerService/Poll"
+        | "/gavel.v1.WorkerService/ReportAndPoll"
+        | "/gavel.v1.ExecutionService/WaitExecution"
+        | "/gavel.v1.ExecutionService/ResumeAndWait"
+        | "/gavel.v1.ApprovalService/WaitApproval" => Duration::from_millis(WAIT_MS_MAX),
         "/gavel.v1.ClusterService/AddLearner" | "/gavel.v1.ClusterService/Promote" => MEMBERSHIP_CHANGE_WAIT,
         _ => Duration::ZERO,
     }
@@ -206,9 +208,10 @@ where
                     return refusal.into_http();
                 }
             }
-            // A peer's connection: no authentication deadline for it. Health
-            // and reflection calls, open to anyone, authenticate nothing.
-            crate::connections::mark_authenticated(request.extensions());
+            // A peer's connection: no authentication deadline for it, and
+            // the peers' pool. Health and reflection calls, open to anyone,
+            // authenticate nothing.
+            crate::connections::mark_authenticated(request.extensions(), crate::connections::Pool::Peer);
         }
         // Raft, health, reflection: their refusals are not the public API's,
         // and a peer must see tonic's own `OUT_OF_RANGE` for an oversized
@@ -219,21 +222,43 @@ where
         };
     }
     // Shed load before anything costs: the permit is held until the call
-    // has answered here or at the leader.
+    // has answered here or at the leader. A proposal takes its permit once
+    // its principal is known, so that the principals holding their fair
+    // share are shed first (`crate::overload::shed`); a full bound refuses
+    // it here already.
     let kind = CallKind::of(path);
-    let _admitted = match kind.map(|kind| (kind, node.admission.admit(kind))) {
-        Some((kind, Err(refusal))) => {
+    let admitted = match kind {
+        Some(CallKind::Proposal) => node.admission.refuse_if_full(CallKind::Proposal).map(|()| None),
+        Some(kind) => node.admission.admit(kind).map(Some),
+        None => Ok(None),
+    };
+    let mut admitted = match (kind, admitted) {
+        (Some(kind), Err(refusal)) => {
             node.metrics.count_overload_refusal(kind.as_str());
             return refusal.into_http();
         }
-        Some((_, Ok(permit))) => Some(permit),
-        None => None,
+        (_, admitted) => admitted.unwrap_or_default(),
     };
     let caller = match authenticate(node, &mut request).await {
         Ok(caller) => caller,
         Err(refusal) => return refusal.into_http(),
     };
-    crate::connections::mark_authenticated(request.extensions());
+    crate::connections::mark_authenticated(request.extensions(), crate::connections::Pool::Authenticated);
+    if kind == Some(CallKind::Proposal) {
+        // An insecure node knows no principal: its callers are one.
+        let principal = caller.as_ref().map(|caller| caller.principal.to_string()).unwrap_or_default();
+        match node.admission.admit_as(&principal) {
+            Ok(permit) => admitted = Some(permit),
+            Err((refusal, shed)) => {
+                node.metrics.count_overload_refusal(CallKind::Proposal.as_str());
+                if shed.is_some() {
+                    node.metrics.count_overload_shed(&principal);
+                }
+                return refusal.into_http();
+            }
+        }
+    }
+    let _admitted = admitted;
     request.extensions_mut().insert(caller.clone());
     let served_here = SERVED_BY_EVERY_NODE.contains(&path);
     #[cfg(feature = "mutants")]
@@ -456,6 +481,9 @@ mod tests {
     #[test]
     fn only_long_calls_get_extra_time_when_forwarded() {
         assert_eq!(extra_wait("/gavel.v1.WorkerService/Poll"), Duration::from_millis(WAIT_MS_MAX));
+        assert_eq!(extra_wait("/gavel.v1.WorkerService/ReportAndPoll"), Duration::from_millis(WAIT_MS_MAX));
+        assert_eq!(extra_wait("/gavel.v1.ExecutionService/ResumeAndWait"), Duration::from_millis(WAIT_MS_MAX));
+        assert_eq!(extra_wait("/gavel.v1.ApprovalService/WaitApproval"), Duration::from_millis(WAIT_MS_MAX));
         assert_eq!(extra_wait("/gavel.v1.ClusterService/Promote"), MEMBERSHIP_CHANGE_WAIT);
         assert_eq!(extra_wait("/gavel.v1.ApprovalService/CreateApproval"), Duration::ZERO);
     }

@@ -5,7 +5,9 @@
 //!
 //! The listener is deliberately tiny: one request per connection, a bounded
 //! request head, a bounded number of connections. Metrics carry counts
-//! only, so it is plaintext even on a secured node (docs/security.md).
+//! only, so it is plaintext even on a secured node (docs/security.md). With
+//! `--audit-tiles` it also serves the audit tree's C2SP `tlog-tiles` under
+//! `/audit/` ([`crate::audit_tiles`], which says who may read what).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
+use crate::audit_tiles::{self, AuditTiles};
 use crate::metrics::Scraped;
 use crate::node::Node;
 
@@ -43,8 +46,9 @@ pub fn render(node: &Node) -> String {
 }
 
 /// Serves `GET /metrics` for `node` on `listener` until `shutdown` turns
-/// true. Any other path gets 404, any other method 405.
-pub async fn serve(listener: TcpListener, node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+/// true, and the audit tiles under `/audit/` as `tiles` allows. Any other
+/// path gets 404, any other method 405.
+pub async fn serve(listener: TcpListener, node: Arc<Node>, tiles: AuditTiles, mut shutdown: watch::Receiver<bool>) {
     let connections = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     loop {
         let permit = tokio::select! {
@@ -69,7 +73,7 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>, mut shutdown: watch::
         };
         let node = node.clone();
         tokio::spawn(async move {
-            if tokio::time::timeout(CONNECTION_TIMEOUT, answer(stream, &node)).await.is_err() {
+            if tokio::time::timeout(CONNECTION_TIMEOUT, answer(stream, &node, tiles)).await.is_err() {
                 tracing::debug!("metrics connection timed out");
             }
             drop(permit);
@@ -78,12 +82,12 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>, mut shutdown: watch::
 }
 
 /// Reads one request head and writes one response.
-async fn answer(mut stream: TcpStream, node: &Node) {
+async fn answer(mut stream: TcpStream, node: &Node, tiles: AuditTiles) {
     let mut head = Vec::with_capacity(512);
     let mut buffer = [0u8; 1024];
     while !head.windows(4).any(|window| window == b"\r\n\r\n") {
         if head.len() > REQUEST_HEAD_BYTES_MAX {
-            let _ = stream.write_all(&response(431, "text/plain", "request head too large\n")).await;
+            let _ = stream.write_all(&response(431, "text/plain", None, b"request head too large\n")).await;
             return;
         }
         match stream.read(&mut buffer).await {
@@ -98,28 +102,35 @@ async fn answer(mut stream: TcpStream, node: &Node) {
     let path = target.split('?').next().unwrap_or("");
     let reply = match (method, path) {
         ("GET", "/metrics") => {
-            response(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", &render(node))
+            response(200, "application/openmetrics-text; version=1.0.0; charset=utf-8", None, render(node).as_bytes())
         }
-        ("GET", _) => response(404, "text/plain", "only /metrics is served here\n"),
-        _ => response(405, "text/plain", "only GET is served here\n"),
+        ("GET", path) if path.starts_with(audit_tiles::PREFIX) => {
+            let tile = audit_tiles::answer(node, tiles, path);
+            response(tile.status, tile.content_type, tile.cache_control, &tile.body)
+        }
+        ("GET", _) => response(404, "text/plain", None, b"only /metrics and /audit/ are served here\n"),
+        _ => response(405, "text/plain", None, b"only GET is served here\n"),
     };
     let _ = stream.write_all(&reply).await;
     let _ = stream.shutdown().await;
 }
 
 /// An HTTP/1.1 response that closes the connection.
-fn response(status: u16, content_type: &str, body: &str) -> Vec<u8> {
+fn response(status: u16, content_type: &str, cache_control: Option<&str>, body: &[u8]) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
-        _ => "Request Header Fields Too Large",
+        431 => "Request Header Fields Too Large",
+        _ => "Internal Server Error",
     };
+    let cache = cache_control.map(|value| format!("cache-control: {value}\r\n")).unwrap_or_default();
     let mut bytes = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n{cache}content-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
-    bytes.extend_from_slice(body.as_bytes());
+    bytes.extend_from_slice(body);
     bytes
 }

@@ -372,10 +372,7 @@ pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<Run
             let limits = options.settings.connections;
             let acceptor = crate::connections::Acceptor {
                 limits,
-                table: crate::connections::ConnectionTable::new(
-                    limits.connections_max,
-                    limits.connections_per_source_max,
-                ),
+                table: crate::connections::ConnectionTable::new(&limits, node.metrics.clone()),
                 tls: server_tls,
                 metrics: node.metrics.clone(),
                 serve_one,
@@ -407,6 +404,10 @@ pub async fn start_serving(options: NodeOptions, serving: Serving) -> Result<Run
     if options.settings.audit_checkpoints {
         let note_key = crate::checkpointer::load_or_create_note_key(&options.data_dir).map_err(ServerError::NoteKey)?;
         tokio::spawn(crate::checkpointer::run(node.clone(), note_key, shutdown_rx.clone()));
+    }
+    if !options.settings.audit_witnesses.is_empty() {
+        let witnesses = options.settings.audit_witnesses.clone();
+        tokio::spawn(crate::witnesses::run(node.clone(), witnesses, shutdown_rx.clone()));
     }
     let ticker = tokio::spawn(crate::ticker::run(node.clone(), shutdown_rx));
     tracing::info!(id = options.id, %addr, "gavel node serving");

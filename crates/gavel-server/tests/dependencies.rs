@@ -194,6 +194,15 @@ fn the_notifier_reaches_the_cluster_through_the_sdk_only() {
 }
 
 #[test]
+fn the_mcp_gateway_reaches_the_cluster_through_the_sdk_only() {
+    // `gavel mcp` acts with each agent's own token and its own worker
+    // credentials: it keeps no state and decides no rule of Gavel's.
+    assert_sdk_only("gavel-mcp");
+    let tree = dependency_tree("gavel-mcp");
+    assert!(tree.iter().any(|name| name == "rmcp"), "the tree is read: {tree:?}");
+}
+
+#[test]
 fn the_oidc_verifier_depends_on_none_of_gavel_s_crates() {
     // Shared by the node and the console, it must not bring either's
     // dependencies to the other.

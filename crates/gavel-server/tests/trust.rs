@@ -550,7 +550,12 @@ async fn the_bootstrap_admin_grants_through_a_follower_and_nobody_else_changes_a
         cluster.channel(follower, Some(&root)).await.expect("connect"),
     );
     let events = audit
-        .list_events(pb::ListEventsRequest { after_cursor: 0, limit: 100, execution_id: None })
+        .list_events(pb::ListEventsRequest {
+            after_cursor: 0,
+            limit: 100,
+            execution_id: None,
+            ..pb::ListEventsRequest::default()
+        })
         .await
         .expect("an auditor reads the trail")
         .into_inner()

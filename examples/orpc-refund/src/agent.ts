@@ -5,12 +5,14 @@
 //
 // Its principal needs submitter and act-for (it names the user it acts for).
 import { actorText, createGavelClient, optionsFromEnv } from "@gavel/client";
-import { ActorKind, ExecutionState } from "@gavel/client";
-import { createGavelApprovalCoordinator } from "@gavel/orpc-agent";
+import { ActorKind, ApprovalStatus, ExecutionState, type Execution } from "@gavel/client";
 import { refundMeta } from "./refund.js";
 
 /** How long the agent waits for the decision. */
 const DECISION_WAIT_MS = Number(process.env.DECISION_WAIT_MS ?? 600_000);
+
+/** The longest single wait the cluster grants (WAIT_MS_MAX). */
+const WAIT_CALL_MS_MAX = 60_000;
 
 /** An actor as `kind:id`, the way principals are written. */
 const who = (actor: { id: string; kind: ActorKind } | undefined) => (actor === undefined ? "none" : actorText(actor));
@@ -26,29 +28,34 @@ try {
     actor: { id: "agent-alice", kind: ActorKind.USER, displayName: "Alice's agent" },
     surface: "aiSdk",
   });
+  let resumed: Execution | undefined;
   if (submitted.outcome.case === "approvalRequired") {
     const approvalId = submitted.outcome.value.id;
     console.log(`approval required: ${approvalId}`);
     console.log(`an approver runs: gavel approval approve ${approvalId}`);
-    const approvals = createGavelApprovalCoordinator({ client });
+    // One long-poll per minute at most, until the decision (no polling loop).
     const deadline = Date.now() + DECISION_WAIT_MS;
-    let status = "pending";
-    while (status === "pending" && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 250));
-      status = (await approvals.get(approvalId))?.status ?? "missing";
+    let status = submitted.outcome.value.status;
+    while (status === ApprovalStatus.PENDING && Date.now() < deadline) {
+      const waitMs = BigInt(Math.min(WAIT_CALL_MS_MAX, Math.max(0, deadline - Date.now())));
+      status = (await client.approvals.waitApproval({ id: approvalId, waitMs })).approval?.status ?? status;
     }
-    if (status !== "approved" && status !== "consumed") {
-      console.error(`approval ${approvalId} is ${status}; nothing was refunded`);
+    if (status !== ApprovalStatus.APPROVED && status !== ApprovalStatus.CONSUMED) {
+      console.error(`approval ${approvalId} is ${ApprovalStatus[status].toLowerCase()}; nothing was refunded`);
       process.exitCode = 3;
     } else {
-      if (status === "approved") {
-        await client.executions.resume({ approvalId });
+      if (status === ApprovalStatus.APPROVED) {
+        // Resume and wait for the result in one call.
+        resumed = (await client.executions.resumeAndWait({ resume: { approvalId }, waitMs: 30_000n })).execution;
       }
       console.log(`approved; resumed ${executionId}`);
     }
   }
   if (process.exitCode === undefined) {
-    const { execution } = await client.executions.waitExecution({ executionId, timeoutMs: 30_000n });
+    const execution =
+      resumed !== undefined && resumed.result !== undefined
+        ? resumed
+        : (await client.executions.waitExecution({ executionId, timeoutMs: 30_000n })).execution;
     const result = execution?.result?.outcome;
     if (execution?.state === ExecutionState.COMPLETED && result?.case === "completed") {
       console.log(`result: ${result.value.outputJson} (attempts ${result.value.attempts}, approver ${who(execution.approver)})`);

@@ -56,6 +56,14 @@ _CHANNEL_OPTIONS = [
 ]
 
 
+#: Calls that carry another call's request as a field (resume-and-wait,
+#: report-and-poll): that part's request_id is filled in like a top-level one.
+NESTED_REQUESTS = {
+    "/gavel.v1.ExecutionService/ResumeAndWait": "resume",
+    "/gavel.v1.WorkerService/ReportAndPoll": "report",
+}
+
+
 def new_request_id() -> str:
     """A fresh request id for one logical call; every retry of the call reuses it."""
     return f"py-{uuid.uuid4()}"
@@ -149,6 +157,12 @@ class _Route:
             copy = spec.request_type()
             copy.CopyFrom(request)
             copy.request_id = new_request_id()
+            request = copy
+        nested = NESTED_REQUESTS.get(spec.path)
+        if nested is not None and not getattr(request, nested).request_id:
+            copy = spec.request_type()
+            copy.CopyFrom(request)
+            getattr(copy, nested).request_id = new_request_id()
             request = copy
         deadline = self.options.call_timeout if timeout is None else timeout
         if spec.long_poll_field is not None:

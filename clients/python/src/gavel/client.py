@@ -96,6 +96,30 @@ class Client(_ClientBase):
                 return reply.execution
         raise _wait_timeout(execution_id, timeout)
 
+    def wait_decision(self, approval_id: str, timeout: float = 60.0) -> approval_pb2.Approval:
+        """Long-polls (WaitApproval) until the approval is no longer pending, and returns it; after
+        ``timeout`` seconds, returns it as it is then (still pending)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            reply = self.approvals.wait_approval(id=approval_id, wait_ms=_wait_ms(left) if left > 0 else 0)
+            if not reply.timed_out or time.monotonic() >= deadline:
+                return reply.approval
+
+    def resume_and_wait(self, approval_id: str, timeout: float = 60.0, **resume: Any) -> execution_pb2.Execution:
+        """Resumes an approved approval and long-polls until its execution is final, the first wait in the
+        same call (ResumeAndWait); GavelError WAIT_TIMEOUT after ``timeout`` seconds. ``resume`` holds
+        further ResumeRequest fields (``input_json``, ``execution_id``, ``request_id``)."""
+        deadline = time.monotonic() + timeout
+        request = execution_pb2.ResumeRequest(approval_id=approval_id, **resume)
+        reply = self.executions.resume_and_wait(resume=request, wait_ms=_wait_ms(timeout))
+        if not reply.timed_out:
+            return reply.execution
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _wait_timeout(reply.execution.execution_id, timeout)
+        return self.wait_final(reply.execution.execution_id, left)
+
     def decide(
         self,
         approval_id: str,
@@ -196,6 +220,30 @@ class AsyncClient(_ClientBase):
             if not reply.timed_out:
                 return reply.execution
         raise _wait_timeout(execution_id, timeout)
+
+    async def wait_decision(self, approval_id: str, timeout: float = 60.0) -> approval_pb2.Approval:
+        """Long-polls (WaitApproval) until the approval is no longer pending, and returns it; after
+        ``timeout`` seconds, returns it as it is then (still pending)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            reply = await self.approvals.wait_approval(id=approval_id, wait_ms=_wait_ms(left) if left > 0 else 0)
+            if not reply.timed_out or time.monotonic() >= deadline:
+                return reply.approval
+
+    async def resume_and_wait(self, approval_id: str, timeout: float = 60.0, **resume: Any) -> execution_pb2.Execution:
+        """Resumes an approved approval and long-polls until its execution is final, the first wait in the
+        same call (ResumeAndWait); GavelError WAIT_TIMEOUT after ``timeout`` seconds. ``resume`` holds
+        further ResumeRequest fields (``input_json``, ``execution_id``, ``request_id``)."""
+        deadline = time.monotonic() + timeout
+        request = execution_pb2.ResumeRequest(approval_id=approval_id, **resume)
+        reply = await self.executions.resume_and_wait(resume=request, wait_ms=_wait_ms(timeout))
+        if not reply.timed_out:
+            return reply.execution
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _wait_timeout(reply.execution.execution_id, timeout)
+        return await self.wait_final(reply.execution.execution_id, left)
 
     async def decide(
         self,

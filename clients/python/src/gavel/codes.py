@@ -89,6 +89,10 @@ GavelCode = Literal[
     "DATA_DIR_NOT_EMPTY",
     "AUDIT_VERIFICATION_FAILED",
     "NOTIFY_QUEUE_FULL",
+    "PAGE_SIZE_INVALID",
+    "PAGE_TOKEN_INVALID",
+    "AUDIT_EXPORT_FORMAT_UNKNOWN",
+    "AUDIT_CHECKPOINT_UNSIGNED",
 ]
 
 
@@ -174,6 +178,10 @@ BACKUP_CORRUPT: Final = "BACKUP_CORRUPT"
 DATA_DIR_NOT_EMPTY: Final = "DATA_DIR_NOT_EMPTY"
 AUDIT_VERIFICATION_FAILED: Final = "AUDIT_VERIFICATION_FAILED"
 NOTIFY_QUEUE_FULL: Final = "NOTIFY_QUEUE_FULL"
+PAGE_SIZE_INVALID: Final = "PAGE_SIZE_INVALID"
+PAGE_TOKEN_INVALID: Final = "PAGE_TOKEN_INVALID"
+AUDIT_EXPORT_FORMAT_UNKNOWN: Final = "AUDIT_EXPORT_FORMAT_UNKNOWN"
+AUDIT_CHECKPOINT_UNSIGNED: Final = "AUDIT_CHECKPOINT_UNSIGNED"
 
 #: Every code with its class and description, in the catalogue's order.
 CODES: Final[Mapping[GavelCode, CodeInfo]] = {
@@ -468,6 +476,22 @@ CODES: Final[Mapping[GavelCode, CodeInfo]] = {
     NOTIFY_QUEUE_FULL: CodeInfo(
         "RESOURCE_EXHAUSTED",
         "notifier log: its queues are full; it reads no events until they drain",
+    ),
+    PAGE_SIZE_INVALID: CodeInfo(
+        "INVALID_ARGUMENT",
+        "a list's page size is above its limit (1000)",
+    ),
+    PAGE_TOKEN_INVALID: CodeInfo(
+        "INVALID_ARGUMENT",
+        "a list's page token is not one that list handed out",
+    ),
+    AUDIT_EXPORT_FORMAT_UNKNOWN: CodeInfo(
+        "INVALID_ARGUMENT",
+        "CLI: the file is not an audit export in a format this gavel reads",
+    ),
+    AUDIT_CHECKPOINT_UNSIGNED: CodeInfo(
+        "UNAVAILABLE",
+        "CLI: no checkpoint the nodes cosigned covers it yet; try again shortly",
     ),
 }
 

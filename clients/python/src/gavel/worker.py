@@ -3,7 +3,9 @@
 The worker long-polls its queues, runs up to ``concurrency`` handlers at
 once, heartbeats each lease in the background, and reports each attempt's
 outcome, as the Rust and TypeScript workers do
-(crates/gavel-client/src/worker.rs, clients/typescript/.../worker.ts).
+(crates/gavel-client/src/worker.rs, clients/typescript/.../worker.ts). A
+report takes the next ready task for the slot it frees in the same call
+(ReportAndPoll, no wait), so a busy worker spends one round trip per task.
 
 A handler is stopped when the caller cancels the execution (a heartbeat
 answers cancel_requested), when the lease is lost (a heartbeat answers
@@ -242,7 +244,7 @@ class Worker:
                     continue
                 for raw in tasks:
                     task = _task_of(raw)
-                    runner = asyncio.ensure_future(self._run_task(client, heartbeats, task))
+                    runner = asyncio.ensure_future(self._run_slot(client, heartbeats, task.lease_id, task))
                     self._running[task.lease_id] = (task, runner)
                     runner.add_done_callback(functools.partial(self._finished, task.lease_id, freed))
         finally:
@@ -267,7 +269,18 @@ class Worker:
         capability_id = task.capability.spec.id if task.capability is not None else ""
         return self.handlers.get(capability_id) or self.handlers.get("*")
 
-    async def _run_task(self, client: AsyncClient, heartbeats: AsyncClient, task: Task) -> None:
+    async def _run_slot(self, client: AsyncClient, heartbeats: AsyncClient, key: int, task: Task) -> None:
+        """Runs ``task``, then each next task its report takes for the slot it frees (ReportAndPoll)."""
+        current: Task | None = task
+        while current is not None:
+            entry = self._running.get(key)
+            if entry is not None:
+                self._running[key] = (current, entry[1])  # shutdown stops the task the slot runs now
+            raw = await self._run_task(client, heartbeats, current)
+            current = _task_of(raw) if raw is not None else None
+
+    async def _run_task(self, client: AsyncClient, heartbeats: AsyncClient, task: Task) -> worker_pb2.Task | None:
+        """Runs one task and reports it; returns the task the report took for the freed slot, if one was ready."""
         heartbeat = asyncio.ensure_future(self._heartbeat_loop(heartbeats, task))
         try:
             outcome = await self._outcome(task)
@@ -277,7 +290,7 @@ class Worker:
             _log.info(
                 "execution %s lease %s stopped (%s) unreported", task.execution_id, task.lease_id, task.stop_reason
             )
-            return
+            return None
         request = worker_pb2.ReportRequest(
             request_id=new_request_id(), lease_id=task.lease_id, worker_id=self.worker_id
         )
@@ -286,9 +299,19 @@ class Worker:
         else:
             request.failed.CopyFrom(outcome)
         try:
-            await client.workers.report(request)
+            if self._stop is not None and self._stop.is_set():
+                await client.workers.report(request)
+                return None
+            # Report and take the next ready task for this slot in one call, without
+            # waiting (wait_ms 0): an idle slot goes back to the long-poll.
+            reply = await client.workers.report_and_poll(report=request, queues=self.queues, max_tasks=1, wait_ms=0)
         except GavelError as error:
             self.on_error(error, "report", task.execution_id)
+            return None
+        if reply.HasField("poll_failure"):
+            detail = reply.poll_failure.detail
+            self.on_error(GavelError(detail.code or "UNKNOWN", detail.message), "poll", None)
+        return reply.tasks[0] if reply.tasks else None
 
     async def _outcome(self, task: Task) -> worker_pb2.ReportCompleted | worker_pb2.ReportFailed | None:
         """Runs the handler until it returns or is stopped; None when stopped."""

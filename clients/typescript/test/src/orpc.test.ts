@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { os } from "@orpc/server";
-import { ActorKind, ExecutionState, type GavelClient, actorText } from "@gavel/client";
+import { ActorKind, ApprovalStatus, ExecutionState, type GavelClient, actorText } from "@gavel/client";
 import {
   type AgentMeta,
   type GavelAgentContext,
@@ -145,6 +145,57 @@ describe("@gavel/orpc-agent", () => {
       await app.executions.cancelExecution({ executionId: slowId });
       await eventually("the procedure's signal to abort", async () => slowAbortReason, 5000, 10);
       assert.equal(slowAbortReason, "cancelled");
+    } finally {
+      await worker.shutdown();
+    }
+  });
+
+  test("waitApproval returns once the approval is decided, and as it is at the deadline", async () => {
+    const agent = { id: "agent-alice", kind: ActorKind.USER };
+    const submitted = await app.executions.submit({
+      executionId: `refund-wait-${run}`,
+      capabilityId: refundMeta.id,
+      inputJson: JSON.stringify({ orderId: "o-43", amountCents: 100 }),
+      actor: agent,
+      surface: "aiSdk",
+    });
+    const approvalId = submitted.outcome.case === "approvalRequired" ? submitted.outcome.value.id : "";
+    const pending = await app.approvals.waitApproval({ id: approvalId, waitMs: 100n });
+    assert.equal(pending.timedOut, true);
+    assert.equal(pending.approval?.status, ApprovalStatus.PENDING);
+    const waiting = app.approvals.waitApproval({ id: approvalId, waitMs: 20_000n });
+    const started = Date.now();
+    await app.decide(approvalId, { approve: true, approver: { id: "bob-finance", kind: ActorKind.USER } });
+    const decided = await waiting;
+    assert.equal(decided.timedOut, false);
+    assert.equal(decided.approval?.status, ApprovalStatus.APPROVED);
+    assert.ok(Date.now() - started < 10_000, "the wait woke on the decision");
+  });
+
+  test("resumeAndWait resumes and returns the final execution in one call", async () => {
+    const worker = createGavelWorker({
+      client: workerClient,
+      procedures: { [refundMeta.id]: refundOrder },
+      createContext: () => ({ ledger: new Map<string, unknown>() }),
+      pollWaitMs: 1000,
+      heartbeatIntervalMs: 100,
+    });
+    try {
+      const submitted = await app.executions.submit({
+        executionId: `refund-resume-wait-${run}`,
+        capabilityId: refundMeta.id,
+        inputJson: JSON.stringify({ orderId: "o-44", amountCents: 200 }),
+        actor: { id: "agent-alice", kind: ActorKind.USER },
+        surface: "aiSdk",
+      });
+      const approvalId = submitted.outcome.case === "approvalRequired" ? submitted.outcome.value.id : "";
+      await app.decide(approvalId, { approve: true, approver: { id: "bob-finance", kind: ActorKind.USER } });
+      const done = await app.executions.resumeAndWait({ resume: { approvalId }, waitMs: 20_000n });
+      assert.equal(done.timedOut, false);
+      assert.equal(done.waitRefused, false);
+      assert.equal(done.execution?.state, ExecutionState.COMPLETED);
+      const output = done.execution?.result?.outcome.case === "completed" ? done.execution.result.outcome.value.outputJson : "";
+      assert.deepEqual(JSON.parse(output), { orderId: "o-44", refunded: 200, approver: "user:bob-finance" });
     } finally {
       await worker.shutdown();
     }

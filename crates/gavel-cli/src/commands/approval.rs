@@ -17,6 +17,7 @@ use gavel_core::ErrorCode;
 use serde_json::{json, Value};
 
 use super::output::{self, actor_text, key_values, or_dash, time, Table};
+use super::paging::{self, PageArgs};
 use super::{CommandError, GlobalArgs};
 
 /// `gavel approval`.
@@ -33,7 +34,8 @@ pub struct ApprovalArgs {
 /// The verbs of `gavel approval`.
 #[derive(Debug, Subcommand)]
 pub enum ApprovalCommand {
-    /// List approvals, oldest request first (filters compose).
+    /// List approvals, newest request first, one page at a time (filters
+    /// compose; the footer prints the token of the next page).
     List {
         /// Only approvals in this status (a pending approval past its expiry reads as expired).
         #[arg(long, value_enum)]
@@ -44,9 +46,9 @@ pub enum ApprovalCommand {
         /// Only approvals requested by this actor id.
         #[arg(long = "actor", value_name = "ID")]
         requester: Option<String>,
-        /// Print at most this many approvals (default: all).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-        limit: Option<u32>,
+        /// Paging.
+        #[command(flatten)]
+        page: PageArgs,
         /// Only approvals whose ids break the id rule (SPEC §13), stored
         /// before it: for an admin to review. Nothing is rewritten.
         #[arg(long)]
@@ -208,18 +210,24 @@ pub async fn run(args: ApprovalArgs) -> Result<(), CommandError> {
     let client = args.global.client()?;
     let json = args.global.json;
     match args.command {
-        ApprovalCommand::List { status, capability, requester, limit, unsafe_ids } => {
+        ApprovalCommand::List { status, capability, requester, page, unsafe_ids } => {
             let request = pb::ListApprovalsRequest {
                 status: status.map(|status| status.proto() as i32),
                 capability_id: capability,
                 actor_id: requester,
+                limit: page.limit(),
+                page_token: page.page_token(),
+                oldest_first: page.oldest_first,
                 ..pb::ListApprovalsRequest::default()
             };
             if unsafe_ids {
-                return list_unsafe_ids(&client, request, limit, json).await;
+                return list_unsafe_ids(&client, request, page.limit, json).await;
             }
-            let approvals = list_all(&client, request, limit).await?;
-            print_list(&approvals, json)
+            if page.all {
+                return print_list(&list_all(&client, request).await?, "", json);
+            }
+            let listed = client.list_approvals(request).await?;
+            print_list(&listed.approvals, &listed.next_page_token, json)
         }
         ApprovalCommand::Get { id } => {
             let response = client.get_approval(pb::GetApprovalRequest { id: id.clone(), caller_now_ms: None }).await?;
@@ -297,33 +305,17 @@ async fn create_standing(
     print_approval(&unwrap_approval(response.approval)?, json)
 }
 
-/// Reads every page (or up to `limit` approvals).
-async fn list_all(
-    client: &Client,
-    mut request: pb::ListApprovalsRequest,
-    limit: Option<u32>,
-) -> Result<Vec<pb::Approval>, CommandError> {
+/// Reads every page, from the request's token on.
+async fn list_all(client: &Client, mut request: pb::ListApprovalsRequest) -> Result<Vec<pb::Approval>, CommandError> {
     let mut approvals = Vec::new();
     loop {
-        let taken = u32::try_from(approvals.len()).unwrap_or(u32::MAX);
-        let remaining = limit.map(|limit| limit.saturating_sub(taken));
-        if remaining == Some(0) {
-            break;
-        }
-        // 0 asks for the server's default page size.
-        request.limit = remaining.unwrap_or(0);
         let page = client.list_approvals(request.clone()).await?;
-        let empty = page.approvals.is_empty();
         approvals.extend(page.approvals);
-        if page.next_page_token.is_empty() || empty {
-            break;
+        if page.next_page_token.is_empty() {
+            return Ok(approvals);
         }
         request.page_token = page.next_page_token;
     }
-    if let Some(limit) = limit {
-        approvals.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-    }
-    Ok(approvals)
 }
 
 /// `approval list --unsafe-ids`: every approval the filters select whose id
@@ -335,7 +327,7 @@ async fn list_unsafe_ids(
     limit: Option<u32>,
     json: bool,
 ) -> Result<(), CommandError> {
-    let mut approvals = list_all(client, request, None).await?;
+    let mut approvals = list_all(client, request).await?;
     approvals.retain(|approval| gavel_core::validate::is_unsafe_record_id(&approval.id));
     if let Some(limit) = limit {
         approvals.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
@@ -344,7 +336,7 @@ async fn list_unsafe_ids(
         eprintln!("no approval id breaks the id rule");
         return Ok(());
     }
-    print_list(&approvals, json)
+    print_list(&approvals, "", json)
 }
 
 /// What `approve` or `reject` asks for, apart from the terms.
@@ -553,14 +545,15 @@ fn unwrap_approval(approval: Option<pb::Approval>) -> Result<pb::Approval, Comma
     approval.ok_or_else(|| CommandError::Other(anyhow::anyhow!("the cluster answered without the approval")))
 }
 
-fn print_list(approvals: &[pb::Approval], json: bool) -> Result<(), CommandError> {
+fn print_list(approvals: &[pb::Approval], next_page_token: &str, json: bool) -> Result<(), CommandError> {
     if json {
         let approvals: Vec<_> = approvals.iter().map(output::approval_json).collect();
-        return output::print_json(&json!({ "approvals": approvals }));
+        let next_page_token = paging::token_json(next_page_token);
+        return output::print_json(&json!({ "approvals": approvals, "nextPageToken": next_page_token }));
     }
     if approvals.is_empty() {
         eprintln!("no approvals match");
-        return Ok(());
+        return paging::print_footer(next_page_token);
     }
     let mut table = Table::new(&["ID", "STATUS", "CAPABILITY", "REQUESTER", "RISK", "REQUESTED", "EXPIRES"]);
     for approval in approvals {
@@ -574,7 +567,8 @@ fn print_list(approvals: &[pb::Approval], json: bool) -> Result<(), CommandError
             time(approval.expires_at_ms),
         ]);
     }
-    output::print(&table.render())
+    output::print(&table.render())?;
+    paging::print_footer(next_page_token)
 }
 
 /// Prints one approval as a record (or JSON).

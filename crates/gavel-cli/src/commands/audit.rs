@@ -1,4 +1,5 @@
-//! `gavel audit tail`: read or follow the audit trail from a cursor;
+//! `gavel audit tail`: read the audit trail a page at a time, newest first,
+//! or follow it from a cursor;
 //! `gavel audit get`: one event by its cursor; `gavel audit record`: append
 //! an application event (`AuditService.RecordEvent`). The audit tree's
 //! verbs (`checkpoint`, `proof`, `export`, `verify`, `verify-proof`) are in
@@ -12,10 +13,8 @@ use gavel_core::ErrorCode;
 use serde_json::json;
 
 use super::output::{self, Table};
+use super::paging::{self, PageArgs};
 use super::{CommandError, GlobalArgs};
-
-/// Events asked for per page when reading what exists.
-const PAGE_EVENTS: u32 = 1_000;
 
 /// `gavel audit`.
 #[derive(Debug, Args)]
@@ -31,11 +30,13 @@ pub struct AuditArgs {
 /// The verbs of `gavel audit`.
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Print the events after a cursor. Without --follow it prints what exists,
-    /// then the last cursor to pass as --after next time; with --follow it keeps
-    /// streaming new events, resuming across reconnects, until interrupted.
+    /// Print the audit trail. Without --follow it prints one page of the
+    /// events that exist, newest first, then the token of the next page and
+    /// the last cursor to pass as --after to --follow; with --follow it
+    /// streams every event after --after in order, then new ones as they
+    /// are written, resuming across reconnects, until interrupted.
     Tail {
-        /// Start after this cursor (0: from the beginning).
+        /// Only events after this cursor (0: every retained event).
         #[arg(long, value_name = "CURSOR", default_value_t = 0)]
         after: u64,
         /// Only events of this execution.
@@ -44,6 +45,9 @@ pub enum AuditCommand {
         /// Keep following new events.
         #[arg(long)]
         follow: bool,
+        /// Paging (without --follow).
+        #[command(flatten)]
+        page: PageArgs,
     },
     /// Print the event at one cursor.
     Get {
@@ -78,12 +82,15 @@ pub enum AuditCommand {
         attributes: Vec<(String, String)>,
     },
     /// Print the last checkpoint a quorum of the nodes cosigned: a C2SP
-    /// tlog-checkpoint (origin, size, base64 root) as a signed note. Before
-    /// the first is published, the unsigned tree head (and a warning). Save
-    /// it to check a later export against it.
+    /// tlog-checkpoint (origin, size, base64 root) as a signed note, signed
+    /// by the log under its origin, cosigned by the nodes and by the
+    /// witnesses that have cosigned it. Before the first is published it
+    /// fails with AUDIT_CHECKPOINT_UNSIGNED. Save it to check a later export
+    /// against it.
     Checkpoint,
     /// Print the nodes' note keys as C2SP verifier keys (name+hash+key), one
-    /// per line: the --keys file of `gavel audit verify`.
+    /// per line: each as a log key (named as the origin), then as the node's
+    /// cosigner key: the --keys file of `gavel audit verify`.
     Keys,
     /// Prove that the event at CURSOR is in the audit log: writes a
     /// C2SP tlog-proof with the event's canonical bytes, which
@@ -92,7 +99,8 @@ pub enum AuditCommand {
         /// The event's cursor (its leaf is cursor - 1).
         #[arg(value_name = "CURSOR")]
         cursor: u64,
-        /// The tree size to prove against (default: the tree now).
+        /// The tree size to prove against: that of the last cosigned
+        /// checkpoint (the default, 0), which must cover the event.
         #[arg(long, value_name = "SIZE", default_value_t = 0)]
         size: u64,
         /// Write the proof here instead of standard output.
@@ -101,7 +109,9 @@ pub enum AuditCommand {
     },
     /// Export the whole audit tree to FILE: every leaf with its event's
     /// canonical bytes (null where retention dropped it), the checkpoint now,
-    /// and with --checkpoint the proof that an earlier checkpoint is a prefix.
+    /// with --checkpoint the proof that an earlier checkpoint is a prefix,
+    /// and which leaves retention dropped (its window, the checkpoint that
+    /// holds their hashes), so a null past them reads as withheld.
     Export {
         /// The file to write (JSON lines, gavel-audit-export/1).
         #[arg(value_name = "FILE")]
@@ -111,22 +121,31 @@ pub enum AuditCommand {
         #[arg(long = "checkpoint", value_name = "FILE")]
         checkpoints: Vec<std::path::PathBuf>,
     },
-    /// Verify an export with no cluster: recomputes the tree, checks every
-    /// event against its leaf and every checkpoint and consistency proof,
-    /// and names the index of any changed, dropped or reordered event.
+    /// Verify an export with no cluster, reading it once: recomputes the
+    /// tree, checks every event against its leaf and every checkpoint and
+    /// consistency proof, and names the index of any changed, dropped,
+    /// reordered or withheld event (once per stretch). A file in another
+    /// format than gavel-audit-export/1 is refused.
     Verify {
         /// The export to verify.
         #[arg(value_name = "FILE")]
         file: std::path::PathBuf,
         /// Verifier keys, one per line (`gavel audit keys`): every checkpoint
-        /// must carry the signatures of --quorum of them. Without it the
-        /// signatures are not checked (and the output says so).
+        /// must carry a signature by one of the log keys listed (named as
+        /// the origin) and cosignatures by --quorum of the node keys listed.
+        /// Without --keys or --policy the signatures are not checked (and
+        /// the output says so).
         #[arg(long, value_name = "FILE")]
         keys: Option<std::path::PathBuf>,
-        /// How many of the listed keys must have signed each checkpoint
-        /// (default: a majority of them).
+        /// How many of the listed node (cosigner) keys must have cosigned
+        /// each checkpoint (default: a majority of them).
         #[arg(long, value_name = "K")]
         quorum: Option<usize>,
+        /// A witness policy (C2SP tlog-policy: `log`, `witness`, `group` and
+        /// `quorum` lines): every checkpoint must carry a log key's signature
+        /// and the cosignatures of the witnesses its quorum names.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<std::path::PathBuf>,
     },
     /// Verify an event proof (from `gavel audit proof`) with no cluster.
     VerifyProof {
@@ -136,9 +155,12 @@ pub enum AuditCommand {
         /// Verifier keys, as for `verify`.
         #[arg(long, value_name = "FILE")]
         keys: Option<std::path::PathBuf>,
-        /// How many of the listed keys must have signed (default: a majority).
+        /// How many of the listed node keys must have cosigned (default: a majority).
         #[arg(long, value_name = "K")]
         quorum: Option<usize>,
+        /// A witness policy, as for `verify`.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<std::path::PathBuf>,
     },
 }
 
@@ -156,11 +178,13 @@ pub async fn run(args: AuditArgs) -> Result<(), CommandError> {
     // The verifiers read files only: they need no endpoint, no credentials.
     let client = || args.global.client();
     match args.command {
-        AuditCommand::Verify { file, keys, quorum } => {
-            super::audit_proof::verify(&file, &super::audit_proof::Signers::read(keys.as_deref(), quorum)?, json)
+        AuditCommand::Verify { file, keys, quorum, policy } => {
+            let signers = super::audit_proof::Signers::read(keys.as_deref(), quorum, policy.as_deref())?;
+            super::audit_proof::verify(&file, &signers, json)
         }
-        AuditCommand::VerifyProof { file, keys, quorum } => {
-            super::audit_proof::verify_proof(&file, &super::audit_proof::Signers::read(keys.as_deref(), quorum)?, json)
+        AuditCommand::VerifyProof { file, keys, quorum, policy } => {
+            let signers = super::audit_proof::Signers::read(keys.as_deref(), quorum, policy.as_deref())?;
+            super::audit_proof::verify_proof(&file, &signers, json)
         }
         AuditCommand::Checkpoint => super::audit_proof::checkpoint(&client()?, json).await,
         AuditCommand::Keys => super::audit_proof::keys(&client()?, json).await,
@@ -170,8 +194,19 @@ pub async fn run(args: AuditArgs) -> Result<(), CommandError> {
         AuditCommand::Export { file, checkpoints } => {
             super::audit_proof::export(&client()?, &file, &checkpoints, json).await
         }
-        AuditCommand::Tail { after, execution_id, follow: false } => tail(&client()?, after, execution_id, json).await,
-        AuditCommand::Tail { after, execution_id, follow: true } => follow(&client()?, after, execution_id, json).await,
+        AuditCommand::Tail { after, execution_id, follow: false, page } => {
+            tail(&client()?, after, execution_id, &page, json).await
+        }
+        AuditCommand::Tail { after, execution_id, follow: true, page } => {
+            if page.limit.is_some() || page.page_token.is_some() || page.oldest_first || page.all {
+                return Err(CommandError::Usage(
+                    "--follow streams every event in order; --limit, --page-token, --oldest-first and --all \
+                     page through what exists without it"
+                        .to_string(),
+                ));
+            }
+            follow(&client()?, after, execution_id, json).await
+        }
         AuditCommand::Get { cursor } => get(&client()?, cursor, json).await,
         AuditCommand::Record {
             event_type,
@@ -223,36 +258,53 @@ async fn get(client: &Client, cursor: u64, json: bool) -> Result<(), CommandErro
     print_event(&event, json)
 }
 
-/// Prints the events that exist after `after`, then the last cursor: as a
-/// final `{"lastCursor": N}` line in JSON mode, as a sentence otherwise.
-async fn tail(client: &Client, after: u64, execution_id: Option<String>, json: bool) -> Result<(), CommandError> {
+/// Prints one page of the events after `after` (every page with `--all`),
+/// newest first unless `--oldest-first`, then the token of the next page
+/// and the last cursor listed (the greatest; `after` when none was): as a
+/// final `{"lastCursor": N, "nextPageToken": T}` line in JSON mode, as
+/// sentences otherwise.
+async fn tail(
+    client: &Client,
+    after: u64,
+    execution_id: Option<String>,
+    page: &PageArgs,
+    json: bool,
+) -> Result<(), CommandError> {
+    let mut request = pb::ListEventsRequest {
+        after_cursor: after,
+        limit: page.limit(),
+        execution_id,
+        newest_first: !page.oldest_first,
+        page_token: page.page_token(),
+    };
     let mut cursor = after;
     let mut table = Table::new(&output::EVENT_HEADERS);
     let mut count = 0usize;
-    loop {
-        let request =
-            pb::ListEventsRequest { after_cursor: cursor, limit: PAGE_EVENTS, execution_id: execution_id.clone() };
-        let page = client.list_events(request).await?;
-        if page.events.is_empty() {
-            break;
-        }
-        count += page.events.len();
-        for event in &page.events {
+    let next_page_token = loop {
+        let listed = client.list_events(request.clone()).await?;
+        count += listed.events.len();
+        for event in &listed.events {
             if json {
                 output::print_json_line(&output::event_json(event))?;
             } else {
                 table.row(output::event_row(event));
             }
         }
-        cursor = page.last_cursor.max(cursor);
-    }
+        cursor = listed.last_cursor.max(cursor);
+        if !page.all || listed.next_page_token.is_empty() {
+            break listed.next_page_token;
+        }
+        request.page_token = listed.next_page_token;
+    };
     if json {
-        return output::print_json_line(&json!({ "lastCursor": cursor }));
+        let next_page_token = paging::token_json(&next_page_token);
+        return output::print_json_line(&json!({ "lastCursor": cursor, "nextPageToken": next_page_token }));
     }
     if count > 0 {
         output::print(&table.render())?;
     }
-    output::print(&format!("last cursor: {cursor} (continue with: gavel audit tail --after {cursor})\n"))
+    paging::print_footer(&next_page_token)?;
+    output::print(&format!("last cursor: {cursor} (follow from it with: gavel audit tail --follow --after {cursor})\n"))
 }
 
 /// Streams events until interrupted; the SDK reconnects to any node and

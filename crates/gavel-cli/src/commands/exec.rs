@@ -1,11 +1,12 @@
-//! `gavel exec submit|resume|get|wait|cancel|events`: executions.
+//! `gavel exec submit|resume|get|list|wait|cancel|events`: executions.
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use gavel_client::{pb, Client};
 use gavel_core::ErrorCode;
 use serde_json::json;
 
 use super::output::{self, actor_text, key_values, or_dash, time, Table};
+use super::paging::{self, PageArgs};
 use super::{approval, CommandError, GlobalArgs};
 
 /// Longest wait the cluster grants one `WaitExecution` call (ms); `exec wait`
@@ -68,6 +69,24 @@ pub enum ExecCommand {
         /// Execution id.
         id: String,
     },
+    /// List the executions you may read, newest submission first, one page
+    /// at a time (filters compose; the footer prints the token of the next
+    /// page).
+    List {
+        /// Only executions in this state.
+        #[arg(long, value_enum)]
+        status: Option<StateFilter>,
+        /// Only executions of this capability id.
+        #[arg(long, value_name = "ID")]
+        capability: Option<String>,
+        /// Only executions requested by this principal (kind:id, as `gavel
+        /// whoami` prints it) or actor id.
+        #[arg(long, value_name = "PRINCIPAL")]
+        principal: Option<String>,
+        /// Paging.
+        #[command(flatten)]
+        page: PageArgs,
+    },
     /// Wait until an execution is final and show it; exit code 1 when the
     /// timeout passes first.
     Wait {
@@ -87,6 +106,36 @@ pub enum ExecCommand {
         /// Execution id.
         id: String,
     },
+}
+
+/// The states `exec list --status` accepts.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StateFilter {
+    /// Waiting for a worker.
+    Queued,
+    /// Leased to a worker, running an attempt.
+    Leased,
+    /// Waiting out a backoff before its next attempt.
+    Backoff,
+    /// Final: an attempt completed.
+    Completed,
+    /// Final: failed, no retry left.
+    Failed,
+    /// Final: cancelled, or timed out with no retry allowed.
+    Cancelled,
+}
+
+impl StateFilter {
+    fn proto(self) -> pb::ExecutionState {
+        match self {
+            StateFilter::Queued => pb::ExecutionState::Queued,
+            StateFilter::Leased => pb::ExecutionState::Leased,
+            StateFilter::Backoff => pb::ExecutionState::Backoff,
+            StateFilter::Completed => pb::ExecutionState::Completed,
+            StateFilter::Failed => pb::ExecutionState::Failed,
+            StateFilter::Cancelled => pb::ExecutionState::Cancelled,
+        }
+    }
 }
 
 /// Runs one `gavel exec` command.
@@ -112,18 +161,47 @@ pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
             let input_json = input.as_deref().map(read_input).transpose()?;
             let client = args.global.client()?;
             let request = pb::ResumeRequest { approval_id, execution_id, input_json, ..pb::ResumeRequest::default() };
-            let response = client.resume(request).await?;
-            let execution = unwrap_execution(response.execution)?;
-            match wait_ms {
-                Some(timeout_ms) => wait(&client, execution.execution_id, timeout_ms, json).await,
-                None => print_execution(&execution, json),
+            let Some(timeout_ms) = wait_ms else {
+                let response = client.resume(request).await?;
+                return print_execution(&unwrap_execution(response.execution)?, json);
+            };
+            // The resume and the first wait are one call (ResumeAndWait); a
+            // longer wait continues with WaitExecution.
+            let started = std::time::Instant::now();
+            let wait_ms = timeout_ms.min(WAIT_CALL_MS_MAX);
+            let answer = client.resume_and_wait(pb::ResumeAndWaitRequest { resume: Some(request), wait_ms }).await?;
+            let execution = unwrap_execution(answer.execution)?;
+            if !answer.timed_out || answer.wait_refused {
+                return print_execution(&execution, json);
             }
+            let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            wait(&client, execution.execution_id, timeout_ms.saturating_sub(elapsed_ms), json).await
         }
         ExecCommand::Get { id } => {
             let client = args.global.client()?;
             let response = client.get_execution(pb::GetExecutionRequest { execution_id: id.clone() }).await?;
             let execution = response.execution.ok_or_else(|| not_found(&id))?;
             print_execution(&execution, json)
+        }
+        ExecCommand::List { status, capability, principal, page } => {
+            let client = args.global.client()?;
+            let mut request = pb::ListExecutionsRequest {
+                state: status.map(|status| status.proto() as i32),
+                capability_id: capability,
+                requester: principal,
+                limit: page.limit(),
+                page_token: page.page_token(),
+                oldest_first: page.oldest_first,
+            };
+            let mut executions = Vec::new();
+            loop {
+                let listed = client.list_executions(request.clone()).await?;
+                executions.extend(listed.executions);
+                if !page.all || listed.next_page_token.is_empty() {
+                    return print_list(&executions, &listed.next_page_token, json);
+                }
+                request.page_token = listed.next_page_token;
+            }
         }
         ExecCommand::Wait { id, timeout_ms } => {
             let client = args.global.client()?;
@@ -145,6 +223,33 @@ pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
             print_events(&events, json)
         }
     }
+}
+
+/// Prints one page of executions as a table (or JSON), and how to read the next.
+fn print_list(executions: &[pb::Execution], next_page_token: &str, json: bool) -> Result<(), CommandError> {
+    if json {
+        let executions: Vec<_> = executions.iter().map(output::execution_json).collect();
+        let next_page_token = paging::token_json(next_page_token);
+        return output::print_json(&json!({ "executions": executions, "nextPageToken": next_page_token }));
+    }
+    if executions.is_empty() {
+        eprintln!("no executions match");
+        return paging::print_footer(next_page_token);
+    }
+    let mut table = Table::new(&["ID", "STATE", "CAPABILITY", "REQUESTER", "ATTEMPTS", "SUBMITTED", "FINALIZED"]);
+    for execution in executions {
+        table.row(vec![
+            execution.execution_id.clone(),
+            output::execution_state(execution.state),
+            execution.capability_id.clone(),
+            actor_text(execution.actor.as_ref()),
+            execution.attempts.to_string(),
+            time(execution.submitted_at_ms),
+            or_dash(execution.finalized_at_ms.map(time)),
+        ]);
+    }
+    output::print(&table.render())?;
+    paging::print_footer(next_page_token)
 }
 
 /// The input text: given inline, or read from the file after `@`.

@@ -19,7 +19,9 @@ pub mod cert;
 pub mod cluster;
 pub mod codes;
 pub mod exec;
+pub mod mcp;
 pub mod output;
+pub mod paging;
 pub mod policy;
 pub mod token;
 

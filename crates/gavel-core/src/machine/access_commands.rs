@@ -152,7 +152,9 @@ impl State {
         match command {
             Command::Tick { .. } => State::require_node(caller, "advance cluster time"),
             Command::BootstrapAdmin { .. } => State::require_node(caller, "bootstrap the first admin"),
-            Command::RegisterNoteKey { node_id, .. } | Command::CosignCheckpoint { node_id, .. } => {
+            Command::RegisterNoteKey { node_id, .. }
+            | Command::CosignCheckpoint { node_id, .. }
+            | Command::AddWitnessCosignature { node_id, .. } => {
                 State::require_node_itself(caller, *node_id, "sign audit checkpoints")
             }
             Command::RegisterCapability(_) => self.require(caller, GrantName::Admin, "register capabilities").map(drop),

@@ -35,7 +35,8 @@ use crate::approvals::{not_found as approval_not_found, ApprovalView};
 use crate::audit::Event;
 use crate::command::Command;
 use crate::error::{DomainError, ErrorCode};
-use crate::executions::not_found as execution_not_found;
+use crate::executions::{not_found as execution_not_found, ExecutionFilter};
+use crate::listing::{ListOrder, Page};
 use crate::machine::State;
 use crate::model::{Actor, Approval, ApprovalStatus, Execution};
 
@@ -167,6 +168,25 @@ impl State {
             .get(id)
             .filter(|execution| self.may_read_execution(caller, execution))
             .ok_or_else(|| execution_not_found(id))
+    }
+
+    /// One page of the executions `caller` may read (the judge of
+    /// [`State::visible_execution`]: one outside its view is simply absent),
+    /// in (submitted_at, id) order or its reverse, continuing past `after`:
+    /// `ListExecutions` (issue #40). A page looks at no more than
+    /// [`crate::limits::LIST_SCANNED_MAX`] records, so a filter that matches
+    /// few of them costs a bounded read per page, and the page then ends
+    /// early with a token to continue.
+    pub fn list_executions(
+        &self,
+        caller: Option<&Caller>,
+        filter: &ExecutionFilter,
+        after: Option<&(u64, String)>,
+        limit: usize,
+        order: ListOrder,
+    ) -> Page<Cow<'_, Execution>> {
+        let visible = |execution: &Execution| self.may_read_execution(caller, execution);
+        self.executions.list(filter, visible, after, limit, order, crate::limits::LIST_SCANNED_MAX)
     }
 
     /// Whether `caller` may read `approval` (`GetApproval`, a listing, its events).

@@ -64,6 +64,7 @@ impl State {
             | Command::BootstrapAdmin { .. }
             | Command::RegisterNoteKey { .. }
             | Command::CosignCheckpoint { .. }
+            | Command::AddWitnessCosignature { .. }
             | Command::Tick { .. } => return None,
         };
         Some(opens)

@@ -4,8 +4,8 @@ use gavel_core::{Approval, ApprovalFilter, ApprovalStatus, Caller, Command, Crea
 use gavel_proto::v1 as pb;
 
 use super::common::{
-    actor_or_caller, actor_out, risk_in, risk_out, side_effect_in, side_effect_out, status_out, timestamp_in,
-    timestamp_out,
+    actor_or_caller, actor_out, page_size_in, risk_in, risk_out, side_effect_in, side_effect_out, status_out,
+    time_page_token_in, time_page_token_out, timestamp_in, timestamp_out,
 };
 use crate::replies::ApprovalReply;
 
@@ -224,15 +224,10 @@ pub struct ApprovalsQuery {
     pub limit: usize,
 }
 
-/// Approvals per page when the caller asks for the server's default.
-const APPROVALS_PAGE_DEFAULT: u32 = 100;
-
-/// Decodes a list request.
+/// Decodes a list request: newest first unless it asks for oldest first
+/// (`newest_first`, the old way to ask for the default, changes nothing).
 pub fn list_in(request: &pb::ListApprovalsRequest) -> Result<ApprovalsQuery, DomainError> {
-    let limit = match request.limit {
-        0 => APPROVALS_PAGE_DEFAULT,
-        limit => limit.min(gavel_core::limits::APPROVALS_PAGE_MAX),
-    };
+    let limit = page_size_in(request.limit)?;
     Ok(ApprovalsQuery {
         filter: ApprovalFilter {
             status: request.status.map(status_filter_in).transpose()?,
@@ -242,9 +237,9 @@ pub fn list_in(request: &pb::ListApprovalsRequest) -> Result<ApprovalsQuery, Dom
             readable_by: None,
         },
         caller_now_ms: timestamp_in("callerNowMs", request.caller_now_ms)?,
-        after: page_token_in(&request.page_token)?,
-        order: if request.newest_first { ListOrder::NewestFirst } else { ListOrder::OldestFirst },
-        limit: limit as usize,
+        after: time_page_token_in(&request.page_token)?,
+        order: if request.oldest_first { ListOrder::OldestFirst } else { ListOrder::NewestFirst },
+        limit,
     })
 }
 
@@ -257,20 +252,8 @@ pub fn approvals_page_out(
     limit: usize,
     now_ms: u64,
 ) -> pb::ListApprovalsResponse {
-    let next_page_token = match page.last() {
-        Some(last) if page.len() == limit => format!("{}:{}", last.requested_at_ms, last.id),
-        _ => String::new(),
-    };
+    let next = page.last().filter(|_| page.len() == limit).map(|last| (last.requested_at_ms, last.id.clone()));
+    let next_page_token = time_page_token_out(next.as_ref());
     let approvals = page.iter().map(|approval| approval_read_out(state, caller, approval, now_ms)).collect();
     pb::ListApprovalsResponse { approvals, next_page_token }
-}
-
-/// Page tokens are `requestedAtMs:id` of the last approval returned.
-fn page_token_in(token: &str) -> Result<Option<(u64, String)>, DomainError> {
-    if token.is_empty() {
-        return Ok(None);
-    }
-    let (time, id) = token.split_once(':').ok_or_else(|| DomainError::invalid("malformed pageToken"))?;
-    let time = time.parse().map_err(|_| DomainError::invalid("malformed pageToken"))?;
-    Ok(Some((time, id.to_string())))
 }

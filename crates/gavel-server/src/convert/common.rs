@@ -1,6 +1,6 @@
 //! Actors, shared enums and timestamps.
 
-use gavel_core::limits::TIMESTAMP_MS_MAX;
+use gavel_core::limits::{LIST_PAGE_DEFAULT, LIST_PAGE_MAX, TIMESTAMP_MS_MAX};
 use gavel_core::{Actor, ActorKind, ApprovalStatus, Caller, DomainError, ErrorCode, Risk, SideEffect};
 use gavel_proto::v1 as pb;
 
@@ -14,6 +14,44 @@ pub fn timestamp_in(field: &str, value: Option<i64>) -> Result<Option<u64>, Doma
         }
         Some(value) => Ok(Some(value as u64)),
     }
+}
+
+/// Decodes a list's page size (issue #40): 0 is the default
+/// ([`LIST_PAGE_DEFAULT`]), above [`LIST_PAGE_MAX`] is refused with
+/// `PAGE_SIZE_INVALID` here, before the read.
+pub fn page_size_in(limit: u32) -> Result<usize, DomainError> {
+    match limit {
+        0 => Ok(LIST_PAGE_DEFAULT as usize),
+        limit if limit > LIST_PAGE_MAX => Err(DomainError::new(
+            ErrorCode::PageSizeInvalid,
+            format!("page size {limit} is above the limit of {LIST_PAGE_MAX} records per page; ask for fewer"),
+        )),
+        limit => Ok(limit as usize),
+    }
+}
+
+/// Decodes a page token of a list ordered by (time, id): the `time:id` of
+/// the last record a page looked at; empty for the first page. Anything else
+/// is `PAGE_TOKEN_INVALID`.
+pub fn time_page_token_in(token: &str) -> Result<Option<(u64, String)>, DomainError> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let malformed = || {
+        DomainError::new(
+            ErrorCode::PageTokenInvalid,
+            format!("page token {token:?} is not one this list handed out; start again without it"),
+        )
+    };
+    let (time, id) = token.split_once(':').ok_or_else(malformed)?;
+    let time = time.parse().map_err(|_| malformed())?;
+    Ok(Some((time, id.to_string())))
+}
+
+/// Encodes where the next page of a (time, id) list continues; empty when
+/// nothing is left.
+pub fn time_page_token_out(next: Option<&(u64, String)>) -> String {
+    next.map(|(time, id)| format!("{time}:{id}")).unwrap_or_default()
 }
 
 /// Encodes a timestamp; core timestamps are bounded far below `i64::MAX`.
@@ -164,4 +202,33 @@ pub fn status_out(value: ApprovalStatus) -> i32 {
         ApprovalStatus::Consumed => pb::ApprovalStatus::Consumed,
         ApprovalStatus::Voided => pb::ApprovalStatus::Voided,
     }) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use gavel_core::limits::{LIST_PAGE_DEFAULT, LIST_PAGE_MAX};
+    use gavel_core::ErrorCode;
+
+    use super::{page_size_in, time_page_token_in, time_page_token_out};
+
+    #[test]
+    fn a_page_size_above_the_limit_is_refused_with_its_own_code_and_zero_is_the_default() {
+        assert_eq!(page_size_in(0), Ok(LIST_PAGE_DEFAULT as usize));
+        assert_eq!(page_size_in(LIST_PAGE_MAX), Ok(LIST_PAGE_MAX as usize));
+        let refused = page_size_in(LIST_PAGE_MAX + 1).expect_err("above the limit");
+        assert_eq!(refused.code, ErrorCode::PageSizeInvalid);
+        assert!(refused.message.contains("1000"), "{}", refused.message);
+    }
+
+    #[test]
+    fn page_tokens_read_back_what_a_page_wrote_and_refuse_anything_else() {
+        let next = (1_748_768_460_000, "apr_ex-2".to_string());
+        assert_eq!(time_page_token_in(&time_page_token_out(Some(&next))), Ok(Some(next)));
+        assert_eq!(time_page_token_in(""), Ok(None));
+        assert_eq!(time_page_token_out(None), "");
+        for token in ["apr_ex-2", "soon:apr_ex-2", "-1:x"] {
+            let refused = time_page_token_in(token).expect_err(token);
+            assert_eq!(refused.code, ErrorCode::PageTokenInvalid, "{token}");
+        }
+    }
 }

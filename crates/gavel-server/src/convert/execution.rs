@@ -1,15 +1,67 @@
 //! Execution, lease, task and audit event messages.
 
 use gavel_core::{
-    Caller, CancelCode, Command, DomainError, Event, EventKind, ExecutedBeforeFailure, Execution, ExecutionState,
-    Lease, ReportOutcome, ResultEnvelope, Submit, Task,
+    Caller, CancelCode, Command, DomainError, Event, EventKind, ExecutedBeforeFailure, Execution, ExecutionFilter,
+    ExecutionState, Lease, ListOrder, ReportOutcome, ResultEnvelope, Submit, Task,
 };
 use gavel_proto::v1 as pb;
 
 use super::approval::approval_reply_out;
 use super::capability::capability_out;
-use super::common::{actor_in, actor_or_caller, actor_out, timestamp_out, worker_id_or_caller};
+use super::common::{
+    actor_in, actor_or_caller, actor_out, page_size_in, time_page_token_in, time_page_token_out, timestamp_out,
+    worker_id_or_caller,
+};
 use crate::replies::SubmitReply;
+
+/// A decoded `ListExecutions` request.
+#[derive(Debug)]
+pub struct ExecutionsQuery {
+    /// Which executions.
+    pub filter: ExecutionFilter,
+    /// Continue past this `(submittedAtMs, id)`.
+    pub after: Option<(u64, String)>,
+    /// Newest or oldest first.
+    pub order: ListOrder,
+    /// Page size.
+    pub limit: usize,
+}
+
+/// Decodes a `ListExecutions` request: the page size and token are checked
+/// here, at the edge, before the read.
+pub fn list_executions_in(request: &pb::ListExecutionsRequest) -> Result<ExecutionsQuery, DomainError> {
+    let state = match request.state.map(pb::ExecutionState::try_from) {
+        None => None,
+        Some(Ok(pb::ExecutionState::Queued)) => Some(ExecutionState::Queued),
+        Some(Ok(pb::ExecutionState::Leased)) => Some(ExecutionState::Leased),
+        Some(Ok(pb::ExecutionState::Backoff)) => Some(ExecutionState::Backoff),
+        Some(Ok(pb::ExecutionState::Completed)) => Some(ExecutionState::Completed),
+        Some(Ok(pb::ExecutionState::Failed)) => Some(ExecutionState::Failed),
+        Some(Ok(pb::ExecutionState::Cancelled)) => Some(ExecutionState::Cancelled),
+        Some(Ok(pb::ExecutionState::Unspecified) | Err(_)) => {
+            let value = request.state.unwrap_or_default();
+            return Err(DomainError::invalid(format!("state filter {value} is not a known execution state")));
+        }
+    };
+    Ok(ExecutionsQuery {
+        filter: ExecutionFilter {
+            state,
+            capability_id: request.capability_id.clone(),
+            requester: request.requester.clone(),
+        },
+        after: time_page_token_in(&request.page_token)?,
+        order: if request.oldest_first { ListOrder::OldestFirst } else { ListOrder::NewestFirst },
+        limit: page_size_in(request.limit)?,
+    })
+}
+
+/// Encodes one page of executions and the token of the next.
+pub fn executions_page_out(page: &gavel_core::Page<std::borrow::Cow<'_, Execution>>) -> pb::ListExecutionsResponse {
+    pb::ListExecutionsResponse {
+        executions: page.records.iter().map(|execution| execution_out(execution)).collect(),
+        next_page_token: time_page_token_out(page.next.as_ref()),
+    }
+}
 
 /// The execution id a submit or resume names, or the one derived from its
 /// request id, so that every retry of the call names the same execution.

@@ -1,12 +1,15 @@
 //! `ApprovalService`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use gavel_core::limits::WAIT_MS_MAX;
 #[cfg(feature = "mutants")]
 use gavel_core::mutants::Mutant;
-use gavel_core::{Action, Approval, ApprovalFilter, State};
+use gavel_core::{Action, Approval, ApprovalFilter, ApprovalStatus, Caller, State};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_server::ApprovalService;
+use gavel_store::reads::Woken;
 use tonic::{Request, Response, Status};
 
 use super::{caller, request_id};
@@ -59,6 +62,17 @@ impl ApprovalService for Approvals {
         }
         let approval = self.node.read(caller.as_ref(), Action::ReadApprovals, read).await??;
         Ok(Response::new(pb::GetApprovalResponse { approval: Some(approval) }))
+    }
+
+    async fn wait_approval(
+        &self,
+        request: Request<pb::WaitApprovalRequest>,
+    ) -> Result<Response<pb::WaitApprovalResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = caller(&extensions)?;
+        let wait = Duration::from_millis(message.wait_ms.min(WAIT_MS_MAX));
+        let (approval, timed_out) = wait_settled(&self.node, caller.as_ref(), &message.id, wait).await?;
+        Ok(Response::new(pb::WaitApprovalResponse { approval: Some(approval), timed_out }))
     }
 
     async fn decide_approval(
@@ -114,5 +128,48 @@ impl ApprovalService for Approvals {
         let command = cancel_in(&message).map_err(domain_status)?;
         let reply: ApprovalReply = self.node.call(caller.as_ref(), &request_id, command).await?;
         Ok(Response::new(pb::CancelApprovalResponse { approval: Some(approval_reply_out(&reply)) }))
+    }
+}
+
+/// Waits up to `wait` for an approval to leave `PENDING`; returns it as it
+/// is then, and whether the wait ran out first. Like `WaitExecution`'s wait
+/// it only reads: it wakes on each apply, and also when a pending approval's
+/// `expires_at_ms` passes, since expiry is computed on read and no apply
+/// marks it.
+async fn wait_settled(
+    node: &Node,
+    caller: Option<&Caller>,
+    approval_id: &str,
+    wait: Duration,
+) -> Result<(pb::Approval, bool), Status> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut applied = node.reads.watch();
+    // One linearizable read, on the leader; afterwards the leader's own
+    // applied state only moves forward, so re-reading it stays linearizable.
+    // The caller is authorized once, at that read, as for GetApproval.
+    node.read(caller, Action::ReadApprovals, |_| ()).await?;
+    loop {
+        // An approval outside the caller's view reads as an unknown one: NOT_FOUND.
+        let (approval, until_expiry_ms) = applied
+            .read(|state| {
+                let now_ms = node.read_time_ms(state, None);
+                state.visible_approval(caller, approval_id).map(|approval| {
+                    let pending = approval.status_at(now_ms) == ApprovalStatus::Pending;
+                    let until_expiry_ms = pending.then(|| approval.expires_at_ms.saturating_sub(now_ms) + 1);
+                    (approval_read_out(state, caller, &approval, now_ms), until_expiry_ms)
+                })
+            })
+            .map_err(domain_status)?;
+        let Some(until_expiry_ms) = until_expiry_ms else {
+            return Ok((approval, false));
+        };
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok((approval, true));
+        }
+        let wake = deadline.min(now + Duration::from_millis(until_expiry_ms));
+        // Either way the loop reads again: an apply may have settled it, and
+        // at its expiry it reads as EXPIRED.
+        let _: Woken = applied.next_apply(Some(wake)).await;
     }
 }

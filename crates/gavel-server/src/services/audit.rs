@@ -33,9 +33,6 @@ pub struct Audit {
     pub node: Arc<Node>,
 }
 
-/// Events per page when the caller asks for the server's default.
-const EVENTS_PAGE_DEFAULT: u32 = 100;
-
 /// How long a replica that is not the leader waits to catch up with a
 /// cursor ahead of its own head before refusing it: a follower lags the
 /// leader, and must not refuse a cursor the leader already handed out.
@@ -98,6 +95,50 @@ pub(crate) fn page(
     };
     let last_cursor = events.last().map_or(start, |event| event.cursor);
     Ok((events.iter().filter(|event| visible(event)).map(event_out).collect(), last_cursor))
+}
+
+/// A `ListEvents` request's page size (0: [`gavel_core::limits::LIST_PAGE_DEFAULT`]; above
+/// the limit, `PAGE_SIZE_INVALID`) and page token: the cursor a page
+/// continues from (after it oldest first, before it newest first).
+fn list_events_in(request: &pb::ListEventsRequest) -> Result<(u32, Option<u64>), gavel_core::DomainError> {
+    let limit = crate::convert::common::page_size_in(request.limit)?;
+    let limit = u32::try_from(limit).expect("a page size is at most LIST_PAGE_MAX");
+    if request.page_token.is_empty() {
+        return Ok((limit, None));
+    }
+    let cursor = request.page_token.parse().map_err(|_| {
+        gavel_core::DomainError::new(
+            gavel_core::ErrorCode::PageTokenInvalid,
+            format!("page token {:?} is not one ListEvents handed out; start again without it", request.page_token),
+        )
+    })?;
+    Ok((limit, Some(cursor)))
+}
+
+/// One newest-first page of events after `after_cursor`, before the
+/// `before` cursor a previous page handed out (none: from the head), and
+/// the token of the next page when an older event is left.
+fn newest_events_page(
+    state: &State,
+    execution_id: Option<&str>,
+    after_cursor: u64,
+    before: Option<u64>,
+    limit: u32,
+) -> pb::ListEventsResponse {
+    let before = before.unwrap_or_else(|| state.next_cursor());
+    let events = state.events_before(execution_id, after_cursor, before, limit);
+    let last_cursor = events.first().map_or(after_cursor, |event| event.cursor);
+    let oldest = events.last().map(|event| event.cursor);
+    let next_page_token = match oldest {
+        Some(oldest)
+            if events.len() == limit as usize
+                && !state.events_before(execution_id, after_cursor, oldest, 1).is_empty() =>
+        {
+            oldest.to_string()
+        }
+        _ => String::new(),
+    };
+    pb::ListEventsResponse { events: events.iter().map(event_out).collect(), last_cursor, next_page_token }
 }
 
 /// Where a stream after `after_cursor` starts on this replica. The leader
@@ -206,16 +247,25 @@ impl AuditService for Audit {
     ) -> Result<Response<pb::ListEventsResponse>, Status> {
         let (_, extensions, message) = request.into_parts();
         let caller = super::caller(&extensions)?;
-        let limit = if message.limit == 0 { EVENTS_PAGE_DEFAULT } else { message.limit };
+        let (limit, token) = list_events_in(&message).map_err(domain_status)?;
         let execution_id = message.execution_id.as_deref();
+        if message.newest_first {
+            let page = self
+                .node
+                .read(caller.as_ref(), Action::ReadAudit, |state| {
+                    newest_events_page(state, execution_id, message.after_cursor, token, limit)
+                })
+                .await?;
+            return Ok(Response::new(page));
+        }
+        let after_cursor = token.unwrap_or(message.after_cursor);
         let (events, last_cursor) = self
             .node
-            .read(caller.as_ref(), Action::ReadAudit, |state| {
-                page(state, message.after_cursor, limit, execution_id, &|_| true)
-            })
+            .read(caller.as_ref(), Action::ReadAudit, |state| page(state, after_cursor, limit, execution_id, &|_| true))
             .await?
             .map_err(|refusal| refusal.status())?;
-        Ok(Response::new(pb::ListEventsResponse { events, last_cursor }))
+        let next_page_token = if events.len() == limit as usize { last_cursor.to_string() } else { String::new() };
+        Ok(Response::new(pb::ListEventsResponse { events, last_cursor, next_page_token }))
     }
 
     async fn get_event(&self, request: Request<pb::GetEventRequest>) -> Result<Response<pb::GetEventResponse>, Status> {
@@ -233,7 +283,8 @@ impl AuditService for Audit {
         request: Request<pb::GetCheckpointRequest>,
     ) -> Result<Response<pb::GetCheckpointResponse>, Status> {
         let caller = super::caller(request.extensions())?;
-        let head = self.node.read(caller.as_ref(), Action::ReadAudit, super::audit_proof::checkpoint).await?;
+        let mut head = self.node.read(caller.as_ref(), Action::ReadAudit, super::audit_proof::checkpoint).await?;
+        head.events_retention_ms = self.node.settings.retention.events_ms;
         Ok(Response::new(head))
     }
 
@@ -298,9 +349,14 @@ impl AuditService for Audit {
     ) -> Result<Response<pb::CosignResponse>, Status> {
         let (_, extensions, message) = request.into_parts();
         let caller = super::caller(&extensions)?;
-        self.node.reads.read(|state| check_cosignature(state, message.node_id, message.size, &message.signature))?;
-        let command =
-            Command::CosignCheckpoint { node_id: message.node_id, size: message.size, signature: message.signature };
+        let command = Command::CosignCheckpoint {
+            node_id: message.node_id,
+            size: message.size,
+            timestamp_s: message.timestamp,
+            signature: message.signature,
+            log_signature: message.log_signature,
+        };
+        self.node.reads.read(|state| check_cosignature(state, &command))?;
         Ok(Response::new(self.node.call(caller.as_ref(), "", command).await?))
     }
 
@@ -318,28 +374,38 @@ impl AuditService for Audit {
     }
 }
 
-/// Checks a node's cosignature before it is proposed: it must verify with
-/// the node's registered note key over the checkpoint body this replica
+/// Checks a node's cosignature (and log signature, if any) before it is
+/// proposed: they must verify with the node's registered note key over the
+/// `cosignature/v1` message of (and the bare) checkpoint body this replica
 /// computes for that size, so a published checkpoint counts only
 /// signatures an auditor's `gavel audit verify --keys` accepts. (The core
 /// cannot check it at apply: Ed25519 is not in its dependencies.) A size
 /// this replica has not reached is refused `UNAVAILABLE`, and the node
 /// sends it again; an unregistered node is left to the apply's refusal.
-fn check_cosignature(state: &State, node_id: u64, size: u64, signature: &[u8]) -> Result<(), Status> {
-    let Some(public_key) = state.note_keys().get(&node_id) else {
+pub(crate) fn check_cosignature(state: &State, command: &Command) -> Result<(), Status> {
+    let Command::CosignCheckpoint { node_id, size, timestamp_s, signature, log_signature } = command else {
         return Ok(());
     };
-    let Ok(body) = state.checkpoint_body_at(size) else {
+    let Some(public_key) = state.note_keys().get(node_id) else {
+        return Ok(());
+    };
+    let Ok(body) = state.checkpoint_body_at(*size) else {
         return Err(Status::unavailable(format!(
             "this node's audit tree has not reached size {size}; send the cosignature again"
         )));
     };
     let key = ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public_key);
-    key.verify(body.as_bytes(), signature).map_err(|_| {
+    let refuse = |what: &str| {
         let message =
-            format!("node {node_id}'s cosignature of the checkpoint of size {size} does not verify with its note key");
+            format!("node {node_id}'s {what} of the checkpoint of size {size} does not verify with its note key");
         domain_status(gavel_core::DomainError::new(gavel_core::ErrorCode::InvalidArgument, message))
-    })
+    };
+    let message = gavel_core::note::cosigned_message(&body, *timestamp_s);
+    key.verify(message.as_bytes(), signature).map_err(|_| refuse("cosignature"))?;
+    match log_signature {
+        Some(log_signature) => key.verify(body.as_bytes(), log_signature).map_err(|_| refuse("log signature")),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -423,18 +489,37 @@ pub(super) mod tests {
         let caller = Some(gavel_core::Caller::of(gavel_core::Principal::node(1)));
         state.apply(&Envelope { request_id: None, now_ms: 10_000, caller, command: register });
         let body = state.checkpoint_body_at(4).expect("a size the tree reached");
-        let signed = key.sign(body.as_bytes()).as_ref().to_vec();
-        assert!(check_cosignature(&state, 1, 4, &signed).is_ok());
-        // Another size's body, a changed byte, another key: refused before the log.
-        for (size, signature) in [(3, signed.clone()), (4, [&signed[..63], &[signed[63] ^ 1]].concat())] {
-            let refused = check_cosignature(&state, 1, size, &signature).expect_err("a bad cosignature");
+        let cosign = |size: u64, signature: Vec<u8>, log_signature: Option<Vec<u8>>| Command::CosignCheckpoint {
+            node_id: 1,
+            size,
+            timestamp_s: 1_700_000_000,
+            signature,
+            log_signature,
+        };
+        let message = gavel_core::note::cosigned_message(&body, 1_700_000_000);
+        let signed = key.sign(message.as_bytes()).as_ref().to_vec();
+        let as_log = key.sign(body.as_bytes()).as_ref().to_vec();
+        assert!(check_cosignature(&state, &cosign(4, signed.clone(), Some(as_log.clone()))).is_ok());
+        // Another size's body, a changed byte, the bare body as a cosignature,
+        // a cosignature as the log's signature: refused before the log.
+        let changed = [&signed[..63], &[signed[63] ^ 1]].concat();
+        for command in [
+            cosign(3, signed.clone(), None),
+            cosign(4, changed, None),
+            cosign(4, as_log.clone(), None),
+            cosign(4, signed.clone(), Some(signed.clone())),
+        ] {
+            let refused = check_cosignature(&state, &command).expect_err("a bad cosignature");
             assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
         }
         let other = Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new()).expect("a key");
         let other = Ed25519KeyPair::from_pkcs8(other.as_ref()).expect("the key reads");
-        let forged = other.sign(body.as_bytes()).as_ref().to_vec();
-        assert_eq!(check_cosignature(&state, 1, 4, &forged).expect_err("another key").code(), Code::InvalidArgument);
-        let ahead = check_cosignature(&state, 1, 99, &signed).expect_err("past this replica's tree");
+        let forged = other.sign(message.as_bytes()).as_ref().to_vec();
+        assert_eq!(
+            check_cosignature(&state, &cosign(4, forged, None)).expect_err("another key").code(),
+            Code::InvalidArgument
+        );
+        let ahead = check_cosignature(&state, &cosign(99, signed, None)).expect_err("past this replica's tree");
         assert_eq!(ahead.code(), Code::Unavailable);
     }
 }

@@ -50,6 +50,9 @@ pub(crate) fn checkpoint(state: &State) -> pb::GetCheckpointResponse {
         checkpoint,
         signed_checkpoint: state.signed_checkpoint(),
         note_keys: state.note_verifier_keys(),
+        first_retained_index: state.audit_first_retained_index(),
+        // The node's setting, not the state's: the handler fills it in.
+        events_retention_ms: 0,
     }
 }
 

@@ -12,7 +12,9 @@ use tonic::{Request, Response, Status};
 use super::{caller, request_id};
 use gavel_store::reads::Woken;
 
-use crate::convert::execution::{cancel_execution_in, execution_out, resume_in, submit_in, submit_out};
+use crate::convert::execution::{
+    cancel_execution_in, execution_out, executions_page_out, list_executions_in, resume_in, submit_in, submit_out,
+};
 use crate::node::{domain_status, Node};
 use crate::replies::{ExecutionReply, SubmitReply};
 
@@ -43,6 +45,39 @@ impl ExecutionService for Executions {
         Ok(Response::new(pb::ResumeResponse { execution: Some(execution_out(&reply.execution)) }))
     }
 
+    async fn resume_and_wait(
+        &self,
+        request: Request<pb::ResumeAndWaitRequest>,
+    ) -> Result<Response<pb::ResumeAndWaitResponse>, Status> {
+        let (metadata, extensions, message) = request.into_parts();
+        let resume = message.resume.unwrap_or_default();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &resume.request_id)?);
+        // A caller that may resume but not read executions is refused before
+        // the resume, not after it consumed the approval; the wait checks
+        // again at its linearizable read.
+        self.node.reads.read(|state| state.authorize(caller.as_ref(), Action::ReadExecution)).map_err(domain_status)?;
+        let reply: ExecutionReply =
+            self.node.call(caller.as_ref(), &request_id, resume_in(&resume, &request_id)).await?;
+        // A wait that fails after the resume (a leader change) is the call's
+        // error; a retry with the same request id gets the same execution back.
+        let wait = Duration::from_millis(message.wait_ms.min(WAIT_MS_MAX));
+        let answer = match wait_final(&self.node, caller.as_ref(), &reply.execution.execution_id, wait).await {
+            Ok((execution, timed_out)) => {
+                pb::ResumeAndWaitResponse { execution: Some(execution_out(&execution)), timed_out, wait_refused: false }
+            }
+            // The resume answered with the execution; a caller outside its
+            // view (an admin acting without act-for) gets that answer, and no
+            // later state of it.
+            Err(status) if status.code() == tonic::Code::NotFound => pb::ResumeAndWaitResponse {
+                execution: Some(execution_out(&reply.execution)),
+                timed_out: false,
+                wait_refused: true,
+            },
+            Err(status) => return Err(status),
+        };
+        Ok(Response::new(answer))
+    }
+
     async fn get_execution(
         &self,
         request: Request<pb::GetExecutionRequest>,
@@ -60,6 +95,31 @@ impl ExecutionService for Executions {
             .await?
             .map_err(domain_status)?;
         Ok(Response::new(pb::GetExecutionResponse { execution: Some(execution) }))
+    }
+
+    async fn list_executions(
+        &self,
+        request: Request<pb::ListExecutionsRequest>,
+    ) -> Result<Response<pb::ListExecutionsResponse>, Status> {
+        let (_, extensions, message) = request.into_parts();
+        let caller = caller(&extensions)?;
+        let query = list_executions_in(&message).map_err(domain_status)?;
+        let page = self
+            .node
+            .read(caller.as_ref(), Action::ReadExecution, |state| {
+                // The core's read judge filters before paging: an execution
+                // outside the caller's view is absent, as from GetExecution.
+                let page = state.list_executions(
+                    caller.as_ref(),
+                    &query.filter,
+                    query.after.as_ref(),
+                    query.limit,
+                    query.order,
+                );
+                executions_page_out(&page)
+            })
+            .await?;
+        Ok(Response::new(page))
     }
 
     async fn wait_execution(

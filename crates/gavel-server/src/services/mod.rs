@@ -6,7 +6,7 @@
 pub mod access;
 pub mod approval;
 pub mod audit;
-mod audit_proof;
+pub(crate) mod audit_proof;
 pub mod capability;
 pub mod cluster;
 pub mod execution;

@@ -63,6 +63,56 @@ impl WorkerService for Workers {
         let execution = Some(execution_out(&reply.execution));
         Ok(Response::new(pb::ReportResponse { execution, retry_scheduled: reply.retry_scheduled }))
     }
+
+    async fn report_and_poll(
+        &self,
+        request: Request<pb::ReportAndPollRequest>,
+    ) -> Result<Response<pb::ReportAndPollResponse>, Status> {
+        let (metadata, extensions, message) = request.into_parts();
+        let report = message.report.unwrap_or_default();
+        let (caller, request_id) = (caller(&extensions)?, request_id(&metadata, &report.request_id)?);
+        let poll_request_id = if message.poll_request_id.is_empty() {
+            gavel_core::ids::next_poll_request_id(&request_id)
+        } else {
+            super::request_id(&metadata, &message.poll_request_id)?
+        };
+        let poll_request = pb::PollRequest {
+            request_id: poll_request_id.clone(),
+            worker_id: report.worker_id.clone(),
+            queues: message.queues,
+            max_tasks: message.max_tasks,
+            wait_ms: message.wait_ms,
+        };
+        let poll = poll_in(&poll_request, caller.as_ref());
+        // A malformed poll part, or one for a queue the worker may not take
+        // from, is refused before the report is proposed: a refused call
+        // then always means the report was not taken.
+        self.node.admit(caller.as_ref(), &poll_request_id, &poll).map_err(domain_status)?;
+        let reply: ReportReply = self
+            .node
+            .call(caller.as_ref(), &request_id, report_in(&report, caller.as_ref()).map_err(domain_status)?)
+            .await?;
+        let report = Some(pb::ReportResponse {
+            execution: Some(execution_out(&reply.execution)),
+            retry_scheduled: reply.retry_scheduled,
+        });
+        // From here on the report is accepted: a failed poll is part of the
+        // answer, never the call's error.
+        let wait = Duration::from_millis(poll_request.wait_ms.min(WAIT_MS_MAX));
+        let polled = long_poll(&self.node, caller.as_ref(), &poll_request_id, poll, &poll_request.queues, wait).await;
+        let (tasks, poll_failure) = match polled {
+            Ok(tasks) => (tasks.iter().map(task_out).collect(), None),
+            Err(status) => (Vec::new(), Some(poll_failure_out(&status))),
+        };
+        Ok(Response::new(pb::ReportAndPollResponse { report, tasks, poll_failure }))
+    }
+}
+
+/// A poll part's failure as the answer carries it.
+fn poll_failure_out(status: &Status) -> pb::PollFailure {
+    let detail = gavel_proto::error_detail::read_error_detail(status)
+        .unwrap_or_else(|| pb::ErrorDetail { message: status.message().to_string(), ..pb::ErrorDetail::default() });
+    pb::PollFailure { status_code: status.code() as i32, detail: Some(detail) }
 }
 
 /// Leases tasks for one poll, waiting up to `wait` for work to be ready.

@@ -133,6 +133,18 @@ const SURVEY_TIMEOUT_MS = 1000;
 const LONG_POLL_FIELDS: Record<string, string> = {
   "gavel.v1.WorkerService.Poll": "waitMs",
   "gavel.v1.ExecutionService.WaitExecution": "timeoutMs",
+  "gavel.v1.ApprovalService.WaitApproval": "waitMs",
+  "gavel.v1.ExecutionService.ResumeAndWait": "waitMs",
+  "gavel.v1.WorkerService.ReportAndPoll": "waitMs",
+};
+
+/**
+ * Calls that carry another call's request as a field (resume-and-wait,
+ * report-and-poll): that part's request id is filled in like a top-level one.
+ */
+const NESTED_REQUESTS: Record<string, string> = {
+  "gavel.v1.ExecutionService.ResumeAndWait": "resume",
+  "gavel.v1.WorkerService.ReportAndPoll": "report",
 };
 
 /**
@@ -150,6 +162,12 @@ function requestJson(method: string, message: Record<string, unknown>): [string,
       return text(message.inputJson, { name: "input", code: "INVALID_ARGUMENT" });
     case "gavel.v1.AuditService.RecordEvent":
       return text(message.payloadJson, { name: "payload", code: "INVALID_ARGUMENT" });
+    case "gavel.v1.ExecutionService.ResumeAndWait":
+    case "gavel.v1.WorkerService.ReportAndPoll": {
+      const inner = method.endsWith("ResumeAndWait") ? "gavel.v1.ExecutionService.Resume" : "gavel.v1.WorkerService.Report";
+      const part = message[NESTED_REQUESTS[method]!] as Record<string, unknown> | undefined;
+      return part === undefined ? undefined : requestJson(inner, part);
+    }
     case "gavel.v1.WorkerService.Report": {
       const outcome = message.outcome as { case?: string; value?: { outputJson?: unknown } } | undefined;
       return outcome?.case === "completed" ? text(outcome.value?.outputJson, { name: "output", code: "INVALID_ARGUMENT" }) : undefined;
@@ -284,6 +302,11 @@ function buildClient(
     checkActors(method.input, message);
     if ("requestId" in message && message.requestId === "") {
       message.requestId = newRequestId();
+    }
+    const nested = NESTED_REQUESTS[`${service.typeName}.${method.name}`];
+    const part = nested === undefined ? undefined : (message[nested] as Record<string, unknown> | undefined);
+    if (part !== undefined && part.requestId === "") {
+      part.requestId = newRequestId();
     }
     const longPollField = LONG_POLL_FIELDS[`${service.typeName}.${method.name}`];
     const extraMs = longPollField !== undefined ? Number(message[longPollField] ?? 0) : 0;

@@ -82,7 +82,11 @@ export type GavelCode =
   | "BACKUP_CORRUPT"
   | "DATA_DIR_NOT_EMPTY"
   | "AUDIT_VERIFICATION_FAILED"
-  | "NOTIFY_QUEUE_FULL";
+  | "NOTIFY_QUEUE_FULL"
+  | "PAGE_SIZE_INVALID"
+  | "PAGE_TOKEN_INVALID"
+  | "AUDIT_EXPORT_FORMAT_UNKNOWN"
+  | "AUDIT_CHECKPOINT_UNSIGNED";
 
 /** The gRPC status code (its canonical name) a refusal with a code carries, or would. */
 export type GavelCodeClass =
@@ -181,6 +185,10 @@ export const GAVEL_CODES: { readonly [code in GavelCode]: GavelCodeInfo } = {
   DATA_DIR_NOT_EMPTY: { class: "FAILED_PRECONDITION", description: "CLI: a backup is restored only into an empty data directory" },
   AUDIT_VERIFICATION_FAILED: { class: "DATA_LOSS", description: "CLI: the audit export or proof does not verify" },
   NOTIFY_QUEUE_FULL: { class: "RESOURCE_EXHAUSTED", description: "notifier log: its queues are full; it reads no events until they drain" },
+  PAGE_SIZE_INVALID: { class: "INVALID_ARGUMENT", description: "a list's page size is above its limit (1000)" },
+  PAGE_TOKEN_INVALID: { class: "INVALID_ARGUMENT", description: "a list's page token is not one that list handed out" },
+  AUDIT_EXPORT_FORMAT_UNKNOWN: { class: "INVALID_ARGUMENT", description: "CLI: the file is not an audit export in a format this gavel reads" },
+  AUDIT_CHECKPOINT_UNSIGNED: { class: "UNAVAILABLE", description: "CLI: no checkpoint the nodes cosigned covers it yet; try again shortly" },
 };
 
 /** Whether `code` (a `GavelError.code`, say) is one of the catalogue's. */

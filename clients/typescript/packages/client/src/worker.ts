@@ -159,7 +159,8 @@ export function createWorker(options: WorkerOptions): Worker {
   const running = new Map<string, { controller: AbortController; finished: Promise<void> }>();
   let freed: (() => void) | undefined;
 
-  const runTask = async (task: Task, controller: AbortController): Promise<void> => {
+  /** Runs one task and reports it; resolves with the next task the report took for the freed slot, if any. */
+  const runTask = async (task: Task, controller: AbortController): Promise<Task | undefined> => {
     const lease = task.lease;
     if (lease === undefined) {
       return;
@@ -271,33 +272,56 @@ export function createWorker(options: WorkerOptions): Worker {
         outcome = { ok: false, error: HandlerError.fatal("OUTPUT_INVALID", reason) };
       }
     }
+    const report = {
+      requestId: newRequestId(),
+      leaseId: lease.leaseId,
+      workerId,
+      outcome: outcome.ok
+        ? { case: "completed" as const, value: { outputJson: outputJson ?? "null" } }
+        : {
+            case: "failed" as const,
+            value: { code: outcome.error.code, message: outcome.error.message, retryable: outcome.error.retryable },
+          },
+    };
     try {
-      await client.workers.report({
-        requestId: newRequestId(),
-        leaseId: lease.leaseId,
-        workerId,
-        outcome: outcome.ok
-          ? { case: "completed", value: { outputJson: outputJson ?? "null" } }
-          : {
-              case: "failed",
-              value: { code: outcome.error.code, message: outcome.error.message, retryable: outcome.error.retryable },
-            },
-      });
+      if (stopPolling.signal.aborted) {
+        await client.workers.report(report);
+        return undefined;
+      }
+      // Report and take the next ready task for this slot in one call,
+      // without waiting (waitMs 0): an idle slot goes back to the long-poll.
+      const answer = await client.workers.reportAndPoll({ report, queues: [...options.queues], maxTasks: 1, waitMs: 0n });
+      if (answer.pollFailure !== undefined) {
+        const detail = answer.pollFailure.detail;
+        onError(new GavelError(detail?.code ?? "UNKNOWN", detail?.message ?? "", answer.pollFailure.statusCode), {
+          stage: "poll",
+        });
+      }
+      return answer.tasks[0];
     } catch (error) {
       onError(error, { executionId: task.executionId, stage: "report" });
+      return undefined;
     }
   };
 
-  const start = (task: Task) => {
-    const controller = new AbortController();
-    const key = `${task.lease?.leaseId ?? randomUUID()}`;
-    const finished = runTask(task, controller)
-      .catch((error) => onError(error, { executionId: task.executionId, stage: "handler" }))
-      .finally(() => {
-        running.delete(key);
-        freed?.();
-      });
-    running.set(key, { controller, finished });
+  /** Runs a task in a slot of its own, then each next task its report brings back, in the same slot. */
+  const start = (first: Task) => {
+    const key = randomUUID();
+    const entry = { controller: new AbortController(), finished: Promise.resolve() };
+    entry.finished = (async () => {
+      for (let task: Task | undefined = first; task !== undefined; ) {
+        const current: Task = task;
+        entry.controller = new AbortController();
+        task = await runTask(current, entry.controller).catch((error: unknown) => {
+          onError(error, { executionId: current.executionId, stage: "handler" });
+          return undefined;
+        });
+      }
+    })().finally(() => {
+      running.delete(key);
+      freed?.();
+    });
+    running.set(key, entry);
   };
 
   const done = (async () => {

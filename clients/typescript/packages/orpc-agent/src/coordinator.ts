@@ -524,6 +524,9 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
           callerNowMs,
           limit: pageSize,
           pageToken,
+          // SPEC §3 orders a listing by (requestedAt, id); the cluster's
+          // default is newest first.
+          oldestFirst: true,
         });
         for (const approval of response.approvals) {
           records.push(toRecord(approval));

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/approval.proto.
  */
 export const file_gavel_v1_approval: GenFile = /*@__PURE__*/
-  fileDesc("ChdnYXZlbC92MS9hcHByb3ZhbC5wcm90bxIIZ2F2ZWwudjEi6AEKBFZvdGUSEQoJcHJpbmNpcGFsGAEgASgJEiEKCGFwcHJvdmVyGAIgASgLMg8uZ2F2ZWwudjEuQWN0b3ISDwoHYXBwcm92ZRgDIAEoCBIYChBlbGlnaWJsZV9mYWN0b3JzGAQgAygJEhMKBmZhY3RvchgFIAEoCUgAiAEBEhIKCmlucHV0X2hhc2gYBiABKAkSFQoNc2VsZl9hcHByb3ZhbBgHIAEoCBIUCgdjb21tZW50GAggASgJSAGIAQESEgoKY2FzdF9hdF9tcxgJIAEoA0IJCgdfZmFjdG9yQgoKCF9jb21tZW50IkwKDVN0YW5kaW5nVGVybXMSEAoIdXNlc19tYXgYASABKA0SEQoJd2luZG93X21zGAIgASgEEhYKDmJvdW5kX3BvaW50ZXJzGAMgAygJIksKEFN0YW5kaW5nUHJvZ3Jlc3MSJgoFdGVybXMYASABKAsyFy5nYXZlbC52MS5TdGFuZGluZ1Rlcm1zEg8KB3VzZWRfYnkYAiADKAkiOgoORmFjdG9yUHJvZ3Jlc3MSDAoEbmFtZRgBIAEoCRIJCgFrGAIgASgNEg8KB2NvdW50ZWQYAyABKA0iowEKBlF1b3J1bRIOCgZwb2xpY3kYASABKAkSFgoOcG9saWN5X3ZlcnNpb24YAiABKAQSKQoHZmFjdG9ycxgDIAMoCzIYLmdhdmVsLnYxLkZhY3RvclByb2dyZXNzEhYKDmRlbnlfdGhyZXNob2xkGAQgASgNEg8KB2RlbmlhbHMYBSABKA0SHQoFdm90ZXMYBiADKAsyDi5nYXZlbC52MS5Wb3RlIpABCghEZWNpc2lvbhIoCgZzdGF0dXMYASABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIhCghhcHByb3ZlchgCIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhQKB2NvbW1lbnQYAyABKAlIAIgBARIVCg1kZWNpZGVkX2F0X21zGAQgASgDQgoKCF9jb21tZW50ItoFCghBcHByb3ZhbBIKCgJpZBgBIAEoCRIVCg1jYXBhYmlsaXR5X2lkGAIgASgJEg8KB3N1cmZhY2UYAyABKAkSHgoFYWN0b3IYBCABKAsyDy5nYXZlbC52MS5BY3RvchISCgppbnB1dF9qc29uGAUgASgJEhIKCmlucHV0X2hhc2gYBiABKAkSDwoHcmVhc29ucxgHIAMoCRINCgV0eXBlcxgIIAMoCRIcCgRyaXNrGAkgASgOMg4uZ2F2ZWwudjEuUmlzaxIpCgtzaWRlX2VmZmVjdBgKIAEoDjIULmdhdmVsLnYxLlNpZGVFZmZlY3QSFwoPcmVxdWVzdGVkX2F0X21zGAsgASgDEhUKDWV4cGlyZXNfYXRfbXMYDCABKAMSGwoTYWxsb3dfc2VsZl9hcHByb3ZhbBgNIAEoCBIoCgZzdGF0dXMYDiABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIkCghkZWNpc2lvbhgPIAEoCzISLmdhdmVsLnYxLkRlY2lzaW9uEiUKGGNvbnN1bWVkX2J5X2V4ZWN1dGlvbl9pZBgQIAEoCUgAiAEBEhkKDGV4ZWN1dGlvbl9pZBgRIAEoCUgBiAEBEh8KEmNhcGFiaWxpdHlfdmVyc2lvbhgSIAEoBEgCiAEBEiAKBnF1b3J1bRgTIAEoCzIQLmdhdmVsLnYxLlF1b3J1bRIsCghzdGFuZGluZxgUIAEoCzIaLmdhdmVsLnYxLlN0YW5kaW5nUHJvZ3Jlc3MSEgoKdGVybXNfanNvbhgVIAEoCRISCgp0ZXJtc19oYXNoGBYgASgJEiwKCGNvbnRyb2xzGBcgASgLMhouZ2F2ZWwudjEuRGVjaXNpb25Db250cm9sc0IbChlfY29uc3VtZWRfYnlfZXhlY3V0aW9uX2lkQg8KDV9leGVjdXRpb25faWRCFQoTX2NhcGFiaWxpdHlfdmVyc2lvbiJjChBEZWNpc2lvbkNvbnRyb2xzEhIKCm1heV9kZWNpZGUYASABKAgSFAoMbWF5X3dpdGhkcmF3GAIgASgIEhQKDHJlZnVzYWxfY29kZRgDIAEoCRIPCgdyZWZ1c2FsGAQgASgJIqgEChVDcmVhdGVBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAkSFQoNY2FwYWJpbGl0eV9pZBgEIAEoCRIPCgdzdXJmYWNlGAUgASgJEh4KBWFjdG9yGAYgASgLMg8uZ2F2ZWwudjEuQWN0b3ISEgoKaW5wdXRfanNvbhgHIAEoCRIXCgppbnB1dF9oYXNoGAggASgJSAGIAQESDwoHcmVhc29ucxgJIAMoCRINCgV0eXBlcxgKIAMoCRIcCgRyaXNrGAsgASgOMg4uZ2F2ZWwudjEuUmlzaxIpCgtzaWRlX2VmZmVjdBgMIAEoDjIULmdhdmVsLnYxLlNpZGVFZmZlY3QSHAoPcmVxdWVzdGVkX2F0X21zGA0gASgDSAKIAQESGgoNZXhwaXJlc19hdF9tcxgOIAEoA0gDiAEBEhoKDWV4cGlyZXNfaW5fbXMYDyABKARIBIgBARIbChNhbGxvd19zZWxmX2FwcHJvdmFsGBAgASgIEikKCHN0YW5kaW5nGBEgASgLMhcuZ2F2ZWwudjEuU3RhbmRpbmdUZXJtc0IQCg5fY2FsbGVyX25vd19tc0INCgtfaW5wdXRfaGFzaEISChBfcmVxdWVzdGVkX2F0X21zQhAKDl9leHBpcmVzX2F0X21zQhAKDl9leHBpcmVzX2luX21zIj4KFkNyZWF0ZUFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCJOChJHZXRBcHByb3ZhbFJlcXVlc3QSCgoCaWQYASABKAkSGgoNY2FsbGVyX25vd19tcxgCIAEoA0gAiAEBQhAKDl9jYWxsZXJfbm93X21zIjsKE0dldEFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCL8AQoVRGVjaWRlQXBwcm92YWxSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSGgoNY2FsbGVyX25vd19tcxgCIAEoA0gAiAEBEgoKAmlkGAMgASgJEigKBnN0YXR1cxgEIAEoDjIYLmdhdmVsLnYxLkFwcHJvdmFsU3RhdHVzEiEKCGFwcHJvdmVyGAUgASgLMg8uZ2F2ZWwudjEuQWN0b3ISFAoHY29tbWVudBgGIAEoCUgBiAEBEhcKCnRlcm1zX2hhc2gYByABKAlIAogBAUIQCg5fY2FsbGVyX25vd19tc0IKCghfY29tbWVudEINCgtfdGVybXNfaGFzaCI+ChZEZWNpZGVBcHByb3ZhbFJlc3BvbnNlEiQKCGFwcHJvdmFsGAEgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWwifAoWQ29uc3VtZUFwcHJvdmFsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBARIKCgJpZBgDIAEoCRIUCgxleGVjdXRpb25faWQYBCABKAlCEAoOX2NhbGxlcl9ub3dfbXMiPwoXQ29uc3VtZUFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCKJAgoUTGlzdEFwcHJvdmFsc1JlcXVlc3QSLQoGc3RhdHVzGAEgASgOMhguZ2F2ZWwudjEuQXBwcm92YWxTdGF0dXNIAIgBARIaCg1jYXBhYmlsaXR5X2lkGAIgASgJSAGIAQESFQoIYWN0b3JfaWQYAyABKAlIAogBARIaCg1jYWxsZXJfbm93X21zGAQgASgDSAOIAQESDQoFbGltaXQYBSABKA0SEgoKcGFnZV90b2tlbhgGIAEoCRIUCgxuZXdlc3RfZmlyc3QYByABKAhCCQoHX3N0YXR1c0IQCg5fY2FwYWJpbGl0eV9pZEILCglfYWN0b3JfaWRCEAoOX2NhbGxlcl9ub3dfbXMiVwoVTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEiUKCWFwcHJvdmFscxgBIAMoCzISLmdhdmVsLnYxLkFwcHJvdmFsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJlChVDYW5jZWxBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAlCEAoOX2NhbGxlcl9ub3dfbXMiPgoWQ2FuY2VsQXBwcm92YWxSZXNwb25zZRIkCghhcHByb3ZhbBgBIAEoCzISLmdhdmVsLnYxLkFwcHJvdmFsKoACCg5BcHByb3ZhbFN0YXR1cxIfChtBUFBST1ZBTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdBUFBST1ZBTF9TVEFUVVNfUEVORElORxABEhwKGEFQUFJPVkFMX1NUQVRVU19BUFBST1ZFRBACEhwKGEFQUFJPVkFMX1NUQVRVU19SRUpFQ1RFRBADEh0KGUFQUFJPVkFMX1NUQVRVU19DQU5DRUxMRUQQBBIbChdBUFBST1ZBTF9TVEFUVVNfRVhQSVJFRBAFEhwKGEFQUFJPVkFMX1NUQVRVU19DT05TVU1FRBAGEhoKFkFQUFJPVkFMX1NUQVRVU19WT0lERUQQBzKGBAoPQXBwcm92YWxTZXJ2aWNlElMKDkNyZWF0ZUFwcHJvdmFsEh8uZ2F2ZWwudjEuQ3JlYXRlQXBwcm92YWxSZXF1ZXN0GiAuZ2F2ZWwudjEuQ3JlYXRlQXBwcm92YWxSZXNwb25zZRJKCgtHZXRBcHByb3ZhbBIcLmdhdmVsLnYxLkdldEFwcHJvdmFsUmVxdWVzdBodLmdhdmVsLnYxLkdldEFwcHJvdmFsUmVzcG9uc2USUwoORGVjaWRlQXBwcm92YWwSHy5nYXZlbC52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5EZWNpZGVBcHByb3ZhbFJlc3BvbnNlElYKD0NvbnN1bWVBcHByb3ZhbBIgLmdhdmVsLnYxLkNvbnN1bWVBcHByb3ZhbFJlcXVlc3QaIS5nYXZlbC52MS5Db25zdW1lQXBwcm92YWxSZXNwb25zZRJQCg1MaXN0QXBwcm92YWxzEh4uZ2F2ZWwudjEuTGlzdEFwcHJvdmFsc1JlcXVlc3QaHy5nYXZlbC52MS5MaXN0QXBwcm92YWxzUmVzcG9uc2USUwoOQ2FuY2VsQXBwcm92YWwSHy5nYXZlbC52MS5DYW5jZWxBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5DYW5jZWxBcHByb3ZhbFJlc3BvbnNlYgZwcm90bzM", [file_gavel_v1_common]);
+  fileDesc("ChdnYXZlbC92MS9hcHByb3ZhbC5wcm90bxIIZ2F2ZWwudjEi6AEKBFZvdGUSEQoJcHJpbmNpcGFsGAEgASgJEiEKCGFwcHJvdmVyGAIgASgLMg8uZ2F2ZWwudjEuQWN0b3ISDwoHYXBwcm92ZRgDIAEoCBIYChBlbGlnaWJsZV9mYWN0b3JzGAQgAygJEhMKBmZhY3RvchgFIAEoCUgAiAEBEhIKCmlucHV0X2hhc2gYBiABKAkSFQoNc2VsZl9hcHByb3ZhbBgHIAEoCBIUCgdjb21tZW50GAggASgJSAGIAQESEgoKY2FzdF9hdF9tcxgJIAEoA0IJCgdfZmFjdG9yQgoKCF9jb21tZW50IkwKDVN0YW5kaW5nVGVybXMSEAoIdXNlc19tYXgYASABKA0SEQoJd2luZG93X21zGAIgASgEEhYKDmJvdW5kX3BvaW50ZXJzGAMgAygJIksKEFN0YW5kaW5nUHJvZ3Jlc3MSJgoFdGVybXMYASABKAsyFy5nYXZlbC52MS5TdGFuZGluZ1Rlcm1zEg8KB3VzZWRfYnkYAiADKAkiOgoORmFjdG9yUHJvZ3Jlc3MSDAoEbmFtZRgBIAEoCRIJCgFrGAIgASgNEg8KB2NvdW50ZWQYAyABKA0iowEKBlF1b3J1bRIOCgZwb2xpY3kYASABKAkSFgoOcG9saWN5X3ZlcnNpb24YAiABKAQSKQoHZmFjdG9ycxgDIAMoCzIYLmdhdmVsLnYxLkZhY3RvclByb2dyZXNzEhYKDmRlbnlfdGhyZXNob2xkGAQgASgNEg8KB2RlbmlhbHMYBSABKA0SHQoFdm90ZXMYBiADKAsyDi5nYXZlbC52MS5Wb3RlIpABCghEZWNpc2lvbhIoCgZzdGF0dXMYASABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIhCghhcHByb3ZlchgCIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhQKB2NvbW1lbnQYAyABKAlIAIgBARIVCg1kZWNpZGVkX2F0X21zGAQgASgDQgoKCF9jb21tZW50ItoFCghBcHByb3ZhbBIKCgJpZBgBIAEoCRIVCg1jYXBhYmlsaXR5X2lkGAIgASgJEg8KB3N1cmZhY2UYAyABKAkSHgoFYWN0b3IYBCABKAsyDy5nYXZlbC52MS5BY3RvchISCgppbnB1dF9qc29uGAUgASgJEhIKCmlucHV0X2hhc2gYBiABKAkSDwoHcmVhc29ucxgHIAMoCRINCgV0eXBlcxgIIAMoCRIcCgRyaXNrGAkgASgOMg4uZ2F2ZWwudjEuUmlzaxIpCgtzaWRlX2VmZmVjdBgKIAEoDjIULmdhdmVsLnYxLlNpZGVFZmZlY3QSFwoPcmVxdWVzdGVkX2F0X21zGAsgASgDEhUKDWV4cGlyZXNfYXRfbXMYDCABKAMSGwoTYWxsb3dfc2VsZl9hcHByb3ZhbBgNIAEoCBIoCgZzdGF0dXMYDiABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIkCghkZWNpc2lvbhgPIAEoCzISLmdhdmVsLnYxLkRlY2lzaW9uEiUKGGNvbnN1bWVkX2J5X2V4ZWN1dGlvbl9pZBgQIAEoCUgAiAEBEhkKDGV4ZWN1dGlvbl9pZBgRIAEoCUgBiAEBEh8KEmNhcGFiaWxpdHlfdmVyc2lvbhgSIAEoBEgCiAEBEiAKBnF1b3J1bRgTIAEoCzIQLmdhdmVsLnYxLlF1b3J1bRIsCghzdGFuZGluZxgUIAEoCzIaLmdhdmVsLnYxLlN0YW5kaW5nUHJvZ3Jlc3MSEgoKdGVybXNfanNvbhgVIAEoCRISCgp0ZXJtc19oYXNoGBYgASgJEiwKCGNvbnRyb2xzGBcgASgLMhouZ2F2ZWwudjEuRGVjaXNpb25Db250cm9sc0IbChlfY29uc3VtZWRfYnlfZXhlY3V0aW9uX2lkQg8KDV9leGVjdXRpb25faWRCFQoTX2NhcGFiaWxpdHlfdmVyc2lvbiJjChBEZWNpc2lvbkNvbnRyb2xzEhIKCm1heV9kZWNpZGUYASABKAgSFAoMbWF5X3dpdGhkcmF3GAIgASgIEhQKDHJlZnVzYWxfY29kZRgDIAEoCRIPCgdyZWZ1c2FsGAQgASgJIqgEChVDcmVhdGVBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAkSFQoNY2FwYWJpbGl0eV9pZBgEIAEoCRIPCgdzdXJmYWNlGAUgASgJEh4KBWFjdG9yGAYgASgLMg8uZ2F2ZWwudjEuQWN0b3ISEgoKaW5wdXRfanNvbhgHIAEoCRIXCgppbnB1dF9oYXNoGAggASgJSAGIAQESDwoHcmVhc29ucxgJIAMoCRINCgV0eXBlcxgKIAMoCRIcCgRyaXNrGAsgASgOMg4uZ2F2ZWwudjEuUmlzaxIpCgtzaWRlX2VmZmVjdBgMIAEoDjIULmdhdmVsLnYxLlNpZGVFZmZlY3QSHAoPcmVxdWVzdGVkX2F0X21zGA0gASgDSAKIAQESGgoNZXhwaXJlc19hdF9tcxgOIAEoA0gDiAEBEhoKDWV4cGlyZXNfaW5fbXMYDyABKARIBIgBARIbChNhbGxvd19zZWxmX2FwcHJvdmFsGBAgASgIEikKCHN0YW5kaW5nGBEgASgLMhcuZ2F2ZWwudjEuU3RhbmRpbmdUZXJtc0IQCg5fY2FsbGVyX25vd19tc0INCgtfaW5wdXRfaGFzaEISChBfcmVxdWVzdGVkX2F0X21zQhAKDl9leHBpcmVzX2F0X21zQhAKDl9leHBpcmVzX2luX21zIj4KFkNyZWF0ZUFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCJOChJHZXRBcHByb3ZhbFJlcXVlc3QSCgoCaWQYASABKAkSGgoNY2FsbGVyX25vd19tcxgCIAEoA0gAiAEBQhAKDl9jYWxsZXJfbm93X21zIjsKE0dldEFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbCIyChNXYWl0QXBwcm92YWxSZXF1ZXN0EgoKAmlkGAEgASgJEg8KB3dhaXRfbXMYAiABKAQiTwoUV2FpdEFwcHJvdmFsUmVzcG9uc2USJAoIYXBwcm92YWwYASABKAsyEi5nYXZlbC52MS5BcHByb3ZhbBIRCgl0aW1lZF9vdXQYAiABKAgi/AEKFURlY2lkZUFwcHJvdmFsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBARIKCgJpZBgDIAEoCRIoCgZzdGF0dXMYBCABKA4yGC5nYXZlbC52MS5BcHByb3ZhbFN0YXR1cxIhCghhcHByb3ZlchgFIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhQKB2NvbW1lbnQYBiABKAlIAYgBARIXCgp0ZXJtc19oYXNoGAcgASgJSAKIAQFCEAoOX2NhbGxlcl9ub3dfbXNCCgoIX2NvbW1lbnRCDQoLX3Rlcm1zX2hhc2giPgoWRGVjaWRlQXBwcm92YWxSZXNwb25zZRIkCghhcHByb3ZhbBgBIAEoCzISLmdhdmVsLnYxLkFwcHJvdmFsInwKFkNvbnN1bWVBcHByb3ZhbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIaCg1jYWxsZXJfbm93X21zGAIgASgDSACIAQESCgoCaWQYAyABKAkSFAoMZXhlY3V0aW9uX2lkGAQgASgJQhAKDl9jYWxsZXJfbm93X21zIj8KF0NvbnN1bWVBcHByb3ZhbFJlc3BvbnNlEiQKCGFwcHJvdmFsGAEgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWwinwIKFExpc3RBcHByb3ZhbHNSZXF1ZXN0Ei0KBnN0YXR1cxgBIAEoDjIYLmdhdmVsLnYxLkFwcHJvdmFsU3RhdHVzSACIAQESGgoNY2FwYWJpbGl0eV9pZBgCIAEoCUgBiAEBEhUKCGFjdG9yX2lkGAMgASgJSAKIAQESGgoNY2FsbGVyX25vd19tcxgEIAEoA0gDiAEBEg0KBWxpbWl0GAUgASgNEhIKCnBhZ2VfdG9rZW4YBiABKAkSFAoMbmV3ZXN0X2ZpcnN0GAcgASgIEhQKDG9sZGVzdF9maXJzdBgIIAEoCEIJCgdfc3RhdHVzQhAKDl9jYXBhYmlsaXR5X2lkQgsKCV9hY3Rvcl9pZEIQCg5fY2FsbGVyX25vd19tcyJXChVMaXN0QXBwcm92YWxzUmVzcG9uc2USJQoJYXBwcm92YWxzGAEgAygLMhIuZ2F2ZWwudjEuQXBwcm92YWwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImUKFUNhbmNlbEFwcHJvdmFsUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhoKDWNhbGxlcl9ub3dfbXMYAiABKANIAIgBARIKCgJpZBgDIAEoCUIQCg5fY2FsbGVyX25vd19tcyI+ChZDYW5jZWxBcHByb3ZhbFJlc3BvbnNlEiQKCGFwcHJvdmFsGAEgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWwqgAIKDkFwcHJvdmFsU3RhdHVzEh8KG0FQUFJPVkFMX1NUQVRVU19VTlNQRUNJRklFRBAAEhsKF0FQUFJPVkFMX1NUQVRVU19QRU5ESU5HEAESHAoYQVBQUk9WQUxfU1RBVFVTX0FQUFJPVkVEEAISHAoYQVBQUk9WQUxfU1RBVFVTX1JFSkVDVEVEEAMSHQoZQVBQUk9WQUxfU1RBVFVTX0NBTkNFTExFRBAEEhsKF0FQUFJPVkFMX1NUQVRVU19FWFBJUkVEEAUSHAoYQVBQUk9WQUxfU1RBVFVTX0NPTlNVTUVEEAYSGgoWQVBQUk9WQUxfU1RBVFVTX1ZPSURFRBAHMtUECg9BcHByb3ZhbFNlcnZpY2USUwoOQ3JlYXRlQXBwcm92YWwSHy5nYXZlbC52MS5DcmVhdGVBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5DcmVhdGVBcHByb3ZhbFJlc3BvbnNlEkoKC0dldEFwcHJvdmFsEhwuZ2F2ZWwudjEuR2V0QXBwcm92YWxSZXF1ZXN0Gh0uZ2F2ZWwudjEuR2V0QXBwcm92YWxSZXNwb25zZRJNCgxXYWl0QXBwcm92YWwSHS5nYXZlbC52MS5XYWl0QXBwcm92YWxSZXF1ZXN0Gh4uZ2F2ZWwudjEuV2FpdEFwcHJvdmFsUmVzcG9uc2USUwoORGVjaWRlQXBwcm92YWwSHy5nYXZlbC52MS5EZWNpZGVBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5EZWNpZGVBcHByb3ZhbFJlc3BvbnNlElYKD0NvbnN1bWVBcHByb3ZhbBIgLmdhdmVsLnYxLkNvbnN1bWVBcHByb3ZhbFJlcXVlc3QaIS5nYXZlbC52MS5Db25zdW1lQXBwcm92YWxSZXNwb25zZRJQCg1MaXN0QXBwcm92YWxzEh4uZ2F2ZWwudjEuTGlzdEFwcHJvdmFsc1JlcXVlc3QaHy5nYXZlbC52MS5MaXN0QXBwcm92YWxzUmVzcG9uc2USUwoOQ2FuY2VsQXBwcm92YWwSHy5nYXZlbC52MS5DYW5jZWxBcHByb3ZhbFJlcXVlc3QaIC5nYXZlbC52MS5DYW5jZWxBcHByb3ZhbFJlc3BvbnNlYgZwcm90bzM", [file_gavel_v1_common]);
 
 /**
  * One vote on an approval a policy governs.
@@ -746,6 +746,63 @@ export const GetApprovalResponseSchema: GenMessage<GetApprovalResponse> = /*@__P
   messageDesc(file_gavel_v1_approval, 11);
 
 /**
+ * Request of ApprovalService.WaitApproval.
+ *
+ * @generated from message gavel.v1.WaitApprovalRequest
+ */
+export type WaitApprovalRequest = Message<"gavel.v1.WaitApprovalRequest"> & {
+  /**
+   * Id of the approval.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * How long to wait for the approval to leave PENDING; 0 returns at once.
+   * The server caps it at its own limit (60 s).
+   *
+   * @generated from field: uint64 wait_ms = 2;
+   */
+  waitMs: bigint;
+};
+
+/**
+ * Describes the message gavel.v1.WaitApprovalRequest.
+ * Use `create(WaitApprovalRequestSchema)` to create a new message.
+ */
+export const WaitApprovalRequestSchema: GenMessage<WaitApprovalRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_approval, 12);
+
+/**
+ * Response of ApprovalService.WaitApproval.
+ *
+ * @generated from message gavel.v1.WaitApprovalResponse
+ */
+export type WaitApprovalResponse = Message<"gavel.v1.WaitApprovalResponse"> & {
+  /**
+   * The approval: no longer PENDING unless timed_out.
+   *
+   * @generated from field: gavel.v1.Approval approval = 1;
+   */
+  approval?: Approval | undefined;
+
+  /**
+   * True when wait_ms passed while the approval was still pending.
+   *
+   * @generated from field: bool timed_out = 2;
+   */
+  timedOut: boolean;
+};
+
+/**
+ * Describes the message gavel.v1.WaitApprovalResponse.
+ * Use `create(WaitApprovalResponseSchema)` to create a new message.
+ */
+export const WaitApprovalResponseSchema: GenMessage<WaitApprovalResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_approval, 13);
+
+/**
  * Request of ApprovalService.DecideApproval.
  *
  * @generated from message gavel.v1.DecideApprovalRequest
@@ -811,7 +868,7 @@ export type DecideApprovalRequest = Message<"gavel.v1.DecideApprovalRequest"> & 
  * Use `create(DecideApprovalRequestSchema)` to create a new message.
  */
 export const DecideApprovalRequestSchema: GenMessage<DecideApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 12);
+  messageDesc(file_gavel_v1_approval, 14);
 
 /**
  * Response of ApprovalService.DecideApproval.
@@ -832,7 +889,7 @@ export type DecideApprovalResponse = Message<"gavel.v1.DecideApprovalResponse"> 
  * Use `create(DecideApprovalResponseSchema)` to create a new message.
  */
 export const DecideApprovalResponseSchema: GenMessage<DecideApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 13);
+  messageDesc(file_gavel_v1_approval, 15);
 
 /**
  * Request of ApprovalService.ConsumeApproval.
@@ -875,7 +932,7 @@ export type ConsumeApprovalRequest = Message<"gavel.v1.ConsumeApprovalRequest"> 
  * Use `create(ConsumeApprovalRequestSchema)` to create a new message.
  */
 export const ConsumeApprovalRequestSchema: GenMessage<ConsumeApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 14);
+  messageDesc(file_gavel_v1_approval, 16);
 
 /**
  * Response of ApprovalService.ConsumeApproval.
@@ -896,7 +953,7 @@ export type ConsumeApprovalResponse = Message<"gavel.v1.ConsumeApprovalResponse"
  * Use `create(ConsumeApprovalResponseSchema)` to create a new message.
  */
 export const ConsumeApprovalResponseSchema: GenMessage<ConsumeApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 15);
+  messageDesc(file_gavel_v1_approval, 17);
 
 /**
  * Request of ApprovalService.ListApprovals. Filters compose with AND.
@@ -934,8 +991,8 @@ export type ListApprovalsRequest = Message<"gavel.v1.ListApprovalsRequest"> & {
   callerNowMs?: bigint | undefined;
 
   /**
-   * Maximum number of approvals to return; 0 means the server's default. The
-   * server caps it at its own limit.
+   * Page size: most approvals to return; 0 means the default (50). Above
+   * 1000 is INVALID_ARGUMENT (PAGE_SIZE_INVALID).
    *
    * @generated from field: uint32 limit = 5;
    */
@@ -943,19 +1000,30 @@ export type ListApprovalsRequest = Message<"gavel.v1.ListApprovalsRequest"> & {
 
   /**
    * Opaque token from a previous response's next_page_token; empty for the
-   * first page.
+   * first page. Pages continue from the last approval of the previous one
+   * (key-set, not an offset): an approval created between two pages
+   * neither shifts nor repeats the ones already there.
    *
    * @generated from field: string page_token = 6;
    */
   pageToken: string;
 
   /**
-   * Newest first: ordered by (requested_at_ms, id) descending, each page
-   * continuing before the last approval of the previous one.
+   * Deprecated: newest first is the default now; kept so older clients that
+   * set it get what they asked for.
    *
    * @generated from field: bool newest_first = 7;
    */
   newestFirst: boolean;
+
+  /**
+   * Oldest first: ordered by (requested_at_ms, id) ascending, each page
+   * continuing after the last approval of the previous one (SPEC §3's
+   * listing order, which the oRPC coordinator keeps).
+   *
+   * @generated from field: bool oldest_first = 8;
+   */
+  oldestFirst: boolean;
 };
 
 /**
@@ -963,7 +1031,7 @@ export type ListApprovalsRequest = Message<"gavel.v1.ListApprovalsRequest"> & {
  * Use `create(ListApprovalsRequestSchema)` to create a new message.
  */
 export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 16);
+  messageDesc(file_gavel_v1_approval, 18);
 
 /**
  * Response of ApprovalService.ListApprovals.
@@ -972,8 +1040,8 @@ export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@_
  */
 export type ListApprovalsResponse = Message<"gavel.v1.ListApprovalsResponse"> & {
   /**
-   * Matching approvals, ordered by (requested_at_ms, id), descending when
-   * the request asked for newest_first.
+   * Matching approvals, ordered by (requested_at_ms, id), descending unless
+   * the request asked for oldest_first.
    *
    * @generated from field: repeated gavel.v1.Approval approvals = 1;
    */
@@ -992,7 +1060,7 @@ export type ListApprovalsResponse = Message<"gavel.v1.ListApprovalsResponse"> & 
  * Use `create(ListApprovalsResponseSchema)` to create a new message.
  */
 export const ListApprovalsResponseSchema: GenMessage<ListApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 17);
+  messageDesc(file_gavel_v1_approval, 19);
 
 /**
  * Request of ApprovalService.CancelApproval.
@@ -1028,7 +1096,7 @@ export type CancelApprovalRequest = Message<"gavel.v1.CancelApprovalRequest"> & 
  * Use `create(CancelApprovalRequestSchema)` to create a new message.
  */
 export const CancelApprovalRequestSchema: GenMessage<CancelApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 18);
+  messageDesc(file_gavel_v1_approval, 20);
 
 /**
  * Response of ApprovalService.CancelApproval.
@@ -1049,7 +1117,7 @@ export type CancelApprovalResponse = Message<"gavel.v1.CancelApprovalResponse"> 
  * Use `create(CancelApprovalResponseSchema)` to create a new message.
  */
 export const CancelApprovalResponseSchema: GenMessage<CancelApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_approval, 19);
+  messageDesc(file_gavel_v1_approval, 21);
 
 /**
  * Lifecycle status of an approval record. Transitions: PENDING to APPROVED,
@@ -1155,6 +1223,23 @@ export const ApprovalService: GenService<{
     output: typeof GetApprovalResponseSchema;
   },
   /**
+   * Long-polls until the approval is no longer pending (decided, cancelled,
+   * voided or expired) or wait_ms passes, then returns it as it is; an
+   * approval that is already settled returns at once. Visibility is
+   * GetApproval's: NOT_FOUND for an unknown id and for an approval the
+   * caller may not read. The wait is capped at 60 s (WAIT_MS_MAX, as for
+   * WaitExecution); it never writes to the replicated log. Expiry is judged
+   * by the cluster clock: a request has no caller_now_ms, since a caller's
+   * fixed clock would never reach the expiry the wait waits for.
+   *
+   * @generated from rpc gavel.v1.ApprovalService.WaitApproval
+   */
+  waitApproval: {
+    methodKind: "unary";
+    input: typeof WaitApprovalRequestSchema;
+    output: typeof WaitApprovalResponseSchema;
+  },
+  /**
    * Approves or rejects a pending, unexpired approval. NOT_FOUND for an
    * unknown id; FAILED_PRECONDITION when it is not pending; PERMISSION_DENIED
    * (APPROVAL_SELF_APPROVAL) when the approver is the requester without opt-out. Of
@@ -1180,8 +1265,10 @@ export const ApprovalService: GenService<{
     output: typeof ConsumeApprovalResponseSchema;
   },
   /**
-   * Lists approvals matching all given filters, ordered by (requested_at_ms,
-   * id), or newest first when asked.
+   * Lists approvals matching all given filters a page at a time, newest
+   * first by (requested_at_ms, id) unless oldest_first is set. A page size
+   * above 1000 is INVALID_ARGUMENT with PAGE_SIZE_INVALID; a token no page
+   * handed out, PAGE_TOKEN_INVALID.
    *
    * @generated from rpc gavel.v1.ApprovalService.ListApprovals
    */

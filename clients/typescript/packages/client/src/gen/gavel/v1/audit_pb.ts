@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/audit.proto.
  */
 export const file_gavel_v1_audit: GenFile = /*@__PURE__*/
-  fileDesc("ChRnYXZlbC92MS9hdWRpdC5wcm90bxIIZ2F2ZWwudjEi/wcKBUV2ZW50Eg4KBmN1cnNvchgBIAEoBBIMCgR0eXBlGAIgASgJEhQKDHRpbWVzdGFtcF9tcxgDIAEoAxIeCgVhY3RvchgEIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhkKDGV4ZWN1dGlvbl9pZBgFIAEoCUgAiAEBEhoKDWNhcGFiaWxpdHlfaWQYBiABKAlIAYgBARIYCgthcHByb3ZhbF9pZBgHIAEoCUgCiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAggASgJSAOIAQESFwoKaW5wdXRfaGFzaBgJIAEoCUgEiAEBEhQKB2F0dGVtcHQYCiABKA1IBYgBARIVCghsZWFzZV9pZBgLIAEoBEgGiAEBEhYKCXdvcmtlcl9pZBgMIAEoCUgHiAEBEhEKBGNvZGUYDSABKAlICIgBARIWCglyZXRyeWFibGUYDiABKAhICYgBARIYCgtkdXJhdGlvbl9tcxgPIAEoBEgKiAEBEhUKCGF0dGVtcHRzGBAgASgNSAuIAQESIAoTcHJldmlvdXNfZXJyb3JfY29kZRgRIAEoCUgMiAEBEkUKF2V4ZWN1dGVkX2JlZm9yZV9mYWlsdXJlGBIgASgOMh8uZ2F2ZWwudjEuRXhlY3V0ZWRCZWZvcmVGYWlsdXJlSA2IAQESFgoJcHJpbmNpcGFsGBMgASgJSA6IAQESHgoRc3ViamVjdF9wcmluY2lwYWwYFCABKAlID4gBARISCgVncmFudBgVIAEoCUgQiAEBEh8KF3JlY29yZGVkX2J5X2FwcGxpY2F0aW9uGBYgASgIEhkKDHBheWxvYWRfanNvbhgXIAEoCUgRiAEBEjMKCmF0dHJpYnV0ZXMYGCADKAsyHy5nYXZlbC52MS5FdmVudC5BdHRyaWJ1dGVzRW50cnkaMQoPQXR0cmlidXRlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX2V4ZWN1dGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIOCgxfYXBwcm92YWxfaWRCEQoPX2NvcnJlbGF0aW9uX2lkQg0KC19pbnB1dF9oYXNoQgoKCF9hdHRlbXB0QgsKCV9sZWFzZV9pZEIMCgpfd29ya2VyX2lkQgcKBV9jb2RlQgwKCl9yZXRyeWFibGVCDgoMX2R1cmF0aW9uX21zQgsKCV9hdHRlbXB0c0IWChRfcHJldmlvdXNfZXJyb3JfY29kZUIaChhfZXhlY3V0ZWRfYmVmb3JlX2ZhaWx1cmVCDAoKX3ByaW5jaXBhbEIUChJfc3ViamVjdF9wcmluY2lwYWxCCAoGX2dyYW50Qg8KDV9wYXlsb2FkX2pzb24iqwMKElJlY29yZEV2ZW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSHgoFYWN0b3IYAyABKAsyDy5nYXZlbC52MS5BY3RvchIZCgxleGVjdXRpb25faWQYBCABKAlIAIgBARIYCgthcHByb3ZhbF9pZBgFIAEoCUgBiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAYgASgJSAKIAQESGgoNY2FwYWJpbGl0eV9pZBgHIAEoCUgDiAEBEhkKDHBheWxvYWRfanNvbhgIIAEoCUgEiAEBEkAKCmF0dHJpYnV0ZXMYCSADKAsyLC5nYXZlbC52MS5SZWNvcmRFdmVudFJlcXVlc3QuQXR0cmlidXRlc0VudHJ5GjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg8KDV9leGVjdXRpb25faWRCDgoMX2FwcHJvdmFsX2lkQhEKD19jb3JyZWxhdGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIPCg1fcGF5bG9hZF9qc29uIjUKE1JlY29yZEV2ZW50UmVzcG9uc2USHgoFZXZlbnQYASABKAsyDy5nYXZlbC52MS5FdmVudCJWChJXYXRjaEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEhkKDGV4ZWN1dGlvbl9pZBgCIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiZAoRTGlzdEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEg0KBWxpbWl0GAIgASgNEhkKDGV4ZWN1dGlvbl9pZBgDIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQiSgoSTGlzdEV2ZW50c1Jlc3BvbnNlEh8KBmV2ZW50cxgBIAMoCzIPLmdhdmVsLnYxLkV2ZW50EhMKC2xhc3RfY3Vyc29yGAIgASgEIiEKD0dldEV2ZW50UmVxdWVzdBIOCgZjdXJzb3IYASABKAQiMgoQR2V0RXZlbnRSZXNwb25zZRIeCgVldmVudBgBIAEoCzIPLmdhdmVsLnYxLkV2ZW50IhYKFEdldENoZWNrcG9pbnRSZXF1ZXN0IqABChVHZXRDaGVja3BvaW50UmVzcG9uc2USDgoGb3JpZ2luGAEgASgJEgwKBHNpemUYAiABKAQSDAoEcm9vdBgDIAEoDBISCgpjaGVja3BvaW50GAQgASgJEh4KEXNpZ25lZF9jaGVja3BvaW50GAUgASgJSACIAQESEQoJbm90ZV9rZXlzGAYgAygJQhQKEl9zaWduZWRfY2hlY2twb2ludCI3ChhHZXRJbmNsdXNpb25Qcm9vZlJlcXVlc3QSDQoFaW5kZXgYASABKAQSDAoEc2l6ZRgCIAEoBCKaAQoZR2V0SW5jbHVzaW9uUHJvb2ZSZXNwb25zZRINCgVpbmRleBgBIAEoBBIMCgRzaXplGAIgASgEEhEKCWxlYWZfaGFzaBgDIAEoDBINCgVwcm9vZhgEIAMoDBIMCgRyb290GAUgASgMEhwKD2Nhbm9uaWNhbF9ldmVudBgGIAEoCUgAiAEBQhIKEF9jYW5vbmljYWxfZXZlbnQiQAoaR2V0Q29uc2lzdGVuY3lQcm9vZlJlcXVlc3QSEAoIb2xkX3NpemUYASABKAQSEAoIbmV3X3NpemUYAiABKAQidAobR2V0Q29uc2lzdGVuY3lQcm9vZlJlc3BvbnNlEhAKCG9sZF9zaXplGAEgASgEEhAKCG5ld19zaXplGAIgASgEEg0KBXByb29mGAMgAygMEhAKCG9sZF9yb290GAQgASgMEhAKCG5ld19yb290GAUgASgMIjcKEUxpc3RMZWF2ZXNSZXF1ZXN0EhMKC3N0YXJ0X2luZGV4GAEgASgEEg0KBWxpbWl0GAIgASgNIloKBExlYWYSDQoFaW5kZXgYASABKAQSEQoJbGVhZl9oYXNoGAIgASgMEhwKD2Nhbm9uaWNhbF9ldmVudBgDIAEoCUgAiAEBQhIKEF9jYW5vbmljYWxfZXZlbnQiQgoSTGlzdExlYXZlc1Jlc3BvbnNlEh4KBmxlYXZlcxgBIAMoCzIOLmdhdmVsLnYxLkxlYWYSDAoEc2l6ZRgCIAEoBCI9ChZSZWdpc3Rlck5vdGVLZXlSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAQSEgoKcHVibGljX2tleRgCIAEoDCJLChdDb3NpZ25DaGVja3BvaW50UmVxdWVzdBIPCgdub2RlX2lkGAEgASgEEgwKBHNpemUYAiABKAQSEQoJc2lnbmF0dXJlGAMgASgMIjEKDkNvc2lnblJlc3BvbnNlEgwKBHNpemUYASABKAQSEQoJcHVibGlzaGVkGAIgASgIMqMGCgxBdWRpdFNlcnZpY2USPgoLV2F0Y2hFdmVudHMSHC5nYXZlbC52MS5XYXRjaEV2ZW50c1JlcXVlc3QaDy5nYXZlbC52MS5FdmVudDABEkcKCkxpc3RFdmVudHMSGy5nYXZlbC52MS5MaXN0RXZlbnRzUmVxdWVzdBocLmdhdmVsLnYxLkxpc3RFdmVudHNSZXNwb25zZRJBCghHZXRFdmVudBIZLmdhdmVsLnYxLkdldEV2ZW50UmVxdWVzdBoaLmdhdmVsLnYxLkdldEV2ZW50UmVzcG9uc2USSgoLUmVjb3JkRXZlbnQSHC5nYXZlbC52MS5SZWNvcmRFdmVudFJlcXVlc3QaHS5nYXZlbC52MS5SZWNvcmRFdmVudFJlc3BvbnNlElAKDUdldENoZWNrcG9pbnQSHi5nYXZlbC52MS5HZXRDaGVja3BvaW50UmVxdWVzdBofLmdhdmVsLnYxLkdldENoZWNrcG9pbnRSZXNwb25zZRJcChFHZXRJbmNsdXNpb25Qcm9vZhIiLmdhdmVsLnYxLkdldEluY2x1c2lvblByb29mUmVxdWVzdBojLmdhdmVsLnYxLkdldEluY2x1c2lvblByb29mUmVzcG9uc2USYgoTR2V0Q29uc2lzdGVuY3lQcm9vZhIkLmdhdmVsLnYxLkdldENvbnNpc3RlbmN5UHJvb2ZSZXF1ZXN0GiUuZ2F2ZWwudjEuR2V0Q29uc2lzdGVuY3lQcm9vZlJlc3BvbnNlEkcKCkxpc3RMZWF2ZXMSGy5nYXZlbC52MS5MaXN0TGVhdmVzUmVxdWVzdBocLmdhdmVsLnYxLkxpc3RMZWF2ZXNSZXNwb25zZRJNCg9SZWdpc3Rlck5vdGVLZXkSIC5nYXZlbC52MS5SZWdpc3Rlck5vdGVLZXlSZXF1ZXN0GhguZ2F2ZWwudjEuQ29zaWduUmVzcG9uc2USTwoQQ29zaWduQ2hlY2twb2ludBIhLmdhdmVsLnYxLkNvc2lnbkNoZWNrcG9pbnRSZXF1ZXN0GhguZ2F2ZWwudjEuQ29zaWduUmVzcG9uc2ViBnByb3RvMw", [file_gavel_v1_common]);
+  fileDesc("ChRnYXZlbC92MS9hdWRpdC5wcm90bxIIZ2F2ZWwudjEi/wcKBUV2ZW50Eg4KBmN1cnNvchgBIAEoBBIMCgR0eXBlGAIgASgJEhQKDHRpbWVzdGFtcF9tcxgDIAEoAxIeCgVhY3RvchgEIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhkKDGV4ZWN1dGlvbl9pZBgFIAEoCUgAiAEBEhoKDWNhcGFiaWxpdHlfaWQYBiABKAlIAYgBARIYCgthcHByb3ZhbF9pZBgHIAEoCUgCiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAggASgJSAOIAQESFwoKaW5wdXRfaGFzaBgJIAEoCUgEiAEBEhQKB2F0dGVtcHQYCiABKA1IBYgBARIVCghsZWFzZV9pZBgLIAEoBEgGiAEBEhYKCXdvcmtlcl9pZBgMIAEoCUgHiAEBEhEKBGNvZGUYDSABKAlICIgBARIWCglyZXRyeWFibGUYDiABKAhICYgBARIYCgtkdXJhdGlvbl9tcxgPIAEoBEgKiAEBEhUKCGF0dGVtcHRzGBAgASgNSAuIAQESIAoTcHJldmlvdXNfZXJyb3JfY29kZRgRIAEoCUgMiAEBEkUKF2V4ZWN1dGVkX2JlZm9yZV9mYWlsdXJlGBIgASgOMh8uZ2F2ZWwudjEuRXhlY3V0ZWRCZWZvcmVGYWlsdXJlSA2IAQESFgoJcHJpbmNpcGFsGBMgASgJSA6IAQESHgoRc3ViamVjdF9wcmluY2lwYWwYFCABKAlID4gBARISCgVncmFudBgVIAEoCUgQiAEBEh8KF3JlY29yZGVkX2J5X2FwcGxpY2F0aW9uGBYgASgIEhkKDHBheWxvYWRfanNvbhgXIAEoCUgRiAEBEjMKCmF0dHJpYnV0ZXMYGCADKAsyHy5nYXZlbC52MS5FdmVudC5BdHRyaWJ1dGVzRW50cnkaMQoPQXR0cmlidXRlc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX2V4ZWN1dGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIOCgxfYXBwcm92YWxfaWRCEQoPX2NvcnJlbGF0aW9uX2lkQg0KC19pbnB1dF9oYXNoQgoKCF9hdHRlbXB0QgsKCV9sZWFzZV9pZEIMCgpfd29ya2VyX2lkQgcKBV9jb2RlQgwKCl9yZXRyeWFibGVCDgoMX2R1cmF0aW9uX21zQgsKCV9hdHRlbXB0c0IWChRfcHJldmlvdXNfZXJyb3JfY29kZUIaChhfZXhlY3V0ZWRfYmVmb3JlX2ZhaWx1cmVCDAoKX3ByaW5jaXBhbEIUChJfc3ViamVjdF9wcmluY2lwYWxCCAoGX2dyYW50Qg8KDV9wYXlsb2FkX2pzb24iqwMKElJlY29yZEV2ZW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEgwKBHR5cGUYAiABKAkSHgoFYWN0b3IYAyABKAsyDy5nYXZlbC52MS5BY3RvchIZCgxleGVjdXRpb25faWQYBCABKAlIAIgBARIYCgthcHByb3ZhbF9pZBgFIAEoCUgBiAEBEhsKDmNvcnJlbGF0aW9uX2lkGAYgASgJSAKIAQESGgoNY2FwYWJpbGl0eV9pZBgHIAEoCUgDiAEBEhkKDHBheWxvYWRfanNvbhgIIAEoCUgEiAEBEkAKCmF0dHJpYnV0ZXMYCSADKAsyLC5nYXZlbC52MS5SZWNvcmRFdmVudFJlcXVlc3QuQXR0cmlidXRlc0VudHJ5GjEKD0F0dHJpYnV0ZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg8KDV9leGVjdXRpb25faWRCDgoMX2FwcHJvdmFsX2lkQhEKD19jb3JyZWxhdGlvbl9pZEIQCg5fY2FwYWJpbGl0eV9pZEIPCg1fcGF5bG9hZF9qc29uIjUKE1JlY29yZEV2ZW50UmVzcG9uc2USHgoFZXZlbnQYASABKAsyDy5nYXZlbC52MS5FdmVudCJWChJXYXRjaEV2ZW50c1JlcXVlc3QSFAoMYWZ0ZXJfY3Vyc29yGAEgASgEEhkKDGV4ZWN1dGlvbl9pZBgCIAEoCUgAiAEBQg8KDV9leGVjdXRpb25faWQijgEKEUxpc3RFdmVudHNSZXF1ZXN0EhQKDGFmdGVyX2N1cnNvchgBIAEoBBINCgVsaW1pdBgCIAEoDRIZCgxleGVjdXRpb25faWQYAyABKAlIAIgBARIUCgxuZXdlc3RfZmlyc3QYBCABKAgSEgoKcGFnZV90b2tlbhgFIAEoCUIPCg1fZXhlY3V0aW9uX2lkImMKEkxpc3RFdmVudHNSZXNwb25zZRIfCgZldmVudHMYASADKAsyDy5nYXZlbC52MS5FdmVudBITCgtsYXN0X2N1cnNvchgCIAEoBBIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiIQoPR2V0RXZlbnRSZXF1ZXN0Eg4KBmN1cnNvchgBIAEoBCIyChBHZXRFdmVudFJlc3BvbnNlEh4KBWV2ZW50GAEgASgLMg8uZ2F2ZWwudjEuRXZlbnQiFgoUR2V0Q2hlY2twb2ludFJlcXVlc3Qi2wEKFUdldENoZWNrcG9pbnRSZXNwb25zZRIOCgZvcmlnaW4YASABKAkSDAoEc2l6ZRgCIAEoBBIMCgRyb290GAMgASgMEhIKCmNoZWNrcG9pbnQYBCABKAkSHgoRc2lnbmVkX2NoZWNrcG9pbnQYBSABKAlIAIgBARIRCglub3RlX2tleXMYBiADKAkSHAoUZmlyc3RfcmV0YWluZWRfaW5kZXgYECABKAQSGwoTZXZlbnRzX3JldGVudGlvbl9tcxgRIAEoBEIUChJfc2lnbmVkX2NoZWNrcG9pbnQiNwoYR2V0SW5jbHVzaW9uUHJvb2ZSZXF1ZXN0Eg0KBWluZGV4GAEgASgEEgwKBHNpemUYAiABKAQimgEKGUdldEluY2x1c2lvblByb29mUmVzcG9uc2USDQoFaW5kZXgYASABKAQSDAoEc2l6ZRgCIAEoBBIRCglsZWFmX2hhc2gYAyABKAwSDQoFcHJvb2YYBCADKAwSDAoEcm9vdBgFIAEoDBIcCg9jYW5vbmljYWxfZXZlbnQYBiABKAlIAIgBAUISChBfY2Fub25pY2FsX2V2ZW50IkAKGkdldENvbnNpc3RlbmN5UHJvb2ZSZXF1ZXN0EhAKCG9sZF9zaXplGAEgASgEEhAKCG5ld19zaXplGAIgASgEInQKG0dldENvbnNpc3RlbmN5UHJvb2ZSZXNwb25zZRIQCghvbGRfc2l6ZRgBIAEoBBIQCghuZXdfc2l6ZRgCIAEoBBINCgVwcm9vZhgDIAMoDBIQCghvbGRfcm9vdBgEIAEoDBIQCghuZXdfcm9vdBgFIAEoDCI3ChFMaXN0TGVhdmVzUmVxdWVzdBITCgtzdGFydF9pbmRleBgBIAEoBBINCgVsaW1pdBgCIAEoDSJaCgRMZWFmEg0KBWluZGV4GAEgASgEEhEKCWxlYWZfaGFzaBgCIAEoDBIcCg9jYW5vbmljYWxfZXZlbnQYAyABKAlIAIgBAUISChBfY2Fub25pY2FsX2V2ZW50IkIKEkxpc3RMZWF2ZXNSZXNwb25zZRIeCgZsZWF2ZXMYASADKAsyDi5nYXZlbC52MS5MZWFmEgwKBHNpemUYAiABKAQiPQoWUmVnaXN0ZXJOb3RlS2V5UmVxdWVzdBIPCgdub2RlX2lkGAEgASgEEhIKCnB1YmxpY19rZXkYAiABKAwijAEKF0Nvc2lnbkNoZWNrcG9pbnRSZXF1ZXN0Eg8KB25vZGVfaWQYASABKAQSDAoEc2l6ZRgCIAEoBBIRCglzaWduYXR1cmUYAyABKAwSEQoJdGltZXN0YW1wGAQgASgEEhoKDWxvZ19zaWduYXR1cmUYBSABKAxIAIgBAUIQCg5fbG9nX3NpZ25hdHVyZSIxCg5Db3NpZ25SZXNwb25zZRIMCgRzaXplGAEgASgEEhEKCXB1Ymxpc2hlZBgCIAEoCDKjBgoMQXVkaXRTZXJ2aWNlEj4KC1dhdGNoRXZlbnRzEhwuZ2F2ZWwudjEuV2F0Y2hFdmVudHNSZXF1ZXN0Gg8uZ2F2ZWwudjEuRXZlbnQwARJHCgpMaXN0RXZlbnRzEhsuZ2F2ZWwudjEuTGlzdEV2ZW50c1JlcXVlc3QaHC5nYXZlbC52MS5MaXN0RXZlbnRzUmVzcG9uc2USQQoIR2V0RXZlbnQSGS5nYXZlbC52MS5HZXRFdmVudFJlcXVlc3QaGi5nYXZlbC52MS5HZXRFdmVudFJlc3BvbnNlEkoKC1JlY29yZEV2ZW50EhwuZ2F2ZWwudjEuUmVjb3JkRXZlbnRSZXF1ZXN0Gh0uZ2F2ZWwudjEuUmVjb3JkRXZlbnRSZXNwb25zZRJQCg1HZXRDaGVja3BvaW50Eh4uZ2F2ZWwudjEuR2V0Q2hlY2twb2ludFJlcXVlc3QaHy5nYXZlbC52MS5HZXRDaGVja3BvaW50UmVzcG9uc2USXAoRR2V0SW5jbHVzaW9uUHJvb2YSIi5nYXZlbC52MS5HZXRJbmNsdXNpb25Qcm9vZlJlcXVlc3QaIy5nYXZlbC52MS5HZXRJbmNsdXNpb25Qcm9vZlJlc3BvbnNlEmIKE0dldENvbnNpc3RlbmN5UHJvb2YSJC5nYXZlbC52MS5HZXRDb25zaXN0ZW5jeVByb29mUmVxdWVzdBolLmdhdmVsLnYxLkdldENvbnNpc3RlbmN5UHJvb2ZSZXNwb25zZRJHCgpMaXN0TGVhdmVzEhsuZ2F2ZWwudjEuTGlzdExlYXZlc1JlcXVlc3QaHC5nYXZlbC52MS5MaXN0TGVhdmVzUmVzcG9uc2USTQoPUmVnaXN0ZXJOb3RlS2V5EiAuZ2F2ZWwudjEuUmVnaXN0ZXJOb3RlS2V5UmVxdWVzdBoYLmdhdmVsLnYxLkNvc2lnblJlc3BvbnNlEk8KEENvc2lnbkNoZWNrcG9pbnQSIS5nYXZlbC52MS5Db3NpZ25DaGVja3BvaW50UmVxdWVzdBoYLmdhdmVsLnYxLkNvc2lnblJlc3BvbnNlYgZwcm90bzM", [file_gavel_v1_common]);
 
 /**
  * One audit event. Gavel's own events carry hashes, ids and codes, never raw
@@ -366,8 +366,8 @@ export type ListEventsRequest = Message<"gavel.v1.ListEventsRequest"> & {
   afterCursor: bigint;
 
   /**
-   * Maximum number of events; 0 means the server's default. The server caps
-   * it at its own limit.
+   * Page size: most events to return; 0 means the default (50). Above 1000
+   * is INVALID_ARGUMENT (PAGE_SIZE_INVALID).
    *
    * @generated from field: uint32 limit = 2;
    */
@@ -379,6 +379,23 @@ export type ListEventsRequest = Message<"gavel.v1.ListEventsRequest"> & {
    * @generated from field: optional string execution_id = 3;
    */
   executionId?: string | undefined;
+
+  /**
+   * Newest first: events after after_cursor in descending cursor order
+   * (`gavel audit tail` without --follow reads them so).
+   *
+   * @generated from field: bool newest_first = 4;
+   */
+  newestFirst: boolean;
+
+  /**
+   * Opaque token from a previous response's next_page_token, to continue a
+   * newest-first listing; empty for the first page. (Oldest first, pass
+   * last_cursor as after_cursor.)
+   *
+   * @generated from field: string page_token = 5;
+   */
+  pageToken: string;
 };
 
 /**
@@ -404,10 +421,19 @@ export type ListEventsResponse = Message<"gavel.v1.ListEventsResponse"> & {
   /**
    * Cursor to pass as after_cursor for the next page: the cursor of the last
    * event returned, or the request's after_cursor when none was returned.
+   * Newest first, the greatest cursor returned.
    *
    * @generated from field: uint64 last_cursor = 2;
    */
   lastCursor: bigint;
+
+  /**
+   * Token for the next page; empty when this is the last page (oldest
+   * first: when no retained event is past last_cursor now).
+   *
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -511,20 +537,42 @@ export type GetCheckpointResponse = Message<"gavel.v1.GetCheckpointResponse"> & 
 
   /**
    * The last checkpoint a quorum of the nodes' note keys cosigned, as a
-   * C2SP signed-note (its body, a blank line, one signature line per node);
-   * absent before the first is published.
+   * C2SP signed-note: its body, a blank line, the log's signature under the
+   * origin's name, one C2SP tlog-cosignature/v1 line per node that
+   * cosigned it, and the cosignatures of the external witnesses that have
+   * cosigned it so far; absent before the first is published.
    *
    * @generated from field: optional string signed_checkpoint = 5;
    */
   signedCheckpoint?: string | undefined;
 
   /**
-   * The note keys' verifier keys (C2SP signed-note "name+hash+key"), one
-   * per node that registered one: what `gavel audit verify --keys` takes.
+   * The note keys' verifier keys (C2SP signed-note "name+hash+key"): each
+   * node's key as a log key (type 0x01, named as the origin), then as its
+   * cosigner key (type 0x04, "<origin>/node-N"): what `gavel audit verify
+   * --keys` takes.
    *
    * @generated from field: repeated string note_keys = 6;
    */
   noteKeys: string[];
+
+  /**
+   * The leaf index of the oldest event retention kept: retention dropped
+   * the events of every leaf below it (their hashes stay leaves) and of no
+   * other. `gavel audit export` states it in the export.
+   *
+   * @generated from field: uint64 first_retained_index = 16;
+   */
+  firstRetainedIndex: bigint;
+
+  /**
+   * The answering node's retention window for audit events (ms, its
+   * --event-retention-ms): an event goes once it is this much older than
+   * the cluster clock.
+   *
+   * @generated from field: uint64 events_retention_ms = 17;
+   */
+  eventsRetentionMs: bigint;
 };
 
 /**
@@ -837,11 +885,27 @@ export type CosignCheckpointRequest = Message<"gavel.v1.CosignCheckpointRequest"
   size: bigint;
 
   /**
-   * The Ed25519 signature over the checkpoint body (64 bytes).
+   * The Ed25519 signature (64 bytes) over the C2SP tlog-cosignature/v1
+   * message: "cosignature/v1\ntime <timestamp>\n" and the checkpoint body.
    *
    * @generated from field: bytes signature = 3;
    */
   signature: Uint8Array;
+
+  /**
+   * The cosignature's timestamp (POSIX seconds).
+   *
+   * @generated from field: uint64 timestamp = 4;
+   */
+  timestamp: bigint;
+
+  /**
+   * The node's plain Ed25519 signature over the checkpoint body as the log,
+   * under the origin's name; the node that starts a checkpoint sends it.
+   *
+   * @generated from field: optional bytes log_signature = 5;
+   */
+  logSignature?: Uint8Array | undefined;
 };
 
 /**
@@ -901,7 +965,10 @@ export const AuditService: GenService<{
     output: typeof EventSchema;
   },
   /**
-   * Returns one page of events after after_cursor, in order.
+   * Returns one page of events after after_cursor: in cursor order (the
+   * trail's reading order, which WatchEvents resumes from), or newest first
+   * when asked, each page continuing from next_page_token. A page size
+   * above 1000 is INVALID_ARGUMENT with PAGE_SIZE_INVALID.
    *
    * @generated from rpc gavel.v1.AuditService.ListEvents
    */

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/execution.proto.
  */
 export const file_gavel_v1_execution: GenFile = /*@__PURE__*/
-  fileDesc("ChhnYXZlbC92MS9leGVjdXRpb24ucHJvdG8SCGdhdmVsLnYxIn8KBUxlYXNlEhAKCGxlYXNlX2lkGAEgASgEEhQKDGV4ZWN1dGlvbl9pZBgCIAEoCRIPCgdhdHRlbXB0GAMgASgNEhEKCXdvcmtlcl9pZBgEIAEoCRIVCg1ncmFudGVkX2F0X21zGAUgASgDEhMKC2RlYWRsaW5lX21zGAYgASgDIvIDCg5SZXN1bHRFbnZlbG9wZRI3Cgljb21wbGV0ZWQYASABKAsyIi5nYXZlbC52MS5SZXN1bHRFbnZlbG9wZS5Db21wbGV0ZWRIABIxCgZmYWlsZWQYAiABKAsyHy5nYXZlbC52MS5SZXN1bHRFbnZlbG9wZS5GYWlsZWRIABI3CgljYW5jZWxsZWQYAyABKAsyIi5nYXZlbC52MS5SZXN1bHRFbnZlbG9wZS5DYW5jZWxsZWRIABpHCglDb21wbGV0ZWQSEwoLb3V0cHV0X2pzb24YASABKAkSEAoIYXR0ZW1wdHMYAiABKA0SEwoLZHVyYXRpb25fbXMYAyABKAQajgEKBkZhaWxlZBIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSEQoJcmV0cnlhYmxlGAMgASgIEhAKCGF0dGVtcHRzGAQgASgNEkAKF2V4ZWN1dGVkX2JlZm9yZV9mYWlsdXJlGAUgASgOMh8uZ2F2ZWwudjEuRXhlY3V0ZWRCZWZvcmVGYWlsdXJlGlYKCUNhbmNlbGxlZBIiCgRjb2RlGAEgASgOMhQuZ2F2ZWwudjEuQ2FuY2VsQ29kZRIQCghhdHRlbXB0cxgCIAEoDRITCgtkdXJhdGlvbl9tcxgDIAEoBEIJCgdvdXRjb21lIukECglFeGVjdXRpb24SFAoMZXhlY3V0aW9uX2lkGAEgASgJEhUKDWNhcGFiaWxpdHlfaWQYAiABKAkSGgoSY2FwYWJpbGl0eV92ZXJzaW9uGAMgASgEEhIKCmlucHV0X2pzb24YBCABKAkSEgoKaW5wdXRfaGFzaBgFIAEoCRIeCgVhY3RvchgGIAEoCzIPLmdhdmVsLnYxLkFjdG9yEg8KB3N1cmZhY2UYByABKAkSGwoOY29ycmVsYXRpb25faWQYCCABKAlIAIgBARIYCgthcHByb3ZhbF9pZBgJIAEoCUgBiAEBEiEKCGFwcHJvdmVyGAogASgLMg8uZ2F2ZWwudjEuQWN0b3ISFwoPaWRlbXBvdGVuY3lfa2V5GAsgASgJEicKBXN0YXRlGAwgASgOMhguZ2F2ZWwudjEuRXhlY3V0aW9uU3RhdGUSEAoIYXR0ZW1wdHMYDSABKA0SKAoGcmVzdWx0GA4gASgLMhguZ2F2ZWwudjEuUmVzdWx0RW52ZWxvcGUSFwoPc3VibWl0dGVkX2F0X21zGA8gASgDEhwKD2ZpbmFsaXplZF9hdF9tcxgQIAEoA0gCiAEBEiYKDWN1cnJlbnRfbGVhc2UYESABKAsyDy5nYXZlbC52MS5MZWFzZRIdChBiYWNrb2ZmX3VudGlsX21zGBIgASgDSAOIAQESGAoQY2FuY2VsX3JlcXVlc3RlZBgTIAEoCEIRCg9fY29ycmVsYXRpb25faWRCDgoMX2FwcHJvdmFsX2lkQhIKEF9maW5hbGl6ZWRfYXRfbXNCEwoRX2JhY2tvZmZfdW50aWxfbXMi2wEKDVN1Ym1pdFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIZCgxleGVjdXRpb25faWQYAiABKAlIAIgBARIVCg1jYXBhYmlsaXR5X2lkGAMgASgJEhIKCmlucHV0X2pzb24YBCABKAkSHgoFYWN0b3IYBSABKAsyDy5nYXZlbC52MS5BY3RvchIPCgdzdXJmYWNlGAYgASgJEhsKDmNvcnJlbGF0aW9uX2lkGAcgASgJSAGIAQFCDwoNX2V4ZWN1dGlvbl9pZEIRCg9fY29ycmVsYXRpb25faWQihwEKDlN1Ym1pdFJlc3BvbnNlEigKCWV4ZWN1dGlvbhgBIAEoCzITLmdhdmVsLnYxLkV4ZWN1dGlvbkgAEi8KEWFwcHJvdmFsX3JlcXVpcmVkGAIgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWxIABIPCgdjcmVhdGVkGAMgASgIQgkKB291dGNvbWUijAEKDVJlc3VtZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRITCgthcHByb3ZhbF9pZBgCIAEoCRIZCgxleGVjdXRpb25faWQYAyABKAlIAIgBARIXCgppbnB1dF9qc29uGAQgASgJSAGIAQFCDwoNX2V4ZWN1dGlvbl9pZEINCgtfaW5wdXRfanNvbiI4Cg5SZXN1bWVSZXNwb25zZRImCglleGVjdXRpb24YASABKAsyEy5nYXZlbC52MS5FeGVjdXRpb24iKwoTR2V0RXhlY3V0aW9uUmVxdWVzdBIUCgxleGVjdXRpb25faWQYASABKAkiPgoUR2V0RXhlY3V0aW9uUmVzcG9uc2USJgoJZXhlY3V0aW9uGAEgASgLMhMuZ2F2ZWwudjEuRXhlY3V0aW9uIkAKFFdhaXRFeGVjdXRpb25SZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCRISCgp0aW1lb3V0X21zGAIgASgEIlIKFVdhaXRFeGVjdXRpb25SZXNwb25zZRImCglleGVjdXRpb24YASABKAsyEy5nYXZlbC52MS5FeGVjdXRpb24SEQoJdGltZWRfb3V0GAIgASgIImIKFkNhbmNlbEV4ZWN1dGlvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIUCgxleGVjdXRpb25faWQYAiABKAkSHgoFYWN0b3IYAyABKAsyDy5nYXZlbC52MS5BY3RvciJBChdDYW5jZWxFeGVjdXRpb25SZXNwb25zZRImCglleGVjdXRpb24YASABKAsyEy5nYXZlbC52MS5FeGVjdXRpb24iVwoaTGlzdEV4ZWN1dGlvbkV2ZW50c1JlcXVlc3QSFAoMZXhlY3V0aW9uX2lkGAEgASgJEhQKDGFmdGVyX2N1cnNvchgCIAEoBBINCgVsaW1pdBgDIAEoDSI+ChtMaXN0RXhlY3V0aW9uRXZlbnRzUmVzcG9uc2USHwoGZXZlbnRzGAEgAygLMg8uZ2F2ZWwudjEuRXZlbnQq4AEKDkV4ZWN1dGlvblN0YXRlEh8KG0VYRUNVVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEhoKFkVYRUNVVElPTl9TVEFURV9RVUVVRUQQARIaChZFWEVDVVRJT05fU1RBVEVfTEVBU0VEEAISGwoXRVhFQ1VUSU9OX1NUQVRFX0JBQ0tPRkYQAxIdChlFWEVDVVRJT05fU1RBVEVfQ09NUExFVEVEEAQSGgoWRVhFQ1VUSU9OX1NUQVRFX0ZBSUxFRBAFEh0KGUVYRUNVVElPTl9TVEFURV9DQU5DRUxMRUQQBjLpAwoQRXhlY3V0aW9uU2VydmljZRI7CgZTdWJtaXQSFy5nYXZlbC52MS5TdWJtaXRSZXF1ZXN0GhguZ2F2ZWwudjEuU3VibWl0UmVzcG9uc2USOwoGUmVzdW1lEhcuZ2F2ZWwudjEuUmVzdW1lUmVxdWVzdBoYLmdhdmVsLnYxLlJlc3VtZVJlc3BvbnNlEk0KDEdldEV4ZWN1dGlvbhIdLmdhdmVsLnYxLkdldEV4ZWN1dGlvblJlcXVlc3QaHi5nYXZlbC52MS5HZXRFeGVjdXRpb25SZXNwb25zZRJQCg1XYWl0RXhlY3V0aW9uEh4uZ2F2ZWwudjEuV2FpdEV4ZWN1dGlvblJlcXVlc3QaHy5nYXZlbC52MS5XYWl0RXhlY3V0aW9uUmVzcG9uc2USVgoPQ2FuY2VsRXhlY3V0aW9uEiAuZ2F2ZWwudjEuQ2FuY2VsRXhlY3V0aW9uUmVxdWVzdBohLmdhdmVsLnYxLkNhbmNlbEV4ZWN1dGlvblJlc3BvbnNlEmIKE0xpc3RFeGVjdXRpb25FdmVudHMSJC5nYXZlbC52MS5MaXN0RXhlY3V0aW9uRXZlbnRzUmVxdWVzdBolLmdhdmVsLnYxLkxpc3RFeGVjdXRpb25FdmVudHNSZXNwb25zZWIGcHJvdG8z", [file_gavel_v1_approval, file_gavel_v1_audit, file_gavel_v1_common]);
+  fileDesc("ChhnYXZlbC92MS9leGVjdXRpb24ucHJvdG8SCGdhdmVsLnYxIn8KBUxlYXNlEhAKCGxlYXNlX2lkGAEgASgEEhQKDGV4ZWN1dGlvbl9pZBgCIAEoCRIPCgdhdHRlbXB0GAMgASgNEhEKCXdvcmtlcl9pZBgEIAEoCRIVCg1ncmFudGVkX2F0X21zGAUgASgDEhMKC2RlYWRsaW5lX21zGAYgASgDIvIDCg5SZXN1bHRFbnZlbG9wZRI3Cgljb21wbGV0ZWQYASABKAsyIi5nYXZlbC52MS5SZXN1bHRFbnZlbG9wZS5Db21wbGV0ZWRIABIxCgZmYWlsZWQYAiABKAsyHy5nYXZlbC52MS5SZXN1bHRFbnZlbG9wZS5GYWlsZWRIABI3CgljYW5jZWxsZWQYAyABKAsyIi5nYXZlbC52MS5SZXN1bHRFbnZlbG9wZS5DYW5jZWxsZWRIABpHCglDb21wbGV0ZWQSEwoLb3V0cHV0X2pzb24YASABKAkSEAoIYXR0ZW1wdHMYAiABKA0SEwoLZHVyYXRpb25fbXMYAyABKAQajgEKBkZhaWxlZBIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSEQoJcmV0cnlhYmxlGAMgASgIEhAKCGF0dGVtcHRzGAQgASgNEkAKF2V4ZWN1dGVkX2JlZm9yZV9mYWlsdXJlGAUgASgOMh8uZ2F2ZWwudjEuRXhlY3V0ZWRCZWZvcmVGYWlsdXJlGlYKCUNhbmNlbGxlZBIiCgRjb2RlGAEgASgOMhQuZ2F2ZWwudjEuQ2FuY2VsQ29kZRIQCghhdHRlbXB0cxgCIAEoDRITCgtkdXJhdGlvbl9tcxgDIAEoBEIJCgdvdXRjb21lIukECglFeGVjdXRpb24SFAoMZXhlY3V0aW9uX2lkGAEgASgJEhUKDWNhcGFiaWxpdHlfaWQYAiABKAkSGgoSY2FwYWJpbGl0eV92ZXJzaW9uGAMgASgEEhIKCmlucHV0X2pzb24YBCABKAkSEgoKaW5wdXRfaGFzaBgFIAEoCRIeCgVhY3RvchgGIAEoCzIPLmdhdmVsLnYxLkFjdG9yEg8KB3N1cmZhY2UYByABKAkSGwoOY29ycmVsYXRpb25faWQYCCABKAlIAIgBARIYCgthcHByb3ZhbF9pZBgJIAEoCUgBiAEBEiEKCGFwcHJvdmVyGAogASgLMg8uZ2F2ZWwudjEuQWN0b3ISFwoPaWRlbXBvdGVuY3lfa2V5GAsgASgJEicKBXN0YXRlGAwgASgOMhguZ2F2ZWwudjEuRXhlY3V0aW9uU3RhdGUSEAoIYXR0ZW1wdHMYDSABKA0SKAoGcmVzdWx0GA4gASgLMhguZ2F2ZWwudjEuUmVzdWx0RW52ZWxvcGUSFwoPc3VibWl0dGVkX2F0X21zGA8gASgDEhwKD2ZpbmFsaXplZF9hdF9tcxgQIAEoA0gCiAEBEiYKDWN1cnJlbnRfbGVhc2UYESABKAsyDy5nYXZlbC52MS5MZWFzZRIdChBiYWNrb2ZmX3VudGlsX21zGBIgASgDSAOIAQESGAoQY2FuY2VsX3JlcXVlc3RlZBgTIAEoCEIRCg9fY29ycmVsYXRpb25faWRCDgoMX2FwcHJvdmFsX2lkQhIKEF9maW5hbGl6ZWRfYXRfbXNCEwoRX2JhY2tvZmZfdW50aWxfbXMi2wEKDVN1Ym1pdFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIZCgxleGVjdXRpb25faWQYAiABKAlIAIgBARIVCg1jYXBhYmlsaXR5X2lkGAMgASgJEhIKCmlucHV0X2pzb24YBCABKAkSHgoFYWN0b3IYBSABKAsyDy5nYXZlbC52MS5BY3RvchIPCgdzdXJmYWNlGAYgASgJEhsKDmNvcnJlbGF0aW9uX2lkGAcgASgJSAGIAQFCDwoNX2V4ZWN1dGlvbl9pZEIRCg9fY29ycmVsYXRpb25faWQihwEKDlN1Ym1pdFJlc3BvbnNlEigKCWV4ZWN1dGlvbhgBIAEoCzITLmdhdmVsLnYxLkV4ZWN1dGlvbkgAEi8KEWFwcHJvdmFsX3JlcXVpcmVkGAIgASgLMhIuZ2F2ZWwudjEuQXBwcm92YWxIABIPCgdjcmVhdGVkGAMgASgIQgkKB291dGNvbWUijAEKDVJlc3VtZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRITCgthcHByb3ZhbF9pZBgCIAEoCRIZCgxleGVjdXRpb25faWQYAyABKAlIAIgBARIXCgppbnB1dF9qc29uGAQgASgJSAGIAQFCDwoNX2V4ZWN1dGlvbl9pZEINCgtfaW5wdXRfanNvbiI4Cg5SZXN1bWVSZXNwb25zZRImCglleGVjdXRpb24YASABKAsyEy5nYXZlbC52MS5FeGVjdXRpb24iUAoUUmVzdW1lQW5kV2FpdFJlcXVlc3QSJwoGcmVzdW1lGAEgASgLMhcuZ2F2ZWwudjEuUmVzdW1lUmVxdWVzdBIPCgd3YWl0X21zGAIgASgEImgKFVJlc3VtZUFuZFdhaXRSZXNwb25zZRImCglleGVjdXRpb24YASABKAsyEy5nYXZlbC52MS5FeGVjdXRpb24SEQoJdGltZWRfb3V0GAIgASgIEhQKDHdhaXRfcmVmdXNlZBgDIAEoCCIrChNHZXRFeGVjdXRpb25SZXF1ZXN0EhQKDGV4ZWN1dGlvbl9pZBgBIAEoCSI+ChRHZXRFeGVjdXRpb25SZXNwb25zZRImCglleGVjdXRpb24YASABKAsyEy5nYXZlbC52MS5FeGVjdXRpb24iQAoUV2FpdEV4ZWN1dGlvblJlcXVlc3QSFAoMZXhlY3V0aW9uX2lkGAEgASgJEhIKCnRpbWVvdXRfbXMYAiABKAQiUgoVV2FpdEV4ZWN1dGlvblJlc3BvbnNlEiYKCWV4ZWN1dGlvbhgBIAEoCzITLmdhdmVsLnYxLkV4ZWN1dGlvbhIRCgl0aW1lZF9vdXQYAiABKAgiYgoWQ2FuY2VsRXhlY3V0aW9uUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhQKDGV4ZWN1dGlvbl9pZBgCIAEoCRIeCgVhY3RvchgDIAEoCzIPLmdhdmVsLnYxLkFjdG9yIkEKF0NhbmNlbEV4ZWN1dGlvblJlc3BvbnNlEiYKCWV4ZWN1dGlvbhgBIAEoCzITLmdhdmVsLnYxLkV4ZWN1dGlvbiLcAQoVTGlzdEV4ZWN1dGlvbnNSZXF1ZXN0EiwKBXN0YXRlGAEgASgOMhguZ2F2ZWwudjEuRXhlY3V0aW9uU3RhdGVIAIgBARIaCg1jYXBhYmlsaXR5X2lkGAIgASgJSAGIAQESFgoJcmVxdWVzdGVyGAMgASgJSAKIAQESDQoFbGltaXQYBCABKA0SEgoKcGFnZV90b2tlbhgFIAEoCRIUCgxvbGRlc3RfZmlyc3QYBiABKAhCCAoGX3N0YXRlQhAKDl9jYXBhYmlsaXR5X2lkQgwKCl9yZXF1ZXN0ZXIiWgoWTGlzdEV4ZWN1dGlvbnNSZXNwb25zZRInCgpleGVjdXRpb25zGAEgAygLMhMuZ2F2ZWwudjEuRXhlY3V0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJXChpMaXN0RXhlY3V0aW9uRXZlbnRzUmVxdWVzdBIUCgxleGVjdXRpb25faWQYASABKAkSFAoMYWZ0ZXJfY3Vyc29yGAIgASgEEg0KBWxpbWl0GAMgASgNIj4KG0xpc3RFeGVjdXRpb25FdmVudHNSZXNwb25zZRIfCgZldmVudHMYASADKAsyDy5nYXZlbC52MS5FdmVudCrgAQoORXhlY3V0aW9uU3RhdGUSHwobRVhFQ1VUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASGgoWRVhFQ1VUSU9OX1NUQVRFX1FVRVVFRBABEhoKFkVYRUNVVElPTl9TVEFURV9MRUFTRUQQAhIbChdFWEVDVVRJT05fU1RBVEVfQkFDS09GRhADEh0KGUVYRUNVVElPTl9TVEFURV9DT01QTEVURUQQBBIaChZFWEVDVVRJT05fU1RBVEVfRkFJTEVEEAUSHQoZRVhFQ1VUSU9OX1NUQVRFX0NBTkNFTExFRBAGMpAFChBFeGVjdXRpb25TZXJ2aWNlEjsKBlN1Ym1pdBIXLmdhdmVsLnYxLlN1Ym1pdFJlcXVlc3QaGC5nYXZlbC52MS5TdWJtaXRSZXNwb25zZRI7CgZSZXN1bWUSFy5nYXZlbC52MS5SZXN1bWVSZXF1ZXN0GhguZ2F2ZWwudjEuUmVzdW1lUmVzcG9uc2USUAoNUmVzdW1lQW5kV2FpdBIeLmdhdmVsLnYxLlJlc3VtZUFuZFdhaXRSZXF1ZXN0Gh8uZ2F2ZWwudjEuUmVzdW1lQW5kV2FpdFJlc3BvbnNlEk0KDEdldEV4ZWN1dGlvbhIdLmdhdmVsLnYxLkdldEV4ZWN1dGlvblJlcXVlc3QaHi5nYXZlbC52MS5HZXRFeGVjdXRpb25SZXNwb25zZRJQCg1XYWl0RXhlY3V0aW9uEh4uZ2F2ZWwudjEuV2FpdEV4ZWN1dGlvblJlcXVlc3QaHy5nYXZlbC52MS5XYWl0RXhlY3V0aW9uUmVzcG9uc2USVgoPQ2FuY2VsRXhlY3V0aW9uEiAuZ2F2ZWwudjEuQ2FuY2VsRXhlY3V0aW9uUmVxdWVzdBohLmdhdmVsLnYxLkNhbmNlbEV4ZWN1dGlvblJlc3BvbnNlElMKDkxpc3RFeGVjdXRpb25zEh8uZ2F2ZWwudjEuTGlzdEV4ZWN1dGlvbnNSZXF1ZXN0GiAuZ2F2ZWwudjEuTGlzdEV4ZWN1dGlvbnNSZXNwb25zZRJiChNMaXN0RXhlY3V0aW9uRXZlbnRzEiQuZ2F2ZWwudjEuTGlzdEV4ZWN1dGlvbkV2ZW50c1JlcXVlc3QaJS5nYXZlbC52MS5MaXN0RXhlY3V0aW9uRXZlbnRzUmVzcG9uc2ViBnByb3RvMw", [file_gavel_v1_approval, file_gavel_v1_audit, file_gavel_v1_common]);
 
 /**
  * The right of one worker to run one attempt of an execution until a
@@ -580,6 +580,73 @@ export const ResumeResponseSchema: GenMessage<ResumeResponse> = /*@__PURE__*/
   messageDesc(file_gavel_v1_execution, 6);
 
 /**
+ * Request of ExecutionService.ResumeAndWait.
+ *
+ * @generated from message gavel.v1.ResumeAndWaitRequest
+ */
+export type ResumeAndWaitRequest = Message<"gavel.v1.ResumeAndWaitRequest"> & {
+  /**
+   * The resume, as for Resume (its request_id makes the call idempotent).
+   *
+   * @generated from field: gavel.v1.ResumeRequest resume = 1;
+   */
+  resume?: ResumeRequest | undefined;
+
+  /**
+   * How long to wait for the execution to become final after the resume;
+   * 0 returns at once. The server caps it at its own limit (60 s).
+   *
+   * @generated from field: uint64 wait_ms = 2;
+   */
+  waitMs: bigint;
+};
+
+/**
+ * Describes the message gavel.v1.ResumeAndWaitRequest.
+ * Use `create(ResumeAndWaitRequestSchema)` to create a new message.
+ */
+export const ResumeAndWaitRequestSchema: GenMessage<ResumeAndWaitRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_execution, 7);
+
+/**
+ * Response of ExecutionService.ResumeAndWait.
+ *
+ * @generated from message gavel.v1.ResumeAndWaitResponse
+ */
+export type ResumeAndWaitResponse = Message<"gavel.v1.ResumeAndWaitResponse"> & {
+  /**
+   * The execution: final unless timed_out.
+   *
+   * @generated from field: gavel.v1.Execution execution = 1;
+   */
+  execution?: Execution | undefined;
+
+  /**
+   * True when wait_ms passed before the execution became final.
+   *
+   * @generated from field: bool timed_out = 2;
+   */
+  timedOut: boolean;
+
+  /**
+   * True when the caller may resume the approval but not read the
+   * execution (an admin resuming another principal's approval without
+   * act-for): no wait took place, and the execution is as the resume
+   * created it, the answer Resume gives.
+   *
+   * @generated from field: bool wait_refused = 3;
+   */
+  waitRefused: boolean;
+};
+
+/**
+ * Describes the message gavel.v1.ResumeAndWaitResponse.
+ * Use `create(ResumeAndWaitResponseSchema)` to create a new message.
+ */
+export const ResumeAndWaitResponseSchema: GenMessage<ResumeAndWaitResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_execution, 8);
+
+/**
  * Request of ExecutionService.GetExecution.
  *
  * @generated from message gavel.v1.GetExecutionRequest
@@ -598,7 +665,7 @@ export type GetExecutionRequest = Message<"gavel.v1.GetExecutionRequest"> & {
  * Use `create(GetExecutionRequestSchema)` to create a new message.
  */
 export const GetExecutionRequestSchema: GenMessage<GetExecutionRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_execution, 7);
+  messageDesc(file_gavel_v1_execution, 9);
 
 /**
  * Response of ExecutionService.GetExecution.
@@ -619,7 +686,7 @@ export type GetExecutionResponse = Message<"gavel.v1.GetExecutionResponse"> & {
  * Use `create(GetExecutionResponseSchema)` to create a new message.
  */
 export const GetExecutionResponseSchema: GenMessage<GetExecutionResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_execution, 8);
+  messageDesc(file_gavel_v1_execution, 10);
 
 /**
  * Request of ExecutionService.WaitExecution.
@@ -648,7 +715,7 @@ export type WaitExecutionRequest = Message<"gavel.v1.WaitExecutionRequest"> & {
  * Use `create(WaitExecutionRequestSchema)` to create a new message.
  */
 export const WaitExecutionRequestSchema: GenMessage<WaitExecutionRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_execution, 9);
+  messageDesc(file_gavel_v1_execution, 11);
 
 /**
  * Response of ExecutionService.WaitExecution.
@@ -676,7 +743,7 @@ export type WaitExecutionResponse = Message<"gavel.v1.WaitExecutionResponse"> & 
  * Use `create(WaitExecutionResponseSchema)` to create a new message.
  */
 export const WaitExecutionResponseSchema: GenMessage<WaitExecutionResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_execution, 10);
+  messageDesc(file_gavel_v1_execution, 12);
 
 /**
  * Request of ExecutionService.CancelExecution.
@@ -711,7 +778,7 @@ export type CancelExecutionRequest = Message<"gavel.v1.CancelExecutionRequest"> 
  * Use `create(CancelExecutionRequestSchema)` to create a new message.
  */
 export const CancelExecutionRequestSchema: GenMessage<CancelExecutionRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_execution, 11);
+  messageDesc(file_gavel_v1_execution, 13);
 
 /**
  * Response of ExecutionService.CancelExecution.
@@ -732,7 +799,99 @@ export type CancelExecutionResponse = Message<"gavel.v1.CancelExecutionResponse"
  * Use `create(CancelExecutionResponseSchema)` to create a new message.
  */
 export const CancelExecutionResponseSchema: GenMessage<CancelExecutionResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_execution, 12);
+  messageDesc(file_gavel_v1_execution, 14);
+
+/**
+ * Request of ExecutionService.ListExecutions. Filters compose with AND.
+ *
+ * @generated from message gavel.v1.ListExecutionsRequest
+ */
+export type ListExecutionsRequest = Message<"gavel.v1.ListExecutionsRequest"> & {
+  /**
+   * Only executions in this state.
+   *
+   * @generated from field: optional gavel.v1.ExecutionState state = 1;
+   */
+  state?: ExecutionState | undefined;
+
+  /**
+   * Only executions of this capability.
+   *
+   * @generated from field: optional string capability_id = 2;
+   */
+  capabilityId?: string | undefined;
+
+  /**
+   * Only executions requested by this principal (kind:id, as `gavel
+   * whoami` prints it) or by this actor id.
+   *
+   * @generated from field: optional string requester = 3;
+   */
+  requester?: string | undefined;
+
+  /**
+   * Page size: most executions to return; 0 means the default (50). Above
+   * 1000 is INVALID_ARGUMENT (PAGE_SIZE_INVALID).
+   *
+   * @generated from field: uint32 limit = 4;
+   */
+  limit: number;
+
+  /**
+   * Opaque token from a previous response's next_page_token; empty for the
+   * first page. Pages continue from the last execution the previous one
+   * looked at (key-set, not an offset): an execution submitted between two
+   * pages neither shifts nor repeats the ones already there.
+   *
+   * @generated from field: string page_token = 5;
+   */
+  pageToken: string;
+
+  /**
+   * Oldest first: ordered by (submitted_at_ms, execution_id) ascending.
+   *
+   * @generated from field: bool oldest_first = 6;
+   */
+  oldestFirst: boolean;
+};
+
+/**
+ * Describes the message gavel.v1.ListExecutionsRequest.
+ * Use `create(ListExecutionsRequestSchema)` to create a new message.
+ */
+export const ListExecutionsRequestSchema: GenMessage<ListExecutionsRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_execution, 15);
+
+/**
+ * Response of ExecutionService.ListExecutions.
+ *
+ * @generated from message gavel.v1.ListExecutionsResponse
+ */
+export type ListExecutionsResponse = Message<"gavel.v1.ListExecutionsResponse"> & {
+  /**
+   * Matching executions, ordered by (submitted_at_ms, execution_id),
+   * descending unless the request asked for oldest_first.
+   *
+   * @generated from field: repeated gavel.v1.Execution executions = 1;
+   */
+  executions: Execution[];
+
+  /**
+   * Token for the next page; empty when this is the last page. A page looks
+   * at no more than 10000 executions: one whose filters matched few of them
+   * may hold fewer than limit (even none) and still name a next page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message gavel.v1.ListExecutionsResponse.
+ * Use `create(ListExecutionsResponseSchema)` to create a new message.
+ */
+export const ListExecutionsResponseSchema: GenMessage<ListExecutionsResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_execution, 16);
 
 /**
  * Request of ExecutionService.ListExecutionEvents.
@@ -768,7 +927,7 @@ export type ListExecutionEventsRequest = Message<"gavel.v1.ListExecutionEventsRe
  * Use `create(ListExecutionEventsRequestSchema)` to create a new message.
  */
 export const ListExecutionEventsRequestSchema: GenMessage<ListExecutionEventsRequest> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_execution, 13);
+  messageDesc(file_gavel_v1_execution, 17);
 
 /**
  * Response of ExecutionService.ListExecutionEvents.
@@ -790,7 +949,7 @@ export type ListExecutionEventsResponse = Message<"gavel.v1.ListExecutionEventsR
  * Use `create(ListExecutionEventsResponseSchema)` to create a new message.
  */
 export const ListExecutionEventsResponseSchema: GenMessage<ListExecutionEventsResponse> = /*@__PURE__*/
-  messageDesc(file_gavel_v1_execution, 14);
+  messageDesc(file_gavel_v1_execution, 18);
 
 /**
  * Where an execution is in its lifecycle. COMPLETED, FAILED and CANCELLED are
@@ -891,6 +1050,21 @@ export const ExecutionService: GenService<{
     output: typeof ResumeResponseSchema;
   },
   /**
+   * Resume, then WaitExecution, in one call: creates the execution exactly
+   * as Resume does (same checks, codes and idempotency), then long-polls
+   * until it is final or wait_ms passes (capped at 60 s, WAIT_MS_MAX). A
+   * refused resume is the call's error; once the resume succeeded the call
+   * answers with the execution, final unless timed_out. Needs what Resume
+   * and WaitExecution need.
+   *
+   * @generated from rpc gavel.v1.ExecutionService.ResumeAndWait
+   */
+  resumeAndWait: {
+    methodKind: "unary";
+    input: typeof ResumeAndWaitRequestSchema;
+    output: typeof ResumeAndWaitResponseSchema;
+  },
+  /**
    * Reads an execution. NOT_FOUND for an unknown id, and the same NOT_FOUND
    * for an execution the caller may not read.
    *
@@ -926,6 +1100,21 @@ export const ExecutionService: GenService<{
     methodKind: "unary";
     input: typeof CancelExecutionRequestSchema;
     output: typeof CancelExecutionResponseSchema;
+  },
+  /**
+   * Lists the executions the caller may read (an execution outside its
+   * view is simply absent), a page at a time, newest first by
+   * (submitted_at_ms, execution_id) unless oldest_first is set, final ones
+   * included while retention keeps them. Filters compose with AND. A page
+   * size above 1000 is INVALID_ARGUMENT with PAGE_SIZE_INVALID; a token no
+   * page handed out, PAGE_TOKEN_INVALID.
+   *
+   * @generated from rpc gavel.v1.ExecutionService.ListExecutions
+   */
+  listExecutions: {
+    methodKind: "unary";
+    input: typeof ListExecutionsRequestSchema;
+    output: typeof ListExecutionsResponseSchema;
   },
   /**
    * Lists the audit events of one execution after a cursor, in order.

@@ -11,6 +11,8 @@ import type { Capability } from "./capability_pb.js";
 import { file_gavel_v1_capability } from "./capability_pb.js";
 import type { Actor } from "./common_pb.js";
 import { file_gavel_v1_common } from "./common_pb.js";
+import type { ErrorDetail } from "./error_pb.js";
+import { file_gavel_v1_error } from "./error_pb.js";
 import type { Execution, Lease } from "./execution_pb.js";
 import { file_gavel_v1_execution } from "./execution_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -19,7 +21,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file gavel/v1/worker.proto.
  */
 export const file_gavel_v1_worker: GenFile = /*@__PURE__*/
-  fileDesc("ChVnYXZlbC92MS93b3JrZXIucHJvdG8SCGdhdmVsLnYxItICCgRUYXNrEh4KBWxlYXNlGAEgASgLMg8uZ2F2ZWwudjEuTGVhc2USFAoMZXhlY3V0aW9uX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKA0SFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEigKCmNhcGFiaWxpdHkYBSABKAsyFC5nYXZlbC52MS5DYXBhYmlsaXR5EhIKCmlucHV0X2pzb24YBiABKAkSHgoFYWN0b3IYByABKAsyDy5nYXZlbC52MS5BY3RvchIhCghhcHByb3ZlchgIIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhsKDmNvcnJlbGF0aW9uX2lkGAkgASgJSACIAQESGAoLYXBwcm92YWxfaWQYCiABKAlIAYgBARIPCgdzdXJmYWNlGAsgASgJQhEKD19jb3JyZWxhdGlvbl9pZEIOCgxfYXBwcm92YWxfaWQiaAoLUG9sbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDgoGcXVldWVzGAMgAygJEhEKCW1heF90YXNrcxgEIAEoDRIPCgd3YWl0X21zGAUgASgEIi0KDFBvbGxSZXNwb25zZRIdCgV0YXNrcxgBIAMoCzIOLmdhdmVsLnYxLlRhc2siSwoQSGVhcnRiZWF0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgEEhEKCXdvcmtlcl9pZBgDIAEoCSJCChFIZWFydGJlYXRSZXNwb25zZRIYChBjYW5jZWxfcmVxdWVzdGVkGAEgASgIEhMKC2RlYWRsaW5lX21zGAIgASgDIiYKD1JlcG9ydENvbXBsZXRlZBITCgtvdXRwdXRfanNvbhgBIAEoCSJACgxSZXBvcnRGYWlsZWQSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCKtAQoNUmVwb3J0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgEEhEKCXdvcmtlcl9pZBgDIAEoCRIuCgljb21wbGV0ZWQYBCABKAsyGS5nYXZlbC52MS5SZXBvcnRDb21wbGV0ZWRIABIoCgZmYWlsZWQYBSABKAsyFi5nYXZlbC52MS5SZXBvcnRGYWlsZWRIAEIJCgdvdXRjb21lIlEKDlJlcG9ydFJlc3BvbnNlEiYKCWV4ZWN1dGlvbhgBIAEoCzITLmdhdmVsLnYxLkV4ZWN1dGlvbhIXCg9yZXRyeV9zY2hlZHVsZWQYAiABKAgyyQEKDVdvcmtlclNlcnZpY2USNQoEUG9sbBIVLmdhdmVsLnYxLlBvbGxSZXF1ZXN0GhYuZ2F2ZWwudjEuUG9sbFJlc3BvbnNlEkQKCUhlYXJ0YmVhdBIaLmdhdmVsLnYxLkhlYXJ0YmVhdFJlcXVlc3QaGy5nYXZlbC52MS5IZWFydGJlYXRSZXNwb25zZRI7CgZSZXBvcnQSFy5nYXZlbC52MS5SZXBvcnRSZXF1ZXN0GhguZ2F2ZWwudjEuUmVwb3J0UmVzcG9uc2ViBnByb3RvMw", [file_gavel_v1_capability, file_gavel_v1_common, file_gavel_v1_execution]);
+  fileDesc("ChVnYXZlbC92MS93b3JrZXIucHJvdG8SCGdhdmVsLnYxItICCgRUYXNrEh4KBWxlYXNlGAEgASgLMg8uZ2F2ZWwudjEuTGVhc2USFAoMZXhlY3V0aW9uX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKA0SFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJEigKCmNhcGFiaWxpdHkYBSABKAsyFC5nYXZlbC52MS5DYXBhYmlsaXR5EhIKCmlucHV0X2pzb24YBiABKAkSHgoFYWN0b3IYByABKAsyDy5nYXZlbC52MS5BY3RvchIhCghhcHByb3ZlchgIIAEoCzIPLmdhdmVsLnYxLkFjdG9yEhsKDmNvcnJlbGF0aW9uX2lkGAkgASgJSACIAQESGAoLYXBwcm92YWxfaWQYCiABKAlIAYgBARIPCgdzdXJmYWNlGAsgASgJQhEKD19jb3JyZWxhdGlvbl9pZEIOCgxfYXBwcm92YWxfaWQiaAoLUG9sbFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSDgoGcXVldWVzGAMgAygJEhEKCW1heF90YXNrcxgEIAEoDRIPCgd3YWl0X21zGAUgASgEIi0KDFBvbGxSZXNwb25zZRIdCgV0YXNrcxgBIAMoCzIOLmdhdmVsLnYxLlRhc2siSwoQSGVhcnRiZWF0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgEEhEKCXdvcmtlcl9pZBgDIAEoCSJCChFIZWFydGJlYXRSZXNwb25zZRIYChBjYW5jZWxfcmVxdWVzdGVkGAEgASgIEhMKC2RlYWRsaW5lX21zGAIgASgDIiYKD1JlcG9ydENvbXBsZXRlZBITCgtvdXRwdXRfanNvbhgBIAEoCSJACgxSZXBvcnRGYWlsZWQSDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEhEKCXJldHJ5YWJsZRgDIAEoCCKtAQoNUmVwb3J0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEhAKCGxlYXNlX2lkGAIgASgEEhEKCXdvcmtlcl9pZBgDIAEoCRIuCgljb21wbGV0ZWQYBCABKAsyGS5nYXZlbC52MS5SZXBvcnRDb21wbGV0ZWRIABIoCgZmYWlsZWQYBSABKAsyFi5nYXZlbC52MS5SZXBvcnRGYWlsZWRIAEIJCgdvdXRjb21lIlEKDlJlcG9ydFJlc3BvbnNlEiYKCWV4ZWN1dGlvbhgBIAEoCzITLmdhdmVsLnYxLkV4ZWN1dGlvbhIXCg9yZXRyeV9zY2hlZHVsZWQYAiABKAgijAEKFFJlcG9ydEFuZFBvbGxSZXF1ZXN0EicKBnJlcG9ydBgBIAEoCzIXLmdhdmVsLnYxLlJlcG9ydFJlcXVlc3QSFwoPcG9sbF9yZXF1ZXN0X2lkGAIgASgJEg4KBnF1ZXVlcxgDIAMoCRIRCgltYXhfdGFza3MYBCABKA0SDwoHd2FpdF9tcxgFIAEoBCJJCgtQb2xsRmFpbHVyZRITCgtzdGF0dXNfY29kZRgBIAEoBRIlCgZkZXRhaWwYAiABKAsyFS5nYXZlbC52MS5FcnJvckRldGFpbCKNAQoVUmVwb3J0QW5kUG9sbFJlc3BvbnNlEigKBnJlcG9ydBgBIAEoCzIYLmdhdmVsLnYxLlJlcG9ydFJlc3BvbnNlEh0KBXRhc2tzGAIgAygLMg4uZ2F2ZWwudjEuVGFzaxIrCgxwb2xsX2ZhaWx1cmUYAyABKAsyFS5nYXZlbC52MS5Qb2xsRmFpbHVyZTKbAgoNV29ya2VyU2VydmljZRI1CgRQb2xsEhUuZ2F2ZWwudjEuUG9sbFJlcXVlc3QaFi5nYXZlbC52MS5Qb2xsUmVzcG9uc2USRAoJSGVhcnRiZWF0EhouZ2F2ZWwudjEuSGVhcnRiZWF0UmVxdWVzdBobLmdhdmVsLnYxLkhlYXJ0YmVhdFJlc3BvbnNlEjsKBlJlcG9ydBIXLmdhdmVsLnYxLlJlcG9ydFJlcXVlc3QaGC5nYXZlbC52MS5SZXBvcnRSZXNwb25zZRJQCg1SZXBvcnRBbmRQb2xsEh4uZ2F2ZWwudjEuUmVwb3J0QW5kUG9sbFJlcXVlc3QaHy5nYXZlbC52MS5SZXBvcnRBbmRQb2xsUmVzcG9uc2ViBnByb3RvMw", [file_gavel_v1_capability, file_gavel_v1_common, file_gavel_v1_error, file_gavel_v1_execution]);
 
 /**
  * One attempt of an execution, leased to the polling worker.
@@ -397,6 +399,124 @@ export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
   messageDesc(file_gavel_v1_worker, 8);
 
 /**
+ * Request of WorkerService.ReportAndPoll. The poll part polls as the
+ * report's worker_id.
+ *
+ * @generated from message gavel.v1.ReportAndPollRequest
+ */
+export type ReportAndPollRequest = Message<"gavel.v1.ReportAndPollRequest"> & {
+  /**
+   * The report, as for Report.
+   *
+   * @generated from field: gavel.v1.ReportRequest report = 1;
+   */
+  report?: ReportRequest | undefined;
+
+  /**
+   * Idempotency token of the poll part, as PollRequest.request_id: a retry
+   * with the same id receives the same tasks. Empty derives one from the
+   * report's request id.
+   *
+   * @generated from field: string poll_request_id = 2;
+   */
+  pollRequestId: string;
+
+  /**
+   * Queues to take work from; at least one.
+   *
+   * @generated from field: repeated string queues = 3;
+   */
+  queues: string[];
+
+  /**
+   * Maximum number of tasks to lease; at least 1. The server caps it.
+   *
+   * @generated from field: uint32 max_tasks = 4;
+   */
+  maxTasks: number;
+
+  /**
+   * How long to wait for work before returning no tasks; the server caps
+   * it (60 s).
+   *
+   * @generated from field: uint64 wait_ms = 5;
+   */
+  waitMs: bigint;
+};
+
+/**
+ * Describes the message gavel.v1.ReportAndPollRequest.
+ * Use `create(ReportAndPollRequestSchema)` to create a new message.
+ */
+export const ReportAndPollRequestSchema: GenMessage<ReportAndPollRequest> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_worker, 9);
+
+/**
+ * Why the poll part of a ReportAndPoll failed after its report was
+ * accepted.
+ *
+ * @generated from message gavel.v1.PollFailure
+ */
+export type PollFailure = Message<"gavel.v1.PollFailure"> & {
+  /**
+   * The gRPC status code the poll failed with (as a number).
+   *
+   * @generated from field: int32 status_code = 1;
+   */
+  statusCode: number;
+
+  /**
+   * Its error detail: domain code and message, as in an error status.
+   *
+   * @generated from field: gavel.v1.ErrorDetail detail = 2;
+   */
+  detail?: ErrorDetail | undefined;
+};
+
+/**
+ * Describes the message gavel.v1.PollFailure.
+ * Use `create(PollFailureSchema)` to create a new message.
+ */
+export const PollFailureSchema: GenMessage<PollFailure> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_worker, 10);
+
+/**
+ * Response of WorkerService.ReportAndPoll.
+ *
+ * @generated from message gavel.v1.ReportAndPollResponse
+ */
+export type ReportAndPollResponse = Message<"gavel.v1.ReportAndPollResponse"> & {
+  /**
+   * The accepted report's answer, as from Report.
+   *
+   * @generated from field: gavel.v1.ReportResponse report = 1;
+   */
+  report?: ReportResponse | undefined;
+
+  /**
+   * Leased tasks; empty when no work arrived within wait_ms or the poll
+   * failed.
+   *
+   * @generated from field: repeated gavel.v1.Task tasks = 2;
+   */
+  tasks: Task[];
+
+  /**
+   * Set when the poll part failed; the report was accepted all the same.
+   *
+   * @generated from field: gavel.v1.PollFailure poll_failure = 3;
+   */
+  pollFailure?: PollFailure | undefined;
+};
+
+/**
+ * Describes the message gavel.v1.ReportAndPollResponse.
+ * Use `create(ReportAndPollResponseSchema)` to create a new message.
+ */
+export const ReportAndPollResponseSchema: GenMessage<ReportAndPollResponse> = /*@__PURE__*/
+  messageDesc(file_gavel_v1_worker, 11);
+
+/**
  * Hands out work to workers and collects their results.
  *
  * @generated from service gavel.v1.WorkerService
@@ -441,6 +561,22 @@ export const WorkerService: GenService<{
     methodKind: "unary";
     input: typeof ReportRequestSchema;
     output: typeof ReportResponseSchema;
+  },
+  /**
+   * Report, then Poll, in one call: a worker hands in one attempt's outcome
+   * and takes its next tasks. The report runs first, exactly as Report (a
+   * refused report is the call's error and nothing is polled). Once the
+   * report is accepted the call always answers with it: a poll that then
+   * fails (a queue the worker may not take from, a leader change) sets
+   * poll_failure instead of failing the call, so an accepted report is
+   * never lost. Needs what Report and Poll need.
+   *
+   * @generated from rpc gavel.v1.WorkerService.ReportAndPoll
+   */
+  reportAndPoll: {
+    methodKind: "unary";
+    input: typeof ReportAndPollRequestSchema;
+    output: typeof ReportAndPollResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_gavel_v1_worker, 0);
