@@ -147,6 +147,27 @@ impl Tally {
 }
 
 /// The `q` quantile of `latencies` (sorted in place).
+/// A secure three-node cluster's spec (the admin `user:admin`), every node
+/// with its metrics on a free loopback port (returned by node id) and the
+/// given flags.
+fn secure_spec(dir: &std::path::Path, flags: &[String]) -> (ClusterSpec, BTreeMap<u64, String>) {
+    let mut spec = ClusterSpec::new(support::gavel_binary(), dir);
+    spec.security = Security::secure(principal("user:admin"));
+    spec.start_timeout = support::WAIT;
+    spec.status_timeout = Duration::from_secs(10);
+    let metrics: BTreeMap<u64, String> =
+        (1..=3).map(|id| (id, format!("127.0.0.1:{}", support::free_port()))).collect();
+    spec.node_args = metrics
+        .iter()
+        .map(|(id, addr)| {
+            let mut node = vec![format!("--metrics-listen={addr}")];
+            node.extend_from_slice(flags);
+            (*id, node)
+        })
+        .collect();
+    (spec, metrics)
+}
+
 fn quantile(latencies: &mut [Duration], q: f64) -> Duration {
     assert!(!latencies.is_empty(), "no admitted calls");
     latencies.sort_unstable();
@@ -295,45 +316,35 @@ fn cpu_ticks(pid: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
-    spec.security = Security::secure(principal("user:admin"));
-    spec.start_timeout = support::WAIT;
-    spec.status_timeout = Duration::from_secs(10);
-    let metrics: BTreeMap<u64, String> =
-        (1..=3).map(|id| (id, format!("127.0.0.1:{}", support::free_port()))).collect();
-    spec.node_args = metrics
-        .iter()
-        .map(|(id, addr)| {
-            // No snapshot is built during the test (the phases' creates
-            // cross the default 10,000 commands, and a few thousand entries
-            // the default 5,000, in one phase and not the other): the two
-            // phases compare serving, not snapshotting. (Without the
-            // commands flag, a fresh-clone CI run had one snapshot in each
-            // overload window and in each a second in which nearly every
-            // admitted call was slow: 7.27x and 7.39x.) And no
-            // election: with the 2,000 callers on the same two CPUs, a
-            // follower of a debug build can go more than the default
-            // 400-800 ms without handling a heartbeat, and the election
-            // (seen in a quiet run at default timings in both windows: 60
-            // and 452 calls failed UNAVAILABLE, p99 4.7x and 9.8x) is what
-            // the p99 then measures. Elections are what tests/faults.rs and
-            // `gavel-lab bench --fault` measure; this test measures admission.
-            let flags = [
-                format!("--metrics-listen={addr}"),
-                "--long-polls-max=2".into(),
-                "--snapshot-logs-since-last=1000000".into(),
-                "--snapshot-commands-since-last=1000000".into(),
-                // (The cold writes between snapshots stay at their default:
-                // they write the changes alone. When they checkpointed the
-                // hot state, here tens of thousands of pending approvals,
-                // one held apply 0.2-1.6 s in the debug build, and a
-                // fresh-clone CI run measured p99 19x in that window.)
-                format!("--election-timeout-min-ms={ELECTION_TIMEOUT_MIN_MS}"),
-                format!("--election-timeout-max-ms={}", 2 * ELECTION_TIMEOUT_MIN_MS),
-            ];
-            (*id, flags.to_vec())
-        })
-        .collect();
+    // No snapshot is built during the test (the phases' creates
+    // cross the default 10,000 commands, and a few thousand entries
+    // the default 5,000, in one phase and not the other): the two
+    // phases compare serving, not snapshotting. (Without the
+    // commands flag, a fresh-clone CI run had one snapshot in each
+    // overload window and in each a second in which nearly every
+    // admitted call was slow: 7.27x and 7.39x.) And no
+    // election: with the 2,000 callers on the same two CPUs, a
+    // follower of a debug build can go more than the default
+    // 400-800 ms without handling a heartbeat, and the election
+    // (seen in a quiet run at default timings in both windows: 60
+    // and 452 calls failed UNAVAILABLE, p99 4.7x and 9.8x) is what
+    // the p99 then measures. Elections are what tests/faults.rs and
+    // `gavel-lab bench --fault` measure; this test measures admission.
+    let (spec, metrics) = secure_spec(
+        dir.path(),
+        &[
+            "--long-polls-max=2".into(),
+            "--snapshot-logs-since-last=1000000".into(),
+            "--snapshot-commands-since-last=1000000".into(),
+            // (The cold writes between snapshots stay at their default:
+            // they write the changes alone. When they checkpointed the
+            // hot state, here tens of thousands of pending approvals,
+            // one held apply 0.2-1.6 s in the debug build, and a
+            // fresh-clone CI run measured p99 19x in that window.)
+            format!("--election-timeout-min-ms={ELECTION_TIMEOUT_MIN_MS}"),
+            format!("--election-timeout-max-ms={}", 2 * ELECTION_TIMEOUT_MIN_MS),
+        ],
+    );
     let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("the secure cluster starts: {error}"));
     let loader = principal("user:loader");
     cluster
@@ -577,24 +588,14 @@ const SHED_WINDOW: Duration = Duration::from_secs(4);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_light_principals_writes_are_admitted_while_a_heavy_one_floods_the_leader() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
-    spec.security = Security::secure(principal("user:admin"));
-    spec.start_timeout = support::WAIT;
-    spec.status_timeout = Duration::from_secs(10);
-    let metrics: BTreeMap<u64, String> =
-        (1..=3).map(|id| (id, format!("127.0.0.1:{}", support::free_port()))).collect();
-    spec.node_args = metrics
-        .iter()
-        .map(|(id, addr)| {
-            let flags = vec![
-                format!("--metrics-listen={addr}"),
-                format!("--proposals-in-flight-max={SHED_PROPOSALS_MAX}"),
-                format!("--election-timeout-min-ms={ELECTION_TIMEOUT_MIN_MS}"),
-                format!("--election-timeout-max-ms={}", 2 * ELECTION_TIMEOUT_MIN_MS),
-            ];
-            (*id, flags)
-        })
-        .collect();
+    let (spec, metrics) = secure_spec(
+        dir.path(),
+        &[
+            format!("--proposals-in-flight-max={SHED_PROPOSALS_MAX}"),
+            format!("--election-timeout-min-ms={ELECTION_TIMEOUT_MIN_MS}"),
+            format!("--election-timeout-max-ms={}", 2 * ELECTION_TIMEOUT_MIN_MS),
+        ],
+    );
     let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("the secure cluster starts: {error}"));
     let (heavy, light) = (principal("user:heavy"), principal("user:light"));
     for who in [&heavy, &light] {
