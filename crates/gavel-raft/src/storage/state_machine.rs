@@ -169,9 +169,18 @@ fn replayable_after(
 ) -> Option<(Option<LogId>, StoredMembership)> {
     let (applied, membership) = decode_position(candidate).ok()?;
     let at = applied.filter(|applied| Some(*applied) > stored)?;
-    let (_, last) = wal.log_state();
+    let (purged, last) = wal.log_state();
     if last.is_none_or(|last| last.index < at.index) {
         return Some((applied, membership));
+    }
+    // openraft purges the log up to its current snapshot, which for an
+    // application with its own state is a view of this very checkpoint,
+    // while the stored snapshot's meta may still name an older one: a log
+    // purged exactly to the checkpoint holds what follows it (simulation
+    // seed 150 restarted such a node and was refused). A log purged past
+    // it cannot replay onto it.
+    if let Some(purged) = purged.filter(|purged| purged.index >= at.index) {
+        return (purged == at).then_some((applied, membership));
     }
     let entries = wal.entries(&(at.index..=at.index)).ok()?;
     entries.first().filter(|entry| entry.log_id == at).map(|_| (applied, membership))
@@ -604,5 +613,57 @@ impl StateMachineStore {
         let meta = SnapshotMeta { last_log_id, last_membership };
         let data = SnapshotData::view(source, self.shared.snapshot_dir.clone());
         Ok(Some(Snapshot { meta, snapshot: data }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    use openraft::{EntryPayload, StoredMembership};
+
+    use super::{position, replayable_after};
+    use crate::storage::wal::{RealFs, Wal};
+    use crate::typ::{Command, Entry, LeaderId, LogId};
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogId::new(LeaderId { term, node_id: 1 }, index)
+    }
+
+    fn append_durably(wal: &Wal, indexes: std::ops::RangeInclusive<u64>) {
+        let batch = indexes
+            .map(|index| Entry { log_id: log_id(1, index), payload: EntryPayload::Normal(Command(vec![1])) })
+            .collect();
+        let (done, durable) = mpsc::channel();
+        wal.append(
+            batch,
+            Some(Box::new(move |result| {
+                let _ = done.send(result);
+            })),
+        )
+        .expect("append");
+        durable.recv_timeout(Duration::from_secs(10)).expect("the writer answers").expect("durable");
+    }
+
+    #[test]
+    fn a_checkpoint_the_log_was_purged_to_replays_and_one_it_was_purged_past_does_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (wal, _writer) = Wal::open_with(dir.path(), Arc::new(RealFs), 4096).expect("open");
+        append_durably(&wal, 1..=30);
+        let membership = StoredMembership::default();
+        let at = |index| position(&Some(log_id(1, index)), &membership);
+        let stored = Some(log_id(1, 10));
+        // The entry it names is in the log: replayable.
+        assert!(replayable_after(&wal, stored, &at(15)).is_some());
+        // Purged exactly to the checkpoint (openraft's current snapshot is a
+        // view of it): what follows is in the log.
+        wal.purge(log_id(1, 20)).expect("purge");
+        assert_eq!(replayable_after(&wal, stored, &at(20)).map(|(applied, _)| applied), Some(Some(log_id(1, 20))));
+        // Purged past the checkpoint: entries 16..=20 are gone.
+        assert!(replayable_after(&wal, stored, &at(15)).is_none());
+        // A checkpoint of another term at the purge point contradicts it.
+        let other = position(&Some(LogId::new(LeaderId { term: 2, node_id: 1 }, 20)), &membership);
+        assert!(replayable_after(&wal, stored, &other).is_none());
     }
 }
