@@ -5,7 +5,7 @@
 //
 // Its principal needs submitter and act-for (it names the user it acts for).
 import { actorText, createGavelClient, optionsFromEnv } from "@gavel/client";
-import { ActorKind, ApprovalStatus, ExecutionState, type Execution } from "@gavel/client";
+import { ActorKind, ApprovalStatus, ExecutionState, type Execution, type Plain } from "@gavel/client";
 import { refundMeta } from "./refund.js";
 
 /** How long the agent waits for the decision. */
@@ -28,7 +28,7 @@ try {
     actor: { id: "agent-alice", kind: ActorKind.USER, displayName: "Alice's agent" },
     surface: "aiSdk",
   });
-  let resumed: Execution | undefined;
+  let resumed: Plain<Execution> | undefined;
   if (submitted.outcome.case === "approvalRequired") {
     const approvalId = submitted.outcome.value.id;
     console.log(`approval required: ${approvalId}`);
@@ -37,7 +37,7 @@ try {
     const deadline = Date.now() + DECISION_WAIT_MS;
     let status = submitted.outcome.value.status;
     while (status === ApprovalStatus.PENDING && Date.now() < deadline) {
-      const waitMs = BigInt(Math.min(WAIT_CALL_MS_MAX, Math.max(0, deadline - Date.now())));
+      const waitMs = Math.min(WAIT_CALL_MS_MAX, Math.max(0, deadline - Date.now()));
       status = (await client.approvals.waitApproval({ id: approvalId, waitMs })).approval?.status ?? status;
     }
     if (status !== ApprovalStatus.APPROVED && status !== ApprovalStatus.CONSUMED) {
@@ -46,7 +46,7 @@ try {
     } else {
       if (status === ApprovalStatus.APPROVED) {
         // Resume and wait for the result in one call.
-        resumed = (await client.executions.resumeAndWait({ resume: { approvalId }, waitMs: 30_000n })).execution;
+        resumed = (await client.executions.resumeAndWait({ resume: { approvalId }, waitMs: 30_000 })).execution;
       }
       console.log(`approved; resumed ${executionId}`);
     }
@@ -55,12 +55,12 @@ try {
     const execution =
       resumed !== undefined && resumed.result !== undefined
         ? resumed
-        : (await client.executions.waitExecution({ executionId, timeoutMs: 30_000n })).execution;
+        : (await client.executions.waitExecution({ executionId, timeoutMs: 30_000 })).execution;
     const result = execution?.result?.outcome;
     if (execution?.state === ExecutionState.COMPLETED && result?.case === "completed") {
       console.log(`result: ${result.value.outputJson} (attempts ${result.value.attempts}, approver ${who(execution.approver)})`);
     } else {
-      console.error(`execution ${executionId} ended ${ExecutionState[execution?.state ?? 0]}: ${JSON.stringify(result?.value ?? null, (_, v) => (typeof v === "bigint" ? Number(v) : v))}`);
+      console.error(`execution ${executionId} ended ${ExecutionState[execution?.state ?? 0]}: ${JSON.stringify(result?.value ?? null)}`);
       process.exitCode = 1;
     }
   }

@@ -32,7 +32,7 @@ runWithClient("agent", async (client) => {
     }
     await client.executions.resume({ approvalId });
   }
-  const { execution } = await client.executions.waitExecution({ executionId, timeoutMs: 30_000n });
+  const { execution } = await client.executions.waitExecution({ executionId, timeoutMs: 30_000 });
   const { outcome } = execution?.result ?? {};
   if (outcome?.case !== "completed") {
     throw new Error(`execution ${executionId} ended ${ExecutionState[execution?.state ?? 0]}`);

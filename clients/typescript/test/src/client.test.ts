@@ -1,11 +1,14 @@
 // @gavel/client against a real secured three-node cluster: leader following
 // via the gavel-leader header, domain codes on errors, request ids that
 // deduplicate, retries through a leader SIGKILL, TLS and configuration
-// failures that fail fast, and an unreachable cluster described by quorum.
+// failures that fail fast, and an unreachable cluster described by quorum;
+// records with 64-bit integers as numbers (JSON.stringify works), inputs
+// that take a number or a bigint, and `readFrom: "any"` spreading
+// WatchEvents over the nodes.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import { ActorKind, Code, GavelError, Risk, SideEffect, createGavelClient } from "@gavel/client";
+import { ActorKind, Code, type GavelClient, GavelError, Risk, SideEffect, createGavelClient, toPlain } from "@gavel/client";
 import { TestCluster, eventually } from "./cluster.js";
 
 const run = randomUUID().slice(0, 8);
@@ -29,6 +32,28 @@ const approval = (id: string) => ({
   risk: Risk.LOW,
   sideEffect: SideEffect.READ,
 });
+
+/** WatchEvents calls a node has counted (its Prometheus metrics, gRPC port + 100; `gavel dev` serves them on plain HTTP). */
+async function watchCalls(endpoint: string): Promise<number> {
+  const colon = endpoint.lastIndexOf(":");
+  const metricsUrl = `http://${endpoint.slice(0, colon)}:${Number(endpoint.slice(colon + 1)) + 100}/metrics`;
+  const text = await (await fetch(metricsUrl)).text();
+  let calls = 0;
+  for (const line of text.split("\n")) {
+    if (line.startsWith('gavel_rpc_calls_total{method="AuditService/WatchEvents"')) {
+      calls += Number(line.slice(line.lastIndexOf(" ") + 1));
+    }
+  }
+  return calls;
+}
+
+/** Opens one WatchEvents stream from the beginning, reads its first event and closes the stream. */
+async function firstEvent(client: GavelClient): Promise<{ cursor: number; type: string }> {
+  for await (const event of client.audit.watchEvents({ afterCursor: 0 })) {
+    return { cursor: event.cursor, type: event.type };
+  }
+  throw new Error("the stream ended without an event");
+}
 
 before(async () => {
   cluster = await TestCluster.start();
@@ -67,6 +92,70 @@ describe("@gavel/client", () => {
     assert.equal(denied.code, "PERMISSION_DENIED");
     assert.ok(denied.accessRefused);
     assert.match(denied.message, /needs the submitter grant/);
+  });
+
+  test("records come back with numbers, so JSON.stringify works; 64-bit inputs take a number or a bigint", async () => {
+    const client = cluster.adminClient();
+    const id = `plain_${run}`;
+    const created = (await client.approvals.createApproval({ ...approval(id), expiresInMs: 60_000 })).approval!;
+    assert.equal(typeof created.requestedAtMs, "number");
+    assert.equal(created.expiresAtMs - created.requestedAtMs, 60_000);
+    assert.deepEqual(JSON.parse(JSON.stringify(created)).expiresAtMs, created.expiresAtMs);
+    const byNumber = await client.approvals.waitApproval({ id, waitMs: 10 });
+    const byBigint = await client.approvals.waitApproval({ id, waitMs: 10n });
+    assert.equal(byNumber.timedOut, true);
+    assert.deepEqual(byBigint, byNumber);
+    const status = await client.cluster.status({ withoutStateHash: true });
+    assert.equal(typeof status.term, "number");
+    assert.doesNotThrow(() => JSON.stringify(status));
+  });
+
+  test("a number a double cannot hold exactly in a 64-bit field is refused before anything is sent", async () => {
+    const client = cluster.adminClient();
+    const unsafe = await failure(client.approvals.waitApproval({ id: `plain_${run}`, waitMs: 2 ** 53 }));
+    assert.equal(unsafe.code, "INVALID_ARGUMENT");
+    assert.equal(unsafe.grpcCode, Code.InvalidArgument);
+    assert.match(unsafe.message, /waitMs is 9007199254740992, not an integer within ±9007199254740991/);
+    const fraction = await failure(
+      client.capabilities.registerCapability({
+        spec: { id: `fraction_${run}`, queue: "q", sideEffect: SideEffect.READ, risk: Risk.LOW, timeoutMs: 1.5 },
+      }),
+    );
+    assert.match(fraction.message, /^INVALID_ARGUMENT: spec\.timeoutMs is 1\.5/);
+    assert.equal(client.attempts(), 0, "neither call was sent");
+  });
+
+  test("a bigint beyond 2^53 - 1 in a record stays a bigint: no digit is lost", () => {
+    const record = toPlain({ small: 42n, negative: -7n, large: 2n ** 60n, list: [1n], nested: { at: 5n }, bytes: new Uint8Array([1]) });
+    assert.deepEqual(record, { small: 42, negative: -7, large: 2n ** 60n, list: [1], nested: { at: 5 }, bytes: new Uint8Array([1]) });
+  });
+
+  test('readFrom "any" spreads WatchEvents over the nodes, which stream the same events; "leader" keeps them on the leader', async () => {
+    const leader = await cluster.leader();
+    const atLeader = cluster.adminClient({ endpoints: [leader, ...cluster.endpoints.filter((e) => e !== leader)] });
+    await atLeader.approvals.createApproval(approval(`watch_${run}`));
+    const spread = cluster.adminClient({ readFrom: "any" });
+    const counted = () => Promise.all(cluster.endpoints.map(watchCalls));
+    const before = await counted();
+    const firsts = [];
+    for (let stream = 0; stream < cluster.endpoints.length; stream += 1) {
+      firsts.push(await firstEvent(spread));
+    }
+    assert.deepEqual(firsts, [firsts[0], firsts[0], firsts[0]], "every replica streams the same first event");
+    await eventually("each node counting one WatchEvents call", async () => {
+      const now = await counted();
+      return now.every((calls, index) => calls === before[index]! + 1) ? true : undefined;
+    });
+    const onLeader = await counted();
+    for (let stream = 0; stream < cluster.endpoints.length; stream += 1) {
+      await firstEvent(atLeader);
+    }
+    await eventually("the leader counting three more WatchEvents calls", async () => {
+      const now = await counted();
+      const grown = now.map((calls, index) => calls - onLeader[index]!);
+      return grown[cluster.endpoints.indexOf(leader)] === 3 ? grown : undefined;
+    }).then((grown) => assert.deepEqual(grown.filter((calls) => calls > 0), [3], "only the leader served them"));
+    assert.throws(() => cluster.adminClient({ readFrom: "nearest" as never }), /readFrom is "leader" or "any"/);
   });
 
   test("a request id makes a retried write return the first answer", async () => {

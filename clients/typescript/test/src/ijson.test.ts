@@ -79,7 +79,7 @@ describe("I-JSON", () => {
           "INVALID_ARGUMENT",
           () =>
             workerClient.workers.report({
-              leaseId: 1n,
+              leaseId: 1,
               workerId: "worker:ijson",
               outcome: { case: "completed", value: { outputJson: text } },
             }),
@@ -161,7 +161,7 @@ describe("I-JSON", () => {
   test("the edge of the safe range reaches a worker as written; an output beyond it fails OUTPUT_INVALID", async () => {
     const capabilityId = `ijson.${run}`;
     await admin.capabilities.registerCapability({
-      spec: { id: capabilityId, queue: capabilityId, sideEffect: SideEffect.READ, risk: Risk.LOW, timeoutMs: 30_000n },
+      spec: { id: capabilityId, queue: capabilityId, sideEffect: SideEffect.READ, risk: Risk.LOW, timeoutMs: 30_000 },
     });
     const seen: unknown[] = [];
     const worker = createWorker({
@@ -182,7 +182,7 @@ describe("I-JSON", () => {
         const inputJson = `{"id":9007199254740991,"overflow":${overflow}}`;
         await admin.executions.submit({ executionId, capabilityId, inputJson, surface: "test" });
         for (;;) {
-          const reply = await admin.executions.waitExecution({ executionId, timeoutMs: 5000n });
+          const reply = await admin.executions.waitExecution({ executionId, timeoutMs: 5000 });
           if (!reply.timedOut) return reply.execution!;
         }
       };

@@ -88,7 +88,7 @@ describe("@gavel/orpc-agent", () => {
     assert.equal(capability?.spec?.retry?.maxAttempts, 1);
     assert.equal(capability?.spec?.approval?.required, true);
     assert.equal(capability?.spec?.approval?.type, "finance");
-    assert.equal(capability?.spec?.timeoutMs, 20_000n);
+    assert.equal(capability?.spec?.timeoutMs, 20_000);
     const unknown = toCapabilitySpec({ ...slowMeta, risk: "low", owner: "team-a" });
     assert.deepEqual(unknown.unmapped.map((entry) => entry.field), ["owner"]);
   });
@@ -123,7 +123,7 @@ describe("@gavel/orpc-agent", () => {
         comment: "customer verified",
       });
       const resumed = await app.executions.resume({ approvalId });
-      const done = await app.executions.waitExecution({ executionId: resumed.execution!.executionId, timeoutMs: 20_000n });
+      const done = await app.executions.waitExecution({ executionId: resumed.execution!.executionId, timeoutMs: 20_000 });
       assert.equal(done.execution?.state, ExecutionState.COMPLETED);
       const output = done.execution?.result?.outcome.case === "completed" ? done.execution.result.outcome.value.outputJson : "";
       assert.deepEqual(JSON.parse(output), { orderId: "o-42", refunded: 1250, approver: "user:bob-finance" });
@@ -160,10 +160,10 @@ describe("@gavel/orpc-agent", () => {
       surface: "aiSdk",
     });
     const approvalId = submitted.outcome.case === "approvalRequired" ? submitted.outcome.value.id : "";
-    const pending = await app.approvals.waitApproval({ id: approvalId, waitMs: 100n });
+    const pending = await app.approvals.waitApproval({ id: approvalId, waitMs: 100 });
     assert.equal(pending.timedOut, true);
     assert.equal(pending.approval?.status, ApprovalStatus.PENDING);
-    const waiting = app.approvals.waitApproval({ id: approvalId, waitMs: 20_000n });
+    const waiting = app.approvals.waitApproval({ id: approvalId, waitMs: 20_000 });
     const started = Date.now();
     await app.decide(approvalId, { approve: true, approver: { id: "bob-finance", kind: ActorKind.USER } });
     const decided = await waiting;
@@ -190,7 +190,7 @@ describe("@gavel/orpc-agent", () => {
       });
       const approvalId = submitted.outcome.case === "approvalRequired" ? submitted.outcome.value.id : "";
       await app.decide(approvalId, { approve: true, approver: { id: "bob-finance", kind: ActorKind.USER } });
-      const done = await app.executions.resumeAndWait({ resume: { approvalId }, waitMs: 20_000n });
+      const done = await app.executions.resumeAndWait({ resume: { approvalId }, waitMs: 20_000 });
       assert.equal(done.timedOut, false);
       assert.equal(done.waitRefused, false);
       assert.equal(done.execution?.state, ExecutionState.COMPLETED);

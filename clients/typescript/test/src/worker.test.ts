@@ -11,6 +11,7 @@ import {
   GavelError,
   HandlerError,
   type MessageInitShape,
+  type PlainInit,
   Risk,
   SideEffect,
   type TaskContext,
@@ -23,10 +24,10 @@ let cluster: TestCluster;
 let submitter: GavelClient;
 let workerClient: GavelClient;
 
-async function register(name: string, spec: Omit<MessageInitShape<typeof CapabilitySpecSchema>, "id" | "queue" | "$typeName"> = {}) {
+async function register(name: string, spec: Omit<PlainInit<MessageInitShape<typeof CapabilitySpecSchema>>, "id" | "queue" | "$typeName"> = {}) {
   const id = `${name}.${run}`;
   await submitter.capabilities.registerCapability({
-    spec: { id, queue: id, sideEffect: SideEffect.READ, risk: Risk.LOW, timeoutMs: 30_000n, ...spec },
+    spec: { id, queue: id, sideEffect: SideEffect.READ, risk: Risk.LOW, timeoutMs: 30_000, ...spec },
   });
   return id;
 }
@@ -41,7 +42,7 @@ async function waitFinal(executionId: string, timeoutMs = 20_000) {
   for (;;) {
     const left = deadline - Date.now();
     assert.ok(left > 0, `execution ${executionId} not final within ${timeoutMs} ms`);
-    const reply = await submitter.executions.waitExecution({ executionId, timeoutMs: BigInt(Math.min(left, 5000)) });
+    const reply = await submitter.executions.waitExecution({ executionId, timeoutMs: Math.min(left, 5000) });
     if (!reply.timedOut) {
       return reply.execution!;
     }
@@ -65,7 +66,7 @@ after(async () => {
 
 describe("createWorker", () => {
   test("runs a task, heartbeats on its own past the heartbeat timeout, and reports ok", async () => {
-    const capabilityId = await register("echo", { heartbeatTimeoutMs: 1000n });
+    const capabilityId = await register("echo", { heartbeatTimeoutMs: 1000 });
     const seen: TaskContext[] = [];
     const worker = createWorker({
       client: workerClient,
@@ -105,7 +106,7 @@ describe("createWorker", () => {
     const capabilityId = await register("flaky", {
       sideEffect: SideEffect.WRITE,
       idempotent: true,
-      retry: { maxAttempts: 3, backoffMs: 50n },
+      retry: { maxAttempts: 3, backoffMs: 50 },
     });
     const keys = new Map<string, { attempt: number; key: string }[]>();
     const worker = createWorker({
@@ -150,7 +151,7 @@ describe("createWorker", () => {
   });
 
   test("cancel reaches the AbortSignal (latency p50/p99 printed)", async () => {
-    const capabilityId = await register("cancellable", { timeoutMs: 60_000n });
+    const capabilityId = await register("cancellable", { timeoutMs: 60_000 });
     const HEARTBEAT_MS = 100;
     const SAMPLES = 30;
     const aborted = new Map<string, { at: number; reason: unknown }>();
@@ -205,13 +206,13 @@ describe("createWorker", () => {
 
   test("a report after the lease was lost is refused with LEASE_LOST, and the worker does not send one", async () => {
     const capabilityId = await register("slow", {
-      timeoutMs: 1000n,
+      timeoutMs: 1000,
       sideEffect: SideEffect.READ,
-      retry: { maxAttempts: 2, backoffMs: 10n },
+      retry: { maxAttempts: 2, backoffMs: 10 },
     });
     // By hand: take a lease, let its deadline pass, then report.
     const executionId = await submit(capabilityId, { by: "hand" });
-    const polled = await workerClient.workers.poll({ workerId: "hand", queues: [capabilityId], maxTasks: 1, waitMs: 5000n });
+    const polled = await workerClient.workers.poll({ workerId: "hand", queues: [capabilityId], maxTasks: 1, waitMs: 5000 });
     const task = polled.tasks[0];
     assert.ok(task?.lease !== undefined, "a task was leased");
     await eventually(
@@ -319,7 +320,7 @@ describe("createWorker", () => {
   });
 
   test("the attempt deadline aborts the signal on the local clock, with no cluster left", async () => {
-    const capabilityId = await register("deadline", { timeoutMs: 2000n });
+    const capabilityId = await register("deadline", { timeoutMs: 2000 });
     let lease: { deadlineMs: number; abortedAt?: number; reason?: unknown } | undefined;
     const worker = createWorker({
       client: workerClient,

@@ -9,11 +9,17 @@
 //   pausing at least the server's `retry_after_ms` and going to its
 //   `leader_hint`, until the retry budget is spent;
 // - every other failure is a GavelError carrying the stable domain code;
-// - a request's JSON (ijson.ts) and its actor's id (actors.ts) are refused
-//   before sending when the cluster would refuse them.
+// - a request's JSON (ijson.ts), its actor's id (actors.ts) and a number
+//   in a 64-bit field that is not a safe integer (plain.ts) are refused
+//   before sending when the cluster would refuse them or it would be rounded;
+// - every record comes back with its 64-bit integers as numbers (plain.ts);
+// - a unary call goes straight onto an HTTP/2 stream of the node's one
+//   session (unary.ts); server streams go through Connect's gRPC transport,
+//   to the preferred node or, under `readFrom: "any"`, to each node in turn.
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { type DescMethod, type DescService, create } from "@bufbuild/protobuf";
+import type { OutgoingHttpHeaders } from "node:http2";
+import { type DescMessage, type DescMethod, type DescService, create, toBinary } from "@bufbuild/protobuf";
 import { type CallOptions, type Client, Code, createClient } from "@connectrpc/connect";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 import { AccessService } from "./gen/gavel/v1/access_pb.js";
@@ -29,8 +35,10 @@ import { ConnectError } from "@connectrpc/connect";
 import { type JsonField, checkJsonText } from "./ijson.js";
 import { checkActors } from "./actors.js";
 import { Reachability } from "./reach.js";
+import { unaryCall, webHeaders } from "./unary.js";
 import { type DecideOptions, type VoteOptions, decide, vote } from "./decide.js";
 import type { Approval } from "./gen/gavel/v1/approval_pb.js";
+import { type GavelServiceClient, type Plain, integerProblem, toPlain } from "./plain.js";
 
 /** The response header a follower adds when it forwarded a call. */
 export const LEADER_HEADER = "gavel-leader";
@@ -59,6 +67,17 @@ export interface ClientOptions {
   retryBudgetMs?: number;
   /** Send later calls straight to the leader a follower names. Default true. */
   followLeader?: boolean;
+  /**
+   * Which node serves the reads a node may serve from its own replica:
+   * `"leader"` (default) sends them to the preferred endpoint like every
+   * call; `"any"` spreads them over all endpoints in turn. Today that is
+   * `AuditService/WatchEvents`: a follower streams the same events in the
+   * same order without gaps, but may lag the leader, so an event of a write
+   * that was just acknowledged can arrive a little later. Every other read
+   * is linearizable at the leader (a follower would only forward it), so it
+   * goes to the leader either way (docs/guarantees.md).
+   */
+  readFrom?: "leader" | "any";
 }
 
 /**
@@ -86,27 +105,27 @@ export function optionsFromEnv(env: NodeJS.ProcessEnv = process.env): ClientOpti
 
 /** A client for a Gavel cluster: one typed client per service. */
 export interface GavelClient {
-  readonly approvals: Client<typeof ApprovalService>;
-  readonly capabilities: Client<typeof CapabilityService>;
-  readonly executions: Client<typeof ExecutionService>;
-  readonly workers: Client<typeof WorkerService>;
-  readonly audit: Client<typeof AuditService>;
-  readonly cluster: Client<typeof ClusterService>;
-  readonly access: Client<typeof AccessService>;
+  readonly approvals: GavelServiceClient<typeof ApprovalService>;
+  readonly capabilities: GavelServiceClient<typeof CapabilityService>;
+  readonly executions: GavelServiceClient<typeof ExecutionService>;
+  readonly workers: GavelServiceClient<typeof WorkerService>;
+  readonly audit: GavelServiceClient<typeof AuditService>;
+  readonly cluster: GavelServiceClient<typeof ClusterService>;
+  readonly access: GavelServiceClient<typeof AccessService>;
   /** Approval policies and votes (docs/policies.md). */
-  readonly policies: Client<typeof PolicyService>;
+  readonly policies: GavelServiceClient<typeof PolicyService>;
   /**
    * Approves or rejects an approval, naming the terms hash it was decided on
    * (`decision.termsHash`, the hash the person was shown; absent, the
    * approval is read first and the hash of what was read is sent). A hash
    * that is not the approval's is refused with APPROVAL_TERMS_CHANGED.
    */
-  decide(id: string, decision: DecideOptions, callOptions?: CallOptions): Promise<Approval>;
+  decide(id: string, decision: DecideOptions, callOptions?: CallOptions): Promise<Plain<Approval>>;
   /**
    * Casts one vote on an approval a policy governs, naming the terms hash
    * and input hash it was cast on (read first when not given).
    */
-  vote(id: string, vote: VoteOptions, callOptions?: CallOptions): Promise<Approval>;
+  vote(id: string, vote: VoteOptions, callOptions?: CallOptions): Promise<Plain<Approval>>;
   /** The configured endpoints, as `host:port`. */
   readonly endpoints: readonly string[];
   /** The endpoint calls go to first (the last known leader). */
@@ -128,6 +147,15 @@ export function newRequestId(): string {
 
 /** Deadline of one status call of the survey a failed call ends with. */
 const SURVEY_TIMEOUT_MS = 1000;
+
+/**
+ * The calls every node serves from its own replica that `readFrom: "any"`
+ * spreads (the server's list is `SERVED_BY_EVERY_NODE` in
+ * crates/gavel-server/src/routing.rs). `ClusterService/Status` is served by
+ * every node too, but it answers with that node's own view, so it stays on
+ * the endpoint the caller prefers.
+ */
+const REPLICA_READS: ReadonlySet<string> = new Set(["gavel.v1.AuditService.WatchEvents"]);
 
 /** Long-polls: the request field that extends the attempt's deadline. */
 const LONG_POLL_FIELDS: Record<string, string> = {
@@ -218,6 +246,14 @@ interface Node {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
+/** Refuses, before sending, a number in a 64-bit field that is not a safe integer (plain.ts). */
+function refuseUnsafeIntegers(input: DescMessage, message: Record<string, unknown>): void {
+  const problem = integerProblem(input, message);
+  if (problem !== undefined) {
+    throw new GavelError("INVALID_ARGUMENT", problem, Code.InvalidArgument);
+  }
+}
+
 /** Creates a client for a cluster. No connection is opened until the first call. */
 export function createGavelClient(options: ClientOptions): GavelClient {
   if (options.endpoints.length === 0) {
@@ -236,7 +272,7 @@ export function createGavelClient(options: ClientOptions): GavelClient {
     const session = new Http2SessionManager(url, { pingIntervalMs: 10_000, pingIdleConnection: true }, tlsOptions);
     return { endpoint, session, services: new Map() };
   });
-  const state = { preferred: 0, attempts: 0 };
+  const state = { preferred: 0, attempts: 0, nextReplicaRead: 0 };
   return buildClient(options, endpoints, nodes, state);
 }
 
@@ -244,11 +280,15 @@ function buildClient(
   options: ClientOptions,
   endpoints: string[],
   nodes: Node[],
-  state: { preferred: number; attempts: number },
+  state: { preferred: number; attempts: number; nextReplicaRead: number },
 ): GavelClient {
   const callTimeoutMs = options.callTimeoutMs ?? 5000;
   const retryBudgetMs = options.retryBudgetMs ?? 20_000;
   const followLeader = options.followLeader ?? true;
+  const readFrom = options.readFrom ?? "leader";
+  if (readFrom !== "leader" && readFrom !== "any") {
+    throw new GavelError("CONFIG", `readFrom is "leader" or "any", not ${JSON.stringify(readFrom)}`, Code.InvalidArgument);
+  }
   const authorization = options.token !== undefined ? `Bearer ${options.token}` : undefined;
 
   const serviceOf = <S extends DescService>(node: Node, service: S): Client<S> => {
@@ -268,6 +308,20 @@ function buildClient(
   const methodOf = <R>(node: Node, service: DescService, method: DescMethod) => {
     const client = serviceOf(node, service) as unknown as Record<string, (request: unknown, options: CallOptions) => R>;
     return client[method.localName]!;
+  };
+
+  /** The request headers of a unary call (unary.ts): the caller's own and the token. */
+  const requestHeaders = (given: CallOptions["headers"]): OutgoingHttpHeaders => {
+    const headers: OutgoingHttpHeaders = {};
+    if (given !== undefined) {
+      for (const [key, value] of new Headers(given)) {
+        headers[key] = value;
+      }
+    }
+    if (authorization !== undefined) {
+      headers.authorization = authorization;
+    }
+    return headers;
   };
 
   const headersFor = (given: CallOptions["headers"]): Headers => {
@@ -300,6 +354,7 @@ function buildClient(
       checkJsonText(...json);
     }
     checkActors(method.input, message);
+    refuseUnsafeIntegers(method.input, message);
     if ("requestId" in message && message.requestId === "") {
       message.requestId = newRequestId();
     }
@@ -313,30 +368,31 @@ function buildClient(
     const deadlineMs = (callOptions?.timeoutMs ?? callTimeoutMs) + extraMs;
     const started = Date.now();
     let pauseMs = 50;
+    const call = {
+      path: `/${service.typeName}/${method.name}`,
+      output: method.output,
+      body: toBinary(method.input, message as never),
+      headers: requestHeaders(callOptions?.headers),
+      timeoutMs: deadlineMs,
+      signal: callOptions?.signal,
+    };
     for (;;) {
       const index = state.preferred % nodes.length;
       const node = nodes[index]!;
-      const call = methodOf<Promise<unknown>>(node, service, method);
       state.attempts += 1;
-      let leader: string | null = null;
       let failure: string;
       try {
-        const response = await call(message, {
-          ...callOptions,
-          timeoutMs: deadlineMs,
-          headers: headersFor(callOptions?.headers),
-          onHeader: (headers) => {
-            leader = headers.get(LEADER_HEADER);
-            callOptions?.onHeader?.(headers);
-          },
-        });
-        if (followLeader && leader !== null) {
+        const answer = await unaryCall(node.session, call);
+        callOptions?.onHeader?.(webHeaders(answer.header));
+        callOptions?.onTrailer?.(webHeaders(answer.trailer));
+        const leader = answer.header[LEADER_HEADER];
+        if (followLeader && typeof leader === "string") {
           const position = endpoints.indexOf(leader);
           if (position >= 0) {
             state.preferred = position;
           }
         }
-        return response;
+        return toPlain(answer.message);
       } catch (error) {
         if (callOptions?.signal?.aborted || !retryableAttempt(error)) {
           throw fromAttempt(error, node.endpoint);
@@ -361,33 +417,55 @@ function buildClient(
     }
   };
 
-  /** A server stream from the preferred node (WatchEvents); the caller resumes by cursor. */
+  /**
+   * A server stream (WatchEvents) from the preferred node, or from the next
+   * node in turn under `readFrom: "any"`; the caller resumes by cursor.
+   */
   const callStream = (
     service: DescService,
     method: DescMethod,
     request: unknown,
     callOptions: CallOptions | undefined,
   ): AsyncIterable<unknown> => {
-    const index = state.preferred % nodes.length;
+    const message = create(method.input, request as never) as Record<string, unknown>;
+    refuseUnsafeIntegers(method.input, message);
+    const spread = readFrom === "any" && REPLICA_READS.has(`${service.typeName}.${method.name}`);
+    const index = spread ? state.nextReplicaRead++ % nodes.length : state.preferred % nodes.length;
     const node = nodes[index]!;
     const call = methodOf<AsyncIterable<unknown>>(node, service, method);
     state.attempts += 1;
-    const stream = call(request, {
+    // Connect leaves the HTTP/2 stream open when the caller stops reading
+    // early (a `break` out of `for await`), and the node keeps streaming
+    // into it; aborting this controller then closes it.
+    const stop = new AbortController();
+    const given = callOptions?.signal;
+    const forward = () => stop.abort(given?.reason);
+    if (given?.aborted) {
+      forward();
+    }
+    given?.addEventListener("abort", forward, { once: true });
+    const stream = call(message, {
       ...callOptions,
+      signal: stop.signal,
       headers: headersFor(callOptions?.headers),
     });
     return {
       async *[Symbol.asyncIterator]() {
         try {
-          yield* stream;
+          for await (const item of stream) {
+            yield toPlain(item);
+          }
         } catch (error) {
           throw fromAttempt(error, node.endpoint);
+        } finally {
+          given?.removeEventListener("abort", forward);
+          stop.abort();
         }
       },
     };
   };
 
-  const wrap = <S extends DescService>(service: S): Client<S> => {
+  const wrap = <S extends DescService>(service: S): GavelServiceClient<S> => {
     const wrapped: Record<string, unknown> = {};
     for (const method of service.methods) {
       wrapped[method.localName] =
@@ -395,7 +473,7 @@ function buildClient(
           ? (request: unknown, callOptions?: CallOptions) => callStream(service, method, request, callOptions)
           : (request: unknown, callOptions?: CallOptions) => callUnary(service, method, request, callOptions);
     }
-    return wrapped as Client<S>;
+    return wrapped as GavelServiceClient<S>;
   };
 
   const cluster = wrap(ClusterService);
@@ -415,7 +493,7 @@ function buildClient(
       }),
     );
     return Reachability.of(
-      answers.filter((answer): answer is StatusResponse => answer !== undefined),
+      answers.filter((answer): answer is StatusResponse => answer !== undefined).map((answer) => toPlain(answer)),
       nodes.length,
     );
   };

@@ -12,6 +12,7 @@ import { type CallOptions, Code } from "@connectrpc/connect";
 import type { ActorSchema } from "./gen/gavel/v1/common_pb.js";
 import { type Approval, ApprovalStatus } from "./gen/gavel/v1/approval_pb.js";
 import type { GavelClient } from "./client.js";
+import type { Plain } from "./plain.js";
 import { GavelError } from "./errors.js";
 
 /** A decision on an approval: `client.decide(id, decision)`. */
@@ -29,7 +30,7 @@ export interface DecideOptions {
   /** Who decides; defaults to the caller (naming another needs `delegate-decide`). */
   approver?: MessageInitShape<typeof ActorSchema>;
   /** The caller's clock (Unix epoch ms; needs the `clock` grant), for the read and the decision. */
-  callerNowMs?: bigint;
+  callerNowMs?: number | bigint;
   /** Idempotency token of the decision; a fresh one when absent. */
   requestId?: string;
 }
@@ -44,7 +45,12 @@ export interface VoteOptions extends Omit<DecideOptions, "callerNowMs"> {
 }
 
 /** The approval `id` as it is now; NOT_FOUND when there is none. */
-async function read(client: GavelClient, id: string, callerNowMs: bigint | undefined, callOptions?: CallOptions): Promise<Approval> {
+async function read(
+  client: GavelClient,
+  id: string,
+  callerNowMs: number | bigint | undefined,
+  callOptions?: CallOptions,
+): Promise<Plain<Approval>> {
   const response = await client.approvals.getApproval({ id, callerNowMs }, callOptions);
   if (response.approval === undefined) {
     throw new GavelError("NOT_FOUND", `approval ${id} was not found`, Code.NotFound);
@@ -53,12 +59,17 @@ async function read(client: GavelClient, id: string, callerNowMs: bigint | undef
 }
 
 /** The terms hash a read approval carries (none from a cluster that predates terms). */
-function hashOf(approval: Approval): string | undefined {
+function hashOf(approval: Plain<Approval>): string | undefined {
   return approval.termsHash === "" ? undefined : approval.termsHash;
 }
 
 /** Approves or rejects approval `id`, naming the terms hash the decision was made on. */
-export async function decide(client: GavelClient, id: string, decision: DecideOptions, callOptions?: CallOptions): Promise<Approval> {
+export async function decide(
+  client: GavelClient,
+  id: string,
+  decision: DecideOptions,
+  callOptions?: CallOptions,
+): Promise<Plain<Approval>> {
   const termsHash =
     decision.termsHash !== undefined ? decision.termsHash : hashOf(await read(client, id, decision.callerNowMs, callOptions));
   const response = await client.approvals.decideApproval(
@@ -77,7 +88,12 @@ export async function decide(client: GavelClient, id: string, decision: DecideOp
 }
 
 /** Casts one vote on approval `id`, naming the terms hash (and input hash) it was cast on. */
-export async function vote(client: GavelClient, id: string, cast: VoteOptions, callOptions?: CallOptions): Promise<Approval> {
+export async function vote(
+  client: GavelClient,
+  id: string,
+  cast: VoteOptions,
+  callOptions?: CallOptions,
+): Promise<Plain<Approval>> {
   let { termsHash, inputHash } = cast;
   if (termsHash === undefined || inputHash === undefined) {
     const approval = await read(client, id, undefined, callOptions);

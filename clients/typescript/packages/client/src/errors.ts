@@ -3,6 +3,7 @@
 // `message`.
 import { Code, ConnectError } from "@connectrpc/connect";
 import { type ErrorDetail, ErrorDetailSchema } from "./gen/gavel/v1/error_pb.js";
+import { type Plain, toPlain } from "./plain.js";
 
 /** Why a call failed. */
 export class GavelError extends Error {
@@ -16,10 +17,10 @@ export class GavelError extends Error {
   readonly grpcCode: Code;
   /** Every validation problem, when there were several. */
   readonly problems: readonly string[];
-  /** The server's whole ErrorDetail, when it sent one. */
-  readonly detail: ErrorDetail | undefined;
+  /** The server's whole ErrorDetail, when it sent one (64-bit integers as numbers, like every record the client returns). */
+  readonly detail: Plain<ErrorDetail> | undefined;
 
-  constructor(code: string, message: string, grpcCode: Code, detail?: ErrorDetail, options?: { cause?: unknown }) {
+  constructor(code: string, message: string, grpcCode: Code, detail?: Plain<ErrorDetail>, options?: { cause?: unknown }) {
     super(`${code}: ${message}`, options);
     this.name = "GavelError";
     this.code = code;
@@ -87,7 +88,7 @@ export function fromAttempt(error: unknown, endpoint: string): GavelError {
   const connect = ConnectError.from(error);
   const detail = readErrorDetail(connect);
   if (detail !== undefined) {
-    return new GavelError(detail.code, detail.message || connect.rawMessage, connect.code, detail, { cause: error });
+    return new GavelError(detail.code, detail.message || connect.rawMessage, connect.code, toPlain(detail), { cause: error });
   }
   return new GavelError(fallbackCode(connect), connect.rawMessage, connect.code, undefined, { cause: error });
 }

@@ -5,7 +5,7 @@
 // terms hash (decide.ts); the I-JSON check of JSON before it is
 // sent (ijson.ts); actors written `kind:id` and the refusal of an actor id
 // that names a kind (actors.ts); every stable code, generated from the server's catalogue
-// (codes.ts).
+// (codes.ts); records with their 64-bit integers as numbers (plain.ts).
 export {
   type ClientOptions,
   type GavelClient,
@@ -21,6 +21,7 @@ export { actorIdProblem, actorText } from "./actors.js";
 export { type GavelCode, type GavelCodeClass, type GavelCodeInfo, GAVEL_CODES, isGavelCode } from "./codes.js";
 export { Code } from "@connectrpc/connect";
 export { Reachability } from "./reach.js";
+export { type GavelServiceClient, type Plain, type PlainInit, toPlain } from "./plain.js";
 export { UnserializableInputError, canonicalJson, inputHash } from "./hash.js";
 export { type JsonField, checkJsonText, stringifyIJson } from "./ijson.js";
 export {

@@ -2,6 +2,7 @@
 // quorum, so "connect error" becomes "no leader: quorum lost (1 of 3 nodes
 // reachable)" (the Rust SDK's crates/gavel-client/src/reach.rs).
 import type { StatusResponse } from "./gen/gavel/v1/cluster_pb.js";
+import type { Plain } from "./plain.js";
 
 /** What a round of ClusterService/Status calls found. */
 export class Reachability {
@@ -11,12 +12,12 @@ export class Reachability {
     /** Voters of the membership, or the endpoints asked when no answer names one. */
     readonly voters: number,
     /** The node that reports itself leader at the highest term, if any. */
-    readonly leader: bigint | undefined,
+    readonly leader: number | undefined,
   ) {}
 
   /** Judges the answers of `asked` nodes (one per node that answered). */
-  static of(answers: readonly StatusResponse[], asked: number): Reachability {
-    let newest: StatusResponse | undefined;
+  static of(answers: readonly Plain<StatusResponse>[], asked: number): Reachability {
+    let newest: Plain<StatusResponse> | undefined;
     for (const answer of answers) {
       if (
         newest === undefined ||
@@ -31,7 +32,7 @@ export class Reachability {
       voterIds.length === 0
         ? [answers.length, Math.max(asked, answers.length)]
         : [answers.filter((answer) => voterIds.includes(answer.nodeId)).length, voterIds.length];
-    let leader: StatusResponse | undefined;
+    let leader: Plain<StatusResponse> | undefined;
     for (const answer of answers) {
       if (answer.role === "Leader" && (leader === undefined || answer.term > leader.term)) {
         leader = answer;

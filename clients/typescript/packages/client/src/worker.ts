@@ -15,7 +15,11 @@ import { GavelError } from "./errors.js";
 import { stringifyIJson } from "./ijson.js";
 import type { Actor } from "./gen/gavel/v1/common_pb.js";
 import type { Capability } from "./gen/gavel/v1/capability_pb.js";
-import type { Task } from "./gen/gavel/v1/worker_pb.js";
+import type { Task as TaskMessage } from "./gen/gavel/v1/worker_pb.js";
+import type { Plain } from "./plain.js";
+
+/** A leased task as the client returns it. */
+type Task = Plain<TaskMessage>;
 
 /** Why a handler's signal was aborted. */
 export type AbortReason = "cancelled" | "lease-lost" | "deadline" | "shutdown";
@@ -33,7 +37,7 @@ export interface TaskContext {
   /** Attempt number, 1 for the first. */
   attempt: number;
   /** The lease's fencing token: pass it to downstream services. */
-  leaseId: bigint;
+  leaseId: number;
   /** The attempt's deadline (Unix epoch ms). */
   deadlineMs: number;
   /** Aborted on cancel, lease loss, the deadline or shutdown; `signal.reason` is an AbortReason. */
@@ -43,7 +47,7 @@ export interface TaskContext {
   /** Who approved it, when an approval was consumed. */
   approver: Actor | undefined;
   /** The capability version the execution runs under. */
-  capability: Capability | undefined;
+  capability: Plain<Capability> | undefined;
   /** Application correlation id. */
   correlationId: string | undefined;
   /** Approval consumed to create the execution, if any. */
@@ -290,7 +294,7 @@ export function createWorker(options: WorkerOptions): Worker {
       }
       // Report and take the next ready task for this slot in one call,
       // without waiting (waitMs 0): an idle slot goes back to the long-poll.
-      const answer = await client.workers.reportAndPoll({ report, queues: [...options.queues], maxTasks: 1, waitMs: 0n });
+      const answer = await client.workers.reportAndPoll({ report, queues: [...options.queues], maxTasks: 1, waitMs: 0 });
       if (answer.pollFailure !== undefined) {
         const detail = answer.pollFailure.detail;
         onError(new GavelError(detail?.code ?? "UNKNOWN", detail?.message ?? "", answer.pollFailure.statusCode), {
@@ -348,7 +352,7 @@ export function createWorker(options: WorkerOptions): Worker {
             workerId,
             queues: [...options.queues],
             maxTasks: Math.min(POLL_TASKS_MAX, concurrency - running.size),
-            waitMs: BigInt(pollWaitMs),
+            waitMs: pollWaitMs,
           },
           { signal: stopPolling.signal },
         );

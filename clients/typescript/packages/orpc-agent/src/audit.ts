@@ -3,7 +3,7 @@
 // events Gavel writes itself. Events are recorded as the app's principal
 // (`recorded_by_application`), under the type `<prefix><orpc-agent type>`,
 // since the bare types (`capability.approved`, ...) are Gavel's own.
-import { type GavelClient, type RecordEventResponse, stringifyIJson } from "@gavel/client";
+import { type GavelClient, type Plain, type RecordEventResponse, stringifyIJson } from "@gavel/client";
 import { toPbActor } from "./coordinator.js";
 import type { AuditEvent, AuditSink } from "./types.js";
 
@@ -44,10 +44,10 @@ function payloadOf(event: AuditEvent): string {
 
 /** Creates an orpc-agent AuditSink writing to Gavel's trail. */
 export function createGavelAuditSink(options: GavelAuditSinkOptions): AuditSink & {
-  record(event: AuditEvent): Promise<RecordEventResponse | undefined>;
+  record(event: AuditEvent): Promise<Plain<RecordEventResponse> | undefined>;
 } {
   const prefix = options.typePrefix ?? "orpc.";
-  const record = async (event: AuditEvent): Promise<RecordEventResponse | undefined> => {
+  const record = async (event: AuditEvent): Promise<Plain<RecordEventResponse> | undefined> => {
     if (options.include !== undefined && !options.include(event)) {
       return undefined;
     }

@@ -4,6 +4,7 @@ import {
   type CapabilitySpec,
   type GavelClient,
   type MessageInitShape,
+  type PlainInit,
   Risk as PbRisk,
   SideEffect as PbSideEffect,
   type CapabilitySpecSchema,
@@ -24,7 +25,7 @@ export interface UnmappedField {
 /** What syncCapabilities did. */
 export interface SyncReport {
   /** Registered capabilities: id and the version Gavel gave it. */
-  registered: { id: string; version: bigint }[];
+  registered: { id: string; version: number }[];
   /** Metadata that was not carried over. */
   unmapped: UnmappedField[];
 }
@@ -41,15 +42,15 @@ export interface SyncOptions {
 export function toCapabilitySpec(
   meta: AgentMeta,
   queue: string = meta.id,
-): { spec: MessageInitShape<typeof CapabilitySpecSchema>; unmapped: UnmappedField[] } {
+): { spec: PlainInit<MessageInitShape<typeof CapabilitySpecSchema>>; unmapped: UnmappedField[] } {
   const unmapped: UnmappedField[] = [];
   const note = (field: string, reason: string) => unmapped.push({ capabilityId: meta.id, field, reason });
-  const spec: MessageInitShape<typeof CapabilitySpecSchema> & Partial<Pick<CapabilitySpec, "tags">> = {
+  const spec: PlainInit<MessageInitShape<typeof CapabilitySpecSchema>> & Partial<Pick<CapabilitySpec, "tags">> = {
     id: meta.id,
     sideEffect: SIDE_EFFECTS[meta.sideEffect] ?? PbSideEffect.UNSPECIFIED,
     risk: RISKS[meta.risk ?? "low"] ?? PbRisk.UNSPECIFIED,
     idempotent: meta.idempotent ?? false,
-    timeoutMs: BigInt(meta.timeoutMs ?? ORPC_AGENT_DEFAULT_TIMEOUT_MS),
+    timeoutMs: meta.timeoutMs ?? ORPC_AGENT_DEFAULT_TIMEOUT_MS,
     queue,
     tags: meta.tags ?? [],
   };
@@ -59,7 +60,7 @@ export function toCapabilitySpec(
   if (meta.retry !== undefined) {
     spec.retry = { maxAttempts: meta.retry.maxAttempts };
     if (meta.retry.backoffMs !== undefined) {
-      spec.retry.backoffMs = BigInt(meta.retry.backoffMs);
+      spec.retry.backoffMs = meta.retry.backoffMs;
     }
     if (meta.retry.retryOn !== undefined) {
       note("retry.retryOn", "a function deciding per error cannot run in the cluster; list the codes that must not be retried in the capability's non_retryable_codes, or throw a non-retryable error");
@@ -69,7 +70,7 @@ export function toCapabilitySpec(
     const approval: ApprovalMeta = meta.approval === true ? { required: true } : meta.approval;
     spec.approval = { required: approval.required ?? true };
     if (approval.type !== undefined) spec.approval.type = approval.type;
-    if (approval.expiresInMs !== undefined) spec.approval.expiresInMs = BigInt(approval.expiresInMs);
+    if (approval.expiresInMs !== undefined) spec.approval.expiresInMs = approval.expiresInMs;
     if (approval.when !== undefined) {
       note("approval.when", "a per-call predicate cannot run in the cluster; Gavel's approval policy is static, so request approvals from the app through the coordinator instead");
     }
@@ -95,7 +96,7 @@ export async function syncCapabilities(
     report.unmapped.push(...unmapped);
     if (!options.dryRun) {
       const response = await client.capabilities.registerCapability({ spec });
-      report.registered.push({ id: meta.id, version: response.capability?.version ?? 0n });
+      report.registered.push({ id: meta.id, version: response.capability?.version ?? 0 });
     }
   }
   return report;

@@ -22,6 +22,7 @@ import {
   actorText,
   type Approval,
   ApprovalStatus as PbStatus,
+  type Plain,
   Code,
   type GavelClient,
   GavelError,
@@ -197,8 +198,8 @@ export function fromPbActor(actor: PbActor | undefined): Actor {
   return out;
 }
 
-/** The orpc-agent record of a Gavel approval. */
-export function toRecord(approval: Approval): GavelApprovalRecord {
+/** The orpc-agent record of a Gavel approval (as the client returns it, or a protobuf-es message). */
+export function toRecord(approval: Plain<Approval> | Approval): GavelApprovalRecord {
   const record: GavelApprovalRecord = {
     id: approval.id,
     capabilityId: approval.capabilityId,
@@ -327,18 +328,18 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
   const { client } = options;
   const clock = options.now;
   /** The injected clock's reading, or undefined without one (the cluster's clock counts). */
-  const nowMs = (): bigint | undefined => {
+  const nowMs = (): number | undefined => {
     if (clock === undefined) {
       return undefined;
     }
     const now = clock();
-    return BigInt(Math.trunc(typeof now === "number" ? now : now.getTime()));
+    return Math.trunc(typeof now === "number" ? now : now.getTime());
   };
   const allowSelfApproval = options.allowSelfApproval ?? false;
   const pageSize = options.pageSize ?? 500;
   const maxListed = options.maxListed ?? 100_000;
   /** Approval `id`, or undefined when the cluster answers NOT_FOUND (none, or not readable by this client). */
-  const readApproval = async (id: string): Promise<Approval | undefined> => {
+  const readApproval = async (id: string): Promise<Plain<Approval> | undefined> => {
     try {
       return (await client.approvals.getApproval({ id, callerNowMs: nowMs() })).approval;
     } catch (error) {
@@ -377,10 +378,10 @@ export function createGavelApprovalCoordinator(options: GavelApprovalCoordinator
           clock !== undefined
             ? {
                 callerNowMs: nowMs(),
-                requestedAtMs: BigInt(request.requestedAt.getTime()),
-                expiresAtMs: BigInt(request.expiresAt.getTime()),
+                requestedAtMs: request.requestedAt.getTime(),
+                expiresAtMs: request.expiresAt.getTime(),
               }
-            : { expiresInMs: BigInt(windowMs) };
+            : { expiresInMs: windowMs };
         const response = await client.approvals.createApproval({
           ...validity,
           id: request.id,

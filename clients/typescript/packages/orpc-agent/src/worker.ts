@@ -25,7 +25,7 @@ export interface GavelAgentContext {
   signal: AbortSignal;
   attempt: number;
   /** The lease's fencing token, for downstream services that check it. */
-  leaseId: bigint;
+  leaseId: number;
   capabilityId: string;
   surface: string;
   /** The requesting actor (the one the execution was submitted for). */
