@@ -470,8 +470,10 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"GAVELSNP";
 /// hot state, full tiles in the `AuditTiles` table), approval policies in
 /// the hot state, and an approval's quorum and standing terms on its record.
 /// Format 4: the executions' listing index (the `ExecutionsBySubmission`
-/// table).
-pub const SNAPSHOT_FORMAT: u32 = 4;
+/// table). Format 5: no new encoding here, but the log a `cold.redb`
+/// checkpoint is resumed with may hold `Command::Handoff` entries, which a
+/// format-4 build cannot decode (decision 0107): it must not open the data.
+pub const SNAPSHOT_FORMAT: u32 = 5;
 
 /// Reads and checks the snapshot header ([`SNAPSHOT_MAGIC`],
 /// [`SNAPSHOT_FORMAT`]) at the start of `reader`.

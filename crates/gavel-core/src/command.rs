@@ -235,6 +235,46 @@ pub enum Command {
         /// Its terms.
         standing: StandingSpec,
     },
+    /// A command (`Submit`, `Resume`) and a worker's waiting poll it hands
+    /// its work to in the same apply (decision 0107). Only the leader builds
+    /// one, around a command it admitted and a poll it authenticated; a
+    /// client never sends one, and one nested in another is refused.
+    Handoff(Box<Handoff>),
+}
+
+/// A waiting worker poll that the command it travels with hands its work
+/// to: when that command created an execution, the same apply runs this
+/// poll, under its own request id and caller, exactly as a `Poll` proposed
+/// on its own would run (admitted again, deduplicated, remembered). The
+/// wrapped command is admitted, deduplicated and answered as if it were
+/// alone, so a retry of it without the hand-off is the same request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// The command that makes work ready.
+    pub command: Command,
+    /// The request id the poll's grant is remembered under: one grant
+    /// attempt of the waiting poll ([`crate::ids::grant_request_id`]), so
+    /// a retried poll finds it ([`crate::State::replayed_grants_for`]).
+    pub grant_request_id: String,
+    /// Who sent the poll, as the leader authenticated it.
+    pub worker: Option<Caller>,
+    /// The polling worker.
+    pub worker_id: String,
+    /// Its queues, in order.
+    pub queues: Vec<String>,
+    /// At most this many tasks.
+    pub tasks_max: u32,
+    /// When the waiting poll gives up, by the leader's clock: a hand-off
+    /// applied at a later cluster time grants nothing (that poll has gone).
+    pub poll_deadline_ms: u64,
+}
+
+impl Handoff {
+    /// The `Poll` this hand-off runs: the same command the waiting poll
+    /// would propose itself, so both are one request to deduplication.
+    pub fn poll(&self) -> Command {
+        Command::Poll { worker_id: self.worker_id.clone(), queues: self.queues.clone(), tasks_max: self.tasks_max }
+    }
 }
 
 /// How long finalized records and events are kept.

@@ -161,6 +161,11 @@ impl Executions {
         self.queues.iter().map(|(queue, ready)| (queue.as_str(), ready.len()))
     }
 
+    /// How many executions wait ready in `queue`.
+    pub(crate) fn ready_depth(&self, queue: &str) -> usize {
+        self.queues.get(queue).map_or(0, BTreeMap::len)
+    }
+
     /// Number of retained executions.
     pub(crate) fn len(&self) -> usize {
         let finalized: u64 = self.finalized_counts.values().sum();

@@ -173,21 +173,47 @@ impl State {
     /// reply of an earlier command with the same request id (a retry the
     /// dedup table answered, changing nothing). The flag is an observation
     /// for the node's metrics, not replicated state.
+    ///
+    /// A [`Command::Handoff`] applies the command it carries as if it were
+    /// alone (its reply is the answer), then, when that command created an
+    /// execution just now (not a replay) and the poll's deadline has not
+    /// passed at the cluster clock, runs the waiting poll it names under
+    /// the poll's own request id and caller: the execution is leased in the
+    /// apply that created it (decision 0107). The poll is admitted
+    /// again here, so a worker whose grant was revoked meanwhile gets
+    /// nothing and the execution stays queued.
     pub fn apply_noting_replay(&mut self, envelope: &Envelope) -> (Reply, bool) {
         self.clock_ms = self.clock_ms.max(envelope.now_ms);
-        let caller = envelope.caller.as_ref();
-        let request_id = envelope.request_id.as_deref();
-        let checked = match self.admit(caller, request_id, &envelope.command, self.clock_ms, 0) {
+        let (command, handoff) = match &envelope.command {
+            Command::Handoff(handoff) => (&handoff.command, Some(handoff)),
+            command => (command, None),
+        };
+        let (reply, replayed) = self.apply_one(envelope.request_id.as_deref(), envelope.caller.as_ref(), command);
+        if let Some(handoff) = handoff {
+            let created = !replayed && matches!(reply, Reply::Execution { created: true, .. });
+            if created && self.clock_ms <= handoff.poll_deadline_ms {
+                // The poll's own reply is remembered under its request id,
+                // where the waiting poll (or its retry) reads it.
+                self.apply_one(Some(&handoff.grant_request_id), handoff.worker.as_ref(), &handoff.poll());
+            }
+        }
+        self.seal_events();
+        (reply, replayed)
+    }
+
+    /// One command's admission, quota charge, deduplication and effect,
+    /// its events stamped with its caller's principal.
+    fn apply_one(&mut self, request_id: Option<&str>, caller: Option<&Caller>, command: &Command) -> (Reply, bool) {
+        let checked = match self.admit(caller, request_id, command, self.clock_ms, 0) {
             Ok(checked) => checked,
             Err(refusal) => return (refusal.into(), false),
         };
-        self.charge_quota(caller, request_id, &envelope.command);
+        self.charge_quota(caller, request_id, command);
         let first_cursor = self.audit.next_cursor();
-        let (reply, replayed) = self.apply_admitted(envelope, checked, caller);
+        let (reply, replayed) = self.apply_admitted(request_id, command, checked, caller);
         if let Some(caller) = caller {
             self.audit.stamp_principal(first_cursor, &caller.principal);
         }
-        self.seal_events();
         (reply, replayed)
     }
 
@@ -205,14 +231,20 @@ impl State {
 
     /// `apply` after admission: deduplication, then the command; true
     /// when the dedup table answered.
-    fn apply_admitted(&mut self, envelope: &Envelope, checked: Checked<'_>, caller: Option<&Caller>) -> (Reply, bool) {
-        let Some(request_id) = envelope.request_id.as_deref().filter(|id| !id.is_empty()) else {
+    fn apply_admitted(
+        &mut self,
+        request_id: Option<&str>,
+        command: &Command,
+        checked: Checked<'_>,
+        caller: Option<&Caller>,
+    ) -> (Reply, bool) {
+        let Some(request_id) = request_id.filter(|id| !id.is_empty()) else {
             return (self.dispatch(checked, caller), false);
         };
         if let Err(problem) = crate::validate::check_id("requestId", request_id) {
             return (DomainError::invalid(problem).into(), false);
         }
-        let fingerprint = crate::dedup::fingerprint(&envelope.command, caller.map(|caller| &caller.principal));
+        let fingerprint = crate::dedup::fingerprint(command, caller.map(|caller| &caller.principal));
         let key = crate::dedup::request_key(request_id);
         // Planted bug `dedup-wrong-key`: a truncated key, and no fingerprint
         // check below.
@@ -234,7 +266,7 @@ impl State {
                 );
                 return (reused.into(), false);
             }
-            return (self.rebuild_reply(&remembered.reply, &envelope.command), true);
+            return (self.rebuild_reply(&remembered.reply, command), true);
         }
         let reply = self.dispatch(checked, caller);
         self.dedup.remember(key, fingerprint, RememberedReply::from_reply(&reply), self.clock_ms);
@@ -317,6 +349,7 @@ impl State {
                 let input = input.expect("a checked approval request has its canonical input");
                 self.create_approval(request, input, checked.validity, Some(standing), principal)
             }
+            Command::Handoff(_) => unreachable!("validation refuses a hand-off: apply unwraps the outer one"),
         };
         result.unwrap_or_else(Reply::Error)
     }
@@ -675,6 +708,13 @@ impl State {
     /// True when a poll on these queues would lease something at `now_ms`.
     pub fn has_ready_work(&self, queues: &[String], now_ms: u64) -> bool {
         self.executions.has_ready_work(queues, now_ms.max(self.clock_ms))
+    }
+
+    /// How many executions wait ready in `queue` (backoffs that ended but
+    /// were not yet released not counted): how many waiting polls of that
+    /// queue are worth waking.
+    pub fn ready_count(&self, queue: &str) -> usize {
+        self.executions.ready_depth(queue)
     }
 
     /// The earliest cluster time at which a `Tick` has work: a lease deadline, a

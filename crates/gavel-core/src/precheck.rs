@@ -154,6 +154,11 @@ pub fn check(command: &Command) -> Result<Checked<'_>, DomainError> {
         }
         Command::RecordEvent(event) => record_event(event).map(|payload_json| checked.payload_json = payload_json),
         Command::Tick { .. } => Ok(()),
+        // Apply unwraps a hand-off before admitting what it carries, so a
+        // hand-off reaches the judge only nested in another, or sent as a command.
+        Command::Handoff(_) => Err(DomainError::invalid(
+            "a lease hand-off is built by the leader around one command; it is never sent or nested",
+        )),
         Command::RegisterNoteKey { public_key, .. } => check_note_key(public_key),
         Command::CosignCheckpoint { signature, log_signature, .. } => {
             check_signature(signature)?;

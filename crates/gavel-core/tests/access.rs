@@ -401,6 +401,9 @@ fn row_name(command: &Command) -> &'static str {
         Command::CastVote { .. } => "CastVote",
         Command::WithdrawVote { .. } => "WithdrawVote",
         Command::CreateStandingApproval { .. } => "CreateStandingApproval",
+        // No row: apply authorizes a hand-off as the command it carries,
+        // then its poll as the worker's (`handoff.rs`); sent, it is refused.
+        Command::Handoff(_) => "Handoff",
     }
 }
 

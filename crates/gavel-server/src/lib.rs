@@ -17,8 +17,9 @@
 //! token verification, who a call is made by; [`peer`] what a client certificate
 //! names), [`status`] (refusals as gRPC statuses), [`tls`] (the TLS acceptor: bounded
 //! concurrent handshakes, refusals closed so the client reads the alert), [`health`] (gRPC health that
-//! follows leader and quorum) and [`replies::FromReply`] (typed state-machine
-//! replies).
+//! follows leader and quorum), [`waiters`] (the leader's waiting worker
+//! polls: lease hand-offs and wake-ups) and [`replies::FromReply`] (typed
+//! state-machine replies).
 //!
 //! A secured node (TLS material in [`security::Security`]) serves TLS only,
 //! authenticates every public call (bearer token, else client certificate)
@@ -48,4 +49,5 @@ pub mod status;
 pub mod ticker;
 pub mod tls;
 pub mod trace;
+pub mod waiters;
 pub mod witnesses;

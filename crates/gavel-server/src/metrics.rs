@@ -20,6 +20,9 @@
 //! - `gavel_dedup_replays_total{at}`: retries answered from the dedup table,
 //!   at apply (read from `CoreApp::dedup_replays` at scrape time) or at a
 //!   long-poll's edge ([`Metrics::count_poll_replay`]).
+//! - `gavel_lease_handoffs_total`: waiting polls answered with the tasks
+//!   the apply that created them leased to them, and `gavel_polls_waiting`,
+//!   the polls waiting now ([`crate::waiters`]).
 //! - **Read at scrape time**: the Raft status (term, leader, indexes, role)
 //!   and the domain state's counts ([`gavel_core::State::counts`]), so they
 //!   are never stale and cost nothing between scrapes.
@@ -270,6 +273,11 @@ pub struct Metrics {
     /// `gavel_dedup_replays_total{at}`: retries answered with the reply their
     /// first attempt got (the dedup table), so nothing happened twice.
     dedup_replays: Family<AtLabels, Counter>,
+    /// `gavel_lease_handoffs_total`: waiting polls answered with the tasks
+    /// the command that created them leased to them (decision 0107).
+    lease_handoffs: Counter,
+    /// `gavel_polls_waiting`: worker polls waiting on this node now.
+    polls_waiting: Gauge,
     /// The edge stage and the tick lag (shared with the [`HotPath`] collector).
     edge: Arc<EdgeStats>,
     /// The caps of the labels a caller or a registrant chooses.
@@ -331,6 +339,12 @@ impl Metrics {
                 "gavel_dedup_replays",
                 "Retried requests answered with the reply their first attempt got (at: apply or poll)",
             ),
+            lease_handoffs: registered(
+                r,
+                "gavel_lease_handoffs",
+                "Waiting polls answered with tasks leased by the apply that created their executions",
+            ),
+            polls_waiting: registered(r, "gavel_polls_waiting", "Worker polls waiting on this node (the leader) now"),
             calls,
             call_seconds,
             raft_quorum_ack_age,
@@ -497,6 +511,17 @@ impl Metrics {
     /// first attempt was granted.
     pub fn count_poll_replay(&self) {
         self.dedup_replays.get_or_create(&AtLabels { at: "poll" }).inc();
+    }
+
+    /// The gauge of polls waiting on this node, which the registry of
+    /// waiting polls keeps ([`crate::waiters`]).
+    pub fn polls_waiting(&self) -> Gauge {
+        self.polls_waiting.clone()
+    }
+
+    /// Counts one waiting poll answered with the tasks a hand-off leased it.
+    pub fn count_lease_handoff(&self) {
+        self.lease_handoffs.inc();
     }
 
     /// Records the `edge` stage of one proposed command: from its request

@@ -94,6 +94,9 @@ pub struct Node {
     /// Each principal's writes proposed and not yet answered, for the
     /// quota check before proposing ([`crate::quota`]).
     pub quotas: crate::quota::InFlight,
+    /// The worker polls waiting on this node (the leader), for lease
+    /// hand-offs and wake-ups ([`crate::waiters`]).
+    pub waiters: crate::waiters::Waiters,
     channels: Mutex<BTreeMap<String, Channel>>,
     /// How a channel to another node connects: `None` over real TCP, the
     /// simulator's network otherwise ([`crate::server::InjectedIo`]).
@@ -208,7 +211,21 @@ impl Node {
         let quotas = crate::quota::InFlight::default();
         let channels = Mutex::new(BTreeMap::new());
         let reads = ReadPort::new(app);
-        Arc::new(Node { id, raft, reads, settings, secured, metrics, admission, quotas, channels, dial, clock })
+        let waiters = crate::waiters::Waiters::new(reads.clone(), metrics.polls_waiting());
+        Arc::new(Node {
+            id,
+            raft,
+            reads,
+            settings,
+            secured,
+            metrics,
+            admission,
+            quotas,
+            waiters,
+            channels,
+            dial,
+            clock,
+        })
     }
 
     /// Asks the core whether `caller` may send `command` under `request_id`
@@ -256,6 +273,10 @@ impl Node {
             self.quotas.refused(&self.metrics, error)
         };
         let _in_flight = self.admit(caller, request_id, &command).map_err(refused)?;
+        // A command that creates an execution carries a waiting poll it
+        // leases it to in the same apply; the poll is told when the claim
+        // drops, answered or not.
+        let (command, _claim) = self.waiters.hand_off(command, self.wall_clock_ms());
         match self.propose(caller, request_id, command).await? {
             Reply::Error(error) => Err(refused(error)),
             reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),

@@ -151,6 +151,9 @@ impl State {
         let cluster_ms = self.clock_ms.max(now_ms);
         match command {
             Command::Tick { .. } => State::require_node(caller, "advance cluster time"),
+            // Validation refuses a hand-off first; this arm only keeps the
+            // table whole (apply admits what a hand-off carries, one by one).
+            Command::Handoff(_) => Err(denied("a lease hand-off is never sent".to_string())),
             Command::BootstrapAdmin { .. } => State::require_node(caller, "bootstrap the first admin"),
             Command::RegisterNoteKey { node_id, .. }
             | Command::CosignCheckpoint { node_id, .. }

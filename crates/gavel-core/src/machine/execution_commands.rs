@@ -384,6 +384,35 @@ impl State {
         released
     }
 
+    /// The queue `command` would put a new execution in if it were applied
+    /// now: a `Submit` of a capability that needs no approval, of an
+    /// execution not yet stored, or a `Resume` of an approved approval.
+    /// The leader asks it to pick a waiting poll to hand that work to
+    /// (decision 0107); it is a guess made before the command's position
+    /// in the log, and apply decides (a hand-off whose command created
+    /// nothing grants nothing).
+    pub fn queue_readied_by(&self, command: &crate::command::Command) -> Option<&str> {
+        use crate::command::Command;
+        let capability = match command {
+            Command::Submit(submit) => {
+                let capability = self.registry.get(&submit.capability_id, None)?;
+                if capability.requires_approval() || self.executions.contains(&submit.execution_id) {
+                    return None;
+                }
+                capability
+            }
+            Command::Resume { approval_id, .. } => {
+                let approval = self.approvals.get(approval_id)?;
+                if approval.status_at(self.clock_ms) != ApprovalStatus::Approved {
+                    return None;
+                }
+                self.registry.get(&approval.capability_id, approval.capability_version)?
+            }
+            _ => return None,
+        };
+        Some(capability.queue.as_str())
+    }
+
     /// Leases up to `tasks_max` tasks to `worker_id`, bound to `principal`.
     pub(super) fn poll(
         &mut self,

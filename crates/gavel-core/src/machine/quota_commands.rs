@@ -65,7 +65,8 @@ impl State {
             | Command::RegisterNoteKey { .. }
             | Command::CosignCheckpoint { .. }
             | Command::AddWitnessCosignature { .. }
-            | Command::Tick { .. } => return None,
+            | Command::Tick { .. }
+            | Command::Handoff(_) => return None,
         };
         Some(opens)
     }

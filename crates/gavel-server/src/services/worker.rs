@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 use super::{caller, request_id};
 use crate::convert::common::timestamp_out;
 use crate::convert::execution::{execution_out, heartbeat_in, poll_in, report_in, task_out};
-use gavel_store::reads::Woken;
+use crate::waiters::{Turn, WaitingPoll, Wake};
 
 use crate::node::{domain_status, Node};
 use crate::replies::{HeartbeatReply, ReportReply, TasksReply};
@@ -120,6 +120,12 @@ fn poll_failure_out(status: &Status) -> pb::PollFailure {
 /// under an id derived from the poll's, so a client retry of a poll whose
 /// grant already committed (its caller timed out waiting) gets that lease
 /// again instead of leaving it to expire unused.
+///
+/// While it waits, the poll is registered with the leader's waiting polls
+/// ([`crate::waiters`]): a command that creates an execution in one of its
+/// queues may hand that execution to it in the apply that creates it (a
+/// grant attempt of this poll, read back like a retry's), and the pump
+/// wakes it only when work is ready in one of its queues.
 async fn long_poll(
     node: &Node,
     caller: Option<&Caller>,
@@ -134,24 +140,54 @@ async fn long_poll(
     // counts against no quota: no place is held for it).
     node.admit(caller, request_id, &poll).map_err(domain_status)?;
     let deadline = tokio::time::Instant::now() + wait;
-    let mut applied = node.reads.watch();
-    if let Some(tasks) = applied.read(|state| state.replayed_grants_for(request_id, caller, &poll)) {
+    let replayed = |state: &gavel_core::State| state.replayed_grants_for(request_id, caller, &poll);
+    if let Some(tasks) = node.reads.read(replayed) {
         node.metrics.count_poll_replay();
         return Ok(tasks);
     }
-    let mut attempt = 0u32;
+    let Command::Poll { worker_id, tasks_max, .. } = &poll else {
+        return Err(Status::internal("a long-poll carries a poll command"));
+    };
+    let registration = node.waiters.register(WaitingPoll {
+        caller: caller.cloned(),
+        request_id: request_id.to_string(),
+        worker_id: worker_id.clone(),
+        queues: queues.to_vec(),
+        tasks_max: *tasks_max,
+        deadline_ms: node.wall_clock_ms().saturating_add(wait.as_millis() as u64),
+    });
     loop {
-        let ready = applied.read(|state| state.has_ready_work(queues, node.wall_clock_ms()));
+        // Registered first, read second: work made ready after this read
+        // wakes the poll through the pump.
+        let ready = node.reads.read(|state| state.has_ready_work(queues, node.wall_clock_ms()));
         if ready {
-            let grant_request_id = gavel_core::ids::grant_request_id(request_id, attempt);
-            attempt += 1;
-            let reply: TasksReply = node.call(caller, &grant_request_id, poll.clone()).await?;
-            if !reply.tasks.is_empty() {
-                return Ok(reply.tasks);
+            if let Turn::Grant(attempt) = registration.begin_grant() {
+                let grant_request_id = gavel_core::ids::grant_request_id(request_id, attempt);
+                let reply: TasksReply = node.call(caller, &grant_request_id, poll.clone()).await?;
+                if !reply.tasks.is_empty() {
+                    return Ok(reply.tasks);
+                }
             }
         }
-        if applied.next_apply(Some(deadline)).await == Woken::DeadlineReached {
-            return Ok(Vec::new());
+        match registration.wait(deadline).await {
+            Wake::Ready => {}
+            Wake::HandedOff(attempt) => {
+                let grant_request_id = gavel_core::ids::grant_request_id(request_id, attempt);
+                let granted = node.reads.read(|state| state.replay_for(&grant_request_id, caller, &poll));
+                // Remembered (with tasks or none): the attempt is used. Not
+                // remembered: the command created nothing, or was given up
+                // in flight; the attempt is free, and should that command
+                // still land, this poll's own grant of it is the same request.
+                if let Some(gavel_core::Reply::Tasks(tasks)) = granted {
+                    registration.used(attempt);
+                    if !tasks.is_empty() {
+                        node.metrics.count_lease_handoff();
+                        return Ok(tasks);
+                    }
+                }
+            }
+            // A hand-off given up in flight may have landed since.
+            Wake::Deadline => return Ok(node.reads.read(replayed).unwrap_or_default()),
         }
     }
 }
