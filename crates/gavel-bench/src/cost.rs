@@ -127,8 +127,10 @@ pub struct NodeCost {
 /// What one operation cost, node by node.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CostReport {
-    /// Operations the clients finished in the window (the divisor).
+    /// Operations the clients finished in the window (the divisor; lifecycles when `per` says so).
     pub operations: u64,
+    /// What the figures are per: `operation`, or `lifecycle` (the governed workload).
+    pub per: String,
     /// One row per node, in endpoint order.
     pub nodes: Vec<NodeCost>,
     /// How system calls were counted, or why they were not.
@@ -169,15 +171,25 @@ pub(crate) fn report(
         Ok(_) => format!("perf stat -e {SYSCALL_EVENT}"),
         Err(why) => format!("not counted: {why}"),
     };
-    CostReport { operations, nodes, syscalls_source }
+    CostReport { operations, nodes, syscalls_source, per: "operation".to_string() }
+}
+
+impl CostReport {
+    /// The same report, its divisor being lifecycles (the caller passed their count).
+    pub(crate) fn per_lifecycle(self) -> CostReport {
+        CostReport { per: "lifecycle".to_string(), ..self }
+    }
 }
 
 /// The human-readable table of one configuration's costs.
 pub(crate) fn table(cost: &CostReport) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ =
-        writeln!(out, "cost per operation ({} operations; system calls: {}):", cost.operations, cost.syscalls_source);
+    let _ = writeln!(
+        out,
+        "cost per {} ({} {}s; system calls: {}):",
+        cost.per, cost.operations, cost.per, cost.syscalls_source
+    );
     let _ = writeln!(
         out,
         "  {:<12} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>7}",

@@ -16,7 +16,12 @@
 //!   ConsumeApproval with a fresh execution id;
 //! - `executions`: Submit to the client's own capability and queue, Poll
 //!   (the client's own raw worker leases it), Report completed;
-//! - `mixed`: even clients run approvals, odd clients executions.
+//! - `mixed`: even clients run approvals, odd clients executions;
+//! - `governed`: the governed tool call of issue 42 (see [`governed`]):
+//!   Submit of a capability that needs a human approval, WaitApproval while
+//!   another actor's DecideApproval approves, ResumeAndWait; an in-process
+//!   `gavel_client::Worker` as its own principal leases, runs the tool once
+//!   and reports. Every tool run is counted; a run twice fails the run.
 //!
 //! `--scale N` runs scale mode instead (see `scale`): fill N finalized
 //! executions, measure the executions workload after a checkpoint (10 000)
@@ -68,6 +73,7 @@ pub mod cost;
 mod error;
 pub mod fault;
 pub mod figures;
+pub mod governed;
 pub mod procfs;
 mod report;
 pub mod rolling;
@@ -99,6 +105,10 @@ pub enum Workload {
     Executions,
     /// Half the clients run approvals, half executions.
     Mixed,
+    /// The governed tool call: submit (approval required), wait for the
+    /// decision while another actor approves, resume and wait for the result
+    /// that an in-process SDK worker produces (see `governed`).
+    Governed,
 }
 
 impl Workload {
@@ -108,6 +118,7 @@ impl Workload {
             Workload::Approvals => "approvals",
             Workload::Executions => "executions",
             Workload::Mixed => "mixed",
+            Workload::Governed => "governed",
         }
     }
 }
@@ -136,8 +147,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// durable three-node cluster.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// Lifecycle each client runs: approvals (create, decide, consume), executions (submit, poll, report) or
-    /// mixed (half each).
+    /// Lifecycle each client runs: approvals (create, decide, consume), executions (submit, poll, report),
+    /// mixed (half each) or governed (submit needing approval, decide, resume and wait; an in-process worker runs
+    /// the tool).
     #[arg(long, value_enum, default_value = "approvals")]
     pub workload: Workload,
     /// Closed-loop client counts; each configuration runs in turn on the same cluster.
@@ -335,6 +347,11 @@ fn validate(args: &BenchArgs) -> Result<(), BenchError> {
     }
     if args.scale == Some(0) || args.scale.is_some() && args.scale_clients == 0 {
         return invalid("--scale and --scale-clients must be positive");
+    }
+    if args.workload == Workload::Governed && (args.scale.is_some() || args.fault.is_some() || args.rolling_restart) {
+        return invalid(
+            "--workload governed runs in the workload mode only (no --scale, --fault or --rolling-restart)",
+        );
     }
     if args.scale.is_some() && args.scale_deadline.is_zero() {
         return invalid("--scale-deadline must be positive");
@@ -549,10 +566,20 @@ async fn measure(
         return Ok(Measured { rolling: Some(report), ..Measured::default() });
     }
     let leader = dial.find_leader(endpoints).await?;
-    if args.workload != Workload::Approvals {
-        let registrar = dial.client(endpoints, leader)?;
-        let clients = args.clients.iter().copied().max().unwrap_or(1);
-        workload::register_capabilities(&registrar, clients).await?;
+    let clients_max = args.clients.iter().copied().max().unwrap_or(1);
+    let mut worker = None;
+    if args.workload == Workload::Governed {
+        governed::register_capability(&dial.client(endpoints, leader)?).await?;
+        let started = start_governed_worker(dial, endpoints, local, clients_max, tag).await?;
+        printer.human(&format!(
+            "governed: capability {} (human approval required), an in-process worker with {} slots on queue {}",
+            governed::CAPABILITY,
+            started.concurrency,
+            governed::QUEUE
+        ))?;
+        worker = Some(started);
+    } else if args.workload != Workload::Approvals {
+        workload::register_capabilities(&dial.client(endpoints, leader)?, clients_max).await?;
     }
     let mut configs = Vec::new();
     for (position, clients) in args.clients.iter().enumerate() {
@@ -569,6 +596,7 @@ async fn measure(
             verify_samples: args.verify_samples,
             retained: None,
             cost: args.cost,
+            tool_runs: worker.as_ref().map(|worker| worker.runs.clone()),
         };
         let metrics_addrs = local.map(|local| local.metrics_addrs.clone()).unwrap_or_default();
         let stages_before = stages::scrape_all(&metrics_addrs).await?;
@@ -589,7 +617,45 @@ async fn measure(
         }
         configs.push(report);
     }
+    if let Some(worker) = worker {
+        // Once the worker stopped no tool runs any more: check every configuration's runs again.
+        let runs = worker.stop().await?;
+        for (position, config) in configs.iter_mut().enumerate() {
+            let check = runs.check(&format!("{tag}-{position}-"), config.completed_lifecycles);
+            if !check.ok && config.exactly_once.as_ref().is_some_and(|before| before.ok) {
+                printer.human(&format!("exactly once, after the worker stopped: FAILED: {:?}", check.problems))?;
+                config.errors += check.problems.len().max(1) as u64;
+                config.error_samples.extend(check.problems.iter().map(|problem| format!("exactly once: {problem}")));
+                config.ok = false;
+            }
+            config.exactly_once = Some(check);
+        }
+    }
     Ok(Measured { configs, ..Measured::default() })
+}
+
+/// Starts the governed workload's in-process worker with a slot per client
+/// (at least [`governed::WORKER_CONCURRENCY_MIN`]). On the secure local
+/// cluster it runs as its own principal, `worker:bench-governed`, holding
+/// only the worker grant; otherwise with the bench's credentials.
+async fn start_governed_worker(
+    dial: &cluster::Dial,
+    endpoints: &[String],
+    local: Option<&cluster::LocalCluster>,
+    clients: usize,
+    tag: &str,
+) -> Result<governed::GovernedWorker, BenchError> {
+    let config = match local {
+        Some(local) if local.cluster.is_secure() => {
+            let principal = gavel_pki::Principal::new(gavel_pki::PrincipalKind::Worker, governed::WORKER_PRINCIPAL)
+                .expect("a valid principal id");
+            local.cluster.grant(&principal, &[gavel_pki::GrantName::Worker], cluster::WAIT).await?;
+            local.cluster.client_config_as(&principal)?
+        }
+        _ => dial.config(),
+    };
+    let concurrency = clients.max(governed::WORKER_CONCURRENCY_MIN);
+    governed::GovernedWorker::start(endpoints, config, concurrency, &format!("{tag}-governed-worker"))
 }
 
 #[cfg(test)]
@@ -697,6 +763,10 @@ mod tests {
         assert!(validate(&parse(&["bench", "--figures", "failover", "--figure-runs", "0"])).is_err());
         assert!(validate(&parse(&["bench", "--figures", "idle-worker", "--figure-idle", "0s"])).is_err());
         assert!(validate(&parse(&["bench", "--figures", "restart", "--figure-executions", "0"])).is_err());
+        assert!(validate(&parse(&["bench", "--workload", "governed", "--clients", "1,64", "--cost"])).is_ok());
+        assert!(validate(&parse(&["bench", "--workload", "governed", "--scale", "10"])).is_err());
+        assert!(validate(&parse(&["bench", "--workload", "governed", "--fault", "kill-leader"])).is_err());
+        assert!(validate(&parse(&["bench", "--workload", "governed", "--rolling-restart"])).is_err());
         // Figures mode measures no --clients configurations.
         assert!(validate(&parse(&["bench", "--figures", "cancel", "--clients", "0"])).is_ok());
     }

@@ -9,7 +9,8 @@ use crate::stats::Latency;
 use crate::workload::ConfigReport;
 
 /// Operation rows in lifecycle order.
-const OPERATION_ORDER: [&str; 6] = ["create", "decide", "consume", "submit", "poll", "report"];
+const OPERATION_ORDER: [&str; 8] =
+    ["create", "submit", "decide", "wait_approval", "consume", "resume_and_wait", "poll", "report"];
 
 fn ms(value: f64) -> String {
     format!("{value:.2}")
@@ -72,6 +73,11 @@ pub(crate) fn config_table(report: &ConfigReport) -> String {
             latency_row(&mut out, name, latency);
         }
     }
+    for name in crate::governed::STAGE_ORDER {
+        if let Some(latency) = report.lifecycle_stages.get(name) {
+            latency_row(&mut out, &format!("stage {name}"), latency);
+        }
+    }
     for (kind, latency) in &report.lifecycle_latency {
         latency_row(&mut out, &format!("{kind} lifecycle"), latency);
     }
@@ -92,6 +98,29 @@ pub(crate) fn config_table(report: &ConfigReport) -> String {
         cpu.bench_cpu_s,
         cpu.bench_cores
     );
+    if let Some(each) = &cpu.node_cpu_s_per_lifecycle_each {
+        let _ = writeln!(
+            out,
+            "  node CPU per lifecycle: {} (all nodes {})",
+            each.iter()
+                .enumerate()
+                .map(|(index, seconds)| format!("n{} {}", index + 1, cpu_ms(Some(*seconds))))
+                .collect::<Vec<_>>()
+                .join(", "),
+            cpu_ms(cpu.node_cpu_s_per_lifecycle)
+        );
+    }
+    if let Some(check) = &report.exactly_once {
+        let _ = writeln!(
+            out,
+            "  exactly once: {} ({} executions, {} tool runs, {} ran once and were seen, {} lifecycles completed)",
+            if check.ok { "ok" } else { "FAILED" },
+            check.executions,
+            check.tool_runs,
+            check.ran_once_and_seen,
+            check.completed
+        );
+    }
     if report.ok {
         let _ = writeln!(
             out,

@@ -687,6 +687,7 @@ async fn measure_at(
         verify_samples: spec.verify_samples,
         retained: Some(retained),
         cost: false,
+        tool_runs: None,
     };
     let clocks = |window_start: Instant| async move { (window_start, Instant::now(), now_unix_us()) };
     let measured = workload::run_config_during(dial, endpoints, leader, pids, &measure, prefix, clocks).await?;

@@ -54,8 +54,12 @@ pub struct ClientStats {
     window: (Instant, Instant),
     /// Latency per operation name.
     pub operations: BTreeMap<&'static str, Histogram<u64>>,
-    /// Latency per lifecycle kind (`approval`, `execution`).
+    /// Latency per lifecycle kind (`approval`, `execution`, `governed`).
     pub lifecycles: BTreeMap<&'static str, Histogram<u64>>,
+    /// Latency per stage of a lifecycle that is not one RPC of the client's
+    /// (the governed workload's `decision_seen`, `lease_granted`, ...); not
+    /// counted as operations.
+    pub stages: BTreeMap<&'static str, Histogram<u64>>,
     /// Lifecycles completed and checked, measured or not.
     pub completed: u64,
     /// Unexpected errors and failed checks.
@@ -83,6 +87,7 @@ impl ClientStats {
             window: (start, end),
             operations: BTreeMap::new(),
             lifecycles: BTreeMap::new(),
+            stages: BTreeMap::new(),
             completed: 0,
             errors: 0,
             error_samples: Vec::new(),
@@ -100,7 +105,11 @@ impl ClientStats {
 
     /// Records an operation that ran from `started` until now.
     pub fn operation(&mut self, name: &'static str, started: Instant) {
-        let finished = Instant::now();
+        self.operation_between(name, started, Instant::now());
+    }
+
+    /// Records an operation that ran from `started` until `finished`.
+    pub fn operation_between(&mut self, name: &'static str, started: Instant, finished: Instant) {
         if self.in_window(finished) {
             record(self.operations.entry(name).or_insert_with(new_histogram), finished - started);
             self.operation_spans.push((started, finished));
@@ -115,6 +124,13 @@ impl ClientStats {
             record(self.lifecycles.entry(kind).or_insert_with(new_histogram), finished - started);
             self.finished.push(finished - self.window.0);
             self.lifecycle_spans.push((started, finished));
+        }
+    }
+
+    /// Records a stage that ran from `started` until `finished` (not an operation).
+    pub fn stage(&mut self, name: &'static str, started: Instant, finished: Instant) {
+        if self.in_window(finished) {
+            record(self.stages.entry(name).or_insert_with(new_histogram), finished.saturating_duration_since(started));
         }
     }
 
@@ -134,6 +150,9 @@ impl ClientStats {
         }
         for (kind, histogram) in &other.lifecycles {
             let _ = self.lifecycles.entry(kind).or_insert_with(new_histogram).add(histogram);
+        }
+        for (name, histogram) in &other.stages {
+            let _ = self.stages.entry(name).or_insert_with(new_histogram).add(histogram);
         }
         self.completed += other.completed;
         self.errors += other.errors;
@@ -185,6 +204,15 @@ mod tests {
         assert_eq!(stats.errors, 1);
         assert_eq!(stats.error_samples, vec!["boom".to_string()]);
         assert_eq!((stats.lifecycle_spans.len(), stats.operation_spans.len()), (1, 1), "only measured ones have spans");
+
+        // A stage is a histogram of its own, never an operation.
+        let mut staged = ClientStats::new(now, now + Duration::from_secs(3600));
+        staged.stage("lease_granted", now, now + Duration::from_millis(2));
+        staged.stage("late", now, now + Duration::from_secs(7200));
+        stats.merge(&staged);
+        assert_eq!(stats.measured_operations(), 1);
+        assert_eq!(stats.stages.keys().copied().collect::<Vec<_>>(), vec!["lease_granted"]);
+        assert_eq!(stats.stages["lease_granted"].max(), 2000, "microseconds");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! answer, and records per-operation latencies.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gavel_client::{pb, Client};
@@ -9,6 +10,7 @@ use serde::Serialize;
 
 use crate::cluster::Dial;
 use crate::cost::{self, CostReport};
+use crate::governed::{self, ExactlyOnce, ToolRuns};
 use crate::procfs;
 use crate::stats::{ClientStats, Latency};
 use crate::{BenchError, Workload};
@@ -89,6 +91,8 @@ pub(crate) struct ConfigSpec {
     pub retained: Option<u64>,
     /// Also count what one operation costs each node (`--cost`).
     pub cost: bool,
+    /// The governed workload's tool runs (its worker runs in this process).
+    pub tool_runs: Option<Arc<ToolRuns>>,
 }
 
 /// CPU consumed during the measured window.
@@ -102,6 +106,8 @@ pub struct CpuReport {
     pub node_cpu_s_per_op: Option<f64>,
     /// Node CPU seconds (all nodes) per measured lifecycle.
     pub node_cpu_s_per_lifecycle: Option<f64>,
+    /// Each node's CPU seconds per measured lifecycle, in endpoint order.
+    pub node_cpu_s_per_lifecycle_each: Option<Vec<f64>>,
     /// Average cores the nodes kept busy together.
     pub node_cores: Option<f64>,
     /// CPU seconds of the load generator itself.
@@ -139,11 +145,18 @@ pub struct ConfigReport {
     pub operations_per_s: f64,
     /// Latency per operation (`create`, `decide`, `consume`, `submit`, `poll`, `report`).
     pub latency: BTreeMap<String, Latency>,
-    /// Latency of whole lifecycles, per kind (`approval`, `execution`).
+    /// Latency of whole lifecycles, per kind (`approval`, `execution`, `governed`).
     pub lifecycle_latency: BTreeMap<String, Latency>,
+    /// Latency of the stages of a lifecycle that are not one RPC (the
+    /// governed workload's `decision_seen`, `lease_granted`, `tool`, `result_seen`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub lifecycle_stages: BTreeMap<String, Latency>,
+    /// The governed workload: whether each lifecycle's tool ran exactly once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exactly_once: Option<ExactlyOnce>,
     /// CPU during the window.
     pub cpu: CpuReport,
-    /// With `--cost`: what one operation cost each node.
+    /// With `--cost`: what one operation (governed: one lifecycle) cost each node.
     pub cost: Option<CostReport>,
     /// How far the highest Raft term among the local nodes rose over the
     /// configuration, warmup included (each leader change takes a new term,
@@ -181,12 +194,14 @@ struct ClientContext {
     kind: Kind,
     end: Instant,
     keep_samples: usize,
+    tool_runs: Option<Arc<ToolRuns>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Approval,
     Execution,
+    Governed,
 }
 
 fn kind_of(workload: Workload, index: usize) -> Kind {
@@ -195,6 +210,7 @@ fn kind_of(workload: Workload, index: usize) -> Kind {
         Workload::Executions => Kind::Execution,
         // Even clients run approvals, odd clients executions.
         Workload::Mixed => [Kind::Approval, Kind::Execution][index % 2],
+        Workload::Governed => Kind::Governed,
     }
 }
 
@@ -208,6 +224,7 @@ async fn client_loop(context: ClientContext, mut stats: ClientStats) -> (ClientS
         let outcome = match context.kind {
             Kind::Approval => approval_lifecycle(&context, sequence, &mut stats).await,
             Kind::Execution => execution_lifecycle(&context, sequence, &mut stats).await,
+            Kind::Governed => governed_lifecycle(&context, sequence, &mut stats).await,
         };
         match outcome {
             Ok(sample) => {
@@ -307,6 +324,16 @@ async fn approval_lifecycle(context: &ClientContext, sequence: u64, stats: &mut 
     }
     stats.lifecycle("approval", started);
     Ok(Sample::Approval { approval_id: id, execution_id })
+}
+
+/// The governed tool call (see `governed`); verified at the end as an execution.
+async fn governed_lifecycle(context: &ClientContext, sequence: u64, stats: &mut ClientStats) -> Result<Sample, String> {
+    let Some(runs) = &context.tool_runs else {
+        return Err("the governed workload runs without its worker".to_string());
+    };
+    let execution_id = format!("{}-g{sequence}", context.prefix);
+    let output_json = governed::lifecycle(&context.client, context.index, &execution_id, runs, stats).await?;
+    Ok(Sample::Execution { execution_id, output_json })
 }
 
 fn status_name(status: i32) -> String {
@@ -558,6 +585,7 @@ where
         verify_samples: load.verify_samples,
         retained: None,
         cost: false,
+        tool_runs: None,
     };
     run_config_during(dial, endpoints, leader, &[], &config, prefix, disrupt).await
 }
@@ -607,6 +635,7 @@ where
             kind: kind_of(spec.workload, index),
             end,
             keep_samples,
+            tool_runs: spec.tool_runs.clone(),
         };
         tasks.spawn(client_loop(context, ClientStats::new(window_start, end)));
     }
@@ -660,6 +689,11 @@ where
     if total.completed == 0 {
         total.error("no lifecycle completed".to_string());
     }
+    // Every governed lifecycle has returned: each tool ran once, for a caller that got its result.
+    let exactly_once = spec.tool_runs.as_ref().map(|runs| runs.check(&format!("{prefix}-"), total.completed));
+    for problem in exactly_once.iter().flat_map(|check| &check.problems) {
+        total.error(format!("exactly once: {problem}"));
+    }
 
     let measured_s = spec.duration.as_secs_f64();
     let lifecycles = total.measured_lifecycles();
@@ -687,6 +721,10 @@ where
         total.error("--cost needs the nodes' pids (the local cluster, or --node-pids)".to_string());
     }
     let cost = match cost_counters {
+        // A governed lifecycle's RPCs are the caller's and the worker's: its cost is per lifecycle.
+        Some(((Ok(before), Ok(after)), syscalls)) if spec.workload == Workload::Governed => {
+            Some(cost::report(&before, &after, &syscalls, lifecycles, leader, ticks).per_lifecycle())
+        }
         Some(((Ok(before), Ok(after)), syscalls)) => {
             Some(cost::report(&before, &after, &syscalls, operations, leader, ticks))
         }
@@ -700,6 +738,9 @@ where
         clock_ticks_per_s: ticks,
         node_cpu_s_per_op: node_total.and_then(|total| per(total, operations)),
         node_cpu_s_per_lifecycle: node_total.and_then(|total| per(total, lifecycles)),
+        node_cpu_s_per_lifecycle_each: node_cpu_s
+            .as_ref()
+            .and_then(|each| each.iter().map(|seconds| per(*seconds, lifecycles)).collect()),
         node_cores: node_total.map(|total| total / measured_s),
         node_cpu_s,
         bench_cpu_s,
@@ -724,6 +765,12 @@ where
             .iter()
             .map(|(kind, histogram)| (kind.to_string(), Latency::of(histogram)))
             .collect(),
+        lifecycle_stages: total
+            .stages
+            .iter()
+            .map(|(name, histogram)| (name.to_string(), Latency::of(histogram)))
+            .collect(),
+        exactly_once,
         cpu,
         cost,
         term_rise: None,

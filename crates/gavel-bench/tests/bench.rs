@@ -133,6 +133,39 @@ fn executions_smoke() {
     smoke("executions", &["submit", "poll", "report"]);
 }
 
+/// The governed tool call: every lifecycle's tool ran once for a caller that
+/// got its result, each stage was measured, and `--cost` is per lifecycle.
+#[test]
+fn governed_smoke_with_cost() {
+    let (outcome, lines) =
+        bench(&["--workload", "governed", "--clients", "1,4", "--duration", "2s", "--warmup", "0s", "--cost"]);
+    let outcome = outcome.expect("the bench runs");
+    assert!(outcome.ok, "{:#}", outcome.summary);
+    for config in &outcome.configs {
+        assert_eq!(config.workload, "governed");
+        check_config(config, &["submit", "decide", "wait_approval", "resume_and_wait"]);
+        let check = config.exactly_once.as_ref().expect("the governed workload counts its tool runs");
+        assert!(check.ok, "{check:?}");
+        assert_eq!((check.executions, check.tool_runs), (config.completed_lifecycles, config.completed_lifecycles));
+        assert_eq!(check.ran_once_and_seen, config.completed_lifecycles);
+        for stage in gavel_bench::governed::STAGE_ORDER {
+            let latency = config.lifecycle_stages.get(stage).unwrap_or_else(|| panic!("no {stage}: {config:#?}"));
+            // A stage counts when it ends in the window, so a lifecycle that ended
+            // just after the window may have stages inside it.
+            let lifecycles = config.lifecycles..=config.lifecycles + config.clients as u64;
+            assert!(lifecycles.contains(&latency.count), "{stage}: {latency:?} for {lifecycles:?}");
+        }
+        let cost = config.cost.as_ref().expect("--cost given");
+        assert_eq!(cost.per, "lifecycle");
+        check_cost(cost, config.lifecycles);
+        let each = config.cpu.node_cpu_s_per_lifecycle_each.as_ref().expect("per node");
+        assert_eq!(each.len(), 3);
+    }
+    check_json(&lines, 2);
+    assert!(lines[0]["lifecycle_stages"]["lease_granted"]["count"].as_u64().is_some_and(|count| count > 0));
+    assert_eq!(lines[0]["exactly_once"]["ok"], true);
+}
+
 #[test]
 fn mixed_smoke() {
     // One client runs approvals; with four, two run each.
