@@ -28,7 +28,7 @@ use gavel_client::{pb, ClientTls};
 use gavel_pki::Principal;
 use gavel_proto::v1::access_service_client::AccessServiceClient;
 use gavel_proto::v1::audit_service_client::AuditServiceClient;
-use gavel_testkit::{Cluster, ClusterSpec, Security};
+use gavel_testkit::Cluster;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
@@ -114,20 +114,7 @@ fn raise_descriptor_limit(wanted: u64) -> u64 {
 /// serving metrics; returns it, its metrics addresses and its directory.
 async fn start_cluster(flags: &[String]) -> (Cluster, BTreeMap<u64, String>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut spec = ClusterSpec::new(support::gavel_binary(), dir.path());
-    spec.security = Security::secure(Principal::parse("user:admin").expect("a principal"));
-    spec.start_timeout = WAIT;
-    spec.status_timeout = Duration::from_secs(10);
-    let metrics: BTreeMap<u64, String> =
-        (1..=3).map(|id| (id, format!("127.0.0.1:{}", support::free_port()))).collect();
-    spec.node_args = metrics
-        .iter()
-        .map(|(id, addr)| {
-            let mut args = vec![format!("--metrics-listen={addr}")];
-            args.extend(flags.iter().cloned());
-            (*id, args)
-        })
-        .collect();
+    let (spec, metrics) = support::secure_spec(dir.path(), flags);
     let cluster = Cluster::start(spec).await.unwrap_or_else(|error| panic!("{error}"));
     (cluster, metrics, dir)
 }

@@ -44,7 +44,7 @@ use gavel_proto::error_detail::read_error_detail;
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::approval_service_client::ApprovalServiceClient;
 use gavel_proto::v1::worker_service_client::WorkerServiceClient;
-use gavel_testkit::{Cluster, ClusterSpec, Security};
+use gavel_testkit::Cluster;
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -147,27 +147,6 @@ impl Tally {
 }
 
 /// The `q` quantile of `latencies` (sorted in place).
-/// A secure three-node cluster's spec (the admin `user:admin`), every node
-/// with its metrics on a free loopback port (returned by node id) and the
-/// given flags.
-fn secure_spec(dir: &std::path::Path, flags: &[String]) -> (ClusterSpec, BTreeMap<u64, String>) {
-    let mut spec = ClusterSpec::new(support::gavel_binary(), dir);
-    spec.security = Security::secure(principal("user:admin"));
-    spec.start_timeout = support::WAIT;
-    spec.status_timeout = Duration::from_secs(10);
-    let metrics: BTreeMap<u64, String> =
-        (1..=3).map(|id| (id, format!("127.0.0.1:{}", support::free_port()))).collect();
-    spec.node_args = metrics
-        .iter()
-        .map(|(id, addr)| {
-            let mut node = vec![format!("--metrics-listen={addr}")];
-            node.extend_from_slice(flags);
-            (*id, node)
-        })
-        .collect();
-    (spec, metrics)
-}
-
 fn quantile(latencies: &mut [Duration], q: f64) -> Duration {
     assert!(!latencies.is_empty(), "no admitted calls");
     latencies.sort_unstable();
@@ -330,7 +309,7 @@ async fn past_its_bounds_a_node_refuses_at_once_and_admitted_calls_stay_fast() {
     // and 452 calls failed UNAVAILABLE, p99 4.7x and 9.8x) is what
     // the p99 then measures. Elections are what tests/faults.rs and
     // `gavel-lab bench --fault` measure; this test measures admission.
-    let (spec, metrics) = secure_spec(
+    let (spec, metrics) = support::secure_spec(
         dir.path(),
         &[
             "--long-polls-max=2".into(),
@@ -588,7 +567,7 @@ const SHED_WINDOW: Duration = Duration::from_secs(4);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_light_principals_writes_are_admitted_while_a_heavy_one_floods_the_leader() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (spec, metrics) = secure_spec(
+    let (spec, metrics) = support::secure_spec(
         dir.path(),
         &[
             format!("--proposals-in-flight-max={SHED_PROPOSALS_MAX}"),

@@ -508,3 +508,24 @@ pub async fn scraped(addr: &str, name: &str, label: &str) -> f64 {
         .filter_map(|line| line.rsplit_once(' ').and_then(|(_, value)| value.parse::<f64>().ok()))
         .sum()
 }
+
+/// A secure three-node cluster's spec (the admin `user:admin`), every node
+/// with its metrics on a free loopback port (returned by node id) and the
+/// given flags.
+pub fn secure_spec(dir: &std::path::Path, flags: &[String]) -> (ClusterSpec, std::collections::BTreeMap<u64, String>) {
+    let mut spec = ClusterSpec::new(gavel_binary(), dir);
+    spec.security = gavel_testkit::Security::secure(gavel_core::Principal::parse("user:admin").expect("a principal"));
+    spec.start_timeout = WAIT;
+    spec.status_timeout = Duration::from_secs(10);
+    let metrics: std::collections::BTreeMap<u64, String> =
+        (1..=3).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
+    spec.node_args = metrics
+        .iter()
+        .map(|(id, addr)| {
+            let mut node = vec![format!("--metrics-listen={addr}")];
+            node.extend_from_slice(flags);
+            (*id, node)
+        })
+        .collect();
+    (spec, metrics)
+}
