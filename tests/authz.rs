@@ -95,6 +95,9 @@ enum Rpc {
     Resume,
     /// `ResumeAndWait` with no wait: the resume's rule, then the wait's.
     ResumeAndWait,
+    /// `ResumeAndWait` with `await_decision` (decision 0108), no wait: the
+    /// same rules; a caller outside the approval's view never waits on it.
+    ResumeOnDecision,
     GetExecution,
     WaitExecution,
     CancelExecution,
@@ -228,6 +231,7 @@ const TABLE: &[Row] = &[
     // The admin may resume but not read the execution: it gets the resume's
     // answer (wait_refused), not a refusal.
     row(Rpc::ResumeAndWait, Allowed::Owner(&[Submitter], Record::Approval), true, true),
+    row(Rpc::ResumeOnDecision, Allowed::Owner(&[Submitter], Record::Approval), true, true),
     row(Rpc::GetExecution, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, true),
     row(Rpc::WaitExecution, Allowed::Reads(EXECUTION_READERS, Record::Approved), false, false),
     row(Rpc::CancelExecution, Allowed::Owner(&[Submitter], Record::Queued), true, true),
@@ -731,7 +735,9 @@ impl World {
         match rpc {
             Rpc::DecideApproval | Rpc::CancelApproval => target.approval_id = self.pending_approval().await,
             Rpc::ConsumeApproval => target.approval_id = self.approved_approval().await,
-            Rpc::Resume | Rpc::ResumeAndWait => target.approval_id = self.approval_to_resume().await,
+            Rpc::Resume | Rpc::ResumeAndWait | Rpc::ResumeOnDecision => {
+                target.approval_id = self.approval_to_resume().await;
+            }
             // An event a caller records about an execution is its own to
             // read: recording about the fixed one would widen the views the
             // read rows check.
@@ -844,13 +850,14 @@ impl World {
                 };
                 done(ExecutionServiceClient::new(channel).resume(request).await)
             }
-            Rpc::ResumeAndWait => {
+            Rpc::ResumeAndWait | Rpc::ResumeOnDecision => {
                 let resume = pb::ResumeRequest {
                     request_id,
                     approval_id: target.approval_id.clone(),
                     ..pb::ResumeRequest::default()
                 };
-                let request = pb::ResumeAndWaitRequest { resume: Some(resume), wait_ms: 0 };
+                let await_decision = rpc == Rpc::ResumeOnDecision;
+                let request = pb::ResumeAndWaitRequest { resume: Some(resume), wait_ms: 0, await_decision };
                 let answer = ExecutionServiceClient::new(channel).resume_and_wait(request).await?;
                 found(answer.into_inner().execution, "the resumed execution")
             }

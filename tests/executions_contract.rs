@@ -534,7 +534,7 @@ async fn fewer_round_trips_wait_for_decisions_resume_and_wait_and_report_and_pol
     };
     let resumer = {
         let mut client = cluster.executions(nodes.follower);
-        let request = pb::ResumeAndWaitRequest { resume: Some(resume), wait_ms: 20_000 };
+        let request = pb::ResumeAndWaitRequest { resume: Some(resume), wait_ms: 20_000, ..Default::default() };
         tokio::spawn(async move { client.resume_and_wait(request).await })
     };
     let task = lease_one(cluster, nodes.leader, "worker-rt", "payments.refund").await;

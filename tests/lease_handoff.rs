@@ -3,7 +3,9 @@
 //! execution to that poll in the apply that creates it, so the execution is
 //! already leased when the resume answers; a retry of the poll with the same
 //! request id gets the same lease; a poll that has gone is handed nothing;
-//! without a waiting poll the execution waits queued, as before.
+//! without a waiting poll the execution waits queued, as before. And a
+//! resume waiting for a decision (decision 0108) runs in that decision's
+//! apply, which also leases the execution to the waiting poll.
 //!
 //! "A poll waits" is observed, not slept for: the leader's
 //! `gavel_polls_waiting` gauge.
@@ -86,6 +88,13 @@ impl Deployment {
     /// Submits `execution_id` as the agent and has the approver approve it;
     /// returns the approval id.
     async fn approved(&self, execution_id: &str) -> String {
+        let approval_id = self.pending(execution_id).await;
+        self.decide(&approval_id, pb::ApprovalStatus::Approved).await.expect("the approver decides");
+        approval_id
+    }
+
+    /// Submits `execution_id` as the agent; returns its pending approval's id.
+    async fn pending(&self, execution_id: &str) -> String {
         let submit = pb::SubmitRequest {
             execution_id: Some(execution_id.into()),
             capability_id: QUEUE.into(),
@@ -98,14 +107,38 @@ impl Deployment {
             Some(pb::submit_response::Outcome::ApprovalRequired(approval)) => approval,
             other => panic!("expected approval-required, got {other:?}"),
         };
+        approval.id
+    }
+
+    async fn decide(&self, approval_id: &str, status: pb::ApprovalStatus) -> Result<pb::Approval, gavel_client::Error> {
         let decide = pb::DecideApprovalRequest {
-            id: approval.id.clone(),
-            status: pb::ApprovalStatus::Approved as i32,
+            id: approval_id.into(),
+            status: status as i32,
             approver: Some(pb::Actor { id: "approver".into(), kind: pb::ActorKind::User as i32, ..Default::default() }),
             ..pb::DecideApprovalRequest::default()
         };
-        self.client("user:approver").decide_approval(decide).await.expect("the approver decides");
-        approval.id
+        let answer = self.client("user:approver").decide_approval(decide).await?;
+        Ok(answer.approval.expect("the decided approval"))
+    }
+
+    /// The agent's `ResumeAndWait` of `approval_id` awaiting its decision.
+    fn resume_on_decision(
+        &self,
+        approval_id: &str,
+        wait_ms: u64,
+    ) -> tokio::task::JoinHandle<Result<pb::ResumeAndWaitResponse, gavel_client::Error>> {
+        let client = self.client("service:agent");
+        let resume = pb::ResumeRequest { approval_id: approval_id.into(), ..pb::ResumeRequest::default() };
+        let request = pb::ResumeAndWaitRequest { resume: Some(resume), wait_ms, await_decision: true };
+        tokio::spawn(async move { client.resume_and_wait(request).await })
+    }
+
+    /// Waits until exactly `count` resumes wait for a decision on the leader.
+    async fn resumes_waiting(&self, count: f64) {
+        support::eventually(&format!("{count} resumes waiting on the leader"), || async {
+            (self.leader_metric("gavel_resumes_waiting").await == count).then_some(())
+        })
+        .await;
     }
 
     async fn resume(&self, approval_id: &str) -> pb::Execution {
@@ -184,4 +217,65 @@ async fn a_resume_leases_its_execution_to_a_waiting_poll_in_the_apply_that_creat
     let lease = tasks.first().and_then(|task| task.lease.clone()).expect("the queued execution is leased");
     assert_eq!(lease.execution_id, "ex-handoff-2");
     assert_eq!(deployment.leader_metric("gavel_lease_handoffs_total").await, handoffs_before + 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resume_awaiting_the_decision_is_carried_by_it_and_a_rejection_or_a_silence_spends_nothing() {
+    let deployment = Deployment::start().await;
+    let worker = deployment.client("worker:w1");
+
+    // The agent resumes on the decision while a worker's poll waits; the
+    // approver's decision carries the resume, which hands off the lease.
+    let approval_id = deployment.pending("ex-carry-1").await;
+    let waiting = tokio::spawn({
+        let worker = worker.clone();
+        async move { worker.poll(poll("poll-carry-1", 30_000)).await }
+    });
+    deployment.polls_waiting(1.0).await;
+    let resumer = deployment.resume_on_decision(&approval_id, 30_000);
+    deployment.resumes_waiting(1.0).await;
+    let (carried_before, handoffs_before) = (
+        deployment.leader_metric("gavel_resumes_carried_total").await,
+        deployment.leader_metric("gavel_lease_handoffs_total").await,
+    );
+    let decided = deployment.decide(&approval_id, pb::ApprovalStatus::Approved).await.expect("the approver decides");
+    // The approver's answer is the decision's; the first read after it sees
+    // the execution leased: one apply approved, spent and leased.
+    assert_eq!(decided.status(), pb::ApprovalStatus::Approved, "{decided:?}");
+    assert_eq!(deployment.state_of("ex-carry-1").await, pb::ExecutionState::Leased);
+    let tasks = waiting.await.expect("the poll task").expect("the poll").tasks;
+    let lease = tasks.first().and_then(|task| task.lease.clone()).expect("the handed-off lease");
+    assert_eq!(lease.execution_id, "ex-carry-1");
+    let report = pb::ReportRequest {
+        lease_id: lease.lease_id,
+        worker_id: "w1".into(),
+        outcome: Some(pb::report_request::Outcome::Completed(pb::ReportCompleted { output_json: "{}".into() })),
+        ..pb::ReportRequest::default()
+    };
+    worker.report(report).await.expect("the worker reports");
+    let answer = resumer.await.expect("the resumer task").expect("the resume on decision");
+    let execution = answer.execution.expect("the execution");
+    assert_eq!((execution.execution_id.as_str(), execution.state()), ("ex-carry-1", pb::ExecutionState::Completed));
+    assert!(!answer.timed_out);
+    assert_eq!(deployment.leader_metric("gavel_resumes_carried_total").await, carried_before + 1.0);
+    assert_eq!(deployment.leader_metric("gavel_lease_handoffs_total").await, handoffs_before + 1.0);
+    deployment.resumes_waiting(0.0).await;
+
+    // A rejection answers the waiting resume with APPROVAL_REJECTED.
+    let approval_id = deployment.pending("ex-carry-2").await;
+    let resumer = deployment.resume_on_decision(&approval_id, 30_000);
+    deployment.resumes_waiting(1.0).await;
+    deployment.decide(&approval_id, pb::ApprovalStatus::Rejected).await.expect("the approver rejects");
+    let refused = resumer.await.expect("the resumer task").expect_err("a rejected approval is not resumed");
+    assert_eq!(refused.code(), "APPROVAL_REJECTED", "{refused:?}");
+
+    // No decision within the wait: APPROVAL_PENDING, nothing spent, and a
+    // later decision and plain resume work as ever.
+    let approval_id = deployment.pending("ex-carry-3").await;
+    let silent = deployment.resume_on_decision(&approval_id, 300).await.expect("the resumer task");
+    assert_eq!(silent.expect_err("still pending").code(), "APPROVAL_PENDING");
+    deployment.resumes_waiting(0.0).await;
+    let decided = deployment.decide(&approval_id, pb::ApprovalStatus::Approved).await.expect("a later decision");
+    assert_eq!(decided.status(), pb::ApprovalStatus::Approved, "nothing carried, nothing spent: {decided:?}");
+    assert_eq!(deployment.resume(&approval_id).await.execution_id, "ex-carry-3");
 }

@@ -1,21 +1,23 @@
 //! `--workload governed`: the governed tool call of issue 42 as a closed-loop
 //! workload.
 //!
-//! One lifecycle, as an agent and its approver do it after decision 0103:
-//! the caller (the bench principal acting for `agent-i`) `Submit`s a call of
-//! [`CAPABILITY`] (external side effect, not idempotent, no retry, a human
-//! approval required) and gets a pending approval; it then `WaitApproval`s
-//! while the approver (`approver-i`, a different actor, decided through the
-//! same app principal's `delegate-decide`) `DecideApproval`s it, both at
-//! once; then `ResumeAndWait` spends the approval and long-polls for the
-//! result. A [`gavel_client::Worker`] running in this process, as its own
+//! One lifecycle, as an agent and its approver do it: the caller (the bench
+//! principal acting for `agent-i`) `Submit`s a call of [`CAPABILITY`]
+//! (external side effect, not idempotent, no retry, a human approval
+//! required) and gets a pending approval. With `--workload governed`
+//! (decision 0108) it then sends `ResumeAndWait` with `await_decision`, and
+//! the approver (`approver-i`, a different actor, decided through the same
+//! app principal's `delegate-decide`) `DecideApproval`s it once that call
+//! is out: the decision carries the resume. With `governed-wait` (decision
+//! 0103) it `WaitApproval`s while the approver decides, both at once, then
+//! `ResumeAndWait` spends the approval and long-polls for the result. A [`gavel_client::Worker`] running in this process, as its own
 //! principal on the local cluster (`worker:bench-governed`, the `worker`
 //! grant only), leases the execution, runs the tool and reports.
 //!
 //! Because the worker runs here, the bench reads one clock on both sides and
 //! splits the lifecycle into stages ([`STAGE_ORDER`]): the decision seen by
-//! the caller, the lease granted (from the resume's send to the tool's
-//! start), the tool, and the result seen (from the tool's end to the
+//! the caller (`governed-wait` only), the lease granted (from the resume's
+//! send, or with `governed` from the decision's, to the tool's start), the tool, and the result seen (from the tool's end to the
 //! caller's answer, which holds the worker's report).
 //!
 //! Every tool run is counted per execution in [`ToolRuns`]. A caller
@@ -266,6 +268,7 @@ pub(crate) async fn lifecycle(
     index: usize,
     id: &str,
     runs: &ToolRuns,
+    await_decision: bool,
     stats: &mut ClientStats,
 ) -> Result<String, String> {
     let started = Instant::now();
@@ -293,54 +296,82 @@ pub(crate) async fn lifecycle(
         other => return Err(format!("submit {id}: expected a new pending approval, got {other:?}")),
     };
 
-    // The caller waits for the decision while the approver makes it.
-    stats.calls += 2;
-    let wait = async {
-        let answer = client.wait_approval(pb::WaitApprovalRequest { id: approval_id.clone(), wait_ms: WAIT_MS }).await;
-        (answer, Instant::now())
+    let decide_request = pb::DecideApprovalRequest {
+        request_id: format!("{id}-decide"),
+        id: approval_id.clone(),
+        status: pb::ApprovalStatus::Approved as i32,
+        approver: Some(approver(index)),
+        comment: Some("bench".to_string()),
+        ..pb::DecideApprovalRequest::default()
     };
-    let decide = async {
-        let answer = client
-            .decide_approval(pb::DecideApprovalRequest {
-                request_id: format!("{id}-decide"),
-                id: approval_id.clone(),
-                status: pb::ApprovalStatus::Approved as i32,
-                approver: Some(approver(index)),
-                comment: Some("bench".to_string()),
-                ..pb::DecideApprovalRequest::default()
-            })
-            .await;
-        (answer, Instant::now())
+    let resume_request = |await_decision| pb::ResumeAndWaitRequest {
+        resume: Some(pb::ResumeRequest {
+            request_id: format!("{id}-resume"),
+            approval_id: approval_id.clone(),
+            ..pb::ResumeRequest::default()
+        }),
+        wait_ms: WAIT_MS,
+        await_decision,
     };
-    let ((waited, seen_at), (decided, decided_at)) = tokio::join!(wait, decide);
-    let decided = decided.map_err(|error| format!("decide {approval_id}: {error}"))?;
-    stats.operation_between("decide", submitted_at, decided_at);
-    if decided.approval.as_ref().map(|approval| approval.status) != Some(pb::ApprovalStatus::Approved as i32) {
-        return Err(format!("decide {approval_id}: not APPROVED: {:?}", decided.approval));
-    }
-    let waited = waited.map_err(|error| format!("wait for {approval_id}: {error}"))?;
-    stats.operation_between("wait_approval", submitted_at, seen_at);
-    stats.stage("decision_seen", submitted_at, seen_at);
-    let seen_status = waited.approval.as_ref().map(|approval| approval.status);
-    if waited.timed_out || seen_status != Some(pb::ApprovalStatus::Approved as i32) {
-        return Err(format!("wait for {approval_id}: timed out {} in status {seen_status:?}", waited.timed_out));
-    }
+    let check_decided = |decided: Result<pb::DecideApprovalResponse, gavel_client::Error>| {
+        let decided = decided.map_err(|error| format!("decide {approval_id}: {error}"))?;
+        if decided.approval.as_ref().map(|approval| approval.status) == Some(pb::ApprovalStatus::Rejected as i32) {
+            return Err(format!("decide {approval_id}: REJECTED: {:?}", decided.approval));
+        }
+        Ok(())
+    };
 
-    let resume_sent = Instant::now();
-    stats.calls += 1;
-    let resumed = client
-        .resume_and_wait(pb::ResumeAndWaitRequest {
-            resume: Some(pb::ResumeRequest {
-                request_id: format!("{id}-resume"),
-                approval_id: approval_id.clone(),
-                ..pb::ResumeRequest::default()
-            }),
-            wait_ms: WAIT_MS,
-        })
-        .await
-        .map_err(|error| format!("resume and wait {approval_id}: {error}"))?;
-    let result_at = Instant::now();
-    stats.operation_between("resume_and_wait", resume_sent, result_at);
+    let (resumed, lease_from, result_at) = if await_decision {
+        // The caller resumes on the decision and waits for the result; the
+        // approver decides once the caller's call is out (a person decides
+        // long after), and the decision carries the waiting resume.
+        stats.calls += 2;
+        let resume_sent = Instant::now();
+        let resume = async {
+            let answer = client.resume_and_wait(resume_request(true)).await;
+            (answer, Instant::now())
+        };
+        let decide = async {
+            tokio::task::yield_now().await;
+            let decide_sent = Instant::now();
+            let answer = client.decide_approval(decide_request.clone()).await;
+            (answer, decide_sent, Instant::now())
+        };
+        let ((resumed, result_at), (decided, decide_sent, decided_at)) = tokio::join!(resume, decide);
+        check_decided(decided)?;
+        stats.operation_between("decide", decide_sent, decided_at);
+        stats.operation_between("resume_and_wait", resume_sent, result_at);
+        (resumed, decide_sent, result_at)
+    } else {
+        // The caller waits for the decision while the approver makes it.
+        stats.calls += 2;
+        let wait = async {
+            let answer =
+                client.wait_approval(pb::WaitApprovalRequest { id: approval_id.clone(), wait_ms: WAIT_MS }).await;
+            (answer, Instant::now())
+        };
+        let decide = async {
+            let answer = client.decide_approval(decide_request.clone()).await;
+            (answer, Instant::now())
+        };
+        let ((waited, seen_at), (decided, decided_at)) = tokio::join!(wait, decide);
+        check_decided(decided)?;
+        stats.operation_between("decide", submitted_at, decided_at);
+        let waited = waited.map_err(|error| format!("wait for {approval_id}: {error}"))?;
+        stats.operation_between("wait_approval", submitted_at, seen_at);
+        stats.stage("decision_seen", submitted_at, seen_at);
+        let seen_status = waited.approval.as_ref().map(|approval| approval.status);
+        if waited.timed_out || seen_status != Some(pb::ApprovalStatus::Approved as i32) {
+            return Err(format!("wait for {approval_id}: timed out {} in status {seen_status:?}", waited.timed_out));
+        }
+        let resume_sent = Instant::now();
+        stats.calls += 1;
+        let resumed = client.resume_and_wait(resume_request(false)).await;
+        let result_at = Instant::now();
+        stats.operation_between("resume_and_wait", resume_sent, result_at);
+        (resumed, resume_sent, result_at)
+    };
+    let resumed = resumed.map_err(|error| format!("resume and wait {approval_id}: {error}"))?;
     let execution = resumed.execution.ok_or_else(|| format!("resume and wait {id}: no execution in the reply"))?;
     let output_json = match execution.result.and_then(|result| result.outcome) {
         Some(pb::result_envelope::Outcome::Completed(completed))
@@ -366,7 +397,7 @@ pub(crate) async fn lifecycle(
         return Err(format!("{id}: the result is not of one run of its own tool: {output_json}"));
     }
     let run = runs.seen(id)?;
-    stats.stage("lease_granted", resume_sent, run.started);
+    stats.stage("lease_granted", lease_from, run.started);
     stats.stage("tool", run.started, run.finished);
     stats.stage("result_seen", run.finished, result_at);
     stats.lifecycle("governed", started);

@@ -105,10 +105,15 @@ pub enum Workload {
     Executions,
     /// Half the clients run approvals, half executions.
     Mixed,
-    /// The governed tool call: submit (approval required), wait for the
-    /// decision while another actor approves, resume and wait for the result
-    /// that an in-process SDK worker produces (see `governed`).
+    /// The governed tool call: submit (approval required), then resume on
+    /// the decision and wait for the result while another actor approves
+    /// (`ResumeAndWait` with `await_decision`, decision 0108); an
+    /// in-process SDK worker produces the result (see `governed`).
     Governed,
+    /// The governed tool call as decision 0103 has it: wait for the
+    /// decision while another actor approves, then resume and wait.
+    #[value(name = "governed-wait")]
+    GovernedWait,
 }
 
 impl Workload {
@@ -119,7 +124,13 @@ impl Workload {
             Workload::Executions => "executions",
             Workload::Mixed => "mixed",
             Workload::Governed => "governed",
+            Workload::GovernedWait => "governed-wait",
         }
+    }
+
+    /// Either governed workload: an in-process worker runs the tool.
+    pub fn is_governed(self) -> bool {
+        matches!(self, Workload::Governed | Workload::GovernedWait)
     }
 }
 
@@ -148,8 +159,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// Lifecycle each client runs: approvals (create, decide, consume), executions (submit, poll, report),
-    /// mixed (half each) or governed (submit needing approval, decide, resume and wait; an in-process worker runs
-    /// the tool).
+    /// mixed (half each), governed (submit needing approval, then resume on the decision and wait while another
+    /// actor decides; an in-process worker runs the tool) or governed-wait (the same, waiting for the decision
+    /// before resuming).
     #[arg(long, value_enum, default_value = "approvals")]
     pub workload: Workload,
     /// Closed-loop client counts; each configuration runs in turn on the same cluster.
@@ -348,7 +360,7 @@ fn validate(args: &BenchArgs) -> Result<(), BenchError> {
     if args.scale == Some(0) || args.scale.is_some() && args.scale_clients == 0 {
         return invalid("--scale and --scale-clients must be positive");
     }
-    if args.workload == Workload::Governed && (args.scale.is_some() || args.fault.is_some() || args.rolling_restart) {
+    if args.workload.is_governed() && (args.scale.is_some() || args.fault.is_some() || args.rolling_restart) {
         return invalid(
             "--workload governed runs in the workload mode only (no --scale, --fault or --rolling-restart)",
         );
@@ -568,7 +580,7 @@ async fn measure(
     let leader = dial.find_leader(endpoints).await?;
     let clients_max = args.clients.iter().copied().max().unwrap_or(1);
     let mut worker = None;
-    if args.workload == Workload::Governed {
+    if args.workload.is_governed() {
         governed::register_capability(&dial.client(endpoints, leader)?).await?;
         let started = start_governed_worker(dial, endpoints, local, clients_max, tag).await?;
         printer.human(&format!(

@@ -201,7 +201,7 @@ struct ClientContext {
 enum Kind {
     Approval,
     Execution,
-    Governed,
+    Governed { await_decision: bool },
 }
 
 fn kind_of(workload: Workload, index: usize) -> Kind {
@@ -210,7 +210,8 @@ fn kind_of(workload: Workload, index: usize) -> Kind {
         Workload::Executions => Kind::Execution,
         // Even clients run approvals, odd clients executions.
         Workload::Mixed => [Kind::Approval, Kind::Execution][index % 2],
-        Workload::Governed => Kind::Governed,
+        Workload::Governed => Kind::Governed { await_decision: true },
+        Workload::GovernedWait => Kind::Governed { await_decision: false },
     }
 }
 
@@ -224,7 +225,9 @@ async fn client_loop(context: ClientContext, mut stats: ClientStats) -> (ClientS
         let outcome = match context.kind {
             Kind::Approval => approval_lifecycle(&context, sequence, &mut stats).await,
             Kind::Execution => execution_lifecycle(&context, sequence, &mut stats).await,
-            Kind::Governed => governed_lifecycle(&context, sequence, &mut stats).await,
+            Kind::Governed { await_decision } => {
+                governed_lifecycle(&context, sequence, await_decision, &mut stats).await
+            }
         };
         match outcome {
             Ok(sample) => {
@@ -327,12 +330,18 @@ async fn approval_lifecycle(context: &ClientContext, sequence: u64, stats: &mut 
 }
 
 /// The governed tool call (see `governed`); verified at the end as an execution.
-async fn governed_lifecycle(context: &ClientContext, sequence: u64, stats: &mut ClientStats) -> Result<Sample, String> {
+async fn governed_lifecycle(
+    context: &ClientContext,
+    sequence: u64,
+    await_decision: bool,
+    stats: &mut ClientStats,
+) -> Result<Sample, String> {
     let Some(runs) = &context.tool_runs else {
         return Err("the governed workload runs without its worker".to_string());
     };
     let execution_id = format!("{}-g{sequence}", context.prefix);
-    let output_json = governed::lifecycle(&context.client, context.index, &execution_id, runs, stats).await?;
+    let output_json =
+        governed::lifecycle(&context.client, context.index, &execution_id, runs, await_decision, stats).await?;
     Ok(Sample::Execution { execution_id, output_json })
 }
 
@@ -722,7 +731,7 @@ where
     }
     let cost = match cost_counters {
         // A governed lifecycle's RPCs are the caller's and the worker's: its cost is per lifecycle.
-        Some(((Ok(before), Ok(after)), syscalls)) if spec.workload == Workload::Governed => {
+        Some(((Ok(before), Ok(after)), syscalls)) if spec.workload.is_governed() => {
             Some(cost::report(&before, &after, &syscalls, lifecycles, leader, ticks).per_lifecycle())
         }
         Some(((Ok(before), Ok(after)), syscalls)) => {

@@ -561,7 +561,9 @@ impl Client {
     /// Resumes an approved approval and long-polls until the execution is
     /// final or `wait_ms` passes, in one call. The resume keeps one request
     /// id across retries, so a retry after a failed wait gets the same
-    /// execution back.
+    /// execution back. With `await_decision`, a pending approval is waited
+    /// for within `wait_ms` and resumed by its decision, in the decision's
+    /// own log entry (decision 0108).
     pub async fn resume_and_wait(
         &self,
         mut request: pb::ResumeAndWaitRequest,

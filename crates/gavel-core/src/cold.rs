@@ -473,7 +473,8 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"GAVELSNP";
 /// table). Format 5: no new encoding here, but the log a `cold.redb`
 /// checkpoint is resumed with may hold `Command::Handoff` entries, which a
 /// format-4 build cannot decode (decision 0107): it must not open the data.
-pub const SNAPSHOT_FORMAT: u32 = 5;
+/// Format 6: likewise for `Command::DecideThenResume` (decision 0108).
+pub const SNAPSHOT_FORMAT: u32 = 6;
 
 /// Reads and checks the snapshot header ([`SNAPSHOT_MAGIC`],
 /// [`SNAPSHOT_FORMAT`]) at the start of `reader`.

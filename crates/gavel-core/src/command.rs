@@ -240,6 +240,40 @@ pub enum Command {
     /// one, around a command it admitted and a poll it authenticated; a
     /// client never sends one, and one nested in another is refused.
     Handoff(Box<Handoff>),
+    /// A decision (`DecideApproval`, `CastVote`) and the requester's
+    /// `Resume` that waits for it, applied in one entry (decision 0108).
+    /// Only the leader builds one, around a decision it admitted and a
+    /// waiting resume it authenticated; a client never sends one. A
+    /// [`Command::Handoff`] may carry one, nothing else may.
+    DecideThenResume(Box<DecideThenResume>),
+}
+
+/// A decision travelling with the requester's resume that waits for it.
+/// The decision is admitted, deduplicated and answered as if it were alone;
+/// when it decided the approval just now (not a replay), the same apply
+/// runs the resume under its own request id and caller, exactly as the
+/// resume proposed on its own would run (admitted again, deduplicated,
+/// remembered), so the waiting call reads its answer by request id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecideThenResume {
+    /// The `DecideApproval` or `CastVote`, as its caller sent it.
+    pub decide: Command,
+    /// The waiting `Resume` of the same approval.
+    pub resume: Command,
+    /// The request id the waiting resume was sent with.
+    pub resume_request_id: String,
+    /// Who sent the resume, as the leader authenticated it.
+    pub resumer: Option<Caller>,
+}
+
+impl DecideThenResume {
+    /// The approval both commands are about.
+    pub fn approval_id(&self) -> Option<&str> {
+        match &self.resume {
+            Command::Resume { approval_id, .. } => Some(approval_id),
+            _ => None,
+        }
+    }
 }
 
 /// A waiting worker poll that the command it travels with hands its work

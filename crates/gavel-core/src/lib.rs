@@ -81,8 +81,8 @@ pub use cold::{
     SnapshotWriter, SNAPSHOT_FORMAT, SNAPSHOT_MAGIC,
 };
 pub use command::{
-    ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, Envelope, Handoff, RecordEvent, Reply, Retention,
-    RetrySpec, Submit, Task,
+    ApprovalPolicySpec, CapabilitySpec, Command, CreateApproval, DecideThenResume, Envelope, Handoff, RecordEvent,
+    Reply, Retention, RetrySpec, Submit, Task,
 };
 pub use error::{DomainError, ErrorClass, ErrorCode, QuotaKind, RefusedApproval, RefusedQuota};
 pub use executions::ExecutionFilter;

@@ -181,16 +181,27 @@ impl State {
     /// the poll's own request id and caller: the execution is leased in the
     /// apply that created it (decision 0107). The poll is admitted
     /// again here, so a worker whose grant was revoked meanwhile gets
-    /// nothing and the execution stays queued.
+    /// nothing and the execution stays queued. A
+    /// [`Command::DecideThenResume`] (alone or in a hand-off) applies its
+    /// decision, then the resume that waited for it
+    /// ([`State::run_chained_resume`]): the execution the resume creates
+    /// is the one the hand-off leases.
     pub fn apply_noting_replay(&mut self, envelope: &Envelope) -> (Reply, bool) {
         self.clock_ms = self.clock_ms.max(envelope.now_ms);
         let (command, handoff) = match &envelope.command {
             Command::Handoff(handoff) => (&handoff.command, Some(handoff)),
             command => (command, None),
         };
+        let (command, chained) = match command {
+            Command::DecideThenResume(chained) => (&chained.decide, Some(chained)),
+            command => (command, None),
+        };
         let (reply, replayed) = self.apply_one(envelope.request_id.as_deref(), envelope.caller.as_ref(), command);
+        let mut created = !replayed && matches!(reply, Reply::Execution { created: true, .. });
+        if let Some(chained) = chained {
+            created = !replayed && !matches!(reply, Reply::Error(_)) && self.run_chained_resume(chained);
+        }
         if let Some(handoff) = handoff {
-            let created = !replayed && matches!(reply, Reply::Execution { created: true, .. });
             if created && self.clock_ms <= handoff.poll_deadline_ms {
                 // The poll's own reply is remembered under its request id,
                 // where the waiting poll (or its retry) reads it.
@@ -199,6 +210,28 @@ impl State {
         }
         self.seal_events();
         (reply, replayed)
+    }
+
+    /// The resume a decision carried (decision 0108), once that decision
+    /// applied just now: run when the approval is no longer pending (the
+    /// decision, or the vote that completed its quorum, closed it), under
+    /// the resume's own request id and caller, and remembered there for
+    /// the waiting call. A vote that left the approval pending runs
+    /// nothing: the waiting resume keeps waiting. True when the resume
+    /// created an execution just now.
+    fn run_chained_resume(&mut self, chained: &crate::command::DecideThenResume) -> bool {
+        let decided = chained.approval_id().and_then(|id| self.approvals.get(id)).is_some_and(|approval| {
+            !matches!(
+                approval.status_at(self.clock_ms),
+                crate::model::ApprovalStatus::Pending | crate::model::ApprovalStatus::Expired
+            )
+        });
+        if !decided {
+            return false;
+        }
+        let (reply, replayed) =
+            self.apply_one(Some(&chained.resume_request_id), chained.resumer.as_ref(), &chained.resume);
+        !replayed && matches!(reply, Reply::Execution { created: true, .. })
     }
 
     /// One command's admission, quota charge, deduplication and effect,
@@ -350,6 +383,9 @@ impl State {
                 self.create_approval(request, input, checked.validity, Some(standing), principal)
             }
             Command::Handoff(_) => unreachable!("validation refuses a hand-off: apply unwraps the outer one"),
+            Command::DecideThenResume(_) => {
+                unreachable!("validation refuses a decision carrying a resume: apply unwraps the outer one")
+            }
         };
         result.unwrap_or_else(Reply::Error)
     }

@@ -159,6 +159,9 @@ pub fn check(command: &Command) -> Result<Checked<'_>, DomainError> {
         Command::Handoff(_) => Err(DomainError::invalid(
             "a lease hand-off is built by the leader around one command; it is never sent or nested",
         )),
+        Command::DecideThenResume(_) => Err(DomainError::invalid(
+            "a decision carrying a waiting resume is built by the leader; it is never sent or nested",
+        )),
         Command::RegisterNoteKey { public_key, .. } => check_note_key(public_key),
         Command::CosignCheckpoint { signature, log_signature, .. } => {
             check_signature(signature)?;

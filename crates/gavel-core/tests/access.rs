@@ -404,6 +404,9 @@ fn row_name(command: &Command) -> &'static str {
         // No row: apply authorizes a hand-off as the command it carries,
         // then its poll as the worker's (`handoff.rs`); sent, it is refused.
         Command::Handoff(_) => "Handoff",
+        // The same for a decision carrying a resume: each is authorized as
+        // its own caller's at apply.
+        Command::DecideThenResume(_) => "DecideThenResume",
     }
 }
 

@@ -1,10 +1,12 @@
 //! The lease hand-off (decision 0107): a command that creates an execution,
 //! carrying a waiting poll, leases that execution's first attempt to the
 //! poll's worker in the same apply, under the poll's own grant request id.
+//! And a decision carrying the requester's waiting resume (decision 0108):
+//! the resume runs in the decision's apply, under its own request id.
 
 mod support;
 
-use gavel_core::command::{Command, Handoff, Reply};
+use gavel_core::command::{Command, DecideThenResume, Handoff, Reply};
 use gavel_core::ids::grant_request_id;
 use gavel_core::{
     ApprovalStatus, Caller, ErrorCode, ExecutionState, Grant, GrantName, Principal, PrincipalKind, SideEffect, Task,
@@ -70,21 +72,10 @@ fn handing_off(cluster: &Cluster, command: Command, poll_request_id: &str, queue
 /// Submits `gated` as execution `execution_id` and has bob approve it;
 /// returns the resume that creates the execution.
 fn approved_resume(cluster: &mut Cluster, execution_id: &str) -> Command {
-    let mut submit = submission(execution_id, "gated", r#"{"n":1}"#);
-    submit.actor = cluster.app.principal.as_actor();
-    let reply = cluster.script.apply_by(&cluster.app, Command::Submit(submit));
-    let Reply::ApprovalRequired { approval, .. } = reply else { panic!("expected approval-required: {reply:?}") };
-    let decide = Command::DecideApproval {
-        approval_id: approval.id.clone(),
-        status: ApprovalStatus::Approved,
-        approver: cluster.bob.principal.as_actor(),
-        comment: None,
-        caller_now_ms: None,
-        terms_hash: None,
-    };
+    let (decide, resume) = pending_decision(cluster, execution_id, ApprovalStatus::Approved);
     let reply = cluster.script.apply_by(&cluster.bob, decide);
     assert!(matches!(reply, Reply::Approval { status: ApprovalStatus::Approved, .. }), "decision refused: {reply:?}");
-    Command::Resume { approval_id: approval.id, execution_id: execution_id.to_string(), input_json: None }
+    resume
 }
 
 fn replayed(cluster: &Cluster, poll_request_id: &str, queue: &str) -> Option<Vec<Task>> {
@@ -219,4 +210,113 @@ fn replicas_applying_the_same_hand_offs_agree_on_the_state_hash() {
     assert_eq!(first.script.state.state_hash(), second.script.state.state_hash());
     let restored = gavel_core::State::restore(&first.script.state.snapshot()).expect("a snapshot restores");
     assert_eq!(restored.state_hash(), first.script.state.state_hash());
+}
+
+/// Submits `gated` as execution `execution_id`, still pending; returns bob's
+/// decision and the requester's resume of it.
+fn pending_decision(cluster: &mut Cluster, execution_id: &str, status: ApprovalStatus) -> (Command, Command) {
+    let mut submit = submission(execution_id, "gated", r#"{"n":1}"#);
+    submit.actor = cluster.app.principal.as_actor();
+    let reply = cluster.script.apply_by(&cluster.app, Command::Submit(submit));
+    let Reply::ApprovalRequired { approval, .. } = reply else { panic!("expected approval-required: {reply:?}") };
+    let decide = Command::DecideApproval {
+        approval_id: approval.id.clone(),
+        status,
+        approver: cluster.bob.principal.as_actor(),
+        comment: None,
+        caller_now_ms: None,
+        terms_hash: None,
+    };
+    (decide, Command::Resume { approval_id: approval.id, execution_id: execution_id.to_string(), input_json: None })
+}
+
+fn carrying(cluster: &Cluster, decide: Command, resume: Command, resume_request_id: &str) -> Command {
+    Command::DecideThenResume(Box::new(DecideThenResume {
+        decide,
+        resume,
+        resume_request_id: resume_request_id.to_string(),
+        resumer: Some(cluster.app.clone()),
+    }))
+}
+
+#[test]
+fn a_decision_carrying_the_waiting_resume_creates_and_leases_the_execution_in_its_apply() {
+    let mut cluster = cluster();
+    let (decide, resume) = pending_decision(&mut cluster, "e1", ApprovalStatus::Approved);
+    let chained = carrying(&cluster, decide.clone(), resume.clone(), "resume-1");
+    assert_eq!(cluster.script.state.queue_readied_by(&chained), Some("gated"), "the leader guesses it approves");
+    let cursor_before = cluster.script.state.next_cursor();
+    let command = handing_off(&cluster, chained, "poll-1", "gated");
+    let reply = cluster.script.apply_by_as("decide-1", &cluster.bob, command);
+    // The approver's answer is the decision's: approved (then spent).
+    assert!(matches!(reply, Reply::Approval { .. }), "the decision's own answer: {reply:?}");
+
+    // The resume's answer is remembered under its own id, for its caller only.
+    let answer = cluster.script.state.replay_for("resume-1", Some(&cluster.app), &resume);
+    let Some(Reply::Execution { execution, created: true }) = answer else { panic!("resume not run: {answer:?}") };
+    assert_eq!(execution.execution_id, "e1");
+    assert_eq!(cluster.script.state.replay_for("resume-1", Some(&cluster.bob), &resume), None);
+    assert_eq!(cluster.script.execution("e1").state, ExecutionState::Leased);
+    assert_eq!(replayed(&cluster, "poll-1", "gated").map(|tasks| tasks.len()), Some(1));
+
+    // One apply: the decision by bob, the consumption by the requester, the
+    // start by the worker, each under its own principal.
+    let events = cluster.script.state.events_after(cursor_before - 1, 100);
+    let kinds: Vec<_> = events.iter().map(|event| event.kind.type_name()).collect();
+    assert_eq!(kinds, ["capability.approved", "approval.consumed", "capability.started"]);
+    let principals: Vec<_> = events.iter().map(|event| event.principal.clone()).collect();
+    let expected = [&cluster.bob, &cluster.app, &cluster.w1].map(|caller| Some(caller.principal.clone()));
+    assert_eq!(principals, expected);
+
+    // Retries: the decision alone replays its answer and runs nothing; the
+    // resume alone replays the execution; one lease in all.
+    let again = cluster.script.apply_by_as("decide-1", &cluster.bob, decide);
+    assert!(matches!(again, Reply::Approval { .. }), "{again:?}");
+    let again = cluster.script.apply_by_as("resume-1", &cluster.app, resume);
+    assert!(matches!(again, Reply::Execution { .. }), "{again:?}");
+    assert_eq!(cluster.script.execution("e1").lease_ids.len(), 1);
+}
+
+#[test]
+fn a_rejection_answers_the_waiting_resume_with_its_refusal_and_creates_nothing() {
+    let mut cluster = cluster();
+    let (decide, resume) = pending_decision(&mut cluster, "e1", ApprovalStatus::Rejected);
+    let command = handing_off(&cluster, carrying(&cluster, decide, resume.clone(), "resume-1"), "poll-1", "gated");
+    let reply = cluster.script.apply_by_as("decide-1", &cluster.bob, command);
+    assert!(matches!(reply, Reply::Approval { status: ApprovalStatus::Rejected, .. }), "{reply:?}");
+    let answer = cluster.script.state.replay_for("resume-1", Some(&cluster.app), &resume);
+    let Some(Reply::Error(error)) = answer else { panic!("the resume's refusal is remembered: {answer:?}") };
+    assert_eq!(error.code, ErrorCode::ApprovalRejected);
+    assert_eq!(replayed(&cluster, "poll-1", "gated"), None, "nothing to hand off");
+    assert!(cluster.script.state.execution("e1").is_none());
+}
+
+#[test]
+fn a_refused_decision_runs_no_resume_and_a_client_may_not_send_a_chain() {
+    let mut cluster = cluster();
+    // The requester may not decide its own request: the decision is refused
+    // and the resume it carried never runs (its id stays unused).
+    let (decide, resume) = pending_decision(&mut cluster, "e1", ApprovalStatus::Approved);
+    let Command::DecideApproval { approval_id, status, comment, caller_now_ms, terms_hash, .. } = decide.clone() else {
+        unreachable!()
+    };
+    let own = Command::DecideApproval {
+        approval_id,
+        status,
+        approver: cluster.app.principal.as_actor(),
+        comment,
+        caller_now_ms,
+        terms_hash,
+    };
+    let reply =
+        cluster.script.apply_by_as("decide-0", &cluster.app, carrying(&cluster, own, resume.clone(), "resume-1"));
+    assert!(matches!(reply, Reply::Error(_)), "self-decision refused: {reply:?}");
+    assert_eq!(cluster.script.state.replay_for("resume-1", Some(&cluster.app), &resume), None);
+
+    // Sent by a client, or nested, a chain is refused before anything runs.
+    let chained = carrying(&cluster, decide.clone(), resume.clone(), "resume-1");
+    assert!(gavel_core::precheck::check(&chained).is_err(), "the edge's judge refuses a chain");
+    let nested = carrying(&cluster, chained, resume, "resume-2");
+    refused(cluster.script.apply_by_as("decide-2", &cluster.bob, nested), ErrorCode::InvalidArgument);
+    assert_eq!(cluster.script.approval("apr_e1").status, gavel_core::model::StoredApprovalStatus::Pending);
 }

@@ -40,6 +40,7 @@ pub mod overload;
 pub mod peer;
 pub mod quota;
 pub mod replies;
+pub mod resumes;
 pub mod routing;
 pub mod scrape;
 pub mod security;

@@ -23,6 +23,9 @@
 //! - `gavel_lease_handoffs_total`: waiting polls answered with the tasks
 //!   the apply that created them leased to them, and `gavel_polls_waiting`,
 //!   the polls waiting now ([`crate::waiters`]).
+//! - `gavel_resumes_carried_total`: resumes that waited for a decision and
+//!   ran in that decision's apply, and `gavel_resumes_waiting`, the resumes
+//!   waiting for a decision now ([`crate::resumes`], decision 0108).
 //! - **Read at scrape time**: the Raft status (term, leader, indexes, role)
 //!   and the domain state's counts ([`gavel_core::State::counts`]), so they
 //!   are never stale and cost nothing between scrapes.
@@ -278,6 +281,11 @@ pub struct Metrics {
     lease_handoffs: Counter,
     /// `gavel_polls_waiting`: worker polls waiting on this node now.
     polls_waiting: Gauge,
+    /// `gavel_resumes_carried_total`: waiting resumes answered by the
+    /// decision that carried them (decision 0108).
+    resumes_carried: Counter,
+    /// `gavel_resumes_waiting`: resumes waiting for a decision on this node now.
+    resumes_waiting: Gauge,
     /// The edge stage and the tick lag (shared with the [`HotPath`] collector).
     edge: Arc<EdgeStats>,
     /// The caps of the labels a caller or a registrant chooses.
@@ -345,6 +353,16 @@ impl Metrics {
                 "Waiting polls answered with tasks leased by the apply that created their executions",
             ),
             polls_waiting: registered(r, "gavel_polls_waiting", "Worker polls waiting on this node (the leader) now"),
+            resumes_carried: registered(
+                r,
+                "gavel_resumes_carried",
+                "Resumes waiting for a decision that ran in the apply of the decision that carried them",
+            ),
+            resumes_waiting: registered(
+                r,
+                "gavel_resumes_waiting",
+                "Resumes waiting for a decision on this node (the leader) now",
+            ),
             calls,
             call_seconds,
             raft_quorum_ack_age,
@@ -522,6 +540,17 @@ impl Metrics {
     /// Counts one waiting poll answered with the tasks a hand-off leased it.
     pub fn count_lease_handoff(&self) {
         self.lease_handoffs.inc();
+    }
+
+    /// The gauge of resumes waiting for a decision on this node, which the
+    /// registry of waiting resumes keeps ([`crate::resumes`]).
+    pub fn resumes_waiting(&self) -> Gauge {
+        self.resumes_waiting.clone()
+    }
+
+    /// Counts one waiting resume answered by the decision that carried it.
+    pub fn count_resume_carried(&self) {
+        self.resumes_carried.inc();
     }
 
     /// Records the `edge` stage of one proposed command: from its request

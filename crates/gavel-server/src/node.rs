@@ -97,6 +97,9 @@ pub struct Node {
     /// The worker polls waiting on this node (the leader), for lease
     /// hand-offs and wake-ups ([`crate::waiters`]).
     pub waiters: crate::waiters::Waiters,
+    /// The resumes waiting on this node (the leader) for a decision, which
+    /// a decision proposed here carries ([`crate::resumes`]).
+    pub resumes: crate::resumes::Resumes,
     channels: Mutex<BTreeMap<String, Channel>>,
     /// How a channel to another node connects: `None` over real TCP, the
     /// simulator's network otherwise ([`crate::server::InjectedIo`]).
@@ -212,6 +215,7 @@ impl Node {
         let channels = Mutex::new(BTreeMap::new());
         let reads = ReadPort::new(app);
         let waiters = crate::waiters::Waiters::new(reads.clone(), metrics.polls_waiting());
+        let resumes = crate::resumes::Resumes::new(metrics.resumes_waiting());
         Arc::new(Node {
             id,
             raft,
@@ -222,6 +226,7 @@ impl Node {
             admission,
             quotas,
             waiters,
+            resumes,
             channels,
             dial,
             clock,
@@ -273,12 +278,24 @@ impl Node {
             self.quotas.refused(&self.metrics, error)
         };
         let _in_flight = self.admit(caller, request_id, &command).map_err(refused)?;
-        // A command that creates an execution carries a waiting poll it
-        // leases it to in the same apply; the poll is told when the claim
+        // A decision carries the requester's resume waiting for it, and a
+        // command that creates an execution carries a waiting poll it
+        // leases it to, in the same apply; each is told when its claim
         // drops, answered or not.
+        let (command, _resume_claim) = self.resumes.carry(command);
         let (command, _claim) = self.waiters.hand_off(command, self.wall_clock_ms());
         match self.propose(caller, request_id, command).await? {
             Reply::Error(error) => Err(refused(error)),
+            reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),
+        }
+    }
+
+    /// A reply the state machine remembered for a command this node did not
+    /// propose itself (a resume a decision carried, decision 0108), as
+    /// [`Node::call`] would have answered it.
+    pub fn answer<R: FromReply>(&self, reply: Reply) -> Result<R, Status> {
+        match reply {
+            Reply::Error(error) => Err(self.quotas.refused(&self.metrics, error)),
             reply => R::from_reply(reply).map_err(|reply| unexpected(&reply)),
         }
     }

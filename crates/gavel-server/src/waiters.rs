@@ -163,7 +163,7 @@ impl Waiters {
     /// given up). Otherwise `command` comes back as it was.
     pub fn hand_off(&self, command: Command, now_ms: u64) -> (Command, Option<Claim>) {
         // Most commands create nothing: they take neither lock.
-        let creates = matches!(command, Command::Submit(_) | Command::Resume { .. });
+        let creates = matches!(command, Command::Submit(_) | Command::Resume { .. } | Command::DecideThenResume(_));
         if !creates || self.registry().waiting.is_empty() {
             return (command, None);
         }

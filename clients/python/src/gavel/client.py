@@ -106,13 +106,20 @@ class Client(_ClientBase):
             if not reply.timed_out or time.monotonic() >= deadline:
                 return reply.approval
 
-    def resume_and_wait(self, approval_id: str, timeout: float = 60.0, **resume: Any) -> execution_pb2.Execution:
+    def resume_and_wait(
+        self, approval_id: str, timeout: float = 60.0, await_decision: bool = False, **resume: Any
+    ) -> execution_pb2.Execution:
         """Resumes an approved approval and long-polls until its execution is final, the first wait in the
-        same call (ResumeAndWait); GavelError WAIT_TIMEOUT after ``timeout`` seconds. ``resume`` holds
-        further ResumeRequest fields (``input_json``, ``execution_id``, ``request_id``)."""
+        same call (ResumeAndWait); GavelError WAIT_TIMEOUT after ``timeout`` seconds. With
+        ``await_decision``, a pending approval is waited for (within the first wait) and resumed by the
+        decision itself, in the same log entry (GavelError APPROVAL_PENDING if it is still pending then,
+        APPROVAL_REJECTED if it is rejected). ``resume`` holds further ResumeRequest fields
+        (``input_json``, ``execution_id``, ``request_id``)."""
         deadline = time.monotonic() + timeout
         request = execution_pb2.ResumeRequest(approval_id=approval_id, **resume)
-        reply = self.executions.resume_and_wait(resume=request, wait_ms=_wait_ms(timeout))
+        reply = self.executions.resume_and_wait(
+            resume=request, wait_ms=_wait_ms(timeout), await_decision=await_decision
+        )
         if not reply.timed_out:
             return reply.execution
         left = deadline - time.monotonic()
@@ -231,13 +238,20 @@ class AsyncClient(_ClientBase):
             if not reply.timed_out or time.monotonic() >= deadline:
                 return reply.approval
 
-    async def resume_and_wait(self, approval_id: str, timeout: float = 60.0, **resume: Any) -> execution_pb2.Execution:
+    async def resume_and_wait(
+        self, approval_id: str, timeout: float = 60.0, await_decision: bool = False, **resume: Any
+    ) -> execution_pb2.Execution:
         """Resumes an approved approval and long-polls until its execution is final, the first wait in the
-        same call (ResumeAndWait); GavelError WAIT_TIMEOUT after ``timeout`` seconds. ``resume`` holds
-        further ResumeRequest fields (``input_json``, ``execution_id``, ``request_id``)."""
+        same call (ResumeAndWait); GavelError WAIT_TIMEOUT after ``timeout`` seconds. With
+        ``await_decision``, a pending approval is waited for (within the first wait) and resumed by the
+        decision itself, in the same log entry (GavelError APPROVAL_PENDING if it is still pending then,
+        APPROVAL_REJECTED if it is rejected). ``resume`` holds further ResumeRequest fields
+        (``input_json``, ``execution_id``, ``request_id``)."""
         deadline = time.monotonic() + timeout
         request = execution_pb2.ResumeRequest(approval_id=approval_id, **resume)
-        reply = await self.executions.resume_and_wait(resume=request, wait_ms=_wait_ms(timeout))
+        reply = await self.executions.resume_and_wait(
+            resume=request, wait_ms=_wait_ms(timeout), await_decision=await_decision
+        )
         if not reply.timed_out:
             return reply.execution
         left = deadline - time.monotonic()

@@ -63,6 +63,11 @@ pub enum ExecCommand {
         /// Then wait (up to this many ms) until the execution is final and show it.
         #[arg(long, value_name = "MS")]
         wait: Option<u64>,
+        /// While the approval is pending, wait (within --wait) for its
+        /// decision and resume on it: the decision spends the approval and
+        /// starts the execution in the same log entry.
+        #[arg(long, requires = "wait")]
+        await_decision: bool,
     },
     /// Show an execution.
     Get {
@@ -157,7 +162,7 @@ pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
             let response = client.submit(request).await?;
             print_submitted(&response, json)
         }
-        ExecCommand::Resume { approval_id, input, execution_id, wait: wait_ms } => {
+        ExecCommand::Resume { approval_id, input, execution_id, wait: wait_ms, await_decision } => {
             let input_json = input.as_deref().map(read_input).transpose()?;
             let client = args.global.client()?;
             let request = pb::ResumeRequest { approval_id, execution_id, input_json, ..pb::ResumeRequest::default() };
@@ -169,7 +174,9 @@ pub async fn run(args: ExecArgs) -> Result<(), CommandError> {
             // longer wait continues with WaitExecution.
             let started = std::time::Instant::now();
             let wait_ms = timeout_ms.min(WAIT_CALL_MS_MAX);
-            let answer = client.resume_and_wait(pb::ResumeAndWaitRequest { resume: Some(request), wait_ms }).await?;
+            let answer = client
+                .resume_and_wait(pb::ResumeAndWaitRequest { resume: Some(request), wait_ms, await_decision })
+                .await?;
             let execution = unwrap_execution(answer.execution)?;
             if !answer.timed_out || answer.wait_refused {
                 return print_execution(&execution, json);

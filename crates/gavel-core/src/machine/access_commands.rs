@@ -154,6 +154,7 @@ impl State {
             // Validation refuses a hand-off first; this arm only keeps the
             // table whole (apply admits what a hand-off carries, one by one).
             Command::Handoff(_) => Err(denied("a lease hand-off is never sent".to_string())),
+            Command::DecideThenResume(_) => Err(denied("a decision carrying a resume is never sent".to_string())),
             Command::BootstrapAdmin { .. } => State::require_node(caller, "bootstrap the first admin"),
             Command::RegisterNoteKey { node_id, .. }
             | Command::CosignCheckpoint { node_id, .. }

@@ -386,7 +386,8 @@ impl State {
 
     /// The queue `command` would put a new execution in if it were applied
     /// now: a `Submit` of a capability that needs no approval, of an
-    /// execution not yet stored, or a `Resume` of an approved approval.
+    /// execution not yet stored, a `Resume` of an approved approval, or a
+    /// decision carrying a resume of a pending one (decision 0108).
     /// The leader asks it to pick a waiting poll to hand that work to
     /// (decision 0107); it is a guess made before the command's position
     /// in the log, and apply decides (a hand-off whose command created
@@ -404,6 +405,14 @@ impl State {
             Command::Resume { approval_id, .. } => {
                 let approval = self.approvals.get(approval_id)?;
                 if approval.status_at(self.clock_ms) != ApprovalStatus::Approved {
+                    return None;
+                }
+                self.registry.get(&approval.capability_id, approval.capability_version)?
+            }
+            // The decision has not applied yet: guess it approves.
+            Command::DecideThenResume(chained) => {
+                let approval = self.approvals.get(chained.approval_id()?)?;
+                if approval.status_at(self.clock_ms) != ApprovalStatus::Pending {
                     return None;
                 }
                 self.registry.get(&approval.capability_id, approval.capability_version)?

@@ -66,7 +66,8 @@ impl State {
             | Command::CosignCheckpoint { .. }
             | Command::AddWitnessCosignature { .. }
             | Command::Tick { .. }
-            | Command::Handoff(_) => return None,
+            | Command::Handoff(_)
+            | Command::DecideThenResume(_) => return None,
         };
         Some(opens)
     }

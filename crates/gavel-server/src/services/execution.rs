@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gavel_core::limits::WAIT_MS_MAX;
-use gavel_core::{Action, Caller, Execution};
+use gavel_core::{Action, ApprovalStatus, Caller, Command, DomainError, ErrorCode, Execution};
 use gavel_proto::v1 as pb;
 use gavel_proto::v1::execution_service_server::ExecutionService;
+use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::{caller, request_id};
@@ -17,6 +18,7 @@ use crate::convert::execution::{
 };
 use crate::node::{domain_status, Node};
 use crate::replies::{ExecutionReply, SubmitReply};
+use crate::resumes::{Stage, WaitingResume};
 
 /// Serves executions.
 pub struct Executions {
@@ -56,11 +58,20 @@ impl ExecutionService for Executions {
         // the resume, not after it consumed the approval; the wait checks
         // again at its linearizable read.
         self.node.reads.read(|state| state.authorize(caller.as_ref(), Action::ReadExecution)).map_err(domain_status)?;
-        let reply: ExecutionReply =
-            self.node.call(caller.as_ref(), &request_id, resume_in(&resume, &request_id)).await?;
+        let wait = Duration::from_millis(message.wait_ms.min(WAIT_MS_MAX));
+        let command = resume_in(&resume, &request_id);
+        let (reply, wait): (ExecutionReply, Duration) = if message.await_decision {
+            // One budget: what the decision took is not waited again.
+            let deadline = Instant::now() + wait;
+            let reply =
+                resume_on_decision(&self.node, caller.as_ref(), &request_id, &resume.approval_id, command, deadline)
+                    .await?;
+            (reply, deadline.saturating_duration_since(Instant::now()))
+        } else {
+            (self.node.call(caller.as_ref(), &request_id, command).await?, wait)
+        };
         // A wait that fails after the resume (a leader change) is the call's
         // error; a retry with the same request id gets the same execution back.
-        let wait = Duration::from_millis(message.wait_ms.min(WAIT_MS_MAX));
         let answer = match wait_final(&self.node, caller.as_ref(), &reply.execution.execution_id, wait).await {
             Ok((execution, timed_out)) => {
                 pb::ResumeAndWaitResponse { execution: Some(execution_out(&execution)), timed_out, wait_refused: false }
@@ -167,6 +178,78 @@ impl ExecutionService for Executions {
 
 /// Waits up to `wait` for an execution to become final; returns it as it is
 /// then, and whether the wait ran out first.
+/// The resume of `approval_id` once it is decided (decision 0108): while
+/// the approval is pending, the resume waits in the node's registry, where
+/// a decision proposed here carries it into its own log entry; the answer
+/// is then read by request id. A resume no decision carried (decided
+/// elsewhere, before it registered, or by a vote that left it pending)
+/// proposes itself once the approval is no longer pending, as `Resume`
+/// does. Still pending at `deadline`: `APPROVAL_PENDING`, nothing spent.
+async fn resume_on_decision(
+    node: &Node,
+    caller: Option<&Caller>,
+    request_id: &str,
+    approval_id: &str,
+    command: Command,
+    deadline: Instant,
+) -> Result<ExecutionReply, Status> {
+    // What the edge refuses is refused before any wait.
+    gavel_core::precheck::check(&command).map_err(domain_status)?;
+    let mut applied = node.reads.watch();
+    let waiting =
+        WaitingResume { caller: caller.cloned(), request_id: request_id.to_string(), command: command.clone() };
+    let registration = node.resumes.register(approval_id, waiting);
+    loop {
+        match registration.stage() {
+            Stage::Answered => {
+                let remembered = node.reads.read(|state| state.replay_for(request_id, caller, &command));
+                if let Some(reply) = remembered {
+                    node.metrics.count_resume_carried();
+                    return node.answer(reply);
+                }
+                // The decision was refused, lost with a leader, or a vote
+                // left the approval pending: wait on, claimable again.
+                registration.rearm();
+            }
+            Stage::Carried => {
+                // The decision's proposal is bounded (`RAFT_WAIT`); the claim
+                // drops when it returns, answered or not.
+                let _ = tokio::time::timeout(CARRIED_ANSWER_WAIT, registration.changed()).await;
+            }
+            Stage::Waiting => {
+                let pending = applied.read(|state| {
+                    let now_ms = node.read_time_ms(state, None);
+                    state
+                        .visible_approval(caller, approval_id)
+                        .is_ok_and(|approval| approval.status_at(now_ms) == ApprovalStatus::Pending)
+                });
+                let now = Instant::now();
+                if !pending || now >= deadline {
+                    if !registration.leave() {
+                        continue; // a decision carried it meanwhile: read its answer
+                    }
+                    drop(registration);
+                    if pending {
+                        let message = format!("approval {approval_id} is still pending: nothing was spent");
+                        return Err(domain_status(DomainError::new(ErrorCode::ApprovalPending, message)));
+                    }
+                    // Decided (or out of view): the resume's own answer.
+                    return node.call(caller, request_id, command).await;
+                }
+                tokio::select! {
+                    () = registration.changed() => {}
+                    _ = applied.next_apply(Some(deadline)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// How long a resume a decision carries waits for that decision's answer:
+/// more than a proposal may take ([`crate::node`]'s `RAFT_WAIT`), so the
+/// answer ends the wait, not this.
+const CARRIED_ANSWER_WAIT: Duration = Duration::from_secs(12);
+
 async fn wait_final(
     node: &Node,
     caller: Option<&Caller>,
