@@ -296,10 +296,8 @@ def test_racing_consumes_over_all_three_nodes_exactly_one_wins(
             assert outcome.consumed_by_execution_id == consumer
 
 
-def test_submit_needs_approval_and_resume_spends_it_once(
-    cluster: TestCluster, app: gavel.Client, bob: gavel.Client
-) -> None:
-    capability_id = f"py.approved.{RUN}"
+def register_gated(cluster: TestCluster, capability_id: str) -> None:
+    """Registers a write capability that needs a human approval."""
     cluster.admin().capabilities.register_capability(
         spec=capability_pb2.CapabilitySpec(
             id=capability_id,
@@ -308,6 +306,13 @@ def test_submit_needs_approval_and_resume_spends_it_once(
             approval=capability_pb2.ApprovalPolicy(required=True, type="human"),
         )
     )
+
+
+def test_submit_needs_approval_and_resume_spends_it_once(
+    cluster: TestCluster, app: gavel.Client, bob: gavel.Client
+) -> None:
+    capability_id = f"py.approved.{RUN}"
+    register_gated(cluster, capability_id)
     submitted = app.executions.submit(
         execution_id=f"exe_py_{RUN}_resume",
         capability_id=capability_id,
@@ -324,6 +329,63 @@ def test_submit_needs_approval_and_resume_spends_it_once(
     error = refusal(app.executions.resume, approval_id=approval_id)
     assert (error.code, error.status) == ("APPROVAL_CONSUMED", grpc.StatusCode.FAILED_PRECONDITION)
     app.executions.cancel_execution(execution_id=resumed.execution_id)
+
+
+def test_a_resume_awaiting_the_decision_runs_once_it_is_approved_and_spends_nothing_while_pending(
+    cluster: TestCluster, app: gavel.Client, bob: gavel.Client
+) -> None:
+    capability_id = f"py.on_decision.{RUN}"
+    register_gated(cluster, capability_id)
+
+    def submit(suffix: str) -> str:
+        submitted = app.executions.submit(
+            execution_id=f"exe_py_{RUN}_{suffix}",
+            capability_id=capability_id,
+            input_json=gavel.canonical_json({"n": suffix}),
+            surface="python",
+        )
+        assert submitted.WhichOneof("outcome") == "approval_required"
+        return submitted.approval_required.id
+
+    # Nobody decides within the wait: APPROVAL_PENDING, and nothing was spent.
+    silent = submit("silent")
+    error = refusal(app.resume_and_wait, silent, timeout=0.3, await_decision=True)
+    assert (error.code, error.status) == ("APPROVAL_PENDING", grpc.StatusCode.FAILED_PRECONDITION)
+    assert app.approvals.get_approval(id=silent).approval.status == approval_pb2.APPROVAL_STATUS_PENDING
+
+    # The resume waits; the decision resumes it; the caller gets the final
+    # execution (cancelled here: no worker takes this capability's queue).
+    approval_id = submit("on_decision")
+    outcome: dict[str, object] = {}
+
+    def resume() -> None:
+        try:
+            outcome["execution"] = app.resume_and_wait(approval_id, timeout=30, await_decision=True)
+        except gavel.GavelError as error:  # pragma: no cover - reported by the assertion below
+            outcome["error"] = error
+
+    waiting = threading.Thread(target=resume)
+    waiting.start()
+    time.sleep(0.3)
+    bob.approvals.decide_approval(id=approval_id, status=approval_pb2.APPROVAL_STATUS_APPROVED)
+    execution_id = f"exe_py_{RUN}_on_decision"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            created = app.executions.get_execution(execution_id=execution_id).execution
+            break
+        except gavel.GavelError as error:
+            assert error.code == "NOT_FOUND" and time.monotonic() < deadline, error
+            time.sleep(0.05)
+    assert created.approval_id == approval_id
+    app.executions.cancel_execution(execution_id=execution_id)
+    waiting.join(30)
+    assert "error" not in outcome, outcome
+    execution = outcome["execution"]
+    assert isinstance(execution, execution_pb2.Execution)
+    assert (execution.execution_id, execution.state) == (execution_id, execution_pb2.EXECUTION_STATE_CANCELLED)
+    error = refusal(app.executions.resume, approval_id=approval_id)
+    assert error.code == "APPROVAL_CONSUMED"
 
 
 def test_submit_errors_carry_their_domain_codes(app: gavel.Client) -> None:

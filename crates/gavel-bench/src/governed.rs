@@ -8,7 +8,8 @@
 //! (decision 0108) it then sends `ResumeAndWait` with `await_decision`, and
 //! the approver (`approver-i`, a different actor, decided through the same
 //! app principal's `delegate-decide`) `DecideApproval`s it once that call
-//! is out: the decision carries the resume. With `governed-wait` (decision
+//! is out, after [`APPROVER_THINK`]: the decision carries the resume. The
+//! lifecycle's latency leaves the think time out (it is the person's). With `governed-wait` (decision
 //! 0103) it `WaitApproval`s while the approver decides, both at once, then
 //! `ResumeAndWait` spends the approval and long-polls for the result. A [`gavel_client::Worker`] running in this process, as its own
 //! principal on the local cluster (`worker:bench-governed`, the `worker`
@@ -16,7 +17,7 @@
 //!
 //! Because the worker runs here, the bench reads one clock on both sides and
 //! splits the lifecycle into stages ([`STAGE_ORDER`]): the decision seen by
-//! the caller (`governed-wait` only), the lease granted (from the resume's
+//! the caller (`governed-wait` only, from the decision's send), the lease granted (from the resume's
 //! send, or with `governed` from the decision's, to the tool's start), the tool, and the result seen (from the tool's end to the
 //! caller's answer, which holds the worker's report).
 //!
@@ -51,6 +52,13 @@ const WAIT_MS: u64 = 30_000;
 /// benchmark's `capability.toml`.
 const CAPABILITY_TIMEOUT_MS: u64 = 10_000;
 const CAPABILITY_HEARTBEAT_TIMEOUT_MS: u64 = 3_000;
+/// The approver's think time: it decides this long after the caller's
+/// call that waits for the decision is out (`WaitApproval`, or with
+/// `governed` the `ResumeAndWait` on the decision), as a person decides
+/// long after the request waits. It is the person's time, not the
+/// system's: the lifecycle's latency leaves it out, its throughput does
+/// not.
+pub const APPROVER_THINK: Duration = Duration::from_millis(5);
 /// How long the worker's long-poll waits when idle.
 const WORKER_POLL_WAIT: Duration = Duration::from_secs(5);
 /// How long the worker's running handlers may finish after the bench stops it.
@@ -321,7 +329,7 @@ pub(crate) async fn lifecycle(
         Ok(())
     };
 
-    let (resumed, lease_from, result_at) = if await_decision {
+    let (resumed, lease_from, result_at, think) = if await_decision {
         // The caller resumes on the decision and waits for the result; the
         // approver decides once the caller's call is out (a person decides
         // long after), and the decision carries the waiting resume.
@@ -332,7 +340,7 @@ pub(crate) async fn lifecycle(
             (answer, Instant::now())
         };
         let decide = async {
-            tokio::task::yield_now().await;
+            tokio::time::sleep(APPROVER_THINK).await;
             let decide_sent = Instant::now();
             let answer = client.decide_approval(decide_request.clone()).await;
             (answer, decide_sent, Instant::now())
@@ -341,7 +349,7 @@ pub(crate) async fn lifecycle(
         check_decided(decided)?;
         stats.operation_between("decide", decide_sent, decided_at);
         stats.operation_between("resume_and_wait", resume_sent, result_at);
-        (resumed, decide_sent, result_at)
+        (resumed, decide_sent, result_at, decide_sent - resume_sent)
     } else {
         // The caller waits for the decision while the approver makes it.
         stats.calls += 2;
@@ -351,15 +359,17 @@ pub(crate) async fn lifecycle(
             (answer, Instant::now())
         };
         let decide = async {
+            tokio::time::sleep(APPROVER_THINK).await;
+            let decide_sent = Instant::now();
             let answer = client.decide_approval(decide_request.clone()).await;
-            (answer, Instant::now())
+            (answer, decide_sent, Instant::now())
         };
-        let ((waited, seen_at), (decided, decided_at)) = tokio::join!(wait, decide);
+        let ((waited, seen_at), (decided, decide_sent, decided_at)) = tokio::join!(wait, decide);
         check_decided(decided)?;
-        stats.operation_between("decide", submitted_at, decided_at);
+        stats.operation_between("decide", decide_sent, decided_at);
         let waited = waited.map_err(|error| format!("wait for {approval_id}: {error}"))?;
         stats.operation_between("wait_approval", submitted_at, seen_at);
-        stats.stage("decision_seen", submitted_at, seen_at);
+        stats.stage("decision_seen", decide_sent, seen_at);
         let seen_status = waited.approval.as_ref().map(|approval| approval.status);
         if waited.timed_out || seen_status != Some(pb::ApprovalStatus::Approved as i32) {
             return Err(format!("wait for {approval_id}: timed out {} in status {seen_status:?}", waited.timed_out));
@@ -369,7 +379,7 @@ pub(crate) async fn lifecycle(
         let resumed = client.resume_and_wait(resume_request(false)).await;
         let result_at = Instant::now();
         stats.operation_between("resume_and_wait", resume_sent, result_at);
-        (resumed, resume_sent, result_at)
+        (resumed, resume_sent, result_at, decide_sent - submitted_at)
     };
     let resumed = resumed.map_err(|error| format!("resume and wait {approval_id}: {error}"))?;
     let execution = resumed.execution.ok_or_else(|| format!("resume and wait {id}: no execution in the reply"))?;
@@ -400,7 +410,8 @@ pub(crate) async fn lifecycle(
     stats.stage("lease_granted", lease_from, run.started);
     stats.stage("tool", run.started, run.finished);
     stats.stage("result_seen", run.finished, result_at);
-    stats.lifecycle("governed", started);
+    // The approver's think time (as slept) is the person's, not the system's.
+    stats.lifecycle("governed", started + think);
     Ok(output_json)
 }
 

@@ -616,6 +616,7 @@ async fn measure(
             workload::run_config(dial, endpoints, leader, &pids(local), &spec, &format!("{tag}-{position}")).await?;
         let stages_after = stages::scrape_all(&metrics_addrs).await?;
         report.term_rise = stages_after.term_rise(&stages_before);
+        report.counters_rise = stages_after.counters_rise(&stages_before);
         printer.config(&report)?;
         if let Some(cost) = &report.cost {
             printer.human(&cost::table(cost))?;
@@ -625,6 +626,9 @@ async fn measure(
             if let Some(rise) = report.term_rise {
                 printer
                     .human(&format!("raft term: the highest rose by {rise} (each leader change takes a new term)\n"))?;
+            }
+            for (name, rise) in &report.counters_rise {
+                printer.human(&format!("{name}: rose by {rise}\n"))?;
             }
         }
         configs.push(report);

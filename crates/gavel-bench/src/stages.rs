@@ -38,12 +38,18 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The Raft term gauge in the text format.
 const TERM_GAUGE: &str = "gavel_raft_term";
 
+/// Counters summed over the nodes and reported as their rise over a
+/// configuration: waiting polls answered by a lease hand-off (decision
+/// 0107) and waiting resumes run by the decision that carried them (0108).
+pub(crate) const COUNTERS: [&str; 2] = ["gavel_lease_handoffs_total", "gavel_resumes_carried_total"];
+
 /// Cumulative bucket counts per stage: `stage → [(upper bound, count ≤ bound)]`,
 /// summed over the nodes scraped, and the highest Raft term among them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct StageBuckets {
     stages: BTreeMap<String, Vec<(f64, f64)>>,
     term: Option<u64>,
+    counters: BTreeMap<String, f64>,
 }
 
 /// One stage's figures over a window.
@@ -89,9 +95,14 @@ async fn scrape(addr: &str) -> Result<String, BenchError> {
 pub(crate) fn parse(text: &str) -> StageBuckets {
     let mut stages: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     let mut term = None;
+    let mut counters = BTreeMap::new();
     for line in text.lines() {
         if let Some(value) = line.strip_prefix(TERM_GAUGE).and_then(|rest| rest.strip_prefix(' ')) {
             term = value.trim().parse::<f64>().ok().map(|value| value as u64);
+            continue;
+        }
+        if let Some((name, value)) = line.split_once(' ').filter(|(name, _)| COUNTERS.contains(name)) {
+            counters.insert(name.to_string(), value.trim().parse::<f64>().unwrap_or(0.0));
             continue;
         }
         let (labels, mut stage) = if let Some(labels) = line.strip_prefix(STAGE_BUCKET) {
@@ -120,13 +131,16 @@ pub(crate) fn parse(text: &str) -> StageBuckets {
     for buckets in stages.values_mut() {
         buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
-    StageBuckets { stages, term }
+    StageBuckets { stages, term, counters }
 }
 
 impl StageBuckets {
     /// Adds another node's buckets (same bounds) to these.
     fn add(&mut self, other: &StageBuckets) {
         self.term = self.term.max(other.term);
+        for (name, value) in &other.counters {
+            *self.counters.entry(name.clone()).or_default() += value;
+        }
         for (stage, buckets) in &other.stages {
             let mine =
                 self.stages.entry(stage.clone()).or_insert_with(|| buckets.iter().map(|(b, _)| (*b, 0.0)).collect());
@@ -142,6 +156,18 @@ impl StageBuckets {
     /// election nobody won). `None` when either scrape had no term.
     pub(crate) fn term_rise(&self, before: &StageBuckets) -> Option<u64> {
         Some(self.term?.saturating_sub(before.term?))
+    }
+
+    /// How far each of [`COUNTERS`] rose from `before` to `self`, summed
+    /// over the nodes (those no scrape had are left out).
+    pub(crate) fn counters_rise(&self, before: &StageBuckets) -> BTreeMap<String, u64> {
+        self.counters
+            .iter()
+            .map(|(name, after)| {
+                let was = before.counters.get(name).copied().unwrap_or(0.0);
+                (name.clone(), (after - was).max(0.0) as u64)
+            })
+            .collect()
     }
 
     /// The figures of each stage over the window from `before` to `self`.
@@ -222,6 +248,9 @@ gavel_raft_wal_fsync_seconds_bucket{le=\"+Inf\"} 3
 # TYPE gavel_raft_term gauge
 gavel_raft_term 7
 gavel_raft_term_unrelated 99
+# TYPE gavel_resumes_carried counter
+gavel_resumes_carried_total 5
+gavel_resumes_carried_created 1.7e9
 ";
 
     #[test]
@@ -243,6 +272,16 @@ gavel_raft_term_unrelated 99
         assert!(table(&figures).contains("edge"));
         let fsync = figures.iter().find(|figures| figures.stage == "fsync").expect("an fsync row");
         assert_eq!(fsync.count, 3, "the WAL's fdatasyncs are read as the fsync row");
+    }
+
+    #[test]
+    fn counters_rise_summed_over_the_nodes() {
+        let before = parse(SCRAPE);
+        let mut after = parse(&SCRAPE.replace("carried_total 5", "carried_total 8"));
+        after.add(&parse(SCRAPE));
+        let rise = after.counters_rise(&before);
+        assert_eq!(rise.get("gavel_resumes_carried_total"), Some(&8), "3 on one node, 5 more on the other");
+        assert_eq!(rise.len(), 1, "only the counters scraped: {rise:?}");
     }
 
     #[test]

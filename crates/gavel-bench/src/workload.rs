@@ -163,6 +163,11 @@ pub struct ConfigReport {
     /// so this bounds the leader changes from above); `None` without the
     /// nodes' metrics (`--endpoints`).
     pub term_rise: Option<u64>,
+    /// How far the nodes' hand-off counters rose over the configuration,
+    /// warmup included (`gavel_lease_handoffs_total`,
+    /// `gavel_resumes_carried_total`); empty without the nodes' metrics.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters_rise: BTreeMap<String, u64>,
     /// Lifecycles completed and checked, window or not.
     pub completed_lifecycles: u64,
     /// Polls that returned no task and were repeated.
@@ -783,6 +788,7 @@ where
         cpu,
         cost,
         term_rise: None,
+        counters_rise: BTreeMap::new(),
         completed_lifecycles: total.completed,
         empty_polls: total.empty_polls,
         retries: attempts.saturating_sub(total.calls),

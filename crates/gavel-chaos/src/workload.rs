@@ -42,6 +42,10 @@ pub const QUEUE: &str = "chaos";
 /// Lease length of every chaos capability: short, so stalls and crashes
 /// make leases expire often.
 pub const LEASE_TIMEOUT_MS: u64 = 1_000;
+/// How long a resume on the decision waits for the decision and the
+/// execution together (decision 0108): a decision lost to a fault leaves it
+/// `APPROVAL_PENDING` after this.
+const RESUME_ON_DECISION_WAIT_MS: u64 = 1_500;
 
 /// What setting up the workload can fail at.
 #[derive(Debug, thiserror::Error)]
@@ -700,7 +704,9 @@ impl Workload {
 
     /// Approves the approval a submit asked for (a setup step, not recorded:
     /// the approval register checker only follows approvals the workload
-    /// created itself) and resumes the execution (recorded).
+    /// created itself) and resumes the execution (recorded). Half the time
+    /// the resume goes first and waits for the decision, which may carry it
+    /// into its own log entry (decision 0108).
     async fn approve_and_resume(&self, rng: &mut Rng, execution_id: &str, approval_id: &str) {
         let nodes = self.nodes.len() as u64;
         let decide = pb::DecideApprovalRequest {
@@ -709,16 +715,29 @@ impl Workload {
             approver: Some(actor("chaos-approver")),
             ..Default::default()
         };
-        if self.client(rng.below(nodes) as usize).decide_approval(decide).await.is_err() {
+        let decider = self.client(rng.below(nodes) as usize);
+        let resumer = rng.below(nodes) as usize;
+        if rng.chance(2) {
+            let think = Duration::from_millis(rng.between(0, 30));
+            let decide = async move {
+                tokio::time::sleep(think).await;
+                let _ = decider.decide_approval(decide).await;
+            };
+            tokio::join!(self.resume(resumer, execution_id, approval_id, true), decide);
             return;
         }
-        self.resume(rng.below(nodes) as usize, execution_id, approval_id).await;
+        if decider.decide_approval(decide).await.is_err() {
+            return;
+        }
+        self.resume(resumer, execution_id, approval_id, false).await;
     }
 
     /// Resumes `execution_id` with `approval_id` through node index `node`
-    /// (recorded). An execution the resume may have created is added to the
-    /// ones drained and read at the end.
-    async fn resume(&self, node: usize, execution_id: &str, approval_id: &str) {
+    /// (recorded); `on_decision`: with `ResumeAndWait{await_decision}`,
+    /// waiting a bounded time for the decision and the execution. An
+    /// execution the resume may have created is added to the ones drained
+    /// and read at the end.
+    pub(crate) async fn resume(&self, node: usize, execution_id: &str, approval_id: &str, on_decision: bool) {
         let request = pb::ResumeRequest {
             approval_id: approval_id.to_string(),
             execution_id: Some(execution_id.to_string()),
@@ -730,9 +749,19 @@ impl Workload {
             self.nodes[node].0,
             Op::ExecResume { execution_id: execution_id.to_string(), approval_id: approval_id.to_string() },
         );
-        let (outcome, result, error) = match self.client(node).resume(request).await {
-            Ok(response) => {
-                let view = match &response.execution {
+        let answer = if on_decision {
+            let request = pb::ResumeAndWaitRequest {
+                resume: Some(request),
+                wait_ms: RESUME_ON_DECISION_WAIT_MS,
+                await_decision: true,
+            };
+            self.client(node).resume_and_wait(request).await.map(|response| response.execution)
+        } else {
+            self.client(node).resume(request).await.map(|response| response.execution)
+        };
+        let (outcome, result, error) = match answer {
+            Ok(execution) => {
+                let view = match &execution {
                     Some(execution) => OpResult::Execution(execution_view(execution)),
                     None => OpResult::Reported,
                 };

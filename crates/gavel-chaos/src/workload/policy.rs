@@ -220,7 +220,7 @@ impl Workload {
             futures::future::join_all(racing.collect::<Vec<_>>()).await;
             let resumes = (0..rng.between(1, 3)).map(|caller| {
                 let (node, this, id) = (rng.below(nodes) as usize, self.clone(), id.clone());
-                tokio::spawn(async move { this.resume(node, &format!("{id}-r{caller}"), &id).await })
+                tokio::spawn(async move { this.resume(node, &format!("{id}-r{caller}"), &id, false).await })
             });
             futures::future::join_all(resumes.collect::<Vec<_>>()).await;
             tokio::time::sleep(Duration::from_millis(rng.between(20, 120))).await;
@@ -241,7 +241,7 @@ impl Workload {
             let id = standing[(index + round) % standing.len()].clone();
             let callers = (0..STANDING_CALLERS).map(|caller| {
                 let (node, this, id) = (rng.below(nodes) as usize, self.clone(), id.clone());
-                tokio::spawn(async move { this.resume(node, &format!("{id}-u{round}-{caller}"), &id).await })
+                tokio::spawn(async move { this.resume(node, &format!("{id}-u{round}-{caller}"), &id, false).await })
             });
             futures::future::join_all(callers.collect::<Vec<_>>()).await;
             round += 1;

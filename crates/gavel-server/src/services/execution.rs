@@ -72,7 +72,10 @@ impl ExecutionService for Executions {
         };
         // A wait that fails after the resume (a leader change) is the call's
         // error; a retry with the same request id gets the same execution back.
-        let answer = match wait_final(&self.node, caller.as_ref(), &reply.execution.execution_id, wait).await {
+        // No read barrier: the resume's answer came from this leader's applied
+        // state, which holds it, and the caller may read executions (above).
+        let execution_id = &reply.execution.execution_id;
+        let answer = match wait_final(&self.node, caller.as_ref(), execution_id, wait, Barrier::AfterOwnWrite).await {
             Ok((execution, timed_out)) => {
                 pb::ResumeAndWaitResponse { execution: Some(execution_out(&execution)), timed_out, wait_refused: false }
             }
@@ -140,7 +143,8 @@ impl ExecutionService for Executions {
         let (_, extensions, message) = request.into_parts();
         let caller = caller(&extensions)?;
         let wait = Duration::from_millis(message.timeout_ms.min(WAIT_MS_MAX));
-        let (execution, timed_out) = wait_final(&self.node, caller.as_ref(), &message.execution_id, wait).await?;
+        let (execution, timed_out) =
+            wait_final(&self.node, caller.as_ref(), &message.execution_id, wait, Barrier::Linearizable).await?;
         Ok(Response::new(pb::WaitExecutionResponse { execution: Some(execution_out(&execution)), timed_out }))
     }
 
@@ -199,9 +203,15 @@ async fn resume_on_decision(
     let waiting =
         WaitingResume { caller: caller.cloned(), request_id: request_id.to_string(), command: command.clone() };
     let registration = node.resumes.register(approval_id, waiting);
+    // Once a decision carried it, a resume may still run in that entry
+    // later (a proposal given up is not a proposal withdrawn), so only a
+    // resume no decision ever carried answers APPROVAL_PENDING without
+    // going through the log.
+    let mut carried = false;
     loop {
         match registration.stage() {
             Stage::Answered => {
+                carried = true;
                 let remembered = node.reads.read(|state| state.replay_for(request_id, caller, &command));
                 if let Some(reply) = remembered {
                     node.metrics.count_resume_carried();
@@ -229,11 +239,12 @@ async fn resume_on_decision(
                         continue; // a decision carried it meanwhile: read its answer
                     }
                     drop(registration);
-                    if pending {
+                    if pending && !carried {
                         let message = format!("approval {approval_id} is still pending: nothing was spent");
                         return Err(domain_status(DomainError::new(ErrorCode::ApprovalPending, message)));
                     }
-                    // Decided (or out of view): the resume's own answer.
+                    // Decided, out of view, or once carried: the resume's own
+                    // answer, ordered in the log after any entry carrying it.
                     return node.call(caller, request_id, command).await;
                 }
                 tokio::select! {
@@ -250,18 +261,32 @@ async fn resume_on_decision(
 /// answer ends the wait, not this.
 const CARRIED_ANSWER_WAIT: Duration = Duration::from_secs(12);
 
+/// Where a wait's first read stands.
+enum Barrier {
+    /// A linearizable read first (a read barrier on the leader), which
+    /// also authorizes the caller.
+    Linearizable,
+    /// Right after this node answered the caller's own write from its
+    /// applied state, the caller authorized already: every state read from
+    /// here on holds that write, so no barrier is needed (decision 0108).
+    AfterOwnWrite,
+}
+
 async fn wait_final(
     node: &Node,
     caller: Option<&Caller>,
     execution_id: &str,
     wait: Duration,
+    barrier: Barrier,
 ) -> Result<(Execution, bool), Status> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut applied = node.reads.watch();
     // One linearizable read, on the leader; afterwards the leader's own
     // applied state only moves forward, so re-reading it stays linearizable.
     // The caller is authorized once, at that read.
-    node.read(caller, Action::ReadExecution, |_| ()).await?;
+    if let Barrier::Linearizable = barrier {
+        node.read(caller, Action::ReadExecution, |_| ()).await?;
+    }
     loop {
         // An execution outside the caller's view reads as an unknown one: NOT_FOUND.
         let execution = applied
