@@ -143,12 +143,15 @@ fn governed_smoke_with_cost() {
     assert!(outcome.ok, "{:#}", outcome.summary);
     for config in &outcome.configs {
         assert_eq!(config.workload, "governed");
-        check_config(config, &["submit", "decide", "wait_approval", "resume_and_wait"]);
+        // The caller resumes on the decision (decision 0108): no WaitApproval.
+        check_config(config, &["submit", "decide", "resume_and_wait"]);
+        assert!(!config.latency.contains_key("wait_approval"), "{config:#?}");
         let check = config.exactly_once.as_ref().expect("the governed workload counts its tool runs");
         assert!(check.ok, "{check:?}");
         assert_eq!((check.executions, check.tool_runs), (config.completed_lifecycles, config.completed_lifecycles));
         assert_eq!(check.ran_once_and_seen, config.completed_lifecycles);
-        for stage in gavel_bench::governed::STAGE_ORDER {
+        // `decision_seen` is the flow of `governed-wait` only.
+        for stage in gavel_bench::governed::STAGE_ORDER.into_iter().filter(|stage| *stage != "decision_seen") {
             let latency = config.lifecycle_stages.get(stage).unwrap_or_else(|| panic!("no {stage}: {config:#?}"));
             // A stage counts when it ends in the window, so a lifecycle that ended
             // just after the window may have stages inside it.
@@ -161,6 +164,11 @@ fn governed_smoke_with_cost() {
         let each = config.cpu.node_cpu_s_per_lifecycle_each.as_ref().expect("per node");
         assert_eq!(each.len(), 3);
     }
+    // The decisions carried the waiting resumes (the rise of the leader's
+    // counter; a decision that beat a resume's registration is not carried).
+    let carried: u64 =
+        outcome.configs.iter().filter_map(|config| config.counters_rise.get("gavel_resumes_carried_total")).sum();
+    assert!(carried > 0, "no resume was carried by its decision: {:#?}", outcome.configs[0].counters_rise);
     check_json(&lines, 2);
     assert!(lines[0]["lifecycle_stages"]["lease_granted"]["count"].as_u64().is_some_and(|count| count > 0));
     assert_eq!(lines[0]["exactly_once"]["ok"], true);
