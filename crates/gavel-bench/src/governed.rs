@@ -329,6 +329,15 @@ pub(crate) async fn lifecycle(
         Ok(())
     };
 
+    // The approver thinks, then decides: its answer, when it sent the
+    // decision and when the answer came.
+    let decide = || async {
+        tokio::time::sleep(APPROVER_THINK).await;
+        let decide_sent = Instant::now();
+        let answer = client.decide_approval(decide_request.clone()).await;
+        (answer, decide_sent, Instant::now())
+    };
+
     let (resumed, lease_from, result_at, think) = if await_decision {
         // The caller resumes on the decision and waits for the result; the
         // approver decides once the caller's call is out (a person decides
@@ -339,13 +348,7 @@ pub(crate) async fn lifecycle(
             let answer = client.resume_and_wait(resume_request(true)).await;
             (answer, Instant::now())
         };
-        let decide = async {
-            tokio::time::sleep(APPROVER_THINK).await;
-            let decide_sent = Instant::now();
-            let answer = client.decide_approval(decide_request.clone()).await;
-            (answer, decide_sent, Instant::now())
-        };
-        let ((resumed, result_at), (decided, decide_sent, decided_at)) = tokio::join!(resume, decide);
+        let ((resumed, result_at), (decided, decide_sent, decided_at)) = tokio::join!(resume, decide());
         check_decided(decided)?;
         stats.operation_between("decide", decide_sent, decided_at);
         stats.operation_between("resume_and_wait", resume_sent, result_at);
@@ -358,13 +361,7 @@ pub(crate) async fn lifecycle(
                 client.wait_approval(pb::WaitApprovalRequest { id: approval_id.clone(), wait_ms: WAIT_MS }).await;
             (answer, Instant::now())
         };
-        let decide = async {
-            tokio::time::sleep(APPROVER_THINK).await;
-            let decide_sent = Instant::now();
-            let answer = client.decide_approval(decide_request.clone()).await;
-            (answer, decide_sent, Instant::now())
-        };
-        let ((waited, seen_at), (decided, decide_sent, decided_at)) = tokio::join!(wait, decide);
+        let ((waited, seen_at), (decided, decide_sent, decided_at)) = tokio::join!(wait, decide());
         check_decided(decided)?;
         stats.operation_between("decide", decide_sent, decided_at);
         let waited = waited.map_err(|error| format!("wait for {approval_id}: {error}"))?;

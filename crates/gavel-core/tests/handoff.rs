@@ -6,10 +6,13 @@
 
 mod support;
 
+use std::collections::BTreeSet;
+
 use gavel_core::command::{Command, DecideThenResume, Handoff, Reply};
 use gavel_core::ids::grant_request_id;
 use gavel_core::{
-    ApprovalStatus, Caller, ErrorCode, ExecutionState, Grant, GrantName, Principal, PrincipalKind, SideEffect, Task,
+    ApprovalStatus, Approvers, Caller, ErrorCode, ExecutionState, Factor, Grant, GrantName, PolicySpec, Principal,
+    PrincipalKind, SideEffect, Task,
 };
 use support::*;
 
@@ -319,4 +322,63 @@ fn a_refused_decision_runs_no_resume_and_a_client_may_not_send_a_chain() {
     let nested = carrying(&cluster, chained, resume, "resume-2");
     refused(cluster.script.apply_by_as("decide-2", &cluster.bob, nested), ErrorCode::InvalidArgument);
     assert_eq!(cluster.script.approval("apr_e1").status, gavel_core::model::StoredApprovalStatus::Pending);
+}
+
+#[test]
+fn a_vote_that_leaves_a_quorum_open_runs_no_resume_and_the_closing_vote_carries_it() {
+    // Decision 0108: a `CastVote` carrying the waiting resume runs it only
+    // when that vote closes the approval; the leader re-arms the resume,
+    // and the vote that closes the quorum carries it again.
+    let mut cluster = cluster();
+    let carol = principal(PrincipalKind::User, "carol");
+    let reply = cluster
+        .script
+        .apply_by(&root(), Command::Grant { principal: carol.clone(), grant: Grant::of(GrantName::Approver) });
+    assert!(matches!(reply, Reply::Grants { .. }), "grant refused: {reply:?}");
+    let carol = Caller::of(carol);
+    let two_of = Factor {
+        name: "pair".to_string(),
+        k: 2,
+        approvers: Approvers::Group(BTreeSet::from([cluster.bob.principal.clone(), carol.principal.clone()])),
+    };
+    let policy = PolicySpec {
+        name: "two".to_string(),
+        approval_types: BTreeSet::new(),
+        capability_ids: BTreeSet::from(["gated".to_string()]),
+        risks: BTreeSet::new(),
+        side_effects: BTreeSet::new(),
+        factors: vec![two_of],
+        deny_threshold: None,
+        non_retroactive: false,
+        forbid_standing: false,
+    };
+    let reply = cluster.script.apply_by(&root(), Command::SetPolicy(policy));
+    assert!(matches!(reply, Reply::Policy { .. }), "policy refused: {reply:?}");
+
+    let (decide, resume) = pending_decision(&mut cluster, "e1", ApprovalStatus::Approved);
+    let Command::DecideApproval { approval_id, .. } = decide else { unreachable!() };
+    let vote = |cluster: &Cluster, voter: &Caller| Command::CastVote {
+        terms_hash: None,
+        approval_id: approval_id.clone(),
+        approve: true,
+        input_hash: cluster.script.approval(&approval_id).input_hash,
+        approver: voter.principal.as_actor(),
+        comment: None,
+    };
+
+    // Bob's vote carries the resume but leaves the quorum open: it is
+    // recorded, and the resume runs nothing (its request id stays unused).
+    let first = carrying(&cluster, vote(&cluster, &cluster.bob), resume.clone(), "resume-1");
+    let reply = cluster.script.apply_by_as("vote-1", &cluster.bob, first);
+    assert!(matches!(reply, Reply::Approval { status: ApprovalStatus::Pending, .. }), "{reply:?}");
+    assert_eq!(cluster.script.state.replay_for("resume-1", Some(&cluster.app), &resume), None);
+    assert!(cluster.script.state.execution("e1").is_none());
+
+    // Carol's vote closes it and carries the same resume: it runs now, once.
+    let second = carrying(&cluster, vote(&cluster, &carol), resume.clone(), "resume-1");
+    let reply = cluster.script.apply_by_as("vote-2", &carol, second);
+    assert!(matches!(reply, Reply::Approval { status: ApprovalStatus::Approved, .. }), "{reply:?}");
+    let answer = cluster.script.state.replay_for("resume-1", Some(&cluster.app), &resume);
+    assert!(matches!(answer, Some(Reply::Execution { created: true, .. })), "resume not run: {answer:?}");
+    assert_eq!(cluster.script.execution("e1").state, ExecutionState::Queued);
 }

@@ -51,8 +51,6 @@ enum Phase {
     Claimed,
     /// That decision was answered (or given up): read the resume's answer.
     Answered,
-    /// Left the registry's lists on its own: nothing may claim it.
-    Left,
 }
 
 /// A resume as it waits: what carrying it needs.
@@ -168,21 +166,20 @@ impl Registration {
     /// Where the wait stands now.
     pub fn stage(&self) -> Stage {
         match self.resumes.registry().entries[&self.id].phase {
-            Phase::Waiting | Phase::Left => Stage::Waiting,
+            Phase::Waiting => Stage::Waiting,
             Phase::Claimed => Stage::Carried,
             Phase::Answered => Stage::Answered,
         }
     }
 
-    /// Stops being claimable. True when nothing carried it; false when a
-    /// decision already did (then wait for [`Stage::Answered`]).
+    /// Stops being claimable (off the lists, so no decision can claim it).
+    /// True when nothing carried it; false when a decision already did
+    /// (then wait for [`Stage::Answered`]).
     pub fn leave(&self) -> bool {
         let mut registry = self.resumes.registry();
-        let phase = registry.entries[&self.id].phase;
-        match phase {
-            Phase::Waiting | Phase::Left => {
+        match registry.entries[&self.id].phase {
+            Phase::Waiting => {
                 registry.delist(self.id);
-                registry.entries.get_mut(&self.id).expect("registered").phase = Phase::Left;
                 true
             }
             Phase::Claimed | Phase::Answered => false,
