@@ -180,22 +180,37 @@ describe("@gavel/orpc-agent", () => {
       pollWaitMs: 1000,
       heartbeatIntervalMs: 100,
     });
-    try {
+    // A pending refund of `amountCents` for `orderId`; its approval's id.
+    const pendingRefund = async (executionId: string, orderId: string, amountCents: number) => {
       const submitted = await app.executions.submit({
-        executionId: `refund-resume-wait-${run}`,
+        executionId,
         capabilityId: refundMeta.id,
-        inputJson: JSON.stringify({ orderId: "o-44", amountCents: 200 }),
+        inputJson: JSON.stringify({ orderId, amountCents }),
         actor: { id: "agent-alice", kind: ActorKind.USER },
         surface: "aiSdk",
       });
-      const approvalId = submitted.outcome.case === "approvalRequired" ? submitted.outcome.value.id : "";
-      await app.decide(approvalId, { approve: true, approver: { id: "bob-finance", kind: ActorKind.USER } });
-      const done = await app.executions.resumeAndWait({ resume: { approvalId }, waitMs: 20_000 });
+      return submitted.outcome.case === "approvalRequired" ? submitted.outcome.value.id : "";
+    };
+    const refunded = (done: Awaited<ReturnType<typeof app.executions.resumeAndWait>>) => {
       assert.equal(done.timedOut, false);
       assert.equal(done.waitRefused, false);
       assert.equal(done.execution?.state, ExecutionState.COMPLETED);
       const output = done.execution?.result?.outcome.case === "completed" ? done.execution.result.outcome.value.outputJson : "";
-      assert.deepEqual(JSON.parse(output), { orderId: "o-44", refunded: 200, approver: "user:bob-finance" });
+      return JSON.parse(output);
+    };
+    try {
+      const approvalId = await pendingRefund(`refund-resume-wait-${run}`, "o-44", 200);
+      await app.decide(approvalId, { approve: true, approver: { id: "bob-finance", kind: ActorKind.USER } });
+      const done = await app.executions.resumeAndWait({ resume: { approvalId }, waitMs: 20_000 });
+      assert.deepEqual(refunded(done), { orderId: "o-44", refunded: 200, approver: "user:bob-finance" });
+
+      // Sent before the decision with awaitDecision, the call waits for it
+      // (decision 0108): the approver's "yes" runs the resume, and the one
+      // call returns the tool's result.
+      const second = await pendingRefund(`refund-await-decision-${run}`, "o-45", 300);
+      const waiting = app.executions.resumeAndWait({ resume: { approvalId: second }, waitMs: 20_000, awaitDecision: true });
+      await app.decide(second, { approve: true, approver: { id: "bob-finance", kind: ActorKind.USER } });
+      assert.deepEqual(refunded(await waiting), { orderId: "o-45", refunded: 300, approver: "user:bob-finance" });
     } finally {
       await worker.shutdown();
     }
