@@ -135,6 +135,8 @@ pub struct CoreApp {
     #[cfg(feature = "mutants")]
     planted_bug: std::sync::OnceLock<Mutant>,
     applied: watch::Sender<u64>,
+    /// Readers waiting on one execution, woken by the applies that name it.
+    watched: crate::watched::Watched,
     /// The state hash at an applied index: hashing serializes the whole state,
     /// so status calls reuse it until the next apply.
     hash_cache: Mutex<Option<(u64, String)>>,
@@ -209,6 +211,7 @@ impl CoreApp {
             #[cfg(feature = "mutants")]
             planted_bug: std::sync::OnceLock::new(),
             applied,
+            watched: Default::default(),
             hash_cache: Mutex::new(None),
             dedup_replays: AtomicU64::new(0),
             restore_on_one_thread: AtomicBool::new(false),
@@ -247,6 +250,11 @@ impl CoreApp {
     /// [`crate::reads::AppliedWatch`].
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.applied.subscribe()
+    }
+
+    /// The readers waiting on one execution ([`crate::reads::ExecutionWatch`]).
+    pub(crate) fn watched(&self) -> &crate::watched::Watched {
+        &self.watched
     }
 
     /// The index of the last log entry applied (0 before the first).
@@ -308,27 +316,32 @@ fn apply_one(state: &mut State, command: &[u8], replays: &AtomicU64) -> Vec<u8> 
 
 impl gavel_raft::Application for CoreApp {
     fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8> {
-        let reply = {
+        let (reply, named) = {
             let mut state = self.state();
+            let first_cursor = state.next_cursor();
             let reply = apply_one(&mut state, command, &self.dedup_replays);
             self.note_pending(&state);
-            reply
+            (reply, self.watched.named_since(&state, first_cursor))
         };
         self.applied.send_replace(log_index);
+        self.watched.wake(&named);
         reply
     }
 
     /// One lock and one wake-up of the long-polls per log entry: readers see
-    /// the whole entry applied or none of it. With a cold store, an overlay
+    /// the whole entry applied or none of it; the readers of one execution
+    /// wake only when the entry's events name it. With a cold store, an overlay
     /// past [`COLD_PENDING_MAX`] writes makes a checkpoint due.
     fn apply_batch(&self, log_index: u64, commands: &[&[u8]]) -> Vec<Vec<u8>> {
-        let replies = {
+        let (replies, named) = {
             let mut state = self.state();
+            let first_cursor = state.next_cursor();
             let replies = commands.iter().map(|command| apply_one(&mut state, command, &self.dedup_replays)).collect();
             self.note_pending(&state);
-            replies
+            (replies, self.watched.named_since(&state, first_cursor))
         };
         self.applied.send_replace(log_index);
+        self.watched.wake(&named);
         replies
     }
 
@@ -558,6 +571,7 @@ impl CoreApp {
     fn state_replaced(&self) {
         *self.hash_cache.lock().expect("hash cache lock poisoned") = None;
         self.applied.send_modify(|_| {});
+        self.watched.wake_all();
     }
 }
 

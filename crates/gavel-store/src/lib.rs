@@ -18,3 +18,4 @@ pub mod app;
 pub mod cold_store;
 pub mod reads;
 pub mod restore;
+mod watched;

@@ -14,8 +14,10 @@
 //! through its watch and then awaits [`AppliedWatch::next_apply`] is woken by
 //! the first entry applied (or state restored) after that read, never misses
 //! one applied between the read and the wait, and never sleeps in a loop.
-//! Long-polls (`Poll`, `WaitExecution`), `WatchEvents`, the ticker and the
-//! checkpointer all wait this way.
+//! Long-polls (`Poll`, `WaitApproval`), `WatchEvents`, the ticker and the
+//! checkpointer all wait this way. A reader of one execution
+//! (`WaitExecution`) waits on [`ExecutionWatch`] instead, woken only by the
+//! entries that change it.
 
 use std::sync::Arc;
 
@@ -74,6 +76,54 @@ impl ReadPort {
         let mut applied = self.app.subscribe();
         applied.borrow_and_update();
         AppliedWatch { app: self.app.clone(), applied }
+    }
+
+    /// A watch of one execution's changes: like [`ReadPort::watch`], but
+    /// woken only by an applied entry whose events name `execution_id` (or
+    /// a restore), not by every entry. For a reader that waits for that
+    /// execution alone (`WaitExecution`).
+    pub fn watch_execution(&self, execution_id: &str) -> ExecutionWatch {
+        let changed = self.app.watched().subscribe(execution_id);
+        ExecutionWatch { app: self.app.clone(), execution_id: execution_id.to_string(), changed }
+    }
+}
+
+/// The wake-on-change of one execution: [`ReadPort::watch_execution`].
+pub struct ExecutionWatch {
+    app: Arc<CoreApp>,
+    execution_id: String,
+    changed: watch::Receiver<()>,
+}
+
+impl ExecutionWatch {
+    /// Runs `read` on the state as applied now, and marks what it saw as
+    /// seen, as [`AppliedWatch::read`] does.
+    pub fn read<T>(&mut self, read: impl FnOnce(&State) -> T) -> T {
+        self.changed.borrow_and_update();
+        read(&self.app.state())
+    }
+
+    /// Waits until an entry that names the execution is applied (or the
+    /// state restored) after the last [`ExecutionWatch::read`], at most
+    /// until `deadline`.
+    pub async fn next_change(&mut self, deadline: Instant) -> Woken {
+        // The registry holds the sender while this receiver lives.
+        tokio::select! {
+            changed = self.changed.changed() => match changed {
+                Ok(()) => Woken::Applied,
+                Err(_) => {
+                    tokio::time::sleep_until(deadline).await;
+                    Woken::DeadlineReached
+                }
+            },
+            () = tokio::time::sleep_until(deadline) => Woken::DeadlineReached,
+        }
+    }
+}
+
+impl Drop for ExecutionWatch {
+    fn drop(&mut self) {
+        self.app.watched().unsubscribe(&self.execution_id);
     }
 }
 
@@ -137,6 +187,21 @@ mod tests {
         app.apply(log_index, &CoreApp::encode_command(&envelope));
     }
 
+    /// Applies the submission of execution `id` of capability `a` at `log_index`.
+    fn submit(app: &CoreApp, log_index: u64, id: &str) {
+        let submit = gavel_core::Submit {
+            execution_id: id.to_string(),
+            capability_id: "a".to_string(),
+            input_json: "{}".to_string(),
+            actor: gavel_core::Actor::new("alice", gavel_core::ActorKind::User),
+            surface: "test".to_string(),
+            correlation_id: None,
+        };
+        let envelope =
+            Envelope { request_id: None, now_ms: 1_000 + log_index, caller: None, command: Command::Submit(submit) };
+        app.apply(log_index, &CoreApp::encode_command(&envelope));
+    }
+
     fn capabilities(state: &State) -> usize {
         state.capabilities().len()
     }
@@ -193,6 +258,37 @@ mod tests {
         let woken = tokio::time::timeout(Duration::from_secs(60), watch.next_apply(None)).await;
         assert_eq!(woken, Ok(Woken::Applied), "a wait without a deadline wakes on the restore");
         assert_eq!(watch.read(capabilities), 0, "the restored state");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_execution_watch_wakes_only_for_entries_that_name_its_execution_and_on_a_restore() {
+        let app = CoreApp::new();
+        register(&app, 1, "a");
+        let port = ReadPort::new(app.clone());
+        let mut watch = port.watch_execution("e1");
+        let exists = |state: &State| state.execution("e1").is_some();
+        assert!(!watch.read(exists));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        // Entries that name other records do not wake it.
+        register(&app, 2, "b");
+        submit(&app, 3, "e2");
+        assert_eq!(watch.next_change(deadline).await, Woken::DeadlineReached);
+        // An entry naming it, applied between the read and the wait, does.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        submit(&app, 4, "e1");
+        assert_eq!(watch.next_change(deadline).await, Woken::Applied, "at once");
+        assert!(watch.read(exists));
+        // Another reader of the same execution shares its signal; both go
+        // with their last reader.
+        let second = port.watch_execution("e1");
+        drop(second);
+        let empty = CoreApp::new().snapshot();
+        app.restore(&empty).expect("a snapshot restores");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        assert_eq!(watch.next_change(deadline).await, Woken::Applied, "a restore wakes every reader");
+        assert!(!watch.read(exists), "the restored state");
+        drop(watch);
+        assert!(app.watched().is_empty(), "no key outlives its readers");
     }
 
     #[tokio::test(start_paused = true)]

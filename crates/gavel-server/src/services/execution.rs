@@ -280,7 +280,8 @@ async fn wait_final(
     barrier: Barrier,
 ) -> Result<(Execution, bool), Status> {
     let deadline = tokio::time::Instant::now() + wait;
-    let mut applied = node.reads.watch();
+    // Woken by the entries that change this execution, not by every entry.
+    let mut applied = node.reads.watch_execution(execution_id);
     // One linearizable read, on the leader; afterwards the leader's own
     // applied state only moves forward, so re-reading it stays linearizable.
     // The caller is authorized once, at that read.
@@ -295,7 +296,7 @@ async fn wait_final(
         if execution.state.is_final() {
             return Ok((execution, false));
         }
-        if applied.next_apply(Some(deadline)).await == Woken::DeadlineReached {
+        if applied.next_change(deadline).await == Woken::DeadlineReached {
             return Ok((execution, true));
         }
     }
