@@ -109,7 +109,7 @@ pub use runtime::{seed_thread_rng, unseed_thread_rng};
 pub use service::RaftGrpcService;
 pub use status::{LeaderProgress, LeaderRoute, Member, RaftStatus, Role, VoteMark};
 
-/// Measurement hooks for `examples/fsync_cost.rs`; not part of the API.
+/// Measurement hooks for `examples/log_cost/fsync.rs`; not part of the API.
 #[doc(hidden)]
 pub mod bench {
     use std::path::Path;

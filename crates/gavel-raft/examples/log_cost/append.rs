@@ -4,11 +4,11 @@
 //! concurrent writers. Built against an older gavel-raft it measures that
 //! version's log the same way (the sled log before the WAL, for example).
 //!
-//! Usage: `cargo run --release -p gavel-raft --example wal_append [DIR] [APPENDS] [SECONDS]`
+//! Usage: `cargo run --release -p gavel-raft --example log_cost -- append [DIR] [APPENDS] [SECONDS]`
 //! (DIR defaults to the current directory, so it measures the disk you run
 //! it on; APPENDS defaults to 2000, SECONDS of each concurrent run to 3).
 
-mod common;
+use super::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,13 +16,12 @@ use std::time::{Duration, Instant};
 /// Prints p50/p99 of `samples` and the rate they were taken at.
 fn report(label: &str, mut samples: Vec<Duration>, elapsed: Duration) {
     samples.sort();
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    let micros = |d: Duration| d.as_secs_f64() * 1e6;
+    let at = |q: f64| common::micros_at(&samples, q);
     println!(
         "{label:<44} n={:<6} p50={:>7.0}µs  p99={:>8.0}µs  rate={:>8.0}/s",
         samples.len(),
-        micros(at(0.5)),
-        micros(at(0.99)),
+        at(0.5),
+        at(0.99),
         samples.len() as f64 / elapsed.as_secs_f64(),
     );
 }
@@ -56,9 +55,8 @@ async fn concurrent_writes(dir: &Path, writers: usize, duration: Duration) -> (V
     (samples, elapsed)
 }
 
-#[tokio::main]
-async fn main() {
-    let mut args = std::env::args().skip(1);
+/// Runs the measurement with the arguments after the program's first.
+pub async fn run(mut args: impl Iterator<Item = String>) {
     let base: PathBuf = args.next().map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     let appends: u64 = args.next().map(|n| n.parse().expect("APPENDS is a number")).unwrap_or(2000);
     let seconds: u64 = args.next().map(|n| n.parse().expect("SECONDS is a number")).unwrap_or(3);

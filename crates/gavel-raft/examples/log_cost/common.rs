@@ -49,3 +49,8 @@ pub async fn single_node(dir: &Path) -> RaftNode {
     node.wait_for_leader(Duration::from_secs(10)).await.expect("leader");
     node
 }
+
+/// The `q` quantile (0 to 1, nearest rank) of sorted `samples`, in µs.
+pub fn micros_at(samples: &[Duration], q: f64) -> f64 {
+    samples[((samples.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6
+}

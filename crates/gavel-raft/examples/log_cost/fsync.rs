@@ -2,11 +2,11 @@
 //! durable, with and without the real fsync, and of one replicated write on a
 //! single-node cluster.
 //!
-//! Usage: `cargo run --release -p gavel-raft --example fsync_cost [DIR] [RUNS]`
+//! Usage: `cargo run --release -p gavel-raft --example log_cost -- fsync [DIR] [RUNS]`
 //! (DIR defaults to a temporary directory under the current directory, so it
 //! measures the disk you run it on; RUNS defaults to 500).
 
-mod common;
+use super::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -14,17 +14,16 @@ use std::time::{Duration, Instant};
 /// Prints median and spread of a set of latencies.
 fn report(label: &str, mut samples: Vec<Duration>) {
     samples.sort();
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    let micros = |d: Duration| d.as_secs_f64() * 1e6;
+    let at = |q: f64| common::micros_at(&samples, q);
     println!(
         "{label:<52} n={:<5} median={:>8.0}µs  p10={:>8.0}µs  p90={:>8.0}µs  p99={:>8.0}µs  min={:>8.0}µs  max={:>8.0}µs",
         samples.len(),
-        micros(at(0.5)),
-        micros(at(0.1)),
-        micros(at(0.9)),
-        micros(at(0.99)),
-        micros(samples[0]),
-        micros(samples[samples.len() - 1]),
+        at(0.5),
+        at(0.1),
+        at(0.9),
+        at(0.99),
+        at(0.0),
+        at(1.0),
     );
 }
 
@@ -60,9 +59,8 @@ async fn single_node_writes(dir: &Path, runs: u64, entry_bytes: usize) -> Vec<Du
     samples
 }
 
-#[tokio::main]
-async fn main() {
-    let mut args = std::env::args().skip(1);
+/// Runs the measurement with the arguments after the program's first.
+pub async fn run(mut args: impl Iterator<Item = String>) {
     let base: PathBuf = args.next().map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     let runs: u64 = args.next().map(|r| r.parse().expect("RUNS is a number")).unwrap_or(500);
     let root = tempfile::Builder::new().prefix("fsync-cost-").tempdir_in(&base).expect("temporary directory");
