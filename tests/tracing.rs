@@ -132,42 +132,45 @@ async fn a_traceparent_sent_to_a_follower_reaches_the_leaders_proposal_and_logs_
     );
 
     let (leader_name, follower_name) = (leader.to_string(), follower.to_string());
-    let spans = gavel_testkit::eventually(support::WAIT, Duration::from_millis(200), || {
-        let spans: Vec<Received> = receiver
-            .spans
-            .lock()
-            .expect("receiver lock")
-            .iter()
-            .filter(|span| span.trace_id == TRACE_ID)
-            .cloned()
-            .collect();
-        let from = |node: &str, name: &str| spans.iter().any(|span| span.node == node && span.name == name);
-        let complete = from(&leader_name, "gavel.propose")
-            && spans.iter().any(|span| span.node == leader_name && span.name.ends_with("RegisterCapability"))
-            && spans.iter().any(|span| span.node == follower_name && span.name.ends_with("RegisterCapability"));
-        async move { complete.then_some(spans) }
-    })
-    .await
-    .unwrap_or_else(|| {
-        let all = receiver.spans.lock().expect("receiver lock").clone();
-        panic!("the spans of trace {TRACE_ID} did not all arrive; the receiver got {all:#?}")
-    });
-    // The call may have been sent more than once (the eventually above), so
-    // the chain is followed from the proposal up.
-    let propose = spans.iter().find(|span| span.node == leader_name && span.name == "gavel.propose").expect("propose");
-    let parent_of = |child: &Received, node: &str| {
-        spans
-            .iter()
-            .find(|span| span.node == node && span.span_id == child.parent_span_id)
-            .unwrap_or_else(|| panic!("the parent of {child:?} on node {node} in {spans:#?}"))
-            .clone()
+    // The call may have been sent more than once (the eventually above, say
+    // while a new leader waits for its lease), and each node exports its
+    // spans in its own batches: wait for one whole chain, from a proposal
+    // on the leader up through the leader's rpc span to the follower's, not
+    // for one span of each kind (the follower's span of the first attempt
+    // and the leader's of the second once passed that check, and the second
+    // attempt's follower span had not arrived: a flaky run, 2026-12-07).
+    let chain = |spans: &[Received]| {
+        let parent_of = |child: &Received, node: &str| {
+            spans.iter().find(|span| span.node == node && span.span_id == child.parent_span_id).cloned()
+        };
+        spans.iter().filter(|span| span.node == leader_name && span.name == "gavel.propose").find_map(|propose| {
+            let leader_rpc = parent_of(propose, &leader_name)?;
+            let follower_rpc = parent_of(&leader_rpc, &follower_name)?;
+            Some((leader_rpc, follower_rpc))
+        })
     };
-    let leader_rpc = parent_of(propose, &leader_name);
+    let (spans, (leader_rpc, follower_rpc)) =
+        gavel_testkit::eventually(support::WAIT, Duration::from_millis(200), || {
+            let spans: Vec<Received> = receiver
+                .spans
+                .lock()
+                .expect("receiver lock")
+                .iter()
+                .filter(|span| span.trace_id == TRACE_ID)
+                .cloned()
+                .collect();
+            let found = chain(&spans).map(|links| (spans, links));
+            async move { found }
+        })
+        .await
+        .unwrap_or_else(|| {
+            let all = receiver.spans.lock().expect("receiver lock").clone();
+            panic!("no proposal of trace {TRACE_ID} chained to the follower's span arrived; the receiver got {all:#?}")
+        });
     assert!(
         leader_rpc.name.ends_with("RegisterCapability"),
         "the proposal runs in the leader's rpc span: {leader_rpc:?}"
     );
-    let follower_rpc = parent_of(&leader_rpc, &follower_name);
     assert!(
         follower_rpc.name.ends_with("RegisterCapability"),
         "the leader's span is the child of the follower's: {follower_rpc:?}"
