@@ -135,7 +135,7 @@ pub struct CoreApp {
     #[cfg(feature = "mutants")]
     planted_bug: std::sync::OnceLock<Mutant>,
     applied: watch::Sender<u64>,
-    /// Readers waiting on one execution, woken by the applies that name it.
+    /// Readers waiting on one record, woken by the applies that name it.
     watched: crate::watched::Watched,
     /// The state hash at an applied index: hashing serializes the whole state,
     /// so status calls reuse it until the next apply.
@@ -252,7 +252,7 @@ impl CoreApp {
         self.applied.subscribe()
     }
 
-    /// The readers waiting on one execution ([`crate::reads::ExecutionWatch`]).
+    /// The readers waiting on one record ([`crate::reads::RecordWatch`]).
     pub(crate) fn watched(&self) -> &crate::watched::Watched {
         &self.watched
     }

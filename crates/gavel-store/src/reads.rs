@@ -14,10 +14,10 @@
 //! through its watch and then awaits [`AppliedWatch::next_apply`] is woken by
 //! the first entry applied (or state restored) after that read, never misses
 //! one applied between the read and the wait, and never sleeps in a loop.
-//! Long-polls (`Poll`, `WaitApproval`), `WatchEvents`, the ticker and the
-//! checkpointer all wait this way. A reader of one execution
-//! (`WaitExecution`) waits on [`ExecutionWatch`] instead, woken only by the
-//! entries that change it.
+//! Long-polls (`Poll`), `WatchEvents`, the ticker and the
+//! checkpointer all wait this way. A reader of one execution or approval
+//! (`WaitExecution`, `WaitApproval`) waits on [`RecordWatch`] instead,
+//! woken only by the entries that change it.
 
 use std::sync::Arc;
 
@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::app::CoreApp;
+use crate::watched::Record;
 
 /// The edge's one interface to the replicated state of this replica.
 #[derive(Clone)]
@@ -82,20 +83,32 @@ impl ReadPort {
     /// woken only by an applied entry whose events name `execution_id` (or
     /// a restore), not by every entry. For a reader that waits for that
     /// execution alone (`WaitExecution`).
-    pub fn watch_execution(&self, execution_id: &str) -> ExecutionWatch {
-        let changed = self.app.watched().subscribe(execution_id);
-        ExecutionWatch { app: self.app.clone(), execution_id: execution_id.to_string(), changed }
+    pub fn watch_execution(&self, execution_id: &str) -> RecordWatch {
+        self.watch_record(Record::Execution(execution_id.to_string()))
+    }
+
+    /// A watch of one approval's changes, as [`ReadPort::watch_execution`]
+    /// for an approval (`WaitApproval`). Its expiry changes nothing in the
+    /// log: a reader of a pending approval also wakes at its expiry.
+    pub fn watch_approval(&self, approval_id: &str) -> RecordWatch {
+        self.watch_record(Record::Approval(approval_id.to_string()))
+    }
+
+    fn watch_record(&self, record: Record) -> RecordWatch {
+        let changed = self.app.watched().subscribe(&record);
+        RecordWatch { app: self.app.clone(), record, changed }
     }
 }
 
-/// The wake-on-change of one execution: [`ReadPort::watch_execution`].
-pub struct ExecutionWatch {
+/// The wake-on-change of one record: [`ReadPort::watch_execution`],
+/// [`ReadPort::watch_approval`].
+pub struct RecordWatch {
     app: Arc<CoreApp>,
-    execution_id: String,
+    record: Record,
     changed: watch::Receiver<()>,
 }
 
-impl ExecutionWatch {
+impl RecordWatch {
     /// Runs `read` on the state as applied now, and marks what it saw as
     /// seen, as [`AppliedWatch::read`] does.
     pub fn read<T>(&mut self, read: impl FnOnce(&State) -> T) -> T {
@@ -103,9 +116,9 @@ impl ExecutionWatch {
         read(&self.app.state())
     }
 
-    /// Waits until an entry that names the execution is applied (or the
-    /// state restored) after the last [`ExecutionWatch::read`], at most
-    /// until `deadline`.
+    /// Waits until an entry that names the record is applied (or the
+    /// state restored) after the last [`RecordWatch::read`], at most until
+    /// `deadline`.
     pub async fn next_change(&mut self, deadline: Instant) -> Woken {
         // The registry holds the sender while this receiver lives.
         tokio::select! {
@@ -121,9 +134,9 @@ impl ExecutionWatch {
     }
 }
 
-impl Drop for ExecutionWatch {
+impl Drop for RecordWatch {
     fn drop(&mut self) {
-        self.app.watched().unsubscribe(&self.execution_id);
+        self.app.watched().unsubscribe(&self.record);
     }
 }
 

@@ -1,14 +1,17 @@
-//! Readers waiting on one execution, woken by the applies that touch it.
+//! Readers waiting on one record, woken by the applies that touch it.
 //!
 //! A `WaitExecution` (and a `ResumeAndWait` waiting for its result) needs
-//! to read its execution again only when an entry changed it. Woken by
-//! every apply, as [`crate::reads::AppliedWatch`] wakes, each of N waiting
-//! callers re-read the state after every entry: N wake-ups, N lock
-//! acquisitions and N copies of an execution per entry, on the leader,
-//! beside the apply that waits for the same lock. Here an apply wakes only
-//! the readers of the executions its events name: every change of an
-//! execution records an event naming it (the audit trail is complete,
-//! SPEC §6), so no change is missed. A restore wakes every reader.
+//! to read its execution again only when an entry changed it; a
+//! `WaitApproval` (and a resume waiting for the decision) its approval.
+//! Woken by every apply, as [`crate::reads::AppliedWatch`] wakes, each of N
+//! waiting callers re-read the state after every entry: N wake-ups, N lock
+//! acquisitions and N copies of a record per entry, on the leader, beside
+//! the apply that waits for the same lock. Here an apply wakes only the
+//! readers of the records its events name: every change of an execution or
+//! an approval records an event naming it (the audit trail is complete,
+//! SPEC §6), so no change is missed. A restore wakes every reader. What
+//! changes with time alone (an approval's expiry, read lazily) is the
+//! reader's to wake for, with a deadline.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,10 +19,19 @@ use std::sync::Mutex;
 use gavel_core::State;
 use tokio::sync::watch;
 
-/// The executions some reader waits on, with one change signal each.
+/// A record a reader waits on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Record {
+    /// An execution, by id.
+    Execution(String),
+    /// An approval, by id.
+    Approval(String),
+}
+
+/// The records some reader waits on, with one change signal each.
 #[derive(Default)]
 pub(crate) struct Watched {
-    keys: Mutex<HashMap<String, Key>>,
+    keys: Mutex<HashMap<Record, Key>>,
 }
 
 struct Key {
@@ -28,39 +40,38 @@ struct Key {
 }
 
 impl Watched {
-    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<String, Key>> {
-        self.keys.lock().expect("the watched executions' lock is never held across a panic")
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<Record, Key>> {
+        self.keys.lock().expect("the watched records' lock is never held across a panic")
     }
 
-    /// A receiver of `execution_id`'s changes from now on; pair with
+    /// A receiver of `record`'s changes from now on; pair with
     /// [`Watched::unsubscribe`].
-    pub(crate) fn subscribe(&self, execution_id: &str) -> watch::Receiver<()> {
+    pub(crate) fn subscribe(&self, record: &Record) -> watch::Receiver<()> {
         let mut keys = self.keys();
-        let key =
-            keys.entry(execution_id.to_string()).or_insert_with(|| Key { changed: watch::channel(()).0, readers: 0 });
+        let key = keys.entry(record.clone()).or_insert_with(|| Key { changed: watch::channel(()).0, readers: 0 });
         key.readers += 1;
         key.changed.subscribe()
     }
 
-    /// One reader of `execution_id` fewer; the last one's key goes.
-    pub(crate) fn unsubscribe(&self, execution_id: &str) {
+    /// One reader of `record` fewer; the last one's key goes.
+    pub(crate) fn unsubscribe(&self, record: &Record) {
         let mut keys = self.keys();
-        if let Some(key) = keys.get_mut(execution_id) {
+        if let Some(key) = keys.get_mut(record) {
             key.readers -= 1;
             if key.readers == 0 {
-                keys.remove(execution_id);
+                keys.remove(record);
             }
         }
     }
 
-    /// True when no reader waits on any execution.
+    /// True when no reader waits on any record.
     pub(crate) fn is_empty(&self) -> bool {
         self.keys().is_empty()
     }
 
-    /// The watched executions the events at cursors `from..` of `state`
-    /// name (none, without reading an event, when nothing is watched).
-    pub(crate) fn named_since(&self, state: &State, from: u64) -> Vec<String> {
+    /// The watched records the events at cursors `from..` of `state` name
+    /// (none, without reading an event, when nothing is watched).
+    pub(crate) fn named_since(&self, state: &State, from: u64) -> Vec<Record> {
         if self.is_empty() {
             return Vec::new();
         }
@@ -70,24 +81,25 @@ impl Watched {
             let events = state.events_after(after, gavel_core::limits::EVENTS_PAGE_MAX);
             let Some(last) = events.last() else { break };
             after = last.cursor;
-            named.extend(events.into_iter().filter_map(|event| event.execution_id));
+            for event in events {
+                named.extend(event.execution_id.map(Record::Execution));
+                named.extend(event.approval_id.map(Record::Approval));
+            }
         }
-        named.sort_unstable();
-        named.dedup();
         let keys = self.keys();
-        named.retain(|execution_id| keys.contains_key(execution_id));
+        named.retain(|record| keys.contains_key(record));
         named
     }
 
-    /// Wakes the readers of `execution_ids` (after the state that changed
-    /// them is unlocked).
-    pub(crate) fn wake(&self, execution_ids: &[String]) {
-        if execution_ids.is_empty() {
+    /// Wakes the readers of `records` (after the state that changed them
+    /// is unlocked).
+    pub(crate) fn wake(&self, records: &[Record]) {
+        if records.is_empty() {
             return;
         }
         let keys = self.keys();
-        for execution_id in execution_ids {
-            if let Some(key) = keys.get(execution_id) {
+        for record in records {
+            if let Some(key) = keys.get(record) {
                 key.changed.send_replace(());
             }
         }

@@ -133,9 +133,9 @@ impl ApprovalService for Approvals {
 
 /// Waits up to `wait` for an approval to leave `PENDING`; returns it as it
 /// is then, and whether the wait ran out first. Like `WaitExecution`'s wait
-/// it only reads: it wakes on each apply, and also when a pending approval's
-/// `expires_at_ms` passes, since expiry is computed on read and no apply
-/// marks it.
+/// it only reads: it wakes on each entry that changes the approval
+/// (decision 0109), and also when a pending approval's `expires_at_ms`
+/// passes, since expiry is computed on read and no apply marks it.
 async fn wait_settled(
     node: &Node,
     caller: Option<&Caller>,
@@ -143,7 +143,7 @@ async fn wait_settled(
     wait: Duration,
 ) -> Result<(pb::Approval, bool), Status> {
     let deadline = tokio::time::Instant::now() + wait;
-    let mut applied = node.reads.watch();
+    let mut applied = node.reads.watch_approval(approval_id);
     // One linearizable read, on the leader; afterwards the leader's own
     // applied state only moves forward, so re-reading it stays linearizable.
     // The caller is authorized once, at that read, as for GetApproval.
@@ -170,6 +170,6 @@ async fn wait_settled(
         let wake = deadline.min(now + Duration::from_millis(until_expiry_ms));
         // Either way the loop reads again: an apply may have settled it, and
         // at its expiry it reads as EXPIRED.
-        let _: Woken = applied.next_apply(Some(wake)).await;
+        let _: Woken = applied.next_change(wake).await;
     }
 }

@@ -199,7 +199,8 @@ async fn resume_on_decision(
 ) -> Result<ExecutionReply, Status> {
     // What the edge refuses is refused before any wait.
     gavel_core::precheck::check(&command).map_err(domain_status)?;
-    let mut applied = node.reads.watch();
+    // Woken by the entries that change the approval, and at its expiry.
+    let mut applied = node.reads.watch_approval(approval_id);
     let waiting =
         WaitingResume { caller: caller.cloned(), request_id: request_id.to_string(), command: command.clone() };
     let registration = node.resumes.register(approval_id, waiting);
@@ -227,12 +228,15 @@ async fn resume_on_decision(
                 let _ = tokio::time::timeout(CARRIED_ANSWER_WAIT, registration.changed()).await;
             }
             Stage::Waiting => {
-                let pending = applied.read(|state| {
+                // While pending: how long until it expires (read lazily,
+                // so no entry marks it).
+                let until_expiry_ms = applied.read(|state| {
                     let now_ms = node.read_time_ms(state, None);
-                    state
-                        .visible_approval(caller, approval_id)
-                        .is_ok_and(|approval| approval.status_at(now_ms) == ApprovalStatus::Pending)
+                    let approval = state.visible_approval(caller, approval_id).ok()?;
+                    (approval.status_at(now_ms) == ApprovalStatus::Pending)
+                        .then(|| approval.expires_at_ms.saturating_sub(now_ms) + 1)
                 });
+                let pending = until_expiry_ms.is_some();
                 let now = Instant::now();
                 if !pending || now >= deadline {
                     if !registration.leave() {
@@ -247,9 +251,10 @@ async fn resume_on_decision(
                     // answer, ordered in the log after any entry carrying it.
                     return node.call(caller, request_id, command).await;
                 }
+                let wake = until_expiry_ms.map_or(deadline, |ms| deadline.min(now + Duration::from_millis(ms)));
                 tokio::select! {
                     () = registration.changed() => {}
-                    _ = applied.next_apply(Some(deadline)) => {}
+                    _ = applied.next_change(wake) => {}
                 }
             }
         }
