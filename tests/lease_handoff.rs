@@ -22,6 +22,9 @@ use gavel_testkit::{Cluster, ClusterSpec};
 use support::WAIT;
 
 const QUEUE: &str = "handoff.refund";
+/// A capability whose approvals expire after [`BRIEF_EXPIRY_MS`].
+const BRIEF: &str = "handoff.brief";
+const BRIEF_EXPIRY_MS: u64 = 1_500;
 
 struct Deployment {
     cluster: Cluster,
@@ -64,6 +67,19 @@ impl Deployment {
         };
         let request = pb::RegisterCapabilityRequest { spec: Some(spec), ..pb::RegisterCapabilityRequest::default() };
         deployment.client("user:admin").register_capability(request).await.expect("the admin registers");
+        let spec = pb::CapabilitySpec {
+            id: BRIEF.into(),
+            side_effect: pb::SideEffect::Write as i32,
+            risk: pb::Risk::Low as i32,
+            approval: Some(pb::ApprovalPolicy {
+                required: true,
+                expires_in_ms: Some(BRIEF_EXPIRY_MS),
+                ..pb::ApprovalPolicy::default()
+            }),
+            ..pb::CapabilitySpec::default()
+        };
+        let request = pb::RegisterCapabilityRequest { spec: Some(spec), ..pb::RegisterCapabilityRequest::default() };
+        deployment.client("user:admin").register_capability(request).await.expect("the admin registers");
         deployment
     }
 
@@ -95,9 +111,15 @@ impl Deployment {
 
     /// Submits `execution_id` as the agent; returns its pending approval's id.
     async fn pending(&self, execution_id: &str) -> String {
+        self.pending_of(QUEUE, execution_id).await
+    }
+
+    /// Submits `execution_id` of `capability` as the agent; returns its
+    /// pending approval's id.
+    async fn pending_of(&self, capability: &str, execution_id: &str) -> String {
         let submit = pb::SubmitRequest {
             execution_id: Some(execution_id.into()),
-            capability_id: QUEUE.into(),
+            capability_id: capability.into(),
             input_json: format!(r#"{{"order":"{execution_id}"}}"#),
             actor: Some(pb::Actor { id: "agent".into(), kind: pb::ActorKind::Service as i32, ..Default::default() }),
             surface: "lease-handoff-test".into(),
@@ -278,4 +300,44 @@ async fn a_resume_awaiting_the_decision_is_carried_by_it_and_a_rejection_or_a_si
     let decided = deployment.decide(&approval_id, pb::ApprovalStatus::Approved).await.expect("a later decision");
     assert_eq!(decided.status(), pb::ApprovalStatus::Approved, "nothing carried, nothing spent: {decided:?}");
     assert_eq!(deployment.resume(&approval_id).await.execution_id, "ex-carry-3");
+}
+
+/// A pending approval's expiry changes nothing in the log: a wait for its
+/// decision wakes by a timer at the expiry (decision 0109), not at its own
+/// deadline. Both waits here would answer correctly at their deadline too
+/// (the approval reads as expired then), so the check is when they answer:
+/// well before a 30 s wait runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wait_for_the_decision_answers_at_the_approvals_expiry_not_at_its_deadline() {
+    let deployment = Deployment::start().await;
+    let long_wait = std::time::Duration::from_secs(30);
+    let soon = long_wait / 3;
+
+    // WaitApproval on an approval that expires in 1.5 s.
+    let approval_id = deployment.pending_of(BRIEF, "ex-brief-1").await;
+    let started = std::time::Instant::now();
+    let request = pb::WaitApprovalRequest { id: approval_id.clone(), wait_ms: long_wait.as_millis() as u64 };
+    let answer = deployment.client("service:agent").wait_approval(request).await.expect("the wait");
+    let waited = started.elapsed();
+    let approval = answer.approval.expect("the approval");
+    assert_eq!((approval.status(), answer.timed_out), (pb::ApprovalStatus::Expired, false), "{approval:?}");
+    assert!(waited < soon, "WaitApproval answered {waited:?} after it began, not at the expiry");
+
+    // ResumeAndWait awaiting the decision: refused APPROVAL_EXPIRED at the
+    // expiry, through the log, and nothing spent.
+    let approval_id = deployment.pending_of(BRIEF, "ex-brief-2").await;
+    let started = std::time::Instant::now();
+    let resumer = deployment.resume_on_decision(&approval_id, long_wait.as_millis() as u64);
+    let refused = resumer.await.expect("the resumer task").expect_err("an expired approval is not resumed");
+    let waited = started.elapsed();
+    assert_eq!(refused.code(), "APPROVAL_EXPIRED", "{refused:?}");
+    assert!(waited < soon, "ResumeAndWait answered {waited:?} after it began, not at the expiry");
+    assert!(
+        waited >= std::time::Duration::from_millis(BRIEF_EXPIRY_MS) / 2,
+        "the resume waited for the expiry: {waited:?}"
+    );
+    deployment.resumes_waiting(0.0).await;
+    let request = pb::GetExecutionRequest { execution_id: "ex-brief-2".into() };
+    let missing = deployment.client("service:agent").get_execution(request).await;
+    assert!(missing.is_err() || missing.is_ok_and(|found| found.execution.is_none()), "no execution was created");
 }

@@ -432,6 +432,22 @@ pub(crate) struct AuditLog {
     /// Empty between applies, so neither serialized nor compared.
     #[serde(skip)]
     unsealed: Vec<Event>,
+    /// The records the events of the last apply named, in cursor order
+    /// ([`crate::State::last_apply_named`]): filled as they are sealed,
+    /// replaced by the next apply's. Transient, like `unsealed`.
+    #[serde(skip)]
+    last_named: Vec<RecordId>,
+}
+
+/// A record an event names: an execution or an approval, by id. A reader
+/// waiting on one record wakes when an applied entry's events name it
+/// ([`crate::State::last_apply_named`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RecordId {
+    /// An execution.
+    Execution(String),
+    /// An approval.
+    Approval(String),
 }
 
 /// The unsealed events are transient (empty between applies): equal logs
@@ -453,6 +469,7 @@ impl Default for AuditLog {
             first_cursor: 1,
             next_cursor: 1,
             unsealed: Vec::new(),
+            last_named: Vec::new(),
         }
     }
 }
@@ -509,6 +526,24 @@ impl AuditLog {
     /// The events recorded since the last call, whole, oldest first.
     pub(crate) fn take_unsealed(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.unsealed)
+    }
+
+    /// Forgets the records the last apply's events named; the next seal
+    /// notes its own with [`AuditLog::note_named`].
+    pub(crate) fn clear_named(&mut self) {
+        self.last_named.clear();
+    }
+
+    /// Notes the records a sealed event names, taking its ids (the event
+    /// is done with once its leaf is hashed).
+    pub(crate) fn note_named(&mut self, event: Event) {
+        self.last_named.extend(event.execution_id.map(RecordId::Execution));
+        self.last_named.extend(event.approval_id.map(RecordId::Approval));
+    }
+
+    /// The records the events of the last apply named.
+    pub(crate) fn last_named(&self) -> &[RecordId] {
+        &self.last_named
     }
 
     /// Writes an event at its cursor (the key: the value holds 0 in its place).

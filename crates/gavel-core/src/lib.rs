@@ -75,7 +75,7 @@ pub mod witness;
 
 pub use access::{Action, Caller, Grant, GrantName, Principal, PrincipalKind};
 pub use approvals::{ApprovalFilter, ApprovalView};
-pub use audit::{Event, EventKind};
+pub use audit::{Event, EventKind, RecordId};
 pub use cold::{
     ColdMutation, ColdStore, ColdStoreError, ColdTable, MemoryColdStore, RecordPlace, SnapshotError, SnapshotRecords,
     SnapshotWriter, SNAPSHOT_FORMAT, SNAPSHOT_MAGIC,

@@ -254,12 +254,28 @@ impl State {
     /// audit tree, once the command is done with them (its principal is
     /// stamped): the leaf is the hash of the event as a reader sees it,
     /// taken from the whole events the log kept aside (no read-back).
+    ///
+    /// The records the sealed events name are kept until the next apply
+    /// ([`State::last_apply_named`]).
     fn seal_events(&mut self) {
+        self.audit.clear_named();
         for event in self.audit.take_unsealed() {
             assert_eq!(event.cursor, self.audit_tree.size() + 1, "events are sealed in cursor order, once");
             self.audit_tree.append(crate::merkle::event_leaf_hash(&event));
+            self.audit.note_named(event);
         }
         assert_eq!(self.audit_tree.size() + 1, self.audit.next_cursor(), "every event is sealed in its apply");
+    }
+
+    /// The executions and approvals the events of the last
+    /// [`State::apply`] named, in cursor order (an id once per event that
+    /// names it), until the next apply. Every change of an execution or
+    /// an approval records an event naming it (SPEC §6), so a reader
+    /// waiting on one record needs to look again only when this names it.
+    /// Taken from the events the apply sealed, without reading them back;
+    /// empty after a restore (no apply yet).
+    pub fn last_apply_named(&self) -> &[crate::audit::RecordId] {
+        self.audit.last_named()
     }
 
     /// `apply` after admission: deduplication, then the command; true

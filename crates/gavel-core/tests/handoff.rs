@@ -382,3 +382,50 @@ fn a_vote_that_leaves_a_quorum_open_runs_no_resume_and_the_closing_vote_carries_
     assert!(matches!(answer, Some(Reply::Execution { created: true, .. })), "resume not run: {answer:?}");
     assert_eq!(cluster.script.execution("e1").state, ExecutionState::Queued);
 }
+
+/// The records an apply's events name, as a reader waiting on one record
+/// is woken by them (decision 0109): the same ids a read of those events
+/// gives, kept until the next apply, and none for an apply that recorded
+/// nothing about an execution or an approval.
+#[test]
+fn an_apply_names_the_records_its_events_name_until_the_next_apply() {
+    use gavel_core::RecordId;
+    let mut cluster = cluster();
+    let named_by_events = |cluster: &Cluster, cursor_before: u64| -> Vec<RecordId> {
+        let events = cluster.script.state.events_after(cursor_before - 1, 100);
+        events
+            .into_iter()
+            .flat_map(|event| {
+                event.execution_id.map(RecordId::Execution).into_iter().chain(event.approval_id.map(RecordId::Approval))
+            })
+            .collect()
+    };
+
+    // A submit that needs approval names its approval (and its execution id).
+    let cursor_before = cluster.script.state.next_cursor();
+    let (decide, resume) = pending_decision(&mut cluster, "e1", ApprovalStatus::Approved);
+    let Command::DecideApproval { approval_id, .. } = &decide else { unreachable!() };
+    let approval_id = approval_id.clone();
+    let named = cluster.script.state.last_apply_named().to_vec();
+    assert!(named.contains(&RecordId::Approval(approval_id.clone())), "{named:?}");
+    assert_eq!(named, named_by_events(&cluster, cursor_before));
+
+    // A decision carrying the resume and a hand-off: the approval, then the
+    // execution it created and leased, in the order of the events.
+    let cursor_before = cluster.script.state.next_cursor();
+    let chained = carrying(&cluster, decide.clone(), resume, "resume-1");
+    let command = handing_off(&cluster, chained, "poll-1", "gated");
+    cluster.script.apply_by_as("decide-1", &cluster.bob, command);
+    let named = cluster.script.state.last_apply_named().to_vec();
+    assert!(named.contains(&RecordId::Approval(approval_id.clone())), "{named:?}");
+    assert!(named.contains(&RecordId::Execution("e1".to_string())), "{named:?}");
+    assert_eq!(named, named_by_events(&cluster, cursor_before));
+
+    // A decision refused (already decided, under a new request id) records
+    // nothing, so names nothing; nor does a capability's registration.
+    let refused = cluster.script.apply_by_as("decide-2", &cluster.bob, decide);
+    assert!(matches!(refused, Reply::Error(_)), "{refused:?}");
+    assert_eq!(cluster.script.state.last_apply_named(), &[] as &[RecordId]);
+    cluster.script.apply_by(&root(), Command::RegisterCapability(capability("other", SideEffect::Read)));
+    assert_eq!(cluster.script.state.last_apply_named(), &[] as &[RecordId]);
+}

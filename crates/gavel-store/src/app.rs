@@ -56,6 +56,7 @@ use gavel_core::{DomainError, Envelope, Reply, State};
 use tokio::sync::watch;
 
 use crate::cold_store::{RecordBatch, RedbColdStore, COLD_CACHE_BYTES};
+use crate::watched::Record;
 
 /// How many unflushed cold writes the application lets the overlay hold
 /// before it asks for them to be written into the cold store (without the
@@ -297,14 +298,16 @@ impl CoreApp {
     }
 }
 
-/// Applies one encoded command to the locked state and encodes its reply.
-fn apply_one(state: &mut State, command: &[u8], replays: &AtomicU64) -> Vec<u8> {
+/// Applies one encoded command to the locked state and encodes its reply;
+/// adds the watched records its events named to `named`.
+fn apply_one(app: &CoreApp, state: &mut State, command: &[u8], named: &mut Vec<Record>) -> Vec<u8> {
     let reply = match bincode::deserialize::<Envelope>(command) {
         Ok(envelope) => {
             let (reply, replayed) = state.apply_noting_replay(&envelope);
             if replayed {
-                replays.fetch_add(1, Ordering::Relaxed);
+                app.dedup_replays.fetch_add(1, Ordering::Relaxed);
             }
+            app.watched.note_named(state, named);
             reply
         }
         // Only nodes of this cluster propose; an undecodable entry comes from an
@@ -316,12 +319,12 @@ fn apply_one(state: &mut State, command: &[u8], replays: &AtomicU64) -> Vec<u8> 
 
 impl gavel_raft::Application for CoreApp {
     fn apply(&self, log_index: u64, command: &[u8]) -> Vec<u8> {
-        let (reply, named) = {
+        let mut named = Vec::new();
+        let reply = {
             let mut state = self.state();
-            let first_cursor = state.next_cursor();
-            let reply = apply_one(&mut state, command, &self.dedup_replays);
+            let reply = apply_one(self, &mut state, command, &mut named);
             self.note_pending(&state);
-            (reply, self.watched.named_since(&state, first_cursor))
+            reply
         };
         self.applied.send_replace(log_index);
         self.watched.wake(&named);
@@ -333,12 +336,12 @@ impl gavel_raft::Application for CoreApp {
     /// wake only when the entry's events name it. With a cold store, an overlay
     /// past [`COLD_PENDING_MAX`] writes makes a checkpoint due.
     fn apply_batch(&self, log_index: u64, commands: &[&[u8]]) -> Vec<Vec<u8>> {
-        let (replies, named) = {
+        let mut named = Vec::new();
+        let replies = {
             let mut state = self.state();
-            let first_cursor = state.next_cursor();
-            let replies = commands.iter().map(|command| apply_one(&mut state, command, &self.dedup_replays)).collect();
+            let replies = commands.iter().map(|command| apply_one(self, &mut state, command, &mut named)).collect();
             self.note_pending(&state);
-            (replies, self.watched.named_since(&state, first_cursor))
+            replies
         };
         self.applied.send_replace(log_index);
         self.watched.wake(&named);

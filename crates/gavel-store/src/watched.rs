@@ -14,24 +14,20 @@
 //! reader's to wake for, with a deadline.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+pub(crate) use gavel_core::RecordId as Record;
 use gavel_core::State;
 use tokio::sync::watch;
-
-/// A record a reader waits on.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Record {
-    /// An execution, by id.
-    Execution(String),
-    /// An approval, by id.
-    Approval(String),
-}
 
 /// The records some reader waits on, with one change signal each.
 #[derive(Default)]
 pub(crate) struct Watched {
     keys: Mutex<HashMap<Record, Key>>,
+    /// How many records `keys` holds, read without its lock by every apply
+    /// (written under it).
+    watched: AtomicUsize,
 }
 
 struct Key {
@@ -50,7 +46,9 @@ impl Watched {
         let mut keys = self.keys();
         let key = keys.entry(record.clone()).or_insert_with(|| Key { changed: watch::channel(()).0, readers: 0 });
         key.readers += 1;
-        key.changed.subscribe()
+        let changed = key.changed.subscribe();
+        self.watched.store(keys.len(), Ordering::Relaxed);
+        changed
     }
 
     /// One reader of `record` fewer; the last one's key goes.
@@ -60,39 +58,30 @@ impl Watched {
             key.readers -= 1;
             if key.readers == 0 {
                 keys.remove(record);
+                self.watched.store(keys.len(), Ordering::Relaxed);
             }
         }
     }
 
     /// True when no reader waits on any record.
     pub(crate) fn is_empty(&self) -> bool {
-        self.keys().is_empty()
+        self.watched.load(Ordering::Relaxed) == 0
     }
 
-    /// The watched records the events at cursors `from..` of `state` name
-    /// (none, without reading an event, when nothing is watched).
-    pub(crate) fn named_since(&self, state: &State, from: u64) -> Vec<Record> {
-        if self.is_empty() {
-            return Vec::new();
+    /// Adds to `named` the records the last apply of `state` named (none,
+    /// without copying an id, when nothing is watched). Called with the
+    /// state locked, right after the apply: a reader subscribes before it
+    /// reads the state, and reads under the same lock, so one that
+    /// subscribed too late to be counted here reads the state this apply
+    /// left (the lock orders its count's write before this read otherwise).
+    pub(crate) fn note_named(&self, state: &State, named: &mut Vec<Record>) {
+        if !self.is_empty() {
+            named.extend_from_slice(state.last_apply_named());
         }
-        let mut named = Vec::new();
-        let mut after = from.saturating_sub(1);
-        loop {
-            let events = state.events_after(after, gavel_core::limits::EVENTS_PAGE_MAX);
-            let Some(last) = events.last() else { break };
-            after = last.cursor;
-            for event in events {
-                named.extend(event.execution_id.map(Record::Execution));
-                named.extend(event.approval_id.map(Record::Approval));
-            }
-        }
-        let keys = self.keys();
-        named.retain(|record| keys.contains_key(record));
-        named
     }
 
     /// Wakes the readers of `records` (after the state that changed them
-    /// is unlocked).
+    /// is unlocked): one lock of the registry.
     pub(crate) fn wake(&self, records: &[Record]) {
         if records.is_empty() {
             return;
