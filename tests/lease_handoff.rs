@@ -339,5 +339,6 @@ async fn a_wait_for_the_decision_answers_at_the_approvals_expiry_not_at_its_dead
     deployment.resumes_waiting(0.0).await;
     let request = pb::GetExecutionRequest { execution_id: "ex-brief-2".into() };
     let missing = deployment.client("service:agent").get_execution(request).await;
-    assert!(missing.is_err() || missing.is_ok_and(|found| found.execution.is_none()), "no execution was created");
+    let missing = missing.expect_err("no execution was created");
+    assert_eq!(missing.code(), "NOT_FOUND", "{missing:?}");
 }

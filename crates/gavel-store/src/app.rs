@@ -52,11 +52,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(feature = "mutants")]
 use gavel_core::mutants::Mutant;
-use gavel_core::{DomainError, Envelope, Reply, State};
+use gavel_core::{DomainError, Envelope, RecordId, Reply, State};
 use tokio::sync::watch;
 
 use crate::cold_store::{RecordBatch, RedbColdStore, COLD_CACHE_BYTES};
-use crate::watched::Record;
 
 /// How many unflushed cold writes the application lets the overlay hold
 /// before it asks for them to be written into the cold store (without the
@@ -300,7 +299,7 @@ impl CoreApp {
 
 /// Applies one encoded command to the locked state and encodes its reply;
 /// adds the watched records its events named to `named`.
-fn apply_one(app: &CoreApp, state: &mut State, command: &[u8], named: &mut Vec<Record>) -> Vec<u8> {
+fn apply_one(app: &CoreApp, state: &mut State, command: &[u8], named: &mut Vec<RecordId>) -> Vec<u8> {
     let reply = match bincode::deserialize::<Envelope>(command) {
         Ok(envelope) => {
             let (reply, replayed) = state.apply_noting_replay(&envelope);

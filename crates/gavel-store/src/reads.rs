@@ -21,12 +21,11 @@
 
 use std::sync::Arc;
 
-use gavel_core::State;
+use gavel_core::{RecordId, State};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::app::CoreApp;
-use crate::watched::Record;
 
 /// The edge's one interface to the replicated state of this replica.
 #[derive(Clone)]
@@ -84,17 +83,17 @@ impl ReadPort {
     /// a restore), not by every entry. For a reader that waits for that
     /// execution alone (`WaitExecution`).
     pub fn watch_execution(&self, execution_id: &str) -> RecordWatch {
-        self.watch_record(Record::Execution(execution_id.to_string()))
+        self.watch_record(RecordId::Execution(execution_id.to_string()))
     }
 
     /// A watch of one approval's changes, as [`ReadPort::watch_execution`]
     /// for an approval (`WaitApproval`). Its expiry changes nothing in the
     /// log: a reader of a pending approval also wakes at its expiry.
     pub fn watch_approval(&self, approval_id: &str) -> RecordWatch {
-        self.watch_record(Record::Approval(approval_id.to_string()))
+        self.watch_record(RecordId::Approval(approval_id.to_string()))
     }
 
-    fn watch_record(&self, record: Record) -> RecordWatch {
+    fn watch_record(&self, record: RecordId) -> RecordWatch {
         let changed = self.app.watched().subscribe(&record);
         RecordWatch { app: self.app.clone(), record, changed }
     }
@@ -104,7 +103,7 @@ impl ReadPort {
 /// [`ReadPort::watch_approval`].
 pub struct RecordWatch {
     app: Arc<CoreApp>,
-    record: Record,
+    record: RecordId,
     changed: watch::Receiver<()>,
 }
 

@@ -14,20 +14,15 @@
 //! reader's to wake for, with a deadline.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-pub(crate) use gavel_core::RecordId as Record;
-use gavel_core::State;
+use gavel_core::{RecordId, State};
 use tokio::sync::watch;
 
 /// The records some reader waits on, with one change signal each.
 #[derive(Default)]
 pub(crate) struct Watched {
-    keys: Mutex<HashMap<Record, Key>>,
-    /// How many records `keys` holds, read without its lock by every apply
-    /// (written under it).
-    watched: AtomicUsize,
+    keys: Mutex<HashMap<RecordId, Key>>,
 }
 
 struct Key {
@@ -36,45 +31,41 @@ struct Key {
 }
 
 impl Watched {
-    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<Record, Key>> {
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<RecordId, Key>> {
         self.keys.lock().expect("the watched records' lock is never held across a panic")
     }
 
     /// A receiver of `record`'s changes from now on; pair with
     /// [`Watched::unsubscribe`].
-    pub(crate) fn subscribe(&self, record: &Record) -> watch::Receiver<()> {
+    pub(crate) fn subscribe(&self, record: &RecordId) -> watch::Receiver<()> {
         let mut keys = self.keys();
         let key = keys.entry(record.clone()).or_insert_with(|| Key { changed: watch::channel(()).0, readers: 0 });
         key.readers += 1;
-        let changed = key.changed.subscribe();
-        self.watched.store(keys.len(), Ordering::Relaxed);
-        changed
+        key.changed.subscribe()
     }
 
     /// One reader of `record` fewer; the last one's key goes.
-    pub(crate) fn unsubscribe(&self, record: &Record) {
+    pub(crate) fn unsubscribe(&self, record: &RecordId) {
         let mut keys = self.keys();
         if let Some(key) = keys.get_mut(record) {
             key.readers -= 1;
             if key.readers == 0 {
                 keys.remove(record);
-                self.watched.store(keys.len(), Ordering::Relaxed);
             }
         }
     }
 
     /// True when no reader waits on any record.
     pub(crate) fn is_empty(&self) -> bool {
-        self.watched.load(Ordering::Relaxed) == 0
+        self.keys().is_empty()
     }
 
     /// Adds to `named` the records the last apply of `state` named (none,
     /// without copying an id, when nothing is watched). Called with the
     /// state locked, right after the apply: a reader subscribes before it
     /// reads the state, and reads under the same lock, so one that
-    /// subscribed too late to be counted here reads the state this apply
-    /// left (the lock orders its count's write before this read otherwise).
-    pub(crate) fn note_named(&self, state: &State, named: &mut Vec<Record>) {
+    /// subscribed too late to be seen here reads the state this apply left.
+    pub(crate) fn note_named(&self, state: &State, named: &mut Vec<RecordId>) {
         if !self.is_empty() {
             named.extend_from_slice(state.last_apply_named());
         }
@@ -82,7 +73,7 @@ impl Watched {
 
     /// Wakes the readers of `records` (after the state that changed them
     /// is unlocked): one lock of the registry.
-    pub(crate) fn wake(&self, records: &[Record]) {
+    pub(crate) fn wake(&self, records: &[RecordId]) {
         if records.is_empty() {
             return;
         }
