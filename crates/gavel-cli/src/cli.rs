@@ -195,8 +195,8 @@ pub struct NodeArgs {
     /// the node closes it with GOAWAY; clients reconnect on their next call.
     #[arg(long, env = "GAVEL_IDLE_TIMEOUT_MS", default_value_t = gavel_server::limits::IDLE_TIMEOUT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..=CONNECTION_TIMEOUT_MS_MAX))]
     pub idle_timeout_ms: u64,
-    /// Worker threads of the node's async runtime (default: one per core;
-    /// `gavel dev` gives each of its nodes a third of the cores). Fewer threads mean fewer wake-ups per command: with three nodes on
+    /// Worker threads of the node's async runtime (default: one per core).
+    /// Fewer threads mean fewer wake-ups per command: with three nodes on
     /// two cores, one thread each measured 13% less CPU and 5% lower latency
     /// per operation at one client, and 12% less CPU at 64 clients with the
     /// same throughput (docs/performance.md).

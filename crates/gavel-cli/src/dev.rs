@@ -8,9 +8,6 @@
 //! ports is not one of its own processes, and when one of its nodes exits,
 //! during start or later (naming the node, its exit status and its log).
 //!
-//! Each node's runtime has a third of the machine's cores, at least one
-//! (`--worker-threads`), unless `GAVEL_WORKER_THREADS` says otherwise.
-//!
 //! Each node serves Prometheus metrics on plain HTTP at its gRPC port + 100
 //! (`--metrics-listen`), printed with the node. Its nodes cosign the audit
 //! checkpoints (`--audit-checkpoints=true`), as a production cluster's do.
@@ -109,12 +106,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     for (id, port) in (1u64..).zip(&ports) {
         spec.node_args.insert(id, vec![format!("--metrics-listen=127.0.0.1:{}", metrics_port(*port))]);
-    }
-    // Three nodes share this machine's cores (decision 0110); an operator's
-    // GAVEL_WORKER_THREADS, which the nodes inherit, decides instead.
-    if std::env::var_os("GAVEL_WORKER_THREADS").is_none() {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        spec.args.push(format!("--worker-threads={}", node_worker_threads(cores)));
     }
     spec.security = Security::secure(admin.clone());
     spec.start_timeout = LEADER_WAIT;
@@ -253,15 +244,6 @@ fn metrics_addr_of(addr: &str) -> String {
     }
 }
 
-/// Worker threads of each node's runtime when the three nodes share
-/// `cores`: a third each, at least one. One node alone takes one per core,
-/// but three on two cores with two each wake idle threads for every
-/// command: one each measured 13 % less CPU per operation at one client and
-/// 12 % at 64, with the same throughput (docs/performance.md).
-fn node_worker_threads(cores: usize) -> usize {
-    (cores / usize::from(NODES)).max(1)
-}
-
 /// The ports of the three nodes.
 fn ports_from(base_port: u16) -> anyhow::Result<Vec<u16>> {
     if base_port == 0 || base_port > u16::MAX - (NODES - 1) {
@@ -373,12 +355,6 @@ impl Stop {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_three_nodes_share_the_cores_with_at_least_one_thread_each() {
-        let threads: Vec<usize> = [1, 2, 3, 4, 8, 64].into_iter().map(node_worker_threads).collect();
-        assert_eq!(threads, vec![1, 1, 1, 1, 2, 21]);
-    }
 
     #[test]
     fn a_port_in_use_is_named() {
