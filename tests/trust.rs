@@ -222,7 +222,7 @@ fn assert_refused<T: std::fmt::Debug>(result: Result<T, gavel_client::Error>, co
 }
 
 #[track_caller]
-fn assert_status(result: Result<tonic::Response<RaftBytes>, tonic::Status>, code: Code, case: &str) {
+fn assert_status<T>(result: Result<tonic::Response<T>, tonic::Status>, code: Code, case: &str) {
     match result {
         Ok(_) => panic!("{case}: expected {code:?}, the forged message was accepted"),
         Err(status) => {
@@ -346,7 +346,10 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
         let case = format!("{who}: forged entry to follower {follower}");
         let status = &before[&follower];
         let vote = Vote::new_committed(status.term, status.leader_id.expect("a leader"));
-        assert_status(raft.append_entries(forged_entry(status, vote)).await, *code, &case);
+        assert_status(raft.append_entries(forged_entry(status, vote.clone())).await, *code, &case);
+        let case = format!("{who}: forged entry over StreamAppend to follower {follower}");
+        let streamed = futures::stream::iter([forged_entry(status, vote)]);
+        assert_status(raft.stream_append(streamed).await, *code, &case);
     }
     // A member's certificate passes the door, but the oversized header is
     // still refused before anything is allocated or created.
@@ -362,7 +365,9 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
     // member's certificate, the same messages at a stale term (0, harmless)
     // reach openraft, which answers them by rejecting the stale vote.
     let stale = Vote::new_committed(0, 9);
-    for (what, message) in [("heartbeat", forged_heartbeat(0, 9)), ("entry", forged_entry(&before[&leader], stale))] {
+    for (what, message) in
+        [("heartbeat", forged_heartbeat(0, 9)), ("entry", forged_entry(&before[&leader], stale.clone()))]
+    {
         let answer = raft.append_entries(message).await.unwrap_or_else(|status| panic!("{what}: {status:?}"));
         let answer: openraft::raft::AppendEntriesResponse<Forged> =
             bincode::deserialize(&answer.into_inner().payload).expect("an append-entries answer");
@@ -371,6 +376,17 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
             "a stale {what} from a member is decoded and rejected by raft: {answer:?}"
         );
     }
+    let streamed = futures::stream::iter([forged_heartbeat(0, 9), forged_entry(&before[&leader], stale)]);
+    let mut answers = raft.stream_append(streamed).await.expect("a member opens an append stream").into_inner();
+    let answer = answers.message().await.expect("the stream's first answer").expect("an answer");
+    let answer: openraft::raft::StreamAppendResult<Forged> =
+        bincode::deserialize(&answer.payload).expect("a stream-append answer");
+    assert!(
+        matches!(answer, Err(openraft::raft::StreamAppendError::HigherVote(_))),
+        "a stale streamed heartbeat from a member is decoded and rejected by raft: {answer:?}"
+    );
+    let rest = answers.message().await.expect("the stream ends cleanly");
+    assert!(rest.is_none(), "nothing is answered after a refusal: {rest:?}");
     let answer = raft.vote(forged_vote(0, 9)).await.expect("a vote from a member is answered");
     let answer: openraft::raft::VoteResponse<Forged> =
         bincode::deserialize(&answer.into_inner().payload).expect("a vote answer");

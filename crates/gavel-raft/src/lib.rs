@@ -70,6 +70,7 @@
 //! the application. Writes: openraft does not forward; a follower answers
 //! [`WriteError::ForwardToLeader`] with the leader's id and address.
 
+mod append_stream;
 mod application;
 mod backup;
 mod batch;

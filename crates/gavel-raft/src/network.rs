@@ -16,6 +16,9 @@
 //!   half as many entries next time (answering openraft with a partial
 //!   success for the prefix it sent), instead of retrying the same batch
 //!   forever; each success doubles the limit back.
+//! - Append-entries travel over one stream per replication session,
+//!   pipelined ([`crate::append_stream`]); after a batch that timed out or
+//!   was too large, and towards a peer without that RPC, as unary calls.
 //! - Pre-vote and leader transfer have RPCs of their own (`PreVote`,
 //!   `TransferLeader`): openraft's defaults would grant every pre-vote and
 //!   drop every transfer.
@@ -26,11 +29,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{stream, StreamExt};
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable};
-use openraft::network::{Backoff, RPCOption, RaftNetworkFactory};
+use openraft::network::{stream_append_sequential, Backoff, RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest, TransferLeaderResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{RPCTypes, RaftNetworkV2};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -125,6 +129,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             timings: self.timings.clone(),
             threading,
             entries_max: None,
+            streaming: true,
         }
     }
 }
@@ -132,7 +137,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 /// openraft's view of one peer.
 pub(crate) struct PeerClient {
     node_id: NodeId,
-    target: NodeId,
+    pub(crate) target: NodeId,
     /// `Err` if the peer's address cannot even be parsed: every RPC then
     /// fails as unreachable (and backs off) until the membership fixes it.
     client: Result<RaftServiceClient<Channel>, String>,
@@ -140,12 +145,21 @@ pub(crate) struct PeerClient {
     /// Where the blocking reads of a snapshot being sent run.
     threading: Threading,
     /// The most entries one append-entries call sends, after a batch timed
-    /// out or was too large; `None`: no limit.
-    entries_max: Option<usize>,
+    /// out or was too large; `None`: no limit. While it is set, appends are
+    /// unary calls.
+    pub(crate) entries_max: Option<usize>,
+    /// Appends go over `StreamAppend`; false once the peer answered that it
+    /// has no such RPC.
+    pub(crate) streaming: bool,
 }
 
+/// A limit of entries per call that has doubled back to this many is
+/// lifted: openraft's own batches are at most this long (its
+/// `max_payload_entries` default, which Gavel keeps).
+const ENTRIES_PER_BATCH: usize = 300;
+
 /// How one RPC failed, before it is mapped to the error type of its call.
-enum CallFailure {
+pub(crate) enum CallFailure {
     /// Could not connect (or the peer's Raft is stopped): back off.
     Unreachable(String),
     /// No answer within the deadline.
@@ -157,7 +171,7 @@ enum CallFailure {
 }
 
 impl CallFailure {
-    fn from_status(status: tonic::Status, deadline: Duration) -> Self {
+    pub(crate) fn from_status(status: tonic::Status, deadline: Duration) -> Self {
         let message = format!("{}: {}", status.code(), status.message());
         match status.code() {
             Code::Unavailable => CallFailure::Unreachable(message),
@@ -171,10 +185,10 @@ impl CallFailure {
 /// A plain error carrying a message, for openraft's error wrappers.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-struct TransportError(String);
+pub(crate) struct TransportError(pub(crate) String);
 
 impl PeerClient {
-    fn client(&self) -> Result<RaftServiceClient<Channel>, CallFailure> {
+    pub(crate) fn client(&self) -> Result<RaftServiceClient<Channel>, CallFailure> {
         self.client.clone().map_err(CallFailure::Unreachable)
     }
 
@@ -187,7 +201,7 @@ impl PeerClient {
         Timeout { action, id: self.node_id, target: self.target, timeout }
     }
 
-    fn rpc_error(&self, failure: CallFailure, action: RPCTypes) -> RPCError<TypeConfig> {
+    pub(crate) fn rpc_error(&self, failure: CallFailure, action: RPCTypes) -> RPCError<TypeConfig> {
         match failure {
             CallFailure::Unreachable(m) => RPCError::Unreachable(Unreachable::new(&TransportError(m))),
             CallFailure::Timeout(after) => RPCError::Timeout(self.timeout_error(action, after)),
@@ -243,8 +257,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             self.unary(&rpc, deadline, |mut client, request| async move { client.append_entries(request).await }).await;
         match result {
             Ok(response) => {
-                // Each success lets the next batch be twice as large again.
-                self.entries_max = self.entries_max.and_then(|most| most.checked_mul(2));
+                // Each success lets the next batch be twice as large again,
+                // up to a whole batch: then there is no limit.
+                self.entries_max =
+                    self.entries_max.and_then(|most| most.checked_mul(2)).filter(|&most| most < ENTRIES_PER_BATCH);
                 Ok(match response {
                     AppendEntriesResponse::Success if limited => AppendEntriesResponse::PartialSuccess(last_sent),
                     other => other,
@@ -259,6 +275,24 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 Err(self.rpc_error(failure, RPCTypes::AppendEntries))
             }
         }
+    }
+
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> BoxFuture<
+        's,
+        Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>, RPCError<TypeConfig>>,
+    >
+    where
+        S: futures::Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+    {
+        if self.entries_max.is_some() || !self.streaming {
+            return stream_append_sequential(self, input, option);
+        }
+        let deadline = self.deadline(&option).min(option.soft_ttl());
+        Box::pin(crate::append_stream::open(self, input, deadline))
     }
 
     async fn vote(
@@ -395,7 +429,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use openraft::BasicNode;
 
     use super::*;
@@ -435,7 +469,7 @@ mod tests {
         received: Arc<Mutex<Vec<usize>>>,
     }
 
-    fn unused<T>() -> Result<tonic::Response<T>, tonic::Status> {
+    pub(crate) fn unused<T>() -> Result<tonic::Response<T>, tonic::Status> {
         Err(tonic::Status::unimplemented("not used by this test"))
     }
 
@@ -453,6 +487,14 @@ mod tests {
             }
             let answer: AppendEntriesResponse<TypeConfig> = AppendEntriesResponse::Success;
             Ok(tonic::Response::new(RaftBytes { payload: bincode::serialize(&answer).expect("encode") }))
+        }
+        type StreamAppendStream = crate::append_stream::Answers;
+        /// An older peer: appends are unary calls.
+        async fn stream_append(
+            &self,
+            _: tonic::Request<tonic::Streaming<RaftBytes>>,
+        ) -> Result<tonic::Response<Self::StreamAppendStream>, tonic::Status> {
+            unused()
         }
         async fn vote(&self, _: tonic::Request<RaftBytes>) -> Result<tonic::Response<RaftBytes>, tonic::Status> {
             unused()
@@ -474,14 +516,14 @@ mod tests {
         }
     }
 
-    fn entries(indexes: std::ops::RangeInclusive<u64>) -> Vec<crate::typ::Entry> {
+    pub(crate) fn entries(indexes: std::ops::RangeInclusive<u64>) -> Vec<crate::typ::Entry> {
         let log_id = |index| crate::typ::LogId::new(crate::typ::LeaderId { term: 1, node_id: 1 }, index);
         indexes
             .map(|index| crate::typ::Entry { log_id: log_id(index), payload: openraft::EntryPayload::Blank })
             .collect()
     }
 
-    fn append_request(indexes: std::ops::RangeInclusive<u64>) -> AppendEntriesRequest<TypeConfig> {
+    pub(crate) fn append_request(indexes: std::ops::RangeInclusive<u64>) -> AppendEntriesRequest<TypeConfig> {
         let prev = (*indexes.start() > 1)
             .then(|| crate::typ::LogId::new(crate::typ::LeaderId { term: 1, node_id: 1 }, indexes.start() - 1));
         AppendEntriesRequest {
@@ -492,22 +534,30 @@ mod tests {
         }
     }
 
-    /// openraft 0.10 has no `PayloadTooLarge`: a batch the peer refuses as too
-    /// large makes the client send half as many entries, and a prefix that
-    /// was accepted is reported as a partial success (openraft sends the rest).
-    #[tokio::test]
-    async fn a_batch_refused_as_too_large_is_sent_again_in_halves_as_partial_successes() {
+    /// A client of a [`SmallMessagesOnly`] peer on loopback, what the peer
+    /// received, and its server.
+    async fn small_messages_peer(
+        entries_max: usize,
+    ) -> (PeerClient, Arc<Mutex<Vec<usize>>>, tokio::task::JoinHandle<Result<(), tonic::transport::Error>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let received = Arc::new(Mutex::new(Vec::new()));
-        let peer = SmallMessagesOnly { entries_max: 3, received: received.clone() };
+        let peer = SmallMessagesOnly { entries_max, received: received.clone() };
         let server = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(crate::pb::raft_service_server::RaftServiceServer::new(peer))
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
         );
         let mut factory = NetworkFactory::new(1, RaftTimings::default(), None);
-        let mut client = factory.new_client(2, &BasicNode { addr }).await;
+        (factory.new_client(2, &BasicNode { addr }).await, received, server)
+    }
+
+    /// openraft 0.10 has no `PayloadTooLarge`: a batch the peer refuses as too
+    /// large makes the client send half as many entries, and a prefix that
+    /// was accepted is reported as a partial success (openraft sends the rest).
+    #[tokio::test]
+    async fn a_batch_refused_as_too_large_is_sent_again_in_halves_as_partial_successes() {
+        let (mut client, received, server) = small_messages_peer(3).await;
         let option = || RPCOption::new(Duration::from_secs(5));
 
         let error = client.append_entries(append_request(1..=8), option()).await.expect_err("too large");
@@ -523,6 +573,29 @@ mod tests {
         let answer = client.append_entries(append_request(3..=4), option()).await.expect("a small batch is whole");
         assert_eq!(answer, AppendEntriesResponse::Success, "a batch within the limit is a plain success");
         assert_eq!(*received.lock().expect("lock"), vec![8, 4, 2, 4, 2]);
+        server.abort();
+    }
+
+    /// A peer without `StreamAppend` (an older node) is sent the same
+    /// requests as unary calls from the next session on.
+    #[tokio::test]
+    async fn a_peer_without_stream_append_is_sent_unary_appends() {
+        let (mut client, received, server) = small_messages_peer(8).await;
+        let option = || RPCOption::new(Duration::from_secs(5));
+
+        let refused = client.stream_append(stream::iter([append_request(1..=2)]), option()).await.err();
+        assert!(matches!(refused, Some(RPCError::Network(_))), "{refused:?}");
+        assert!(!client.streaming, "the client stops asking for the stream");
+        let results: Vec<_> = client
+            .stream_append(stream::iter([append_request(1..=2), append_request(3..=3)]), option())
+            .await
+            .expect("unary appends")
+            .collect()
+            .await;
+        let log_id = |index| crate::typ::LogId::new(crate::typ::LeaderId { term: 1, node_id: 1 }, index);
+        let acked: Vec<_> = results.into_iter().map(|result| result.expect("sent").expect("accepted")).collect();
+        assert_eq!(acked, vec![Some(log_id(2)), Some(log_id(3))]);
+        assert_eq!(*received.lock().expect("lock"), vec![2, 1]);
         server.abort();
     }
 

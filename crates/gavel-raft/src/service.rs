@@ -179,6 +179,15 @@ impl RaftService for RaftGrpcService {
         encode(&response)
     }
 
+    type StreamAppendStream = crate::append_stream::Answers;
+
+    async fn stream_append(
+        &self,
+        request: Request<Streaming<RaftBytes>>,
+    ) -> Result<Response<Self::StreamAppendStream>, Status> {
+        Ok(Response::new(crate::append_stream::serve(&self.raft, request.into_inner())))
+    }
+
     async fn vote(&self, request: Request<RaftBytes>) -> Result<Response<RaftBytes>, Status> {
         let rpc: VoteRequest<TypeConfig> = decode(&request.into_inner().payload, "vote")?;
         let response = self.raft.vote(rpc).await.map_err(raft_failure)?;
@@ -246,7 +255,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use futures::stream;
+    use futures::{stream, StreamExt};
     use tokio::net::TcpListener;
     use tonic::transport::server::TcpIncoming;
     use tonic::transport::Server;
@@ -358,6 +367,31 @@ mod tests {
         // refused for its content, not its size.
         let status = client.append_entries(RaftBytes { payload: vec![0xff; 16] }).await.expect_err("garbage");
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        node.shutdown().await.expect("shutdown");
+        server.abort();
+    }
+
+    /// A streamed message the node cannot decode, or one over the limit,
+    /// is the stream's last answer, as a refusal; the node serves on.
+    #[tokio::test]
+    async fn an_undecodable_or_oversized_streamed_append_ends_its_stream_with_a_refusal() {
+        let (_dir, node, server, mut client) = serve_inert_node().await;
+        for (case, payload, code) in [
+            ("garbage", vec![0xff; 16], tonic::Code::InvalidArgument),
+            ("over the limit", vec![0; APPEND_ENTRIES_BYTES_MAX + 1], tonic::Code::OutOfRange),
+        ] {
+            let messages = stream::iter([RaftBytes { payload }]).chain(stream::pending());
+            let mut answers = tokio::time::timeout(Duration::from_secs(30), client.stream_append(messages))
+                .await
+                .expect("opened in time")
+                .expect("the stream opens")
+                .into_inner();
+            let status = tokio::time::timeout(Duration::from_secs(30), answers.message())
+                .await
+                .expect("answered in time")
+                .expect_err(case);
+            assert_eq!(status.code(), code, "{case}: {status:?}");
+        }
         node.shutdown().await.expect("shutdown");
         server.abort();
     }
