@@ -442,7 +442,7 @@ pub(crate) struct AuditLog {
 /// A record an event names: an execution or an approval, by id. A reader
 /// waiting on one record wakes when an applied entry's events name it
 /// ([`crate::State::last_apply_named`]).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RecordId {
     /// An execution.
     Execution(String),

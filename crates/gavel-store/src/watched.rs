@@ -13,16 +13,19 @@
 //! changes with time alone (an approval's expiry, read lazily) is the
 //! reader's to wake for, with a deadline.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use gavel_core::{RecordId, State};
 use tokio::sync::watch;
 
-/// The records some reader waits on, with one change signal each.
+/// The records some reader waits on, with one change signal each. Ordered:
+/// `wake_all` wakes in key order, not in a hash seed's (which differs with
+/// what ran before on the thread, so a simulated run could replay
+/// differently; docs/testing.md).
 #[derive(Default)]
 pub(crate) struct Watched {
-    keys: Mutex<HashMap<RecordId, Key>>,
+    keys: Mutex<BTreeMap<RecordId, Key>>,
 }
 
 struct Key {
@@ -31,7 +34,7 @@ struct Key {
 }
 
 impl Watched {
-    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<RecordId, Key>> {
+    fn keys(&self) -> std::sync::MutexGuard<'_, BTreeMap<RecordId, Key>> {
         self.keys.lock().expect("the watched records' lock is never held across a panic")
     }
 
