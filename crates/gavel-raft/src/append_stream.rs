@@ -1,5 +1,6 @@
 //! Append-entries over one long-lived gRPC stream per replication session
-//! (`RaftService.StreamAppend`), both sides.
+//! (`RaftService.StreamAppend`): the server half here, the client half in
+//! `network.rs` (`open_stream`, beside the peer client it belongs to).
 //!
 //! openraft 0.10 replicates through `stream_append`: a session's requests
 //! come from one stream (the entries as they are appended, and the commit
@@ -22,177 +23,16 @@
 //! - A peer without `StreamAppend` (an older node during a rolling upgrade)
 //!   answers `UNIMPLEMENTED` once; that client then uses unary calls.
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::{stream, Stream, StreamExt};
-use openraft::errors::{NetworkError, RPCError};
-use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
-use openraft::RPCTypes;
-use tokio::sync::Notify;
-use tokio::time::Instant;
-use tonic::{Code, Status, Streaming};
+use openraft::raft::AppendEntriesRequest;
+use tonic::{Status, Streaming};
 
-use crate::network::{CallFailure, PeerClient, TransportError};
 use crate::pb::RaftBytes;
 use crate::storage::Raft;
 use crate::typ::TypeConfig;
-
-/// A session's result stream, as openraft takes it.
-pub(crate) type Results<'s> =
-    Pin<Box<dyn Stream<Item = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>> + Send + 's>>;
-
-/// What the sending half tells the receiving half of one session.
-#[derive(Default)]
-struct InFlight {
-    /// When each unanswered request was sent, and its entry count, oldest
-    /// first.
-    sent: Mutex<VecDeque<(Instant, usize)>>,
-    /// Signalled when a request is sent, so an idle receiver arms the
-    /// deadline of the new one.
-    more: Notify,
-    /// A request that could not be encoded: the sending half ended there.
-    unsent: Mutex<Option<String>>,
-}
-
-impl InFlight {
-    fn sent(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, usize)>> {
-        self.sent.lock().expect("the in-flight queue's lock is never held across a panic")
-    }
-}
-
-/// The client half: opens the stream to the peer and returns the results
-/// of the requests `input` yields, in order.
-pub(crate) async fn open<'s, S>(
-    peer: &'s mut PeerClient,
-    mut input: S,
-    deadline: Duration,
-) -> Result<Results<'s>, RPCError<TypeConfig>>
-where
-    S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
-{
-    // The first request is taken before the stream opens: openraft's
-    // backoff towards a failing peer is a sleep in the request stream, so a
-    // session that failed to open would otherwise open the next at once.
-    let Some(first) = input.next().await else { return Ok(Box::pin(stream::empty())) };
-    let input = stream::once(std::future::ready(first)).chain(input);
-    let mut client = peer.client().map_err(|failure| peer.rpc_error(failure, RPCTypes::AppendEntries))?;
-    let flight = Arc::new(InFlight::default());
-    // openraft's request stream shares its state with the next session's:
-    // it must stop when this session's results are dropped, not when the
-    // transport gets round to dropping the request body (until then it would
-    // take the next session's entries).
-    let (session, ended) = futures::channel::oneshot::channel::<()>();
-    let requests = stream::unfold((input, flight.clone()), |(mut input, flight)| async move {
-        let request = input.next().await?;
-        let entries = request.entries.len();
-        match bincode::serialize(&request) {
-            Ok(payload) => {
-                flight.sent().push_back((Instant::now(), entries));
-                flight.more.notify_one();
-                Some((RaftBytes { payload }, (input, flight)))
-            }
-            Err(e) => {
-                *flight.unsent.lock().expect("never poisoned") = Some(format!("cannot encode request: {e}"));
-                None
-            }
-        }
-    })
-    .take_until(ended);
-    // Only the opening has a deadline here: the stream lives as long as the
-    // session, and each request's deadline is the receiver's to keep.
-    let opened = tokio::time::timeout(deadline, client.stream_append(tonic::Request::new(requests))).await;
-    let responses = match opened {
-        Err(_elapsed) => return Err(peer.rpc_error(CallFailure::Timeout(deadline), RPCTypes::AppendEntries)),
-        Ok(Err(status)) if status.code() == Code::Unimplemented => {
-            tracing::info!(peer = peer.target, "the peer has no StreamAppend; sending unary appends");
-            peer.streaming = false;
-            return Err(peer.rpc_error(CallFailure::from_status(status, deadline), RPCTypes::AppendEntries));
-        }
-        Ok(Err(status)) => {
-            return Err(peer.rpc_error(CallFailure::from_status(status, deadline), RPCTypes::AppendEntries))
-        }
-        Ok(Ok(response)) => response.into_inner(),
-    };
-    let receiver = Receiver { peer, responses, flight, deadline, ended: false, _session: session };
-    Ok(Box::pin(stream::unfold(receiver, |mut receiver| async move {
-        if receiver.ended {
-            return None;
-        }
-        let item = receiver.next().await?;
-        receiver.ended = item.is_err();
-        Some((item, receiver))
-    })))
-}
-
-/// The receiving half of one session.
-struct Receiver<'s> {
-    peer: &'s mut PeerClient,
-    responses: Streaming<RaftBytes>,
-    flight: Arc<InFlight>,
-    deadline: Duration,
-    /// An error was yielded: nothing follows it.
-    ended: bool,
-    /// Dropped with the results: ends the request stream at once.
-    _session: futures::channel::oneshot::Sender<()>,
-}
-
-impl Receiver<'_> {
-    /// The next result, an error that ends the session, or `None` when the
-    /// peer closed the stream after the last answer.
-    async fn next(&mut self) -> Option<Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>> {
-        let message = loop {
-            let oldest = self.flight.sent().front().copied();
-            match oldest {
-                Some((sent_at, entries)) => {
-                    tokio::select! {
-                        message = self.responses.message() => break message,
-                        () = tokio::time::sleep_until(sent_at + self.deadline) => {
-                            return Some(Err(self.failed(CallFailure::Timeout(self.deadline), entries)));
-                        }
-                    }
-                }
-                None => {
-                    tokio::select! {
-                        message = self.responses.message() => break message,
-                        () = self.flight.more.notified() => continue,
-                    }
-                }
-            }
-        };
-        let answered = self.flight.sent().pop_front();
-        match message {
-            Ok(Some(bytes)) if answered.is_some() => Some(
-                bincode::deserialize::<StreamAppendResult<TypeConfig>>(&bytes.payload)
-                    .map_err(|e| network(format!("cannot decode the peer's answer: {e}"))),
-            ),
-            Ok(Some(_)) => Some(Err(network("the peer answered a request that was not sent".into()))),
-            Ok(None) => {
-                let unsent = self.flight.unsent.lock().expect("never poisoned").take();
-                unsent.map(|message| Err(network(message)))
-            }
-            Err(status) => {
-                let entries = answered.map_or(0, |(_, entries)| entries);
-                Some(Err(self.failed(CallFailure::from_status(status, self.deadline), entries)))
-            }
-        }
-    }
-
-    /// The session's error for `failure` of a request of `entries` entries;
-    /// a batch too slow or too large is sent in halves from now on.
-    fn failed(&mut self, failure: CallFailure, entries: usize) -> RPCError<TypeConfig> {
-        if matches!(failure, CallFailure::Timeout(_) | CallFailure::TooLarge(_)) && entries > 1 {
-            self.peer.entries_max = Some(entries / 2);
-        }
-        self.peer.rpc_error(failure, RPCTypes::AppendEntries)
-    }
-}
-
-fn network(message: String) -> RPCError<TypeConfig> {
-    RPCError::Network(NetworkError::new(&TransportError(message)))
-}
 
 /// The server half's answer stream.
 pub(crate) type Answers = Pin<Box<dyn Stream<Item = Result<RaftBytes, Status>> + Send + 'static>>;

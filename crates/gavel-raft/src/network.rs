@@ -17,18 +17,20 @@
 //!   success for the prefix it sent), instead of retrying the same batch
 //!   forever; each success doubles the limit back.
 //! - Append-entries travel over one stream per replication session,
-//!   pipelined ([`crate::append_stream`]); after a batch that timed out or
-//!   was too large, and towards a peer without that RPC, as unary calls.
+//!   pipelined ([`open_stream`]; the server half is in `append_stream.rs`);
+//!   after a batch that timed out or was too large, and towards a peer
+//!   without that RPC, as unary calls.
 //! - Pre-vote and leader transfer have RPCs of their own (`PreVote`,
 //!   `TransferLeader`): openraft's defaults would grant every pre-vote and
 //!   drop every transfer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{stream, StreamExt};
+use futures::{stream, Stream, StreamExt};
 use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable};
 use openraft::network::{stream_append_sequential, Backoff, RPCOption, RaftNetworkFactory};
@@ -37,8 +39,10 @@ use openraft::raft::{
     TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{RPCTypes, RaftNetworkV2};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
-use tonic::Code;
+use tonic::{Code, Streaming};
 
 use crate::io::RaftIo;
 use crate::limits::{
@@ -233,6 +237,160 @@ impl PeerClient {
     }
 }
 
+/// A session's result stream, as openraft takes it.
+type Results<'s> =
+    Pin<Box<dyn Stream<Item = Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>> + Send + 's>>;
+
+/// What the sending half tells the receiving half of one session.
+#[derive(Default)]
+struct InFlight {
+    /// When each unanswered request was sent, and its entry count, oldest
+    /// first.
+    sent: Mutex<VecDeque<(Instant, usize)>>,
+    /// Signalled when a request is sent, so an idle receiver arms the
+    /// deadline of the new one.
+    more: Notify,
+    /// A request that could not be encoded: the sending half ended there.
+    unsent: Mutex<Option<String>>,
+}
+
+impl InFlight {
+    fn sent(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, usize)>> {
+        self.sent.lock().expect("the in-flight queue's lock is never held across a panic")
+    }
+}
+
+/// The client half: opens the stream to the peer and returns the results
+/// of the requests `input` yields, in order.
+async fn open_stream<'s, S>(
+    peer: &'s mut PeerClient,
+    mut input: S,
+    deadline: Duration,
+) -> Result<Results<'s>, RPCError<TypeConfig>>
+where
+    S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Send + Unpin + 'static,
+{
+    // The first request is taken before the stream opens: openraft's
+    // backoff towards a failing peer is a sleep in the request stream, so a
+    // session that failed to open would otherwise open the next at once.
+    let Some(first) = input.next().await else { return Ok(Box::pin(stream::empty())) };
+    let input = stream::once(std::future::ready(first)).chain(input);
+    let mut client = peer.client().map_err(|failure| peer.rpc_error(failure, RPCTypes::AppendEntries))?;
+    let flight = Arc::new(InFlight::default());
+    // openraft's request stream shares its state with the next session's:
+    // it must stop when this session's results are dropped, not when the
+    // transport gets round to dropping the request body (until then it would
+    // take the next session's entries).
+    let (session, ended) = futures::channel::oneshot::channel::<()>();
+    let requests = stream::unfold((input, flight.clone()), |(mut input, flight)| async move {
+        let request = input.next().await?;
+        let entries = request.entries.len();
+        match bincode::serialize(&request) {
+            Ok(payload) => {
+                flight.sent().push_back((Instant::now(), entries));
+                flight.more.notify_one();
+                Some((RaftBytes { payload }, (input, flight)))
+            }
+            Err(e) => {
+                *flight.unsent.lock().expect("never poisoned") = Some(format!("cannot encode request: {e}"));
+                None
+            }
+        }
+    })
+    .take_until(ended);
+    // Only the opening has a deadline here: the stream lives as long as the
+    // session, and each request's deadline is the receiver's to keep.
+    let opened = tokio::time::timeout(deadline, client.stream_append(tonic::Request::new(requests))).await;
+    let responses = match opened {
+        Err(_elapsed) => return Err(peer.rpc_error(CallFailure::Timeout(deadline), RPCTypes::AppendEntries)),
+        Ok(Err(status)) if status.code() == Code::Unimplemented => {
+            tracing::info!(peer = peer.target, "the peer has no StreamAppend; sending unary appends");
+            peer.streaming = false;
+            return Err(peer.rpc_error(CallFailure::from_status(status, deadline), RPCTypes::AppendEntries));
+        }
+        Ok(Err(status)) => {
+            return Err(peer.rpc_error(CallFailure::from_status(status, deadline), RPCTypes::AppendEntries))
+        }
+        Ok(Ok(response)) => response.into_inner(),
+    };
+    let receiver = Receiver { peer, responses, flight, deadline, ended: false, _session: session };
+    Ok(Box::pin(stream::unfold(receiver, |mut receiver| async move {
+        if receiver.ended {
+            return None;
+        }
+        let item = receiver.next().await?;
+        receiver.ended = item.is_err();
+        Some((item, receiver))
+    })))
+}
+
+/// The receiving half of one session.
+struct Receiver<'s> {
+    peer: &'s mut PeerClient,
+    responses: Streaming<RaftBytes>,
+    flight: Arc<InFlight>,
+    deadline: Duration,
+    /// An error was yielded: nothing follows it.
+    ended: bool,
+    /// Dropped with the results: ends the request stream at once.
+    _session: futures::channel::oneshot::Sender<()>,
+}
+
+impl Receiver<'_> {
+    /// The next result, an error that ends the session, or `None` when the
+    /// peer closed the stream after the last answer.
+    async fn next(&mut self) -> Option<Result<StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>> {
+        let message = loop {
+            let oldest = self.flight.sent().front().copied();
+            match oldest {
+                Some((sent_at, entries)) => {
+                    tokio::select! {
+                        message = self.responses.message() => break message,
+                        () = tokio::time::sleep_until(sent_at + self.deadline) => {
+                            return Some(Err(self.failed(CallFailure::Timeout(self.deadline), entries)));
+                        }
+                    }
+                }
+                None => {
+                    tokio::select! {
+                        message = self.responses.message() => break message,
+                        () = self.flight.more.notified() => continue,
+                    }
+                }
+            }
+        };
+        let answered = self.flight.sent().pop_front();
+        match message {
+            Ok(Some(bytes)) if answered.is_some() => Some(
+                bincode::deserialize::<StreamAppendResult<TypeConfig>>(&bytes.payload)
+                    .map_err(|e| network(format!("cannot decode the peer's answer: {e}"))),
+            ),
+            Ok(Some(_)) => Some(Err(network("the peer answered a request that was not sent".into()))),
+            Ok(None) => {
+                let unsent = self.flight.unsent.lock().expect("never poisoned").take();
+                unsent.map(|message| Err(network(message)))
+            }
+            Err(status) => {
+                let entries = answered.map_or(0, |(_, entries)| entries);
+                Some(Err(self.failed(CallFailure::from_status(status, self.deadline), entries)))
+            }
+        }
+    }
+
+    /// The session's error for `failure` of a request of `entries` entries;
+    /// a batch too slow or too large is sent in halves from now on.
+    fn failed(&mut self, failure: CallFailure, entries: usize) -> RPCError<TypeConfig> {
+        if matches!(failure, CallFailure::Timeout(_) | CallFailure::TooLarge(_)) && entries > 1 {
+            self.peer.entries_max = Some(entries / 2);
+        }
+        self.peer.rpc_error(failure, RPCTypes::AppendEntries)
+    }
+}
+
+fn network(message: String) -> RPCError<TypeConfig> {
+    RPCError::Network(NetworkError::new(&TransportError(message)))
+}
+
 impl RaftNetworkV2<TypeConfig> for PeerClient {
     type SnapshotData = SnapshotData;
 
@@ -292,7 +450,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             return stream_append_sequential(self, input, option);
         }
         let deadline = self.deadline(&option).min(option.soft_ttl());
-        Box::pin(crate::append_stream::open(self, input, deadline))
+        Box::pin(open_stream(self, input, deadline))
     }
 
     async fn vote(
@@ -488,7 +646,8 @@ pub(crate) mod tests {
             let answer: AppendEntriesResponse<TypeConfig> = AppendEntriesResponse::Success;
             Ok(tonic::Response::new(RaftBytes { payload: bincode::serialize(&answer).expect("encode") }))
         }
-        type StreamAppendStream = crate::append_stream::Answers;
+        type StreamAppendStream =
+            std::pin::Pin<Box<dyn futures::Stream<Item = Result<RaftBytes, tonic::Status>> + Send + 'static>>;
         /// An older peer: appends are unary calls.
         async fn stream_append(
             &self,
