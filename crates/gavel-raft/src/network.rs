@@ -141,7 +141,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 /// openraft's view of one peer.
 pub(crate) struct PeerClient {
     node_id: NodeId,
-    pub(crate) target: NodeId,
+    target: NodeId,
     /// `Err` if the peer's address cannot even be parsed: every RPC then
     /// fails as unreachable (and backs off) until the membership fixes it.
     client: Result<RaftServiceClient<Channel>, String>,
@@ -163,7 +163,7 @@ pub(crate) struct PeerClient {
 const ENTRIES_PER_BATCH: usize = 300;
 
 /// How one RPC failed, before it is mapped to the error type of its call.
-pub(crate) enum CallFailure {
+enum CallFailure {
     /// Could not connect (or the peer's Raft is stopped): back off.
     Unreachable(String),
     /// No answer within the deadline.
@@ -175,7 +175,7 @@ pub(crate) enum CallFailure {
 }
 
 impl CallFailure {
-    pub(crate) fn from_status(status: tonic::Status, deadline: Duration) -> Self {
+    fn from_status(status: tonic::Status, deadline: Duration) -> Self {
         let message = format!("{}: {}", status.code(), status.message());
         match status.code() {
             Code::Unavailable => CallFailure::Unreachable(message),
@@ -189,10 +189,10 @@ impl CallFailure {
 /// A plain error carrying a message, for openraft's error wrappers.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct TransportError(pub(crate) String);
+struct TransportError(String);
 
 impl PeerClient {
-    pub(crate) fn client(&self) -> Result<RaftServiceClient<Channel>, CallFailure> {
+    fn client(&self) -> Result<RaftServiceClient<Channel>, CallFailure> {
         self.client.clone().map_err(CallFailure::Unreachable)
     }
 
@@ -205,7 +205,15 @@ impl PeerClient {
         Timeout { action, id: self.node_id, target: self.target, timeout }
     }
 
-    pub(crate) fn rpc_error(&self, failure: CallFailure, action: RPCTypes) -> RPCError<TypeConfig> {
+    /// After `failure` of a call of `entries` entries: a batch too slow or
+    /// too large is sent in halves from now on (unary, partial successes).
+    fn halve_after(&mut self, failure: &CallFailure, entries: usize) {
+        if matches!(failure, CallFailure::Timeout(_) | CallFailure::TooLarge(_)) && entries > 1 {
+            self.entries_max = Some(entries / 2);
+        }
+    }
+
+    fn rpc_error(&self, failure: CallFailure, action: RPCTypes) -> RPCError<TypeConfig> {
         match failure {
             CallFailure::Unreachable(m) => RPCError::Unreachable(Unreachable::new(&TransportError(m))),
             CallFailure::Timeout(after) => RPCError::Timeout(self.timeout_error(action, after)),
@@ -363,12 +371,12 @@ impl Receiver<'_> {
         match message {
             Ok(Some(bytes)) if answered.is_some() => Some(
                 bincode::deserialize::<StreamAppendResult<TypeConfig>>(&bytes.payload)
-                    .map_err(|e| network(format!("cannot decode the peer's answer: {e}"))),
+                    .map_err(|e| self.network(format!("cannot decode the peer's answer: {e}"))),
             ),
-            Ok(Some(_)) => Some(Err(network("the peer answered a request that was not sent".into()))),
+            Ok(Some(_)) => Some(Err(self.network("the peer answered a request that was not sent".into()))),
             Ok(None) => {
                 let unsent = self.flight.unsent.lock().expect("never poisoned").take();
-                unsent.map(|message| Err(network(message)))
+                unsent.map(|message| Err(self.network(message)))
             }
             Err(status) => {
                 let entries = answered.map_or(0, |(_, entries)| entries);
@@ -380,15 +388,14 @@ impl Receiver<'_> {
     /// The session's error for `failure` of a request of `entries` entries;
     /// a batch too slow or too large is sent in halves from now on.
     fn failed(&mut self, failure: CallFailure, entries: usize) -> RPCError<TypeConfig> {
-        if matches!(failure, CallFailure::Timeout(_) | CallFailure::TooLarge(_)) && entries > 1 {
-            self.peer.entries_max = Some(entries / 2);
-        }
+        self.peer.halve_after(&failure, entries);
         self.peer.rpc_error(failure, RPCTypes::AppendEntries)
     }
-}
 
-fn network(message: String) -> RPCError<TypeConfig> {
-    RPCError::Network(NetworkError::new(&TransportError(message)))
+    /// The session's error for a broken exchange.
+    fn network(&self, message: String) -> RPCError<TypeConfig> {
+        self.peer.rpc_error(CallFailure::Network(message), RPCTypes::AppendEntries)
+    }
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
@@ -427,9 +434,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             Err(failure) => {
                 // A batch whose transfer plus the follower's fsync exceeds
                 // the deadline would otherwise be retried unchanged forever.
-                if matches!(failure, CallFailure::Timeout(_) | CallFailure::TooLarge(_)) && entries > 1 {
-                    self.entries_max = Some(entries / 2);
-                }
+                self.halve_after(&failure, entries);
                 Err(self.rpc_error(failure, RPCTypes::AppendEntries))
             }
         }
