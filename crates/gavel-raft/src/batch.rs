@@ -31,13 +31,16 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::errors::{
     ChangeMembershipError, ClientWriteError, ForwardReason, ForwardToLeader, RaftError as OpenraftError,
 };
 use openraft::raft::ClientWriteResponse;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+// The runtime's clock, not the machine's: in the simulation it is simulated
+// time, so how long a starved thread waited cannot change what happens.
+use tokio::time::Instant;
 
 use crate::storage::Raft;
 use crate::typ::{Command, TypeConfig};
@@ -346,7 +349,9 @@ pub(crate) fn lease_pending(refusal: &ClientWriteError<TypeConfig>) -> bool {
 /// (`election_timeout_max`). Such refusals come before anything is appended,
 /// so proposing again is safe. After `patience` the refusal stands: a leader
 /// no quorum answers for that long is cut off and steps down, and the caller
-/// is told to retry elsewhere.
+/// is told to retry elsewhere. Patience is counted on the runtime's clock
+/// (simulated time in the simulation): the machine's clock made a seed's
+/// outcome depend on how long its thread was starved.
 pub(crate) async fn propose_patiently<F, Fut>(
     patience: Duration,
     propose: F,
@@ -431,5 +436,30 @@ mod tests {
         let mut huge = vec![BATCH_FORMAT_V1];
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode(&huge).is_err());
+    }
+
+    /// A proposal that takes the machine's time but none of the runtime's (a
+    /// starved thread in the simulation) does not use up the patience: only
+    /// the runtime's clock counts, so a seed's run cannot depend on load.
+    /// With `std::time::Instant` it gave up after the third call.
+    #[tokio::test(start_paused = true)]
+    async fn patience_is_counted_on_the_runtimes_clock_not_the_machines() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let calls = AtomicUsize::new(0);
+        let patience = Duration::from_millis(50);
+        let outcome = propose_patiently(
+            patience,
+            || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(20));
+                Err(OpenraftError::APIError(ClientWriteError::ForwardToLeader(ForwardToLeader::empty())))
+            },
+            |_| true,
+        )
+        .await;
+        assert!(outcome.is_err(), "the refusal stands after the patience");
+        // 0, 5, ..., 50 ms of runtime time: eleven proposals.
+        let expected = (patience.as_millis() / REFUSAL_RETRY_INTERVAL.as_millis()) as usize + 1;
+        assert_eq!(calls.load(Ordering::SeqCst), expected);
     }
 }
