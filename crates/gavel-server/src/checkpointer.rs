@@ -17,7 +17,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gavel_core::limits::{AUDIT_CHECKPOINT_EVENTS, AUDIT_CHECKPOINT_INTERVAL_MS};
 use gavel_core::{Caller, Command, Principal, State};
@@ -26,6 +26,7 @@ use gavel_proto::v1::audit_service_client::AuditServiceClient;
 use gavel_raft::LeaderRoute;
 use ring::signature::{Ed25519KeyPair, KeyPair};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::node::Node;
 
@@ -195,7 +196,7 @@ pub async fn run(node: Arc<Node>, key: Ed25519KeyPair, mut shutdown: watch::Rece
             None => IDLE_CHECK,
         };
         tokio::select! {
-            _ = applied.next_apply(Some(tokio::time::Instant::now() + wait)) => {}
+            _ = applied.next_apply(Some(Instant::now() + wait)) => {}
             _ = shutdown.changed() => {}
         }
     }

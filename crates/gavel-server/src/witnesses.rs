@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use gavel_core::note::{self, KeyKind};
@@ -21,6 +21,7 @@ use gavel_core::{Caller, Command, Principal};
 use gavel_proto::v1 as pb;
 use http_body_util::{BodyExt, Full};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::node::Node;
 
