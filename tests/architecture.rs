@@ -262,3 +262,86 @@ fn the_module_reader_finds_a_planted_circle_and_ignores_what_is_not_an_import() 
     let circles = module_graph::circles(&imports);
     assert_eq!(circles.len(), 1, "a -> b::c -> a: {}", describe(&circles));
 }
+
+/// The modules of the layered crates that may read the machine's clock
+/// (`std::time::Instant`), each with why. Everywhere else behind the node's
+/// seams a deadline or a patience counts on tokio's clock, simulated time
+/// under turmoil (docs/ARCHITECTURE.md): a deadline on the machine's clock
+/// runs out while a starved simulation thread is parked, and the seed goes
+/// another way (the finding of 2026-12-07, `gavel-raft` `batch.rs`).
+const MACHINE_CLOCK_READERS: [(&str, &str, &str); 10] = [
+    ("gavel-raft", "", "the `bench` measurement hooks of examples/log_cost"),
+    ("gavel-raft", "network", "measures how long a snapshot took to send, for a log line"),
+    ("gavel-raft", "storage::durability", "waits on an OS file lock (sled's), which is real time"),
+    ("gavel-raft", "storage::state_machine", "measures apply and write times for the metrics"),
+    ("gavel-raft", "storage::wal::writer", "measures fsync times for the metrics"),
+    ("gavel-store", "app", "measures apply times for the metrics"),
+    ("gavel-server", "connections", "the listener's connection limits; the simulation does not serve through it"),
+    ("gavel-server", "metrics", "measures call latency for the metrics"),
+    ("gavel-server", "routing", "measures call latency for the metrics"),
+    ("gavel-server", "server", "measures a leadership handover, for a log line"),
+];
+
+/// Whether code (comments and test modules left out) reads the machine's
+/// clock: names `std::time::Instant`, or imports `Instant` from `std::time`.
+fn reads_machine_clock(code: &str) -> bool {
+    let mut rest = code;
+    while let Some(at) = rest.find("std::time::") {
+        let after = &rest[at + "std::time::".len()..];
+        let apart = |c: char| !c.is_alphanumeric() && c != '_';
+        let names_it = match after.strip_prefix('{') {
+            Some(group) => group[..group.find('}').unwrap_or(group.len())].split(apart).any(|word| word == "Instant"),
+            None => after.split(apart).next() == Some("Instant"),
+        };
+        if names_it {
+            return true;
+        }
+        rest = after;
+    }
+    false
+}
+
+#[test]
+fn only_the_listed_modules_read_the_machines_clock() {
+    let mut found = BTreeSet::new();
+    for name in DAG_CRATES {
+        let src = std::path::Path::new(WORKSPACE).join("crates").join(name).join("src");
+        for (module, source) in module_graph::read_crate(&src) {
+            let is_tests = module == "tests" || module.ends_with("::tests");
+            if !is_tests && reads_machine_clock(&module_graph::code_of(&source)) {
+                found.insert((name.to_string(), module));
+            }
+        }
+    }
+    let listed: BTreeSet<(String, String)> =
+        MACHINE_CLOCK_READERS.iter().map(|(name, module, _)| (name.to_string(), module.to_string())).collect();
+    let unlisted: Vec<_> = found.difference(&listed).collect();
+    let stale: Vec<_> = listed.difference(&found).collect();
+    assert!(
+        unlisted.is_empty() && stale.is_empty(),
+        "modules reading std::time::Instant that are not listed (use tokio::time::Instant, or list it with why): \
+         {unlisted:?}; listed modules that no longer read it (take them off the list): {stale:?}"
+    );
+}
+
+#[test]
+fn the_clock_reader_check_finds_each_way_of_naming_the_machines_clock() {
+    for reads in [
+        "use std::time::Instant;",
+        "use std::time::{Duration, Instant};",
+        "let t = std::time::Instant::now();",
+        "use std::time::{\n    Duration,\n    Instant,\n};",
+    ] {
+        assert!(reads_machine_clock(reads), "{reads}");
+    }
+    for clean in [
+        "use tokio::time::Instant;",
+        "use std::time::{Duration, SystemTime};\nuse tokio::time::Instant;",
+        "use std::time::InstantLike;",
+        "use std::time::Duration; fn f(_: Instant) {}",
+    ] {
+        assert!(!reads_machine_clock(clean), "{clean}");
+    }
+    let code = module_graph::code_of("// std::time::Instant\n#[cfg(test)]\nmod tests { use std::time::Instant; }\n");
+    assert!(!reads_machine_clock(&code), "comments and test modules are left out: {code}");
+}

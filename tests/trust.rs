@@ -346,7 +346,7 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
         let case = format!("{who}: forged entry to follower {follower}");
         let status = &before[&follower];
         let vote = Vote::new_committed(status.term, status.leader_id.expect("a leader"));
-        assert_status(raft.append_entries(forged_entry(status, vote.clone())).await, *code, &case);
+        assert_status(raft.append_entries(forged_entry(status, vote)).await, *code, &case);
         let case = format!("{who}: forged entry over StreamAppend to follower {follower}");
         let streamed = futures::stream::iter([forged_entry(status, vote)]);
         assert_status(raft.stream_append(streamed).await, *code, &case);
@@ -366,7 +366,7 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
     // reach openraft, which answers them by rejecting the stale vote.
     let stale = Vote::new_committed(0, 9);
     for (what, message) in
-        [("heartbeat", forged_heartbeat(0, 9)), ("entry", forged_entry(&before[&leader], stale.clone()))]
+        [("heartbeat", forged_heartbeat(0, 9)), ("entry", forged_entry(&before[&leader], stale))]
     {
         let answer = raft.append_entries(message).await.unwrap_or_else(|status| panic!("{what}: {status:?}"));
         let answer: openraft::raft::AppendEntriesResponse<Forged> =

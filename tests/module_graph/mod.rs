@@ -42,7 +42,7 @@ pub fn read_crate(src: &Path) -> BTreeMap<String, String> {
 
 /// The source with comments, string literals' contents and the
 /// `#[cfg(test)] mod …` blocks removed.
-fn code_of(source: &str) -> String {
+pub fn code_of(source: &str) -> String {
     let mut code = String::with_capacity(source.len());
     let mut chars = source.chars().peekable();
     while let Some(c) = chars.next() {

@@ -27,8 +27,19 @@ pub const PROPOSALS_IN_FLIGHT_MAX: usize = 64;
 /// among the principals with proposals in flight) is refused
 /// (`crate::overload::shed`). The rest, a quarter, stays for principals
 /// within their share, so that a light principal's writes are admitted
-/// while a heavy one floods; a principal alone still uses the whole bound.
+/// while a heavy one floods.
 pub const PROPOSALS_CONTENDED_PERCENT: usize = 75;
+
+/// How much of [`PROPOSALS_IN_FLIGHT_MAX`], in percent (rounded up, at
+/// least one slot of a bound above one), a principal alone with proposals
+/// in flight leaves free: the door a second principal comes in by. Once it
+/// is in, two principals share the bound and the first is shed past
+/// [`PROPOSALS_CONTENDED_PERCENT`]. Counting a lone principal as one of two
+/// (decision 0095 as first built) kept a quarter of the bound from an app
+/// backend that is the only caller, the setup the READMEs recommend: its
+/// 64 concurrent calls were refused past 48 (about 1,400 SDK retries per
+/// 10 s run of `gavel-lab bench --clients 64`, docs/performance.md).
+pub const PROPOSALS_KEPT_FOR_NEWCOMERS_PERCENT: usize = 6;
 
 /// Long-polls (`WorkerService/Poll` and `ReportAndPoll`,
 /// `ExecutionService/WaitExecution` and `ResumeAndWait`,

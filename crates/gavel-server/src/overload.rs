@@ -37,7 +37,8 @@
 //! among the principals with proposals in flight) is refused, so the last
 //! quarter of the bound stays for principals within their share: a
 //! light principal is admitted while a heavy one floods ([`shed`], counted
-//! in `gavel_overload_shed_total{principal}`, the label capped).
+//! in `gavel_overload_shed_total{principal}`, the label capped). A principal
+//! alone takes all but a few slots, the door by which a second one comes in.
 //!
 //! The routing layer ([`crate::routing`]) asks [`Admission::admit`] before
 //! it authenticates, serves or forwards a call, and holds the permit until
@@ -60,6 +61,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 use tonic::Status;
 
+use crate::limits::PROPOSALS_KEPT_FOR_NEWCOMERS_PERCENT;
 use crate::limits::{LEADER_PUSHBACK_MS_MAX, OVERLOAD_RETRY_AFTER_MS_MAX, OVERLOAD_RETRY_AFTER_MS_MIN};
 use crate::limits::{LONG_POLLS_MAX, PROPOSALS_CONTENDED_PERCENT, PROPOSALS_IN_FLIGHT_MAX, READS_IN_FLIGHT_MAX};
 use crate::status::refusal_status;
@@ -269,18 +271,32 @@ pub enum Shed {
 /// The rule that sheds the heaviest principals first. A call has taken one
 /// of `max` slots, `in_flight` are taken counting it; its principal holds
 /// `mine` others, and `principals` principals have calls in flight
-/// counting its own. The call is shed when the bound is contended (more
-/// than [`PROPOSALS_CONTENDED_PERCENT`] of it taken) and its principal
-/// already holds its fair share, the bound divided among the principals
-/// (rounded up), counting at least two: a principal alone is shed past the
-/// contended mark too, so that the rest of the bound is there for the next
-/// principal to come (a share counted among those in flight only gave a
-/// lone flooder the whole bound, and the next principal found it full). A
-/// principal within its share is admitted until the bound itself is reached.
+/// counting its own.
+///
+/// - A principal alone may take the whole bound but the slots
+///   [`newcomers_reserve`] keeps for the next principal to come (a share
+///   counted among those in flight only would give a lone flooder every
+///   slot, and the next principal would find the bound full).
+/// - Among two or more, once the bound is contended (more than
+///   [`PROPOSALS_CONTENDED_PERCENT`] of it taken), a principal that already
+///   holds its fair share, the bound divided among them (rounded up), is
+///   shed. A principal within its share is admitted until the bound itself
+///   is reached.
 pub fn shed(max: usize, in_flight: usize, mine: usize, principals: usize) -> Option<Shed> {
-    let contended = in_flight > max * PROPOSALS_CONTENDED_PERCENT / 100;
-    let fair_share = max.div_ceil(principals.max(2));
-    (contended && mine >= fair_share).then_some(Shed::OverFairShare)
+    let over = if principals <= 1 {
+        mine >= max - newcomers_reserve(max)
+    } else {
+        let contended = in_flight > max * PROPOSALS_CONTENDED_PERCENT / 100;
+        contended && mine >= max.div_ceil(principals)
+    };
+    over.then_some(Shed::OverFairShare)
+}
+
+/// The slots of a bound of `max` a lone principal leaves free
+/// ([`PROPOSALS_KEPT_FOR_NEWCOMERS_PERCENT`], rounded up; none of a bound of
+/// one, which goes to whoever comes first).
+pub fn newcomers_reserve(max: usize) -> usize {
+    (max * PROPOSALS_KEPT_FOR_NEWCOMERS_PERCENT).div_ceil(100).min(max.saturating_sub(1))
 }
 
 /// Calls in flight by principal, for [`shed`].
@@ -532,29 +548,45 @@ mod tests {
 
     #[test]
     fn the_heaviest_principal_is_shed_first_and_a_light_one_is_admitted_while_the_bound_has_room() {
-        // The rule: a principal alone uses the whole bound; two share it.
-        assert_eq!(shed(8, 7, 6, 1), Some(Shed::OverFairShare), "alone, shed past three quarters");
-        assert_eq!(shed(8, 6, 5, 1), None, "not contended yet (6 of 8 is 75 %)");
+        // The rule: a principal alone uses all but the newcomers' door; two
+        // or more share the bound once it is contended.
+        assert_eq!((newcomers_reserve(64), newcomers_reserve(8), newcomers_reserve(2)), (4, 1, 1));
+        assert_eq!(newcomers_reserve(1), 0, "a bound of one: whoever comes first");
+        assert_eq!(shed(64, 60, 59, 1), None, "alone: up to 60 of 64");
+        assert_eq!(shed(64, 61, 60, 1), Some(Shed::OverFairShare), "alone, past the door");
+        assert_eq!(shed(8, 7, 6, 1), None, "alone: up to 7 of 8");
+        assert_eq!(shed(8, 8, 7, 1), Some(Shed::OverFairShare), "alone: the last slot is the door");
+        assert_eq!(shed(8, 6, 5, 2), None, "two, not contended yet (6 of 8 is 75 %)");
         assert_eq!(shed(8, 7, 6, 2), Some(Shed::OverFairShare), "contended, over its share of 4");
         assert_eq!(shed(64, 60, 6, 10), None, "ten principals of six each: within their shares");
         assert_eq!(shed(8, 8, 1, 2), None, "within its share: admitted up to the bound");
         assert_eq!(shed(1, 1, 0, 5), None, "a bound of one: whoever comes first");
+        assert_eq!(shed(1, 1, 0, 1), None, "a bound of one, alone");
 
         // Through Admission: a heavy principal floods a bound of 8, a light one calls.
         let admission = Admission::new(OverloadLimits { proposals_in_flight_max: 8, ..OverloadLimits::default() });
         let admit = |principal: &str| admission.admit_as(principal);
-        let heavy: Vec<Admitted> = (0..6).map(|_| admit("user:heavy").expect("up to three quarters")).collect();
-        let (refused, shed_as) = admit("user:heavy").expect_err("alone, past three quarters");
+        let mut heavy: Vec<Admitted> = (0..7).map(|_| admit("user:heavy").expect("alone, all but the door")).collect();
+        let (refused, shed_as) = admit("user:heavy").expect_err("alone, at the door");
         assert_eq!((refused.code(), shed_as), (Code::ResourceExhausted, Some(Shed::OverFairShare)));
         assert!(read_error_detail(&refused).and_then(|detail| detail.retry_after_ms).is_some());
         admission.refuse_if_full(CallKind::Proposal).expect("a shed call holds no slot");
-        // The light principal gets the last quarter, within its share of four.
-        let light: Vec<Admitted> = (0..2).map(|_| admit("user:light").expect("the light principal")).collect();
+        // The light principal comes in by the door; now two share the bound
+        // and the heavy one, over its share of four, is shed until it is
+        // back within it.
+        let light = admit("user:light").expect("the light principal, by the door");
+        admission.refuse_if_full(CallKind::Proposal).expect_err("full: refused before authentication");
+        heavy.truncate(5);
+        let (refused, shed_as) = admit("user:heavy").expect_err("two share the bound: the heavy one is shed");
+        assert_eq!((refused.code(), shed_as), (Code::ResourceExhausted, Some(Shed::OverFairShare)));
+        let light_too = admit("user:light").expect("the light principal, within its share");
+        heavy.truncate(3);
+        heavy.push(admit("user:heavy").expect("within its share again"));
+        let more: Vec<Admitted> = (0..2).map(|_| admit("user:light").expect("within its share")).collect();
         let (full, shed_as) = admit("user:light").expect_err("the bound is full");
         assert_eq!((full.code(), shed_as), (Code::ResourceExhausted, None));
-        admission.refuse_if_full(CallKind::Proposal).expect_err("refused before authentication too");
         // The counts follow the calls.
-        drop((heavy, light));
+        drop((heavy, light, light_too, more));
         assert!(admission.proposals_by_principal.in_flight.lock().expect("unpoisoned").is_empty());
     }
 
