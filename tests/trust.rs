@@ -365,9 +365,7 @@ async fn forged_raft_traffic_and_membership_changes_from_non_members_are_refused
     // member's certificate, the same messages at a stale term (0, harmless)
     // reach openraft, which answers them by rejecting the stale vote.
     let stale = Vote::new_committed(0, 9);
-    for (what, message) in
-        [("heartbeat", forged_heartbeat(0, 9)), ("entry", forged_entry(&before[&leader], stale))]
-    {
+    for (what, message) in [("heartbeat", forged_heartbeat(0, 9)), ("entry", forged_entry(&before[&leader], stale))] {
         let answer = raft.append_entries(message).await.unwrap_or_else(|status| panic!("{what}: {status:?}"));
         let answer: openraft::raft::AppendEntriesResponse<Forged> =
             bincode::deserialize(&answer.into_inner().payload).expect("an append-entries answer");

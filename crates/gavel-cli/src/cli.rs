@@ -142,6 +142,9 @@ const CONNECTION_TIMEOUT_MS_MAX: u64 = gavel_server::limits::CONNECTION_TIMEOUT_
 /// `--worker-threads` at most.
 pub const WORKER_THREADS_MAX: i64 = 256;
 
+/// `--proposals-in-flight-max`, `--long-polls-max` and `--reads-in-flight-max` at most.
+const IN_FLIGHT_FLAG_MAX: u64 = gavel_server::limits::IN_FLIGHT_FLAG_MAX;
+
 /// `gavel node`.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
@@ -178,13 +181,13 @@ pub struct NodeArgs {
     pub audit_tiles: gavel_server::audit_tiles::AuditTiles,
     /// Calls that propose a command this node takes at once; past it a call
     /// is refused RESOURCE_EXHAUSTED with a retry hint (docs/limits.md).
-    #[arg(long, env = "GAVEL_PROPOSALS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::PROPOSALS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "GAVEL_PROPOSALS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::PROPOSALS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..=IN_FLIGHT_FLAG_MAX))]
     pub proposals_in_flight_max: u64,
     /// Long-polls (Poll, WaitExecution) waiting on this node at once.
-    #[arg(long, env = "GAVEL_LONG_POLLS_MAX", default_value_t = gavel_server::limits::LONG_POLLS_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "GAVEL_LONG_POLLS_MAX", default_value_t = gavel_server::limits::LONG_POLLS_MAX as u64, value_parser = clap::value_parser!(u64).range(1..=IN_FLIGHT_FLAG_MAX))]
     pub long_polls_max: u64,
     /// Linearizable reads (Get*, List*, WhoAmI) this node takes at once.
-    #[arg(long, env = "GAVEL_READS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::READS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "GAVEL_READS_IN_FLIGHT_MAX", default_value_t = gavel_server::limits::READS_IN_FLIGHT_MAX as u64, value_parser = clap::value_parser!(u64).range(1..=IN_FLIGHT_FLAG_MAX))]
     pub reads_in_flight_max: u64,
     /// How long a new connection has, from accept, to finish its TLS
     /// handshake and (without a client certificate naming a principal) make
@@ -399,4 +402,30 @@ pub fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
         }
     }
     Ok(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, IN_FLIGHT_FLAG_MAX};
+
+    /// `gavel node` with one more flag, parsed.
+    fn node_with(flag: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(["gavel", "node", "--id=1", "--listen=127.0.0.1:7401", "--data-dir=/tmp/unused", flag])
+    }
+
+    #[test]
+    fn an_in_flight_bound_past_its_maximum_is_a_usage_error_not_a_panic() {
+        // A bound is a semaphore of that many permits; u64::MAX made the node
+        // panic as it started.
+        for name in ["proposals-in-flight-max", "long-polls-max", "reads-in-flight-max"] {
+            for bad in [0, IN_FLIGHT_FLAG_MAX + 1, u64::MAX] {
+                let error = node_with(&format!("--{name}={bad}")).expect_err(&format!("--{name}={bad}"));
+                assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation, "--{name}={bad}: {error}");
+                assert_eq!(error.exit_code(), 2, "--{name}={bad}");
+            }
+            node_with(&format!("--{name}={IN_FLIGHT_FLAG_MAX}")).unwrap_or_else(|error| panic!("--{name}: {error}"));
+        }
+    }
 }

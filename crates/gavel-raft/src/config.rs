@@ -63,10 +63,26 @@ impl Default for RaftTimings {
     }
 }
 
+/// The longest any Raft timing may be, in milliseconds: a day. A deadline
+/// past it is a typo, not a setting, and openraft multiplies the election
+/// timeout (`--election-timeout-max-ms=18446744073709551615` overflowed as
+/// the node started; found 2026-12-07).
+pub const TIMING_MS_MAX: u64 = 24 * 60 * 60 * 1000;
+
 impl RaftTimings {
     /// Checks that the timings make sense together.
     pub fn validate(&self) -> Result<(), RaftError> {
         let invalid = |reason: String| Err(RaftError::Config(reason));
+        let timings = [
+            ("heartbeat_ms", self.heartbeat_ms),
+            ("election_timeout_min_ms", self.election_timeout_min_ms),
+            ("election_timeout_max_ms", self.election_timeout_max_ms),
+            ("rpc_timeout_ms", self.rpc_timeout_ms),
+            ("snapshot_timeout_ms", self.snapshot_timeout_ms),
+        ];
+        if let Some((name, ms)) = timings.iter().find(|(_, ms)| *ms > TIMING_MS_MAX) {
+            return invalid(format!("{name} ({ms}) must be at most {TIMING_MS_MAX} (a day)"));
+        }
         if self.heartbeat_ms == 0 {
             return invalid("heartbeat_ms must be positive".into());
         }
@@ -163,5 +179,36 @@ impl PeerTls {
         ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(&self.ca_pem))
             .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timing_past_a_day_is_refused_before_openraft_sees_it() {
+        RaftTimings::default().validate().expect("the defaults are valid");
+        let at_most = RaftTimings {
+            election_timeout_max_ms: TIMING_MS_MAX,
+            rpc_timeout_ms: TIMING_MS_MAX,
+            snapshot_timeout_ms: TIMING_MS_MAX,
+            ..RaftTimings::default()
+        };
+        at_most.validate().expect("a day is allowed");
+        for too_long in [
+            RaftTimings { election_timeout_max_ms: u64::MAX, ..RaftTimings::default() },
+            RaftTimings { rpc_timeout_ms: TIMING_MS_MAX + 1, ..RaftTimings::default() },
+            RaftTimings { snapshot_timeout_ms: u64::MAX, ..RaftTimings::default() },
+            RaftTimings {
+                heartbeat_ms: u64::MAX - 2,
+                election_timeout_min_ms: u64::MAX - 1,
+                election_timeout_max_ms: u64::MAX,
+                ..RaftTimings::default()
+            },
+        ] {
+            let error = too_long.validate().expect_err("refused");
+            assert!(error.to_string().contains("must be at most 86400000"), "{error}");
+        }
     }
 }

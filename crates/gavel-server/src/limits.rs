@@ -55,6 +55,14 @@ pub const LONG_POLLS_MAX: usize = 1024;
 /// records, so reads get their own bound instead of sharing the proposals'.
 pub const READS_IN_FLIGHT_MAX: usize = 512;
 
+/// The most `--proposals-in-flight-max`, `--long-polls-max` and
+/// `--reads-in-flight-max` accept. Each bound is a semaphore, which holds at
+/// most 2^61 permits: a larger flag made the node panic as it started
+/// (found 2026-12-07), and the shedding rule multiplies the bound by a
+/// percentage. A million calls in flight on one node is far past what it
+/// serves; the flag is refused as a usage error above it.
+pub const IN_FLIGHT_FLAG_MAX: u64 = 1_000_000;
+
 /// The shortest `retry_after_ms` an overload refusal carries. The hint is
 /// steered towards one refusal per admission (`crate::overload`), never
 /// below the recent time a call of that kind held its slot (a slot frees
