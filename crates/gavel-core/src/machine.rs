@@ -657,7 +657,8 @@ impl State {
         match execution_id {
             None => {
                 let low = after_cursor.max(before_cursor.saturating_sub(u64::from(limit) + 1));
-                let span = u32::try_from(before_cursor.saturating_sub(low + 1)).unwrap_or(limit).min(limit);
+                let span =
+                    u32::try_from(before_cursor.saturating_sub(low.saturating_add(1))).unwrap_or(limit).min(limit);
                 if span > 0 {
                     newest
                         .extend(self.events_after(low, span).into_iter().filter(|event| event.cursor < before_cursor));

@@ -1413,3 +1413,23 @@ fn counts_report_records_by_status_and_state_ready_work_per_queue_and_current_le
     assert_eq!(counts.executions_by_state.get("completed"), Some(&1));
     assert_eq!(counts.current_leases, 0);
 }
+
+/// A page of `ListEvents` for any pair of cursors a caller can send: the
+/// largest `after` cursor panicked on `low + 1` while the read held the
+/// node's state lock, which poisoned it and stopped the node serving
+/// (found 2026-12-07 by `gavel audit tail --after 18446744073709551615`).
+#[test]
+fn an_events_page_for_any_cursors_is_an_answer_never_a_panic() {
+    let mut script = Script::new();
+    script.register(capability("search", SideEffect::Read));
+    script.submit_ok("exec-1", "search", r#"{"q": "rust"}"#);
+    let next = script.state.next_cursor();
+    assert!(!script.state.events_before(None, 0, next, 50).is_empty(), "the trail has events");
+    for (after, before) in [(u64::MAX, u64::MAX), (u64::MAX, 0), (u64::MAX - 1, u64::MAX), (0, 0), (u64::MAX, 1)] {
+        for execution in [None, Some("exec-1")] {
+            let page = script.state.events_before(execution, after, before, u32::MAX);
+            assert!(page.is_empty(), "after {after}, before {before}, {execution:?}: {page:?}");
+        }
+    }
+    assert_eq!(script.state.events_before(Some("exec-1"), 0, next, 0).len(), 1, "a limit of 0 is one");
+}

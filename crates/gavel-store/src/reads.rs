@@ -27,6 +27,20 @@ use tokio::time::Instant;
 
 use crate::app::CoreApp;
 
+/// Runs `read` on the state under its lock. A panic in `read` is carried
+/// on only after the lock is released normally, so it fails that one call
+/// and never poisons the lock: a poisoned lock means apply broke an
+/// invariant, and every later read and apply on the node would panic too.
+/// A read borrows the state and changes nothing, so what it leaves is
+/// whole. (`gavel audit tail --after 18446744073709551615` overflowed in a
+/// read on 2026-12-07, and the node stopped serving.)
+fn read_locked<T>(app: &CoreApp, read: impl FnOnce(&State) -> T) -> T {
+    let state = app.state();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read(&state)));
+    drop(state);
+    outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 /// The edge's one interface to the replicated state of this replica.
 #[derive(Clone)]
 pub struct ReadPort {
@@ -51,7 +65,7 @@ impl ReadPort {
     /// Runs `read` on the state as this replica has applied it now, under the
     /// state lock. Keep `read` short: apply waits on the lock.
     pub fn read<T>(&self, read: impl FnOnce(&State) -> T) -> T {
-        read(&self.app.state())
+        read_locked(&self.app, read)
     }
 
     /// The index of the last log entry this replica applied (0 before the
@@ -112,7 +126,7 @@ impl RecordWatch {
     /// seen, as [`AppliedWatch::read`] does.
     pub fn read<T>(&mut self, read: impl FnOnce(&State) -> T) -> T {
         self.changed.borrow_and_update();
-        read(&self.app.state())
+        read_locked(&self.app, read)
     }
 
     /// Waits until an entry that names the record is applied (or the
@@ -153,7 +167,7 @@ impl AppliedWatch {
         // two is in what `read` sees, and wakes the next wait once more,
         // which costs a read and never loses a wake-up.
         self.applied.borrow_and_update();
-        read(&self.app.state())
+        read_locked(&self.app, read)
     }
 
     /// Waits until an entry is applied (or the state restored) after the
@@ -216,6 +230,21 @@ mod tests {
 
     fn capabilities(state: &State) -> usize {
         state.capabilities().len()
+    }
+
+    #[test]
+    fn a_read_that_panics_fails_alone_and_the_node_keeps_reading_and_applying() {
+        let app = CoreApp::new();
+        let port = ReadPort::new(app.clone());
+        register(&app, 1, "a");
+        let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| port.read(|_| panic!("a read's bug"))));
+        assert!(failed.is_err(), "the panic reaches the caller");
+        assert_eq!(port.read(capabilities), 1, "the next read is served");
+        let mut watch = port.watch();
+        let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| watch.read(|_| panic!("again"))));
+        assert!(failed.is_err());
+        register(&app, 2, "b");
+        assert_eq!(port.read(capabilities), 2, "apply still takes the lock");
     }
 
     #[tokio::test(start_paused = true)]
