@@ -98,7 +98,7 @@ pub use application::{Application, SnapshotSource};
 pub use backup::{seed_from_snapshot, Backup, BackupError, BackupPosition};
 #[cfg(feature = "mutants")]
 pub use config::PlantedLogBugs;
-pub use config::{NodeConfig, PeerTls, RaftTimings, TIMING_MS_MAX};
+pub use config::{NodeConfig, PeerTls, RaftTimings};
 pub use error::{RaftError, WriteError};
 #[cfg(feature = "sim")]
 pub use io::{CrashPoint, SimDisk, SnapshotCounts};
