@@ -108,11 +108,11 @@ fn served(outcome: anyhow::Result<()>) -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) if error.downcast_ref::<node_security::NodeUsageError>().is_some() => {
-            eprintln!("Error: {error:#}");
+            eprintln!("Error: {}", commands::error_chain(&error));
             ExitCode::from(commands::EXIT_USAGE)
         }
         Err(error) => {
-            eprintln!("Error: {error:#}");
+            eprintln!("Error: {}", commands::error_chain(&error));
             ExitCode::FAILURE
         }
     }

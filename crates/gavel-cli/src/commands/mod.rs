@@ -240,6 +240,25 @@ impl From<std::io::Error> for CommandError {
     }
 }
 
+/// An error and its causes on one line, `outer: cause: root`, as anyhow's
+/// `{:#}` prints them, except that a cause is left out when the text before
+/// it already ends with it: our error types name their source in their own
+/// message (`starting raft: {0}`) and mark it `#[source]` as well, so the
+/// plain chain printed each reason twice.
+pub fn error_chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.is_empty() {
+            text = message;
+        } else if !text.ends_with(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+    }
+    text
+}
+
 /// Prints a failure to standard error and returns the command's exit code.
 /// A closed standard output (`gavel audit tail --follow | head`) is a normal
 /// way to stop reading, so it exits 0 quietly.
@@ -267,7 +286,7 @@ pub fn finish(outcome: Result<(), CommandError>) -> ExitCode {
                 eprintln!("  - {problem}");
             }
         }
-        CommandError::Other(other) => eprintln!("error: {other:#}"),
+        CommandError::Other(other) => eprintln!("error: {}", error_chain(other)),
         CommandError::Unreachable(_) => {
             eprintln!("error: {error}");
             eprintln!(
@@ -283,6 +302,20 @@ pub fn finish(outcome: Result<(), CommandError>) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_chain_names_each_reason_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("starting raft: {0}")]
+        struct Starting(#[source] std::io::Error);
+        let root = std::io::Error::other("election_timeout_max_ms: at most 86400000");
+        let error = anyhow::Error::new(Starting(root)).context("node n1");
+        assert_eq!(error_chain(&error), "node n1: starting raft: election_timeout_max_ms: at most 86400000");
+        // A cause its parent does not repeat is still printed, as `{:#}` would.
+        let plain = anyhow::Error::new(std::io::Error::other("disk full")).context("writing the vote");
+        assert_eq!(error_chain(&plain), format!("{plain:#}"));
+        assert_eq!(error_chain(&plain), "writing the vote: disk full");
+    }
 
     #[test]
     fn actor_parses_kind_and_id_and_defaults_to_user() {
