@@ -17,7 +17,9 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::canonical_json::{canonicalize_within, sha256_hex, JSON_DEPTH_MAX};
+use crate::canonical_json::{
+    canonicalize_within, push_canonical_integer, push_canonical_string, sha256_hex, JSON_DEPTH_MAX,
+};
 use crate::error::{DomainError, ErrorCode};
 pub use crate::model::RegisteredCapability;
 use crate::model::{ActorKind, Approval, Capability, Risk, SideEffect};
@@ -80,6 +82,84 @@ const TERMS_DEPTH_OVER_INPUT: usize = 3;
 /// `policy` (null, or {`name`, `version`, `factors` [{`name`, `k`}],
 /// `denyThreshold`}); `expiresAtMs`.
 pub fn terms_json(approval: &Approval) -> String {
+    if approval.standing.is_some() {
+        // A standing approval's bound values are parts of the input, found
+        // by pointer: written through serde_json's values.
+        return terms_json_through_values(approval);
+    }
+    // The members in RFC 8785's order (keys by UTF-16 code units; every key
+    // here is ASCII), each value written canonically. The stored input is
+    // canonical already (`input_hash`), and canonical JSON is its own
+    // canonical form, so it is copied as it is. Equal, byte for byte, to
+    // `terms_json_through_values` (tests below).
+    let mut out = String::with_capacity(approval.input_json.len() + 512);
+    out.push_str("{\"approvalId\":");
+    push_canonical_string(&mut out, &approval.id);
+    out.push_str(",\"capability\":{\"id\":");
+    push_canonical_string(&mut out, &approval.capability_id);
+    match &approval.registered {
+        Some(registered) => {
+            out.push_str(if registered.idempotent { ",\"idempotent\":true" } else { ",\"idempotent\":false" });
+            out.push_str(",\"registered\":true,\"risk\":");
+            push_canonical_string(&mut out, risk_name(registered.risk));
+            out.push_str(",\"sideEffect\":");
+            push_canonical_string(&mut out, side_effect_name(registered.side_effect));
+            out.push_str(",\"version\":");
+            push_canonical_integer(&mut out, registered.version);
+        }
+        None => out.push_str(",\"registered\":false"),
+    }
+    out.push_str("},\"expiresAtMs\":");
+    push_canonical_integer(&mut out, approval.expires_at_ms);
+    out.push_str(",\"input\":");
+    out.push_str(&approval.input_json);
+    out.push_str(",\"inputHash\":");
+    push_canonical_string(&mut out, &approval.input_hash);
+    out.push_str(",\"policy\":");
+    match &approval.quorum {
+        None => out.push_str("null"),
+        Some(quorum) => {
+            out.push_str("{\"denyThreshold\":");
+            push_canonical_integer(&mut out, u64::from(quorum.deny_threshold));
+            out.push_str(",\"factors\":[");
+            for (index, (name, k)) in quorum.factors.iter().enumerate() {
+                out.push_str(if index == 0 { "{\"k\":" } else { ",{\"k\":" });
+                push_canonical_integer(&mut out, u64::from(*k));
+                out.push_str(",\"name\":");
+                push_canonical_string(&mut out, name);
+                out.push('}');
+            }
+            out.push_str("],\"name\":");
+            push_canonical_string(&mut out, &quorum.policy);
+            out.push_str(",\"version\":");
+            push_canonical_integer(&mut out, quorum.policy_version);
+            out.push('}');
+        }
+    }
+    out.push_str(",\"requester\":{\"principal\":");
+    match &approval.requester_principal {
+        None => out.push_str("null"),
+        Some(principal) => push_canonical_string(&mut out, &principal.to_string()),
+    }
+    out.push_str(",\"subject\":{");
+    if let Some(display_name) = &approval.actor.display_name {
+        out.push_str("\"displayName\":");
+        push_canonical_string(&mut out, display_name);
+        out.push(',');
+    }
+    out.push_str("\"id\":");
+    push_canonical_string(&mut out, &approval.actor.id);
+    out.push_str(",\"kind\":");
+    push_canonical_string(&mut out, actor_kind_name(approval.actor.kind));
+    out.push_str("}},\"uses\":{\"max\":1}}");
+    out
+}
+
+/// [`terms_json`] through serde_json's values, canonicalized at the end:
+/// the way every approval's terms were written until 2026-12-07, kept for
+/// standing approvals and as the reference the direct writer is tested
+/// against.
+fn terms_json_through_values(approval: &Approval) -> String {
     let capability = match &approval.registered {
         Some(registered) => json!({
             "id": approval.capability_id,
@@ -171,5 +251,123 @@ pub fn check_terms_hash_form(named: Option<&str>) -> Result<(), String> {
             Err("termsHash must be 64 lower-case hex digits (an approval's termsHash)".to_string())
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::{terms_json, terms_json_through_values};
+    use crate::canonical_json::{canonicalize, SAFE_INTEGER_MAX};
+    use crate::model::{
+        Actor, ActorKind, Approval, Principal, PrincipalKind, Quorum, RegisteredCapability, Risk, SideEffect,
+        StoredApprovalStatus,
+    };
+
+    /// Any JSON value the core accepts as an input, nested a little, with
+    /// every kind of number and string; stored as its canonical text, as
+    /// the core stores an input.
+    fn any_input() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            // I-JSON: an integer a double holds exactly (the core refuses others).
+            (-(1i64 << 53)..=(1i64 << 53)).prop_map(Value::from),
+            // Decimals, large and tiny (written with exponents), within 2^53.
+            (-9.0e15..9.0e15).prop_map(Value::from),
+            (-1.0e-6..1.0e-6).prop_map(Value::from),
+            ".*".prop_map(Value::String),
+        ];
+        let value = leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(".*", inner, 0..4)
+                    .prop_map(|members| Value::Object(members.into_iter().collect())),
+            ]
+        });
+        value.prop_map(|value| canonicalize(&value.to_string()).expect("serde_json writes I-JSON here"))
+    }
+
+    fn any_approval() -> impl Strategy<Value = Approval> {
+        let registered = prop::option::of((0..=SAFE_INTEGER_MAX, 0..5u8, 0..4u8, any::<bool>()).prop_map(
+            |(version, side_effect, risk, idempotent)| RegisteredCapability {
+                version,
+                side_effect: [
+                    SideEffect::None,
+                    SideEffect::Read,
+                    SideEffect::Write,
+                    SideEffect::Destructive,
+                    SideEffect::External,
+                ][usize::from(side_effect)],
+                risk: [Risk::Low, Risk::Medium, Risk::High, Risk::Critical][usize::from(risk)],
+                idempotent,
+                approval_type: None,
+            },
+        ));
+        let quorum = prop::option::of(
+            (".*", 0..=SAFE_INTEGER_MAX, prop::collection::vec((".*", any::<u32>()), 0..3), any::<u32>()).prop_map(
+                |(policy, policy_version, factors, deny_threshold)| Quorum {
+                    policy,
+                    policy_version,
+                    factors,
+                    deny_threshold,
+                    votes: Vec::new(),
+                },
+            ),
+        );
+        let actor = (".*", 0..4u8, prop::option::of(".*")).prop_map(|(id, kind, display_name)| {
+            let kind =
+                [ActorKind::User, ActorKind::Service, ActorKind::Automation, ActorKind::Anonymous][usize::from(kind)];
+            Actor { display_name, ..Actor::new(&id, kind) }
+        });
+        let principal = prop::option::of("[A-Za-z0-9._@-]{1,16}")
+            .prop_map(|id| id.map(|id| Principal { kind: PrincipalKind::Service, id }));
+        (".*", ".*", any_input(), "[0-9a-f]{64}", 0..=SAFE_INTEGER_MAX, registered, quorum, actor, principal).prop_map(
+            |(id, capability_id, input_json, input_hash, expires_at_ms, registered, quorum, actor, principal)| {
+                Approval {
+                    id,
+                    capability_id,
+                    surface: "test".to_string(),
+                    actor,
+                    input_json,
+                    input_hash,
+                    reasons: Vec::new(),
+                    types: Vec::new(),
+                    risk: Risk::Low,
+                    side_effect: SideEffect::Write,
+                    requested_at_ms: 0,
+                    expires_at_ms,
+                    allow_self_approval: false,
+                    requester_principal: principal,
+                    status: StoredApprovalStatus::Pending,
+                    decision: None,
+                    consumed_by_execution_id: None,
+                    execution_id: None,
+                    capability_version: None,
+                    correlation_id: None,
+                    closed_at_ms: None,
+                    quorum,
+                    standing: None,
+                    registered,
+                    terms_hash: String::new(),
+                }
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// The direct writer and the values' writer give the same bytes
+        /// (so the same terms hash) for any one-use approval: strings with
+        /// quotes, controls and any Unicode, integers up to 2^53 - 1 (the
+        /// limits keep every number of the terms there), inputs of every
+        /// JSON kind.
+        #[test]
+        fn the_direct_writer_writes_the_terms_the_values_writer_does(approval in any_approval()) {
+            prop_assert_eq!(terms_json(&approval), terms_json_through_values(&approval));
+        }
     }
 }

@@ -813,21 +813,48 @@ impl Writer<'_> {
         out.push('"');
         for decoded in char::decode_utf16(span.units(self.units).iter().copied()) {
             match decoded {
-                Ok('"') => out.push_str("\\\""),
-                Ok('\\') => out.push_str("\\\\"),
-                Ok('\u{8}') => out.push_str("\\b"),
-                Ok('\u{c}') => out.push_str("\\f"),
-                Ok('\n') => out.push_str("\\n"),
-                Ok('\r') => out.push_str("\\r"),
-                Ok('\t') => out.push_str("\\t"),
-                Ok(c) if c < '\u{20}' => push_unicode_escape(out, c as u16),
-                Ok(c) => out.push(c),
+                Ok(c) => push_string_char(out, c),
                 // The parser refuses lone surrogates; writing one as an
                 // escape, as `JSON.stringify` does, keeps this total.
                 Err(lone) => push_unicode_escape(out, lone.unpaired_surrogate()),
             }
         }
         out.push('"');
+    }
+}
+
+/// Appends `text` as a JSON string the way RFC 8785 writes one
+/// (`JSON.stringify`'s escapes): for code that writes canonical JSON
+/// without parsing it first, such as the terms of an approval.
+pub fn push_canonical_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        push_string_char(out, c);
+    }
+    out.push('"');
+}
+
+/// Appends `number` the way RFC 8785 writes it: its digits. Canonical JSON
+/// holds no integer above [`SAFE_INTEGER_MAX`] (the parser refuses one), so
+/// neither does this: a larger `number` is the caller's bug, and panics.
+pub fn push_canonical_integer(out: &mut String, number: u64) {
+    assert!(number <= SAFE_INTEGER_MAX, "{number} is past the largest integer canonical JSON holds exactly");
+    // Writing to a String cannot fail.
+    let _ = std::fmt::Write::write_fmt(out, format_args!("{number}"));
+}
+
+/// One character of a string, escaped as `JSON.stringify` escapes it.
+fn push_string_char(out: &mut String, c: char) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if c < '\u{20}' => push_unicode_escape(out, c as u16),
+        c => out.push(c),
     }
 }
 
