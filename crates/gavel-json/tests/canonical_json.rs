@@ -989,3 +989,33 @@ fn random_mutations_of_valid_documents_never_panic() {
         check_idempotent(&mutated);
     }
 }
+
+/// The writers for code that builds canonical JSON without parsing it
+/// (an approval's terms): a string comes out as the canonical form of the
+/// same string parsed, an integer as its digits up to 2^53 - 1, and an
+/// integer past that is refused loudly rather than rounded.
+#[test]
+fn the_direct_writers_write_what_canonicalization_writes() {
+    let cases: [(&str, &str); 6] = [
+        ("", r#""""#),
+        ("plain", r#""plain""#),
+        ("quote \" and \\ back", r#""quote \" and \\ back""#),
+        ("\u{8}\u{c}\n\r\t", r#""\b\f\n\r\t""#),
+        ("\u{0}\u{1f}\u{7f}", "\"\\u0000\\u001f\u{7f}\""),
+        ("é€𝄞\u{2028}\u{feff}", "\"é€𝄞\u{2028}\u{feff}\""),
+    ];
+    for (text, expected) in cases {
+        let mut out = String::new();
+        push_canonical_string(&mut out, text);
+        assert_eq!(out, expected, "{text:?}");
+        assert_eq!(canon(&out), out, "{text:?}: the canonical form of the same string parsed");
+    }
+    for number in [0, 1, 10, 1_000_000, SAFE_INTEGER_MAX] {
+        let mut out = String::new();
+        push_canonical_integer(&mut out, number);
+        assert_eq!(out, number.to_string());
+        assert_eq!(out, canon(&out), "{number} is canonical");
+    }
+    let past = std::panic::catch_unwind(|| push_canonical_integer(&mut String::new(), SAFE_INTEGER_MAX + 1));
+    assert!(past.is_err(), "2^53 is past what canonical JSON holds exactly");
+}
