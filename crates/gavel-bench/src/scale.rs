@@ -927,13 +927,17 @@ async fn install(local: &mut LocalCluster, last_filled: &str) -> Result<InstallR
 /// nodes and the one that joins, `disk_per_execution` each per execution,
 /// must leave the watchdog's floor free.
 fn check_fits(spec: &ScaleSpec, dir: &std::path::Path) -> Result<(), BenchError> {
-    let free = watchdog::disk_free_bytes(dir)?;
+    fits(spec, dir, watchdog::disk_free_bytes(dir)?)
+}
+
+/// [`check_fits`] with the free space given.
+fn fits(spec: &ScaleSpec, dir: &std::path::Path, free: u64) -> Result<(), BenchError> {
     let need = spec.target.saturating_mul(spec.disk_per_execution).saturating_mul(4);
     if free < need.saturating_add(spec.disk_free_min) {
         return Err(BenchError::WouldNotFit(format!(
             "--scale {} needs about {:.1} GB under {} (4 nodes × {} executions × {} bytes, \
-             --scale-disk-per-execution) plus the watchdog's floor of {:.1} GB, but {:.1} GB are free; \
-             not started",
+             --scale-disk-per-execution) plus the watchdog's floor of {:.1} GB (--watchdog-disk-min), \
+             but {:.1} GB are free; not started",
             spec.target,
             need as f64 / 1e9,
             dir.display(),
@@ -1156,9 +1160,16 @@ mod tests {
             disk_per_execution: 1_000_000,
             disk_free_min: watchdog::DISK_FREE_MIN_BYTES,
         };
-        let dir = std::env::temp_dir();
-        assert!(check_fits(&spec(1), &dir).is_ok());
-        let error = check_fits(&spec(1_000_000_000), &dir).expect_err("a petabyte does not fit");
-        assert!(error.to_string().contains("not started"), "{error}");
+        // Decided on the free space given, not on this machine's: 4 nodes ×
+        // 1,000 executions × 1 MB is 4 GB, plus the 4 GB floor.
+        let dir = std::path::Path::new("/data");
+        assert!(fits(&spec(1000), dir, 8_000_000_000).is_ok());
+        let error = fits(&spec(1000), dir, 7_999_999_999).expect_err("a byte short");
+        let text = error.to_string();
+        assert!(text.contains("needs about 4.0 GB under /data") && text.contains("8.0 GB are free"), "{text}");
+        assert!(text.contains("not started") && text.contains("--watchdog-disk-min"), "{text}");
+        assert!(fits(&spec(u64::MAX), dir, u64::MAX - 1).is_err(), "the need saturates instead of wrapping");
+        // The check reads the disk under the directory it is given.
+        assert!(check_fits(&spec(1_000_000_000), &std::env::temp_dir()).is_err(), "a petabyte does not fit");
     }
 }

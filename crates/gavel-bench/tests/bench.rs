@@ -193,6 +193,10 @@ fn scale_smoke() {
         "1s",
         "--warmup",
         "0s",
+        // The floor for runs of millions (4 GB) would refuse this one on a
+        // busy disk; its data is about 50 MB.
+        "--watchdog-disk-min",
+        "500M",
         // Snapshots often and a short log behind them, so that builds fall
         // in the measured windows and the fourth node must install one.
         "--node-flag=--snapshot-commands-since-last=500",
