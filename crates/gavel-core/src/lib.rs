@@ -67,6 +67,7 @@ pub mod precheck;
 mod quotas;
 pub mod registry;
 pub mod retry;
+mod sorted_json;
 pub mod standing;
 pub mod terms;
 pub mod tlog_tiles;

@@ -84,11 +84,12 @@ pub fn empty_root() -> Hash {
 /// attribute names, which JCS orders by UTF-16 units) and its integers are
 /// at most 2^53 (JCS refuses larger ones; they are written exactly here).
 /// The export and every proof carry these bytes, so a verifier hashes the
-/// string it is given. Written by `serde_json::Value` (whose maps are
-/// ordered): `event_canonical_bytes_are_stable` pins the form.
+/// string it is given. The form is what `serde_json` writes for the event's
+/// `serde_json::Value` (whose maps order their keys); it is written without
+/// building that value (`sorted_json`). `event_canonical_bytes_are_stable`
+/// pins the form.
 pub fn event_canonical_bytes(event: &Event) -> Vec<u8> {
-    let value = serde_json::to_value(event).expect("events serialize to JSON: every field is plain data");
-    serde_json::to_vec(&value).expect("a JSON value serializes")
+    crate::sorted_json::to_vec(event).expect("events serialize to JSON: every key is a string, every field plain data")
 }
 
 /// The leaf hash of an event ([`event_canonical_bytes`]).

@@ -1157,6 +1157,14 @@ impl Run {
             ensure!(context, event.cursor == first_cursor + offset as u64, "cursors are consecutive");
             ensure!(context, event.timestamp_ms == clock_ms, "events are stamped with the cluster clock");
             ensure!(context, !format!("{event:?}").contains(SECRET), "no raw input or output in events: {event:?}");
+            // The leaf's bytes, written directly, are the value tree's JSON (their definition).
+            let through_values =
+                serde_json::to_vec(&serde_json::to_value(event).expect("an event is a value")).expect("a value writes");
+            ensure!(
+                context,
+                gavel_core::merkle::event_canonical_bytes(event) == through_values,
+                "an event's canonical bytes are its value tree's JSON: {event:?}"
+            );
         }
 
         // ----- leases: fresh ids only grow, each grant has its started event.
