@@ -117,6 +117,54 @@ pub struct Checkpoint {
     pub counts: Option<Vec<u64>>,
 }
 
+/// Keys [`Absent`] remembers at most; past it, it forgets them all and
+/// starts again. The keys a node looks up and does not find are mostly the
+/// ids of records being created, each looked up a few times in a few
+/// milliseconds (at the edge, then in apply), so a short memory holds them.
+const ABSENT_KEYS_MAX: usize = 4_096;
+
+/// Keys point reads found absent since the last write ended, so that the
+/// lookups of a record being created (its id checked at the edge and again
+/// in apply, by several checks each) cost one read transaction instead of
+/// one each. A write clears it when it has committed, and bumps the
+/// generation: a read that overlapped a write (its generation changed while
+/// it read) remembers nothing, so once a write returns, no key it wrote is
+/// remembered as absent.
+#[derive(Default)]
+struct Absent {
+    generation: u64,
+    /// By table (indexed by its tag).
+    keys: Vec<std::collections::HashSet<Vec<u8>>>,
+    len: usize,
+}
+
+impl Absent {
+    fn knows(&self, table: ColdTable, key: &[u8]) -> bool {
+        self.keys.get(table as usize).is_some_and(|keys| keys.contains(key))
+    }
+
+    fn remember(&mut self, table: ColdTable, key: &[u8]) {
+        if self.len >= ABSENT_KEYS_MAX {
+            self.keys.iter_mut().for_each(std::collections::HashSet::clear);
+            self.len = 0;
+        }
+        let index = table as usize;
+        if self.keys.len() <= index {
+            self.keys.resize_with(index + 1, Default::default);
+        }
+        if self.keys[index].insert(key.to_vec()) {
+            self.len += 1;
+        }
+    }
+
+    /// A write committed: nothing read before it is known any more.
+    fn forget(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        self.keys.iter_mut().for_each(std::collections::HashSet::clear);
+        self.len = 0;
+    }
+}
+
 /// Cold records in a redb file, with the checkpoint of the hot state they
 /// belong to.
 pub struct RedbColdStore {
@@ -124,6 +172,8 @@ pub struct RedbColdStore {
     path: PathBuf,
     /// Records written (inserted or removed) since the store was opened.
     writes: AtomicU64,
+    /// Keys found absent since the last write.
+    absent: std::sync::Mutex<Absent>,
 }
 
 impl std::fmt::Debug for RedbColdStore {
@@ -181,7 +231,12 @@ impl RedbColdStore {
     pub fn open(path: &Path) -> Result<Arc<RedbColdStore>, ColdStoreError> {
         let database = Database::builder().set_cache_size(COLD_CACHE_BYTES).create(path).map_err(write_error)?;
         check_format(&database, path)?;
-        Ok(Arc::new(RedbColdStore { database, path: path.to_path_buf(), writes: AtomicU64::new(0) }))
+        Ok(Arc::new(RedbColdStore {
+            database,
+            path: path.to_path_buf(),
+            writes: AtomicU64::new(0),
+            absent: std::sync::Mutex::new(Absent::default()),
+        }))
     }
 
     /// The store file.
@@ -232,7 +287,15 @@ impl RedbColdStore {
             transaction.delete_table(definition(table)).map_err(write_error)?;
         }
         transaction.delete_table(CHECKPOINT).map_err(write_error)?;
-        transaction.commit().map_err(write_error)
+        let committed = transaction.commit().map_err(write_error);
+        self.forget_absent();
+        committed
+    }
+
+    /// Forgets the keys found absent: called after every commit (and after
+    /// a failed one, which may have written some of its pages).
+    fn forget_absent(&self) {
+        self.absent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).forget();
     }
 
     /// The checkpoint the cold tables are at: the snapshot position and the
@@ -351,14 +414,15 @@ impl RedbColdStore {
 /// A read failure means the file is unreadable: the state machine cannot
 /// decide without the record, so the node stops (see [`ColdStore`]).
 impl ColdStore for RedbColdStore {
+    /// A key found absent since the last write is answered from memory
+    /// ([`Absent`]).
     fn get(&self, table: ColdTable, key: &[u8]) -> Option<Vec<u8>> {
-        let transaction = self.database.begin_read().expect("the cold store can begin a read transaction");
-        let opened = match transaction.open_table(definition(table)) {
-            Ok(opened) => opened,
-            Err(TableError::TableDoesNotExist(_)) => return None,
-            Err(error) => panic!("the cold store cannot open table {table:?}: {error}"),
-        };
-        opened.get(key).expect("the cold store reads its records").map(|value| value.value().to_vec())
+        let read_at = self.generation_unless_absent(table, key)?;
+        let found = self.read(table, key);
+        if found.is_none() {
+            self.remember_absent(table, key, read_at);
+        }
+        found
     }
 
     fn seek(&self, table: ColdTable, from: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
@@ -406,6 +470,35 @@ impl ColdStore for RedbColdStore {
                 (key.value().to_vec(), value.value().to_vec())
             })
             .collect()
+    }
+}
+
+impl RedbColdStore {
+    /// `None` if `key` is known absent; otherwise the writes' generation
+    /// a read of it starts at.
+    fn generation_unless_absent(&self, table: ColdTable, key: &[u8]) -> Option<u64> {
+        let absent = self.absent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (!absent.knows(table, key)).then_some(absent.generation)
+    }
+
+    /// Remembers that a read started at generation `read_at` found `key`
+    /// absent, unless a write committed since: it may have written the key.
+    fn remember_absent(&self, table: ColdTable, key: &[u8], read_at: u64) {
+        let mut absent = self.absent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if absent.generation == read_at {
+            absent.remember(table, key);
+        }
+    }
+
+    /// The value at `key`, read from the file.
+    fn read(&self, table: ColdTable, key: &[u8]) -> Option<Vec<u8>> {
+        let transaction = self.database.begin_read().expect("the cold store can begin a read transaction");
+        let opened = match transaction.open_table(definition(table)) {
+            Ok(opened) => opened,
+            Err(TableError::TableDoesNotExist(_)) => return None,
+            Err(error) => panic!("the cold store cannot open table {table:?}: {error}"),
+        };
+        opened.get(key).expect("the cold store reads its records").map(|value| value.value().to_vec())
     }
 }
 
@@ -490,7 +583,9 @@ impl RedbColdStore {
             let mut opened = transaction.open_table(CHECKPOINT).map_err(write_error)?;
             checkpoint(&mut opened, &counts).map_err(write_error)?;
         }
-        transaction.commit().map_err(write_error)?;
+        let committed = transaction.commit().map_err(write_error);
+        self.forget_absent();
+        committed?;
         self.writes.fetch_add(written, Ordering::Relaxed);
         Ok(written)
     }
@@ -908,5 +1003,77 @@ mod tests {
         disk.clear().expect("clear");
         assert!(disk.is_empty());
         assert_eq!(disk.seek(ColdTable::Executions, b""), None);
+    }
+
+    #[test]
+    fn a_key_found_absent_is_remembered_until_a_write_of_any_kind_commits() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let disk = RedbColdStore::open(&directory.path().join("cold.redb")).expect("open");
+        let key = |n: u8| vec![b'k', n];
+        let remembered =
+            |disk: &RedbColdStore, n: u8| disk.absent.lock().expect("lock").knows(ColdTable::Executions, &key(n));
+        // Each kind of write in turn writes key n after it was found absent.
+        type Write<'a> = Box<dyn Fn(&RedbColdStore, u8) + 'a>;
+        let writes: [(&str, Write<'_>); 4] = [
+            ("write", Box::new(|disk, n| disk.write(&[put(ColdTable::Executions, &key(n), b"v")]).expect("write"))),
+            (
+                "write_eventually",
+                Box::new(|disk, n| disk.write_eventually(&[put(ColdTable::Executions, &key(n), b"v")]).expect("write")),
+            ),
+            (
+                "write_checkpoint",
+                Box::new(|disk, n| {
+                    disk.write_checkpoint(&[put(ColdTable::Executions, &key(n), b"v")], b"p", b"h", false)
+                        .expect("write")
+                }),
+            ),
+            (
+                "write_records",
+                Box::new(|disk, n| {
+                    let records = [(ColdTable::Executions, &key(n)[..], &b"v"[..])];
+                    disk.write_records([Ok(batch_of(&records))].into_iter(), None).expect("write");
+                }),
+            ),
+        ];
+        for (n, (kind, write)) in (0u8..).zip(&writes) {
+            assert_eq!(disk.get(ColdTable::Executions, &key(n)), None);
+            assert!(remembered(&disk, n), "{kind}: an absent key is remembered");
+            assert_eq!(disk.get(ColdTable::Executions, &key(n)), None, "{kind}: and answered from memory");
+            write(&disk, n);
+            assert!(!remembered(&disk, n), "{kind}: a write forgets it");
+            assert_eq!(disk.get(ColdTable::Executions, &key(n)), Some(b"v".to_vec()), "{kind}");
+        }
+        // A delete, and clearing the store, are writes too.
+        disk.write(&[ColdMutation { table: ColdTable::Executions, key: key(0), value: None }]).expect("delete");
+        assert_eq!(disk.get(ColdTable::Executions, &key(0)), None);
+        assert_eq!(disk.get(ColdTable::Leases, &key(1)), None);
+        assert!(disk.absent.lock().expect("lock").knows(ColdTable::Leases, &key(1)));
+        assert!(!remembered(&disk, 1), "by table: key 1 is in Executions");
+        disk.clear().expect("clear");
+        assert!(!disk.absent.lock().expect("lock").knows(ColdTable::Leases, &key(1)));
+        assert_eq!(disk.get(ColdTable::Executions, &key(1)), None, "cleared");
+        // The memory is bounded: past its size it starts again.
+        for n in 0..=ABSENT_KEYS_MAX as u32 {
+            assert_eq!(disk.get(ColdTable::Events, &n.to_be_bytes()), None);
+        }
+        assert!(disk.absent.lock().expect("lock").len <= ABSENT_KEYS_MAX);
+    }
+
+    /// A read that found a key absent while a write of it committed (the
+    /// read's view was from before the commit) is not remembered: once the
+    /// write has returned, the key is found.
+    #[test]
+    fn a_read_overlapping_a_write_is_not_remembered() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        let disk = RedbColdStore::open(&directory.path().join("cold.redb")).expect("open");
+        let read_at = disk.generation_unless_absent(ColdTable::Executions, b"k").expect("not known absent yet");
+        assert_eq!(disk.read(ColdTable::Executions, b"k"), None, "the read, before the write");
+        disk.write(&[put(ColdTable::Executions, b"k", b"v")]).expect("the write commits");
+        disk.remember_absent(ColdTable::Executions, b"k", read_at);
+        assert_eq!(disk.get(ColdTable::Executions, b"k"), Some(b"v".to_vec()));
+        // A read after the write, of a key it did not write, is remembered.
+        let read_at = disk.generation_unless_absent(ColdTable::Executions, b"j").expect("not known absent yet");
+        disk.remember_absent(ColdTable::Executions, b"j", read_at);
+        assert_eq!(disk.generation_unless_absent(ColdTable::Executions, b"j"), None);
     }
 }
