@@ -343,7 +343,8 @@ struct_shape!(SerializeStruct, SerializeStructVariant);
 
 /// A map key as the text the value tree keys it by: a string as it is, a
 /// number or a boolean in decimal or as `true`/`false`, a unit variant by
-/// its name. Anything else is refused, as the value tree refuses it.
+/// its name. Anything else is refused (no event has such a key; the value
+/// tree accepts a float key, which this writer does not need).
 struct KeyWriter;
 
 fn key_refused() -> Error {
@@ -560,6 +561,9 @@ mod tests {
         // Integer keys become strings, sorted as strings: "10" before "9".
         let sorted = r#"{"10":true,"9":false}"#.to_string();
         assert_eq!(both(&keyed), (sorted.clone(), sorted));
+        let flags: BTreeMap<bool, u8> = BTreeMap::from([(true, 1), (false, 0)]);
+        let sorted = r#"{"false":0,"true":1}"#.to_string();
+        assert_eq!(both(&flags), (sorted.clone(), sorted));
         let refused: BTreeMap<(u8, u8), u8> = BTreeMap::from([((1, 2), 3)]);
         assert!(to_vec(&refused).is_err() && serde_json::to_value(&refused).is_err());
     }
