@@ -39,12 +39,6 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // Maps (attributes) are BTreeMaps: ordered like the core's, so converting
     // is a copy and an encoded message has one byte form.
-    // Every call's buffers start smaller than tonic's (src/codec.rs).
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .btree_map(".")
-        .codec_path("crate::codec::GavelCodec")
-        .compile_fds(descriptor_set)?;
+    tonic_prost_build::configure().build_server(true).build_client(true).btree_map(".").compile_fds(descriptor_set)?;
     Ok(())
 }

@@ -16,8 +16,6 @@
 //!   `*_server` module (for example [`v1::approval_service_client`]).
 //! - [`error_detail`]: [`error_detail::domain_status`] and
 //!   [`error_detail::read_error_detail`].
-//! - [`codec`]: the codec every generated client and server uses (prost's,
-//!   with smaller first buffers).
 //! - [`metadata`]: the metadata keys (`gavel-leader`, `gavel-forwarded`,
 //!   `gavel-request-id`) the server and the SDK share.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC reflection.
@@ -25,7 +23,6 @@
 //! The API conventions (units, JSON fields, idempotency tokens, error codes)
 //! are described in `docs/api.md`.
 
-pub mod codec;
 pub mod error_detail;
 pub mod metadata;
 
